@@ -1,0 +1,249 @@
+//! Comparing a kernel's output with the CPU reference.
+//!
+//! An element passes when `|out - ref| <= atol + rtol * |ref|`. The report also gives the
+//! largest errors and the relative L2 error `||out - ref|| / ||ref||`, counts elements that
+//! are still poison (never written) and NaNs the reference does not have, and keeps the first
+//! few mismatches with their indices for the failure message.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::element::Element;
+
+/// `|out - ref| <= atol + rtol * |ref|` per element.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Tolerance {
+    pub atol: f64,
+    pub rtol: f64,
+}
+
+impl Tolerance {
+    pub const fn new(atol: f64, rtol: f64) -> Self {
+        Self { atol, rtol }
+    }
+
+    fn allows(&self, got: f64, expected: f64) -> bool {
+        if got == expected {
+            // Also equal infinities, which the subtraction below would turn into NaN.
+            return true;
+        }
+        (got - expected).abs() <= self.atol + self.rtol * expected.abs()
+    }
+}
+
+/// How many mismatches a report keeps for printing.
+const KEEP_MISMATCHES: usize = 8;
+
+/// One element outside the tolerance.
+#[derive(Debug, Clone)]
+pub struct Mismatch {
+    /// Index per dimension of the shape given to [`compare`].
+    pub index: Vec<usize>,
+    pub got: f64,
+    pub expected: f64,
+    pub unwritten: bool,
+}
+
+/// The outcome of one comparison.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckReport {
+    pub elements: usize,
+    pub tolerance: Tolerance,
+    /// Elements outside the tolerance, unwritten and NaN ones included.
+    pub mismatches: usize,
+    /// Elements still holding the poison value: the kernel never wrote them.
+    pub unwritten: usize,
+    /// NaN (not poison) where the reference is a number.
+    pub nans: usize,
+    /// Over elements where both values are finite.
+    pub max_abs_err: f64,
+    /// `|out - ref| / |ref|` over finite elements with `ref != 0`.
+    pub max_rel_err: f64,
+    /// `||out - ref||_2 / ||ref||_2` over finite elements (0 when the reference is all 0).
+    pub rel_l2_err: f64,
+    #[serde(skip)]
+    pub first: Vec<Mismatch>,
+}
+
+impl CheckReport {
+    pub fn passed(&self) -> bool {
+        self.mismatches == 0
+    }
+}
+
+/// Compares `got` (a kernel's output) with `expected` (the f64 reference), both laid out
+/// row-major in `shape`.
+pub fn compare<T: Element>(
+    got: &[T],
+    expected: &[f64],
+    shape: &[usize],
+    tolerance: Tolerance,
+) -> CheckReport {
+    assert_eq!(got.len(), expected.len(), "output and reference lengths differ");
+    assert_eq!(
+        shape.iter().product::<usize>(),
+        got.len(),
+        "shape does not match the data"
+    );
+    let mut report = CheckReport {
+        elements: got.len(),
+        tolerance,
+        mismatches: 0,
+        unwritten: 0,
+        nans: 0,
+        max_abs_err: 0.0,
+        max_rel_err: 0.0,
+        rel_l2_err: 0.0,
+        first: Vec::new(),
+    };
+    let (mut diff_sq, mut ref_sq) = (0.0f64, 0.0f64);
+    for (i, (&g, &e)) in got.iter().zip(expected).enumerate() {
+        let unwritten = g.is_poison();
+        let gv = g.to_f64();
+        let ok = if unwritten {
+            report.unwritten += 1;
+            false
+        } else if gv.is_nan() || e.is_nan() {
+            let both = gv.is_nan() && e.is_nan();
+            if gv.is_nan() && !both {
+                report.nans += 1;
+            }
+            both
+        } else {
+            if gv.is_finite() && e.is_finite() {
+                let err = (gv - e).abs();
+                report.max_abs_err = report.max_abs_err.max(err);
+                if e != 0.0 {
+                    report.max_rel_err = report.max_rel_err.max(err / e.abs());
+                }
+                diff_sq += err * err;
+                ref_sq += e * e;
+            }
+            tolerance.allows(gv, e)
+        };
+        if !ok {
+            report.mismatches += 1;
+            if report.first.len() < KEEP_MISMATCHES {
+                report.first.push(Mismatch {
+                    index: unflatten(i, shape),
+                    got: gv,
+                    expected: e,
+                    unwritten,
+                });
+            }
+        }
+    }
+    report.rel_l2_err = if ref_sq > 0.0 {
+        (diff_sq / ref_sq).sqrt()
+    } else {
+        diff_sq.sqrt()
+    };
+    report
+}
+
+fn unflatten(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut index = vec![0; shape.len()];
+    for (slot, &dim) in index.iter_mut().zip(shape).rev() {
+        *slot = flat % dim;
+        flat /= dim;
+    }
+    index
+}
+
+impl fmt::Display for CheckReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = self.tolerance;
+        if self.passed() {
+            return write!(
+                f,
+                "ok: {} elements within {:.0e} + {:.0e}*|ref| (max abs err {:.2e}, rel L2 {:.2e})",
+                self.elements, t.atol, t.rtol, self.max_abs_err, self.rel_l2_err
+            );
+        }
+        writeln!(
+            f,
+            "FAIL: {} of {} elements outside |out - ref| <= {:.0e} + {:.0e}*|ref| \
+             ({} never written, {} NaN; max abs err {:.3e}, rel L2 {:.3e})",
+            self.mismatches,
+            self.elements,
+            t.atol,
+            t.rtol,
+            self.unwritten,
+            self.nans,
+            self.max_abs_err,
+            self.rel_l2_err
+        )?;
+        for m in &self.first {
+            let got = if m.unwritten {
+                "never written".to_string()
+            } else {
+                format!("{:.9e}", m.got)
+            };
+            writeln!(f, "  at {:?}: got {got}, expected {:.9e}", m.index, m.expected)?;
+        }
+        if self.mismatches > self.first.len() {
+            writeln!(f, "  ... and {} more", self.mismatches - self.first.len())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOL: Tolerance = Tolerance::new(1e-6, 1e-5);
+
+    #[test]
+    fn identical_outputs_pass_with_zero_error() {
+        let r = compare(&[1.0f32, -2.5, 0.0], &[1.0, -2.5, 0.0], &[3], TOL);
+        assert!(r.passed());
+        assert_eq!(r.max_abs_err, 0.0);
+        assert_eq!(r.rel_l2_err, 0.0);
+    }
+
+    #[test]
+    fn an_error_beyond_tolerance_is_found_with_its_index() {
+        let got = [1.0f32, 2.0, 3.0, 4.5, 5.0, 6.0];
+        let expected = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let r = compare(&got, &expected, &[2, 3], TOL);
+        assert!(!r.passed());
+        assert_eq!(r.mismatches, 1);
+        assert_eq!(r.first[0].index, vec![1, 0]);
+        approx::assert_relative_eq!(r.max_abs_err, 0.5);
+        approx::assert_relative_eq!(r.max_rel_err, 0.125);
+        assert!(r.to_string().contains("at [1, 0]"));
+    }
+
+    #[test]
+    fn errors_within_atol_plus_rtol_pass() {
+        let expected = [1000.0, 0.0];
+        let got = [1000.0f32 + 0.009, 5e-7];
+        assert!(compare(&got, &expected, &[2], TOL).passed());
+    }
+
+    #[test]
+    fn poison_counts_as_unwritten_and_nan_as_nan() {
+        let got = [f32::POISON, f32::NAN, 1.0];
+        let r = compare(&got, &[1.0, 1.0, 1.0], &[3], TOL);
+        assert_eq!(r.mismatches, 2);
+        assert_eq!(r.unwritten, 1);
+        assert_eq!(r.nans, 1);
+        assert!(r.to_string().contains("never written"));
+    }
+
+    #[test]
+    fn nan_matches_only_an_expected_nan_and_infinities_match_themselves() {
+        let got = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+        let expected = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
+        assert!(compare(&got, &expected, &[3], TOL).passed());
+        assert!(!compare(&[f32::INFINITY], &[1.0], &[1], TOL).passed());
+    }
+
+    #[test]
+    fn unflatten_is_row_major() {
+        assert_eq!(unflatten(7, &[2, 3, 4]), vec![0, 1, 3]);
+        assert_eq!(unflatten(23, &[2, 3, 4]), vec![1, 2, 3]);
+    }
+}

@@ -1,0 +1,180 @@
+//! The flags every day shares, size checks done before anything is allocated, and the exit
+//! codes: 0 all checks passed, 1 a check failed or the GPU failed, 2 nothing could run (no GPU,
+//! no NVRTC, a bad request).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::bench::TimingOptions;
+use crate::error::{SetupError, UsageError};
+
+/// Flags shared by every day (`#[command(flatten)]` them into the day's own).
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Run only these kernel versions (comma-separated); all of them by default.
+    #[arg(long, value_delimiter = ',', value_name = "NAME[,NAME]")]
+    pub kernel: Vec<String>,
+    /// Timed runs per version (the table shows their median and minimum).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub iters: u32,
+    /// Untimed runs before timing.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub warmup: u32,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print the report as JSON instead of the table; `--json FILE` writes it to FILE and
+    /// still prints the table.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
+    /// Write inputs, each version's output and the reference as .npy files into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub save: Option<PathBuf>,
+    /// Which GPU to use.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+}
+
+impl CommonArgs {
+    pub fn timing(&self) -> TimingOptions {
+        TimingOptions {
+            warmup: self.warmup as usize,
+            iters: self.iters as usize,
+        }
+    }
+
+    /// The versions to run, in the day's order: all of `available`, or those `--kernel` names.
+    pub fn select_versions<'a>(&self, available: &[&'a str]) -> Result<Vec<&'a str>, UsageError> {
+        if let Some(unknown) = self.kernel.iter().find(|k| !available.contains(&k.as_str())) {
+            return Err(UsageError::new(format!(
+                "there is no kernel `{unknown}` here; choose from: {}",
+                available.join(", ")
+            )));
+        }
+        Ok(available
+            .iter()
+            .copied()
+            .filter(|v| self.kernel.is_empty() || self.kernel.iter().any(|k| k == v))
+            .collect())
+    }
+}
+
+/// `count` elements of `elem_bytes` each, in bytes, or a clear error if that overflows.
+pub fn bytes_for(what: &str, count: u64, elem_bytes: u64) -> Result<u64, UsageError> {
+    count
+        .checked_mul(elem_bytes)
+        .ok_or_else(|| UsageError::new(format!("{what}: {count} elements is too many to address")))
+}
+
+/// Refuses a problem whose host-side buffers (inputs, outputs, the f64 reference) would not
+/// fit in the memory this machine has available.
+pub fn check_host_fits(what: &str, bytes: u64) -> Result<(), UsageError> {
+    let Some(available) = host_available_bytes() else {
+        return Ok(());
+    };
+    if bytes > available {
+        return Err(UsageError::new(format!(
+            "{what} needs {:.2} GiB of host memory for inputs and the CPU reference, but only \
+             {:.2} GiB is available",
+            bytes as f64 / (1u64 << 30) as f64,
+            available as f64 / (1u64 << 30) as f64
+        )));
+    }
+    Ok(())
+}
+
+/// `MemAvailable` from /proc/meminfo (None where that cannot be read).
+fn host_available_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// The exit code for an error: 2 when nothing could run (setup or request), 1 otherwise.
+pub fn exit_code_for(err: &anyhow::Error) -> u8 {
+    if err.is::<SetupError>() || err.is::<UsageError>() {
+        2
+    } else {
+        1
+    }
+}
+
+/// Runs a day's `main`, turning an error into one `error:` line and its exit code: no panic
+/// backtraces for things a user can fix.
+pub fn run_main(body: impl FnOnce() -> anyhow::Result<()>) -> ExitCode {
+    match body() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(exit_code_for(&err))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        common: CommonArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<CommonArgs, clap::Error> {
+        Args::try_parse_from(std::iter::once("dayNN").chain(args.iter().copied()))
+            .map(|a| a.common)
+    }
+
+    #[test]
+    fn defaults_and_json_forms() {
+        let a = parse(&[]).unwrap();
+        assert!(a.kernel.is_empty() && a.json.is_none() && a.save.is_none());
+        assert_eq!(a.iters, 50);
+        assert_eq!(parse(&["--json"]).unwrap().json, Some(PathBuf::from("-")));
+        assert_eq!(
+            parse(&["--json", "r.json"]).unwrap().json,
+            Some(PathBuf::from("r.json"))
+        );
+        assert!(parse(&["--iters", "0"]).is_err());
+    }
+
+    #[test]
+    fn kernel_selection_keeps_the_day_order_and_refuses_unknown_names() {
+        let a = parse(&["--kernel", "c,a"]).unwrap();
+        assert_eq!(a.select_versions(&["a", "b", "c"]).unwrap(), vec!["a", "c"]);
+        assert_eq!(
+            parse(&[]).unwrap().select_versions(&["a", "b"]).unwrap(),
+            vec!["a", "b"]
+        );
+        let err = parse(&["--kernel", "zz"])
+            .unwrap()
+            .select_versions(&["a", "b"])
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "there is no kernel `zz` here; choose from: a, b"
+        );
+    }
+
+    #[test]
+    fn byte_counts_overflow_into_an_error() {
+        assert_eq!(bytes_for("x", 10, 4).unwrap(), 40);
+        assert!(bytes_for("x", u64::MAX / 2, 4).is_err());
+    }
+
+    #[test]
+    fn setup_and_usage_errors_exit_2_others_1() {
+        assert_eq!(exit_code_for(&SetupError::NoDriver.into()), 2);
+        assert_eq!(exit_code_for(&UsageError::new("bad").into()), 2);
+        assert_eq!(exit_code_for(&anyhow::anyhow!("driver failed")), 1);
+    }
+
+    #[test]
+    fn absurd_host_requests_are_refused() {
+        assert!(check_host_fits("x", u64::MAX).is_err());
+        assert!(check_host_fits("x", 1024).is_ok());
+    }
+}

@@ -1,0 +1,80 @@
+//! The storage types kernels read and write, and what the checks need to know about them.
+
+use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
+use half::{bf16, f16};
+
+/// A storage type of kernel inputs and outputs (f32, f16, bf16).
+///
+/// Outputs are filled with [`Element::POISON`] before each run: a NaN with a payload no
+/// arithmetic produces (the GPU's own NaN is `0x7fffffff` for f32), so the check can tell an
+/// element the kernel never wrote from one it computed as NaN.
+pub trait Element: DeviceRepr + ValidAsZeroBits + Copy + Send + Sync + 'static {
+    /// The name used in tables and kernel names (`f32`, `f16`, `bf16`).
+    const NAME: &'static str;
+    const POISON: Self;
+    fn to_f64(self) -> f64;
+    fn from_f64(v: f64) -> Self;
+    fn is_poison(self) -> bool;
+}
+
+impl Element for f32 {
+    const NAME: &'static str = "f32";
+    const POISON: Self = f32::from_bits(0x7fc0_dead);
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    fn is_poison(self) -> bool {
+        self.to_bits() == Self::POISON.to_bits()
+    }
+}
+
+impl Element for f16 {
+    const NAME: &'static str = "f16";
+    const POISON: Self = f16::from_bits(0x7e5d);
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+    fn is_poison(self) -> bool {
+        self.to_bits() == Self::POISON.to_bits()
+    }
+}
+
+impl Element for bf16 {
+    const NAME: &'static str = "bf16";
+    const POISON: Self = bf16::from_bits(0x7fd5);
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+    fn from_f64(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+    fn is_poison(self) -> bool {
+        self.to_bits() == Self::POISON.to_bits()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn poison_is_a_nan_arithmetic_does_not_make<T: Element>(computed_nan: T) {
+        assert!(T::POISON.to_f64().is_nan());
+        assert!(T::POISON.is_poison());
+        assert!(!computed_nan.is_poison());
+        assert!(!T::from_f64(1.0).is_poison());
+    }
+
+    #[test]
+    fn poison_values_are_distinct_nans() {
+        poison_is_a_nan_arithmetic_does_not_make(f32::from_bits(0x7fff_ffff));
+        poison_is_a_nan_arithmetic_does_not_make(f32::NAN);
+        poison_is_a_nan_arithmetic_does_not_make(f16::NAN);
+        poison_is_a_nan_arithmetic_does_not_make(bf16::NAN);
+    }
+}

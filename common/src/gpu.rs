@@ -1,0 +1,240 @@
+//! Opening the GPU, or saying clearly why not; device facts; memory helpers.
+
+use std::sync::{Arc, OnceLock};
+
+use anyhow::{Context, Result};
+use cudarc::driver::{
+    CudaContext, CudaModule, CudaSlice, CudaStream, DevicePtrMut, sys, sys::CUdevice_attribute,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::element::Element;
+use crate::error::{SetupError, UsageError};
+use crate::kernel::Kernel;
+use crate::nvrtc::{self, Compiled, KernelSource};
+
+/// What the report says about the device a run used.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub ordinal: usize,
+    /// The NVRTC target for this device, `sm_XY`.
+    pub arch: String,
+    pub sms: u32,
+    pub l2_bytes: u64,
+    pub memory_bytes: u64,
+    pub max_threads_per_sm: u32,
+    pub max_shared_per_block_optin: u32,
+    /// As the driver reports it, e.g. 13000 for CUDA 13.0.
+    pub driver_cuda_version: i32,
+}
+
+impl DeviceInfo {
+    /// One line for table headers: `NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 50 MB L2)`.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} ({}, {} SMs, {} MB L2)",
+            self.name,
+            self.arch,
+            self.sms,
+            self.l2_bytes / 1_000_000
+        )
+    }
+}
+
+/// An open GPU: its context, the one stream everything runs on, and its facts.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub info: DeviceInfo,
+    copy_ceiling_gbs: OnceLock<f64>,
+}
+
+/// Counts the CUDA devices, or says what is missing. Never panics without a driver: cudarc
+/// panics on the first driver call when libcuda cannot be loaded, so that is asked first.
+pub fn device_count() -> Result<usize, SetupError> {
+    // SAFETY: only tries to dlopen libcuda by its candidate names.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(SetupError::NoDriver);
+    }
+    match CudaContext::device_count() {
+        Ok(0) => Err(SetupError::NoDevice("it lists 0 devices".into())),
+        Ok(n) => Ok(n as usize),
+        Err(e) => Err(SetupError::NoDevice(driver_error_text(&e))),
+    }
+}
+
+fn driver_error_text(e: &cudarc::driver::DriverError) -> String {
+    match e.error_string() {
+        Ok(s) => format!("{:?}: {}", e.0, s.to_string_lossy()),
+        Err(_) => format!("{:?}", e.0),
+    }
+}
+
+impl Gpu {
+    /// Opens GPU `ordinal`, failing with a [`SetupError`] when there is none.
+    pub fn open(ordinal: usize) -> Result<Self> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(SetupError::NoSuchDevice {
+                requested: ordinal,
+                count,
+            }
+            .into());
+        }
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| SetupError::NoDevice(driver_error_text(&e)))?;
+        // Everything runs on one stream, so cudarc's per-buffer events (which order work across
+        // streams) would only add API calls around every launch and timing loop.
+        // SAFETY: no buffer exists yet, and this crate never uses a second stream.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream()?;
+        let info = read_device_info(&ctx, ordinal)?;
+        Ok(Self {
+            ctx,
+            stream,
+            info,
+            copy_ceiling_gbs: OnceLock::new(),
+        })
+    }
+
+    /// Compiles a day's kernel file for this device and loads it.
+    pub fn load(&self, source: &KernelSource) -> Result<Module> {
+        self.load_for_arch(source, &self.info.arch.clone(), &[])
+    }
+
+    /// Like [`Gpu::load`] with an explicit target (`sm_90a` for wgmma) and extra NVRTC options.
+    pub fn load_for_arch(
+        &self,
+        source: &KernelSource,
+        arch: &str,
+        extra_options: &[&str],
+    ) -> Result<Module> {
+        let compiled = nvrtc::compile(source, arch, extra_options)?;
+        let image = cudarc::nvrtc::Ptx::from_binary(compiled.cubin.clone());
+        let module = self
+            .ctx
+            .load_module(image)
+            .with_context(|| format!("loading the CUBIN of {}", source.file_name))?;
+        Ok(Module { module, compiled })
+    }
+
+    /// Refuses, before anything is allocated, a problem whose buffers do not fit in the free
+    /// device memory (with a little room left for the runtime).
+    pub fn check_fits(&self, what: &str, bytes: u64) -> Result<(), UsageError> {
+        let (free, _total) = self
+            .ctx
+            .mem_get_info()
+            .map_err(|e| UsageError::new(format!("cannot read free device memory: {e}")))?;
+        let headroom = 256 << 20;
+        if bytes.saturating_add(headroom) > free as u64 {
+            return Err(UsageError::new(format!(
+                "{what} needs {:.2} GiB of device memory but {} has {:.2} GiB free",
+                gib(bytes),
+                self.info.name,
+                gib(free as u64)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies a host slice to a new device buffer.
+    pub fn upload<T: Element>(&self, host: &[T]) -> Result<CudaSlice<T>> {
+        Ok(self.stream.clone_htod(host)?)
+    }
+
+    /// Copies a device buffer back (waits for the stream).
+    pub fn download<T: Element>(&self, dev: &CudaSlice<T>) -> Result<Vec<T>> {
+        Ok(self.stream.clone_dtoh(dev)?)
+    }
+
+    /// A new device buffer filled with [`Element::POISON`].
+    pub fn alloc_poisoned<T: Element>(&self, len: usize) -> Result<CudaSlice<T>> {
+        // SAFETY: every element is written by `poison` before anyone reads it.
+        let mut buf = unsafe { self.stream.alloc::<T>(len) }?;
+        self.poison(&mut buf)?;
+        Ok(buf)
+    }
+
+    /// Fills `buf` with [`Element::POISON`] on the stream, with a driver memset.
+    pub fn poison<T: Element>(&self, buf: &mut CudaSlice<T>) -> Result<()> {
+        let len = buf.len();
+        let (ptr, _guard) = buf.device_ptr_mut(&self.stream);
+        let stream = self.stream.cu_stream();
+        // SAFETY: `ptr` is a live allocation of `len` elements of T, the memset writes exactly
+        // that many elements of T's size, and runs on the stream that owns the buffer.
+        let status = unsafe {
+            match std::mem::size_of::<T>() {
+                4 => sys::cuMemsetD32Async(ptr, poison_bits::<T, u32>(), len, stream),
+                2 => sys::cuMemsetD16Async(ptr, poison_bits::<T, u16>(), len, stream),
+                n => unreachable!("no Element has {n} bytes"),
+            }
+        };
+        status.result()?;
+        Ok(())
+    }
+
+    /// Device-to-device copy bandwidth in GB/s (bytes read + bytes written), measured once per
+    /// process: the ceiling for memory-bound kernels in every table.
+    pub fn copy_ceiling_gbs(&self) -> Result<f64> {
+        if let Some(v) = self.copy_ceiling_gbs.get() {
+            return Ok(*v);
+        }
+        let v = crate::bench::measure_copy_bandwidth(self)?;
+        Ok(*self.copy_ceiling_gbs.get_or_init(|| v))
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        Ok(self.stream.synchronize()?)
+    }
+}
+
+fn poison_bits<T: Element, B: Copy>() -> B {
+    assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<B>());
+    // SAFETY: same size, both plain bit patterns.
+    unsafe { std::mem::transmute_copy(&T::POISON) }
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
+
+fn read_device_info(ctx: &Arc<CudaContext>, ordinal: usize) -> Result<DeviceInfo> {
+    let attr = |a: CUdevice_attribute| ctx.attribute(a);
+    let (major, minor) = ctx.compute_capability()?;
+    let mut driver_cuda_version = 0;
+    // SAFETY: valid out-pointer; the driver is loaded (a context exists).
+    unsafe { sys::cuDriverGetVersion(&mut driver_cuda_version) }.result()?;
+    Ok(DeviceInfo {
+        name: ctx.name()?,
+        ordinal,
+        arch: format!("sm_{major}{minor}"),
+        sms: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+        l2_bytes: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64,
+        memory_bytes: ctx.total_mem()? as u64,
+        max_threads_per_sm: attr(
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
+        )? as u32,
+        max_shared_per_block_optin: attr(
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )? as u32,
+        driver_cuda_version,
+    })
+}
+
+/// A loaded kernel file: the driver module and what the compiler said.
+pub struct Module {
+    pub module: Arc<CudaModule>,
+    pub compiled: Compiled,
+}
+
+impl Module {
+    /// Looks up a kernel by its `extern "C"` name and reads its attributes.
+    pub fn kernel(&self, gpu: &Gpu, name: &'static str) -> Result<Kernel> {
+        let func = self
+            .module
+            .load_function(name)
+            .with_context(|| format!("kernel `{name}` is not in {}", self.compiled.arch))?;
+        Kernel::new(gpu, name, func, self.compiled.spills.get(name).copied())
+    }
+}

@@ -1,0 +1,172 @@
+//! A loaded kernel with the attributes every table prints, and its launch shape.
+
+use std::fmt;
+
+use anyhow::{Result, bail};
+use cudarc::driver::{CudaFunction, LaunchConfig, sys::CUfunction_attribute};
+use serde::{Deserialize, Serialize};
+
+use crate::gpu::Gpu;
+
+/// What the compiler gave a kernel: the resources that decide how many of its blocks share
+/// an SM.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct KernelAttrs {
+    pub registers: u32,
+    pub static_shared_bytes: u32,
+    /// Per-thread local memory: register spills and arrays indexed at run time.
+    pub local_bytes: u32,
+    /// Spill stores + loads from ptxas's report (None if the report did not say).
+    pub spill_bytes: Option<u32>,
+    pub max_threads_per_block: u32,
+}
+
+/// A kernel ready to launch.
+pub struct Kernel {
+    pub name: &'static str,
+    pub func: CudaFunction,
+    pub attrs: KernelAttrs,
+    max_threads_per_sm: u32,
+    max_shared_optin: u32,
+}
+
+/// Grid, block and dynamic shared memory of one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchShape {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub dynamic_shared_bytes: u32,
+}
+
+impl LaunchShape {
+    /// A 1-D launch of `blocks` blocks of `threads` threads, no dynamic shared memory.
+    pub fn linear(blocks: u32, threads: u32) -> Self {
+        Self {
+            grid: (blocks, 1, 1),
+            block: (threads, 1, 1),
+            dynamic_shared_bytes: 0,
+        }
+    }
+
+    pub fn threads_per_block(&self) -> u32 {
+        self.block.0 * self.block.1 * self.block.2
+    }
+}
+
+impl fmt::Display for LaunchShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dims = |(x, y, z): (u32, u32, u32)| match (y, z) {
+            (1, 1) => format!("{x}"),
+            (_, 1) => format!("{x}x{y}"),
+            _ => format!("{x}x{y}x{z}"),
+        };
+        write!(f, "{} x {}", dims(self.grid), dims(self.block))?;
+        if self.dynamic_shared_bytes > 0 {
+            write!(f, " +{}B", self.dynamic_shared_bytes)?;
+        }
+        Ok(())
+    }
+}
+
+impl Kernel {
+    pub(crate) fn new(
+        gpu: &Gpu,
+        name: &'static str,
+        func: CudaFunction,
+        spill_bytes: Option<u32>,
+    ) -> Result<Self> {
+        let get = |a: CUfunction_attribute| -> Result<u32> { Ok(func.get_attribute(a)? as u32) };
+        let attrs = KernelAttrs {
+            registers: get(CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            static_shared_bytes: get(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+            local_bytes: get(CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+            spill_bytes,
+            max_threads_per_block: get(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+            )?,
+        };
+        Ok(Self {
+            name,
+            func,
+            attrs,
+            max_threads_per_sm: gpu.info.max_threads_per_sm,
+            max_shared_optin: gpu.info.max_shared_per_block_optin,
+        })
+    }
+
+    /// Checks that `shape` can launch this kernel and returns cudarc's config for it. Raises
+    /// the kernel's dynamic shared-memory limit when the shape asks for more than 48 KB.
+    pub fn config(&self, shape: &LaunchShape) -> Result<LaunchConfig> {
+        let threads = shape.threads_per_block();
+        if threads == 0 || threads > self.attrs.max_threads_per_block {
+            bail!(
+                "{}: a block of {threads} threads is outside 1..={} for this kernel",
+                self.name,
+                self.attrs.max_threads_per_block
+            );
+        }
+        let (gx, gy, gz) = shape.grid;
+        if gx == 0 || gy == 0 || gz == 0 || gy > 65535 || gz > 65535 || gx > i32::MAX as u32 {
+            bail!("{}: grid {:?} is outside the device's limits", self.name, shape.grid);
+        }
+        let shared = shape.dynamic_shared_bytes;
+        if shared > 48 * 1024 {
+            if shared + self.attrs.static_shared_bytes > self.max_shared_optin {
+                bail!(
+                    "{}: {shared} bytes of dynamic shared memory exceed the device's {}",
+                    self.name,
+                    self.max_shared_optin
+                );
+            }
+            self.func.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared as i32,
+            )?;
+        }
+        Ok(LaunchConfig {
+            grid_dim: shape.grid,
+            block_dim: shape.block,
+            shared_mem_bytes: shared,
+        })
+    }
+
+    /// Theoretical occupancy of `shape`: resident threads per SM over the SM's maximum.
+    pub fn occupancy(&self, shape: &LaunchShape) -> Result<f64> {
+        let threads = shape.threads_per_block();
+        let blocks = self.func.occupancy_max_active_blocks_per_multiprocessor(
+            threads,
+            shape.dynamic_shared_bytes as usize,
+            None,
+        )?;
+        Ok((blocks * threads) as f64 / self.max_threads_per_sm as f64)
+    }
+
+    /// One line for the console: `vector_add_f32: 16 regs, 0 B smem, 0 B local, 0 B spill`.
+    pub fn describe(&self) -> String {
+        let a = &self.attrs;
+        let spill = a
+            .spill_bytes
+            .map_or_else(|| "?".to_string(), |s| s.to_string());
+        format!(
+            "{}: {} regs, {} B static smem, {} B local, {spill} B spill",
+            self.name, a.registers, a.static_shared_bytes, a.local_bytes
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_shapes_print_compactly() {
+        assert_eq!(LaunchShape::linear(256, 128).to_string(), "256 x 128");
+        let shape = LaunchShape {
+            grid: (8, 4, 1),
+            block: (32, 8, 1),
+            dynamic_shared_bytes: 1024,
+        };
+        assert_eq!(shape.to_string(), "8x4 x 32x8 +1024B");
+        assert_eq!(shape.threads_per_block(), 256);
+    }
+}

@@ -1,0 +1,219 @@
+//! Run-time compilation of a day's `.cu` file with NVRTC, for the device's own architecture.
+//!
+//! Kernels are compiled to a CUBIN (machine code for one real `sm_XY`), not PTX: the driver
+//! then has nothing left to compile, and ptxas's report (`-v`) gives each kernel's spill bytes,
+//! which the driver's attributes do not. The headers in `common/cuda/` are handed to NVRTC from
+//! memory, so `#include "common.cuh"` works on a machine that has none of this source tree.
+
+use std::collections::BTreeMap;
+use std::ffi::{CStr, CString, c_char};
+
+use anyhow::{Context, Result, bail};
+use cudarc::nvrtc::{result as nvrtc_result, sys};
+
+use crate::error::SetupError;
+
+/// The headers every kernel file may include, by the name it includes them under.
+pub const HEADERS: &[(&str, &str)] = &[("common.cuh", include_str!("../cuda/common.cuh"))];
+
+/// A day's kernel file: its name (for error messages) and its text (`include_str!`).
+#[derive(Debug, Clone, Copy)]
+pub struct KernelSource {
+    pub file_name: &'static str,
+    pub code: &'static str,
+}
+
+/// The result of a compilation: the CUBIN and what ptxas said about each kernel.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub arch: String,
+    pub cubin: Vec<u8>,
+    pub log: String,
+    /// Spill bytes (stores + loads) per kernel, read from the ptxas report.
+    pub spills: BTreeMap<String, u32>,
+}
+
+/// Fails with [`SetupError::NoNvrtc`] when libnvrtc cannot be loaded.
+pub fn ensure_available() -> Result<(), SetupError> {
+    // SAFETY: only tries to dlopen the library by its candidate names.
+    if unsafe { sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(SetupError::NoNvrtc)
+    }
+}
+
+/// Compiles `source` for `arch` (e.g. `sm_90`, `sm_90a`), with `extra_options` after ours.
+pub fn compile(source: &KernelSource, arch: &str, extra_options: &[&str]) -> Result<Compiled> {
+    ensure_available()?;
+    let mut options = vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+        // Source lines in the CUBIN, for profilers; costs nothing at run time.
+        "--generate-line-info".to_string(),
+        "--ptxas-options=-v".to_string(),
+    ];
+    options.extend(extra_options.iter().map(|s| s.to_string()));
+
+    let program = Program::new(source)?;
+    // SAFETY: `program.0` is a live program created above; options are plain strings.
+    let compiled = unsafe { nvrtc_result::compile_program(program.0, &options) };
+    let log = program.log()?;
+    if let Err(e) = compiled {
+        bail!(
+            "NVRTC could not compile {} for {arch} ({e:?}):\n{log}",
+            source.file_name
+        );
+    }
+    let cubin = program
+        .cubin()
+        .with_context(|| format!("reading the CUBIN of {}", source.file_name))?;
+    let spills = parse_spills(&log);
+    Ok(Compiled {
+        arch: arch.to_string(),
+        cubin,
+        log,
+        spills,
+    })
+}
+
+/// An NVRTC program, destroyed on drop. Keeps the C strings it was made from alive.
+struct Program(sys::nvrtcProgram);
+
+impl Program {
+    fn new(source: &KernelSource) -> Result<Self> {
+        let src = CString::new(source.code).context("kernel source contains a NUL byte")?;
+        let name = CString::new(source.file_name)?;
+        let header_texts: Vec<CString> = HEADERS
+            .iter()
+            .map(|(_, text)| CString::new(*text))
+            .collect::<Result<_, _>>()?;
+        let header_names: Vec<CString> = HEADERS
+            .iter()
+            .map(|(name, _)| CString::new(*name))
+            .collect::<Result<_, _>>()?;
+        let text_ptrs: Vec<*const c_char> = header_texts.iter().map(|s| s.as_ptr()).collect();
+        let name_ptrs: Vec<*const c_char> = header_names.iter().map(|s| s.as_ptr()).collect();
+        let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
+        // SAFETY: all pointers point into CStrings that outlive the call; NVRTC copies them.
+        let status = unsafe {
+            sys::nvrtcCreateProgram(
+                &mut prog,
+                src.as_ptr(),
+                name.as_ptr(),
+                HEADERS.len() as i32,
+                text_ptrs.as_ptr(),
+                name_ptrs.as_ptr(),
+            )
+        };
+        status
+            .result()
+            .map_err(|e| anyhow::anyhow!("nvrtcCreateProgram failed: {e:?}"))?;
+        Ok(Self(prog))
+    }
+
+    fn log(&self) -> Result<String> {
+        // SAFETY: the program is live.
+        let raw = unsafe { nvrtc_result::get_program_log(self.0) }
+            .map_err(|e| anyhow::anyhow!("nvrtcGetProgramLog failed: {e:?}"))?;
+        // SAFETY: NVRTC returns a NUL-terminated log.
+        let log = unsafe { CStr::from_ptr(raw.as_ptr()) };
+        Ok(log.to_string_lossy().trim_end().to_string())
+    }
+
+    fn cubin(&self) -> Result<Vec<u8>> {
+        let mut size = 0usize;
+        // SAFETY: the program is live and compiled; `size` is a valid out-pointer.
+        unsafe { sys::nvrtcGetCUBINSize(self.0, &mut size) }
+            .result()
+            .map_err(|e| anyhow::anyhow!("nvrtcGetCUBINSize failed: {e:?} (was a real sm_ arch given?)"))?;
+        let mut cubin = vec![0u8; size];
+        // SAFETY: `cubin` has the size NVRTC asked for.
+        unsafe { sys::nvrtcGetCUBIN(self.0, cubin.as_mut_ptr() as *mut c_char) }
+            .result()
+            .map_err(|e| anyhow::anyhow!("nvrtcGetCUBIN failed: {e:?}"))?;
+        Ok(cubin)
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: destroys the program created in `new`, once.
+        let _ = unsafe { nvrtc_result::destroy_program(self.0) };
+    }
+}
+
+/// Reads ptxas's `-v` report: after "Compiling entry function 'NAME'" comes a line
+/// "N bytes stack frame, S bytes spill stores, L bytes spill loads".
+fn parse_spills(log: &str) -> BTreeMap<String, u32> {
+    let mut spills = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            current = rest.split('\'').next().map(str::to_string);
+        } else if line.contains("bytes spill stores")
+            && let Some(name) = current.take()
+        {
+            let numbers: Vec<u32> = line
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|s| s.parse().ok())
+                .collect();
+            // [stack frame, spill stores, spill loads]
+            if let [_, stores, loads, ..] = numbers[..] {
+                spills.insert(name, stores + loads);
+            }
+        }
+    }
+    spills
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spills_are_read_per_kernel() {
+        let log = "\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'a_kernel' for 'sm_90'
+ptxas info    : Function properties for a_kernel
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers
+ptxas info    : Compiling entry function 'b' for 'sm_90'
+ptxas info    : Function properties for b
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads";
+        let spills = parse_spills(log);
+        assert_eq!(spills.get("a_kernel"), Some(&16));
+        assert_eq!(spills.get("b"), Some(&0));
+        assert_eq!(spills.len(), 2);
+    }
+
+    #[test]
+    fn the_shared_header_compiles() {
+        if !crate::testing::nvrtc_or_skip("common: shared header compile") {
+            return;
+        }
+        let source = KernelSource {
+            file_name: "probe.cu",
+            code: "#include \"common.cuh\"\nKERNEL void probe(float* x, index_t n) {\n\
+                   if (threadIdx.x < n) x[threadIdx.x] = NEG_INF; }",
+        };
+        let compiled = compile(&source, "sm_90", &[]).expect("compiles");
+        assert!(!compiled.cubin.is_empty());
+        assert_eq!(compiled.spills.get("probe"), Some(&0), "log:\n{}", compiled.log);
+    }
+
+    #[test]
+    fn a_compile_error_carries_the_log() {
+        if !crate::testing::nvrtc_or_skip("common: compile error message") {
+            return;
+        }
+        let source = KernelSource {
+            file_name: "broken.cu",
+            code: "#include \"common.cuh\"\nKERNEL void broken() { undefined_name(); }",
+        };
+        let err = compile(&source, "sm_90", &[]).unwrap_err().to_string();
+        assert!(err.contains("broken.cu"), "{err}");
+        assert!(err.contains("undefined_name"), "{err}");
+    }
+}

@@ -1,0 +1,84 @@
+//! Row-wise softmax: `out[r][c] = exp(x[r][c] - max_r) / sum_c' exp(x[r][c'] - max_r)`.
+//!
+//! Subtracting the row maximum changes nothing mathematically (the factor `exp(-max)` cancels)
+//! but keeps every exponent <= 0, so nothing overflows. `-inf` entries give 0.
+//!
+//! A row that is entirely `-inf` has no defined softmax (0/0). This workspace defines it as
+//! all zeros, the convention attention kernels use for fully masked rows, and every softmax
+//! kernel must produce exactly that (PyTorch gives NaN there).
+
+use crate::element::Element;
+
+/// Softmax of each row of a row-major `rows x cols` matrix.
+pub fn softmax_rows<T: Element>(x: &[T], rows: usize, cols: usize) -> Vec<f64> {
+    assert_eq!(x.len(), rows * cols, "softmax_rows: data is not rows x cols");
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(cols.max(1)).take(rows) {
+        let row: Vec<f64> = row.iter().map(|v| v.to_f64()).collect();
+        let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if max == f64::NEG_INFINITY {
+            out.extend(std::iter::repeat_n(0.0, cols));
+            continue;
+        }
+        let exps: Vec<f64> = row.iter().map(|v| (v - max).exp()).collect();
+        let sum: f64 = exps.iter().sum();
+        out.extend(exps.iter().map(|e| e / sum));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use approx::assert_relative_eq;
+
+    #[test]
+    fn known_values() {
+        let out = softmax_rows(&[1.0f32, 2.0, 3.0], 1, 3);
+        let e = [1.0f64.exp(), 2.0f64.exp(), 3.0f64.exp()];
+        let sum: f64 = e.iter().sum();
+        for (o, v) in out.iter().zip(e) {
+            assert_relative_eq!(*o, v / sum, max_relative = 1e-15);
+        }
+        assert_relative_eq!(out[2], 0.665_240_955_774_821_2, max_relative = 1e-15);
+    }
+
+    #[test]
+    fn each_row_sums_to_one_and_rows_are_independent() {
+        let x: Vec<f32> = (0..12).map(|i| (i as f32 * 0.7).sin() * 5.0).collect();
+        let out = softmax_rows(&x, 3, 4);
+        for (r, row) in out.chunks(4).enumerate() {
+            assert_relative_eq!(row.iter().sum::<f64>(), 1.0, max_relative = 1e-14);
+            let alone = softmax_rows(&x[r * 4..r * 4 + 4], 1, 4);
+            assert_eq!(row, &alone[..]);
+        }
+    }
+
+    #[test]
+    fn invariant_to_a_shift_of_the_row() {
+        let x = [0.5f32, -1.0, 2.0, 0.0];
+        let shifted: Vec<f32> = x.iter().map(|v| v + 100.0).collect();
+        let (a, b) = (softmax_rows(&x, 1, 4), softmax_rows(&shifted, 1, 4));
+        for (p, q) in a.iter().zip(&b) {
+            assert_relative_eq!(*p, *q, max_relative = 1e-12);
+        }
+    }
+
+    #[test]
+    fn large_inputs_do_not_overflow() {
+        let out = softmax_rows(&[1000.0f32, 1000.0, f32::MAX], 1, 3);
+        assert_eq!(out, vec![0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn minus_infinity_gives_zero_and_an_all_minus_infinity_row_gives_zeros() {
+        let ninf = f32::NEG_INFINITY;
+        let out = softmax_rows(&[ninf, 0.0, ninf, ninf, ninf, ninf], 2, 3);
+        assert_eq!(out, vec![0.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn one_column_is_always_one() {
+        assert_eq!(softmax_rows(&[-3.0f32, 7.0], 2, 1), vec![1.0, 1.0]);
+    }
+}

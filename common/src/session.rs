@@ -1,0 +1,203 @@
+//! One day's run: check every version against the reference, time the ones that pass, then
+//! print the table (or JSON). A day's `main` makes the inputs and the reference, then calls
+//! [`Session::run_version`] once per version and [`Session::finish`].
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use cudarc::driver::CudaSlice;
+
+use crate::bench::{self, gb_per_s};
+use crate::check::{self, CheckReport, Tolerance};
+use crate::cli::CommonArgs;
+use crate::element::Element;
+use crate::error::CheckFailed;
+use crate::gpu::Gpu;
+use crate::kernel::{Kernel, LaunchShape};
+use crate::report::{DayReport, Row};
+use crate::save;
+
+/// What a day is measuring, for the table's heading and the bandwidth column.
+pub struct Problem {
+    /// Package name, `day00`.
+    pub day: &'static str,
+    pub title: &'static str,
+    /// The problem in words: `32768 x 4096, f32`.
+    pub description: String,
+    /// Least traffic of one run: inputs read once, outputs written once.
+    pub bytes_per_run: u64,
+}
+
+/// The reference a version's output is compared with.
+pub struct Expected<'a> {
+    pub values: &'a [f64],
+    /// Row-major shape of the output, for mismatch indices and saved arrays.
+    pub shape: &'a [usize],
+    pub tolerance: Tolerance,
+}
+
+/// One kernel version to run: its name, its kernel and launch shape.
+pub struct Version<'a> {
+    pub name: &'a str,
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+}
+
+pub struct Session<'g> {
+    gpu: &'g Gpu,
+    args: CommonArgs,
+    report: DayReport,
+}
+
+impl<'g> Session<'g> {
+    /// Starts a run; measures the copy ceiling the table compares against.
+    pub fn new(gpu: &'g Gpu, args: &CommonArgs, problem: Problem) -> Result<Self> {
+        let copy_ceiling_gbs = gpu.copy_ceiling_gbs()?;
+        let report = DayReport {
+            day: problem.day.to_string(),
+            title: problem.title.to_string(),
+            problem: problem.description,
+            device: gpu.info.clone(),
+            copy_ceiling_gbs,
+            bytes_per_run: problem.bytes_per_run,
+            baseline: None,
+            rows: Vec::new(),
+        };
+        eprintln!("{}", report.heading());
+        Ok(Self {
+            gpu,
+            args: args.clone(),
+            report,
+        })
+    }
+
+    /// Saves an input array when `--save DIR` was given.
+    pub fn save_input<T: Element>(&self, name: &str, shape: &[usize], data: &[T]) -> Result<()> {
+        match self.save_dir() {
+            Some(dir) => save::save_elements(dir, name, shape, data),
+            None => Ok(()),
+        }
+    }
+
+    /// Saves the reference when `--save DIR` was given.
+    pub fn save_reference(&self, expected: &Expected) -> Result<()> {
+        match self.save_dir() {
+            Some(dir) => save::save_f64(dir, "reference", expected.shape, expected.values),
+            None => Ok(()),
+        }
+    }
+
+    fn save_dir(&self) -> Option<&Path> {
+        self.args.save.as_deref()
+    }
+
+    /// Checks one version (poisoned output, one launch, compare), then, if it passed, times it.
+    /// `launch` enqueues one run of the version writing into the buffer it is given.
+    pub fn run_version<T: Element>(
+        &mut self,
+        version: Version,
+        out: &mut CudaSlice<T>,
+        expected: &Expected,
+        mut launch: impl FnMut(&mut CudaSlice<T>) -> Result<()>,
+    ) -> Result<()> {
+        let kernel = version.kernel;
+        eprintln!("{:>12}  {}", version.name, kernel.describe());
+        let got = launch_and_read(self.gpu, out, &mut launch)
+            .with_context(|| format!("running version `{}`", version.name))?;
+        let check = check::compare(&got, expected.values, expected.shape, expected.tolerance);
+        eprintln!("{:>12}  {check}", "");
+        if let Some(dir) = self.save_dir() {
+            save::save_elements(dir, &format!("out_{}", version.name), expected.shape, &got)?;
+        }
+        drop(got);
+
+        let timing = if check.passed() {
+            let timing = bench::time_on_gpu(
+                self.gpu,
+                &self.args.timing(),
+                self.report.bytes_per_run,
+                || launch(out),
+            )?;
+            Some(timing)
+        } else {
+            None
+        };
+        self.push_row(version, check, timing)
+    }
+
+    fn push_row(
+        &mut self,
+        version: Version,
+        check: CheckReport,
+        timing: Option<bench::Timing>,
+    ) -> Result<()> {
+        let gb = timing.map(|t| gb_per_s(self.report.bytes_per_run, t.median_ms));
+        if self.report.baseline.is_none() && timing.is_some() {
+            self.report.baseline = Some(version.name.to_string());
+        }
+        let baseline_ms = self
+            .report
+            .baseline
+            .as_ref()
+            .and_then(|b| self.report.rows.iter().find(|r| &r.version == b))
+            .and_then(|r| r.timing)
+            .map(|t| t.median_ms);
+        let speedup = match (timing, baseline_ms) {
+            (Some(t), Some(b)) => Some(b / t.median_ms),
+            (Some(_), None) => Some(1.0), // this row is the baseline
+            _ => None,
+        };
+        self.report.rows.push(Row {
+            version: version.name.to_string(),
+            function: version.kernel.name.to_string(),
+            launch: version.shape.to_string(),
+            attrs: version.kernel.attrs,
+            occupancy: version.kernel.occupancy(&version.shape)?,
+            check,
+            timing,
+            gb_per_s: gb,
+            fraction_of_copy: gb.map(|g| g / self.report.copy_ceiling_gbs),
+            speedup_vs_baseline: speedup,
+        });
+        Ok(())
+    }
+
+    /// Prints the table (or the JSON), writes `--json FILE`, and fails if any check failed.
+    pub fn finish(self) -> Result<DayReport> {
+        let report = self.report;
+        let json = serde_json::to_string_pretty(&report)?;
+        match self.args.json.as_deref() {
+            Some(p) if p == Path::new("-") => println!("{json}"),
+            Some(path) => {
+                write_file(path, &json)?;
+                println!("{}", report.console_table());
+            }
+            None => println!("{}", report.console_table()),
+        }
+        let failed = report.rows.iter().filter(|r| !r.check.passed()).count();
+        if failed > 0 {
+            return Err(CheckFailed { failed }.into());
+        }
+        Ok(report)
+    }
+}
+
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", PathBuf::from(path).display()))
+}
+
+/// Poisons `out`, enqueues one `launch`, waits, and returns what the kernel wrote. Tests use
+/// this directly; [`Session::run_version`] uses it before timing.
+pub fn launch_and_read<T: Element>(
+    gpu: &Gpu,
+    out: &mut CudaSlice<T>,
+    launch: &mut impl FnMut(&mut CudaSlice<T>) -> Result<()>,
+) -> Result<Vec<T>> {
+    gpu.poison(out)?;
+    launch(out)?;
+    gpu.synchronize()?;
+    gpu.download(out)
+}
