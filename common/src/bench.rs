@@ -45,7 +45,10 @@ pub fn time_on_gpu(
     let flush = working_set_bytes < FLUSH_BELOW_L2_MULTIPLE * gpu.info.l2_bytes;
     // Writing twice the L2 size evicts whatever the previous run left there.
     let mut scratch = if flush {
-        Some(gpu.stream.alloc_zeros::<u8>(2 * gpu.info.l2_bytes as usize)?)
+        Some(
+            gpu.stream
+                .alloc_zeros::<u8>(2 * gpu.info.l2_bytes as usize)?,
+        )
     } else {
         None
     };
@@ -86,6 +89,25 @@ fn median_of_sorted(sorted: &[f64]) -> f64 {
     } else {
         (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
     }
+}
+
+/// GPU time of `count` back-to-back runs of `run`, for criterion's `iter_custom` (which wants
+/// the total time of the iterations it asks for). No warm-up and no flush: criterion warms up
+/// itself and averages.
+pub fn time_batch(
+    gpu: &Gpu,
+    count: u64,
+    mut run: impl FnMut() -> Result<()>,
+) -> Result<std::time::Duration> {
+    let start = gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    let end = gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    start.record(&gpu.stream)?;
+    for _ in 0..count {
+        run()?;
+    }
+    end.record(&gpu.stream)?;
+    let ms = start.elapsed_ms(&end)? as f64;
+    Ok(std::time::Duration::from_secs_f64(ms * 1e-3))
 }
 
 /// Bytes per millisecond as GB/s (10^9 bytes per second).

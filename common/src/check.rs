@@ -1,9 +1,11 @@
 //! Comparing a kernel's output with the CPU reference.
 //!
-//! An element passes when `|out - ref| <= atol + rtol * |ref|`. The report also gives the
-//! largest errors and the relative L2 error `||out - ref|| / ||ref||`, counts elements that
-//! are still poison (never written) and NaNs the reference does not have, and keeps the first
-//! few mismatches with their indices for the failure message.
+//! An element passes when `|out - ref| <= atol + rtol * |ref|`, and the whole output passes
+//! when every element does and the relative L2 error `||out - ref|| / ||ref||` is at most
+//! `max_rel_l2`. The per-element bound is the worst case of the algorithm's rounding; the L2
+//! bound is what it gives on average, so a kernel slightly wrong everywhere fails too. The
+//! report counts elements still poison (never written) and NaNs the reference does not have,
+//! and keeps the first few mismatches with their indices for the failure message.
 
 use std::fmt;
 
@@ -11,16 +13,27 @@ use serde::{Deserialize, Serialize};
 
 use crate::element::Element;
 
-/// `|out - ref| <= atol + rtol * |ref|` per element.
+/// `|out - ref| <= atol + rtol * |ref|` per element, and a bound on the relative L2 error.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Tolerance {
     pub atol: f64,
     pub rtol: f64,
+    pub max_rel_l2: f64,
 }
 
 impl Tolerance {
+    /// Per-element bounds; the relative L2 error may then be at most `rtol` as well.
     pub const fn new(atol: f64, rtol: f64) -> Self {
-        Self { atol, rtol }
+        Self {
+            atol,
+            rtol,
+            max_rel_l2: rtol,
+        }
+    }
+
+    /// A tighter (or looser) bound on the relative L2 error than `rtol`.
+    pub const fn with_max_rel_l2(self, max_rel_l2: f64) -> Self {
+        Self { max_rel_l2, ..self }
     }
 
     fn allows(&self, got: f64, expected: f64) -> bool {
@@ -68,7 +81,7 @@ pub struct CheckReport {
 
 impl CheckReport {
     pub fn passed(&self) -> bool {
-        self.mismatches == 0
+        self.mismatches == 0 && self.rel_l2_err <= self.tolerance.max_rel_l2
     }
 }
 
@@ -80,7 +93,11 @@ pub fn compare<T: Element>(
     shape: &[usize],
     tolerance: Tolerance,
 ) -> CheckReport {
-    assert_eq!(got.len(), expected.len(), "output and reference lengths differ");
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "output and reference lengths differ"
+    );
     assert_eq!(
         shape.iter().product::<usize>(),
         got.len(),
@@ -157,8 +174,17 @@ impl fmt::Display for CheckReport {
         if self.passed() {
             return write!(
                 f,
-                "ok: {} elements within {:.0e} + {:.0e}*|ref| (max abs err {:.2e}, rel L2 {:.2e})",
-                self.elements, t.atol, t.rtol, self.max_abs_err, self.rel_l2_err
+                "ok: {} elements within {:.0e} + {:.0e}*|ref|, rel L2 {:.2e} <= {:.0e} \
+                 (max abs err {:.2e})",
+                self.elements, t.atol, t.rtol, self.rel_l2_err, t.max_rel_l2, self.max_abs_err
+            );
+        }
+        if self.mismatches == 0 {
+            return writeln!(
+                f,
+                "FAIL: every element is within {:.0e} + {:.0e}*|ref|, but the relative L2 \
+                 error {:.3e} exceeds {:.0e}",
+                t.atol, t.rtol, self.rel_l2_err, t.max_rel_l2
             );
         }
         writeln!(
@@ -180,7 +206,11 @@ impl fmt::Display for CheckReport {
             } else {
                 format!("{:.9e}", m.got)
             };
-            writeln!(f, "  at {:?}: got {got}, expected {:.9e}", m.index, m.expected)?;
+            writeln!(
+                f,
+                "  at {:?}: got {got}, expected {:.9e}",
+                m.index, m.expected
+            )?;
         }
         if self.mismatches > self.first.len() {
             writeln!(f, "  ... and {} more", self.mismatches - self.first.len())?;
@@ -239,6 +269,18 @@ mod tests {
         let expected = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
         assert!(compare(&got, &expected, &[3], TOL).passed());
         assert!(!compare(&[f32::INFINITY], &[1.0], &[1], TOL).passed());
+    }
+
+    #[test]
+    fn a_small_error_everywhere_fails_the_l2_bound() {
+        let expected = vec![1.0; 100];
+        let got = vec![1.0f32 + 5e-6; 100];
+        let loose = Tolerance::new(0.0, 1e-4);
+        assert!(compare(&got, &expected, &[100], loose).passed());
+        let r = compare(&got, &expected, &[100], loose.with_max_rel_l2(1e-6));
+        assert!(!r.passed());
+        assert_eq!(r.mismatches, 0);
+        assert!(r.to_string().contains("relative L2"), "{r}");
     }
 
     #[test]

@@ -45,7 +45,11 @@ impl CommonArgs {
 
     /// The versions to run, in the day's order: all of `available`, or those `--kernel` names.
     pub fn select_versions<'a>(&self, available: &[&'a str]) -> Result<Vec<&'a str>, UsageError> {
-        if let Some(unknown) = self.kernel.iter().find(|k| !available.contains(&k.as_str())) {
+        if let Some(unknown) = self
+            .kernel
+            .iter()
+            .find(|k| !available.contains(&k.as_str()))
+        {
             return Err(UsageError::new(format!(
                 "there is no kernel `{unknown}` here; choose from: {}",
                 available.join(", ")
@@ -124,8 +128,7 @@ mod tests {
     }
 
     fn parse(args: &[&str]) -> Result<CommonArgs, clap::Error> {
-        Args::try_parse_from(std::iter::once("dayNN").chain(args.iter().copied()))
-            .map(|a| a.common)
+        Args::try_parse_from(std::iter::once("dayNN").chain(args.iter().copied())).map(|a| a.common)
     }
 
     #[test]

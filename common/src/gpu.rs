@@ -30,14 +30,14 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
-    /// One line for table headers: `NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 50 MB L2)`.
+    /// One line for table headers: `NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 50 MiB L2)`.
     pub fn summary(&self) -> String {
         format!(
-            "{} ({}, {} SMs, {} MB L2)",
+            "{} ({}, {} SMs, {} MiB L2)",
             self.name,
             self.arch,
             self.sms,
-            self.l2_bytes / 1_000_000
+            self.l2_bytes >> 20
         )
     }
 }
@@ -82,8 +82,8 @@ impl Gpu {
             }
             .into());
         }
-        let ctx = CudaContext::new(ordinal)
-            .map_err(|e| SetupError::NoDevice(driver_error_text(&e)))?;
+        let ctx =
+            CudaContext::new(ordinal).map_err(|e| SetupError::NoDevice(driver_error_text(&e)))?;
         // Everything runs on one stream, so cudarc's per-buffer events (which order work across
         // streams) would only add API calls around every launch and timing loop.
         // SAFETY: no buffer exists yet, and this crate never uses a second stream.

@@ -22,7 +22,11 @@ pub fn logits<T: Element>(n: usize, seed: u64) -> Vec<T> {
         .map(|_| {
             let v = if rng.random_ratio(1, 256) {
                 let magnitude = rng.random_range(20.0..60.0);
-                if rng.random_bool(0.5) { magnitude } else { -magnitude }
+                if rng.random_bool(0.5) {
+                    magnitude
+                } else {
+                    -magnitude
+                }
             } else {
                 rng.random_range(-4.0..4.0)
             };

@@ -107,7 +107,11 @@ impl Kernel {
         }
         let (gx, gy, gz) = shape.grid;
         if gx == 0 || gy == 0 || gz == 0 || gy > 65535 || gz > 65535 || gx > i32::MAX as u32 {
-            bail!("{}: grid {:?} is outside the device's limits", self.name, shape.grid);
+            bail!(
+                "{}: grid {:?} is outside the device's limits",
+                self.name,
+                shape.grid
+            );
         }
         let shared = shape.dynamic_shared_bytes;
         if shared > 48 * 1024 {

@@ -4,6 +4,7 @@
 //! then has nothing left to compile, and ptxas's report (`-v`) gives each kernel's spill bytes,
 //! which the driver's attributes do not. The headers in `common/cuda/` are handed to NVRTC from
 //! memory, so `#include "common.cuh"` works on a machine that has none of this source tree.
+//! Set `NVRTC_LOG=1` to see the compiler's full report on stderr.
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, c_char};
@@ -68,6 +69,9 @@ pub fn compile(source: &KernelSource, arch: &str, extra_options: &[&str]) -> Res
     let cubin = program
         .cubin()
         .with_context(|| format!("reading the CUBIN of {}", source.file_name))?;
+    if std::env::var_os("NVRTC_LOG").is_some() {
+        eprintln!("NVRTC log of {} for {arch}:\n{log}", source.file_name);
+    }
     let spills = parse_spills(&log);
     Ok(Compiled {
         arch: arch.to_string(),
@@ -126,7 +130,9 @@ impl Program {
         // SAFETY: the program is live and compiled; `size` is a valid out-pointer.
         unsafe { sys::nvrtcGetCUBINSize(self.0, &mut size) }
             .result()
-            .map_err(|e| anyhow::anyhow!("nvrtcGetCUBINSize failed: {e:?} (was a real sm_ arch given?)"))?;
+            .map_err(|e| {
+                anyhow::anyhow!("nvrtcGetCUBINSize failed: {e:?} (was a real sm_ arch given?)")
+            })?;
         let mut cubin = vec![0u8; size];
         // SAFETY: `cubin` has the size NVRTC asked for.
         unsafe { sys::nvrtcGetCUBIN(self.0, cubin.as_mut_ptr() as *mut c_char) }
@@ -200,7 +206,12 @@ ptxas info    : Function properties for b
         };
         let compiled = compile(&source, "sm_90", &[]).expect("compiles");
         assert!(!compiled.cubin.is_empty());
-        assert_eq!(compiled.spills.get("probe"), Some(&0), "log:\n{}", compiled.log);
+        assert_eq!(
+            compiled.spills.get("probe"),
+            Some(&0),
+            "log:\n{}",
+            compiled.log
+        );
     }
 
     #[test]

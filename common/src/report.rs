@@ -53,7 +53,11 @@ impl DayReport {
         self.rows
             .iter()
             .filter(|r| r.check.passed() && r.timing.is_some())
-            .max_by(|a, b| a.gb_per_s.unwrap_or(0.0).total_cmp(&b.gb_per_s.unwrap_or(0.0)))
+            .max_by(|a, b| {
+                a.gb_per_s
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.gb_per_s.unwrap_or(0.0))
+            })
     }
 
     /// The line above the table.
@@ -115,7 +119,9 @@ impl DayReport {
                 right(opt(timing.map(|t| format!("{:.4}", t.median_ms)))),
                 right(opt(timing.map(|t| format!("{:.4}", t.min_ms)))),
                 right(opt(row.gb_per_s.map(|g| format!("{g:.0}")))),
-                right(opt(row.fraction_of_copy.map(|f| format!("{:.1}%", f * 100.0)))),
+                right(opt(row
+                    .fraction_of_copy
+                    .map(|f| format!("{:.1}%", f * 100.0)))),
                 right(opt(row.speedup_vs_baseline.map(|s| format!("{s:.2}x")))),
                 right(format!("{:.1e}", row.check.max_abs_err)),
                 right(format!("{:.1e}", row.check.rel_l2_err)),

@@ -11,7 +11,12 @@ use npyz::WriterBuilder;
 use crate::element::Element;
 
 /// Writes `data` (row-major in `shape`) to `dir/name.npy` as f32.
-pub fn save_elements<T: Element>(dir: &Path, name: &str, shape: &[usize], data: &[T]) -> Result<()> {
+pub fn save_elements<T: Element>(
+    dir: &Path,
+    name: &str,
+    shape: &[usize],
+    data: &[T],
+) -> Result<()> {
     write_npy(dir, name, shape, data.iter().map(|v| v.to_f64() as f32))
 }
 

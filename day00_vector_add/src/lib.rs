@@ -134,7 +134,13 @@ mod tests {
         let compiled = common::nvrtc::compile(&SOURCE, "sm_90", &[]).expect("compiles");
         for v in Version::ALL {
             let spills = compiled.spills.get(v.function());
-            assert_eq!(spills, Some(&0), "{} missing or spilling:\n{}", v.function(), compiled.log);
+            assert_eq!(
+                spills,
+                Some(&0),
+                "{} missing or spilling:\n{}",
+                v.function(),
+                compiled.log
+            );
         }
     }
 

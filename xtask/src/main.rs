@@ -1,1 +1,65 @@
-fn main() {}
+//! Workspace chores, run as `cargo xtask <command>`:
+//!
+//! - `bundle`: build every day's release binary and every test executable into
+//!   `target/bundle/` with `run.sh`, to copy to a GPU host that has no Rust;
+//! - `report DIR/results.json`: write the tables of a GPU run into the READMEs.
+
+mod bundle;
+mod readme;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "Workspace chores: bundle for a GPU host, report its results")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build release binaries and test executables into a folder with run.sh.
+    Bundle {
+        /// Where to put the bundle.
+        #[arg(long, default_value = "target/bundle")]
+        out: PathBuf,
+    },
+    /// Rewrite the results tables in each day's README and the root README.
+    Report {
+        /// results.json written by run.sh on the GPU host.
+        results: PathBuf,
+        /// Accept results from a bundle built with uncommitted changes.
+        #[arg(long)]
+        allow_dirty: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let root = workspace_root();
+    let result = match cli.command {
+        Command::Bundle { out } => bundle::bundle(&root, &root.join(out)),
+        Command::Report {
+            results,
+            allow_dirty,
+        } => readme::report(&root, &results, allow_dirty),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root: xtask lives one folder below it.
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask has a parent folder")
+        .to_path_buf()
+}

@@ -7,11 +7,32 @@
 //! all zeros, the convention attention kernels use for fully masked rows, and every softmax
 //! kernel must produce exactly that (PyTorch gives NaN there).
 
+use crate::check::Tolerance;
 use crate::element::Element;
+
+/// The tolerance for an f32 softmax whose longest chain of sequential f32 additions (in the
+/// row sum) has `sequential_terms` terms.
+///
+/// Adding n positive terms one after another in f32 has a relative error of up to about
+/// (n - 1) * 2^-24 (the textbook bound for recursive summation), and it is reached in
+/// practice: once one large term (the row maximum gives exp(0) = 1) is in the running sum,
+/// every later term under half an ulp of it (6e-8) is lost. Each output also carries the
+/// error of `expf` (2 ulp) and of the final scaling. The per-element bound is therefore
+/// `(n + 4) * 2^-24` relative (at least 1e-5); on average the errors are far smaller, so the
+/// relative L2 error must stay under 1e-5 whatever n is.
+pub fn tolerance_f32(sequential_terms: usize) -> Tolerance {
+    let unit_roundoff = 2f64.powi(-24);
+    let rtol = ((sequential_terms as f64 + 4.0) * unit_roundoff).max(1e-5);
+    Tolerance::new(1e-12, rtol).with_max_rel_l2(1e-5)
+}
 
 /// Softmax of each row of a row-major `rows x cols` matrix.
 pub fn softmax_rows<T: Element>(x: &[T], rows: usize, cols: usize) -> Vec<f64> {
-    assert_eq!(x.len(), rows * cols, "softmax_rows: data is not rows x cols");
+    assert_eq!(
+        x.len(),
+        rows * cols,
+        "softmax_rows: data is not rows x cols"
+    );
     let mut out = Vec::with_capacity(x.len());
     for row in x.chunks_exact(cols.max(1)).take(rows) {
         let row: Vec<f64> = row.iter().map(|v| v.to_f64()).collect();
@@ -75,6 +96,13 @@ mod tests {
         let ninf = f32::NEG_INFINITY;
         let out = softmax_rows(&[ninf, 0.0, ninf, ninf, ninf, ninf], 2, 3);
         assert_eq!(out, vec![0.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn tolerance_grows_with_the_summation_chain() {
+        assert_eq!(tolerance_f32(32).rtol, 1e-5);
+        assert_relative_eq!(tolerance_f32(4096).rtol, 4100.0 / 16_777_216.0);
+        assert_eq!(tolerance_f32(4096).max_rel_l2, 1e-5);
     }
 
     #[test]

@@ -4,7 +4,10 @@ use crate::element::Element;
 
 pub fn vector_add<T: Element>(a: &[T], b: &[T]) -> Vec<f64> {
     assert_eq!(a.len(), b.len(), "vector_add: inputs differ in length");
-    a.iter().zip(b).map(|(x, y)| x.to_f64() + y.to_f64()).collect()
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| x.to_f64() + y.to_f64())
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Runs the whole workspace on a GPU host: every test executable with REQUIRE_GPU=1 and
+# REQUIRE_NVRTC=1, then every day's default benchmark, and writes DIR/results.json for
+# `cargo xtask report`. The host needs the NVIDIA driver and NVRTC (CUDA 13), not Rust.
+#
+#   run.sh --out DIR
+#
+# Writes DIR/tests.log, DIR/bench.log and DIR/results.json. Exits 1 if any test or check
+# failed, 2 on bad arguments.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+
+usage() { echo "usage: $0 --out DIR" >&2; }
+out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) [ $# -ge 2 ] || { usage; exit 2; }; out=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; usage; exit 2 ;;
+  esac
+done
+[ -n "$out" ] || { usage; exit 2; }
+mkdir -p "$out" || exit 2
+out=$(cd "$out" && pwd)
+
+# NVRTC: use the loader's, or find a CUDA 13 install or the PyPI wheel.
+if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so\.13'; then
+  for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+             $(python3 -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13", "lib"))' 2>/dev/null); do
+    if [ -e "$dir/libnvrtc.so.13" ]; then
+      export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      break
+    fi
+  done
+fi
+
+# shellcheck source=/dev/null
+. "$here/BUILD_INFO"
+export REQUIRE_GPU=1 REQUIRE_NVRTC=1
+failed=0
+summary=""
+note() { summary="$summary$(printf '%-6s %-28s %s' "$1" "$2" "$3")"$'\n'; }
+
+parts=$(mktemp -d)
+trap 'rm -rf "$parts"' EXIT
+echo "== tests (log: $out/tests.log)"
+: > "$out/tests.log"
+tests_json=""
+for t in "$here"/tests/*; do
+  name=$(basename "$t")
+  if "$t" > "$parts/test.log" 2>&1; then status=ok; else status=FAILED; failed=1; fi
+  { echo "---- $name"; cat "$parts/test.log"; } >> "$out/tests.log"
+  counts=$(grep -E '^test result:' "$parts/test.log" | tail -n 1 | sed -E 's/.*ok\. |.*FAILED\. //; s/; [0-9]+ ignored.*//')
+  [ -n "$counts" ] || counts="no test summary: crashed?"
+  note test "$name" "$status ($counts)"
+  tests_json="$tests_json${tests_json:+,}{\"name\":\"$name\",\"passed\":$([ $status = ok ] && echo true || echo false)}"
+done
+printf '%s' "$summary"
+
+echo "== benchmarks (log: $out/bench.log)"
+: > "$out/bench.log"
+for b in "$here"/bin/day*; do
+  name=$(basename "$b")
+  echo "---- $name" | tee -a "$out/bench.log"
+  "$b" --json "$parts/$name.json" 2>&1 | tee -a "$out/bench.log"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" = 0 ]; then note bench "$name" ok; else note bench "$name" "FAILED (exit $rc)"; failed=1; fi
+done
+
+{
+  printf '{"commit":"%s","dirty":%s,"built_at":"%s","run_at":"%s","tests":[%s],"days":[' \
+    "$COMMIT" "$DIRTY" "$BUILT_AT" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$tests_json"
+  first=1
+  for f in "$parts"/day*.json; do
+    [ -e "$f" ] || continue
+    [ $first = 1 ] || printf ','
+    first=0
+    cat "$f"
+  done
+  printf ']}\n'
+} > "$out/results.json"
+
+echo "== summary (commit $COMMIT$([ "$DIRTY" = true ] && echo ', with uncommitted changes'))"
+printf '%s' "$summary"
+echo "results: $out/results.json"
+exit $failed

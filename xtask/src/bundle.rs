@@ -1,0 +1,220 @@
+//! `cargo xtask bundle`: everything a GPU host needs to run the workspace, built here.
+//!
+//! ```text
+//! target/bundle/
+//!   run.sh       runs tests/*, then bin/* --json, writes DIR/results.json
+//!   BUILD_INFO   the commit the bundle was built from (shell variables)
+//!   bin/dayNN    each day's release binary
+//!   tests/NAME   each test executable (package-kind-target)
+//! ```
+//! Binaries load libcuda and libnvrtc at run time and embed their kernel sources, so the host
+//! needs only the NVIDIA driver and NVRTC.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+const RUN_SH: &str = include_str!("../assets/run.sh");
+
+/// What the device tool can carry, and a sane size for a copy to any host.
+const MAX_BUNDLE_BYTES: u64 = 64 << 20;
+
+pub fn bundle(root: &Path, out: &Path) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let common_args = ["--release", "--workspace", "--exclude", "xtask"];
+
+    eprintln!("building release binaries...");
+    run(Command::new(&cargo)
+        .current_dir(root)
+        .args(["build", "--bins"])
+        .args(common_args))?;
+    let bins = day_binaries(root)?;
+
+    eprintln!("building test executables...");
+    let output = Command::new(&cargo)
+        .current_dir(root)
+        .args([
+            "test",
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ])
+        .args(common_args)
+        .output()
+        .context("running cargo test --no-run")?;
+    if !output.status.success() {
+        bail!(
+            "cargo test --no-run failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let tests = test_executables(&String::from_utf8_lossy(&output.stdout))?;
+
+    if out.exists() {
+        fs::remove_dir_all(out).with_context(|| format!("clearing {}", out.display()))?;
+    }
+    fs::create_dir_all(out.join("bin"))?;
+    fs::create_dir_all(out.join("tests"))?;
+    for bin in &bins {
+        copy_executable(bin, &out.join("bin").join(bin.file_name().unwrap()))?;
+    }
+    for (name, path) in &tests {
+        copy_executable(path, &out.join("tests").join(name))?;
+    }
+    fs::write(out.join("run.sh"), RUN_SH)?;
+    fs::set_permissions(out.join("run.sh"), fs::Permissions::from_mode(0o755))?;
+    fs::write(out.join("BUILD_INFO"), build_info(root)?)?;
+
+    let size = folder_size(out)?;
+    eprintln!(
+        "bundle: {} ({} binaries, {} test executables, {:.1} MiB)\n\
+         on the GPU host: {}/run.sh --out DIR",
+        out.display(),
+        bins.len(),
+        tests.len(),
+        size as f64 / (1 << 20) as f64,
+        out.display()
+    );
+    if size > MAX_BUNDLE_BYTES {
+        bail!("the bundle is over 64 MiB; strip or drop something");
+    }
+    Ok(())
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
+/// `target/release/dayNN` for every `dayNN_topic/` folder.
+fn day_binaries(root: &Path) -> Result<Vec<PathBuf>> {
+    let mut bins = Vec::new();
+    for day in crate::readme::day_folders(root)? {
+        let bin = root.join("target/release").join(&day.package);
+        if !bin.exists() {
+            bail!("{} was not built", bin.display());
+        }
+        bins.push(bin);
+    }
+    Ok(bins)
+}
+
+/// Test executables from cargo's JSON messages, named `package-kind-target`. Binary targets'
+/// test harnesses are left out: the days keep their tests in the library and `tests/`.
+fn test_executables(messages: &str) -> Result<Vec<(String, PathBuf)>> {
+    let mut found = Vec::new();
+    for line in messages.lines() {
+        let Ok(msg) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" || msg["profile"]["test"] != true {
+            continue;
+        }
+        let Some(executable) = msg["executable"].as_str() else {
+            continue;
+        };
+        let kind = msg["target"]["kind"][0].as_str().unwrap_or("unknown");
+        if kind == "bin" {
+            continue;
+        }
+        let target = msg["target"]["name"].as_str().unwrap_or("unknown");
+        let package = package_name(msg["package_id"].as_str().unwrap_or(""));
+        let name = if kind == "lib" {
+            format!("{package}-lib")
+        } else {
+            format!("{package}-{kind}-{target}")
+        };
+        found.push((name, PathBuf::from(executable)));
+    }
+    if found.is_empty() {
+        bail!("cargo reported no test executables");
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The package name in a cargo package id: `path+file:///w/day00_vector_add#day00@0.1.0`
+/// names it after `#`; `path+file:///w/common#0.1.0` (folder named as the package) only in
+/// the path.
+fn package_name(id: &str) -> String {
+    let (path, fragment) = id.split_once('#').unwrap_or((id, ""));
+    match fragment.split_once('@') {
+        Some((name, _)) => name.to_string(),
+        None => path.rsplit('/').next().unwrap_or(id).to_string(),
+    }
+}
+
+fn copy_executable(from: &Path, to: &Path) -> Result<()> {
+    fs::copy(from, to).with_context(|| format!("copying {}", from.display()))?;
+    Ok(())
+}
+
+/// Shell variables run.sh reads: which commit the binaries come from, and whether the tree
+/// had uncommitted changes (then the commit alone does not reproduce them).
+fn build_info(root: &Path) -> Result<String> {
+    let git = |args: &[&str]| -> Result<String> {
+        let out = Command::new("git").current_dir(root).args(args).output()?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let commit = git(&["rev-parse", "--short=12", "HEAD"])?;
+    let dirty = !git(&["status", "--porcelain", "--untracked-files=no"])?.is_empty();
+    let built_at = Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())?;
+    Ok(format!(
+        "COMMIT={}\nDIRTY={dirty}\nBUILT_AT={built_at}\n",
+        if commit.is_empty() {
+            "unknown"
+        } else {
+            &commit
+        }
+    ))
+}
+
+fn folder_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() {
+            folder_size(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_names_from_ids() {
+        assert_eq!(
+            package_name("path+file:///w/day00_vector_add#day00@0.1.0"),
+            "day00"
+        );
+        assert_eq!(package_name("path+file:///w/common#0.1.0"), "common");
+    }
+
+    #[test]
+    fn test_executables_skip_binaries_and_name_the_rest() {
+        let messages = r#"
+{"reason":"compiler-artifact","package_id":"path+file:///w/common#0.1.0","target":{"kind":["lib"],"name":"common"},"profile":{"test":true},"executable":"/t/common-1"}
+{"reason":"compiler-artifact","package_id":"path+file:///w/d#day00@0.1.0","target":{"kind":["test"],"name":"gpu"},"profile":{"test":true},"executable":"/t/gpu-2"}
+{"reason":"compiler-artifact","package_id":"path+file:///w/d#day00@0.1.0","target":{"kind":["bin"],"name":"day00"},"profile":{"test":true},"executable":"/t/day00-3"}
+{"reason":"compiler-artifact","package_id":"path+file:///w/d#day00@0.1.0","target":{"kind":["lib"],"name":"day00"},"profile":{"test":false},"executable":null}
+{"reason":"build-finished","success":true}"#;
+        let found = test_executables(messages).unwrap();
+        let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, vec!["common-lib", "day00-test-gpu"]);
+    }
+}

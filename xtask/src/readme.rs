@@ -1,0 +1,237 @@
+//! `cargo xtask report DIR/results.json`: the measured tables go into the READMEs between
+//! markers, so the numbers a reader sees are always those of one named run:
+//!
+//! - each day's README, between `<!-- results:begin -->` and `<!-- results:end -->`;
+//! - the root README's day index, between `<!-- index:begin -->` and `<!-- index:end -->`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use common::report::DayReport;
+use serde::Deserialize;
+
+/// What run.sh writes.
+#[derive(Debug, Deserialize)]
+struct RunResults {
+    commit: String,
+    dirty: bool,
+    run_at: String,
+    tests: Vec<TestOutcome>,
+    days: Vec<DayReport>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TestOutcome {
+    name: String,
+    passed: bool,
+}
+
+/// A day's package folder: `day01_naive_softmax/` holds package `day01`, topic "naive softmax".
+pub struct DayFolder {
+    pub folder: PathBuf,
+    pub package: String,
+    pub topic: String,
+}
+
+/// Every `dayNN_topic/` folder of the workspace, in day order.
+pub fn day_folders(root: &Path) -> Result<Vec<DayFolder>> {
+    let mut days = Vec::new();
+    for entry in fs::read_dir(root)? {
+        let path = entry?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some((package, topic)) = name.split_once('_') else {
+            continue;
+        };
+        if package.len() == 5
+            && package.starts_with("day")
+            && package[3..].chars().all(|c| c.is_ascii_digit())
+            && path.join("Cargo.toml").exists()
+        {
+            days.push(DayFolder {
+                folder: path.clone(),
+                package: package.to_string(),
+                topic: topic.replace('_', " "),
+            });
+        }
+    }
+    days.sort_by(|a, b| a.package.cmp(&b.package));
+    Ok(days)
+}
+
+pub fn report(root: &Path, results_path: &Path, allow_dirty: bool) -> Result<()> {
+    let text = fs::read_to_string(results_path)
+        .with_context(|| format!("reading {}", results_path.display()))?;
+    let results: RunResults = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a run.sh results file", results_path.display()))?;
+    if results.dirty && !allow_dirty {
+        bail!(
+            "these results come from a bundle built with uncommitted changes, so commit {} does \
+             not reproduce them: commit, rebuild the bundle and rerun (or pass --allow-dirty)",
+            results.commit
+        );
+    }
+    let failed_tests: Vec<&str> = results
+        .tests
+        .iter()
+        .filter(|t| !t.passed)
+        .map(|t| t.name.as_str())
+        .collect();
+    let failed_days: Vec<&str> = results
+        .days
+        .iter()
+        .filter(|d| !d.passed())
+        .map(|d| d.day.as_str())
+        .collect();
+    if !failed_tests.is_empty() || !failed_days.is_empty() {
+        bail!(
+            "the run had failures (tests: {failed_tests:?}, checks: {failed_days:?}); the READMEs \
+             only carry runs where everything passed"
+        );
+    }
+
+    let days = day_folders(root)?;
+    for day in &days {
+        let Some(report) = results.days.iter().find(|r| r.day == day.package) else {
+            eprintln!("{}: not in this run, README left as it is", day.package);
+            continue;
+        };
+        let readme = day.folder.join("README.md");
+        let block = day_block(report, &results);
+        rewrite_between(
+            &readme,
+            "<!-- results:begin -->",
+            "<!-- results:end -->",
+            &block,
+        )?;
+        eprintln!("{}: table written to {}", day.package, readme.display());
+    }
+    let index = index_block(&days, &results);
+    rewrite_between(
+        &root.join("README.md"),
+        "<!-- index:begin -->",
+        "<!-- index:end -->",
+        &index,
+    )?;
+    eprintln!("README.md: day index written");
+    Ok(())
+}
+
+fn run_line(results: &RunResults, report: &DayReport) -> String {
+    let driver = report.device.driver_cuda_version;
+    format!(
+        "{} with driver CUDA {}.{}, on {}, commit `{}`",
+        report.device.summary(),
+        driver / 1000,
+        (driver % 1000) / 10,
+        results.run_at.get(..10).unwrap_or(&results.run_at),
+        results.commit
+    )
+}
+
+/// The text a day's README gets: where and when, then the table.
+fn day_block(report: &DayReport, results: &RunResults) -> String {
+    let runs = report
+        .rows
+        .iter()
+        .find_map(|r| r.timing.map(|t| t.runs))
+        .unwrap_or(0);
+    format!(
+        "Measured on {}. Problem: {}. Median and minimum of {runs} timed runs per kernel \
+         after warm-up; GB/s counts each input read once and each output written once; \
+         \"% copy\" is against a device-to-device copy measured in the same process \
+         ({:.0} GB/s). Every GPU test passed in the same run.\n\n{}\n",
+        run_line(results, report),
+        report.problem,
+        report.copy_ceiling_gbs,
+        report.markdown_table()
+    )
+}
+
+/// The root README's index: every day, with its best measured kernel.
+fn index_block(days: &[DayFolder], results: &RunResults) -> String {
+    let mut out = String::from(
+        "| day | topic | problem | best kernel | median ms | GB/s | % of copy |\n\
+         |---|---|---|---|---:|---:|---:|\n",
+    );
+    let mut device_line = None;
+    for day in days {
+        let folder = day.folder.file_name().unwrap().to_string_lossy();
+        let link = format!("[{}]({folder}/)", day.package);
+        let report = results.days.iter().find(|r| r.day == day.package);
+        match report.and_then(|r| r.best().map(|b| (r, b))) {
+            Some((report, best)) => {
+                device_line.get_or_insert_with(|| run_line(results, report));
+                let t = best.timing.expect("best rows are timed");
+                out += &format!(
+                    "| {link} | {} | {} | {} | {:.4} | {:.0} | {:.1}% |\n",
+                    day.topic,
+                    report.problem,
+                    best.version,
+                    t.median_ms,
+                    best.gb_per_s.unwrap_or(0.0),
+                    best.fraction_of_copy.unwrap_or(0.0) * 100.0
+                );
+            }
+            None => out += &format!("| {link} | {} | | not measured | | | |\n", day.topic),
+        }
+    }
+    if let Some(line) = device_line {
+        out = format!("Measured on {line}.\n\n{out}");
+    }
+    out
+}
+
+/// Replaces the text between two marker lines of `path`, keeping the markers.
+fn rewrite_between(path: &Path, begin: &str, end: &str, body: &str) -> Result<()> {
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let updated = replace_between(&text, begin, end, body)
+        .with_context(|| format!("in {}", path.display()))?;
+    fs::write(path, updated)?;
+    Ok(())
+}
+
+fn replace_between(text: &str, begin: &str, end: &str, body: &str) -> Result<String> {
+    let (Some(start), Some(stop)) = (text.find(begin), text.find(end)) else {
+        bail!("the markers {begin} and {end} are missing");
+    };
+    if stop < start {
+        bail!("{end} comes before {begin}");
+    }
+    let head = &text[..start + begin.len()];
+    let tail = &text[stop..];
+    Ok(format!("{head}\n{}\n{tail}", body.trim_end()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_only_between_the_markers() {
+        let text = "intro\n<!-- a -->\nold\ntable\n<!-- b -->\nafter\n";
+        let out = replace_between(text, "<!-- a -->", "<!-- b -->", "new\n").unwrap();
+        assert_eq!(out, "intro\n<!-- a -->\nnew\n<!-- b -->\nafter\n");
+        // Idempotent: running the report twice gives the same file.
+        assert_eq!(
+            replace_between(&out, "<!-- a -->", "<!-- b -->", "new\n").unwrap(),
+            out
+        );
+    }
+
+    #[test]
+    fn missing_markers_are_an_error() {
+        assert!(replace_between("no markers", "<!-- a -->", "<!-- b -->", "x").is_err());
+    }
+
+    #[test]
+    fn finds_the_day_folders_of_this_workspace() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let days = day_folders(root).unwrap();
+        assert_eq!(days[0].package, "day00");
+        assert_eq!(days[0].topic, "vector add");
+        assert!(days.iter().any(|d| d.package == "day01"));
+    }
+}
