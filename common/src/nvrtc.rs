@@ -53,6 +53,11 @@ pub fn compile(source: &KernelSource, arch: &str, extra_options: &[&str]) -> Res
         // Source lines in the CUBIN, for profilers; costs nothing at run time.
         "--generate-line-info".to_string(),
         "--ptxas-options=-v".to_string(),
+        // Where a driver is installed, NVRTC 13 keeps compiled programs in the driver's compute
+        // cache (~/.nv/ComputeCache); a cache hit skips ptxas, and with it the report above, so
+        // the second run of a day would not know its spill bytes. Compiling a day's file takes
+        // tens of milliseconds: always compile.
+        "--no-cache".to_string(),
     ];
     options.extend(extra_options.iter().map(|s| s.to_string()));
 
