@@ -31,33 +31,27 @@ impl Element for f32 {
     }
 }
 
-impl Element for f16 {
-    const NAME: &'static str = "f16";
-    const POISON: Self = f16::from_bits(0x7e5d);
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-    fn is_poison(self) -> bool {
-        self.to_bits() == Self::POISON.to_bits()
-    }
+/// f16 and bf16 differ only in name and poison bits.
+macro_rules! half_element {
+    ($t:ty, $name:literal, $poison_bits:literal) => {
+        impl Element for $t {
+            const NAME: &'static str = $name;
+            const POISON: Self = <$t>::from_bits($poison_bits);
+            fn to_f64(self) -> f64 {
+                <$t>::to_f64(self)
+            }
+            fn from_f64(v: f64) -> Self {
+                <$t>::from_f64(v)
+            }
+            fn is_poison(self) -> bool {
+                self.to_bits() == Self::POISON.to_bits()
+            }
+        }
+    };
 }
 
-impl Element for bf16 {
-    const NAME: &'static str = "bf16";
-    const POISON: Self = bf16::from_bits(0x7fd5);
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
-    }
-    fn is_poison(self) -> bool {
-        self.to_bits() == Self::POISON.to_bits()
-    }
-}
+half_element!(f16, "f16", 0x7e5d);
+half_element!(bf16, "bf16", 0x7fd5);
 
 #[cfg(test)]
 mod tests {

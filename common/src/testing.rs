@@ -6,7 +6,7 @@ use std::io::Write;
 
 use crate::error::SetupError;
 use crate::gpu::Gpu;
-use crate::nvrtc;
+use crate::nvrtc::{self, KernelSource};
 
 /// Opens GPU 0 for a test, or prints `SKIPPED <what>: <why>` and returns None.
 /// Panics instead of skipping when `REQUIRE_GPU=1`.
@@ -40,4 +40,22 @@ fn skip_or_fail(what: &str, why: &str, require_var: &str) {
     // Written to the process's stderr directly: the test harness captures only print!/eprint!,
     // so this line shows in `cargo test` output even when the test passes.
     let _ = writeln!(std::io::stderr(), "SKIPPED {what}: {why}");
+}
+
+/// The compile test every day has: `source` compiles with NVRTC for `arch`, and each of
+/// `functions` is in it and spills nothing. Skips (one line) without NVRTC.
+pub fn assert_compiles_without_spills(source: &KernelSource, arch: &str, functions: &[&str]) {
+    let what = format!("NVRTC compile of {} for {arch}", source.file_name);
+    if !nvrtc_or_skip(&what) {
+        return;
+    }
+    let compiled = nvrtc::compile(source, arch, &[]).unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    for function in functions {
+        assert_eq!(
+            compiled.spills.get(*function),
+            Some(&0),
+            "{what}: `{function}` is missing or spills; ptxas said:\n{}",
+            compiled.log
+        );
+    }
 }

@@ -86,11 +86,6 @@ mod tests {
 
     #[test]
     fn the_kernel_compiles_for_sm90_without_spilling() {
-        if !common::testing::nvrtc_or_skip("day01: NVRTC compile of softmax_naive.cu") {
-            return;
-        }
-        let compiled = common::nvrtc::compile(&SOURCE, "sm_90", &[]).expect("compiles");
-        let spills = compiled.spills.get(NAIVE_FUNCTION);
-        assert_eq!(spills, Some(&0), "missing or spilling:\n{}", compiled.log);
+        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &[NAIVE_FUNCTION]);
     }
 }
