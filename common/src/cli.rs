@@ -30,6 +30,9 @@ pub struct CommonArgs {
     /// Write inputs, each version's output and the reference as .npy files into DIR.
     #[arg(long, value_name = "DIR")]
     pub save: Option<PathBuf>,
+    /// PyTorch (or other peer) timings from peers/*.py; matching problems get their rows.
+    #[arg(long, value_name = "FILE")]
+    pub peers: Option<PathBuf>,
     /// Which GPU to use.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
@@ -61,6 +64,34 @@ impl CommonArgs {
             .filter(|v| self.kernel.is_empty() || self.kernel.iter().any(|k| k == v))
             .collect())
     }
+}
+
+/// Prints the reports as JSON when `--json` asks for it, and fails if any check failed. Every
+/// day's `main` ends with this, after one [`crate::session::Session`] per problem.
+pub fn finish_reports(
+    args: &CommonArgs,
+    reports: &[crate::report::DayReport],
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    if let Some(path) = args.json.as_deref() {
+        let json = serde_json::to_string_pretty(reports)?;
+        if path == std::path::Path::new("-") {
+            println!("{json}");
+        } else {
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    let failed: usize = reports
+        .iter()
+        .map(|r| r.rows.iter().filter(|row| !row.check.passed()).count())
+        .sum();
+    if failed > 0 {
+        return Err(crate::error::CheckFailed { failed }.into());
+    }
+    Ok(())
 }
 
 /// `count` elements of `elem_bytes` each, in bytes, or a clear error if that overflows.

@@ -1,7 +1,11 @@
 //! The storage types kernels read and write, and what the checks need to know about them.
 
-use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
+use std::any::Any;
+
+use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use half::{bf16, f16};
+
+use crate::dtype::Dtype;
 
 /// A storage type of kernel inputs and outputs (f32, f16, bf16).
 ///
@@ -11,6 +15,7 @@ use half::{bf16, f16};
 pub trait Element: DeviceRepr + ValidAsZeroBits + Copy + Send + Sync + 'static {
     /// The name used in tables and kernel names (`f32`, `f16`, `bf16`).
     const NAME: &'static str;
+    const DTYPE: Dtype;
     const POISON: Self;
     fn to_f64(self) -> f64;
     fn from_f64(v: f64) -> Self;
@@ -19,6 +24,7 @@ pub trait Element: DeviceRepr + ValidAsZeroBits + Copy + Send + Sync + 'static {
 
 impl Element for f32 {
     const NAME: &'static str = "f32";
+    const DTYPE: Dtype = Dtype::F32;
     const POISON: Self = f32::from_bits(0x7fc0_dead);
     fn to_f64(self) -> f64 {
         self as f64
@@ -33,9 +39,10 @@ impl Element for f32 {
 
 /// f16 and bf16 differ only in name and poison bits.
 macro_rules! half_element {
-    ($t:ty, $name:literal, $poison_bits:literal) => {
+    ($t:ty, $dtype:expr, $name:literal, $poison_bits:literal) => {
         impl Element for $t {
             const NAME: &'static str = $name;
+            const DTYPE: Dtype = $dtype;
             const POISON: Self = <$t>::from_bits($poison_bits);
             fn to_f64(self) -> f64 {
                 <$t>::to_f64(self)
@@ -50,8 +57,19 @@ macro_rules! half_element {
     };
 }
 
-half_element!(f16, "f16", 0x7e5d);
-half_element!(bf16, "bf16", 0x7fd5);
+half_element!(f16, Dtype::F16, "f16", 0x7e5d);
+half_element!(bf16, Dtype::Bf16, "bf16", 0x7fd5);
+
+/// `slice` as a slice of `U`, when `T` is `U`: lets generic code call a launcher written for
+/// one type (yesterday's f32 kernel) after checking the type.
+pub fn as_type<T: Element, U: Element>(slice: &CudaSlice<T>) -> Option<&CudaSlice<U>> {
+    (slice as &dyn Any).downcast_ref()
+}
+
+/// The mutable form of [`as_type`].
+pub fn as_type_mut<T: Element, U: Element>(slice: &mut CudaSlice<T>) -> Option<&mut CudaSlice<U>> {
+    (slice as &mut dyn Any).downcast_mut()
+}
 
 #[cfg(test)]
 mod tests {

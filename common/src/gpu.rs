@@ -230,7 +230,7 @@ pub struct Module {
 
 impl Module {
     /// Looks up a kernel by its `extern "C"` name and reads its attributes.
-    pub fn kernel(&self, gpu: &Gpu, name: &'static str) -> Result<Kernel> {
+    pub fn kernel(&self, gpu: &Gpu, name: &str) -> Result<Kernel> {
         let func = self
             .module
             .load_function(name)

@@ -23,7 +23,7 @@ pub struct KernelAttrs {
 
 /// A kernel ready to launch.
 pub struct Kernel {
-    pub name: &'static str,
+    pub name: String,
     pub func: CudaFunction,
     pub attrs: KernelAttrs,
     max_threads_per_sm: u32,
@@ -71,7 +71,7 @@ impl fmt::Display for LaunchShape {
 impl Kernel {
     pub(crate) fn new(
         gpu: &Gpu,
-        name: &'static str,
+        name: &str,
         func: CudaFunction,
         spill_bytes: Option<u32>,
     ) -> Result<Self> {
@@ -86,7 +86,7 @@ impl Kernel {
             )?,
         };
         Ok(Self {
-            name,
+            name: name.to_string(),
             func,
             attrs,
             max_threads_per_sm: gpu.info.max_threads_per_sm,
@@ -155,6 +155,35 @@ impl Kernel {
             "{}: {} regs, {} B static smem, {} B local, {spill} B spill",
             self.name, a.registers, a.static_shared_bytes, a.local_bytes
         )
+    }
+}
+
+/// The kernels of one file, by CUDA function name: for days with many instantiations
+/// (one per dtype, per tile size).
+pub struct KernelSet {
+    kernels: std::collections::HashMap<String, Kernel>,
+}
+
+impl KernelSet {
+    /// Compiles `source` for `gpu` and loads each of `names`.
+    pub fn load(
+        gpu: &Gpu,
+        source: &crate::nvrtc::KernelSource,
+        names: impl IntoIterator<Item = String>,
+    ) -> Result<Self> {
+        let module = gpu.load(source)?;
+        let kernels = names
+            .into_iter()
+            .map(|name| Ok((name.clone(), module.kernel(gpu, &name)?)))
+            .collect::<Result<_>>()?;
+        Ok(Self { kernels })
+    }
+
+    /// The kernel named `name`; a name that was not loaded is a bug in the day's launcher.
+    pub fn get(&self, name: &str) -> Result<&Kernel> {
+        self.kernels
+            .get(name)
+            .ok_or_else(|| anyhow::anyhow!("kernel `{name}` was not loaded"))
     }
 }
 

@@ -8,16 +8,20 @@
 pub mod bench;
 pub mod check;
 pub mod cli;
+pub mod dtype;
 pub mod element;
 pub mod error;
 pub mod gpu;
 pub mod inputs;
 pub mod kernel;
 pub mod nvrtc;
+pub mod peers;
+pub mod plot;
 pub mod reference;
 pub mod report;
 pub mod save;
 pub mod session;
+pub mod softmax;
 pub mod testing;
 
 pub use check::Tolerance;

@@ -15,7 +15,11 @@ use cudarc::nvrtc::{result as nvrtc_result, sys};
 use crate::error::SetupError;
 
 /// The headers every kernel file may include, by the name it includes them under.
-pub const HEADERS: &[(&str, &str)] = &[("common.cuh", include_str!("../cuda/common.cuh"))];
+pub const HEADERS: &[(&str, &str)] = &[
+    ("common.cuh", include_str!("../cuda/common.cuh")),
+    ("dtype.cuh", include_str!("../cuda/dtype.cuh")),
+    ("reduce.cuh", include_str!("../cuda/reduce.cuh")),
+];
 
 /// A day's kernel file: its name (for error messages) and its text (`include_str!`).
 #[derive(Debug, Clone, Copy)]
@@ -206,8 +210,20 @@ ptxas info    : Function properties for b
         }
         let source = KernelSource {
             file_name: "probe.cu",
-            code: "#include \"common.cuh\"\nKERNEL void probe(float* x, index_t n) {\n\
-                   if (threadIdx.x < n) x[threadIdx.x] = NEG_INF; }",
+            code: r#"
+#include "common.cuh"
+#include "dtype.cuh"
+#include "reduce.cuh"
+KERNEL void probe(const bf16_t* in, f16_t* out, float* x, index_t n) {
+    __shared__ float scratch[32];
+    __shared__ MaxSum stats[32];
+    const float v = to_f32(in[threadIdx.x]);
+    const float m = block_max(v, scratch) + block_sum(v, scratch) + warp_max(v) + warp_sum(v);
+    const MaxSum s = block_max_sum(max_sum_add(max_sum_empty(), v), stats);
+    out[threadIdx.x] = from_f32<f16_t>(m + s.sum);
+    store16(x, load16(x + 4));
+    if (threadIdx.x < n) x[threadIdx.x] = NEG_INF;
+}"#,
         };
         let compiled = compile(&source, "sm_90", &[]).expect("compiles");
         assert!(!compiled.cubin.is_empty());

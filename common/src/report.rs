@@ -7,6 +7,7 @@ use crate::bench::Timing;
 use crate::check::CheckReport;
 use crate::gpu::DeviceInfo;
 use crate::kernel::KernelAttrs;
+use crate::peers::PeerFigure;
 
 /// One day's run: the problem, the device and one row per kernel version.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -16,6 +17,8 @@ pub struct DayReport {
     pub title: String,
     /// The problem in words: `n = 67108864, f32`.
     pub problem: String,
+    /// The problem for machines, shared with the peers scripts: `softmax/f32/32768x4096`.
+    pub key: String,
     pub device: DeviceInfo,
     pub copy_ceiling_gbs: f64,
     /// Least traffic of one run: inputs read once, outputs written once.
@@ -23,6 +26,9 @@ pub struct DayReport {
     /// The row the speedup column divides by (the first version run).
     pub baseline: Option<String>,
     pub rows: Vec<Row>,
+    /// What the peers (PyTorch, ...) measured on the same problem in the same run.
+    #[serde(default)]
+    pub peers: Vec<PeerFigure>,
 }
 
 /// One kernel version: what it is, how it launched, whether it was right, how fast.
@@ -128,6 +134,36 @@ impl DayReport {
                 Cell::new(if row.check.passed() { "ok" } else { "FAIL" }),
             ];
             table.add_row(cells);
+        }
+        let baseline_ms = self
+            .rows
+            .iter()
+            .find(|r| Some(&r.version) == self.baseline.as_ref())
+            .and_then(|r| r.timing)
+            .map(|t| t.median_ms);
+        for peer in &self.peers {
+            let dash = || Cell::new("");
+            table.add_row(vec![
+                Cell::new(format!("{} (peer)", peer.peer)),
+                dash(),
+                dash(),
+                dash(),
+                dash(),
+                dash(),
+                right(format!("{:.4}", peer.median_ms)),
+                dash(),
+                right(format!("{:.0}", peer.gb_per_s)),
+                right(format!(
+                    "{:.1}%",
+                    peer.gb_per_s / self.copy_ceiling_gbs * 100.0
+                )),
+                right(
+                    baseline_ms.map_or_else(String::new, |b| format!("{:.2}x", b / peer.median_ms)),
+                ),
+                dash(),
+                dash(),
+                dash(),
+            ]);
         }
         table
     }

@@ -1,8 +1,9 @@
-//! One day's run: check every version against the reference, time the ones that pass, then
-//! print the table (or JSON). A day's `main` makes the inputs and the reference, then calls
-//! [`Session::run_version`] once per version and [`Session::finish`].
+//! One problem of a day's run: check every version against the reference, time the ones that
+//! pass, then print the table. A day's `main` makes the inputs and the reference, calls
+//! [`Session::run_version`] once per version and [`Session::finish`], and hands the reports of
+//! all its problems to [`crate::cli::finish_reports`] (JSON, exit code).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use cudarc::driver::CudaSlice;
@@ -11,11 +12,10 @@ use crate::bench::{self, gb_per_s};
 use crate::check::{self, CheckReport, Tolerance};
 use crate::cli::CommonArgs;
 use crate::element::Element;
-use crate::error::CheckFailed;
 use crate::gpu::Gpu;
 use crate::kernel::{Kernel, LaunchShape};
 use crate::report::{DayReport, Row};
-use crate::save;
+use crate::{peers, save};
 
 /// What a day is measuring, for the table's heading and the bandwidth column.
 pub struct Problem {
@@ -24,6 +24,8 @@ pub struct Problem {
     pub title: &'static str,
     /// The problem in words: `32768 x 4096, f32`.
     pub description: String,
+    /// The problem for machines, shared with the peers scripts: `softmax/f32/32768x4096`.
+    pub key: String,
     /// Least traffic of one run: inputs read once, outputs written once.
     pub bytes_per_run: u64,
 }
@@ -47,28 +49,51 @@ pub struct Session<'g> {
     gpu: &'g Gpu,
     args: CommonArgs,
     report: DayReport,
+    /// No per-version lines and no table (sweeps print their own summary).
+    quiet: bool,
 }
 
 impl<'g> Session<'g> {
     /// Starts a run; measures the copy ceiling the table compares against.
     pub fn new(gpu: &'g Gpu, args: &CommonArgs, problem: Problem) -> Result<Self> {
         let copy_ceiling_gbs = gpu.copy_ceiling_gbs()?;
+        let peers = match &args.peers {
+            Some(path) => peers::for_key(&peers::load(path)?, &problem.key),
+            None => Vec::new(),
+        };
         let report = DayReport {
             day: problem.day.to_string(),
             title: problem.title.to_string(),
             problem: problem.description,
+            key: problem.key,
             device: gpu.info.clone(),
             copy_ceiling_gbs,
             bytes_per_run: problem.bytes_per_run,
             baseline: None,
             rows: Vec::new(),
+            peers,
         };
         eprintln!("{}", report.heading());
         Ok(Self {
             gpu,
             args: args.clone(),
             report,
+            quiet: false,
         })
+    }
+
+    /// Stops the per-version lines and the final table.
+    pub fn quiet(mut self) -> Self {
+        self.quiet = true;
+        self
+    }
+
+    /// Tells the table that `version` did not run on this problem, and why (a size it cannot
+    /// take). Printed, not a failure.
+    pub fn skip_version(&self, version: &str, why: &str) {
+        if !self.quiet {
+            eprintln!("{version:>12}  skipped: {why}");
+        }
     }
 
     /// Saves an input array when `--save DIR` was given.
@@ -101,11 +126,15 @@ impl<'g> Session<'g> {
         mut launch: impl FnMut(&mut CudaSlice<T>) -> Result<()>,
     ) -> Result<()> {
         let kernel = version.kernel;
-        eprintln!("{:>12}  {}", version.name, kernel.describe());
+        if !self.quiet {
+            eprintln!("{:>12}  {}", version.name, kernel.describe());
+        }
         let got = launch_and_read(self.gpu, out, &mut launch)
             .with_context(|| format!("running version `{}`", version.name))?;
         let check = check::compare(&got, expected.values, expected.shape, expected.tolerance);
-        eprintln!("{:>12}  {check}", "");
+        if !self.quiet || !check.passed() {
+            eprintln!("{:>12}  {check}", version.name);
+        }
         if let Some(dir) = self.save_dir() {
             save::save_elements(dir, &format!("out_{}", version.name), expected.shape, &got)?;
         }
@@ -162,31 +191,14 @@ impl<'g> Session<'g> {
         Ok(())
     }
 
-    /// Prints the table (or the JSON), writes `--json FILE`, and fails if any check failed.
-    pub fn finish(self) -> Result<DayReport> {
-        let report = self.report;
-        let json = serde_json::to_string_pretty(&report)?;
-        match self.args.json.as_deref() {
-            Some(p) if p == Path::new("-") => println!("{json}"),
-            Some(path) => {
-                write_file(path, &json)?;
-                println!("{}", report.console_table());
-            }
-            None => println!("{}", report.console_table()),
+    /// Prints the table (unless quiet) and returns the report. Failed checks are in it; the
+    /// exit code is decided by [`crate::cli::finish_reports`].
+    pub fn finish(self) -> DayReport {
+        if !self.quiet {
+            println!("{}", self.report.console_table());
         }
-        let failed = report.rows.iter().filter(|r| !r.check.passed()).count();
-        if failed > 0 {
-            return Err(CheckFailed { failed }.into());
-        }
-        Ok(report)
+        self.report
     }
-}
-
-fn write_file(path: &Path, text: &str) -> Result<()> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::write(path, text).with_context(|| format!("writing {}", PathBuf::from(path).display()))
 }
 
 /// Poisons `out`, enqueues one `launch`, waits, and returns what the kernel wrote. Tests use

@@ -59,6 +59,7 @@ fn run(args: Args) -> Result<()> {
             day: "day00",
             title: "vector add",
             description: format!("n = {n}, f32"),
+            key: format!("vector_add/f32/{n}"),
             bytes_per_run: device_bytes,
         },
     )?;
@@ -80,6 +81,6 @@ fn run(args: Args) -> Result<()> {
             day.launch(&gpu, version, &a_dev, &b_dev, out)
         })?;
     }
-    session.finish()?;
-    Ok(())
+    let report = session.finish();
+    common::cli::finish_reports(&args.common, &[report])
 }

@@ -61,6 +61,7 @@ fn run(args: Args) -> Result<()> {
             day: "day01",
             title: "naive softmax",
             description: format!("{rows} x {cols}, f32"),
+            key: common::softmax::key(common::dtype::Dtype::F32, rows, cols),
             bytes_per_run: device_bytes,
         },
     )?;
@@ -79,6 +80,6 @@ fn run(args: Args) -> Result<()> {
             day.launch(&gpu, &x_dev, out, rows, cols)
         })?;
     }
-    session.finish()?;
-    Ok(())
+    let report = session.finish();
+    common::cli::finish_reports(&args.common, &[report])
 }

@@ -5,7 +5,9 @@
 #
 #   run.sh --out DIR
 #
-# Writes DIR/tests.log, DIR/bench.log and DIR/results.json. Exits 1 if any test or check
+# First the peers (peers/*.py, when python3 has torch and a GPU) into DIR/peers.json, which
+# every day then gets as --peers. Writes DIR/tests.log, DIR/peers.log, DIR/bench.log,
+# DIR/results.json and DIR/plots/dayNN.svg (the sweeps). Exits 1 if any test or check
 # failed, 2 on bad arguments.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -57,14 +59,49 @@ for t in "$here"/tests/*; do
 done
 printf '%s' "$summary"
 
+peers_args=()
+if [ -d "$here/peers" ] && python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  echo "== peers (log: $out/peers.log)"
+  : > "$out/peers.log"
+  for p in "$here"/peers/*.py; do
+    name=$(basename "$p" .py)
+    if python3 "$p" --out "$parts/peers_$name.json" >> "$out/peers.log" 2>&1; then
+      note peer "$name" ok
+    else
+      note peer "$name" "FAILED (see peers.log; tables go without it)"
+    fi
+  done
+  if python3 - "$out/peers.json" "$parts"/peers_*.json <<'PY'
+import json, sys
+figures = []
+for path in sys.argv[2:]:
+    figures += json.load(open(path))["figures"]
+json.dump({"figures": figures}, open(sys.argv[1], "w"), indent=1)
+PY
+  then peers_args=(--peers "$out/peers.json"); fi
+else
+  echo "== peers: skipped (no python3 with torch and a CUDA device)"
+fi
+
 echo "== benchmarks (log: $out/bench.log)"
 : > "$out/bench.log"
 for b in "$here"/bin/day*; do
   name=$(basename "$b")
   echo "---- $name" | tee -a "$out/bench.log"
-  "$b" --json "$parts/$name.json" 2>&1 | tee -a "$out/bench.log"
+  "$b" --json "$parts/$name.json" "${peers_args[@]}" 2>&1 | tee -a "$out/bench.log"
   rc=${PIPESTATUS[0]}
   if [ "$rc" = 0 ]; then note bench "$name" ok; else note bench "$name" "FAILED (exit $rc)"; failed=1; fi
+done
+
+echo "== sweeps (plots: $out/plots/)"
+mkdir -p "$out/plots"
+for b in "$here"/bin/day*; do
+  "$b" --help 2>/dev/null | grep -q -- '--sweep' || continue
+  name=$(basename "$b")
+  echo "---- $name --sweep" | tee -a "$out/bench.log"
+  "$b" --sweep --iters 20 --warmup 3 --plot "$out/plots/$name.svg" "${peers_args[@]}" 2>&1 | tee -a "$out/bench.log"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" = 0 ]; then note sweep "$name" ok; else note sweep "$name" "FAILED (exit $rc)"; failed=1; fi
 done
 
 {

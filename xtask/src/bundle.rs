@@ -6,6 +6,7 @@
 //!   BUILD_INFO   the commit the bundle was built from (shell variables)
 //!   bin/dayNN    each day's release binary
 //!   tests/NAME   each test executable (package-kind-target)
+//!   peers/*.py   the PyTorch timings of the same problems
 //! ```
 //! Binaries load libcuda and libnvrtc at run time and embed their kernel sources, so the host
 //! needs only the NVIDIA driver and NVRTC.
@@ -64,13 +65,14 @@ pub fn bundle(root: &Path, out: &Path) -> Result<()> {
     for (name, path) in &tests {
         copy_executable(path, &out.join("tests").join(name))?;
     }
+    let peers = copy_peers(root, out)?;
     fs::write(out.join("run.sh"), RUN_SH)?;
     fs::set_permissions(out.join("run.sh"), fs::Permissions::from_mode(0o755))?;
     fs::write(out.join("BUILD_INFO"), build_info(root)?)?;
 
     let size = folder_size(out)?;
     eprintln!(
-        "bundle: {} ({} binaries, {} test executables, {:.1} MiB)\n\
+        "bundle: {} ({} binaries, {} test executables, {peers} peer scripts, {:.1} MiB)\n\
          on the GPU host: {}/run.sh --out DIR",
         out.display(),
         bins.len(),
@@ -82,6 +84,21 @@ pub fn bundle(root: &Path, out: &Path) -> Result<()> {
         bail!("the bundle is over 64 MiB; strip or drop something");
     }
     Ok(())
+}
+
+/// The peer scripts (`peers/*.py`) travel with the bundle; run.sh runs them where torch is.
+fn copy_peers(root: &Path, out: &Path) -> Result<usize> {
+    let dir = out.join("peers");
+    fs::create_dir_all(&dir)?;
+    let mut count = 0;
+    for entry in fs::read_dir(root.join("peers"))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "py") {
+            fs::copy(&path, dir.join(path.file_name().unwrap()))?;
+            count += 1;
+        }
+    }
+    Ok(count)
 }
 
 fn run(cmd: &mut Command) -> Result<()> {

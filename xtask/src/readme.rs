@@ -18,7 +18,18 @@ struct RunResults {
     dirty: bool,
     run_at: String,
     tests: Vec<TestOutcome>,
-    days: Vec<DayReport>,
+    /// One list per day binary: a report per problem it ran.
+    days: Vec<Vec<DayReport>>,
+}
+
+impl RunResults {
+    fn reports(&self) -> impl Iterator<Item = &DayReport> {
+        self.days.iter().flatten()
+    }
+
+    fn reports_of<'a>(&'a self, day: &'a str) -> impl Iterator<Item = &'a DayReport> + 'a {
+        self.reports().filter(move |r| r.day == day)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -80,8 +91,7 @@ pub fn report(root: &Path, results_path: &Path, allow_dirty: bool) -> Result<()>
         .map(|t| t.name.as_str())
         .collect();
     let failed_days: Vec<&str> = results
-        .days
-        .iter()
+        .reports()
         .filter(|d| !d.passed())
         .map(|d| d.day.as_str())
         .collect();
@@ -92,14 +102,25 @@ pub fn report(root: &Path, results_path: &Path, allow_dirty: bool) -> Result<()>
         );
     }
 
+    let plots = results_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("plots");
     let days = day_folders(root)?;
     for day in &days {
-        let Some(report) = results.days.iter().find(|r| r.day == day.package) else {
+        let reports: Vec<&DayReport> = results.reports_of(&day.package).collect();
+        if reports.is_empty() {
             eprintln!("{}: not in this run, README left as it is", day.package);
             continue;
-        };
+        }
+        let plot = plots.join(format!("{}.svg", day.package));
+        let has_plot = plot.exists();
+        if has_plot {
+            fs::copy(&plot, day.folder.join("sweep.svg"))
+                .with_context(|| format!("copying {}", plot.display()))?;
+        }
         let readme = day.folder.join("README.md");
-        let block = day_block(report, &results);
+        let block = day_block(&reports, &results, has_plot);
         rewrite_between(
             &readme,
             "<!-- results:begin -->",
@@ -131,51 +152,69 @@ fn run_line(results: &RunResults, report: &DayReport) -> String {
     )
 }
 
-/// The text a day's README gets: where and when, then the table.
-fn day_block(report: &DayReport, results: &RunResults) -> String {
-    let runs = report
-        .rows
+/// The text a day's README gets: where and when, then a table per problem, then the sweep.
+fn day_block(reports: &[&DayReport], results: &RunResults, has_plot: bool) -> String {
+    let first = reports[0];
+    let runs = reports
         .iter()
+        .flat_map(|r| &r.rows)
         .find_map(|r| r.timing.map(|t| t.runs))
         .unwrap_or(0);
-    format!(
-        "Measured on {}. Problem: {}. Median and minimum of {runs} timed runs per kernel \
-         after warm-up; GB/s counts each input read once and each output written once; \
-         \"% copy\" is against a device-to-device copy measured in the same process \
-         ({:.0} GB/s). Every GPU test passed in the same run.\n\n{}\n",
-        run_line(results, report),
-        report.problem,
-        report.copy_ceiling_gbs,
-        report.markdown_table()
-    )
+    let mut out = format!(
+        "Measured on {}. Median and minimum of {runs} timed runs per kernel after warm-up; \
+         GB/s counts each input read once and each output written once; \"% copy\" is \
+         against a device-to-device copy measured in the same process ({:.0} GB/s); `(peer)` \
+         rows were timed by `peers/` in the same run. Every GPU test passed in the same run.\n",
+        run_line(results, first),
+        first.copy_ceiling_gbs,
+    );
+    for report in reports {
+        out += &format!("\n**{}**\n\n{}\n", report.problem, report.markdown_table());
+    }
+    if has_plot {
+        out += &format!(
+            "\n![GB/s against row length, {}](sweep.svg)\n\n`--sweep`: every version on rows of \
+             128 to 1M columns, 2^26 elements per point, same run.\n",
+            first.day
+        );
+    }
+    out
 }
 
-/// The root README's index: every day, with its best measured kernel.
+/// The root README's index: every day, with its best kernel on each of its problems and the
+/// best peer there.
 fn index_block(days: &[DayFolder], results: &RunResults) -> String {
     let mut out = String::from(
-        "| day | topic | problem | best kernel | median ms | GB/s | % of copy |\n\
-         |---|---|---|---|---:|---:|---:|\n",
+        "| day | topic | problem | best kernel | median ms | GB/s | % of copy | peer GB/s |\n\
+         |---|---|---|---|---:|---:|---:|---:|\n",
     );
     let mut device_line = None;
     for day in days {
         let folder = day.folder.file_name().unwrap().to_string_lossy();
         let link = format!("[{}]({folder}/)", day.package);
-        let report = results.days.iter().find(|r| r.day == day.package);
-        match report.and_then(|r| r.best().map(|b| (r, b))) {
-            Some((report, best)) => {
-                device_line.get_or_insert_with(|| run_line(results, report));
-                let t = best.timing.expect("best rows are timed");
-                out += &format!(
-                    "| {link} | {} | {} | {} | {:.4} | {:.0} | {:.1}% |\n",
-                    day.topic,
-                    report.problem,
-                    best.version,
-                    t.median_ms,
-                    best.gb_per_s.unwrap_or(0.0),
-                    best.fraction_of_copy.unwrap_or(0.0) * 100.0
-                );
-            }
-            None => out += &format!("| {link} | {} | | not measured | | | |\n", day.topic),
+        let mut any = false;
+        for report in results.reports_of(&day.package) {
+            let Some(best) = report.best() else { continue };
+            any = true;
+            device_line.get_or_insert_with(|| run_line(results, report));
+            let t = best.timing.expect("best rows are timed");
+            let peer = report
+                .peers
+                .iter()
+                .max_by(|a, b| a.gb_per_s.total_cmp(&b.gb_per_s))
+                .map_or_else(String::new, |p| format!("{:.0} ({})", p.gb_per_s, p.peer));
+            out += &format!(
+                "| {link} | {} | {} | {} | {:.4} | {:.0} | {:.1}% | {peer} |\n",
+                day.topic,
+                report.problem,
+                best.version,
+                t.median_ms,
+                best.gb_per_s.unwrap_or(0.0),
+                best.fraction_of_copy.unwrap_or(0.0) * 100.0
+            );
+        }
+        if !any {
+            out += &format!("| {link} | {} | | not measured | | | | |\n", day.topic);
         }
     }
     if let Some(line) = device_line {

@@ -8,6 +8,7 @@
 //! kernel must produce exactly that (PyTorch gives NaN there).
 
 use crate::check::Tolerance;
+use crate::dtype::Dtype;
 use crate::element::Element;
 
 /// The tolerance for an f32 softmax whose longest chain of sequential f32 additions (in the
@@ -24,6 +25,20 @@ pub fn tolerance_f32(sequential_terms: usize) -> Tolerance {
     let unit_roundoff = 2f64.powi(-24);
     let rtol = ((sequential_terms as f64 + 4.0) * unit_roundoff).max(1e-5);
     Tolerance::new(1e-12, rtol).with_max_rel_l2(1e-5)
+}
+
+/// The tolerance for a softmax computed in f32 and stored as `T`: [`tolerance_f32`] plus the
+/// rounding of each output to `T` (half an ulp: 2^-11 relative for f16, 2^-8 for bf16; f16
+/// outputs under 2^-14 are subnormal, with absolute spacing 2^-24). Averaged over many
+/// elements that rounding is about 0.6 of its bound, which sets the relative L2 limit.
+pub fn tolerance_for<T: Element>(sequential_terms: usize) -> Tolerance {
+    let f32_tolerance = tolerance_f32(sequential_terms);
+    let (half_ulp, atol, max_rel_l2) = match T::DTYPE {
+        Dtype::F32 => return f32_tolerance,
+        Dtype::F16 => (2f64.powi(-11), 2f64.powi(-24), 1e-3),
+        Dtype::Bf16 => (2f64.powi(-8), 1e-12, 5e-3),
+    };
+    Tolerance::new(atol, f32_tolerance.rtol + half_ulp).with_max_rel_l2(max_rel_l2)
 }
 
 /// Softmax of each row of a row-major `rows x cols` matrix.
@@ -103,6 +118,15 @@ mod tests {
         assert_eq!(tolerance_f32(32).rtol, 1e-5);
         assert_relative_eq!(tolerance_f32(4096).rtol, 4100.0 / 16_777_216.0);
         assert_eq!(tolerance_f32(4096).max_rel_l2, 1e-5);
+    }
+
+    #[test]
+    fn half_types_add_their_output_rounding() {
+        use half::{bf16, f16};
+        let f = tolerance_for::<f32>(32);
+        assert_eq!(f, tolerance_f32(32));
+        assert_relative_eq!(tolerance_for::<f16>(32).rtol, 1e-5 + 1.0 / 2048.0);
+        assert_relative_eq!(tolerance_for::<bf16>(32).rtol, 1e-5 + 1.0 / 256.0);
     }
 
     #[test]

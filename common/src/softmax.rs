@@ -1,0 +1,559 @@
+//! What the softmax days share: the problem (shapes, keys, bytes), their flags, the runner that
+//! checks and times a day's versions on each problem or sweeps them over row lengths, and the
+//! GPU test every softmax day runs.
+//!
+//! A day implements [`SoftmaxDay`] (its versions, and how each launches on a shape) and its
+//! `main` is `common::softmax::main::<DayNN>()`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{CommandFactory, FromArgMatches};
+use cudarc::driver::CudaSlice;
+use half::{bf16, f16};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::check::{self, Tolerance};
+use crate::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
+use crate::dtype::Dtype;
+use crate::element::{Element, as_type, as_type_mut};
+use crate::gpu::Gpu;
+use crate::kernel::{Kernel, LaunchShape};
+use crate::plot::{HLine, LinePlot, Series};
+use crate::report::DayReport;
+use crate::session::{Expected, Problem, Session, Version, launch_and_read};
+use crate::{inputs, plot, reference, testing};
+
+/// The key peers and reports share: `softmax/f32/32768x4096`.
+pub fn key(dtype: Dtype, rows: usize, cols: usize) -> String {
+    format!("softmax/{}/{rows}x{cols}", dtype.name())
+}
+
+/// One softmax problem: `rows` softmaxes of `cols` elements of `dtype`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub rows: usize,
+    pub cols: usize,
+    pub dtype: Dtype,
+}
+
+impl Shape {
+    pub const fn new(rows: usize, cols: usize, dtype: Dtype) -> Self {
+        Self { rows, cols, dtype }
+    }
+
+    pub fn describe(&self) -> String {
+        format!("{} x {}, {}", self.rows, self.cols, self.dtype)
+    }
+}
+
+/// Elements in every sweep problem: 2^26 (256 MiB of f32 in, as much out, far above L2).
+pub const SWEEP_ELEMENTS: usize = 1 << 26;
+
+/// The sweep: rows of 128, 256, ..., 1048576 columns, 2^26 elements each.
+pub fn sweep_shapes(dtype: Dtype) -> Vec<Shape> {
+    (7..=20)
+        .map(|log2| Shape::new(SWEEP_ELEMENTS >> log2, 1 << log2, dtype))
+        .collect()
+}
+
+/// The flags of the softmax days, beside the common ones.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SoftmaxArgs {
+    /// Rows (one softmax each). With --cols, replaces the day's default problems.
+    #[arg(long, requires = "cols", value_parser = clap::value_parser!(u64).range(1..))]
+    pub rows: Option<u64>,
+    /// Columns (the length of each softmax).
+    #[arg(long, requires = "rows", value_parser = clap::value_parser!(u64).range(1..))]
+    pub cols: Option<u64>,
+    /// Storage type (math is f32 whatever it is); default: that of each default problem.
+    #[arg(long, value_enum)]
+    pub dtype: Option<Dtype>,
+    /// Run every version on rows of 128 to 1M columns (2^26 elements each) and plot GB/s.
+    #[arg(long, conflicts_with_all = ["rows", "cols"])]
+    pub sweep: bool,
+    /// Where --sweep writes its SVG plot.
+    #[arg(long, value_name = "FILE", default_value = "sweep.svg")]
+    pub plot: PathBuf,
+}
+
+/// A version cannot take this shape (a width it does not handle): it is skipped, not failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+/// Enqueues one softmax of the input into the output.
+pub type Launch<'a, T> = Box<dyn FnMut(&CudaSlice<T>, &mut CudaSlice<T>) -> Result<()> + 'a>;
+
+/// How one version runs on one shape.
+pub struct Plan<'a, T: Element> {
+    /// The kernel whose attributes the table shows (the main one, if there are several).
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    /// From the version's summation order: see [`reference::softmax::tolerance_for`].
+    pub tolerance: Tolerance,
+    pub launch: Launch<'a, T>,
+}
+
+/// A softmax day: its versions and how each launches.
+pub trait SoftmaxDay: Sized {
+    /// Package name, `day05`.
+    const DAY: &'static str;
+    const TITLE: &'static str;
+    /// Version names (`--kernel`), in table order; yesterday's best first.
+    const VERSIONS: &'static [&'static str];
+    /// What `cargo run -p dayNN` runs without --rows/--cols.
+    const DEFAULT_PROBLEMS: &'static [Shape];
+    /// The storage types the day's kernels take.
+    const DTYPES: &'static [Dtype];
+
+    fn load(gpu: &Gpu) -> Result<Self>;
+
+    /// How `version` runs on `rows x cols` of `T`, or an error: [`Refused`] for a shape it
+    /// does not take, anything else for a real failure.
+    fn plan<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        version: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Plan<'a, T>>;
+}
+
+#[derive(clap::Parser)]
+struct Args {
+    #[command(flatten)]
+    softmax: SoftmaxArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+/// The whole `main` of a softmax day.
+pub fn main<D: SoftmaxDay>() -> ExitCode {
+    let command = Args::command()
+        .name(D::DAY)
+        .about(format!("{}: {}", D::DAY, D::TITLE));
+    let args = match Args::from_arg_matches(&command.get_matches()) {
+        Ok(args) => args,
+        Err(e) => e.exit(),
+    };
+    run_main(|| run::<D>(&args))
+}
+
+fn run<D: SoftmaxDay>(args: &Args) -> Result<()> {
+    let versions = args.common.select_versions(D::VERSIONS)?;
+    let shapes = problems::<D>(&args.softmax)?;
+    for shape in &shapes {
+        let elements = bytes_for("--rows x --cols", shape.rows as u64, shape.cols as u64)?;
+        // Input and output on the host, the f64 reference.
+        let host = bytes_for(
+            "--rows x --cols",
+            elements,
+            2 * shape.dtype.size() as u64 + 8,
+        )?;
+        check_host_fits(&shape.describe(), host)?;
+    }
+    let gpu = Gpu::open(args.common.device)?;
+    for shape in &shapes {
+        let device = (shape.rows * shape.cols * shape.dtype.size() * 2) as u64;
+        gpu.check_fits(&shape.describe(), device)?;
+    }
+    let day = D::load(&gpu)?;
+    let quiet = args.softmax.sweep;
+    let progress = progress_bar(quiet, shapes.len() * versions.len());
+    let mut reports = Vec::new();
+    for shape in &shapes {
+        let run = Run {
+            gpu: &gpu,
+            common: &args.common,
+            day: &day,
+            versions: &versions,
+            quiet,
+            progress: &progress,
+        };
+        reports.push(match shape.dtype {
+            Dtype::F32 => run.problem::<f32>(shape)?,
+            Dtype::F16 => run.problem::<f16>(shape)?,
+            Dtype::Bf16 => run.problem::<bf16>(shape)?,
+        });
+    }
+    progress.finish_and_clear();
+    if args.softmax.sweep {
+        plot_sweep::<D>(args, &gpu, &versions, &reports)?;
+    }
+    finish_reports(&args.common, &reports)
+}
+
+/// The shapes to run: the sweep, the one given, or the day's defaults (in `--dtype` if given).
+fn problems<D: SoftmaxDay>(args: &SoftmaxArgs) -> Result<Vec<Shape>> {
+    if let Some(dtype) = args.dtype
+        && !D::DTYPES.contains(&dtype)
+    {
+        return Err(crate::UsageError::new(format!(
+            "{} has no {dtype} kernels; it takes: {}",
+            D::DAY,
+            D::DTYPES
+                .iter()
+                .map(|d| d.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .into());
+    }
+    if args.sweep {
+        return Ok(sweep_shapes(args.dtype.unwrap_or(Dtype::F32)));
+    }
+    if let (Some(rows), Some(cols)) = (args.rows, args.cols) {
+        let (rows, cols) = (to_usize(rows)?, to_usize(cols)?);
+        return Ok(vec![Shape::new(
+            rows,
+            cols,
+            args.dtype.unwrap_or(Dtype::F32),
+        )]);
+    }
+    let mut shapes: Vec<Shape> = D::DEFAULT_PROBLEMS.to_vec();
+    if let Some(dtype) = args.dtype {
+        shapes.iter_mut().for_each(|s| s.dtype = dtype);
+        shapes.dedup();
+    }
+    Ok(shapes)
+}
+
+fn to_usize(v: u64) -> Result<usize> {
+    usize::try_from(v).map_err(|_| crate::UsageError::new(format!("{v} is too large")).into())
+}
+
+fn progress_bar(show: bool, steps: usize) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    // Draws on stderr only when it is a terminal.
+    let bar = ProgressBar::new(steps as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg} [{elapsed}]")
+            .expect("a valid template"),
+    );
+    bar
+}
+
+/// One day's run over its problems.
+struct Run<'r, D> {
+    gpu: &'r Gpu,
+    common: &'r CommonArgs,
+    day: &'r D,
+    versions: &'r [&'static str],
+    quiet: bool,
+    progress: &'r ProgressBar,
+}
+
+impl<D: SoftmaxDay> Run<'_, D> {
+    /// Checks and times every version on one shape.
+    fn problem<T: Element>(&self, shape: &Shape) -> Result<DayReport> {
+        let (rows, cols) = (shape.rows, shape.cols);
+        let x: Vec<T> = inputs::logits(rows * cols, self.common.seed);
+        let reference = reference::softmax::softmax_rows(&x, rows, cols);
+        let mut session = Session::new(
+            self.gpu,
+            self.common,
+            Problem {
+                day: D::DAY,
+                title: D::TITLE,
+                description: shape.describe(),
+                key: key(shape.dtype, rows, cols),
+                bytes_per_run: (rows * cols * shape.dtype.size() * 2) as u64,
+            },
+        )?;
+        if self.quiet {
+            session = session.quiet();
+        }
+        session.save_input("x", &[rows, cols], &x)?;
+        let x_dev = self.gpu.upload(&x)?;
+        drop(x);
+        let mut out = self.gpu.alloc_poisoned::<T>(rows * cols)?;
+        for &name in self.versions {
+            self.progress
+                .set_message(format!("{name} on {}", shape.describe()));
+            match self.day.plan::<T>(self.gpu, name, rows, cols) {
+                Ok(mut plan) => {
+                    let expected = Expected {
+                        values: &reference,
+                        shape: &[rows, cols],
+                        tolerance: plan.tolerance,
+                    };
+                    let version = Version {
+                        name,
+                        kernel: plan.kernel,
+                        shape: plan.shape,
+                    };
+                    let launch = &mut plan.launch;
+                    session.run_version(version, &mut out, &expected, |out| launch(&x_dev, out))?;
+                }
+                Err(e) if e.is::<Refused>() => session.skip_version(name, &e.to_string()),
+                Err(e) => {
+                    return Err(e.context(format!("planning `{name}` on {}", shape.describe())));
+                }
+            }
+            self.progress.inc(1);
+        }
+        let expected_shape = [rows, cols];
+        session.save_reference(&Expected {
+            values: &reference,
+            shape: &expected_shape,
+            tolerance: Tolerance::new(0.0, 0.0),
+        })?;
+        Ok(session.finish())
+    }
+}
+
+/// The sweep's plot (GB/s against columns, one line per version, the peers and the copy
+/// ceiling) and a summary table on stdout.
+fn plot_sweep<D: SoftmaxDay>(
+    args: &Args,
+    gpu: &Gpu,
+    versions: &[&str],
+    reports: &[DayReport],
+) -> Result<()> {
+    let cols_of = |r: &DayReport| -> f64 {
+        r.key
+            .rsplit('x')
+            .next()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let mut series: Vec<Series> = versions
+        .iter()
+        .map(|v| Series {
+            name: v.to_string(),
+            points: reports
+                .iter()
+                .filter_map(|r| {
+                    let row = r.rows.iter().find(|row| row.version == *v)?;
+                    Some((cols_of(r), row.gb_per_s?))
+                })
+                .collect(),
+        })
+        .collect();
+    let mut peer_names: Vec<String> = reports
+        .iter()
+        .flat_map(|r| r.peers.iter().map(|p| p.peer.clone()))
+        .collect();
+    peer_names.sort();
+    peer_names.dedup();
+    for peer in &peer_names {
+        series.push(Series {
+            name: peer.clone(),
+            points: reports
+                .iter()
+                .filter_map(|r| {
+                    let f = r.peers.iter().find(|p| &p.peer == peer)?;
+                    Some((cols_of(r), f.gb_per_s))
+                })
+                .collect(),
+        });
+    }
+    let ceiling = gpu.copy_ceiling_gbs()?;
+    let dtype = args.softmax.dtype.unwrap_or(Dtype::F32);
+    let title = format!(
+        "{} {}: {dtype}, 2^26 elements per point, {}",
+        D::DAY,
+        D::TITLE,
+        gpu.info.name
+    );
+    plot::write_svg(
+        &args.softmax.plot,
+        &LinePlot {
+            title: &title,
+            x_label: "columns per row",
+            y_label: "GB/s (input read once + output written once)",
+            log2_x: true,
+            series: &series,
+            hlines: &[HLine {
+                name: format!("device copy {ceiling:.0} GB/s"),
+                y: ceiling,
+            }],
+        },
+    )?;
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    let mut header = vec!["columns".to_string()];
+    header.extend(series.iter().map(|s| format!("{} GB/s", s.name)));
+    table.set_header(header);
+    for r in reports {
+        let cols = cols_of(r);
+        let mut row = vec![format!("{cols}")];
+        row.extend(series.iter().map(|s| {
+            s.points
+                .iter()
+                .find(|(c, _)| *c == cols)
+                .map_or_else(|| "-".to_string(), |(_, g)| format!("{g:.0}"))
+        }));
+        table.add_row(row);
+    }
+    println!("{title}\n{table}\nplot: {}", args.softmax.plot.display());
+    Ok(())
+}
+
+impl<'a, T: Element> Plan<'a, T> {
+    /// A plan for a launcher written for f32 only (yesterday's kernel in a table of several
+    /// dtypes): refuses other types, and hands the launcher f32 buffers.
+    pub fn f32_only(
+        kernel: &'a Kernel,
+        shape: LaunchShape,
+        tolerance: Tolerance,
+        mut launch: impl FnMut(&CudaSlice<f32>, &mut CudaSlice<f32>) -> Result<()> + 'a,
+    ) -> Result<Self> {
+        if T::DTYPE != Dtype::F32 {
+            return Err(Refused(format!("f32 only, not {}", T::NAME)).into());
+        }
+        Ok(Self {
+            kernel,
+            shape,
+            tolerance,
+            launch: Box::new(move |x, out| {
+                let x = as_type::<T, f32>(x).expect("T is f32");
+                let out = as_type_mut::<T, f32>(out).expect("T is f32");
+                launch(x, out)
+            }),
+        })
+    }
+}
+
+/// Checks the buffers of a softmax launch: non-empty, `rows x cols`, input and output alike.
+pub fn check_sizes(x_len: usize, out_len: usize, rows: usize, cols: usize) -> Result<()> {
+    if rows == 0 || cols == 0 {
+        anyhow::bail!("softmax: {rows} x {cols} is empty; rows and columns must be at least 1");
+    }
+    if rows.checked_mul(cols) != Some(x_len) || out_len != x_len {
+        anyhow::bail!(
+            "softmax: input of {x_len} and output of {out_len} elements do not hold {rows} x {cols}"
+        );
+    }
+    Ok(())
+}
+
+/// How split-row kernels cut a row: about 4 blocks per SM in all, so a few long rows still
+/// fill the GPU; no more chunks than the row has 4096-element pieces, so each block has real
+/// work; at most 1024
+/// per row (the merge reads them all); each a multiple of `align` (the vector width).
+/// Returns (chunks per row, elements per chunk).
+pub fn split_chunks(rows: usize, cols: usize, sms: usize, align: usize) -> (usize, usize) {
+    let wanted = (4 * sms).div_ceil(rows.max(1));
+    let chunks = wanted.clamp(1, cols.div_ceil(4096).clamp(1, 1024));
+    let chunk = cols.div_ceil(chunks).next_multiple_of(align);
+    (cols.div_ceil(chunk), chunk)
+}
+
+/// Shapes of the GPU tests: one row, one column, widths no vector width or block divides,
+/// more rows than a block, long rows, and a few rows long enough to be split.
+pub const TEST_SHAPES: &[(usize, usize)] = &[
+    (1, 1),
+    (1, 4097),
+    (3, 1000),
+    (257, 17),
+    (1000, 1),
+    (65, 2048),
+    (33, 4099),
+    (4096, 128),
+    (130, 4096),
+    (5, 33_001),
+    (2, 262_147),
+];
+
+/// The GPU test of a softmax day: every version, every dtype it takes, every test shape it
+/// does not refuse, against the reference; rows 1 of each matrix has every third entry at
+/// -inf and the last row (when there are 3 or more) is all -inf, defined as zeros.
+pub fn test_every_version<D: SoftmaxDay>() {
+    let Some(gpu) = testing::gpu_or_skip(&format!("{} GPU correctness", D::DAY)) else {
+        return;
+    };
+    let day = D::load(&gpu).expect("kernels load");
+    for &dtype in D::DTYPES {
+        for &version in D::VERSIONS {
+            let ran = match dtype {
+                Dtype::F32 => test_version::<f32, D>(&gpu, &day, version),
+                Dtype::F16 => test_version::<f16, D>(&gpu, &day, version),
+                Dtype::Bf16 => test_version::<bf16, D>(&gpu, &day, version),
+            };
+            // A version that refuses the dtype entirely (a f32-only baseline) runs nothing;
+            // any other must have run on most shapes.
+            if ran > 0 {
+                assert!(ran >= 3, "{version} {dtype}: ran on only {ran} test shapes");
+            }
+        }
+    }
+}
+
+fn test_version<T: Element, D: SoftmaxDay>(gpu: &Gpu, day: &D, version: &str) -> usize {
+    let mut ran = 0;
+    for (i, &(rows, cols)) in TEST_SHAPES.iter().enumerate() {
+        let plan = match day.plan::<T>(gpu, version, rows, cols) {
+            Ok(plan) => plan,
+            Err(e) if e.is::<Refused>() => continue,
+            Err(e) => panic!("{version} {} {rows}x{cols}: {e:#}", T::NAME),
+        };
+        let mut x: Vec<T> = inputs::logits(rows * cols, i as u64);
+        if rows >= 2 {
+            for c in (0..cols).step_by(3) {
+                x[cols + c] = T::from_f64(f64::NEG_INFINITY);
+            }
+        }
+        if rows >= 3 {
+            x[(rows - 1) * cols..].fill(T::from_f64(f64::NEG_INFINITY));
+        }
+        let expected = reference::softmax::softmax_rows(&x, rows, cols);
+        let x_dev = gpu.upload(&x).expect("upload");
+        let mut out = gpu.alloc_poisoned::<T>(rows * cols).expect("alloc");
+        let mut launch = plan.launch;
+        let got = launch_and_read(gpu, &mut out, &mut |out| launch(&x_dev, out))
+            .unwrap_or_else(|e| panic!("{version} {} {rows}x{cols}: {e:#}", T::NAME));
+        let report = check::compare(&got, &expected, &[rows, cols], plan.tolerance);
+        assert!(
+            report.passed(),
+            "{version} {} {rows} x {cols}: {report}",
+            T::NAME
+        );
+        ran += 1;
+    }
+    ran
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_covers_128_to_1m_columns_at_a_fixed_size() {
+        let shapes = sweep_shapes(Dtype::F32);
+        assert_eq!(shapes.len(), 14);
+        assert_eq!((shapes[0].rows, shapes[0].cols), (1 << 19, 128));
+        assert_eq!((shapes[13].rows, shapes[13].cols), (64, 1 << 20));
+        assert!(shapes.iter().all(|s| s.rows * s.cols == SWEEP_ELEMENTS));
+    }
+
+    #[test]
+    fn split_chunks_fill_the_gpu_and_cover_the_row() {
+        let (chunks, chunk) = split_chunks(8, 1 << 20, 132, 4);
+        assert_eq!(chunks, 66);
+        assert_eq!(chunk % 4, 0);
+        assert!(chunks * chunk >= 1 << 20 && (chunks - 1) * chunk < 1 << 20);
+        // Many rows: one chunk each.
+        assert_eq!(split_chunks(32768, 4096, 132, 4), (1, 4096));
+        // Short rows are not cut below 4096.
+        assert_eq!(split_chunks(2, 5000, 132, 8).0, 2);
+        assert_eq!(split_chunks(1, 1, 132, 8), (1, 8));
+    }
+
+    #[test]
+    fn sizes_are_checked() {
+        assert!(check_sizes(12, 12, 3, 4).is_ok());
+        assert!(check_sizes(12, 12, 4, 4).is_err());
+        assert!(check_sizes(12, 11, 3, 4).is_err());
+        assert!(check_sizes(0, 0, 0, 4).is_err());
+    }
+
+    #[test]
+    fn keys_name_dtype_and_shape() {
+        assert_eq!(key(Dtype::Bf16, 32768, 4096), "softmax/bf16/32768x4096");
+    }
+}

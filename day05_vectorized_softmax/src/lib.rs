@@ -1,0 +1,284 @@
+//! Day 5: vectorized softmax. The launchers for `softmax_vec.cu`: the row in registers with
+//! 16-byte loads (a tier of kernels by row length), the online two-pass and the split-row
+//! kernels with 16-byte loads, and day 4's kernels as the baseline.
+
+use anyhow::Result;
+use common::dtype::Dtype;
+use common::kernel::KernelSet;
+use common::nvrtc::KernelSource;
+use common::reference::softmax::tolerance_for;
+use common::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes, split_chunks};
+use common::{Element, Gpu, Kernel, LaunchShape};
+use cudarc::driver::PushKernelArg;
+use day04::BlockSoftmax;
+
+pub const SOURCE: KernelSource = KernelSource {
+    file_name: "softmax_vec.cu",
+    code: include_str!("softmax_vec.cu"),
+};
+
+const DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::Bf16];
+
+/// Elements in one 16-byte load.
+fn pack(dtype: Dtype) -> usize {
+    16 / dtype.size()
+}
+
+/// The register tiers of `softmax_vec.cu`, smallest first: (threads per row, elements per
+/// thread). A row of `cols` takes the first whose capacity (the product) holds it.
+fn tiers(dtype: Dtype) -> [(usize, usize); 6] {
+    [
+        (32, pack(dtype)),
+        (32, 16),
+        (128, 32),
+        (256, 32),
+        (512, 32),
+        (1024, 32),
+    ]
+}
+
+/// The longest row the register kernels take: 32 elements in each of 1024 threads.
+pub const MAX_REGISTER_ROW: usize = 32 * 1024;
+
+/// Threads per block for the online and split kernels.
+const STREAM_THREADS: u32 = 1024;
+const SPLIT_THREADS: u32 = 256;
+
+/// `_v` with 16-byte loads when rows start 16-byte aligned (cols a multiple of the pack),
+/// `_s` with scalar loads otherwise.
+fn load_suffix(dtype: Dtype, cols: usize) -> &'static str {
+    if cols.is_multiple_of(pack(dtype)) {
+        "v"
+    } else {
+        "s"
+    }
+}
+
+fn regs_function(dtype: Dtype, group: usize, ept: usize, suffix: &str) -> String {
+    format!("softmax_regs_{dtype}_g{group}_e{ept}_{suffix}")
+}
+
+fn all_functions() -> Vec<String> {
+    let mut names = Vec::new();
+    for &dtype in DTYPES {
+        for suffix in ["v", "s"] {
+            for (group, ept) in tiers(dtype) {
+                names.push(regs_function(dtype, group, ept, suffix));
+            }
+            for kind in [
+                "softmax_online",
+                "softmax_split_stats",
+                "softmax_split_write",
+            ] {
+                names.push(format!("{kind}_{dtype}_{suffix}"));
+            }
+        }
+    }
+    names
+}
+
+pub struct VecSoftmax {
+    kernels: KernelSet,
+    sms: usize,
+}
+
+impl VecSoftmax {
+    pub fn load(gpu: &Gpu) -> Result<Self> {
+        Ok(Self {
+            kernels: KernelSet::load(gpu, &SOURCE, all_functions())?,
+            sms: gpu.info.sms as usize,
+        })
+    }
+
+    fn streaming<T: Element>(&self, kind: &str, cols: usize) -> Result<&Kernel> {
+        let suffix = load_suffix(T::DTYPE, cols);
+        self.kernels.get(&format!("{kind}_{}_{suffix}", T::DTYPE))
+    }
+
+    /// `vec_regs`: the row in registers, read once and written once.
+    pub fn plan_regs<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Plan<'a, T>> {
+        let Some((group, ept)) = tiers(T::DTYPE).into_iter().find(|(g, e)| g * e >= cols) else {
+            return Err(Refused(format!(
+                "rows of {cols} exceed the {MAX_REGISTER_ROW} elements kept in registers \
+                 (vec_online and vec_split take them)"
+            ))
+            .into());
+        };
+        let name = regs_function(T::DTYPE, group, ept, load_suffix(T::DTYPE, cols));
+        let kernel = self.kernels.get(&name)?;
+        let shape = if group == 32 {
+            // A warp per row, 8 rows per block.
+            LaunchShape::linear(rows.div_ceil(8).min(u32::MAX as usize) as u32, 256)
+        } else {
+            LaunchShape::linear(rows.min(u32::MAX as usize) as u32, group as u32)
+        };
+        Ok(Plan {
+            kernel,
+            shape,
+            // Each thread adds its elements one after another, then up to 10 tree levels.
+            tolerance: tolerance_for::<T>(ept + 10),
+            launch: Box::new(move |x, out| {
+                check_sizes(x.len(), out.len(), rows, cols)?;
+                let config = kernel.config(&shape)?;
+                let (rows, cols) = (rows as u64, cols as u64);
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch.arg(x).arg(out).arg(&rows).arg(&cols);
+                // SAFETY: matches softmax_regs_<T>_g<G>_e<E>_<v|s>(const T*, T*, rows, cols);
+                // the tier holds the row (G * E >= cols) and `_v` is chosen only when every
+                // row starts on a 16-byte boundary.
+                unsafe { launch.launch(config) }?;
+                Ok(())
+            }),
+        })
+    }
+
+    /// `vec_online`: a block per row, online max+sum then write, 16-byte loads.
+    pub fn plan_online<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Plan<'a, T>> {
+        let kernel = self.streaming::<T>("softmax_online", cols)?;
+        if rows > i32::MAX as usize {
+            return Err(Refused(format!("{rows} rows exceed the grid's 2^31 - 1 blocks")).into());
+        }
+        let shape = LaunchShape::linear(rows as u32, STREAM_THREADS);
+        let terms = 2 * cols.div_ceil(STREAM_THREADS as usize) + 10;
+        Ok(Plan {
+            kernel,
+            shape,
+            tolerance: tolerance_for::<T>(terms),
+            launch: Box::new(move |x, out| {
+                check_sizes(x.len(), out.len(), rows, cols)?;
+                let config = kernel.config(&shape)?;
+                let cols = cols as u64;
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch.arg(x).arg(out).arg(&cols);
+                // SAFETY: matches softmax_online_<T>_<v|s>(const T*, T*, cols), one block per
+                // row; `_v` only for 16-byte aligned rows.
+                unsafe { launch.launch(config) }?;
+                Ok(())
+            }),
+        })
+    }
+
+    /// `vec_split`: day 4's split rows with 16-byte loads; chunks are whole packs.
+    pub fn plan_split<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Plan<'a, T>> {
+        let stats = self.streaming::<T>("softmax_split_stats", cols)?;
+        let write = self.streaming::<T>("softmax_split_write", cols)?;
+        if rows > 65535 {
+            return Err(Refused(format!("{rows} rows exceed the grid's 65535 in y")).into());
+        }
+        let (chunks, chunk) = split_chunks(rows, cols, self.sms, pack(T::DTYPE));
+        let shape = LaunchShape {
+            grid: (chunks as u32, rows as u32, 1),
+            block: (SPLIT_THREADS, 1, 1),
+            dynamic_shared_bytes: 0,
+        };
+        let mut partials = gpu.stream.alloc_zeros::<f32>(2 * rows * chunks)?;
+        let terms = 2 * chunk.div_ceil(SPLIT_THREADS as usize) + chunks + 16;
+        Ok(Plan {
+            kernel: stats,
+            shape,
+            tolerance: tolerance_for::<T>(terms),
+            launch: Box::new(move |x, out| {
+                check_sizes(x.len(), out.len(), rows, cols)?;
+                let (cols, chunk) = (cols as u64, chunk as u64);
+                let mut first = gpu.stream.launch_builder(&stats.func);
+                first.arg(x).arg(&mut partials).arg(&cols).arg(&chunk);
+                // SAFETY: matches softmax_split_stats_<T>_<v|s>(const T*, MaxSum*, cols,
+                // chunk); `partials` has a (max, sum) pair per block; chunks are whole packs.
+                unsafe { first.launch(stats.config(&shape)?) }?;
+                let mut second = gpu.stream.launch_builder(&write.func);
+                second.arg(x).arg(out).arg(&partials).arg(&cols).arg(&chunk);
+                // SAFETY: matches softmax_split_write_<T>_<v|s>(const T*, T*, const MaxSum*,
+                // cols, chunk), on the same grid, after the stats kernel on the same stream.
+                unsafe { second.launch(write.config(&shape)?) }?;
+                Ok(())
+            }),
+        })
+    }
+}
+
+pub struct Day05 {
+    day04: BlockSoftmax,
+    vec: VecSoftmax,
+}
+
+impl SoftmaxDay for Day05 {
+    const DAY: &'static str = "day05";
+    const TITLE: &'static str = "vectorized softmax";
+    const VERSIONS: &'static [&'static str] = &[
+        "day04_block_online",
+        "day04_split_row",
+        "vec_regs",
+        "vec_online",
+        "vec_split",
+    ];
+    /// The five problems of the workspace's softmax targets.
+    const DEFAULT_PROBLEMS: &'static [Shape] = &[
+        Shape::new(32768, 4096, Dtype::F32),
+        Shape::new(32768, 4096, Dtype::Bf16),
+        Shape::new(4096, 32768, Dtype::F32),
+        Shape::new(1 << 20, 128, Dtype::F32),
+        Shape::new(8, 1 << 20, Dtype::F32),
+    ];
+    const DTYPES: &'static [Dtype] = DTYPES;
+
+    fn load(gpu: &Gpu) -> Result<Self> {
+        Ok(Self {
+            day04: BlockSoftmax::load(gpu)?,
+            vec: VecSoftmax::load(gpu)?,
+        })
+    }
+
+    fn plan<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        version: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Plan<'a, T>> {
+        match version {
+            "day04_block_online" => self.day04.plan_row(gpu, true, rows, cols),
+            "day04_split_row" => self.day04.plan_split(gpu, rows, cols),
+            "vec_regs" => self.vec.plan_regs(gpu, rows, cols),
+            "vec_online" => self.vec.plan_online(gpu, rows, cols),
+            "vec_split" => self.vec.plan_split(gpu, rows, cols),
+            other => Err(Refused(format!("day05 has no version `{other}`")).into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_compiles_for_sm90_without_spilling() {
+        let names = all_functions();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &names);
+    }
+
+    #[test]
+    fn tiers_grow_and_end_at_the_register_limit() {
+        for dtype in DTYPES {
+            let caps: Vec<usize> = tiers(*dtype).iter().map(|(g, e)| g * e).collect();
+            assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
+            assert_eq!(*caps.last().unwrap(), MAX_REGISTER_ROW);
+            assert!(tiers(*dtype).iter().all(|(_, e)| e % pack(*dtype) == 0));
+        }
+    }
+}

@@ -1,0 +1,233 @@
+// day05: vectorized softmax, the row kept in registers (seed 000, day 5).
+//
+// Two changes to day 4, both about the memory bus:
+// 1. 16-byte loads and stores: a thread moves 4 floats or 8 halves per instruction
+//    (LDG.E.128), a quarter or an eighth of the instructions for the same bytes. The row must
+//    then start on a 16-byte boundary, i.e. its width must be a multiple of 16/sizeof(T);
+//    other widths take the same kernels with scalar loads (the `_s` instantiations).
+// 2. The row stays in registers: each thread loads its EPT elements once, and the max, the
+//    exponentials, the sum and the output are all computed from registers. The input is read
+//    from memory exactly once and the output written once: the least traffic there is.
+//    Registers are finite (at most 64 per thread in a 1024-thread block), so a thread holds at
+//    most 32 elements and a row at most 32 x 1024 = 32768; longer rows take the online
+//    two-pass kernel, and a few very long rows the split-row kernels, both vectorized.
+//
+// Versions:
+//   vec_regs    the row in registers, a warp per row up to 512 columns, a block above
+//   vec_online  a block per row, two passes (online max+sum, write), 16-byte loads
+//   vec_split   chunks of a row on separate blocks (stats, then merge-and-write), 16-byte loads
+//
+// Run: cargo run --release -p day05 -- --rows 4096 --cols 32768 --kernel vec_regs
+#include "common.cuh"
+#include "dtype.cuh"
+#include "reduce.cuh"
+
+// Reductions within the threads that share a row: a warp, or the whole block.
+template <int GROUP> __device__ __forceinline__ float group_max(float v, float* scratch) {
+    if constexpr (GROUP == 32) return warp_max(v);
+    else return block_max(v, scratch);
+}
+template <int GROUP> __device__ __forceinline__ float group_sum(float v, float* scratch) {
+    if constexpr (GROUP == 32) return warp_sum(v);
+    else return block_sum(v, scratch);
+}
+
+// GROUP threads per row: GROUP = 32 is a warp per row (8 rows per 256-thread block),
+// otherwise a block of GROUP threads per row (grid = rows). Each thread holds EPT elements in
+// registers. With VEC, thread t holds 16-byte packs t, t + GROUP, ...; without, columns
+// t, t + GROUP, ... (coalesced either way). Slots past the end of the row hold -inf, which
+// the max ignores and the sum sees as exp(-inf) = 0.
+template <typename T, int GROUP, int EPT, bool VEC>
+__device__ __forceinline__ void softmax_regs(const T* __restrict__ x, T* __restrict__ y,
+                                             index_t rows, index_t cols) {
+    constexpr int N = 16 / sizeof(T);
+    constexpr int PACKS = EPT / N;
+    __shared__ float scratch[32];
+    const int t = threadIdx.x % GROUP;
+    const index_t row = (index_t)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
+    if (GROUP == 32 && row >= rows) return;  // whole warps; blocks per row always have a row
+    const T* in = x + row * cols;
+    T* out = y + row * cols;
+
+    float v[EPT];
+    if constexpr (VEC) {
+#pragma unroll
+        for (int p = 0; p < PACKS; ++p) {
+            const index_t col = ((index_t)p * GROUP + t) * N;
+            if (col < cols) {
+                const Pack16<T> pack = load16(in + col);
+#pragma unroll
+                for (int k = 0; k < N; ++k) v[p * N + k] = to_f32(pack.v[k]);
+            } else {
+#pragma unroll
+                for (int k = 0; k < N; ++k) v[p * N + k] = NEG_INF;
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const index_t col = (index_t)i * GROUP + t;
+            v[i] = col < cols ? to_f32(in[col]) : NEG_INF;
+        }
+    }
+
+    float row_max = NEG_INF;
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) row_max = fmaxf(row_max, v[i]);
+    row_max = group_max<GROUP>(row_max, scratch);
+
+    float sum = 0.0f;
+    if (row_max != NEG_INF) {
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            v[i] = expf(v[i] - row_max);
+            sum += v[i];
+        }
+    }
+    // Every thread reaches the barrier inside group_sum, also in an all -inf row.
+    sum = group_sum<GROUP>(sum, scratch);
+    const float scale = row_max == NEG_INF ? 0.0f : 1.0f / sum;  // all -inf: zeros
+
+    if constexpr (VEC) {
+#pragma unroll
+        for (int p = 0; p < PACKS; ++p) {
+            const index_t col = ((index_t)p * GROUP + t) * N;
+            if (col < cols) {
+                Pack16<T> pack;
+#pragma unroll
+                for (int k = 0; k < N; ++k) pack.v[k] = from_f32<T>(v[p * N + k] * scale);
+                store16(out + col, pack);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const index_t col = (index_t)i * GROUP + t;
+            if (col < cols) out[col] = from_f32<T>(v[i] * scale);
+        }
+    }
+}
+
+// Online (max, sum) of columns [begin, end) of one row, by this block's threads; with VEC,
+// begin and end are multiples of the pack width.
+template <typename T, bool VEC>
+__device__ __forceinline__ MaxSum thread_stats(const T* __restrict__ in, index_t begin,
+                                               index_t end) {
+    constexpr int N = 16 / sizeof(T);
+    MaxSum stats = max_sum_empty();
+    if constexpr (VEC) {
+        for (index_t c = begin + (index_t)threadIdx.x * N; c < end; c += (index_t)blockDim.x * N) {
+            const Pack16<T> pack = load16(in + c);
+#pragma unroll
+            for (int k = 0; k < N; ++k) stats = max_sum_add(stats, to_f32(pack.v[k]));
+        }
+    } else {
+        for (index_t c = begin + threadIdx.x; c < end; c += blockDim.x)
+            stats = max_sum_add(stats, to_f32(in[c]));
+    }
+    return stats;
+}
+
+// out[c] = exp(in[c] - max) * scale for c in [begin, end).
+template <typename T, bool VEC>
+__device__ __forceinline__ void write_scaled(const T* __restrict__ in, T* __restrict__ out,
+                                             index_t begin, index_t end, float max, float scale) {
+    constexpr int N = 16 / sizeof(T);
+    if constexpr (VEC) {
+        for (index_t c = begin + (index_t)threadIdx.x * N; c < end; c += (index_t)blockDim.x * N) {
+            const Pack16<T> pack = load16(in + c);
+            Pack16<T> result;
+#pragma unroll
+            for (int k = 0; k < N; ++k)
+                result.v[k] = from_f32<T>(expf(to_f32(pack.v[k]) - max) * scale);
+            store16(out + c, result);
+        }
+    } else {
+        for (index_t c = begin + threadIdx.x; c < end; c += blockDim.x)
+            out[c] = from_f32<T>(expf(to_f32(in[c]) - max) * scale);
+    }
+}
+
+// grid(rows), block(1024): pass 1 online stats, pass 2 write.
+template <typename T, bool VEC>
+__device__ __forceinline__ void softmax_online(const T* __restrict__ x, T* __restrict__ y,
+                                               index_t cols) {
+    __shared__ MaxSum scratch[32];
+    const T* in = x + (index_t)blockIdx.x * cols;
+    T* out = y + (index_t)blockIdx.x * cols;
+    const MaxSum stats = block_max_sum(thread_stats<T, VEC>(in, 0, cols), scratch);
+    const float scale = stats.max == NEG_INF ? 0.0f : 1.0f / stats.sum;
+    // An all -inf row: exp(-inf - -inf) would be NaN; scale 0 with max 0 writes zeros.
+    write_scaled<T, VEC>(in, out, 0, cols, stats.max == NEG_INF ? 0.0f : stats.max, scale);
+}
+
+// grid(chunks, rows), block(THREADS): chunk summaries, as day 4, with 16-byte loads.
+template <typename T, bool VEC>
+__device__ __forceinline__ void softmax_split_stats(const T* __restrict__ x,
+                                                    MaxSum* __restrict__ partials, index_t cols,
+                                                    index_t chunk) {
+    __shared__ MaxSum scratch[32];
+    const index_t row = blockIdx.y, begin = (index_t)blockIdx.x * chunk;
+    const index_t end = begin + chunk < cols ? begin + chunk : cols;
+    const MaxSum stats = block_max_sum(thread_stats<T, VEC>(x + row * cols, begin, end), scratch);
+    if (threadIdx.x == 0) partials[row * gridDim.x + blockIdx.x] = stats;
+}
+
+// grid(chunks, rows), block(THREADS): merge the row's summaries, write this chunk.
+template <typename T, bool VEC>
+__device__ __forceinline__ void softmax_split_write(const T* __restrict__ x, T* __restrict__ y,
+                                                    const MaxSum* __restrict__ partials,
+                                                    index_t cols, index_t chunk) {
+    __shared__ MaxSum scratch[32];
+    const index_t row = blockIdx.y, begin = (index_t)blockIdx.x * chunk;
+    const index_t end = begin + chunk < cols ? begin + chunk : cols;
+    MaxSum stats = max_sum_empty();
+    for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x)
+        stats = max_sum_combine(stats, partials[row * gridDim.x + k]);
+    stats = block_max_sum(stats, scratch);
+    const float scale = stats.max == NEG_INF ? 0.0f : 1.0f / stats.sum;
+    write_scaled<T, VEC>(x + row * cols, y + row * cols, begin, end,
+                         stats.max == NEG_INF ? 0.0f : stats.max, scale);
+}
+
+// The register tiers: (threads per row, elements per thread). The launcher picks the first
+// tier whose capacity GROUP * EPT holds the row. Blocks are 256 threads for a warp per row.
+#define REGS_TIER(T, NAME, GROUP, EPT, BLOCK)                                                  \
+    KERNEL void __launch_bounds__(BLOCK)                                                       \
+        softmax_regs_##NAME##_g##GROUP##_e##EPT##_v(const T* x, T* y, index_t rows,            \
+                                                    index_t cols) {                            \
+        softmax_regs<T, GROUP, EPT, true>(x, y, rows, cols);                                   \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(BLOCK)                                                       \
+        softmax_regs_##NAME##_g##GROUP##_e##EPT##_s(const T* x, T* y, index_t rows,            \
+                                                    index_t cols) {                            \
+        softmax_regs<T, GROUP, EPT, false>(x, y, rows, cols);                                  \
+    }
+
+#define STREAMING(T, NAME, SUFFIX, VEC)                                                        \
+    KERNEL void softmax_online_##NAME##_##SUFFIX(const T* x, T* y, index_t cols) {            \
+        softmax_online<T, VEC>(x, y, cols);                                                    \
+    }                                                                                          \
+    KERNEL void softmax_split_stats_##NAME##_##SUFFIX(const T* x, MaxSum* partials,           \
+                                                      index_t cols, index_t chunk) {           \
+        softmax_split_stats<T, VEC>(x, partials, cols, chunk);                                 \
+    }                                                                                          \
+    KERNEL void softmax_split_write_##NAME##_##SUFFIX(const T* x, T* y, const MaxSum* partials,\
+                                                      index_t cols, index_t chunk) {           \
+        softmax_split_write<T, VEC>(x, y, partials, cols, chunk);                              \
+    }
+
+#define ALL_KERNELS(T, NAME, WARP_SMALL, WARP_LARGE)                                           \
+    REGS_TIER(T, NAME, 32, WARP_SMALL, 256)                                                    \
+    REGS_TIER(T, NAME, 32, WARP_LARGE, 256)                                                    \
+    REGS_TIER(T, NAME, 128, 32, 128)                                                           \
+    REGS_TIER(T, NAME, 256, 32, 256)                                                           \
+    REGS_TIER(T, NAME, 512, 32, 512)                                                           \
+    REGS_TIER(T, NAME, 1024, 32, 1024)                                                         \
+    STREAMING(T, NAME, v, true)                                                                \
+    STREAMING(T, NAME, s, false)
+
+// Warp tiers: one pack per lane (4 floats, 8 halves), and 16 elements per lane.
+ALL_KERNELS(float, f32, 4, 16)
+ALL_KERNELS(f16_t, f16, 8, 16)
+ALL_KERNELS(bf16_t, bf16, 8, 16)
