@@ -432,13 +432,18 @@ pub fn check_sizes(x_len: usize, out_len: usize, rows: usize, cols: usize) -> Re
     Ok(())
 }
 
-/// How split-row kernels cut a row: about 4 blocks per SM in all, so a few long rows still
-/// fill the GPU; no more chunks than the row has 4096-element pieces, so each block has real
+/// How split-row kernels cut a row: about `target_blocks` blocks in all (a few per SM), so a
+/// few long rows still fill the GPU; no more chunks than the row has 4096-element pieces, so each block has real
 /// work; at most 1024
 /// per row (the merge reads them all); each a multiple of `align` (the vector width).
 /// Returns (chunks per row, elements per chunk).
-pub fn split_chunks(rows: usize, cols: usize, sms: usize, align: usize) -> (usize, usize) {
-    let wanted = (4 * sms).div_ceil(rows.max(1));
+pub fn split_chunks(
+    rows: usize,
+    cols: usize,
+    target_blocks: usize,
+    align: usize,
+) -> (usize, usize) {
+    let wanted = target_blocks.div_ceil(rows.max(1));
     let chunks = wanted.clamp(1, cols.div_ceil(4096).clamp(1, 1024));
     let chunk = cols.div_ceil(chunks).next_multiple_of(align);
     (cols.div_ceil(chunk), chunk)
@@ -533,15 +538,15 @@ mod tests {
 
     #[test]
     fn split_chunks_fill_the_gpu_and_cover_the_row() {
-        let (chunks, chunk) = split_chunks(8, 1 << 20, 132, 4);
+        let (chunks, chunk) = split_chunks(8, 1 << 20, 4 * 132, 4);
         assert_eq!(chunks, 66);
         assert_eq!(chunk % 4, 0);
         assert!(chunks * chunk >= 1 << 20 && (chunks - 1) * chunk < 1 << 20);
         // Many rows: one chunk each.
-        assert_eq!(split_chunks(32768, 4096, 132, 4), (1, 4096));
+        assert_eq!(split_chunks(32768, 4096, 4 * 132, 4), (1, 4096));
         // Short rows are not cut below 4096.
-        assert_eq!(split_chunks(2, 5000, 132, 8).0, 2);
-        assert_eq!(split_chunks(1, 1, 132, 8), (1, 8));
+        assert_eq!(split_chunks(2, 5000, 4 * 132, 8).0, 2);
+        assert_eq!(split_chunks(1, 1, 4 * 132, 8), (1, 8));
     }
 
     #[test]

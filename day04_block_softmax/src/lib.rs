@@ -106,7 +106,8 @@ impl BlockSoftmax {
     ) -> Result<Plan<'a, T>> {
         let stats = self.kernel::<T>("softmax_split_stats")?;
         let write = self.kernel::<T>("softmax_split_write")?;
-        let (chunks, chunk) = split_chunks(rows, cols, self.sms, 1);
+        // About 4 blocks of 256 threads per SM.
+        let (chunks, chunk) = split_chunks(rows, cols, 4 * self.sms, 1);
         if rows > 65535 {
             return Err(Refused(format!("{rows} rows exceed the grid's 65535 in y")).into());
         }

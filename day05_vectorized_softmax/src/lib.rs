@@ -180,7 +180,9 @@ impl VecSoftmax {
         if rows > 65535 {
             return Err(Refused(format!("{rows} rows exceed the grid's 65535 in y")).into());
         }
-        let (chunks, chunk) = split_chunks(rows, cols, self.sms, pack(T::DTYPE));
+        // 8 blocks of 256 threads per SM, twice day 4's: with 4 packs in flight per thread,
+        // more resident threads keep more of the chunk's bytes in flight.
+        let (chunks, chunk) = split_chunks(rows, cols, 8 * self.sms, pack(T::DTYPE));
         let shape = LaunchShape {
             grid: (chunks as u32, rows as u32, 1),
             block: (SPLIT_THREADS, 1, 1),

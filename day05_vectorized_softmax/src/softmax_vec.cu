@@ -14,8 +14,10 @@
 //
 // Versions:
 //   vec_regs    the row in registers, a warp per row up to 512 columns, a block above
-//   vec_online  a block per row, two passes (online max+sum, write), 16-byte loads
-//   vec_split   chunks of a row on separate blocks (stats, then merge-and-write), 16-byte loads
+//   vec_online  a block per row, two passes (online max+sum, write), 16-byte loads, 4 packs in
+//               flight per thread
+//   vec_split   chunks of a row on separate blocks (stats, then merge-and-write), 16-byte loads,
+//               4 packs in flight per thread, twice day 4's blocks
 //
 // Run: cargo run --release -p day05 -- --rows 4096 --cols 32768 --kernel vec_regs
 #include "common.cuh"
@@ -76,13 +78,14 @@ __device__ __forceinline__ void softmax_regs(const T* __restrict__ x, T* __restr
     for (int i = 0; i < EPT; ++i) row_max = fmaxf(row_max, v[i]);
     row_max = group_max<GROUP>(row_max, scratch);
 
+    // An all -inf row shifts by 0 instead: exp(-inf) = 0 in every slot, and its scale of 0
+    // below writes zeros (no branch, which would cost the 1024-thread tier registers).
+    const float shift = row_max == NEG_INF ? 0.0f : row_max;
     float sum = 0.0f;
-    if (row_max != NEG_INF) {
 #pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            v[i] = expf(v[i] - row_max);
-            sum += v[i];
-        }
+    for (int i = 0; i < EPT; ++i) {
+        v[i] = expf(v[i] - shift);
+        sum += v[i];
     }
     // Every thread reaches the barrier inside group_sum, also in an all -inf row.
     sum = group_sum<GROUP>(sum, scratch);
@@ -108,6 +111,11 @@ __device__ __forceinline__ void softmax_regs(const T* __restrict__ x, T* __restr
     }
 }
 
+// Packs each thread loads before using the first: a loop that loads one pack and then
+// waits for it keeps a single 16-byte request in flight per thread, too few to cover memory
+// latency when a block streams a long chunk.
+#define UNROLL 4
+
 // Online (max, sum) of columns [begin, end) of one row, by this block's threads; with VEC,
 // begin and end are multiples of the pack width.
 template <typename T, bool VEC>
@@ -116,7 +124,18 @@ __device__ __forceinline__ MaxSum thread_stats(const T* __restrict__ in, index_t
     constexpr int N = 16 / sizeof(T);
     MaxSum stats = max_sum_empty();
     if constexpr (VEC) {
-        for (index_t c = begin + (index_t)threadIdx.x * N; c < end; c += (index_t)blockDim.x * N) {
+        const index_t stride = (index_t)blockDim.x * N;
+        index_t c = begin + (index_t)threadIdx.x * N;
+        for (; c + (UNROLL - 1) * stride < end; c += UNROLL * stride) {
+            Pack16<T> packs[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) packs[u] = load16(in + c + u * stride);
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+                for (int k = 0; k < N; ++k) stats = max_sum_add(stats, to_f32(packs[u].v[k]));
+        }
+        for (; c < end; c += stride) {
             const Pack16<T> pack = load16(in + c);
 #pragma unroll
             for (int k = 0; k < N; ++k) stats = max_sum_add(stats, to_f32(pack.v[k]));
@@ -134,13 +153,25 @@ __device__ __forceinline__ void write_scaled(const T* __restrict__ in, T* __rest
                                              index_t begin, index_t end, float max, float scale) {
     constexpr int N = 16 / sizeof(T);
     if constexpr (VEC) {
-        for (index_t c = begin + (index_t)threadIdx.x * N; c < end; c += (index_t)blockDim.x * N) {
-            const Pack16<T> pack = load16(in + c);
-            Pack16<T> result;
+        const index_t stride = (index_t)blockDim.x * N;
+        index_t c = begin + (index_t)threadIdx.x * N;
+        for (; c + (UNROLL - 1) * stride < end; c += UNROLL * stride) {
+            Pack16<T> packs[UNROLL];
 #pragma unroll
-            for (int k = 0; k < N; ++k)
-                result.v[k] = from_f32<T>(expf(to_f32(pack.v[k]) - max) * scale);
-            store16(out + c, result);
+            for (int u = 0; u < UNROLL; ++u) packs[u] = load16(in + c + u * stride);
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+                for (int k = 0; k < N; ++k)
+                    packs[u].v[k] = from_f32<T>(expf(to_f32(packs[u].v[k]) - max) * scale);
+                store16(out + c + u * stride, packs[u]);
+            }
+        }
+        for (; c < end; c += stride) {
+            Pack16<T> pack = load16(in + c);
+#pragma unroll
+            for (int k = 0; k < N; ++k) pack.v[k] = from_f32<T>(expf(to_f32(pack.v[k]) - max) * scale);
+            store16(out + c, pack);
         }
     } else {
         for (index_t c = begin + threadIdx.x; c < end; c += blockDim.x)
