@@ -69,6 +69,7 @@ fn all_functions() -> Vec<String> {
                 "softmax_online",
                 "softmax_split_stats",
                 "softmax_split_write",
+                "softmax_split_fused",
             ] {
                 names.push(format!("{kind}_{dtype}_{suffix}"));
             }
@@ -180,9 +181,8 @@ impl VecSoftmax {
         if rows > 65535 {
             return Err(Refused(format!("{rows} rows exceed the grid's 65535 in y")).into());
         }
-        // 8 blocks of 256 threads per SM, twice day 4's: with 4 packs in flight per thread,
-        // more resident threads keep more of the chunk's bytes in flight.
-        let (chunks, chunk) = split_chunks(rows, cols, 8 * self.sms, pack(T::DTYPE));
+        // About 4 blocks of 256 threads per SM, as day 4.
+        let (chunks, chunk) = split_chunks(rows, cols, 4 * self.sms, pack(T::DTYPE));
         let shape = LaunchShape {
             grid: (chunks as u32, rows as u32, 1),
             block: (SPLIT_THREADS, 1, 1),
@@ -213,6 +213,75 @@ impl VecSoftmax {
     }
 }
 
+impl VecSoftmax {
+    /// `vec_split_fused`: `vec_split` in one cooperative launch. Every block must be resident
+    /// at once (blocks wait for the other chunks of their row), so the grid is refused where
+    /// the GPU cannot hold it, and the driver checks it again at launch.
+    pub fn plan_split_fused<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Plan<'a, T>> {
+        let kernel = self.streaming::<T>("softmax_split_fused", cols)?;
+        if rows > 65535 {
+            return Err(Refused(format!("{rows} rows exceed the grid's 65535 in y")).into());
+        }
+        let (chunks, chunk) = split_chunks(rows, cols, 4 * self.sms, pack(T::DTYPE));
+        let resident =
+            kernel
+                .func
+                .occupancy_max_active_blocks_per_multiprocessor(SPLIT_THREADS, 0, None)?
+                as usize
+                * self.sms;
+        if rows * chunks > resident {
+            return Err(Refused(format!(
+                "needs its {} blocks resident at once; this GPU holds {resident}",
+                rows * chunks
+            ))
+            .into());
+        }
+        let shape = LaunchShape {
+            grid: (chunks as u32, rows as u32, 1),
+            block: (SPLIT_THREADS, 1, 1),
+            dynamic_shared_bytes: 0,
+        };
+        let mut partials = gpu.stream.alloc_zeros::<f32>(2 * rows * chunks)?;
+        let mut arrivals = gpu.stream.alloc_zeros::<u32>(rows)?;
+        let mut launches: u32 = 0;
+        let terms = 2 * chunk.div_ceil(SPLIT_THREADS as usize) + chunks + 16;
+        Ok(Plan {
+            kernel,
+            shape,
+            tolerance: tolerance_for::<T>(terms),
+            launch: Box::new(move |x, out| {
+                check_sizes(x.len(), out.len(), rows, cols)?;
+                launches += 1;
+                let target = launches
+                    .checked_mul(chunks as u32)
+                    .ok_or_else(|| anyhow::anyhow!("arrival counters would overflow"))?;
+                let (cols, chunk) = (cols as u64, chunk as u64);
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch
+                    .arg(x)
+                    .arg(out)
+                    .arg(&mut partials)
+                    .arg(&mut arrivals)
+                    .arg(&cols)
+                    .arg(&chunk)
+                    .arg(&target);
+                // SAFETY: matches softmax_split_fused_<T>_<v|s>(const T*, T*, MaxSum*,
+                // unsigned* arrivals, cols, chunk, unsigned target); arrivals[row] counts
+                // `chunks` per earlier launch, so `target` is what this launch brings it to.
+                // A cooperative launch fails rather than run with blocks that are not resident,
+                // which would otherwise wait forever.
+                unsafe { launch.launch_cooperative(kernel.config(&shape)?) }?;
+                Ok(())
+            }),
+        })
+    }
+}
+
 pub struct Day05 {
     day04: BlockSoftmax,
     vec: VecSoftmax,
@@ -227,6 +296,7 @@ impl SoftmaxDay for Day05 {
         "vec_regs",
         "vec_online",
         "vec_split",
+        "vec_split_fused",
     ];
     /// The five problems of the workspace's softmax targets.
     const DEFAULT_PROBLEMS: &'static [Shape] = &[
@@ -258,6 +328,7 @@ impl SoftmaxDay for Day05 {
             "vec_regs" => self.vec.plan_regs(gpu, rows, cols),
             "vec_online" => self.vec.plan_online(gpu, rows, cols),
             "vec_split" => self.vec.plan_split(gpu, rows, cols),
+            "vec_split_fused" => self.vec.plan_split_fused(gpu, rows, cols),
             other => Err(Refused(format!("day05 has no version `{other}`")).into()),
         }
     }

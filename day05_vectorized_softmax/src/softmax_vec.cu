@@ -14,10 +14,12 @@
 //
 // Versions:
 //   vec_regs    the row in registers, a warp per row up to 512 columns, a block above
-//   vec_online  a block per row, two passes (online max+sum, write), 16-byte loads, 4 packs in
-//               flight per thread
+//   vec_online  a block per row, two passes (online max+sum, write), 16-byte loads; the
+//               write pass walks the row backwards, so it starts on what L2 still holds
 //   vec_split   chunks of a row on separate blocks (stats, then merge-and-write), 16-byte loads,
-//               4 packs in flight per thread, twice day 4's blocks
+//               the write pass backwards as in vec_online
+//   vec_split_fused  the same in one cooperative launch: blocks wait for their row's
+//               summaries instead of for a second kernel
 //
 // Run: cargo run --release -p day05 -- --rows 4096 --cols 32768 --kernel vec_regs
 #include "common.cuh"
@@ -111,11 +113,6 @@ __device__ __forceinline__ void softmax_regs(const T* __restrict__ x, T* __restr
     }
 }
 
-// Packs each thread loads before using the first: a loop that loads one pack and then
-// waits for it keeps a single 16-byte request in flight per thread, too few to cover memory
-// latency when a block streams a long chunk.
-#define UNROLL 4
-
 // Online (max, sum) of columns [begin, end) of one row, by this block's threads; with VEC,
 // begin and end are multiples of the pack width.
 template <typename T, bool VEC>
@@ -124,18 +121,7 @@ __device__ __forceinline__ MaxSum thread_stats(const T* __restrict__ in, index_t
     constexpr int N = 16 / sizeof(T);
     MaxSum stats = max_sum_empty();
     if constexpr (VEC) {
-        const index_t stride = (index_t)blockDim.x * N;
-        index_t c = begin + (index_t)threadIdx.x * N;
-        for (; c + (UNROLL - 1) * stride < end; c += UNROLL * stride) {
-            Pack16<T> packs[UNROLL];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) packs[u] = load16(in + c + u * stride);
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u)
-#pragma unroll
-                for (int k = 0; k < N; ++k) stats = max_sum_add(stats, to_f32(packs[u].v[k]));
-        }
-        for (; c < end; c += stride) {
+        for (index_t c = begin + (index_t)threadIdx.x * N; c < end; c += (index_t)blockDim.x * N) {
             const Pack16<T> pack = load16(in + c);
 #pragma unroll
             for (int k = 0; k < N; ++k) stats = max_sum_add(stats, to_f32(pack.v[k]));
@@ -147,35 +133,26 @@ __device__ __forceinline__ MaxSum thread_stats(const T* __restrict__ in, index_t
     return stats;
 }
 
-// out[c] = exp(in[c] - max) * scale for c in [begin, end).
+// out[c] = exp(in[c] - max) * scale for c in [begin, end), walking the range from its end:
+// pass 1 read it from the start, so its end is what L2 still holds. Going forwards again
+// would evict those lines, by reading the oldest ones back first, before reaching them (the
+// cyclic pattern an LRU cache handles worst). Each warp still covers contiguous bytes.
 template <typename T, bool VEC>
 __device__ __forceinline__ void write_scaled(const T* __restrict__ in, T* __restrict__ out,
                                              index_t begin, index_t end, float max, float scale) {
-    constexpr int N = 16 / sizeof(T);
-    if constexpr (VEC) {
-        const index_t stride = (index_t)blockDim.x * N;
-        index_t c = begin + (index_t)threadIdx.x * N;
-        for (; c + (UNROLL - 1) * stride < end; c += UNROLL * stride) {
-            Pack16<T> packs[UNROLL];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) packs[u] = load16(in + c + u * stride);
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-#pragma unroll
-                for (int k = 0; k < N; ++k)
-                    packs[u].v[k] = from_f32<T>(expf(to_f32(packs[u].v[k]) - max) * scale);
-                store16(out + c + u * stride, packs[u]);
-            }
-        }
-        for (; c < end; c += stride) {
+    constexpr int N = VEC ? 16 / sizeof(T) : 1;
+    const index_t items = (end - begin) / N;  // packs (or elements) in the range
+    for (index_t i = threadIdx.x; i < items; i += blockDim.x) {
+        const index_t c = begin + (items - 1 - i) * N;
+        if constexpr (VEC) {
             Pack16<T> pack = load16(in + c);
 #pragma unroll
-            for (int k = 0; k < N; ++k) pack.v[k] = from_f32<T>(expf(to_f32(pack.v[k]) - max) * scale);
+            for (int k = 0; k < N; ++k)
+                pack.v[k] = from_f32<T>(expf(to_f32(pack.v[k]) - max) * scale);
             store16(out + c, pack);
-        }
-    } else {
-        for (index_t c = begin + threadIdx.x; c < end; c += blockDim.x)
+        } else {
             out[c] = from_f32<T>(expf(to_f32(in[c]) - max) * scale);
+        }
     }
 }
 
@@ -221,6 +198,48 @@ __device__ __forceinline__ void softmax_split_write(const T* __restrict__ x, T* 
                          stats.max == NEG_INF ? 0.0f : stats.max, scale);
 }
 
+// Reads a counter that other blocks increment, with acquire semantics: what those blocks
+// wrote before their increment is visible to what this thread reads after.
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// grid(chunks, rows), block(THREADS), launched cooperatively so that every block is resident
+// at once: vec_split's two kernels in one launch. Each block summarises its chunk, publishes
+// the summary and waits until every chunk of its row has; then it merges them and writes its
+// chunk, which it has just read and L2 still holds. arrivals[row] counts published summaries
+// over all launches; this launch waits for `target` = launch number x chunks, so the counters
+// never need resetting between launches.
+template <typename T, bool VEC>
+__device__ __forceinline__ void softmax_split_fused(const T* __restrict__ x, T* __restrict__ y,
+                                                    MaxSum* partials, unsigned* arrivals,
+                                                    index_t cols, index_t chunk, unsigned target) {
+    __shared__ MaxSum scratch[32];
+    const index_t row = blockIdx.y, begin = (index_t)blockIdx.x * chunk;
+    const index_t end = begin + chunk < cols ? begin + chunk : cols;
+    const T* in = x + row * cols;
+    const MaxSum mine = block_max_sum(thread_stats<T, VEC>(in, begin, end), scratch);
+    if (threadIdx.x == 0) {
+        partials[row * gridDim.x + blockIdx.x] = mine;
+        __threadfence();  // the summary is visible before the arrival that announces it
+        atomicAdd(&arrivals[row], 1u);
+        while (load_acquire(&arrivals[row]) < target) __nanosleep(64);
+    }
+    __syncthreads();
+    MaxSum stats = max_sum_empty();
+    for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x) {
+        // Through L2 (.cg): L1 is not coherent with other SMs' writes.
+        const float* p = reinterpret_cast<const float*>(&partials[row * gridDim.x + k]);
+        stats = max_sum_combine(stats, MaxSum{__ldcg(p), __ldcg(p + 1)});
+    }
+    stats = block_max_sum(stats, scratch);
+    const float scale = stats.max == NEG_INF ? 0.0f : 1.0f / stats.sum;
+    write_scaled<T, VEC>(in, y + row * cols, begin, end, stats.max == NEG_INF ? 0.0f : stats.max,
+                         scale);
+}
+
 // The register tiers: (threads per row, elements per thread). The launcher picks the first
 // tier whose capacity GROUP * EPT holds the row. Blocks are 256 threads for a warp per row.
 #define REGS_TIER(T, NAME, GROUP, EPT, BLOCK)                                                  \
@@ -246,6 +265,11 @@ __device__ __forceinline__ void softmax_split_write(const T* __restrict__ x, T* 
     KERNEL void softmax_split_write_##NAME##_##SUFFIX(const T* x, T* y, const MaxSum* partials,\
                                                       index_t cols, index_t chunk) {           \
         softmax_split_write<T, VEC>(x, y, partials, cols, chunk);                              \
+    }                                                                                          \
+    KERNEL void softmax_split_fused_##NAME##_##SUFFIX(const T* x, T* y, MaxSum* partials,     \
+                                                      unsigned* arrivals, index_t cols,        \
+                                                      index_t chunk, unsigned target) {        \
+        softmax_split_fused<T, VEC>(x, y, partials, arrivals, cols, chunk, target);            \
     }
 
 #define ALL_KERNELS(T, NAME, WARP_SMALL, WARP_LARGE)                                           \
