@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches};
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, PushKernelArg};
 use half::{bf16, f16};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -417,6 +417,89 @@ impl<'a, T: Element> Plan<'a, T> {
             }),
         })
     }
+}
+
+/// A version that is one kernel `(const T* x, T* y, index_t cols)` run with a block of
+/// `threads` per row (day 4's `block`, `block_online`, day 5's `vec_online`).
+pub fn plan_block_per_row<'a, T: Element>(
+    gpu: &'a Gpu,
+    kernel: &'a Kernel,
+    rows: usize,
+    cols: usize,
+    threads: u32,
+    tolerance: Tolerance,
+) -> Result<Plan<'a, T>> {
+    if rows > i32::MAX as usize {
+        return Err(Refused(format!("{rows} rows exceed the grid's 2^31 - 1 blocks")).into());
+    }
+    let shape = LaunchShape::linear(rows as u32, threads);
+    Ok(Plan {
+        kernel,
+        shape,
+        tolerance,
+        launch: Box::new(move |x, out| {
+            check_sizes(x.len(), out.len(), rows, cols)?;
+            let config = kernel.config(&shape)?;
+            let cols = cols as u64;
+            let mut launch = gpu.stream.launch_builder(&kernel.func);
+            launch.arg(x).arg(out).arg(&cols);
+            // SAFETY: the kernel takes (const T*, T*, index_t cols), as this function's
+            // contract says, and gets one block per row of a rows x cols buffer.
+            unsafe { launch.launch(config) }?;
+            Ok(())
+        }),
+    })
+}
+
+/// A version that splits rows into chunks (see [`split_chunks`]): `stats(const T* x,
+/// MaxSum* partials, index_t cols, index_t chunk)` writes a (max, sum) per chunk, then
+/// `write(const T* x, T* y, const MaxSum* partials, index_t cols, index_t chunk)` merges each
+/// row's and writes; both on a grid of (chunks, rows) blocks of `threads`.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_split_rows<'a, T: Element>(
+    gpu: &'a Gpu,
+    stats: &'a Kernel,
+    write: &'a Kernel,
+    rows: usize,
+    cols: usize,
+    threads: u32,
+    target_blocks: usize,
+    align: usize,
+) -> Result<Plan<'a, T>> {
+    if rows > 65535 {
+        return Err(Refused(format!("{rows} rows exceed the grid's 65535 in y")).into());
+    }
+    let (chunks, chunk) = split_chunks(rows, cols, target_blocks, align);
+    let shape = LaunchShape {
+        grid: (chunks as u32, rows as u32, 1),
+        block: (threads, 1, 1),
+        dynamic_shared_bytes: 0,
+    };
+    // One (max, sum) pair of f32 per chunk.
+    let mut partials = gpu.stream.alloc_zeros::<f32>(2 * rows * chunks)?;
+    // A thread adds its share of a chunk with up to one rescale per element; the merge adds
+    // one term per chunk.
+    let terms = 2 * chunk.div_ceil(threads as usize) + chunks + 16;
+    Ok(Plan {
+        kernel: stats,
+        shape,
+        tolerance: reference::softmax::tolerance_for::<T>(terms),
+        launch: Box::new(move |x, out| {
+            check_sizes(x.len(), out.len(), rows, cols)?;
+            let (cols, chunk) = (cols as u64, chunk as u64);
+            let mut first = gpu.stream.launch_builder(&stats.func);
+            first.arg(x).arg(&mut partials).arg(&cols).arg(&chunk);
+            // SAFETY: `stats` takes (const T*, MaxSum*, cols, chunk) by this function's
+            // contract; `partials` holds a (max, sum) pair for each of its blocks.
+            unsafe { first.launch(stats.config(&shape)?) }?;
+            let mut second = gpu.stream.launch_builder(&write.func);
+            second.arg(x).arg(out).arg(&partials).arg(&cols).arg(&chunk);
+            // SAFETY: `write` takes (const T*, T*, const MaxSum*, cols, chunk) on the same
+            // grid; the stream runs it after the stats kernel.
+            unsafe { second.launch(write.config(&shape)?) }?;
+            Ok(())
+        }),
+    })
 }
 
 /// Checks the buffers of a softmax launch: non-empty, `rows x cols`, input and output alike.

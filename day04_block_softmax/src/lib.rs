@@ -6,9 +6,8 @@ use common::dtype::Dtype;
 use common::kernel::KernelSet;
 use common::nvrtc::KernelSource;
 use common::reference::softmax::tolerance_for;
-use common::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes, split_chunks};
-use common::{Element, Gpu, Kernel, LaunchShape};
-use cudarc::driver::PushKernelArg;
+use common::softmax::{Plan, Refused, Shape, SoftmaxDay, plan_block_per_row, plan_split_rows};
+use common::{Element, Gpu, Kernel};
 use day03::DtypeSoftmax;
 
 pub const SOURCE: KernelSource = KernelSource {
@@ -66,38 +65,27 @@ impl BlockSoftmax {
         rows: usize,
         cols: usize,
     ) -> Result<Plan<'a, T>> {
-        let kernel = self.kernel::<T>(if online {
+        let kind = if online {
             "softmax_block_online"
         } else {
             "softmax_block"
-        })?;
-        if rows > i32::MAX as usize {
-            return Err(Refused(format!("{rows} rows exceed the grid's 2^31 - 1 blocks")).into());
-        }
-        let shape = LaunchShape::linear(rows as u32, ROW_THREADS);
-        let per_thread = cols.div_ceil(ROW_THREADS as usize);
+        };
         // Each thread adds its share one after another, then 10 tree levels; the online form
         // also rescales its running sum up to once per element.
+        let per_thread = cols.div_ceil(ROW_THREADS as usize);
         let terms = if online { 2 * per_thread } else { per_thread } + 10;
-        Ok(Plan {
-            kernel,
-            shape,
-            tolerance: tolerance_for::<T>(terms),
-            launch: Box::new(move |x, out| {
-                check_sizes(x.len(), out.len(), rows, cols)?;
-                let config = kernel.config(&shape)?;
-                let cols = cols as u64;
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch.arg(x).arg(out).arg(&cols);
-                // SAFETY: matches softmax_block[_online]_<T>(const T*, T*, index_t cols) with
-                // one block per row of a rows x cols buffer.
-                unsafe { launch.launch(config) }?;
-                Ok(())
-            }),
-        })
+        plan_block_per_row(
+            gpu,
+            self.kernel::<T>(kind)?,
+            rows,
+            cols,
+            ROW_THREADS,
+            tolerance_for::<T>(terms),
+        )
     }
 
-    /// `split_row`: chunks of each row on separate blocks, then a merge-and-write kernel.
+    /// `split_row`: chunks of each row on separate blocks (about 4 blocks of 256 threads per
+    /// SM), then a merge-and-write kernel.
     pub fn plan_split<'a, T: Element>(
         &'a self,
         gpu: &'a Gpu,
@@ -106,39 +94,16 @@ impl BlockSoftmax {
     ) -> Result<Plan<'a, T>> {
         let stats = self.kernel::<T>("softmax_split_stats")?;
         let write = self.kernel::<T>("softmax_split_write")?;
-        // About 4 blocks of 256 threads per SM.
-        let (chunks, chunk) = split_chunks(rows, cols, 4 * self.sms, 1);
-        if rows > 65535 {
-            return Err(Refused(format!("{rows} rows exceed the grid's 65535 in y")).into());
-        }
-        let shape = LaunchShape {
-            grid: (chunks as u32, rows as u32, 1),
-            block: (SPLIT_THREADS, 1, 1),
-            dynamic_shared_bytes: 0,
-        };
-        // One (max, sum) pair of f32 per chunk.
-        let mut partials = gpu.stream.alloc_zeros::<f32>(2 * rows * chunks)?;
-        let terms = 2 * chunk.div_ceil(SPLIT_THREADS as usize) + chunks + 16;
-        Ok(Plan {
-            kernel: stats,
-            shape,
-            tolerance: tolerance_for::<T>(terms),
-            launch: Box::new(move |x, out| {
-                check_sizes(x.len(), out.len(), rows, cols)?;
-                let (cols, chunk) = (cols as u64, chunk as u64);
-                let mut first = gpu.stream.launch_builder(&stats.func);
-                first.arg(x).arg(&mut partials).arg(&cols).arg(&chunk);
-                // SAFETY: matches softmax_split_stats_<T>(const T*, MaxSum*, cols, chunk);
-                // `partials` holds rows * chunks (max, sum) pairs, one per block.
-                unsafe { first.launch(stats.config(&shape)?) }?;
-                let mut second = gpu.stream.launch_builder(&write.func);
-                second.arg(x).arg(out).arg(&partials).arg(&cols).arg(&chunk);
-                // SAFETY: matches softmax_split_write_<T>(const T*, T*, const MaxSum*, cols,
-                // chunk) on the same grid; the stream orders it after the stats kernel.
-                unsafe { second.launch(write.config(&shape)?) }?;
-                Ok(())
-            }),
-        })
+        plan_split_rows(
+            gpu,
+            stats,
+            write,
+            rows,
+            cols,
+            SPLIT_THREADS,
+            4 * self.sms,
+            1,
+        )
     }
 }
 

@@ -7,7 +7,10 @@ use common::dtype::Dtype;
 use common::kernel::KernelSet;
 use common::nvrtc::KernelSource;
 use common::reference::softmax::tolerance_for;
-use common::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes, split_chunks};
+use common::softmax::{
+    Plan, Refused, Shape, SoftmaxDay, check_sizes, plan_block_per_row, plan_split_rows,
+    split_chunks,
+};
 use common::{Element, Gpu, Kernel, LaunchShape};
 use cudarc::driver::PushKernelArg;
 use day04::BlockSoftmax;
@@ -146,30 +149,19 @@ impl VecSoftmax {
         cols: usize,
     ) -> Result<Plan<'a, T>> {
         let kernel = self.streaming::<T>("softmax_online", cols)?;
-        if rows > i32::MAX as usize {
-            return Err(Refused(format!("{rows} rows exceed the grid's 2^31 - 1 blocks")).into());
-        }
-        let shape = LaunchShape::linear(rows as u32, STREAM_THREADS);
         let terms = 2 * cols.div_ceil(STREAM_THREADS as usize) + 10;
-        Ok(Plan {
+        plan_block_per_row(
+            gpu,
             kernel,
-            shape,
-            tolerance: tolerance_for::<T>(terms),
-            launch: Box::new(move |x, out| {
-                check_sizes(x.len(), out.len(), rows, cols)?;
-                let config = kernel.config(&shape)?;
-                let cols = cols as u64;
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch.arg(x).arg(out).arg(&cols);
-                // SAFETY: matches softmax_online_<T>_<v|s>(const T*, T*, cols), one block per
-                // row; `_v` only for 16-byte aligned rows.
-                unsafe { launch.launch(config) }?;
-                Ok(())
-            }),
-        })
+            rows,
+            cols,
+            STREAM_THREADS,
+            tolerance_for::<T>(terms),
+        )
     }
 
-    /// `vec_split`: day 4's split rows with 16-byte loads; chunks are whole packs.
+    /// `vec_split`: day 4's split rows (4 blocks of 256 threads per SM) with 16-byte loads;
+    /// chunks are whole packs.
     pub fn plan_split<'a, T: Element>(
         &'a self,
         gpu: &'a Gpu,
@@ -178,38 +170,17 @@ impl VecSoftmax {
     ) -> Result<Plan<'a, T>> {
         let stats = self.streaming::<T>("softmax_split_stats", cols)?;
         let write = self.streaming::<T>("softmax_split_write", cols)?;
-        if rows > 65535 {
-            return Err(Refused(format!("{rows} rows exceed the grid's 65535 in y")).into());
-        }
-        // About 4 blocks of 256 threads per SM, as day 4.
-        let (chunks, chunk) = split_chunks(rows, cols, 4 * self.sms, pack(T::DTYPE));
-        let shape = LaunchShape {
-            grid: (chunks as u32, rows as u32, 1),
-            block: (SPLIT_THREADS, 1, 1),
-            dynamic_shared_bytes: 0,
-        };
-        let mut partials = gpu.stream.alloc_zeros::<f32>(2 * rows * chunks)?;
-        let terms = 2 * chunk.div_ceil(SPLIT_THREADS as usize) + chunks + 16;
-        Ok(Plan {
-            kernel: stats,
-            shape,
-            tolerance: tolerance_for::<T>(terms),
-            launch: Box::new(move |x, out| {
-                check_sizes(x.len(), out.len(), rows, cols)?;
-                let (cols, chunk) = (cols as u64, chunk as u64);
-                let mut first = gpu.stream.launch_builder(&stats.func);
-                first.arg(x).arg(&mut partials).arg(&cols).arg(&chunk);
-                // SAFETY: matches softmax_split_stats_<T>_<v|s>(const T*, MaxSum*, cols,
-                // chunk); `partials` has a (max, sum) pair per block; chunks are whole packs.
-                unsafe { first.launch(stats.config(&shape)?) }?;
-                let mut second = gpu.stream.launch_builder(&write.func);
-                second.arg(x).arg(out).arg(&partials).arg(&cols).arg(&chunk);
-                // SAFETY: matches softmax_split_write_<T>_<v|s>(const T*, T*, const MaxSum*,
-                // cols, chunk), on the same grid, after the stats kernel on the same stream.
-                unsafe { second.launch(write.config(&shape)?) }?;
-                Ok(())
-            }),
-        })
+        let align = pack(T::DTYPE);
+        plan_split_rows(
+            gpu,
+            stats,
+            write,
+            rows,
+            cols,
+            SPLIT_THREADS,
+            4 * self.sms,
+            align,
+        )
     }
 }
 
