@@ -533,7 +533,8 @@ pub fn split_chunks(
 }
 
 /// Shapes of the GPU tests: one row, one column, widths no vector width or block divides,
-/// more rows than a block, long rows, and a few rows long enough to be split.
+/// more rows than a block, long rows, a few rows long enough to be split, and a matrix larger
+/// than L2.
 pub const TEST_SHAPES: &[(usize, usize)] = &[
     (1, 1),
     (1, 4097),
@@ -546,6 +547,8 @@ pub const TEST_SHAPES: &[(usize, usize)] = &[
     (130, 4096),
     (5, 33_001),
     (2, 262_147),
+    // 36 MiB of f32, more than L2: many chunks per row, and more blocks than rows.
+    (9, 1 << 20),
 ];
 
 /// The GPU test of a softmax day: every version, every dtype it takes, every test shape it
