@@ -104,10 +104,10 @@ impl<'g> Session<'g> {
         }
     }
 
-    /// Saves the reference when `--save DIR` was given.
-    pub fn save_reference(&self, expected: &Expected) -> Result<()> {
+    /// Saves the reference (row-major in `shape`) when `--save DIR` was given.
+    pub fn save_reference(&self, shape: &[usize], values: &[f64]) -> Result<()> {
         match self.save_dir() {
-            Some(dir) => save::save_f64(dir, "reference", expected.shape, expected.values),
+            Some(dir) => save::save_f64(dir, "reference", shape, values),
             None => Ok(()),
         }
     }

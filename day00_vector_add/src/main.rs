@@ -65,7 +65,7 @@ fn run(args: Args) -> Result<()> {
     )?;
     session.save_input("a", &[n], &a)?;
     session.save_input("b", &[n], &b)?;
-    session.save_reference(&expected)?;
+    session.save_reference(&[n], &reference)?;
 
     let a_dev = gpu.upload(&a)?;
     let b_dev = gpu.upload(&b)?;

@@ -66,7 +66,7 @@ fn run(args: Args) -> Result<()> {
         },
     )?;
     session.save_input("x", &[rows, cols], &x)?;
-    session.save_reference(&expected)?;
+    session.save_reference(&[rows, cols], &reference)?;
 
     let x_dev = gpu.upload(&x)?;
     let mut out = gpu.alloc_poisoned::<f32>(rows * cols)?;
