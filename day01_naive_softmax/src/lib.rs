@@ -1,17 +1,16 @@
 //! Day 1: naive softmax. The launcher for `softmax_naive.cu`.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
+use common::dtype::Dtype;
 use common::nvrtc::KernelSource;
-use common::{Gpu, Kernel, LaunchShape, Tolerance};
+use common::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes};
+use common::{Element, Gpu, Kernel, LaunchShape, Tolerance};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 pub const SOURCE: KernelSource = KernelSource {
     file_name: "softmax_naive.cu",
     code: include_str!("softmax_naive.cu"),
 };
-
-/// The versions this day has (`--kernel` names), in table order.
-pub const VERSIONS: &[&str] = &["naive"];
 
 /// The check's tolerance for rows of `cols` columns: each thread sums its whole row one term
 /// after another, so the error bound grows with `cols` (see
@@ -59,16 +58,7 @@ impl NaiveSoftmax {
         rows: usize,
         cols: usize,
     ) -> Result<()> {
-        if rows == 0 || cols == 0 {
-            bail!("softmax: {rows} x {cols} is empty; rows and columns must be at least 1");
-        }
-        if rows.checked_mul(cols) != Some(x.len()) || out.len() != x.len() {
-            bail!(
-                "softmax: input of {} and output of {} elements do not hold {rows} x {cols}",
-                x.len(),
-                out.len()
-            );
-        }
+        check_sizes(x.len(), out.len(), rows, cols)?;
         let config = self.kernel.config(&self.shape(rows))?;
         let (rows, cols) = (rows as u64, cols as u64);
         let mut launch = gpu.stream.launch_builder(&self.kernel.func);
@@ -77,6 +67,44 @@ impl NaiveSoftmax {
         // floats, then rows and cols as index_t); threads past the last row return at once.
         unsafe { launch.launch(config) }?;
         Ok(())
+    }
+}
+
+/// The day for the shared softmax runner (`common::softmax`), which days 2-5 use too: its
+/// `main`, its flags and its GPU test.
+pub struct Day01 {
+    naive: NaiveSoftmax,
+}
+
+impl SoftmaxDay for Day01 {
+    const DAY: &'static str = "day01";
+    const TITLE: &'static str = "naive softmax";
+    const VERSIONS: &'static [&'static str] = &["naive"];
+    const DEFAULT_PROBLEMS: &'static [Shape] = &[Shape::new(32768, 4096, Dtype::F32)];
+    const DTYPES: &'static [Dtype] = &[Dtype::F32];
+
+    fn load(gpu: &Gpu) -> Result<Self> {
+        Ok(Self {
+            naive: NaiveSoftmax::load(gpu)?,
+        })
+    }
+
+    fn plan<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        version: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Plan<'a, T>> {
+        match version {
+            "naive" => Plan::f32_only(
+                self.naive.kernel(),
+                self.naive.shape(rows),
+                tolerance(cols),
+                move |x, out| self.naive.launch(gpu, x, out, rows, cols),
+            ),
+            other => Err(Refused(format!("day01 has no version `{other}`")).into()),
+        }
     }
 }
 
