@@ -15,7 +15,17 @@ use crate::gpu::Gpu;
 pub struct TimingOptions {
     pub warmup: usize,
     pub iters: usize,
+    /// About how long the timed runs of one version may take in all. A slow version (a naive
+    /// matmul at 8192 takes seconds) gets fewer runs, never fewer than [`MIN_TIMED_RUNS`], and
+    /// no more warm-up than its first run.
+    pub budget_ms: f64,
 }
+
+/// The fewest timed runs a version gets, however slow.
+pub const MIN_TIMED_RUNS: usize = 3;
+
+/// A first run longer than this is warm-up enough.
+const LONG_RUN_MS: f64 = 50.0;
 
 /// Run times of one kernel version, in milliseconds.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -52,11 +62,24 @@ pub fn time_on_gpu(
     } else {
         None
     };
-    for _ in 0..opts.warmup {
-        run()?;
-    }
     let new_event = || gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT));
-    let events: Vec<(CudaEvent, CudaEvent)> = (0..opts.iters)
+    // The first warm-up run is timed, to size the rest to the budget.
+    let mut iters = opts.iters;
+    if opts.warmup > 0 {
+        let (start, end) = (new_event()?, new_event()?);
+        start.record(&gpu.stream)?;
+        run()?;
+        end.record(&gpu.stream)?;
+        let first_ms = start.elapsed_ms(&end)? as f64;
+        let affordable = (opts.budget_ms / first_ms.max(1e-3)) as usize;
+        iters = iters.min(affordable.max(MIN_TIMED_RUNS));
+        if first_ms < LONG_RUN_MS {
+            for _ in 1..opts.warmup {
+                run()?;
+            }
+        }
+    }
+    let events: Vec<(CudaEvent, CudaEvent)> = (0..iters)
         .map(|_| Ok((new_event()?, new_event()?)))
         .collect::<Result<_>>()?;
     for (start, end) in &events {
@@ -125,6 +148,7 @@ pub(crate) fn measure_copy_bandwidth(gpu: &Gpu) -> Result<f64> {
     let opts = TimingOptions {
         warmup: 3,
         iters: 20,
+        budget_ms: f64::INFINITY,
     };
     let timing = time_on_gpu(gpu, &opts, 2 * bytes as u64, || {
         gpu.stream.memcpy_dtod(&src, &mut dst)?;

@@ -98,13 +98,53 @@ pub fn compare<T: Element>(
         expected.len(),
         "output and reference lengths differ"
     );
+    compare_pairs(
+        got.iter().copied().zip(expected.iter().copied()).enumerate(),
+        got.len(),
+        shape,
+        tolerance,
+    )
+}
+
+/// Compares `got` (a whole output, row-major in `shape`) with a reference known only at the
+/// flat indices `at` (`expected[i]` is the value at `at[i]`): a sampled check of an output too
+/// large for a full CPU reference. The report counts the sampled elements.
+pub fn compare_at<T: Element>(
+    got: &[T],
+    at: &[usize],
+    expected: &[f64],
+    shape: &[usize],
+    tolerance: Tolerance,
+) -> CheckReport {
+    assert_eq!(at.len(), expected.len(), "indices and reference lengths differ");
+    assert!(
+        at.iter().all(|&i| i < got.len()),
+        "a sampled index is outside the output"
+    );
+    compare_pairs(
+        at.iter().zip(expected).map(|(&i, &e)| (i, (got[i], e))),
+        got.len(),
+        shape,
+        tolerance,
+    )
+}
+
+/// The comparison itself, over (flat index, (got, expected)) pairs of an output of `len`
+/// elements laid out in `shape`.
+fn compare_pairs<T: Element>(
+    pairs: impl ExactSizeIterator<Item = (usize, (T, f64))>,
+    len: usize,
+    shape: &[usize],
+    tolerance: Tolerance,
+) -> CheckReport {
     assert_eq!(
         shape.iter().product::<usize>(),
-        got.len(),
+        len,
         "shape does not match the data"
     );
+    let elements = pairs.len();
     let mut report = CheckReport {
-        elements: got.len(),
+        elements,
         tolerance,
         mismatches: 0,
         unwritten: 0,
@@ -115,7 +155,7 @@ pub fn compare<T: Element>(
         first: Vec::new(),
     };
     let (mut diff_sq, mut ref_sq) = (0.0f64, 0.0f64);
-    for (i, (&g, &e)) in got.iter().zip(expected).enumerate() {
+    for (i, (g, e)) in pairs {
         let unwritten = g.is_poison();
         let gv = g.to_f64();
         let ok = if unwritten {
@@ -281,6 +321,18 @@ mod tests {
         assert!(!r.passed());
         assert_eq!(r.mismatches, 0);
         assert!(r.to_string().contains("relative L2"), "{r}");
+    }
+
+    #[test]
+    fn a_sampled_check_sees_only_its_samples_and_reports_true_indices() {
+        let got = [1.0f32, 9.0, 3.0, f32::POISON, 5.0, 6.0];
+        // Element 1 is wrong and element 3 never written, but only 0, 4 and 5 are sampled.
+        let r = compare_at(&got, &[0, 4, 5], &[1.0, 5.0, 6.0], &[2, 3], TOL);
+        assert!(r.passed());
+        assert_eq!(r.elements, 3);
+        let r = compare_at(&got, &[5, 3], &[6.0, 4.0], &[2, 3], TOL);
+        assert_eq!((r.mismatches, r.unwritten), (1, 1));
+        assert_eq!(r.first[0].index, vec![1, 0]);
     }
 
     #[test]

@@ -8,6 +8,10 @@ use std::process::ExitCode;
 use crate::bench::TimingOptions;
 use crate::error::{SetupError, UsageError};
 
+/// About how long one version's timed runs may take: a fast kernel gets all `--iters`, a
+/// naive matmul at 8192 gets a few seconds' worth (at least three runs).
+pub const TIMING_BUDGET_MS: f64 = 3000.0;
+
 /// Flags shared by every day (`#[command(flatten)]` them into the day's own).
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
@@ -43,6 +47,7 @@ impl CommonArgs {
         TimingOptions {
             warmup: self.warmup as usize,
             iters: self.iters as usize,
+            budget_ms: TIMING_BUDGET_MS,
         }
     }
 

@@ -20,6 +20,11 @@ pub enum SetupError {
          nvidia-cuda-nvrtc==13.0.88`, and put its lib folder on LD_LIBRARY_PATH"
     )]
     NoNvrtc,
+    #[error(
+        "cuBLAS (libcublas.so.13) was not found: install CUDA 13 or `pip install \
+         nvidia-cublas`, and put its lib folder on LD_LIBRARY_PATH"
+    )]
+    NoCublas,
 }
 
 /// The request cannot be met as asked: a bad size, an unknown kernel name, a problem that does

@@ -27,9 +27,29 @@ pub struct DeviceInfo {
     pub max_shared_per_block_optin: u32,
     /// As the driver reports it, e.g. 13000 for CUDA 13.0.
     pub driver_cuda_version: i32,
+    /// The SM clock the driver quotes (the boost clock), in kHz.
+    #[serde(default)]
+    pub clock_khz: u32,
 }
 
 impl DeviceInfo {
+    /// FP32 lanes per SM: 64 on sm_60, sm_70, sm_75 and sm_80; 128 on sm_86, sm_89, sm_90 and
+    /// later (the FP32 cores of the CUDA programming guide's throughput table).
+    pub fn fp32_lanes_per_sm(&self) -> u32 {
+        match self.arch.as_str() {
+            "sm_60" | "sm_70" | "sm_72" | "sm_75" | "sm_80" => 64,
+            _ => 128,
+        }
+    }
+
+    /// FP32 peak in TFLOP/s: every lane issuing one fused multiply-add (2 FLOPs) per clock at
+    /// the quoted clock. Power and heat can hold the real clock below it.
+    pub fn fp32_peak_tflops(&self) -> f64 {
+        f64::from(self.sms) * f64::from(self.fp32_lanes_per_sm()) * 2.0 * f64::from(self.clock_khz)
+            * 1e3
+            / 1e12
+    }
+
     /// One line for table headers: `NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 50 MiB L2)`.
     pub fn summary(&self) -> String {
         format!(
@@ -219,6 +239,7 @@ fn read_device_info(ctx: &Arc<CudaContext>, ordinal: usize) -> Result<DeviceInfo
             CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
         )? as u32,
         driver_cuda_version,
+        clock_khz: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)? as u32,
     })
 }
 

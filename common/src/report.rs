@@ -23,7 +23,15 @@ pub struct DayReport {
     pub copy_ceiling_gbs: f64,
     /// Least traffic of one run: inputs read once, outputs written once.
     pub bytes_per_run: u64,
-    /// The row the speedup column divides by (the first version run).
+    /// Floating-point operations of one run, for compute-bound days (matmul: 2mnk). When
+    /// present the table shows TFLOP/s instead of GB/s.
+    #[serde(default)]
+    pub flops_per_run: Option<u64>,
+    /// The row every other is compared with as a ceiling (`cublas` on the matmul days): the
+    /// table's "% <ceiling>" column. Without it, rows are compared with the copy ceiling.
+    #[serde(default)]
+    pub ceiling: Option<String>,
+    /// The row the speedup column divides by (the first of the day's own versions run).
     pub baseline: Option<String>,
     pub rows: Vec<Row>,
     /// What the peers (PyTorch, ...) measured on the same problem in the same run.
@@ -39,13 +47,23 @@ pub struct Row {
     /// The CUDA function.
     pub function: String,
     pub launch: String,
-    pub attrs: KernelAttrs,
-    pub occupancy: f64,
+    /// Absent for library calls (cuBLAS), whose kernels we do not load ourselves.
+    pub attrs: Option<KernelAttrs>,
+    pub occupancy: Option<f64>,
     pub check: CheckReport,
     /// Absent when the check failed: a wrong kernel is not timed.
     pub timing: Option<Timing>,
     pub gb_per_s: Option<f64>,
     pub fraction_of_copy: Option<f64>,
+    /// With `flops_per_run`: 10^12 floating-point operations per second.
+    #[serde(default)]
+    pub tflops: Option<f64>,
+    /// With a `ceiling` row: this row's throughput over the ceiling's.
+    #[serde(default)]
+    pub fraction_of_ceiling: Option<f64>,
+    /// Bytes the version asks of global memory per run, as its tiling implies.
+    #[serde(default)]
+    pub global_bytes: Option<u64>,
     pub speedup_vs_baseline: Option<f64>,
 }
 
@@ -54,27 +72,43 @@ impl DayReport {
         self.rows.iter().all(|r| r.check.passed())
     }
 
-    /// The fastest version that passed its check.
+    /// The fastest of the day's own versions (not the ceiling) that passed its check.
     pub fn best(&self) -> Option<&Row> {
         self.rows
             .iter()
             .filter(|r| r.check.passed() && r.timing.is_some())
-            .max_by(|a, b| {
-                a.gb_per_s
-                    .unwrap_or(0.0)
-                    .total_cmp(&b.gb_per_s.unwrap_or(0.0))
+            .filter(|r| Some(&r.version) != self.ceiling.as_ref())
+            .min_by(|a, b| {
+                let ms = |r: &Row| r.timing.map_or(f64::INFINITY, |t| t.median_ms);
+                ms(a).total_cmp(&ms(b))
             })
+    }
+
+    /// The ceiling row, when the day has one and it ran.
+    pub fn ceiling_row(&self) -> Option<&Row> {
+        let name = self.ceiling.as_ref()?;
+        self.rows.iter().find(|r| &r.version == name)
+    }
+
+    /// Whether the table shows TFLOP/s (compute-bound days) rather than GB/s.
+    pub fn is_compute_bound(&self) -> bool {
+        self.flops_per_run.is_some()
     }
 
     /// The line above the table.
     pub fn heading(&self) -> String {
+        let ceiling = match (&self.ceiling, self.ceiling_row().and_then(|r| r.tflops)) {
+            (Some(name), Some(t)) => format!("{name} {t:.1} TFLOP/s"),
+            // Compute-bound, before the ceiling row has run.
+            (Some(name), None) => format!("against {name}"),
+            (None, _) => format!("copy ceiling {:.0} GB/s", self.copy_ceiling_gbs),
+        };
         format!(
-            "{} {} | {} | {} | copy ceiling {:.0} GB/s",
+            "{} {} | {} | {} | {ceiling}",
             self.day,
             self.title,
             self.device.summary(),
             self.problem,
-            self.copy_ceiling_gbs
         )
     }
 
@@ -92,10 +126,31 @@ impl DayReport {
         table.to_string()
     }
 
+    /// Throughput in the table's unit (TFLOP/s or GB/s) of a run of `ms`.
+    fn throughput(&self, ms: f64) -> f64 {
+        match self.flops_per_run {
+            Some(flops) => flops as f64 / (ms * 1e-3) / 1e12,
+            None => crate::bench::gb_per_s(self.bytes_per_run, ms),
+        }
+    }
+
+    /// What the "% ..." column divides by, in the table's unit.
+    fn ceiling_throughput(&self) -> Option<f64> {
+        match &self.ceiling {
+            Some(_) => self.ceiling_row().and_then(|r| r.timing).map(|t| self.throughput(t.median_ms)),
+            None => Some(self.copy_ceiling_gbs),
+        }
+    }
+
     fn table(&self) -> Table {
         let baseline = self.baseline.as_deref().unwrap_or("first");
-        let mut table = Table::new();
-        table.set_header(vec![
+        let (unit, digits) = if self.is_compute_bound() {
+            ("TFLOP/s", 1)
+        } else {
+            ("GB/s", 0)
+        };
+        let of = self.ceiling.as_deref().unwrap_or("copy");
+        let mut header = vec![
             "kernel".to_string(),
             "launch (grid x block)".to_string(),
             "regs".to_string(),
@@ -104,46 +159,70 @@ impl DayReport {
             "occ".to_string(),
             "median ms".to_string(),
             "min ms".to_string(),
-            "GB/s".to_string(),
-            "% copy".to_string(),
+            unit.to_string(),
+            format!("% {of}"),
             format!("vs {baseline}"),
             "max abs err".to_string(),
             "rel L2 err".to_string(),
             "check".to_string(),
-        ]);
-        for row in &self.rows {
-            let timing = row.timing.as_ref();
-            let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
-            let cells = vec![
-                Cell::new(&row.version),
-                Cell::new(&row.launch),
-                num(row.attrs.registers),
-                num(row.attrs.static_shared_bytes),
-                num(row.attrs.local_bytes),
-                Cell::new(format!("{:.0}%", row.occupancy * 100.0))
-                    .set_alignment(CellAlignment::Right),
-                right(opt(timing.map(|t| format!("{:.4}", t.median_ms)))),
-                right(opt(timing.map(|t| format!("{:.4}", t.min_ms)))),
-                right(opt(row.gb_per_s.map(|g| format!("{g:.0}")))),
-                right(opt(row
-                    .fraction_of_copy
-                    .map(|f| format!("{:.1}%", f * 100.0)))),
-                right(opt(row.speedup_vs_baseline.map(|s| format!("{s:.2}x")))),
-                right(format!("{:.1e}", row.check.max_abs_err)),
-                right(format!("{:.1e}", row.check.rel_l2_err)),
-                Cell::new(if row.check.passed() { "ok" } else { "FAIL" }),
-            ];
-            table.add_row(cells);
+        ];
+        let intensity_columns = self.rows.iter().any(|r| r.global_bytes.is_some());
+        if intensity_columns {
+            // The roofline's view: FLOPs per byte asked of global memory, and those bytes per
+            // second.
+            header.splice(10..10, ["FLOP/B".to_string(), "global GB/s".to_string()]);
         }
+        let mut table = Table::new();
+        table.set_header(header);
+        let ceiling = self.ceiling_throughput();
         let baseline_ms = self
             .rows
             .iter()
             .find(|r| Some(&r.version) == self.baseline.as_ref())
             .and_then(|r| r.timing)
             .map(|t| t.median_ms);
+        let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
+        let percent = |v: f64| ceiling.map(|c| format!("{:.1}%", v / c * 100.0));
+        let vs = |ms: f64| baseline_ms.map(|b| format!("{:.2}x", b / ms));
+        for row in &self.rows {
+            let timing = row.timing.as_ref();
+            let attr = |f: fn(&KernelAttrs) -> u32| row.attrs.as_ref().map(|a| f(a).to_string());
+            let speed = timing.map(|t| self.throughput(t.median_ms));
+            let mut cells = vec![
+                Cell::new(&row.version),
+                Cell::new(&row.launch),
+                right(opt(attr(|a| a.registers))),
+                right(opt(attr(|a| a.static_shared_bytes))),
+                right(opt(attr(|a| a.local_bytes))),
+                right(opt(row.occupancy.map(|o| format!("{:.0}%", o * 100.0)))),
+                right(opt(timing.map(|t| format!("{:.4}", t.median_ms)))),
+                right(opt(timing.map(|t| format!("{:.4}", t.min_ms)))),
+                right(opt(speed.map(|s| format!("{s:.digits$}")))),
+                right(opt(speed.and_then(percent))),
+                right(opt(timing.and_then(|t| vs(t.median_ms)))),
+                right(format!("{:.1e}", row.check.max_abs_err)),
+                right(format!("{:.1e}", row.check.rel_l2_err)),
+                Cell::new(if row.check.passed() { "ok" } else { "FAIL" }),
+            ];
+            if intensity_columns {
+                let flops = self.flops_per_run.unwrap_or(0) as f64;
+                let global = row.global_bytes.map(|b| b as f64);
+                cells.splice(
+                    10..10,
+                    [
+                        right(opt(global.map(|b| format!("{:.1}", flops / b)))),
+                        right(opt(global
+                            .zip(timing)
+                            .map(|(b, t)| format!("{:.0}", b / (t.median_ms * 1e-3) / 1e9)))),
+                    ],
+                );
+            }
+            table.add_row(cells);
+        }
         for peer in &self.peers {
             let dash = || Cell::new("");
-            table.add_row(vec![
+            let speed = self.throughput(peer.median_ms);
+            let mut cells = vec![
                 Cell::new(format!("{} (peer)", peer.peer)),
                 dash(),
                 dash(),
@@ -152,25 +231,20 @@ impl DayReport {
                 dash(),
                 right(format!("{:.4}", peer.median_ms)),
                 dash(),
-                right(format!("{:.0}", peer.gb_per_s)),
-                right(format!(
-                    "{:.1}%",
-                    peer.gb_per_s / self.copy_ceiling_gbs * 100.0
-                )),
-                right(
-                    baseline_ms.map_or_else(String::new, |b| format!("{:.2}x", b / peer.median_ms)),
-                ),
+                right(format!("{speed:.digits$}")),
+                right(opt(percent(speed))),
+                right(opt(vs(peer.median_ms))),
                 dash(),
                 dash(),
                 dash(),
-            ]);
+            ];
+            if intensity_columns {
+                cells.splice(10..10, [dash(), dash()]);
+            }
+            table.add_row(cells);
         }
         table
     }
-}
-
-fn num(v: u32) -> Cell {
-    right(v.to_string())
 }
 
 fn right(s: String) -> Cell {

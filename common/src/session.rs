@@ -17,6 +17,11 @@ use crate::kernel::{Kernel, LaunchShape};
 use crate::report::{DayReport, Row};
 use crate::{peers, save};
 
+/// A version cannot take this problem (a size it does not handle): it is skipped, not failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
 /// What a day is measuring, for the table's heading and the bandwidth column.
 pub struct Problem {
     /// Package name, `day00`.
@@ -28,6 +33,9 @@ pub struct Problem {
     pub key: String,
     /// Least traffic of one run: inputs read once, outputs written once.
     pub bytes_per_run: u64,
+    /// Floating-point operations of one run, for compute-bound days (the table then shows
+    /// TFLOP/s).
+    pub flops_per_run: Option<u64>,
 }
 
 /// The reference a version's output is compared with.
@@ -36,13 +44,39 @@ pub struct Expected<'a> {
     /// Row-major shape of the output, for mismatch indices and saved arrays.
     pub shape: &'a [usize],
     pub tolerance: Tolerance,
+    /// When the reference was computed only at some outputs (a sampled check of a large
+    /// matmul): their flat indices, one per value.
+    pub at: Option<&'a [usize]>,
 }
 
-/// One kernel version to run: its name, its kernel and launch shape.
+impl<'a> Expected<'a> {
+    /// A reference for every output element.
+    pub fn full(values: &'a [f64], shape: &'a [usize], tolerance: Tolerance) -> Self {
+        Self {
+            values,
+            shape,
+            tolerance,
+            at: None,
+        }
+    }
+
+    /// Compares `got` (the whole output) with this reference.
+    pub fn check<T: Element>(&self, got: &[T]) -> CheckReport {
+        match self.at {
+            None => check::compare(got, self.values, self.shape, self.tolerance),
+            Some(at) => check::compare_at(got, at, self.values, self.shape, self.tolerance),
+        }
+    }
+}
+
+/// One version to run: its name, its kernel and launch shape (none for a library call).
 pub struct Version<'a> {
     pub name: &'a str,
-    pub kernel: &'a Kernel,
-    pub shape: LaunchShape,
+    pub kernel: Option<(&'a Kernel, LaunchShape)>,
+    /// Bytes the version asks of global memory in one run, as its tiling implies (loads and
+    /// stores, cache hits included): with the FLOPs, the intensity of a roofline. None where
+    /// only the least traffic is known.
+    pub global_bytes: Option<u64>,
 }
 
 pub struct Session<'g> {
@@ -69,6 +103,8 @@ impl<'g> Session<'g> {
             device: gpu.info.clone(),
             copy_ceiling_gbs,
             bytes_per_run: problem.bytes_per_run,
+            flops_per_run: problem.flops_per_run,
+            ceiling: None,
             baseline: None,
             rows: Vec::new(),
             peers,
@@ -80,6 +116,12 @@ impl<'g> Session<'g> {
             report,
             quiet: false,
         })
+    }
+
+    /// Names the row every other is compared with (`cublas`); it is not the speedup baseline.
+    pub fn with_ceiling(mut self, version: &str) -> Self {
+        self.report.ceiling = Some(version.to_string());
+        self
     }
 
     /// Stops the per-version lines and the final table.
@@ -125,13 +167,15 @@ impl<'g> Session<'g> {
         expected: &Expected,
         mut launch: impl FnMut(&mut CudaSlice<T>) -> Result<()>,
     ) -> Result<()> {
-        let kernel = version.kernel;
         if !self.quiet {
-            eprintln!("{:>12}  {}", version.name, kernel.describe());
+            let what = version
+                .kernel
+                .map_or_else(|| "library call".to_string(), |(k, _)| k.describe());
+            eprintln!("{:>12}  {what}", version.name);
         }
         let got = launch_and_read(self.gpu, out, &mut launch)
             .with_context(|| format!("running version `{}`", version.name))?;
-        let check = check::compare(&got, expected.values, expected.shape, expected.tolerance);
+        let check = expected.check(&got);
         if !self.quiet || !check.passed() {
             eprintln!("{:>12}  {check}", version.name);
         }
@@ -161,7 +205,12 @@ impl<'g> Session<'g> {
         timing: Option<bench::Timing>,
     ) -> Result<()> {
         let gb = timing.map(|t| gb_per_s(self.report.bytes_per_run, t.median_ms));
-        if self.report.baseline.is_none() && timing.is_some() {
+        let tflops = timing.and_then(|t| {
+            let flops = self.report.flops_per_run?;
+            Some(flops as f64 / (t.median_ms * 1e-3) / 1e12)
+        });
+        let is_ceiling = self.report.ceiling.as_deref() == Some(version.name);
+        if self.report.baseline.is_none() && timing.is_some() && !is_ceiling {
             self.report.baseline = Some(version.name.to_string());
         }
         let baseline_ms = self
@@ -173,19 +222,41 @@ impl<'g> Session<'g> {
             .map(|t| t.median_ms);
         let speedup = match (timing, baseline_ms) {
             (Some(t), Some(b)) => Some(b / t.median_ms),
-            (Some(_), None) => Some(1.0), // this row is the baseline
+            (Some(_), None) if !is_ceiling => Some(1.0), // this row is the baseline
             _ => None,
+        };
+        let ceiling_ms = self
+            .report
+            .ceiling_row()
+            .and_then(|r| r.timing)
+            .map(|t| t.median_ms);
+        let fraction_of_ceiling = match (timing, ceiling_ms) {
+            (Some(t), Some(c)) => Some(c / t.median_ms),
+            (Some(_), None) if is_ceiling => Some(1.0),
+            _ => None,
+        };
+        let (function, launch, attrs, occupancy) = match version.kernel {
+            Some((kernel, shape)) => (
+                kernel.name.clone(),
+                shape.to_string(),
+                Some(kernel.attrs),
+                Some(kernel.occupancy(&shape)?),
+            ),
+            None => (version.name.to_string(), "library".to_string(), None, None),
         };
         self.report.rows.push(Row {
             version: version.name.to_string(),
-            function: version.kernel.name.to_string(),
-            launch: version.shape.to_string(),
-            attrs: version.kernel.attrs,
-            occupancy: version.kernel.occupancy(&version.shape)?,
+            function,
+            launch,
+            attrs,
+            occupancy,
             check,
             timing,
             gb_per_s: gb,
             fraction_of_copy: gb.map(|g| g / self.report.copy_ceiling_gbs),
+            tflops,
+            fraction_of_ceiling,
+            global_bytes: version.global_bytes,
             speedup_vs_baseline: speedup,
         });
         Ok(())

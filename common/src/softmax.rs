@@ -78,10 +78,7 @@ pub struct SoftmaxArgs {
     pub plot: PathBuf,
 }
 
-/// A version cannot take this shape (a width it does not handle): it is skipped, not failed.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Refused(pub String);
+pub use crate::session::Refused;
 
 /// Enqueues one softmax of the input into the output.
 pub type Launch<'a, T> = Box<dyn FnMut(&CudaSlice<T>, &mut CudaSlice<T>) -> Result<()> + 'a>;
@@ -262,6 +259,7 @@ impl<D: SoftmaxDay> Run<'_, D> {
                 description: shape.describe(),
                 key: key(shape.dtype, rows, cols),
                 bytes_per_run: (rows * cols * shape.dtype.size() * 2) as u64,
+                flops_per_run: None,
             },
         )?;
         if self.quiet {
@@ -276,15 +274,12 @@ impl<D: SoftmaxDay> Run<'_, D> {
                 .set_message(format!("{name} on {}", shape.describe()));
             match self.day.plan::<T>(self.gpu, name, rows, cols) {
                 Ok(mut plan) => {
-                    let expected = Expected {
-                        values: &reference,
-                        shape: &[rows, cols],
-                        tolerance: plan.tolerance,
-                    };
+                    let out_shape = [rows, cols];
+                    let expected = Expected::full(&reference, &out_shape, plan.tolerance);
                     let version = Version {
                         name,
-                        kernel: plan.kernel,
-                        shape: plan.shape,
+                        kernel: Some((plan.kernel, plan.shape)),
+                        global_bytes: None,
                     };
                     let launch = &mut plan.launch;
                     session.run_version(version, &mut out, &expected, |out| launch(&x_dev, out))?;

@@ -46,11 +46,8 @@ fn run(args: Args) -> Result<()> {
     let a: Vec<f32> = inputs::uniform(n, -1.0, 1.0, seed);
     let b: Vec<f32> = inputs::uniform(n, -1.0, 1.0, seed.wrapping_add(1));
     let reference = reference::vector_add::vector_add(&a, &b);
-    let expected = Expected {
-        values: &reference,
-        shape: &[n],
-        tolerance: TOLERANCE,
-    };
+    let out_shape = [n];
+    let expected = Expected::full(&reference, &out_shape, TOLERANCE);
 
     let mut session = Session::new(
         &gpu,
@@ -61,6 +58,7 @@ fn run(args: Args) -> Result<()> {
             description: format!("n = {n}, f32"),
             key: format!("vector_add/f32/{n}"),
             bytes_per_run: device_bytes,
+            flops_per_run: None,
         },
     )?;
     session.save_input("a", &[n], &a)?;
@@ -74,8 +72,8 @@ fn run(args: Args) -> Result<()> {
         let version = Version::from_name(name).expect("selected from Version::ALL");
         let run = RunVersion {
             name,
-            kernel: day.kernel(version),
-            shape: day.shape(version, n),
+            kernel: Some((day.kernel(version), day.shape(version, n))),
+            global_bytes: None,
         };
         session.run_version(run, &mut out, &expected, |out| {
             day.launch(&gpu, version, &a_dev, &b_dev, out)

@@ -3,7 +3,10 @@
 # REQUIRE_NVRTC=1, then every day's default benchmark, and writes DIR/results.json for
 # `cargo xtask report`. The host needs the NVIDIA driver and NVRTC (CUDA 13), not Rust.
 #
-#   run.sh --out DIR
+#   run.sh --out DIR [--days day06,day09]
+#
+# --days runs only those days' test executables, benchmarks and sweeps (the peers still run
+# whole); results.json then holds only them.
 #
 # First the peers (peers/*.py, when python3 has torch and a GPU) into DIR/peers.json, which
 # every day then gets as --peers. Writes DIR/tests.log, DIR/peers.log, DIR/bench.log,
@@ -12,11 +15,13 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 
-usage() { echo "usage: $0 --out DIR" >&2; }
+usage() { echo "usage: $0 --out DIR [--days dayNN,dayMM]" >&2; }
 out=""
+days=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) [ $# -ge 2 ] || { usage; exit 2; }; out=$2; shift 2 ;;
+    --days) [ $# -ge 2 ] || { usage; exit 2; }; days=",$2,"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1" >&2; usage; exit 2 ;;
   esac
@@ -43,6 +48,9 @@ failed=0
 summary=""
 note() { summary="$summary$(printf '%-6s %-28s %s' "$1" "$2" "$3")"$'\n'; }
 
+# Whether a test executable or binary named NAME (day06, day06-lib, ...) is selected.
+selected() { [ -z "$days" ] || case "$days" in *",${1%%-*},"*) true ;; *) false ;; esac; }
+
 parts=$(mktemp -d)
 trap 'rm -rf "$parts"' EXIT
 echo "== tests (log: $out/tests.log)"
@@ -50,6 +58,7 @@ echo "== tests (log: $out/tests.log)"
 tests_json=""
 for t in "$here"/tests/*; do
   name=$(basename "$t")
+  selected "$name" || continue
   if "$t" > "$parts/test.log" 2>&1; then status=ok; else status=FAILED; failed=1; fi
   { echo "---- $name"; cat "$parts/test.log"; } >> "$out/tests.log"
   counts=$(grep -E '^test result:' "$parts/test.log" | tail -n 1 | sed -E 's/.*ok\. |.*FAILED\. //; s/; [0-9]+ ignored.*//')
@@ -85,19 +94,26 @@ fi
 
 echo "== benchmarks (log: $out/bench.log)"
 : > "$out/bench.log"
+mkdir -p "$out/plots"
 for b in "$here"/bin/day*; do
   name=$(basename "$b")
+  selected "$name" || continue
   echo "---- $name" | tee -a "$out/bench.log"
-  "$b" --json "$parts/$name.json" "${peers_args[@]}" 2>&1 | tee -a "$out/bench.log"
+  # Days that draw a roofline of their default problem draw it here.
+  extra=()
+  if "$b" --help 2>/dev/null | grep -q -- '--roofline'; then
+    extra=(--roofline "$out/plots/$name-roofline.svg")
+  fi
+  "$b" --json "$parts/$name.json" "${peers_args[@]}" "${extra[@]}" 2>&1 | tee -a "$out/bench.log"
   rc=${PIPESTATUS[0]}
   if [ "$rc" = 0 ]; then note bench "$name" ok; else note bench "$name" "FAILED (exit $rc)"; failed=1; fi
 done
 
 echo "== sweeps (plots: $out/plots/)"
-mkdir -p "$out/plots"
 for b in "$here"/bin/day*; do
   "$b" --help 2>/dev/null | grep -q -- '--sweep' || continue
   name=$(basename "$b")
+  selected "$name" || continue
   echo "---- $name --sweep" | tee -a "$out/bench.log"
   "$b" --sweep --iters 20 --warmup 3 --plot "$out/plots/$name.svg" "${peers_args[@]}" 2>&1 | tee -a "$out/bench.log"
   rc=${PIPESTATUS[0]}

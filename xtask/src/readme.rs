@@ -113,14 +113,10 @@ pub fn report(root: &Path, results_path: &Path, allow_dirty: bool) -> Result<()>
             eprintln!("{}: not in this run, README left as it is", day.package);
             continue;
         }
-        let plot = plots.join(format!("{}.svg", day.package));
-        let has_plot = plot.exists();
-        if has_plot {
-            fs::copy(&plot, day.folder.join("sweep.svg"))
-                .with_context(|| format!("copying {}", plot.display()))?;
-        }
+        let has_plot = copy_plot(&plots, day, "", "sweep.svg")?;
+        let has_roofline = copy_plot(&plots, day, "-roofline", "roofline.svg")?;
         let readme = day.folder.join("README.md");
-        let block = day_block(&reports, &results, has_plot);
+        let block = day_block(&reports, &results, has_plot, has_roofline);
         rewrite_between(
             &readme,
             "<!-- results:begin -->",
@@ -140,6 +136,17 @@ pub fn report(root: &Path, results_path: &Path, allow_dirty: bool) -> Result<()>
     Ok(())
 }
 
+/// Copies `plots/<package><suffix>.svg` into the day's folder as `name`, if the run drew it.
+fn copy_plot(plots: &Path, day: &DayFolder, suffix: &str, name: &str) -> Result<bool> {
+    let plot = plots.join(format!("{}{suffix}.svg", day.package));
+    if !plot.exists() {
+        return Ok(false);
+    }
+    fs::copy(&plot, day.folder.join(name))
+        .with_context(|| format!("copying {}", plot.display()))?;
+    Ok(true)
+}
+
 fn run_line(results: &RunResults, report: &DayReport) -> String {
     let driver = report.device.driver_cuda_version;
     format!(
@@ -152,40 +159,75 @@ fn run_line(results: &RunResults, report: &DayReport) -> String {
     )
 }
 
-/// The text a day's README gets: where and when, then a table per problem, then the sweep.
-fn day_block(reports: &[&DayReport], results: &RunResults, has_plot: bool) -> String {
+/// The text a day's README gets: where and when, then a table per problem, then the plots.
+fn day_block(
+    reports: &[&DayReport],
+    results: &RunResults,
+    has_plot: bool,
+    has_roofline: bool,
+) -> String {
     let first = reports[0];
     let runs = reports
         .iter()
         .flat_map(|r| &r.rows)
         .find_map(|r| r.timing.map(|t| t.runs))
         .unwrap_or(0);
+    let what = if first.is_compute_bound() {
+        format!(
+            "Median and minimum of up to {runs} timed runs per kernel after warm-up (slow kernels \
+             get fewer, at least 3); TFLOP/s counts 2mnk per run; \"% {0}\" is against {0} \
+             timed in the same process, and every row, {0} included, is checked against the f64 \
+             CPU reference; FLOP/B is per byte each kernel asks of global memory as its tiling \
+             implies, and global GB/s those bytes per second.",
+            first.ceiling.as_deref().unwrap_or("the ceiling")
+        )
+    } else {
+        format!(
+            "Median and minimum of {runs} timed runs per kernel after warm-up; GB/s counts each \
+             input read once and each output written once; \"% copy\" is against a \
+             device-to-device copy measured in the same process ({:.0} GB/s); `(peer)` rows were \
+             timed by `peers/` in the same run.",
+            first.copy_ceiling_gbs
+        )
+    };
     let mut out = format!(
-        "Measured on {}. Median and minimum of {runs} timed runs per kernel after warm-up; \
-         GB/s counts each input read once and each output written once; \"% copy\" is \
-         against a device-to-device copy measured in the same process ({:.0} GB/s); `(peer)` \
-         rows were timed by `peers/` in the same run. Every GPU test passed in the same run.\n",
+        "Measured on {}. {what} Every GPU test passed in the same run.\n",
         run_line(results, first),
-        first.copy_ceiling_gbs,
     );
     for report in reports {
         out += &format!("\n**{}**\n\n{}\n", report.problem, report.markdown_table());
     }
-    if has_plot {
+    if has_roofline {
         out += &format!(
-            "\n![GB/s against row length, {}](sweep.svg)\n\n`--sweep`: every version on rows of \
-             128 to 1M columns, 2^26 elements per point, same run.\n",
+            "\n![Roofline of {}'s kernels](roofline.svg)\n\n`--roofline`: each kernel at the \
+             FLOPs per byte it asks of global memory, under the copy bandwidth and the FP32 peak, \
+             same run.\n",
             first.day
         );
+    }
+    if has_plot {
+        out += &if first.is_compute_bound() {
+            format!(
+                "\n![TFLOP/s against size, {}](sweep.svg)\n\n`--sweep`: cuBLAS and every \
+                 version on square problems from 256 to 8192, same run.\n",
+                first.day
+            )
+        } else {
+            format!(
+                "\n![GB/s against row length, {}](sweep.svg)\n\n`--sweep`: every version on \
+                 rows of 128 to 1M columns, 2^26 elements per point, same run.\n",
+                first.day
+            )
+        };
     }
     out
 }
 
-/// The root README's index: every day, with its best kernel on each of its problems and the
-/// best peer there.
+/// The root README's index: every day, with its best kernel on each of its problems and what
+/// it is measured against (the copy ceiling and the best peer, or cuBLAS).
 fn index_block(days: &[DayFolder], results: &RunResults) -> String {
     let mut out = String::from(
-        "| day | topic | problem | best kernel | median ms | GB/s | % of copy | peer GB/s |\n\
+        "| day | topic | problem | best kernel | median ms | throughput | of the ceiling | peer |\n\
          |---|---|---|---|---:|---:|---:|---:|\n",
     );
     let mut device_line = None;
@@ -198,19 +240,35 @@ fn index_block(days: &[DayFolder], results: &RunResults) -> String {
             any = true;
             device_line.get_or_insert_with(|| run_line(results, report));
             let t = best.timing.expect("best rows are timed");
-            let peer = report
-                .peers
-                .iter()
-                .max_by(|a, b| a.gb_per_s.total_cmp(&b.gb_per_s))
-                .map_or_else(String::new, |p| format!("{:.0} ({})", p.gb_per_s, p.peer));
+            let (throughput, fraction, peer) = match report.ceiling_row() {
+                Some(ceiling) => (
+                    format!("{:.1} TFLOP/s", best.tflops.unwrap_or(0.0)),
+                    format!(
+                        "{:.1}% of {}",
+                        best.fraction_of_ceiling.unwrap_or(0.0) * 100.0,
+                        ceiling.version
+                    ),
+                    format!("{:.1} TFLOP/s ({})", ceiling.tflops.unwrap_or(0.0), ceiling.version),
+                ),
+                None => (
+                    format!("{:.0} GB/s", best.gb_per_s.unwrap_or(0.0)),
+                    format!("{:.1}% of copy", best.fraction_of_copy.unwrap_or(0.0) * 100.0),
+                    report
+                        .peers
+                        .iter()
+                        .min_by(|a, b| a.median_ms.total_cmp(&b.median_ms))
+                        .map_or_else(String::new, |p| {
+                            format!(
+                                "{:.0} GB/s ({})",
+                                common::bench::gb_per_s(report.bytes_per_run, p.median_ms),
+                                p.peer
+                            )
+                        }),
+                ),
+            };
             out += &format!(
-                "| {link} | {} | {} | {} | {:.4} | {:.0} | {:.1}% | {peer} |\n",
-                day.topic,
-                report.problem,
-                best.version,
-                t.median_ms,
-                best.gb_per_s.unwrap_or(0.0),
-                best.fraction_of_copy.unwrap_or(0.0) * 100.0
+                "| {link} | {} | {} | {} | {:.4} | {throughput} | {fraction} | {peer} |\n",
+                day.topic, report.problem, best.version, t.median_ms,
             );
         }
         if !any {

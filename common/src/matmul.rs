@@ -1,0 +1,542 @@
+//! What the matmul days share: the problem (`C = A B`, row-major f32), their flags, the runner
+//! that checks and times cuBLAS and a day's versions on each problem, sweeps them over sizes
+//! or draws their roofline, and the GPU test every matmul day runs.
+//!
+//! A day implements [`MatmulDay`] (its versions, how each launches on a shape and what it
+//! reads from global memory) and its `main` is `common::matmul::main::<DayNN>()`.
+//!
+//! cuBLAS SGEMM runs first on every problem as the `cublas` row: it is checked like the
+//! others, and every row's "% cublas" is measured against it in the same process.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{CommandFactory, FromArgMatches};
+use cudarc::driver::CudaSlice;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
+use crate::cublas::Cublas;
+use crate::gpu::Gpu;
+use crate::kernel::{Kernel, LaunchShape};
+use crate::plot::{HLine, LinePlot, Series};
+use crate::reference::matmul as reference;
+use crate::report::DayReport;
+use crate::session::{Expected, Problem, Refused, Session, Version, launch_and_read};
+use crate::{inputs, plot, testing};
+
+/// The ceiling row's name.
+pub const CEILING: &str = "cublas";
+
+/// One problem: row-major `C (m x n) = A (m x k) B (k x n)` in f32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Shape {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+impl Shape {
+    pub const fn new(m: usize, n: usize, k: usize) -> Self {
+        Self { m, n, k }
+    }
+
+    pub const fn square(size: usize) -> Self {
+        Self::new(size, size, size)
+    }
+
+    pub fn describe(&self) -> String {
+        format!("{} x {} x {} (m x n x k), f32", self.m, self.n, self.k)
+    }
+
+    /// The key peers and reports share: `sgemm/f32/4096x4096x4096`.
+    pub fn key(&self) -> String {
+        format!("sgemm/f32/{}x{}x{}", self.m, self.n, self.k)
+    }
+
+    /// Multiply-adds: m n k.
+    pub fn macs(&self) -> u64 {
+        (self.m * self.n * self.k) as u64
+    }
+
+    /// 2 m n k: a multiply and an add per term.
+    pub fn flops(&self) -> u64 {
+        2 * self.macs()
+    }
+
+    /// Least traffic: A and B read once, C written once.
+    pub fn min_bytes(&self) -> u64 {
+        4 * (self.m * self.k + self.k * self.n + self.m * self.n) as u64
+    }
+
+    /// Bytes a kernel asks of global memory when each block computes a `bm x bn` tile of C
+    /// and reads the whole `bm x k` strip of A and `k x bn` strip of B for it (partial tiles
+    /// at the edges count as whole): `A` is read `ceil(n / bn)` times, `B` `ceil(m / bm)`
+    /// times, C written once. A naive kernel is the case `bm = bn = 1` per thread.
+    pub fn tiled_bytes(&self, bm: usize, bn: usize) -> u64 {
+        let (m, n, k) = (self.m as u64, self.n as u64, self.k as u64);
+        let a_reads = m * k * n.div_ceil(bn as u64);
+        let b_reads = k * n * m.div_ceil(bm as u64);
+        4 * (a_reads + b_reads + m * n)
+    }
+}
+
+/// The sweep: square problems from 256 to 8192.
+pub const SWEEP_SIZES: [usize; 8] = [256, 512, 1024, 2048, 3072, 4096, 6144, 8192];
+
+/// The flags of the matmul days, beside the common ones.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MatmulArgs {
+    /// A square problem m = n = k = SIZE, instead of the day's default problems.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), conflicts_with_all = ["m", "n", "k"])]
+    pub size: Option<u64>,
+    /// Rows of A and C (with --n and --k, a problem instead of the defaults).
+    #[arg(long, requires_all = ["n", "k"], value_parser = clap::value_parser!(u64).range(1..))]
+    pub m: Option<u64>,
+    /// Columns of B and C.
+    #[arg(long, requires_all = ["m", "k"], value_parser = clap::value_parser!(u64).range(1..))]
+    pub n: Option<u64>,
+    /// Columns of A, rows of B: the length of each dot product.
+    #[arg(long, requires_all = ["m", "n"], value_parser = clap::value_parser!(u64).range(1..))]
+    pub k: Option<u64>,
+    /// Run cuBLAS and every version on square sizes 256 to 8192 and plot TFLOP/s.
+    #[arg(long, conflicts_with_all = ["size", "m", "n", "k"])]
+    pub sweep: bool,
+    /// Where --sweep writes its SVG plot.
+    #[arg(long, value_name = "FILE", default_value = "sweep.svg")]
+    pub plot: PathBuf,
+    /// Also draw the roofline of the first problem's versions (SVG) into FILE.
+    #[arg(long, value_name = "FILE", conflicts_with = "sweep")]
+    pub roofline: Option<PathBuf>,
+}
+
+/// Enqueues one `C = A B`: (a, b, c).
+pub type Launch<'a> =
+    Box<dyn FnMut(&CudaSlice<f32>, &CudaSlice<f32>, &mut CudaSlice<f32>) -> Result<()> + 'a>;
+
+/// How one version runs on one shape.
+pub struct Plan<'a> {
+    /// The kernel whose attributes the table shows.
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    /// What one run asks of global memory (see [`Shape::tiled_bytes`]).
+    pub global_bytes: u64,
+    pub launch: Launch<'a>,
+}
+
+/// A matmul day: its versions and how each launches.
+pub trait MatmulDay: Sized {
+    /// Package name, `day09`.
+    const DAY: &'static str;
+    const TITLE: &'static str;
+    /// Version names (`--kernel`), in table order; cuBLAS is added before them.
+    const VERSIONS: &'static [&'static str];
+    /// What `cargo run -p dayNN` runs without a size.
+    const DEFAULT_PROBLEMS: &'static [Shape];
+
+    fn load(gpu: &Gpu) -> Result<Self>;
+
+    /// How `version` runs on `shape`, or an error: [`Refused`] for a shape it does not take,
+    /// anything else for a real failure.
+    fn plan<'a>(&'a self, gpu: &'a Gpu, version: &str, shape: Shape) -> Result<Plan<'a>>;
+}
+
+#[derive(clap::Parser)]
+struct Args {
+    #[command(flatten)]
+    matmul: MatmulArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+/// The whole `main` of a matmul day.
+pub fn main<D: MatmulDay>() -> ExitCode {
+    let command = Args::command()
+        .name(D::DAY)
+        .about(format!("{}: {}", D::DAY, D::TITLE));
+    let args = match Args::from_arg_matches(&command.get_matches()) {
+        Ok(args) => args,
+        Err(e) => e.exit(),
+    };
+    run_main(|| run::<D>(&args))
+}
+
+fn run<D: MatmulDay>(args: &Args) -> Result<()> {
+    let versions = args.common.select_versions(D::VERSIONS)?;
+    let shapes = problems::<D>(&args.matmul)?;
+    for shape in &shapes {
+        // A, B and C as f32, plus C's f64 reference, on the host.
+        let elements = element_count(shape)?;
+        check_host_fits(&shape.describe(), bytes_for("the matrices", elements, 12)?)?;
+    }
+    let gpu = Gpu::open(args.common.device)?;
+    for shape in &shapes {
+        gpu.check_fits(&shape.describe(), 4 * element_count(shape)?)?;
+    }
+    let cublas = Cublas::open(&gpu)?;
+    let day = D::load(&gpu)?;
+    let quiet = args.matmul.sweep;
+    let progress = progress_bar(quiet, shapes.len() * (versions.len() + 1));
+    let run = Run {
+        gpu: &gpu,
+        cublas: &cublas,
+        common: &args.common,
+        day: &day,
+        versions: &versions,
+        quiet,
+        progress: &progress,
+    };
+    let reports = shapes
+        .iter()
+        .map(|shape| run.problem(*shape))
+        .collect::<Result<Vec<_>>>()?;
+    progress.finish_and_clear();
+    if args.matmul.sweep {
+        plot_sweep::<D>(&args.matmul, &gpu, &versions, &reports)?;
+    }
+    if let (Some(path), Some(first)) = (&args.matmul.roofline, reports.first()) {
+        plot_roofline::<D>(path, &gpu, first)?;
+    }
+    finish_reports(&args.common, &reports)
+}
+
+/// Elements of A, B and C together, refusing sizes whose count overflows.
+fn element_count(shape: &Shape) -> Result<u64> {
+    let (m, n, k) = (shape.m as u64, shape.n as u64, shape.k as u64);
+    let sum = bytes_for("m x k", m, k)?
+        .checked_add(bytes_for("k x n", k, n)?)
+        .and_then(|s| s.checked_add(m.checked_mul(n)?));
+    sum.ok_or_else(|| crate::UsageError::new("the matrices are too large to count").into())
+}
+
+/// The shapes to run: the sweep, the one given, or the day's defaults.
+fn problems<D: MatmulDay>(args: &MatmulArgs) -> Result<Vec<Shape>> {
+    let size = |v: u64| -> Result<usize> {
+        if v > i32::MAX as u64 {
+            return Err(crate::UsageError::new(format!(
+                "{v} is too large: dimensions must be below 2^31 (cuBLAS takes 32-bit sizes)"
+            ))
+            .into());
+        }
+        Ok(v as usize)
+    };
+    if args.sweep {
+        return Ok(SWEEP_SIZES.iter().map(|&s| Shape::square(s)).collect());
+    }
+    if let Some(s) = args.size {
+        return Ok(vec![Shape::square(size(s)?)]);
+    }
+    if let (Some(m), Some(n), Some(k)) = (args.m, args.n, args.k) {
+        return Ok(vec![Shape::new(size(m)?, size(n)?, size(k)?)]);
+    }
+    Ok(D::DEFAULT_PROBLEMS.to_vec())
+}
+
+fn progress_bar(show: bool, steps: usize) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(steps as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg} [{elapsed}]")
+            .expect("a valid template"),
+    );
+    bar
+}
+
+/// The reference of one problem: every output when that is cheap, else sampled outputs.
+struct Reference {
+    values: Vec<f64>,
+    at: Option<Vec<usize>>,
+}
+
+impl Reference {
+    fn of(a: &[f32], b: &[f32], shape: Shape, seed: u64) -> Self {
+        let Shape { m, n, k } = shape;
+        if shape.macs() <= reference::FULL_REFERENCE_MAX_MACS as u64 {
+            return Self {
+                values: reference::matmul(a, b, m, n, k),
+                at: None,
+            };
+        }
+        let at = reference::sample_outputs(m, n, reference::RANDOM_SAMPLES, seed);
+        Self {
+            values: reference::matmul_at(a, b, m, n, k, &at),
+            at: Some(at),
+        }
+    }
+}
+
+/// One day's run over its problems.
+struct Run<'r, D> {
+    gpu: &'r Gpu,
+    cublas: &'r Cublas,
+    common: &'r CommonArgs,
+    day: &'r D,
+    versions: &'r [&'static str],
+    quiet: bool,
+    progress: &'r ProgressBar,
+}
+
+impl<D: MatmulDay> Run<'_, D> {
+    /// Checks and times cuBLAS and every version on one shape.
+    fn problem(&self, shape: Shape) -> Result<DayReport> {
+        let Shape { m, n, k } = shape;
+        let seed = self.common.seed;
+        let a: Vec<f32> = inputs::uniform(m * k, -1.0, 1.0, seed);
+        let b: Vec<f32> = inputs::uniform(k * n, -1.0, 1.0, seed.wrapping_add(1));
+        let reference = Reference::of(&a, &b, shape, seed.wrapping_add(2));
+        let checked = match &reference.at {
+            None => "every output checked".to_string(),
+            Some(at) => format!("{} sampled outputs checked", at.len()),
+        };
+        let mut session = Session::new(
+            self.gpu,
+            self.common,
+            Problem {
+                day: D::DAY,
+                title: D::TITLE,
+                description: format!("{} ({checked})", shape.describe()),
+                key: shape.key(),
+                bytes_per_run: shape.min_bytes(),
+                flops_per_run: Some(shape.flops()),
+            },
+        )?
+        .with_ceiling(CEILING);
+        if self.quiet {
+            session = session.quiet();
+        }
+        session.save_input("a", &[m, k], &a)?;
+        session.save_input("b", &[k, n], &b)?;
+        let a_dev = self.gpu.upload(&a)?;
+        let b_dev = self.gpu.upload(&b)?;
+        drop((a, b));
+        let mut c = self.gpu.alloc_poisoned::<f32>(m * n)?;
+        let out_shape = [m, n];
+        let expected = Expected {
+            values: &reference.values,
+            shape: &out_shape,
+            tolerance: reference::tolerance(k),
+            at: reference.at.as_deref(),
+        };
+
+        self.progress
+            .set_message(format!("{CEILING} on {}", shape.describe()));
+        let ceiling = Version {
+            name: CEILING,
+            kernel: None,
+            global_bytes: None,
+        };
+        session.run_version(ceiling, &mut c, &expected, |c| {
+            self.cublas.sgemm(m, n, k, &a_dev, &b_dev, c)
+        })?;
+        self.progress.inc(1);
+
+        for &name in self.versions {
+            self.progress
+                .set_message(format!("{name} on {}", shape.describe()));
+            match self.day.plan(self.gpu, name, shape) {
+                Ok(mut plan) => {
+                    let version = Version {
+                        name,
+                        kernel: Some((plan.kernel, plan.shape)),
+                        global_bytes: Some(plan.global_bytes),
+                    };
+                    let launch = &mut plan.launch;
+                    session.run_version(version, &mut c, &expected, |c| launch(&a_dev, &b_dev, c))?;
+                }
+                Err(e) if e.is::<Refused>() => session.skip_version(name, &e.to_string()),
+                Err(e) => {
+                    return Err(e.context(format!("planning `{name}` on {}", shape.describe())));
+                }
+            }
+            self.progress.inc(1);
+        }
+        if reference.at.is_none() {
+            session.save_reference(&out_shape, &reference.values)?;
+        }
+        Ok(session.finish())
+    }
+}
+
+/// The sweep's plot (TFLOP/s against size, one line per version and cuBLAS, the FP32 peak)
+/// and a summary table on stdout.
+fn plot_sweep<D: MatmulDay>(
+    args: &MatmulArgs,
+    gpu: &Gpu,
+    versions: &[&str],
+    reports: &[DayReport],
+) -> Result<()> {
+    let size_of = |r: &DayReport| -> f64 {
+        r.key
+            .rsplit('x')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let names = std::iter::once(CEILING).chain(versions.iter().copied());
+    let series: Vec<Series> = names
+        .map(|v| Series {
+            name: v.to_string(),
+            points: reports
+                .iter()
+                .filter_map(|r| {
+                    let row = r.rows.iter().find(|row| row.version == v)?;
+                    Some((size_of(r), row.tflops?))
+                })
+                .collect(),
+        })
+        .collect();
+    let peak = gpu.info.fp32_peak_tflops();
+    let title = format!(
+        "{} {}: square f32 matmul, {}",
+        D::DAY,
+        D::TITLE,
+        gpu.info.name
+    );
+    plot::write_svg(
+        &args.plot,
+        &LinePlot {
+            title: &title,
+            x_label: "m = n = k",
+            y_label: "TFLOP/s (2mnk per run)",
+            log2_x: true,
+            series: &series,
+            hlines: &[HLine {
+                name: format!("FP32 peak {peak:.1} TFLOP/s"),
+                y: peak,
+            }],
+        },
+    )?;
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    let mut header = vec!["size".to_string()];
+    header.extend(series.iter().map(|s| format!("{} TFLOP/s", s.name)));
+    table.set_header(header);
+    for r in reports {
+        let size = size_of(r);
+        let mut row = vec![format!("{size}")];
+        row.extend(series.iter().map(|s| {
+            s.points
+                .iter()
+                .find(|(x, _)| *x == size)
+                .map_or_else(|| "-".to_string(), |(_, t)| format!("{t:.2}"))
+        }));
+        table.add_row(row);
+    }
+    println!("{title}\n{table}\nplot: {}", args.plot.display());
+    Ok(())
+}
+
+fn plot_roofline<D: MatmulDay>(_: &std::path::Path, _: &Gpu, _: &DayReport) -> Result<()> {
+    Ok(()) // TEMP
+}
+
+/// Shapes of the GPU tests: 1 x 1 x 1, primes and odd sizes no tile divides, a dimension of 1
+/// in each place, tile multiples, and 1000 x 1001 x 999.
+pub const TEST_SHAPES: &[Shape] = &[
+    Shape::new(1, 1, 1),
+    Shape::new(17, 17, 17),
+    Shape::new(127, 255, 63),
+    Shape::new(1, 300, 257),
+    Shape::new(300, 1, 257),
+    Shape::new(65, 33, 1),
+    Shape::new(64, 64, 64),
+    Shape::new(256, 512, 128),
+    Shape::new(130, 260, 516),
+    Shape::new(1000, 1001, 999),
+    Shape::new(1024, 1024, 1024),
+];
+
+/// The GPU test of a matmul day: cuBLAS and every version on every test shape it does not
+/// refuse, against the full f64 reference.
+pub fn test_every_version<D: MatmulDay>() {
+    let Some(gpu) = testing::gpu_or_skip(&format!("{} GPU correctness", D::DAY)) else {
+        return;
+    };
+    let day = D::load(&gpu).expect("kernels load");
+    let cublas = Cublas::open(&gpu).expect("cuBLAS opens");
+    let mut ran = vec![0usize; D::VERSIONS.len()];
+    for (i, &shape) in TEST_SHAPES.iter().enumerate() {
+        let Shape { m, n, k } = shape;
+        let a: Vec<f32> = inputs::uniform(m * k, -1.0, 1.0, 2 * i as u64);
+        let b: Vec<f32> = inputs::uniform(k * n, -1.0, 1.0, 2 * i as u64 + 1);
+        let values = reference::matmul(&a, &b, m, n, k);
+        let out_shape = [m, n];
+        let expected = Expected::full(&values, &out_shape, reference::tolerance(k));
+        let (a_dev, b_dev) = (gpu.upload(&a).expect("upload"), gpu.upload(&b).expect("upload"));
+        let mut c = gpu.alloc_poisoned::<f32>(m * n).expect("alloc");
+        let check = |name: &str, got: Result<Vec<f32>>| {
+            let got = got.unwrap_or_else(|e| panic!("{name} {m}x{n}x{k}: {e:#}"));
+            let report = expected.check(&got);
+            assert!(report.passed(), "{name} {m} x {n} x {k}: {report}");
+        };
+        let got = launch_and_read(&gpu, &mut c, &mut |c| cublas.sgemm(m, n, k, &a_dev, &b_dev, c));
+        check(CEILING, got);
+        for (v, &version) in D::VERSIONS.iter().enumerate() {
+            let mut plan = match day.plan(&gpu, version, shape) {
+                Ok(plan) => plan,
+                Err(e) if e.is::<Refused>() => continue,
+                Err(e) => panic!("{version} {m}x{n}x{k}: {e:#}"),
+            };
+            let got = launch_and_read(&gpu, &mut c, &mut |c| (plan.launch)(&a_dev, &b_dev, c));
+            check(version, got);
+            ran[v] += 1;
+        }
+    }
+    for (version, ran) in D::VERSIONS.iter().zip(ran) {
+        assert!(
+            ran >= TEST_SHAPES.len() / 2,
+            "{version} ran on only {ran} of {} test shapes",
+            TEST_SHAPES.len()
+        );
+    }
+}
+
+/// Checks the buffers of a matmul launch against its shape.
+pub fn check_sizes(a: usize, b: usize, c: usize, shape: Shape) -> Result<()> {
+    let Shape { m, n, k } = shape;
+    if m == 0 || n == 0 || k == 0 {
+        anyhow::bail!("matmul: {m} x {n} x {k} is empty; every dimension must be at least 1");
+    }
+    if a != m * k || b != k * n || c != m * n {
+        anyhow::bail!(
+            "matmul: buffers of {a}, {b} and {c} elements do not hold {m} x {k}, {k} x {n} and \
+             {m} x {n}"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flops_bytes_and_keys() {
+        let s = Shape::new(2, 3, 4);
+        assert_eq!(s.flops(), 48);
+        assert_eq!(s.min_bytes(), 4 * (8 + 12 + 6));
+        assert_eq!(s.key(), "sgemm/f32/2x3x4");
+        // One output per "tile": A read n times, B m times.
+        assert_eq!(s.tiled_bytes(1, 1), 4 * (8 * 3 + 12 * 2 + 6));
+        // One tile covering everything reads each input once.
+        assert_eq!(s.tiled_bytes(64, 64), s.min_bytes());
+    }
+
+    #[test]
+    fn sizes_are_checked() {
+        let s = Shape::new(2, 3, 4);
+        assert!(check_sizes(8, 12, 6, s).is_ok());
+        assert!(check_sizes(8, 12, 7, s).is_err());
+        assert!(check_sizes(0, 0, 0, Shape::new(0, 3, 4)).is_err());
+    }
+
+    #[test]
+    fn the_sweep_doubles_from_256_to_8192() {
+        assert_eq!(SWEEP_SIZES.first(), Some(&256));
+        assert_eq!(SWEEP_SIZES.last(), Some(&8192));
+        assert!(SWEEP_SIZES.windows(2).all(|w| w[0] < w[1]));
+    }
+}

@@ -1,0 +1,132 @@
+//! `C = A B` for row-major `A` (m x k) and `B` (k x n), in f64: in full for small problems,
+//! at sampled outputs for large ones (a full f64 reference of 4096^3 is minutes of CPU).
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::check::Tolerance;
+use crate::element::Element;
+
+/// Problems up to this many multiply-adds get a full reference (about a second of CPU in a
+/// release build); larger ones a sampled one.
+pub const FULL_REFERENCE_MAX_MACS: usize = 1 << 30;
+
+/// Random outputs a sampled reference checks, besides the edges (see [`sample_outputs`]).
+pub const RANDOM_SAMPLES: usize = 4096;
+
+/// Every element of `C`, row-major.
+pub fn matmul<T: Element>(a: &[T], b: &[T], m: usize, n: usize, k: usize) -> Vec<f64> {
+    check_lengths(a, b, m, n, k);
+    let b64: Vec<f64> = b.iter().map(|v| v.to_f64()).collect();
+    let mut c = vec![0.0f64; m * n];
+    for (i, c_row) in c.chunks_exact_mut(n.max(1)).enumerate().take(m) {
+        for (l, a_il) in a[i * k..(i + 1) * k].iter().enumerate() {
+            let a_il = a_il.to_f64();
+            let b_row = &b64[l * n..(l + 1) * n];
+            for (c_ij, b_lj) in c_row.iter_mut().zip(b_row) {
+                *c_ij += a_il * b_lj;
+            }
+        }
+    }
+    c
+}
+
+/// The elements of `C` at the flat (row-major) indices `at`.
+pub fn matmul_at<T: Element>(
+    a: &[T],
+    b: &[T],
+    m: usize,
+    n: usize,
+    k: usize,
+    at: &[usize],
+) -> Vec<f64> {
+    check_lengths(a, b, m, n, k);
+    at.iter()
+        .map(|&flat| {
+            let (i, j) = (flat / n, flat % n);
+            assert!(i < m, "index {flat} is outside a {m} x {n} output");
+            (0..k)
+                .map(|l| a[i * k + l].to_f64() * b[l * n + j].to_f64())
+                .sum()
+        })
+        .collect()
+}
+
+/// The outputs a sampled check looks at, sorted: the whole last row and last column (where
+/// partial tiles end), the first row, and `random` others drawn with `seed`.
+pub fn sample_outputs(m: usize, n: usize, random: usize, seed: u64) -> Vec<usize> {
+    let mut at: Vec<usize> = Vec::with_capacity(random + 2 * (m + n));
+    at.extend(0..n);
+    at.extend((m - 1) * n..m * n);
+    at.extend((0..m).map(|i| i * n + n - 1));
+    let mut rng = StdRng::seed_from_u64(seed);
+    at.extend((0..random).map(|_| rng.random_range(0..m * n)));
+    at.sort_unstable();
+    at.dedup();
+    at
+}
+
+/// The check of an f32 matmul with inner dimension `k`, for inputs in [-1, 1].
+///
+/// Each output is a sum of `k` products. Its partial sums wander like a random walk, to about
+/// `sqrt(j / 9)` after `j` terms, and each addition rounds by at most `u = 2^-24` of the
+/// partial sum. Added in order, the worst case is `u * sum_j sqrt(j) / 3 ~= u k^1.5 / 4.5`;
+/// the per-element bound is `u (k^1.5 / 4 + 4)`. Blocked and tree orders give less. Typical
+/// errors are a random walk of those roundings, `~u k / 4` against outputs of `~sqrt(k) / 3`,
+/// so the relative L2 bound is `4 u sqrt(k) + 2^-20`. A lost or doubled product (about 0.25)
+/// is far outside both for any k we run (at k = 8192 the element bound is 0.011).
+pub fn tolerance(k: usize) -> Tolerance {
+    let u = f64::from(f32::EPSILON) / 2.0;
+    let k = k as f64;
+    Tolerance::new(u * (k.powf(1.5) / 4.0 + 4.0), 0.0)
+        .with_max_rel_l2(4.0 * u * k.sqrt() + 2f64.powi(-20))
+}
+
+fn check_lengths<T>(a: &[T], b: &[T], m: usize, n: usize, k: usize) {
+    assert_eq!(a.len(), m * k, "A is not {m} x {k}");
+    assert_eq!(b.len(), k * n, "B is not {k} x {n}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multiplies_a_small_example() {
+        // [1 2 3; 4 5 6] x [7 8; 9 10; 11 12]
+        let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let b = [7.0f32, 8.0, 9.0, 10.0, 11.0, 12.0];
+        assert_eq!(matmul(&a, &b, 2, 2, 3), vec![58.0, 64.0, 139.0, 154.0]);
+    }
+
+    #[test]
+    fn sampled_values_equal_the_full_product() {
+        let (m, n, k) = (17, 13, 9);
+        let a: Vec<f32> = crate::inputs::uniform(m * k, -1.0, 1.0, 1);
+        let b: Vec<f32> = crate::inputs::uniform(k * n, -1.0, 1.0, 2);
+        let full = matmul(&a, &b, m, n, k);
+        let at = sample_outputs(m, n, 20, 3);
+        let sampled = matmul_at(&a, &b, m, n, k, &at);
+        for (&i, v) in at.iter().zip(&sampled) {
+            approx::assert_relative_eq!(full[i], *v, max_relative = 1e-12);
+        }
+    }
+
+    #[test]
+    fn samples_cover_the_edges_once_each() {
+        let at = sample_outputs(5, 4, 0, 0);
+        // First row (4), last row (4), last column (5), sharing 2 corners.
+        assert_eq!(at.len(), 4 + 4 + 5 - 2);
+        assert!(at.windows(2).all(|w| w[0] < w[1]));
+        assert!(at.contains(&19) && at.contains(&3) && at.contains(&16));
+        assert_eq!(sample_outputs(1, 1, 5, 0), vec![0]);
+    }
+
+    #[test]
+    fn the_tolerance_allows_rounding_and_not_a_lost_product() {
+        let t = tolerance(4096);
+        assert!(t.atol > 1e-3 && t.atol < 0.01, "{t:?}");
+        assert!(tolerance(1).atol < 1e-6);
+        assert!(tolerance(8192).atol < 0.02);
+    }
+}

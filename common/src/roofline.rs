@@ -1,0 +1,1 @@
+//! Roofline plots (being written).

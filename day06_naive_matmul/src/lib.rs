@@ -1,0 +1,115 @@
+//! Day 6: naive matmul. One thread per output, launched with two thread mappings: threads of
+//! a warp on consecutive rows (uncoalesced) or on consecutive columns (coalesced).
+
+use anyhow::Result;
+use common::matmul::{MatmulDay, Plan, Shape, check_sizes};
+use common::nvrtc::KernelSource;
+use common::session::Refused;
+use common::{Gpu, Kernel, LaunchShape};
+use cudarc::driver::PushKernelArg;
+
+pub const SOURCE: KernelSource = KernelSource {
+    file_name: "matmul_naive.cu",
+    code: include_str!("matmul_naive.cu"),
+};
+
+pub const UNCOALESCED: &str = "matmul_naive_uncoalesced";
+pub const COALESCED: &str = "matmul_naive_coalesced";
+
+/// 32 x 32 threads per block: a warp is one row of the block along x.
+const SIDE: u32 = 32;
+
+pub struct NaiveMatmul {
+    uncoalesced: Kernel,
+    coalesced: Kernel,
+}
+
+impl NaiveMatmul {
+    pub fn load(gpu: &Gpu) -> Result<Self> {
+        let module = gpu.load(&SOURCE)?;
+        Ok(Self {
+            uncoalesced: module.kernel(gpu, UNCOALESCED)?,
+            coalesced: module.kernel(gpu, COALESCED)?,
+        })
+    }
+
+    /// `naive_uncoalesced` (threads along x on rows) or `naive_coalesced` (on columns).
+    pub fn plan<'a>(&'a self, gpu: &'a Gpu, coalesced: bool, shape: Shape) -> Result<Plan<'a>> {
+        let kernel = if coalesced {
+            &self.coalesced
+        } else {
+            &self.uncoalesced
+        };
+        // x covers the dimension the warp runs along.
+        let (along_x, along_y) = if coalesced {
+            (shape.n, shape.m)
+        } else {
+            (shape.m, shape.n)
+        };
+        let blocks_y = along_y.div_ceil(SIDE as usize);
+        if blocks_y > 65535 {
+            return Err(Refused(format!(
+                "{along_y} needs {blocks_y} blocks in y, over the grid's 65535"
+            ))
+            .into());
+        }
+        let launch_shape = LaunchShape {
+            grid: (along_x.div_ceil(SIDE as usize) as u32, blocks_y as u32, 1),
+            block: (SIDE, SIDE, 1),
+            dynamic_shared_bytes: 0,
+        };
+        Ok(Plan {
+            kernel,
+            shape: launch_shape,
+            // Every thread reads its own row of A and column of B.
+            global_bytes: shape.tiled_bytes(1, 1),
+            launch: Box::new(move |a, b, c| {
+                check_sizes(a.len(), b.len(), c.len(), shape)?;
+                let (m, n, k) = (shape.m as i32, shape.n as i32, shape.k as i32);
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch.arg(a).arg(b).arg(c).arg(&m).arg(&n).arg(&k);
+                // SAFETY: both kernels take (const float* A, const float* B, float* C, int m,
+                // int n, int k); the sizes were checked against the buffers and are below
+                // 2^31, and the grid covers m x n with bounds checks in the kernel.
+                unsafe { launch.launch(kernel.config(&launch_shape)?) }?;
+                Ok(())
+            }),
+        })
+    }
+}
+
+/// The day's versions for the shared matmul runner.
+pub struct Day06 {
+    naive: NaiveMatmul,
+}
+
+impl MatmulDay for Day06 {
+    const DAY: &'static str = "day06";
+    const TITLE: &'static str = "naive matmul";
+    const VERSIONS: &'static [&'static str] = &["naive_uncoalesced", "naive_coalesced"];
+    const DEFAULT_PROBLEMS: &'static [Shape] = &[Shape::square(4096), Shape::new(1000, 1001, 999)];
+
+    fn load(gpu: &Gpu) -> Result<Self> {
+        Ok(Self {
+            naive: NaiveMatmul::load(gpu)?,
+        })
+    }
+
+    fn plan<'a>(&'a self, gpu: &'a Gpu, version: &str, shape: Shape) -> Result<Plan<'a>> {
+        match version {
+            "naive_uncoalesced" => self.naive.plan(gpu, false, shape),
+            "naive_coalesced" => self.naive.plan(gpu, true, shape),
+            other => anyhow::bail!("day06 has no version `{other}`"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_compile_without_spills() {
+        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &[UNCOALESCED, COALESCED]);
+    }
+}

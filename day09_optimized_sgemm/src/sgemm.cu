@@ -1,0 +1,443 @@
+// Day 9: optimized SGEMM, C = A B for row-major A (m x k), B (k x n), C (m x n), f32 with f32
+// accumulation. One kernel per technique, each adding one idea to the one before it, so the
+// table reads as the path from day 7's tiles to cuBLAS:
+//
+//   sgemm_tile1d         each thread computes 8 outputs in a column (1D register blocking)
+//   sgemm_tile2d         each thread computes an 8 x 8 block (2D register blocking)
+//   sgemm_vec4           16-byte global loads and stores, 16-byte shared loads of B
+//   sgemm_transposed_a   A stored transposed in shared memory: 16-byte shared loads of A too
+//   sgemm_double_buffer  two shared buffers: the next tile's loads overlap this tile's math
+//   sgemm_warptile       warp tiles: each warp owns a 2D region, lanes 4 x 4 sub-tiles in it
+//
+// Every kernel takes any m, n, k: loads outside the matrices give 0 and stores are
+// bounds-checked. Kernels with 16-byte accesses come in two forms: `_v` when k and n are
+// multiples of 4 (so every row starts 16-byte aligned) and `_s`, the same kernel with 4-byte
+// accesses, otherwise.
+#include "common.cuh"
+
+// ---------------------------------------------------------------------------------------------
+// Loads and stores of 4 consecutive floats of a row, bounds-checked.
+
+// M[r][c .. c+3] of a rows x cols matrix, 0 outside it. With VEC (cols % 4 == 0, c % 4 == 0)
+// the four are in range together and one 16-byte load fetches them.
+template <bool VEC>
+__device__ __forceinline__ float4 load4(const float* M, int rows, int cols, int r, int c) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r >= rows) return v;
+    const float* p = M + (index_t)r * cols + c;
+    if (VEC) {
+        if (c < cols) v = *reinterpret_cast<const float4*>(p);
+    } else {
+        if (c < cols) v.x = p[0];
+        if (c + 1 < cols) v.y = p[1];
+        if (c + 2 < cols) v.z = p[2];
+        if (c + 3 < cols) v.w = p[3];
+    }
+    return v;
+}
+
+// M[r][c .. c+3] = v, dropping what falls outside the matrix.
+template <bool VEC>
+__device__ __forceinline__ void store4(float* M, int rows, int cols, int r, int c, float4 v) {
+    if (r >= rows) return;
+    float* p = M + (index_t)r * cols + c;
+    if (VEC) {
+        if (c < cols) *reinterpret_cast<float4*>(p) = v;
+    } else {
+        if (c < cols) p[0] = v.x;
+        if (c + 1 < cols) p[1] = v.y;
+        if (c + 2 < cols) p[2] = v.z;
+        if (c + 3 < cols) p[3] = v.w;
+    }
+}
+
+__device__ __forceinline__ float load1(const float* M, int rows, int cols, int r, int c) {
+    return (r < rows && c < cols) ? M[(index_t)r * cols + c] : 0.0f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// v1: 1D block tiling. A 64 x 64 tile of C per block of 512 threads; each thread keeps 8
+// outputs of one column in registers. Per step of k, a thread loads one value of B from shared
+// memory and reuses it for 8 multiply-adds (day 7 loaded 2 values per multiply-add).
+KERNEL void __launch_bounds__(512) sgemm_tile1d(const float* A, const float* B, float* C, int m,
+                                                int n, int k) {
+    constexpr int BM = 64, BN = 64, BK = 8, TM = 8;
+    __shared__ float As[BM][BK];
+    __shared__ float Bs[BK][BN];
+    const int tid = threadIdx.x;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    // This thread's outputs: rows trow*TM .. +TM of column tcol. A warp shares trow, so its
+    // reads of As are broadcasts and its reads of Bs are 32 consecutive words.
+    const int tcol = tid % BN, trow = tid / BN;
+    // Its share of the loads: one element of each tile.
+    const int a_r = tid / BK, a_c = tid % BK;
+    const int b_r = tid / BN, b_c = tid % BN;
+    float acc[TM] = {};
+    for (int k0 = 0; k0 < k; k0 += BK) {
+        As[a_r][a_c] = load1(A, m, k, row0 + a_r, k0 + a_c);
+        Bs[b_r][b_c] = load1(B, k, n, k0 + b_r, col0 + b_c);
+        __syncthreads();
+#pragma unroll
+        for (int l = 0; l < BK; ++l) {
+            const float b = Bs[l][tcol];
+#pragma unroll
+            for (int i = 0; i < TM; ++i) acc[i] += As[trow * TM + i][l] * b;
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int r = row0 + trow * TM + i, c = col0 + tcol;
+        if (r < m && c < n) C[(index_t)r * n + c] = acc[i];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// v2: 2D block tiling. A 128 x 128 tile per block of 256 threads; each thread an 8 x 8 block of
+// outputs. Per step of k it loads 8 values of A and 8 of B into registers and does 64
+// multiply-adds with them: 16 shared loads per 64 FMAs instead of 9 per 8.
+KERNEL void __launch_bounds__(256) sgemm_tile2d(const float* A, const float* B, float* C, int m,
+                                                int n, int k) {
+    constexpr int BM = 128, BN = 128, BK = 8, TM = 8, TN = 8, THREADS = 256;
+    __shared__ float As[BM][BK];
+    __shared__ float Bs[BK][BN];
+    const int tid = threadIdx.x;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const int trow = tid / (BN / TN), tcol = tid % (BN / TN);
+    float acc[TM][TN] = {};
+    float regM[TM], regN[TN];
+    for (int k0 = 0; k0 < k; k0 += BK) {
+        // 1024 elements per tile, 4 per thread, consecutive threads on consecutive columns.
+#pragma unroll
+        for (int i = 0; i < BM * BK / THREADS; ++i) {
+            const int idx = tid + i * THREADS;
+            As[idx / BK][idx % BK] = load1(A, m, k, row0 + idx / BK, k0 + idx % BK);
+        }
+#pragma unroll
+        for (int i = 0; i < BK * BN / THREADS; ++i) {
+            const int idx = tid + i * THREADS;
+            Bs[idx / BN][idx % BN] = load1(B, k, n, k0 + idx / BN, col0 + idx % BN);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int l = 0; l < BK; ++l) {
+#pragma unroll
+            for (int i = 0; i < TM; ++i) regM[i] = As[trow * TM + i][l];
+#pragma unroll
+            for (int j = 0; j < TN; ++j) regN[j] = Bs[l][tcol * TN + j];
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] += regM[i] * regN[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int r = row0 + trow * TM + i, c = col0 + tcol * TN + j;
+            if (r < m && c < n) C[(index_t)r * n + c] = acc[i][j];
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
+// v3: v2 with 16-byte accesses: each thread loads one float4 of A's tile and one of B's
+// (instead of 4 + 4 scalars), reads B's 8 values from shared memory as two float4, and stores
+// C as float4. Fewer instructions for the same bytes; A is still read one word at a time.
+template <bool VEC>
+__device__ __forceinline__ void sgemm_vec4(const float* A, const float* B, float* C, int m, int n,
+                                           int k) {
+    constexpr int BM = 128, BN = 128, BK = 8, TM = 8, TN = 8;
+    __shared__ float As[BM][BK];
+    __shared__ __align__(16) float Bs[BK][BN];
+    const int tid = threadIdx.x;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const int trow = tid / (BN / TN), tcol = tid % (BN / TN);
+    // One float4 of each tile per thread: A's 128 x 8 is 128 rows of 2, B's 8 x 128 is 8 rows
+    // of 32.
+    const int a_r = tid / (BK / 4), a_c = (tid % (BK / 4)) * 4;
+    const int b_r = tid / (BN / 4), b_c = (tid % (BN / 4)) * 4;
+    float acc[TM][TN] = {};
+    float regM[TM], regN[TN];
+    for (int k0 = 0; k0 < k; k0 += BK) {
+        const float4 a = load4<VEC>(A, m, k, row0 + a_r, k0 + a_c);
+        As[a_r][a_c + 0] = a.x;
+        As[a_r][a_c + 1] = a.y;
+        As[a_r][a_c + 2] = a.z;
+        As[a_r][a_c + 3] = a.w;
+        *reinterpret_cast<float4*>(&Bs[b_r][b_c]) = load4<VEC>(B, k, n, k0 + b_r, col0 + b_c);
+        __syncthreads();
+#pragma unroll
+        for (int l = 0; l < BK; ++l) {
+#pragma unroll
+            for (int i = 0; i < TM; ++i) regM[i] = As[trow * TM + i][l];
+            const float4 b0 = *reinterpret_cast<const float4*>(&Bs[l][tcol * TN]);
+            const float4 b1 = *reinterpret_cast<const float4*>(&Bs[l][tcol * TN + 4]);
+            regN[0] = b0.x, regN[1] = b0.y, regN[2] = b0.z, regN[3] = b0.w;
+            regN[4] = b1.x, regN[5] = b1.y, regN[6] = b1.z, regN[7] = b1.w;
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] += regM[i] * regN[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int r = row0 + trow * TM + i;
+#pragma unroll
+        for (int j = 0; j < TN; j += 4) {
+            const float4 v = make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
+            store4<VEC>(C, m, n, r, col0 + tcol * TN + j, v);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The shared tiles of v4 and later: A transposed (As[l][row]) so a thread's 8 values of A at
+// step l are consecutive words, read as two float4. Each row of As is padded by 4 words: the
+// transposing stores of a warp (16 rows x 2 column groups) then fall in 32 different banks
+// instead of 2 to a bank.
+template <int BM, int BN, int BK>
+struct Tiles {
+    float As[BK][BM + 4];
+    float Bs[BK][BN];
+};
+
+// Stores a float4 of A (row r, columns c .. c+3 of the tile) transposed into As.
+template <int BM, int BN, int BK>
+__device__ __forceinline__ void store_a_transposed(Tiles<BM, BN, BK>& t, int r, int c, float4 a) {
+    t.As[c + 0][r] = a.x;
+    t.As[c + 1][r] = a.y;
+    t.As[c + 2][r] = a.z;
+    t.As[c + 3][r] = a.w;
+}
+
+// The 8 x 8 inner product of v4 and v5 on one pair of tiles: at each l, two float4 of A and two
+// of B, 64 FMAs.
+template <int BM, int BN, int BK>
+__device__ __forceinline__ void multiply_8x8(const Tiles<BM, BN, BK>& t, int trow, int tcol,
+                                             float (&acc)[8][8]) {
+#pragma unroll
+    for (int l = 0; l < BK; ++l) {
+        float regM[8], regN[8];
+        *reinterpret_cast<float4*>(&regM[0]) = *reinterpret_cast<const float4*>(&t.As[l][trow * 8]);
+        *reinterpret_cast<float4*>(&regM[4]) =
+            *reinterpret_cast<const float4*>(&t.As[l][trow * 8 + 4]);
+        *reinterpret_cast<float4*>(&regN[0]) = *reinterpret_cast<const float4*>(&t.Bs[l][tcol * 8]);
+        *reinterpret_cast<float4*>(&regN[4]) =
+            *reinterpret_cast<const float4*>(&t.Bs[l][tcol * 8 + 4]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[i][j] += regM[i] * regN[j];
+    }
+}
+
+template <bool VEC>
+__device__ __forceinline__ void store_8x8(float* C, int m, int n, int r0, int c0,
+                                          const float (&acc)[8][8]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; j += 4)
+            store4<VEC>(C, m, n, r0 + i, c0 + j,
+                        make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
+}
+
+// v4: v3 with A transposed in shared memory.
+template <bool VEC>
+__device__ __forceinline__ void sgemm_transposed_a(const float* A, const float* B, float* C, int m,
+                                                   int n, int k) {
+    constexpr int BM = 128, BN = 128, BK = 8;
+    __shared__ __align__(16) Tiles<BM, BN, BK> t;
+    const int tid = threadIdx.x;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const int trow = tid / (BN / 8), tcol = tid % (BN / 8);
+    const int a_r = tid / (BK / 4), a_c = (tid % (BK / 4)) * 4;
+    const int b_r = tid / (BN / 4), b_c = (tid % (BN / 4)) * 4;
+    float acc[8][8] = {};
+    for (int k0 = 0; k0 < k; k0 += BK) {
+        store_a_transposed(t, a_r, a_c, load4<VEC>(A, m, k, row0 + a_r, k0 + a_c));
+        *reinterpret_cast<float4*>(&t.Bs[b_r][b_c]) = load4<VEC>(B, k, n, k0 + b_r, col0 + b_c);
+        __syncthreads();
+        multiply_8x8(t, trow, tcol, acc);
+        __syncthreads();
+    }
+    store_8x8<VEC>(C, m, n, row0 + trow * 8, col0 + tcol * 8, acc);
+}
+
+// v5: v4 with two pairs of shared tiles. The loads of tile i+1 are issued into registers
+// before the math on tile i and stored to the other buffer after it, so global latency hides
+// behind 512 FMAs per thread, and one barrier per step suffices: a buffer is rewritten only
+// after the barrier that ends the step which read it.
+template <bool VEC>
+__device__ __forceinline__ void sgemm_double_buffer(const float* A, const float* B, float* C, int m,
+                                                    int n, int k) {
+    constexpr int BM = 128, BN = 128, BK = 8;
+    __shared__ __align__(16) Tiles<BM, BN, BK> t[2];
+    const int tid = threadIdx.x;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const int trow = tid / (BN / 8), tcol = tid % (BN / 8);
+    const int a_r = tid / (BK / 4), a_c = (tid % (BK / 4)) * 4;
+    const int b_r = tid / (BN / 4), b_c = (tid % (BN / 4)) * 4;
+    float acc[8][8] = {};
+    store_a_transposed(t[0], a_r, a_c, load4<VEC>(A, m, k, row0 + a_r, a_c));
+    *reinterpret_cast<float4*>(&t[0].Bs[b_r][b_c]) = load4<VEC>(B, k, n, b_r, col0 + b_c);
+    __syncthreads();
+    const int steps = (k + BK - 1) / BK;
+    for (int s = 0; s < steps; ++s) {
+        const int cur = s & 1;
+        const bool more = s + 1 < steps;
+        float4 a_next, b_next;
+        if (more) {
+            const int k1 = (s + 1) * BK;
+            a_next = load4<VEC>(A, m, k, row0 + a_r, k1 + a_c);
+            b_next = load4<VEC>(B, k, n, k1 + b_r, col0 + b_c);
+        }
+        multiply_8x8(t[cur], trow, tcol, acc);
+        if (more) {
+            store_a_transposed(t[cur ^ 1], a_r, a_c, a_next);
+            *reinterpret_cast<float4*>(&t[cur ^ 1].Bs[b_r][b_c]) = b_next;
+        }
+        __syncthreads();
+    }
+    store_8x8<VEC>(C, m, n, row0 + trow * 8, col0 + tcol * 8, acc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// v6: warp tiling, with v5's double buffering. The block's BM x BN tile is split among its
+// warps, WM x WN each; a warp's tile is covered by sub-tiles of 32 x 16 (8 x 4 lanes, 4 x 4
+// outputs each), WM/32 x WN/16 of them per lane. So at each step l a warp reads, per
+// sub-tile row, 8 distinct float4 of A (a 128-byte line, no conflict) and, per sub-tile
+// column, 4 distinct float4 of B (64 bytes): v5's 8 x 8 blocks had lanes 32 bytes apart in B,
+// two to a bank. The lanes' 4 x 4 blocks also sit closer together, so each warp touches fewer
+// rows of A and columns of B.
+template <int BM, int BN, int BK, int WM, int WN, int THREADS, bool VEC>
+__device__ __forceinline__ void sgemm_warptile(const float* A, const float* B, float* C, int m,
+                                               int n, int k) {
+    constexpr int WARPS_N = BN / WN;
+    constexpr int M_ITER = WM / 32, N_ITER = WN / 16;
+    constexpr int A_LOADS = BM * BK / 4 / THREADS, B_LOADS = BK * BN / 4 / THREADS;
+    static_assert((BM / WM) * (BN / WN) * 32 == THREADS, "one warp per warp tile");
+    static_assert(A_LOADS * THREADS * 4 == BM * BK, "A's tile splits evenly into float4s");
+    static_assert(B_LOADS * THREADS * 4 == BK * BN, "B's tile splits evenly into float4s");
+    __shared__ __align__(16) Tiles<BM, BN, BK> t[2];
+
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    // This lane's first output in the block tile; sub-tile (i, j) adds (32 i, 16 j).
+    const int wrow = (warp / WARPS_N) * WM + (lane / 4) * 4;
+    const int wcol = (warp % WARPS_N) * WN + (lane % 4) * 4;
+
+    float4 a_stage[A_LOADS], b_stage[B_LOADS];
+    auto load_tiles = [&](int k0) {
+#pragma unroll
+        for (int i = 0; i < A_LOADS; ++i) {
+            const int idx = tid + i * THREADS;
+            const int r = idx / (BK / 4), c = (idx % (BK / 4)) * 4;
+            a_stage[i] = load4<VEC>(A, m, k, row0 + r, k0 + c);
+        }
+#pragma unroll
+        for (int i = 0; i < B_LOADS; ++i) {
+            const int idx = tid + i * THREADS;
+            const int r = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
+            b_stage[i] = load4<VEC>(B, k, n, k0 + r, col0 + c);
+        }
+    };
+    auto store_tiles = [&](Tiles<BM, BN, BK>& dst) {
+#pragma unroll
+        for (int i = 0; i < A_LOADS; ++i) {
+            const int idx = tid + i * THREADS;
+            store_a_transposed(dst, idx / (BK / 4), (idx % (BK / 4)) * 4, a_stage[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < B_LOADS; ++i) {
+            const int idx = tid + i * THREADS;
+            *reinterpret_cast<float4*>(&dst.Bs[idx / (BN / 4)][(idx % (BN / 4)) * 4]) =
+                b_stage[i];
+        }
+    };
+
+    float acc[M_ITER * 4][N_ITER * 4] = {};
+    load_tiles(0);
+    store_tiles(t[0]);
+    __syncthreads();
+    const int steps = (k + BK - 1) / BK;
+    for (int s = 0; s < steps; ++s) {
+        const int cur = s & 1;
+        const bool more = s + 1 < steps;
+        if (more) load_tiles((s + 1) * BK);
+#pragma unroll
+        for (int l = 0; l < BK; ++l) {
+            float regM[M_ITER * 4], regN[N_ITER * 4];
+#pragma unroll
+            for (int i = 0; i < M_ITER; ++i)
+                *reinterpret_cast<float4*>(&regM[i * 4]) =
+                    *reinterpret_cast<const float4*>(&t[cur].As[l][wrow + i * 32]);
+#pragma unroll
+            for (int j = 0; j < N_ITER; ++j)
+                *reinterpret_cast<float4*>(&regN[j * 4]) =
+                    *reinterpret_cast<const float4*>(&t[cur].Bs[l][wcol + j * 16]);
+#pragma unroll
+            for (int i = 0; i < M_ITER * 4; ++i)
+#pragma unroll
+                for (int j = 0; j < N_ITER * 4; ++j) acc[i][j] += regM[i] * regN[j];
+        }
+        if (more) store_tiles(t[cur ^ 1]);
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < M_ITER * 4; ++i)
+#pragma unroll
+        for (int j = 0; j < N_ITER; ++j) {
+            const int r = row0 + wrow + (i / 4) * 32 + i % 4;
+            const int c = col0 + wcol + j * 16;
+            store4<VEC>(C, m, n, r, c,
+                        make_float4(acc[i][j * 4], acc[i][j * 4 + 1], acc[i][j * 4 + 2],
+                                    acc[i][j * 4 + 3]));
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The extern "C" entry points, `_v` (16-byte accesses) and `_s` (4-byte) of each.
+
+#define BOTH_FORMS(name, threads, min_blocks)                                                  \
+    KERNEL void __launch_bounds__(threads, min_blocks)                                         \
+        name##_v(const float* A, const float* B, float* C, int m, int n, int k) {              \
+        name<true>(A, B, C, m, n, k);                                                          \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(threads, min_blocks)                                         \
+        name##_s(const float* A, const float* B, float* C, int m, int n, int k) {              \
+        name<false>(A, B, C, m, n, k);                                                         \
+    }
+
+BOTH_FORMS(sgemm_vec4, 256, 1)
+BOTH_FORMS(sgemm_transposed_a, 256, 1)
+BOTH_FORMS(sgemm_double_buffer, 256, 2)
+
+// Warp-tile configurations: block BM x BN x BK, warp WM x WN, THREADS = 32 warps. The first is
+// the `warptile` version; `autotuned` times them all on the problem and keeps the fastest.
+// MIN_BLOCKS asks ptxas to fit that many blocks per SM (registers capped to match).
+#define WARPTILE(BM, BN, BK, WM, WN, THREADS, MIN_BLOCKS)                                      \
+    KERNEL void __launch_bounds__(THREADS, MIN_BLOCKS)                                         \
+        sgemm_warptile_##BM##x##BN##x##BK##_w##WM##x##WN##_v(const float* A, const float* B,   \
+                                                             float* C, int m, int n, int k) {  \
+        sgemm_warptile<BM, BN, BK, WM, WN, THREADS, true>(A, B, C, m, n, k);                   \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(THREADS, MIN_BLOCKS)                                         \
+        sgemm_warptile_##BM##x##BN##x##BK##_w##WM##x##WN##_s(const float* A, const float* B,   \
+                                                             float* C, int m, int n, int k) {  \
+        sgemm_warptile<BM, BN, BK, WM, WN, THREADS, false>(A, B, C, m, n, k);                  \
+    }
+
+WARPTILE(128, 128, 8, 64, 32, 256, 2)
+WARPTILE(128, 128, 16, 64, 32, 256, 1)
+WARPTILE(128, 128, 8, 32, 64, 256, 2)
+WARPTILE(128, 256, 8, 64, 64, 256, 1)
+WARPTILE(256, 128, 8, 64, 64, 256, 1)
+WARPTILE(128, 64, 16, 32, 32, 256, 2)
+WARPTILE(64, 128, 16, 32, 32, 256, 2)
+WARPTILE(128, 128, 8, 64, 64, 128, 2)
+WARPTILE(128, 64, 8, 64, 32, 128, 2)
