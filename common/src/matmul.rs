@@ -23,8 +23,9 @@ use crate::kernel::{Kernel, LaunchShape};
 use crate::plot::{HLine, LinePlot, Series};
 use crate::reference::matmul as reference;
 use crate::report::DayReport;
+use crate::roofline::{Roofline, RooflinePoint};
 use crate::session::{Expected, Problem, Refused, Session, Version, launch_and_read};
-use crate::{inputs, plot, testing};
+use crate::{inputs, plot, roofline, testing};
 
 /// The ceiling row's name.
 pub const CEILING: &str = "cublas";
@@ -429,8 +430,52 @@ fn plot_sweep<D: MatmulDay>(
     Ok(())
 }
 
-fn plot_roofline<D: MatmulDay>(_: &std::path::Path, _: &Gpu, _: &DayReport) -> Result<()> {
-    Ok(()) // TEMP
+/// The roofline of one problem's versions: each at the intensity of what it asks of global
+/// memory, under the measured copy bandwidth and the FP32 peak.
+fn plot_roofline<D: MatmulDay>(path: &std::path::Path, gpu: &Gpu, report: &DayReport) -> Result<()> {
+    let flops = report.flops_per_run.unwrap_or(0) as f64;
+    let points: Vec<RooflinePoint> = report
+        .rows
+        .iter()
+        .filter_map(|r| {
+            Some(RooflinePoint {
+                name: r.version.clone(),
+                intensity: flops / r.global_bytes? as f64,
+                tflops: r.tflops?,
+            })
+        })
+        .collect();
+    let bandwidth = gpu.copy_ceiling_gbs()?;
+    let peak = gpu.info.fp32_peak_tflops();
+    let title = format!("{} roofline: {}, {}", D::DAY, report.key, gpu.info.name);
+    roofline::write_svg(
+        path,
+        &Roofline {
+            title: &title,
+            x_label: "FLOP per byte asked of global memory",
+            bandwidth_gbs: bandwidth,
+            peak_tflops: peak,
+            points: &points,
+        },
+    )?;
+    let ridge = roofline::ridge_intensity(bandwidth, peak);
+    println!(
+        "roofline: {} (copy {bandwidth:.0} GB/s, FP32 peak {peak:.1} TFLOP/s, ridge {ridge:.1} \
+         FLOP/B)",
+        path.display()
+    );
+    for p in &points {
+        let roof = roofline::attainable_tflops(bandwidth, peak, p.intensity);
+        let bound = if p.intensity < ridge { "memory" } else { "compute" };
+        println!(
+            "  {:>20}  {:8.1} FLOP/B  {:6.2} TFLOP/s  roof {roof:6.2} ({bound})  {:5.1}% of it",
+            p.name,
+            p.intensity,
+            p.tflops,
+            p.tflops / roof * 100.0
+        );
+    }
+    Ok(())
 }
 
 /// Shapes of the GPU tests: 1 x 1 x 1, primes and odd sizes no tile divides, a dimension of 1

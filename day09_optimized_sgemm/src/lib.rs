@@ -29,6 +29,8 @@ pub struct Tiling {
     /// Warp tile (warp-tiled kernels only; 0 otherwise).
     pub wm: usize,
     pub wn: usize,
+    /// Rows of the warp's 32 lanes (8 x 4 or 4 x 8); 0 for kernels without warp tiles.
+    pub lanes_m: usize,
     pub threads: u32,
 }
 
@@ -40,6 +42,7 @@ impl Tiling {
             bk: 8,
             wm: 0,
             wn: 0,
+            lanes_m: 0,
             threads,
         }
     }
@@ -51,6 +54,7 @@ impl Tiling {
             bk,
             wm,
             wn,
+            lanes_m: 8,
             threads: 256,
         }
     }
@@ -59,11 +63,15 @@ impl Tiling {
         Self { threads, ..self }
     }
 
-    /// `128x128x8_w64x32`, as in the CUDA function names.
+    const fn with_lanes_m(self, lanes_m: usize) -> Self {
+        Self { lanes_m, ..self }
+    }
+
+    /// `128x128x8_w64x32_l8`, as in the CUDA function names.
     pub fn label(&self) -> String {
         format!(
-            "{}x{}x{}_w{}x{}",
-            self.bm, self.bn, self.bk, self.wm, self.wn
+            "{}x{}x{}_w{}x{}_l{}",
+            self.bm, self.bn, self.bk, self.wm, self.wn, self.lanes_m
         )
     }
 }
@@ -113,7 +121,7 @@ const VARIANTS: &[Variant] = &[
 
 /// The warp-tile configurations compiled (see `WARPTILE` in `sgemm.cu`); the first is the
 /// `warptile` version, and `autotuned` picks among all of them.
-pub const WARP_TILINGS: [Tiling; 9] = [
+pub const WARP_TILINGS: [Tiling; 13] = [
     Tiling::warp(128, 128, 8, 64, 32),
     Tiling::warp(128, 128, 16, 64, 32),
     Tiling::warp(128, 128, 8, 32, 64),
@@ -122,7 +130,13 @@ pub const WARP_TILINGS: [Tiling; 9] = [
     Tiling::warp(128, 64, 16, 32, 32),
     Tiling::warp(64, 128, 16, 32, 32),
     Tiling::warp(128, 128, 8, 64, 64).with_threads(128),
-    Tiling::warp(128, 64, 8, 64, 32).with_threads(128),
+    Tiling::warp(128, 128, 8, 32, 64).with_lanes_m(4),
+    Tiling::warp(128, 128, 16, 32, 64).with_lanes_m(4),
+    Tiling::warp(128, 256, 8, 64, 64).with_lanes_m(4),
+    Tiling::warp(256, 128, 8, 64, 64).with_lanes_m(4),
+    Tiling::warp(128, 128, 8, 64, 64)
+        .with_threads(128)
+        .with_lanes_m(4),
 ];
 
 fn warptile_function(t: &Tiling) -> String {

@@ -308,17 +308,19 @@ __device__ __forceinline__ void sgemm_double_buffer(const float* A, const float*
 
 // ---------------------------------------------------------------------------------------------
 // v6: warp tiling, with v5's double buffering. The block's BM x BN tile is split among its
-// warps, WM x WN each; a warp's tile is covered by sub-tiles of 32 x 16 (8 x 4 lanes, 4 x 4
-// outputs each), WM/32 x WN/16 of them per lane. So at each step l a warp reads, per
-// sub-tile row, 8 distinct float4 of A (a 128-byte line, no conflict) and, per sub-tile
-// column, 4 distinct float4 of B (64 bytes): v5's 8 x 8 blocks had lanes 32 bytes apart in B,
-// two to a bank. The lanes' 4 x 4 blocks also sit closer together, so each warp touches fewer
-// rows of A and columns of B.
-template <int BM, int BN, int BK, int WM, int WN, int THREADS, bool VEC>
+// warps, WM x WN each; the 32 lanes of a warp form an LM x LN grid (8 x 4 or 4 x 8), each
+// lane a 4 x 4 block of outputs, so a warp covers sub-tiles of 4 LM x 4 LN, WM / (4 LM) x
+// WN / (4 LN) of them per lane. At each step l a warp then reads, per sub-tile row, LM distinct
+// float4 of A, and per sub-tile column LN distinct float4 of B, contiguous (no conflict): v5's
+// 8 x 8 blocks had lanes 32 bytes apart in B, two to a bank. The lanes' 4 x 4 blocks also sit
+// closer together, so each warp touches fewer rows of A and columns of B.
+template <int BM, int BN, int BK, int WM, int WN, int LM, int THREADS, bool VEC>
 __device__ __forceinline__ void sgemm_warptile(const float* A, const float* B, float* C, int m,
                                                int n, int k) {
     constexpr int WARPS_N = BN / WN;
-    constexpr int M_ITER = WM / 32, N_ITER = WN / 16;
+    constexpr int LN = 32 / LM, SUB_M = 4 * LM, SUB_N = 4 * LN;
+    constexpr int M_ITER = WM / SUB_M, N_ITER = WN / SUB_N;
+    static_assert(M_ITER * SUB_M == WM && N_ITER * SUB_N == WN, "sub-tiles cover the warp tile");
     constexpr int A_LOADS = BM * BK / 4 / THREADS, B_LOADS = BK * BN / 4 / THREADS;
     static_assert((BM / WM) * (BN / WN) * 32 == THREADS, "one warp per warp tile");
     static_assert(A_LOADS * THREADS * 4 == BM * BK, "A's tile splits evenly into float4s");
@@ -327,9 +329,9 @@ __device__ __forceinline__ void sgemm_warptile(const float* A, const float* B, f
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
-    // This lane's first output in the block tile; sub-tile (i, j) adds (32 i, 16 j).
-    const int wrow = (warp / WARPS_N) * WM + (lane / 4) * 4;
-    const int wcol = (warp % WARPS_N) * WN + (lane % 4) * 4;
+    // This lane's first output in the block tile; sub-tile (i, j) adds (SUB_M i, SUB_N j).
+    const int wrow = (warp / WARPS_N) * WM + (lane / LN) * 4;
+    const int wcol = (warp % WARPS_N) * WN + (lane % LN) * 4;
 
     float4 a_stage[A_LOADS], b_stage[B_LOADS];
     auto load_tiles = [&](int k0) {
@@ -375,11 +377,11 @@ __device__ __forceinline__ void sgemm_warptile(const float* A, const float* B, f
 #pragma unroll
             for (int i = 0; i < M_ITER; ++i)
                 *reinterpret_cast<float4*>(&regM[i * 4]) =
-                    *reinterpret_cast<const float4*>(&t[cur].As[l][wrow + i * 32]);
+                    *reinterpret_cast<const float4*>(&t[cur].As[l][wrow + i * SUB_M]);
 #pragma unroll
             for (int j = 0; j < N_ITER; ++j)
                 *reinterpret_cast<float4*>(&regN[j * 4]) =
-                    *reinterpret_cast<const float4*>(&t[cur].Bs[l][wcol + j * 16]);
+                    *reinterpret_cast<const float4*>(&t[cur].Bs[l][wcol + j * SUB_N]);
 #pragma unroll
             for (int i = 0; i < M_ITER * 4; ++i)
 #pragma unroll
@@ -392,8 +394,8 @@ __device__ __forceinline__ void sgemm_warptile(const float* A, const float* B, f
     for (int i = 0; i < M_ITER * 4; ++i)
 #pragma unroll
         for (int j = 0; j < N_ITER; ++j) {
-            const int r = row0 + wrow + (i / 4) * 32 + i % 4;
-            const int c = col0 + wcol + j * 16;
+            const int r = row0 + wrow + (i / 4) * SUB_M + i % 4;
+            const int c = col0 + wcol + j * SUB_N;
             store4<VEC>(C, m, n, r, c,
                         make_float4(acc[i][j * 4], acc[i][j * 4 + 1], acc[i][j * 4 + 2],
                                     acc[i][j * 4 + 3]));
@@ -417,27 +419,32 @@ BOTH_FORMS(sgemm_vec4, 256, 1)
 BOTH_FORMS(sgemm_transposed_a, 256, 1)
 BOTH_FORMS(sgemm_double_buffer, 256, 2)
 
-// Warp-tile configurations: block BM x BN x BK, warp WM x WN, THREADS = 32 warps. The first is
-// the `warptile` version; `autotuned` times them all on the problem and keeps the fastest.
-// MIN_BLOCKS asks ptxas to fit that many blocks per SM (registers capped to match).
-#define WARPTILE(BM, BN, BK, WM, WN, THREADS, MIN_BLOCKS)                                      \
+// Warp-tile configurations: block BM x BN x BK, warp WM x WN, lanes LM x (32 / LM), THREADS =
+// 32 per warp. The first is the `warptile` version; `autotuned` times them all on the problem
+// and keeps the fastest. MIN_BLOCKS asks ptxas to fit that many blocks per SM (registers capped
+// to match).
+#define WARPTILE(BM, BN, BK, WM, WN, LM, THREADS, MIN_BLOCKS)                                  \
     KERNEL void __launch_bounds__(THREADS, MIN_BLOCKS)                                         \
-        sgemm_warptile_##BM##x##BN##x##BK##_w##WM##x##WN##_v(const float* A, const float* B,   \
-                                                             float* C, int m, int n, int k) {  \
-        sgemm_warptile<BM, BN, BK, WM, WN, THREADS, true>(A, B, C, m, n, k);                   \
+        sgemm_warptile_##BM##x##BN##x##BK##_w##WM##x##WN##_l##LM##_v(                          \
+            const float* A, const float* B, float* C, int m, int n, int k) {                   \
+        sgemm_warptile<BM, BN, BK, WM, WN, LM, THREADS, true>(A, B, C, m, n, k);               \
     }                                                                                          \
     KERNEL void __launch_bounds__(THREADS, MIN_BLOCKS)                                         \
-        sgemm_warptile_##BM##x##BN##x##BK##_w##WM##x##WN##_s(const float* A, const float* B,   \
-                                                             float* C, int m, int n, int k) {  \
-        sgemm_warptile<BM, BN, BK, WM, WN, THREADS, false>(A, B, C, m, n, k);                  \
+        sgemm_warptile_##BM##x##BN##x##BK##_w##WM##x##WN##_l##LM##_s(                          \
+            const float* A, const float* B, float* C, int m, int n, int k) {                   \
+        sgemm_warptile<BM, BN, BK, WM, WN, LM, THREADS, false>(A, B, C, m, n, k);              \
     }
 
-WARPTILE(128, 128, 8, 64, 32, 256, 2)
-WARPTILE(128, 128, 16, 64, 32, 256, 1)
-WARPTILE(128, 128, 8, 32, 64, 256, 2)
-WARPTILE(128, 256, 8, 64, 64, 256, 1)
-WARPTILE(256, 128, 8, 64, 64, 256, 1)
-WARPTILE(128, 64, 16, 32, 32, 256, 2)
-WARPTILE(64, 128, 16, 32, 32, 256, 2)
-WARPTILE(128, 128, 8, 64, 64, 128, 2)
-WARPTILE(128, 64, 8, 64, 32, 128, 2)
+WARPTILE(128, 128, 8, 64, 32, 8, 256, 2)
+WARPTILE(128, 128, 16, 64, 32, 8, 256, 1)
+WARPTILE(128, 128, 8, 32, 64, 8, 256, 2)
+WARPTILE(128, 256, 8, 64, 64, 8, 256, 1)
+WARPTILE(256, 128, 8, 64, 64, 8, 256, 1)
+WARPTILE(128, 64, 16, 32, 32, 8, 256, 2)
+WARPTILE(64, 128, 16, 32, 32, 8, 256, 2)
+WARPTILE(128, 128, 8, 64, 64, 8, 128, 2)
+WARPTILE(128, 128, 8, 32, 64, 4, 256, 2)
+WARPTILE(128, 128, 16, 32, 64, 4, 256, 1)
+WARPTILE(128, 256, 8, 64, 64, 4, 256, 1)
+WARPTILE(256, 128, 8, 64, 64, 4, 256, 1)
+WARPTILE(128, 128, 8, 64, 64, 4, 128, 2)
