@@ -99,7 +99,10 @@ pub fn compare<T: Element>(
         "output and reference lengths differ"
     );
     compare_pairs(
-        got.iter().copied().zip(expected.iter().copied()).enumerate(),
+        got.iter()
+            .copied()
+            .zip(expected.iter().copied())
+            .enumerate(),
         got.len(),
         shape,
         tolerance,
@@ -116,7 +119,11 @@ pub fn compare_at<T: Element>(
     shape: &[usize],
     tolerance: Tolerance,
 ) -> CheckReport {
-    assert_eq!(at.len(), expected.len(), "indices and reference lengths differ");
+    assert_eq!(
+        at.len(),
+        expected.len(),
+        "indices and reference lengths differ"
+    );
     assert!(
         at.iter().all(|&i| i < got.len()),
         "a sampled index is outside the output"

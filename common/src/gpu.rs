@@ -45,7 +45,10 @@ impl DeviceInfo {
     /// FP32 peak in TFLOP/s: every lane issuing one fused multiply-add (2 FLOPs) per clock at
     /// the quoted clock. Power and heat can hold the real clock below it.
     pub fn fp32_peak_tflops(&self) -> f64 {
-        f64::from(self.sms) * f64::from(self.fp32_lanes_per_sm()) * 2.0 * f64::from(self.clock_khz)
+        f64::from(self.sms)
+            * f64::from(self.fp32_lanes_per_sm())
+            * 2.0
+            * f64::from(self.clock_khz)
             * 1e3
             / 1e12
     }

@@ -345,7 +345,8 @@ impl<D: MatmulDay> Run<'_, D> {
                         global_bytes: Some(plan.global_bytes),
                     };
                     let launch = &mut plan.launch;
-                    session.run_version(version, &mut c, &expected, |c| launch(&a_dev, &b_dev, c))?;
+                    session
+                        .run_version(version, &mut c, &expected, |c| launch(&a_dev, &b_dev, c))?;
                 }
                 Err(e) if e.is::<Refused>() => session.skip_version(name, &e.to_string()),
                 Err(e) => {
@@ -432,7 +433,11 @@ fn plot_sweep<D: MatmulDay>(
 
 /// The roofline of one problem's versions: each at the intensity of what it asks of global
 /// memory, under the measured copy bandwidth and the FP32 peak.
-fn plot_roofline<D: MatmulDay>(path: &std::path::Path, gpu: &Gpu, report: &DayReport) -> Result<()> {
+fn plot_roofline<D: MatmulDay>(
+    path: &std::path::Path,
+    gpu: &Gpu,
+    report: &DayReport,
+) -> Result<()> {
     let flops = report.flops_per_run.unwrap_or(0) as f64;
     let points: Vec<RooflinePoint> = report
         .rows
@@ -466,7 +471,11 @@ fn plot_roofline<D: MatmulDay>(path: &std::path::Path, gpu: &Gpu, report: &DayRe
     );
     for p in &points {
         let roof = roofline::attainable_tflops(bandwidth, peak, p.intensity);
-        let bound = if p.intensity < ridge { "memory" } else { "compute" };
+        let bound = if p.intensity < ridge {
+            "memory"
+        } else {
+            "compute"
+        };
         println!(
             "  {:>20}  {:8.1} FLOP/B  {:6.2} TFLOP/s  roof {roof:6.2} ({bound})  {:5.1}% of it",
             p.name,
@@ -510,14 +519,19 @@ pub fn test_every_version<D: MatmulDay>() {
         let values = reference::matmul(&a, &b, m, n, k);
         let out_shape = [m, n];
         let expected = Expected::full(&values, &out_shape, reference::tolerance(k));
-        let (a_dev, b_dev) = (gpu.upload(&a).expect("upload"), gpu.upload(&b).expect("upload"));
+        let (a_dev, b_dev) = (
+            gpu.upload(&a).expect("upload"),
+            gpu.upload(&b).expect("upload"),
+        );
         let mut c = gpu.alloc_poisoned::<f32>(m * n).expect("alloc");
         let check = |name: &str, got: Result<Vec<f32>>| {
             let got = got.unwrap_or_else(|e| panic!("{name} {m}x{n}x{k}: {e:#}"));
             let report = expected.check(&got);
             assert!(report.passed(), "{name} {m} x {n} x {k}: {report}");
         };
-        let got = launch_and_read(&gpu, &mut c, &mut |c| cublas.sgemm(m, n, k, &a_dev, &b_dev, c));
+        let got = launch_and_read(&gpu, &mut c, &mut |c| {
+            cublas.sgemm(m, n, k, &a_dev, &b_dev, c)
+        });
         check(CEILING, got);
         for (v, &version) in D::VERSIONS.iter().enumerate() {
             let mut plan = match day.plan(&gpu, version, shape) {

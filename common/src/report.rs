@@ -137,7 +137,10 @@ impl DayReport {
     /// What the "% ..." column divides by, in the table's unit.
     fn ceiling_throughput(&self) -> Option<f64> {
         match &self.ceiling {
-            Some(_) => self.ceiling_row().and_then(|r| r.timing).map(|t| self.throughput(t.median_ms)),
+            Some(_) => self
+                .ceiling_row()
+                .and_then(|r| r.timing)
+                .map(|t| self.throughput(t.median_ms)),
             None => Some(self.copy_ceiling_gbs),
         }
     }
@@ -211,9 +214,9 @@ impl DayReport {
                     10..10,
                     [
                         right(opt(global.map(|b| format!("{:.1}", flops / b)))),
-                        right(opt(global
-                            .zip(timing)
-                            .map(|(b, t)| format!("{:.0}", b / (t.median_ms * 1e-3) / 1e9)))),
+                        right(opt(global.zip(timing).map(|(b, t)| {
+                            format!("{:.0}", b / (t.median_ms * 1e-3) / 1e9)
+                        }))),
                     ],
                 );
             }

@@ -104,7 +104,10 @@ fn validate(r: &Roofline) -> Result<()> {
 
 /// Powers of ten around `lo..hi`.
 fn decades(lo: f64, hi: f64) -> (f64, f64) {
-    (10f64.powf(lo.log10().floor()), 10f64.powf(hi.log10().ceil()))
+    (
+        10f64.powf(lo.log10().floor()),
+        10f64.powf(hi.log10().ceil()),
+    )
 }
 
 type DrawResult = std::result::Result<(), DrawingAreaErrorKind<std::io::Error>>;
@@ -143,7 +146,11 @@ fn draw(root: &DrawingArea<SVGBackend, Shift>, r: &Roofline) -> DrawResult {
 
     // The roofs: the slope up to the ridge, then flat; the ridge dashed.
     chart.draw_series(LineSeries::new(
-        [(x_lo, y_floor), (ridge, r.peak_tflops), (x_hi, r.peak_tflops)],
+        [
+            (x_lo, y_floor),
+            (ridge, r.peak_tflops),
+            (x_hi, r.peak_tflops),
+        ],
         ROOF.stroke_width(2),
     ))?;
     chart.draw_series(DashedLineSeries::new(

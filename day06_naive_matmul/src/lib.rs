@@ -110,6 +110,10 @@ mod tests {
 
     #[test]
     fn kernels_compile_without_spills() {
-        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &[UNCOALESCED, COALESCED]);
+        common::testing::assert_compiles_without_spills(
+            &SOURCE,
+            "sm_90",
+            &[UNCOALESCED, COALESCED],
+        );
     }
 }

@@ -32,6 +32,9 @@ pub struct Tiling {
     /// Rows of the warp's 32 lanes (8 x 4 or 4 x 8); 0 for kernels without warp tiles.
     pub lanes_m: usize,
     pub threads: u32,
+    /// Tiles in flight through `cp.async` (the multi-stage kernels); 0 for kernels that stage
+    /// through registers.
+    pub stages: usize,
 }
 
 impl Tiling {
@@ -44,6 +47,7 @@ impl Tiling {
             wn: 0,
             lanes_m: 0,
             threads,
+            stages: 0,
         }
     }
 
@@ -56,6 +60,7 @@ impl Tiling {
             wn,
             lanes_m: 8,
             threads: 256,
+            stages: 0,
         }
     }
 
@@ -67,12 +72,27 @@ impl Tiling {
         Self { lanes_m, ..self }
     }
 
-    /// `128x128x8_w64x32_l8`, as in the CUDA function names.
+    const fn multistage(self, stages: usize) -> Self {
+        Self { stages, ..self }
+    }
+
+    /// `128x128x8_w64x32_l8` (`_s4` with 4 stages), as in the CUDA function names.
     pub fn label(&self) -> String {
+        let stages = if self.stages > 0 {
+            format!("_s{}", self.stages)
+        } else {
+            String::new()
+        };
         format!(
-            "{}x{}x{}_w{}x{}_l{}",
+            "{}x{}x{}_w{}x{}_l{}{stages}",
             self.bm, self.bn, self.bk, self.wm, self.wn, self.lanes_m
         )
+    }
+
+    /// Dynamic shared memory: `stages` pairs of tiles (A transposed with 4 words of padding
+    /// per row, as `Tiles` in `sgemm.cu`).
+    pub fn dynamic_shared_bytes(&self) -> u32 {
+        (self.stages * self.bk * ((self.bm + 4) + self.bn) * 4) as u32
     }
 }
 
@@ -119,9 +139,10 @@ const VARIANTS: &[Variant] = &[
     },
 ];
 
-/// The warp-tile configurations compiled (see `WARPTILE` in `sgemm.cu`); the first is the
-/// `warptile` version, and `autotuned` picks among all of them.
-pub const WARP_TILINGS: [Tiling; 13] = [
+/// The warp-tile configurations compiled (`WARPTILE` and `MULTISTAGE` in `sgemm.cu`): the
+/// first is the `warptile` version, the first multi-stage one the `multistage` version, and
+/// `autotuned` picks among all of them.
+pub const WARP_TILINGS: [Tiling; 18] = [
     Tiling::warp(128, 128, 8, 64, 32),
     Tiling::warp(128, 128, 16, 64, 32),
     Tiling::warp(128, 128, 8, 32, 64),
@@ -137,10 +158,34 @@ pub const WARP_TILINGS: [Tiling; 13] = [
     Tiling::warp(128, 128, 8, 64, 64)
         .with_threads(128)
         .with_lanes_m(4),
+    // The multi-stage (cp.async) kernels; the first is the `multistage` version.
+    Tiling::warp(256, 128, 8, 64, 64)
+        .with_lanes_m(4)
+        .multistage(4),
+    Tiling::warp(128, 256, 8, 64, 64)
+        .with_lanes_m(4)
+        .multistage(4),
+    Tiling::warp(256, 128, 8, 64, 64)
+        .with_lanes_m(4)
+        .multistage(3),
+    Tiling::warp(128, 128, 8, 32, 64)
+        .with_lanes_m(4)
+        .multistage(4),
+    Tiling::warp(128, 128, 16, 32, 64)
+        .with_lanes_m(4)
+        .multistage(3),
 ];
 
+/// Where the multi-stage kernels start in [`WARP_TILINGS`].
+const FIRST_MULTISTAGE: usize = 13;
+
 fn warptile_function(t: &Tiling) -> String {
-    format!("sgemm_warptile_{}", t.label())
+    let kind = if t.stages > 0 {
+        "multistage"
+    } else {
+        "warptile"
+    };
+    format!("sgemm_{kind}_{}", t.label())
 }
 
 /// `_v` when every row of A and B starts on a 16-byte boundary (k and n multiples of 4).
@@ -194,7 +239,7 @@ impl Sgemm {
         plan_tiled(gpu, self.kernels.get(&name)?, v.tiling, shape)
     }
 
-    /// `warptile` with the tiling `WARP_TILINGS[index]`.
+    /// `warptile` or `multistage` with the tiling `WARP_TILINGS[index]`.
     fn plan_warptile<'a>(&'a self, gpu: &'a Gpu, index: usize, shape: Shape) -> Result<Plan<'a>> {
         let tiling = WARP_TILINGS[index];
         let name = format!("{}_{}", warptile_function(&tiling), form(shape));
@@ -260,7 +305,12 @@ impl Sgemm {
 
 /// A kernel `(const float* A, const float* B, float* C, int m, int n, int k)` on a grid of
 /// `bn x bm` output tiles.
-fn plan_tiled<'a>(gpu: &'a Gpu, kernel: &'a Kernel, tiling: Tiling, shape: Shape) -> Result<Plan<'a>> {
+fn plan_tiled<'a>(
+    gpu: &'a Gpu,
+    kernel: &'a Kernel,
+    tiling: Tiling,
+    shape: Shape,
+) -> Result<Plan<'a>> {
     let blocks_y = shape.m.div_ceil(tiling.bm);
     if blocks_y > 65535 {
         return Err(Refused(format!(
@@ -272,7 +322,7 @@ fn plan_tiled<'a>(gpu: &'a Gpu, kernel: &'a Kernel, tiling: Tiling, shape: Shape
     let launch_shape = LaunchShape {
         grid: (shape.n.div_ceil(tiling.bn) as u32, blocks_y as u32, 1),
         block: (tiling.threads, 1, 1),
-        dynamic_shared_bytes: 0,
+        dynamic_shared_bytes: tiling.dynamic_shared_bytes(),
     };
     Ok(Plan {
         kernel,
@@ -309,6 +359,7 @@ impl MatmulDay for Day09 {
         "transposed_a",
         "double_buffer",
         "warptile",
+        "multistage",
         "autotuned",
     ];
     const DEFAULT_PROBLEMS: &'static [Shape] = &[
@@ -328,6 +379,7 @@ impl MatmulDay for Day09 {
         match version {
             "day07_tiled_32" => self.tiled.plan(gpu, 32, shape),
             "warptile" => self.sgemm.plan_warptile(gpu, 0, shape),
+            "multistage" => self.sgemm.plan_warptile(gpu, FIRST_MULTISTAGE, shape),
             "autotuned" => self.sgemm.plan_autotuned(gpu, shape),
             other => match VARIANTS.iter().find(|v| v.version == other) {
                 Some(v) => self.sgemm.plan_variant(gpu, v, shape),
@@ -357,9 +409,31 @@ mod tests {
     }
 
     #[test]
-    fn warp_tilings_use_256_threads_of_whole_warps() {
+    fn warp_tilings_have_one_warp_per_warp_tile() {
         for t in &WARP_TILINGS {
-            assert_eq!((t.bm / t.wm) * (t.bn / t.wn) * 32, t.threads as usize, "{t:?}");
+            assert_eq!(
+                (t.bm / t.wm) * (t.bn / t.wn) * 32,
+                t.threads as usize,
+                "{t:?}"
+            );
         }
+        assert!(
+            WARP_TILINGS[..FIRST_MULTISTAGE]
+                .iter()
+                .all(|t| t.stages == 0)
+        );
+        assert!(
+            WARP_TILINGS[FIRST_MULTISTAGE..]
+                .iter()
+                .all(|t| t.stages > 0)
+        );
+    }
+
+    #[test]
+    fn multistage_shared_memory_matches_the_tiles() {
+        // 4 x (8 x (256 + 4) + 8 x 128) floats.
+        let t = WARP_TILINGS[FIRST_MULTISTAGE];
+        assert_eq!(t.dynamic_shared_bytes(), 4 * (8 * 260 + 8 * 128) * 4);
+        assert_eq!(WARP_TILINGS[0].dynamic_shared_bytes(), 0);
     }
 }

@@ -403,6 +403,130 @@ __device__ __forceinline__ void sgemm_warptile(const float* A, const float* B, f
 }
 
 // ---------------------------------------------------------------------------------------------
+// v7: a multi-stage pipeline with cp.async. v6 carries the next tile through registers (a
+// global load, then shared stores after the math); here the copy engine of the SM writes global
+// data straight into shared memory (`cp.async`, sm_80+), STAGES tiles ahead, with no register
+// staging and no shared store instructions. A is still transposed on the way: 4-byte copies
+// can land anywhere. Each step waits for its own tile's copies (`cp.async.wait_group`), then
+// one barrier makes them visible to the block and frees the slot the previous step read, which
+// is where the copies for tile s + STAGES - 1 go next.
+
+// Copies `bytes` (4 or 16) from global `src` to shared `dst` asynchronously; with `valid`
+// false it writes zeros and reads nothing (src-size 0), which is how edges are padded.
+__device__ __forceinline__ void cp_async_4(void* dst, const float* src, bool valid) {
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_16(void* dst, const float* src, bool valid) {
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int LM, int THREADS, int STAGES, bool VEC>
+__device__ __forceinline__ void sgemm_multistage(const float* A, const float* B, float* C, int m,
+                                                 int n, int k) {
+    constexpr int WARPS_N = BN / WN;
+    constexpr int LN = 32 / LM, SUB_M = 4 * LM, SUB_N = 4 * LN;
+    constexpr int M_ITER = WM / SUB_M, N_ITER = WN / SUB_N;
+    constexpr int A_LOADS = BM * BK / 4 / THREADS, B_LOADS = BK * BN / 4 / THREADS;
+    static_assert((BM / WM) * (BN / WN) * 32 == THREADS, "one warp per warp tile");
+    static_assert(A_LOADS * THREADS * 4 == BM * BK && B_LOADS * THREADS * 4 == BK * BN,
+                  "the tiles split evenly into groups of 4");
+    // STAGES tiles do not fit the 48 KB of static shared memory: the launch asks for them.
+    extern __shared__ __align__(16) unsigned char shared_bytes[];
+    Tiles<BM, BN, BK>* t = reinterpret_cast<Tiles<BM, BN, BK>*>(shared_bytes);
+
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const int wrow = (warp / WARPS_N) * WM + (lane / LN) * 4;
+    const int wcol = (warp % WARPS_N) * WN + (lane % LN) * 4;
+    const int steps = (k + BK - 1) / BK;
+
+    // Issues the copies of tile `s` into its slot (nothing past the last tile), then commits
+    // them as one group, so every step has exactly one group to wait for.
+    auto issue = [&](int s) {
+        if (s < steps) {
+            Tiles<BM, BN, BK>& dst = t[s % STAGES];
+            const int k0 = s * BK;
+#pragma unroll
+            for (int i = 0; i < A_LOADS; ++i) {
+                const int idx = tid + i * THREADS;
+                const int r = idx / (BK / 4), c = (idx % (BK / 4)) * 4;
+                const int gr = row0 + r;
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const bool ok = gr < m && k0 + c + e < k;
+                    cp_async_4(&dst.As[c + e][r], ok ? A + (index_t)gr * k + k0 + c + e : A, ok);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < B_LOADS; ++i) {
+                const int idx = tid + i * THREADS;
+                const int r = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
+                const int gr = k0 + r, gc = col0 + c;
+                if (VEC) {
+                    const bool ok = gr < k && gc < n;
+                    cp_async_16(&dst.Bs[r][c], ok ? B + (index_t)gr * n + gc : B, ok);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const bool ok = gr < k && gc + e < n;
+                        cp_async_4(&dst.Bs[r][c + e], ok ? B + (index_t)gr * n + gc + e : B, ok);
+                    }
+                }
+            }
+        }
+        cp_async_commit();
+    };
+
+    float acc[M_ITER * 4][N_ITER * 4] = {};
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) issue(s);
+    for (int s = 0; s < steps; ++s) {
+        // Tile s has landed (at most STAGES - 2 younger groups still in flight), and after the
+        // barrier everyone has finished step s - 1, whose slot the next copies reuse.
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        issue(s + STAGES - 1);
+        const Tiles<BM, BN, BK>& cur = t[s % STAGES];
+#pragma unroll
+        for (int l = 0; l < BK; ++l) {
+            float regM[M_ITER * 4], regN[N_ITER * 4];
+#pragma unroll
+            for (int i = 0; i < M_ITER; ++i)
+                *reinterpret_cast<float4*>(&regM[i * 4]) =
+                    *reinterpret_cast<const float4*>(&cur.As[l][wrow + i * SUB_M]);
+#pragma unroll
+            for (int j = 0; j < N_ITER; ++j)
+                *reinterpret_cast<float4*>(&regN[j * 4]) =
+                    *reinterpret_cast<const float4*>(&cur.Bs[l][wcol + j * SUB_N]);
+#pragma unroll
+            for (int i = 0; i < M_ITER * 4; ++i)
+#pragma unroll
+                for (int j = 0; j < N_ITER * 4; ++j) acc[i][j] += regM[i] * regN[j];
+        }
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int i = 0; i < M_ITER * 4; ++i)
+#pragma unroll
+        for (int j = 0; j < N_ITER; ++j) {
+            const int r = row0 + wrow + (i / 4) * SUB_M + i % 4;
+            const int c = col0 + wcol + j * SUB_N;
+            store4<VEC>(C, m, n, r, c,
+                        make_float4(acc[i][j * 4], acc[i][j * 4 + 1], acc[i][j * 4 + 2],
+                                    acc[i][j * 4 + 3]));
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The extern "C" entry points, `_v` (16-byte accesses) and `_s` (4-byte) of each.
 
 #define BOTH_FORMS(name, threads, min_blocks)                                                  \
@@ -448,3 +572,23 @@ WARPTILE(128, 128, 16, 32, 64, 4, 256, 1)
 WARPTILE(128, 256, 8, 64, 64, 4, 256, 1)
 WARPTILE(256, 128, 8, 64, 64, 4, 256, 1)
 WARPTILE(128, 128, 8, 64, 64, 4, 128, 2)
+
+// Multi-stage configurations: as WARPTILE, plus STAGES tiles in flight (dynamic shared memory
+// of STAGES x the tile pair, set by the launcher).
+#define MULTISTAGE(BM, BN, BK, WM, WN, LM, THREADS, STAGES, MIN_BLOCKS)                        \
+    KERNEL void __launch_bounds__(THREADS, MIN_BLOCKS)                                         \
+        sgemm_multistage_##BM##x##BN##x##BK##_w##WM##x##WN##_l##LM##_s##STAGES##_v(            \
+            const float* A, const float* B, float* C, int m, int n, int k) {                   \
+        sgemm_multistage<BM, BN, BK, WM, WN, LM, THREADS, STAGES, true>(A, B, C, m, n, k);     \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(THREADS, MIN_BLOCKS)                                         \
+        sgemm_multistage_##BM##x##BN##x##BK##_w##WM##x##WN##_l##LM##_s##STAGES##_s(            \
+            const float* A, const float* B, float* C, int m, int n, int k) {                   \
+        sgemm_multistage<BM, BN, BK, WM, WN, LM, THREADS, STAGES, false>(A, B, C, m, n, k);    \
+    }
+
+MULTISTAGE(256, 128, 8, 64, 64, 4, 256, 4, 1)
+MULTISTAGE(128, 256, 8, 64, 64, 4, 256, 4, 1)
+MULTISTAGE(256, 128, 8, 64, 64, 4, 256, 3, 1)
+MULTISTAGE(128, 128, 8, 32, 64, 4, 256, 4, 2)
+MULTISTAGE(128, 128, 16, 32, 64, 4, 256, 3, 1)

@@ -2,7 +2,8 @@
 //!
 //! - `bundle`: build every day's release binary and every test executable into
 //!   `target/bundle/` with `run.sh`, to copy to a GPU host that has no Rust;
-//! - `report DIR/results.json`: write the tables of a GPU run into the READMEs.
+//! - `report DIR/results.json [DIR2/results.json ...]`: write the tables of a GPU run into the
+//!   READMEs (a run split over several `run.sh --days` calls at one commit gives several).
 
 mod bundle;
 mod readme;
@@ -29,8 +30,10 @@ enum Command {
     },
     /// Rewrite the results tables in each day's README and the root README.
     Report {
-        /// results.json written by run.sh on the GPU host.
-        results: PathBuf,
+        /// results.json written by run.sh on the GPU host; several when the run was split with
+        /// `--days` (they must come from the same commit).
+        #[arg(required = true)]
+        results: Vec<PathBuf>,
         /// Accept results from a bundle built with uncommitted changes.
         #[arg(long)]
         allow_dirty: bool,

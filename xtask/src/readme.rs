@@ -72,11 +72,41 @@ pub fn day_folders(root: &Path) -> Result<Vec<DayFolder>> {
     Ok(days)
 }
 
-pub fn report(root: &Path, results_path: &Path, allow_dirty: bool) -> Result<()> {
-    let text = fs::read_to_string(results_path)
-        .with_context(|| format!("reading {}", results_path.display()))?;
-    let results: RunResults = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a run.sh results file", results_path.display()))?;
+/// Reads one results file.
+fn read_results(path: &Path) -> Result<RunResults> {
+    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a run.sh results file", path.display()))
+}
+
+/// Several `run.sh --days` calls of one bundle as one run: same commit, tests and days
+/// together, the latest date.
+fn merge(runs: Vec<RunResults>) -> Result<RunResults> {
+    let mut runs = runs.into_iter();
+    let mut merged = runs.next().context("no results file given")?;
+    for run in runs {
+        if run.commit != merged.commit {
+            bail!(
+                "results of commits {} and {} cannot make one run",
+                merged.commit,
+                run.commit
+            );
+        }
+        merged.dirty |= run.dirty;
+        merged.run_at = merged.run_at.max(run.run_at);
+        merged.tests.extend(run.tests);
+        merged.days.extend(run.days);
+    }
+    Ok(merged)
+}
+
+pub fn report(root: &Path, results_paths: &[PathBuf], allow_dirty: bool) -> Result<()> {
+    let results = merge(
+        results_paths
+            .iter()
+            .map(|p| read_results(p))
+            .collect::<Result<_>>()?,
+    )?;
     if results.dirty && !allow_dirty {
         bail!(
             "these results come from a bundle built with uncommitted changes, so commit {} does \
@@ -102,10 +132,10 @@ pub fn report(root: &Path, results_path: &Path, allow_dirty: bool) -> Result<()>
         );
     }
 
-    let plots = results_path
-        .parent()
-        .unwrap_or(Path::new("."))
-        .join("plots");
+    let plot_dirs: Vec<PathBuf> = results_paths
+        .iter()
+        .map(|p| p.parent().unwrap_or(Path::new(".")).join("plots"))
+        .collect();
     let days = day_folders(root)?;
     for day in &days {
         let reports: Vec<&DayReport> = results.reports_of(&day.package).collect();
@@ -113,8 +143,8 @@ pub fn report(root: &Path, results_path: &Path, allow_dirty: bool) -> Result<()>
             eprintln!("{}: not in this run, README left as it is", day.package);
             continue;
         }
-        let has_plot = copy_plot(&plots, day, "", "sweep.svg")?;
-        let has_roofline = copy_plot(&plots, day, "-roofline", "roofline.svg")?;
+        let has_plot = copy_plot(&plot_dirs, day, "", "sweep.svg")?;
+        let has_roofline = copy_plot(&plot_dirs, day, "-roofline", "roofline.svg")?;
         let readme = day.folder.join("README.md");
         let block = day_block(&reports, &results, has_plot, has_roofline);
         rewrite_between(
@@ -136,12 +166,13 @@ pub fn report(root: &Path, results_path: &Path, allow_dirty: bool) -> Result<()>
     Ok(())
 }
 
-/// Copies `plots/<package><suffix>.svg` into the day's folder as `name`, if the run drew it.
-fn copy_plot(plots: &Path, day: &DayFolder, suffix: &str, name: &str) -> Result<bool> {
-    let plot = plots.join(format!("{}{suffix}.svg", day.package));
-    if !plot.exists() {
+/// Copies `plots/<package><suffix>.svg` (from whichever plots folder has it) into the day's
+/// folder as `name`, if the run drew it.
+fn copy_plot(plot_dirs: &[PathBuf], day: &DayFolder, suffix: &str, name: &str) -> Result<bool> {
+    let file = format!("{}{suffix}.svg", day.package);
+    let Some(plot) = plot_dirs.iter().map(|d| d.join(&file)).find(|p| p.exists()) else {
         return Ok(false);
-    }
+    };
     fs::copy(&plot, day.folder.join(name))
         .with_context(|| format!("copying {}", plot.display()))?;
     Ok(true)
@@ -248,11 +279,18 @@ fn index_block(days: &[DayFolder], results: &RunResults) -> String {
                         best.fraction_of_ceiling.unwrap_or(0.0) * 100.0,
                         ceiling.version
                     ),
-                    format!("{:.1} TFLOP/s ({})", ceiling.tflops.unwrap_or(0.0), ceiling.version),
+                    format!(
+                        "{:.1} TFLOP/s ({})",
+                        ceiling.tflops.unwrap_or(0.0),
+                        ceiling.version
+                    ),
                 ),
                 None => (
                     format!("{:.0} GB/s", best.gb_per_s.unwrap_or(0.0)),
-                    format!("{:.1}% of copy", best.fraction_of_copy.unwrap_or(0.0) * 100.0),
+                    format!(
+                        "{:.1}% of copy",
+                        best.fraction_of_copy.unwrap_or(0.0) * 100.0
+                    ),
                     report
                         .peers
                         .iter()
