@@ -25,6 +25,7 @@ pub mod roofline;
 pub mod save;
 pub mod session;
 pub mod softmax;
+pub mod sweep;
 pub mod testing;
 
 pub use check::Tolerance;

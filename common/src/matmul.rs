@@ -11,21 +11,22 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{CommandFactory, FromArgMatches};
 use cudarc::driver::CudaSlice;
+use cudarc::driver::PushKernelArg;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
 use crate::cublas::Cublas;
 use crate::gpu::Gpu;
 use crate::kernel::{Kernel, LaunchShape};
-use crate::plot::{HLine, LinePlot, Series};
+use crate::plot::{HLine, LinePlot};
 use crate::reference::matmul as reference;
 use crate::report::DayReport;
 use crate::roofline::{Roofline, RooflinePoint};
 use crate::session::{Expected, Problem, Refused, Session, Version, launch_and_read};
-use crate::{inputs, plot, roofline, testing};
+use crate::{inputs, plot, roofline, sweep, testing};
 
 /// The ceiling row's name.
 pub const CEILING: &str = "cublas";
@@ -370,26 +371,8 @@ fn plot_sweep<D: MatmulDay>(
     versions: &[&str],
     reports: &[DayReport],
 ) -> Result<()> {
-    let size_of = |r: &DayReport| -> f64 {
-        r.key
-            .rsplit('x')
-            .next()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0.0)
-    };
     let names = std::iter::once(CEILING).chain(versions.iter().copied());
-    let series: Vec<Series> = names
-        .map(|v| Series {
-            name: v.to_string(),
-            points: reports
-                .iter()
-                .filter_map(|r| {
-                    let row = r.rows.iter().find(|row| row.version == v)?;
-                    Some((size_of(r), row.tflops?))
-                })
-                .collect(),
-        })
-        .collect();
+    let series = sweep::version_series(reports, names, sweep::last_dimension, |row| row.tflops);
     let peak = gpu.info.fp32_peak_tflops();
     let title = format!(
         "{} {}: square f32 matmul, {}",
@@ -411,22 +394,7 @@ fn plot_sweep<D: MatmulDay>(
             }],
         },
     )?;
-    let mut table = comfy_table::Table::new();
-    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
-    let mut header = vec!["size".to_string()];
-    header.extend(series.iter().map(|s| format!("{} TFLOP/s", s.name)));
-    table.set_header(header);
-    for r in reports {
-        let size = size_of(r);
-        let mut row = vec![format!("{size}")];
-        row.extend(series.iter().map(|s| {
-            s.points
-                .iter()
-                .find(|(x, _)| *x == size)
-                .map_or_else(|| "-".to_string(), |(_, t)| format!("{t:.2}"))
-        }));
-        table.add_row(row);
-    }
+    let table = sweep::summary_table("size", "TFLOP/s", 2, &series);
     println!("{title}\n{table}\nplot: {}", args.plot.display());
     Ok(())
 }
@@ -551,6 +519,53 @@ pub fn test_every_version<D: MatmulDay>() {
             TEST_SHAPES.len()
         );
     }
+}
+
+/// A version that is one kernel `(const float* A, const float* B, float* C, int m, int n,
+/// int k)` on a 2-D grid of `grid` (x, y) blocks of `block` threads, which bounds-checks its
+/// own loads and stores (every kernel of days 6-9). A grid taller than 65535 blocks is
+/// refused (the version is skipped for that shape).
+pub fn plan_kernel<'a>(
+    gpu: &'a Gpu,
+    kernel: &'a Kernel,
+    shape: Shape,
+    grid: (usize, usize),
+    block: (u32, u32, u32),
+    dynamic_shared_bytes: u32,
+    global_bytes: u64,
+) -> Result<Plan<'a>> {
+    let (blocks_x, blocks_y) = grid;
+    if blocks_y > 65535 || blocks_x > i32::MAX as usize {
+        return Err(Refused(format!(
+            "{} on {}: a grid of {blocks_x} x {blocks_y} blocks is over the device's limits \
+             (65535 in y)",
+            kernel.name,
+            shape.describe()
+        ))
+        .into());
+    }
+    let launch_shape = LaunchShape {
+        grid: (blocks_x as u32, blocks_y as u32, 1),
+        block,
+        dynamic_shared_bytes,
+    };
+    Ok(Plan {
+        kernel,
+        shape: launch_shape,
+        global_bytes,
+        launch: Box::new(move |a, b, c| {
+            check_sizes(a.len(), b.len(), c.len(), shape)?;
+            let dim = |v: usize| i32::try_from(v).context("matmul dimensions must be below 2^31");
+            let (m, n, k) = (dim(shape.m)?, dim(shape.n)?, dim(shape.k)?);
+            let mut launch = gpu.stream.launch_builder(&kernel.func);
+            launch.arg(a).arg(b).arg(c).arg(&m).arg(&n).arg(&k);
+            // SAFETY: the kernel takes (const float* A, const float* B, float* C, int m, int n,
+            // int k) by this function's contract; the buffers were checked to hold m x k,
+            // k x n and m x n floats, and the kernel bounds-checks every access.
+            unsafe { launch.launch(kernel.config(&launch_shape)?) }?;
+            Ok(())
+        }),
+    })
 }
 
 /// Checks the buffers of a matmul launch against its shape.

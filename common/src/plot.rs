@@ -63,6 +63,11 @@ pub struct LinePlot<'a> {
 /// So are non-finite values and `x <= 0` on a log2 axis.
 pub fn write_svg(path: &Path, plot: &LinePlot) -> Result<()> {
     let svg = render(plot).with_context(|| format!("plotting {}", path.display()))?;
+    write_file(path, &svg)
+}
+
+/// Writes a finished SVG to `path`, creating the parent folder (the roofline plots use it too).
+pub(crate) fn write_file(path: &Path, svg: &str) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -73,11 +78,11 @@ const SIZE: (u32, u32) = (900, 560);
 /// The legend sits beside the plot, not in it: the lines fill the plot from the low left to
 /// the ceiling at the top, so no corner of it is reliably empty.
 const LEGEND_WIDTH: u32 = 220;
-const FONT: &str = "sans-serif";
+pub(crate) const FONT: &str = "sans-serif";
 
 /// Tableau 10 without its grey, which is kept for the reference lines. Past nine series the
 /// colours repeat with another marker shape.
-const PALETTE: [RGBColor; 9] = [
+pub(crate) const PALETTE: [RGBColor; 9] = [
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0xff, 0x7f, 0x0e),
     RGBColor(0x2c, 0xa0, 0x2c),
@@ -88,7 +93,7 @@ const PALETTE: [RGBColor; 9] = [
     RGBColor(0xbc, 0xbd, 0x22),
     RGBColor(0x17, 0xbe, 0xcf),
 ];
-const REFERENCE: RGBColor = RGBColor(0x70, 0x70, 0x70);
+pub(crate) const REFERENCE: RGBColor = RGBColor(0x70, 0x70, 0x70);
 
 /// The axes, in plot coordinates (log2 of x when `log2_x`).
 struct Frame {
@@ -314,7 +319,7 @@ impl ValueFormatter<f64> for XAxis {
 
 /// Series `i`'s point marker: circles for the first nine, then triangles, then crosses, so
 /// series that share a colour stay apart.
-fn marker<'b, C>(i: usize, at: C) -> DynElement<'static, SVGBackend<'b>, C>
+pub(crate) fn marker<'b, C>(i: usize, at: C) -> DynElement<'static, SVGBackend<'b>, C>
 where
     C: Clone + 'static,
 {
@@ -339,7 +344,7 @@ fn pow2_label(exp: f64) -> String {
 }
 
 /// A tick value with no trailing zeros (`500`, `0.25`), not plotters' fixed precision.
-fn number_label(v: f64) -> String {
+pub(crate) fn number_label(v: f64) -> String {
     let s = format!("{v:.4}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     if s == "-0" {

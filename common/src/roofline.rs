@@ -3,13 +3,14 @@
 //! intensity) and the compute roof (the FP32 peak). Where they meet, the ridge, separates
 //! kernels that memory bounds from those that arithmetic bounds.
 
-use std::fs;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::plot::{FONT, REFERENCE, marker, number_label, write_file};
 
 /// One kernel on the roofline.
 #[derive(Debug, Clone)]
@@ -52,28 +53,11 @@ pub fn write_svg(path: &Path, roofline: &Roofline) -> Result<()> {
         draw(&root, roofline).context("drawing the roofline")?;
         root.present().context("drawing the roofline")?;
     }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    fs::write(path, svg).with_context(|| format!("writing {}", path.display()))
+    write_file(path, &svg)
 }
 
 const SIZE: (u32, u32) = (900, 560);
 const LEGEND_WIDTH: u32 = 250;
-const FONT: &str = "sans-serif";
-/// The colours of `plot.rs` (Tableau 10 without its grey), kept for the roofs.
-const PALETTE: [RGBColor; 9] = [
-    RGBColor(0x1f, 0x77, 0xb4),
-    RGBColor(0xff, 0x7f, 0x0e),
-    RGBColor(0x2c, 0xa0, 0x2c),
-    RGBColor(0xd6, 0x27, 0x28),
-    RGBColor(0x94, 0x67, 0xbd),
-    RGBColor(0x8c, 0x56, 0x4b),
-    RGBColor(0xe3, 0x77, 0xc2),
-    RGBColor(0xbc, 0xbd, 0x22),
-    RGBColor(0x17, 0xbe, 0xcf),
-];
-const ROOF: RGBColor = RGBColor(0x70, 0x70, 0x70);
 
 fn validate(r: &Roofline) -> Result<()> {
     let positive = |v: f64| v.is_finite() && v > 0.0;
@@ -151,15 +135,15 @@ fn draw(root: &DrawingArea<SVGBackend, Shift>, r: &Roofline) -> DrawResult {
             (ridge, r.peak_tflops),
             (x_hi, r.peak_tflops),
         ],
-        ROOF.stroke_width(2),
+        REFERENCE.stroke_width(2),
     ))?;
     chart.draw_series(DashedLineSeries::new(
         [(ridge, y_lo), (ridge, r.peak_tflops)],
         6,
         4,
-        ROOF.stroke_width(1),
+        REFERENCE.stroke_width(1),
     ))?;
-    let label = TextStyle::from((FONT, 15).into_font()).color(&ROOF);
+    let label = TextStyle::from((FONT, 15).into_font()).color(&REFERENCE);
     chart.draw_series([
         Text::new(
             format!("FP32 peak {:.1} TFLOP/s", r.peak_tflops),
@@ -195,25 +179,6 @@ fn draw(root: &DrawingArea<SVGBackend, Shift>, r: &Roofline) -> DrawResult {
     Ok(())
 }
 
-/// Point `i`'s marker: circles for the first nine, then triangles, then crosses.
-fn marker<'b, C>(i: usize, at: C) -> DynElement<'static, SVGBackend<'b>, C>
-where
-    C: Clone + 'static,
-{
-    let color = PALETTE[i % PALETTE.len()];
-    match (i / PALETTE.len()) % 3 {
-        0 => Circle::new(at, 5, color.filled()).into_dyn(),
-        1 => TriangleMarker::new(at, 6, color.filled()).into_dyn(),
-        _ => Cross::new(at, 5, color.stroke_width(2)).into_dyn(),
-    }
-}
-
-/// 0.01, 0.1, 1, 10, 1000: no trailing zeros.
-fn number_label(v: f64) -> String {
-    let s = format!("{v:.4}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,9 +212,9 @@ mod tests {
             points: &points,
         };
         write_svg(&path, &r).unwrap();
-        let svg = fs::read_to_string(&path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.contains("naive") && svg.contains("tiled") && svg.contains("ridge"));
-        fs::remove_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
 
     #[test]

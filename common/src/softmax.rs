@@ -23,7 +23,7 @@ use crate::kernel::{Kernel, LaunchShape};
 use crate::plot::{HLine, LinePlot, Series};
 use crate::report::DayReport;
 use crate::session::{Expected, Problem, Session, Version, launch_and_read};
-use crate::{inputs, plot, reference, testing};
+use crate::{inputs, plot, reference, sweep, testing};
 
 /// The key peers and reports share: `softmax/f32/32768x4096`.
 pub fn key(dtype: Dtype, rows: usize, cols: usize) -> String {
@@ -304,26 +304,10 @@ fn plot_sweep<D: SoftmaxDay>(
     versions: &[&str],
     reports: &[DayReport],
 ) -> Result<()> {
-    let cols_of = |r: &DayReport| -> f64 {
-        r.key
-            .rsplit('x')
-            .next()
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0.0)
-    };
-    let mut series: Vec<Series> = versions
-        .iter()
-        .map(|v| Series {
-            name: v.to_string(),
-            points: reports
-                .iter()
-                .filter_map(|r| {
-                    let row = r.rows.iter().find(|row| row.version == *v)?;
-                    Some((cols_of(r), row.gb_per_s?))
-                })
-                .collect(),
-        })
-        .collect();
+    let cols_of = sweep::last_dimension;
+    let mut series = sweep::version_series(reports, versions.iter().copied(), cols_of, |row| {
+        row.gb_per_s
+    });
     let mut peer_names: Vec<String> = reports
         .iter()
         .flat_map(|r| r.peers.iter().map(|p| p.peer.clone()))
@@ -364,22 +348,7 @@ fn plot_sweep<D: SoftmaxDay>(
             }],
         },
     )?;
-    let mut table = comfy_table::Table::new();
-    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
-    let mut header = vec!["columns".to_string()];
-    header.extend(series.iter().map(|s| format!("{} GB/s", s.name)));
-    table.set_header(header);
-    for r in reports {
-        let cols = cols_of(r);
-        let mut row = vec![format!("{cols}")];
-        row.extend(series.iter().map(|s| {
-            s.points
-                .iter()
-                .find(|(c, _)| *c == cols)
-                .map_or_else(|| "-".to_string(), |(_, g)| format!("{g:.0}"))
-        }));
-        table.add_row(row);
-    }
+    let table = sweep::summary_table("columns", "GB/s", 0, &series);
     println!("{title}\n{table}\nplot: {}", args.softmax.plot.display());
     Ok(())
 }

@@ -2,11 +2,9 @@
 //! a warp on consecutive rows (uncoalesced) or on consecutive columns (coalesced).
 
 use anyhow::Result;
-use common::matmul::{MatmulDay, Plan, Shape, check_sizes};
+use common::matmul::{MatmulDay, Plan, Shape, plan_kernel};
 use common::nvrtc::KernelSource;
-use common::session::Refused;
-use common::{Gpu, Kernel, LaunchShape};
-use cudarc::driver::PushKernelArg;
+use common::{Gpu, Kernel};
 
 pub const SOURCE: KernelSource = KernelSource {
     file_name: "matmul_naive.cu",
@@ -46,35 +44,17 @@ impl NaiveMatmul {
         } else {
             (shape.m, shape.n)
         };
-        let blocks_y = along_y.div_ceil(SIDE as usize);
-        if blocks_y > 65535 {
-            return Err(Refused(format!(
-                "{along_y} needs {blocks_y} blocks in y, over the grid's 65535"
-            ))
-            .into());
-        }
-        let launch_shape = LaunchShape {
-            grid: (along_x.div_ceil(SIDE as usize) as u32, blocks_y as u32, 1),
-            block: (SIDE, SIDE, 1),
-            dynamic_shared_bytes: 0,
-        };
-        Ok(Plan {
+        let side = SIDE as usize;
+        plan_kernel(
+            gpu,
             kernel,
-            shape: launch_shape,
+            shape,
+            (along_x.div_ceil(side), along_y.div_ceil(side)),
+            (SIDE, SIDE, 1),
+            0,
             // Every thread reads its own row of A and column of B.
-            global_bytes: shape.tiled_bytes(1, 1),
-            launch: Box::new(move |a, b, c| {
-                check_sizes(a.len(), b.len(), c.len(), shape)?;
-                let (m, n, k) = (shape.m as i32, shape.n as i32, shape.k as i32);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch.arg(a).arg(b).arg(c).arg(&m).arg(&n).arg(&k);
-                // SAFETY: both kernels take (const float* A, const float* B, float* C, int m,
-                // int n, int k); the sizes were checked against the buffers and are below
-                // 2^31, and the grid covers m x n with bounds checks in the kernel.
-                unsafe { launch.launch(kernel.config(&launch_shape)?) }?;
-                Ok(())
-            }),
-        })
+            shape.tiled_bytes(1, 1),
+        )
     }
 }
 

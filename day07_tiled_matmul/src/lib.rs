@@ -3,11 +3,9 @@
 //! baseline.
 
 use anyhow::Result;
-use common::matmul::{MatmulDay, Plan, Shape, check_sizes};
+use common::matmul::{MatmulDay, Plan, Shape, plan_kernel};
 use common::nvrtc::KernelSource;
-use common::session::Refused;
-use common::{Gpu, Kernel, LaunchShape};
-use cudarc::driver::PushKernelArg;
+use common::{Gpu, Kernel};
 use day06::NaiveMatmul;
 
 pub const SOURCE: KernelSource = KernelSource {
@@ -45,35 +43,15 @@ impl TiledMatmul {
             .find_map(|(t, k)| (*t == tile).then_some(k))
             .ok_or_else(|| anyhow::anyhow!("no tiled kernel of side {tile}"))?;
         let side = tile as usize;
-        let blocks_y = shape.m.div_ceil(side);
-        if blocks_y > 65535 {
-            return Err(Refused(format!(
-                "m = {} needs {blocks_y} blocks in y, over the grid's 65535",
-                shape.m
-            ))
-            .into());
-        }
-        let launch_shape = LaunchShape {
-            grid: (shape.n.div_ceil(side) as u32, blocks_y as u32, 1),
-            block: (tile, tile, 1),
-            dynamic_shared_bytes: 0,
-        };
-        Ok(Plan {
+        plan_kernel(
+            gpu,
             kernel,
-            shape: launch_shape,
-            global_bytes: shape.tiled_bytes(side, side),
-            launch: Box::new(move |a, b, c| {
-                check_sizes(a.len(), b.len(), c.len(), shape)?;
-                let (m, n, k) = (shape.m as i32, shape.n as i32, shape.k as i32);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch.arg(a).arg(b).arg(c).arg(&m).arg(&n).arg(&k);
-                // SAFETY: matmul_tiled_<T>(const float*, const float*, float*, int m, int n,
-                // int k) with a T x T block; sizes checked against the buffers, below 2^31;
-                // every load and store is bounds-checked in the kernel.
-                unsafe { launch.launch(kernel.config(&launch_shape)?) }?;
-                Ok(())
-            }),
-        })
+            shape,
+            (shape.n.div_ceil(side), shape.m.div_ceil(side)),
+            (tile, tile, 1),
+            0,
+            shape.tiled_bytes(side, side),
+        )
     }
 }
 

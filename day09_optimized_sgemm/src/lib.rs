@@ -8,11 +8,10 @@ use std::collections::HashMap;
 use anyhow::Result;
 use common::bench::{self, TimingOptions};
 use common::kernel::KernelSet;
-use common::matmul::{MatmulDay, Plan, Shape, check_sizes};
+use common::matmul::{MatmulDay, Plan, Shape, plan_kernel};
 use common::nvrtc::KernelSource;
 use common::session::Refused;
-use common::{Gpu, Kernel, LaunchShape};
-use cudarc::driver::PushKernelArg;
+use common::{Gpu, Kernel};
 use day07::TiledMatmul;
 
 pub const SOURCE: KernelSource = KernelSource {
@@ -303,44 +302,23 @@ impl Sgemm {
     }
 }
 
-/// A kernel `(const float* A, const float* B, float* C, int m, int n, int k)` on a grid of
-/// `bn x bm` output tiles.
+/// A kernel of `sgemm.cu` on a grid of `bn x bm` output tiles. The `_v` form (16-byte
+/// accesses) is chosen by the caller only when k and n are multiples of 4.
 fn plan_tiled<'a>(
     gpu: &'a Gpu,
     kernel: &'a Kernel,
     tiling: Tiling,
     shape: Shape,
 ) -> Result<Plan<'a>> {
-    let blocks_y = shape.m.div_ceil(tiling.bm);
-    if blocks_y > 65535 {
-        return Err(Refused(format!(
-            "m = {} needs {blocks_y} blocks in y, over the grid's 65535",
-            shape.m
-        ))
-        .into());
-    }
-    let launch_shape = LaunchShape {
-        grid: (shape.n.div_ceil(tiling.bn) as u32, blocks_y as u32, 1),
-        block: (tiling.threads, 1, 1),
-        dynamic_shared_bytes: tiling.dynamic_shared_bytes(),
-    };
-    Ok(Plan {
+    plan_kernel(
+        gpu,
         kernel,
-        shape: launch_shape,
-        global_bytes: shape.tiled_bytes(tiling.bm, tiling.bn),
-        launch: Box::new(move |a, b, c| {
-            check_sizes(a.len(), b.len(), c.len(), shape)?;
-            let (m, n, k) = (shape.m as i32, shape.n as i32, shape.k as i32);
-            let mut launch = gpu.stream.launch_builder(&kernel.func);
-            launch.arg(a).arg(b).arg(c).arg(&m).arg(&n).arg(&k);
-            // SAFETY: every sgemm.cu kernel takes (const float* A, const float* B, float* C,
-            // int m, int n, int k); the sizes were checked against the buffers and are below
-            // 2^31; the `_v` form (16-byte accesses) is chosen only when k and n are multiples
-            // of 4, and all accesses are bounds-checked in the kernel.
-            unsafe { launch.launch(kernel.config(&launch_shape)?) }?;
-            Ok(())
-        }),
-    })
+        shape,
+        (shape.n.div_ceil(tiling.bn), shape.m.div_ceil(tiling.bm)),
+        (tiling.threads, 1, 1),
+        tiling.dynamic_shared_bytes(),
+        shape.tiled_bytes(tiling.bm, tiling.bn),
+    )
 }
 
 pub struct Day09 {

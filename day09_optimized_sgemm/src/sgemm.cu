@@ -307,6 +307,62 @@ __device__ __forceinline__ void sgemm_double_buffer(const float* A, const float*
 }
 
 // ---------------------------------------------------------------------------------------------
+// Where a lane's outputs are in a block tile of warp tiles, and the two things v6 and v7 do
+// with them: the multiply-adds of one pair of shared tiles, and the final stores.
+template <int BM, int BN, int BK, int WM, int WN, int LM, int THREADS>
+struct WarpTile {
+    static constexpr int WARPS_N = BN / WN;
+    static constexpr int LN = 32 / LM, SUB_M = 4 * LM, SUB_N = 4 * LN;
+    static constexpr int M_ITER = WM / SUB_M, N_ITER = WN / SUB_N;
+    static_assert(M_ITER * SUB_M == WM && N_ITER * SUB_N == WN, "sub-tiles cover the warp tile");
+    static_assert((BM / WM) * (BN / WN) * 32 == THREADS, "one warp per warp tile");
+
+    // This lane's first output in the block tile; sub-tile (i, j) adds (SUB_M i, SUB_N j).
+    int wrow, wcol;
+    float acc[M_ITER * 4][N_ITER * 4] = {};
+
+    __device__ __forceinline__ WarpTile() {
+        const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+        wrow = (warp / WARPS_N) * WM + (lane / LN) * 4;
+        wcol = (warp % WARPS_N) * WN + (lane % LN) * 4;
+    }
+
+    // At each step l: M_ITER float4 of A and N_ITER of B, then their outer product.
+    __device__ __forceinline__ void multiply(const Tiles<BM, BN, BK>& t) {
+#pragma unroll
+        for (int l = 0; l < BK; ++l) {
+            float regM[M_ITER * 4], regN[N_ITER * 4];
+#pragma unroll
+            for (int i = 0; i < M_ITER; ++i)
+                *reinterpret_cast<float4*>(&regM[i * 4]) =
+                    *reinterpret_cast<const float4*>(&t.As[l][wrow + i * SUB_M]);
+#pragma unroll
+            for (int j = 0; j < N_ITER; ++j)
+                *reinterpret_cast<float4*>(&regN[j * 4]) =
+                    *reinterpret_cast<const float4*>(&t.Bs[l][wcol + j * SUB_N]);
+#pragma unroll
+            for (int i = 0; i < M_ITER * 4; ++i)
+#pragma unroll
+                for (int j = 0; j < N_ITER * 4; ++j) acc[i][j] += regM[i] * regN[j];
+        }
+    }
+
+    // The lane's outputs into C, whose block tile starts at (row0, col0).
+    template <bool VEC>
+    __device__ __forceinline__ void store(float* C, int m, int n, int row0, int col0) const {
+#pragma unroll
+        for (int i = 0; i < M_ITER * 4; ++i)
+#pragma unroll
+            for (int j = 0; j < N_ITER; ++j) {
+                const int r = row0 + wrow + (i / 4) * SUB_M + i % 4;
+                const int c = col0 + wcol + j * SUB_N;
+                store4<VEC>(C, m, n, r, c,
+                            make_float4(acc[i][j * 4], acc[i][j * 4 + 1], acc[i][j * 4 + 2],
+                                        acc[i][j * 4 + 3]));
+            }
+    }
+};
+
 // v6: warp tiling, with v5's double buffering. The block's BM x BN tile is split among its
 // warps, WM x WN each; the 32 lanes of a warp form an LM x LN grid (8 x 4 or 4 x 8), each
 // lane a 4 x 4 block of outputs, so a warp covers sub-tiles of 4 LM x 4 LN, WM / (4 LM) x
@@ -317,21 +373,14 @@ __device__ __forceinline__ void sgemm_double_buffer(const float* A, const float*
 template <int BM, int BN, int BK, int WM, int WN, int LM, int THREADS, bool VEC>
 __device__ __forceinline__ void sgemm_warptile(const float* A, const float* B, float* C, int m,
                                                int n, int k) {
-    constexpr int WARPS_N = BN / WN;
-    constexpr int LN = 32 / LM, SUB_M = 4 * LM, SUB_N = 4 * LN;
-    constexpr int M_ITER = WM / SUB_M, N_ITER = WN / SUB_N;
-    static_assert(M_ITER * SUB_M == WM && N_ITER * SUB_N == WN, "sub-tiles cover the warp tile");
     constexpr int A_LOADS = BM * BK / 4 / THREADS, B_LOADS = BK * BN / 4 / THREADS;
-    static_assert((BM / WM) * (BN / WN) * 32 == THREADS, "one warp per warp tile");
     static_assert(A_LOADS * THREADS * 4 == BM * BK, "A's tile splits evenly into float4s");
     static_assert(B_LOADS * THREADS * 4 == BK * BN, "B's tile splits evenly into float4s");
     __shared__ __align__(16) Tiles<BM, BN, BK> t[2];
 
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int tid = threadIdx.x;
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
-    // This lane's first output in the block tile; sub-tile (i, j) adds (SUB_M i, SUB_N j).
-    const int wrow = (warp / WARPS_N) * WM + (lane / LN) * 4;
-    const int wcol = (warp % WARPS_N) * WN + (lane % LN) * 4;
+    WarpTile<BM, BN, BK, WM, WN, LM, THREADS> out;
 
     float4 a_stage[A_LOADS], b_stage[B_LOADS];
     auto load_tiles = [&](int k0) {
@@ -362,7 +411,6 @@ __device__ __forceinline__ void sgemm_warptile(const float* A, const float* B, f
         }
     };
 
-    float acc[M_ITER * 4][N_ITER * 4] = {};
     load_tiles(0);
     store_tiles(t[0]);
     __syncthreads();
@@ -371,35 +419,11 @@ __device__ __forceinline__ void sgemm_warptile(const float* A, const float* B, f
         const int cur = s & 1;
         const bool more = s + 1 < steps;
         if (more) load_tiles((s + 1) * BK);
-#pragma unroll
-        for (int l = 0; l < BK; ++l) {
-            float regM[M_ITER * 4], regN[N_ITER * 4];
-#pragma unroll
-            for (int i = 0; i < M_ITER; ++i)
-                *reinterpret_cast<float4*>(&regM[i * 4]) =
-                    *reinterpret_cast<const float4*>(&t[cur].As[l][wrow + i * SUB_M]);
-#pragma unroll
-            for (int j = 0; j < N_ITER; ++j)
-                *reinterpret_cast<float4*>(&regN[j * 4]) =
-                    *reinterpret_cast<const float4*>(&t[cur].Bs[l][wcol + j * SUB_N]);
-#pragma unroll
-            for (int i = 0; i < M_ITER * 4; ++i)
-#pragma unroll
-                for (int j = 0; j < N_ITER * 4; ++j) acc[i][j] += regM[i] * regN[j];
-        }
+        out.multiply(t[cur]);
         if (more) store_tiles(t[cur ^ 1]);
         __syncthreads();
     }
-#pragma unroll
-    for (int i = 0; i < M_ITER * 4; ++i)
-#pragma unroll
-        for (int j = 0; j < N_ITER; ++j) {
-            const int r = row0 + wrow + (i / 4) * SUB_M + i % 4;
-            const int c = col0 + wcol + j * SUB_N;
-            store4<VEC>(C, m, n, r, c,
-                        make_float4(acc[i][j * 4], acc[i][j * 4 + 1], acc[i][j * 4 + 2],
-                                    acc[i][j * 4 + 3]));
-        }
+    out.template store<VEC>(C, m, n, row0, col0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -432,21 +456,16 @@ __device__ __forceinline__ void cp_async_wait() {
 template <int BM, int BN, int BK, int WM, int WN, int LM, int THREADS, int STAGES, bool VEC>
 __device__ __forceinline__ void sgemm_multistage(const float* A, const float* B, float* C, int m,
                                                  int n, int k) {
-    constexpr int WARPS_N = BN / WN;
-    constexpr int LN = 32 / LM, SUB_M = 4 * LM, SUB_N = 4 * LN;
-    constexpr int M_ITER = WM / SUB_M, N_ITER = WN / SUB_N;
     constexpr int A_LOADS = BM * BK / 4 / THREADS, B_LOADS = BK * BN / 4 / THREADS;
-    static_assert((BM / WM) * (BN / WN) * 32 == THREADS, "one warp per warp tile");
     static_assert(A_LOADS * THREADS * 4 == BM * BK && B_LOADS * THREADS * 4 == BK * BN,
                   "the tiles split evenly into groups of 4");
     // STAGES tiles do not fit the 48 KB of static shared memory: the launch asks for them.
     extern __shared__ __align__(16) unsigned char shared_bytes[];
     Tiles<BM, BN, BK>* t = reinterpret_cast<Tiles<BM, BN, BK>*>(shared_bytes);
 
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int tid = threadIdx.x;
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
-    const int wrow = (warp / WARPS_N) * WM + (lane / LN) * 4;
-    const int wcol = (warp % WARPS_N) * WN + (lane % LN) * 4;
+    WarpTile<BM, BN, BK, WM, WN, LM, THREADS> out;
     const int steps = (k + BK - 1) / BK;
 
     // Issues the copies of tile `s` into its slot (nothing past the last tile), then commits
@@ -486,7 +505,6 @@ __device__ __forceinline__ void sgemm_multistage(const float* A, const float* B,
         cp_async_commit();
     };
 
-    float acc[M_ITER * 4][N_ITER * 4] = {};
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) issue(s);
     for (int s = 0; s < steps; ++s) {
@@ -495,35 +513,10 @@ __device__ __forceinline__ void sgemm_multistage(const float* A, const float* B,
         cp_async_wait<STAGES - 2>();
         __syncthreads();
         issue(s + STAGES - 1);
-        const Tiles<BM, BN, BK>& cur = t[s % STAGES];
-#pragma unroll
-        for (int l = 0; l < BK; ++l) {
-            float regM[M_ITER * 4], regN[N_ITER * 4];
-#pragma unroll
-            for (int i = 0; i < M_ITER; ++i)
-                *reinterpret_cast<float4*>(&regM[i * 4]) =
-                    *reinterpret_cast<const float4*>(&cur.As[l][wrow + i * SUB_M]);
-#pragma unroll
-            for (int j = 0; j < N_ITER; ++j)
-                *reinterpret_cast<float4*>(&regN[j * 4]) =
-                    *reinterpret_cast<const float4*>(&cur.Bs[l][wcol + j * SUB_N]);
-#pragma unroll
-            for (int i = 0; i < M_ITER * 4; ++i)
-#pragma unroll
-                for (int j = 0; j < N_ITER * 4; ++j) acc[i][j] += regM[i] * regN[j];
-        }
+        out.multiply(t[s % STAGES]);
     }
     cp_async_wait<0>();
-#pragma unroll
-    for (int i = 0; i < M_ITER * 4; ++i)
-#pragma unroll
-        for (int j = 0; j < N_ITER; ++j) {
-            const int r = row0 + wrow + (i / 4) * SUB_M + i % 4;
-            const int c = col0 + wcol + j * SUB_N;
-            store4<VEC>(C, m, n, r, c,
-                        make_float4(acc[i][j * 4], acc[i][j * 4 + 1], acc[i][j * 4 + 2],
-                                    acc[i][j * 4 + 3]));
-        }
+    out.template store<VEC>(C, m, n, row0, col0);
 }
 
 // ---------------------------------------------------------------------------------------------

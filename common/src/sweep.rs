@@ -1,0 +1,93 @@
+//! What the sweeps of the shared runners (`softmax`, `matmul`) have in common: one plot series
+//! per version across the reports of a sweep, and the summary table printed beside the plot.
+
+use comfy_table::{Table, presets};
+
+use crate::plot::Series;
+use crate::report::{DayReport, Row};
+
+/// The last dimension of a report's key (`softmax/f32/8x1048576` -> 1048576; the k of a
+/// matmul's `m x n x k`): the x of a sweep point.
+pub fn last_dimension(report: &DayReport) -> f64 {
+    report
+        .key
+        .rsplit('x')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// One series per name in `versions`: a point `(x_of(report), y_of(row))` for every report
+/// where that version has a row with a value.
+pub fn version_series<'v>(
+    reports: &[DayReport],
+    versions: impl IntoIterator<Item = &'v str>,
+    x_of: impl Fn(&DayReport) -> f64,
+    y_of: impl Fn(&Row) -> Option<f64>,
+) -> Vec<Series> {
+    versions
+        .into_iter()
+        .map(|v| Series {
+            name: v.to_string(),
+            points: reports
+                .iter()
+                .filter_map(|r| {
+                    let row = r.rows.iter().find(|row| row.version == v)?;
+                    Some((x_of(r), y_of(row)?))
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// A table with a row per x of any series and a column per series (`<name> <unit>`), values
+/// with `decimals` digits, `-` where a series has no point.
+pub fn summary_table(x_header: &str, unit: &str, decimals: usize, series: &[Series]) -> Table {
+    let mut xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    let mut table = Table::new();
+    table.load_preset(presets::UTF8_FULL_CONDENSED);
+    let mut header = vec![x_header.to_string()];
+    header.extend(series.iter().map(|s| format!("{} {unit}", s.name)));
+    table.set_header(header);
+    for x in xs {
+        let mut row = vec![format!("{x}")];
+        row.extend(series.iter().map(|s| {
+            s.points
+                .iter()
+                .find(|(px, _)| *px == x)
+                .map_or_else(|| "-".to_string(), |(_, y)| format!("{y:.decimals$}"))
+        }));
+        table.add_row(row);
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_a_row_per_x_and_dashes_for_gaps() {
+        let series = [
+            Series {
+                name: "a".into(),
+                points: vec![(128.0, 1.0), (256.0, 2.5)],
+            },
+            Series {
+                name: "b".into(),
+                points: vec![(256.0, 3.0)],
+            },
+        ];
+        let text = summary_table("cols", "GB/s", 1, &series).to_string();
+        assert!(text.contains("a GB/s") && text.contains("b GB/s"));
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains("128")).collect();
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].contains("1.0") && lines[0].contains('-'));
+        assert!(text.contains("2.5") && text.contains("3.0"));
+    }
+}
