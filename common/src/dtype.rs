@@ -1,4 +1,6 @@
-//! The storage types a kernel can be asked for on the command line (`--dtype bf16`).
+//! The storage types of kernel inputs and outputs. The float ones can be asked for on the
+//! command line (`--dtype bf16`); the integer ones (quantized values, counts, indices) are
+//! chosen by the days that need them and are not `--dtype` choices.
 
 use std::fmt;
 
@@ -9,6 +11,14 @@ pub enum Dtype {
     F32,
     F16,
     Bf16,
+    #[value(skip)]
+    I8,
+    #[value(skip)]
+    U8,
+    #[value(skip)]
+    I32,
+    #[value(skip)]
+    U32,
 }
 
 impl Dtype {
@@ -18,14 +28,24 @@ impl Dtype {
             Dtype::F32 => "f32",
             Dtype::F16 => "f16",
             Dtype::Bf16 => "bf16",
+            Dtype::I8 => "i8",
+            Dtype::U8 => "u8",
+            Dtype::I32 => "i32",
+            Dtype::U32 => "u32",
         }
     }
 
     pub fn size(self) -> usize {
         match self {
-            Dtype::F32 => 4,
+            Dtype::F32 | Dtype::I32 | Dtype::U32 => 4,
             Dtype::F16 | Dtype::Bf16 => 2,
+            Dtype::I8 | Dtype::U8 => 1,
         }
+    }
+
+    /// Whether values are integers, compared exactly.
+    pub fn is_integer(self) -> bool {
+        matches!(self, Dtype::I8 | Dtype::U8 | Dtype::I32 | Dtype::U32)
     }
 }
 

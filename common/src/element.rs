@@ -7,7 +7,7 @@ use half::{bf16, f16};
 
 use crate::dtype::Dtype;
 
-/// A storage type of kernel inputs and outputs (f32, f16, bf16).
+/// A storage type of kernel inputs and outputs (f32, f16, bf16; i8, u8, i32, u32).
 ///
 /// Outputs are filled with [`Element::POISON`] before each run: a NaN with a payload no
 /// arithmetic produces (the GPU's own NaN is `0x7fffffff` for f32), so the check can tell an
@@ -60,6 +60,36 @@ macro_rules! half_element {
 half_element!(f16, Dtype::F16, "f16", 0x7e5d);
 half_element!(bf16, Dtype::Bf16, "bf16", 0x7fd5);
 
+/// Integers have no spare bit pattern like a NaN payload: the poison is a value chosen to be
+/// unlikely as a result (the most negative `i8`, which a symmetric quantizer never writes;
+/// `0xdeadbeef`-like patterns for 32-bit types), and a kernel that may write it legitimately
+/// should be checked twice with different inputs. Exact values: `to_f64` is lossless for every
+/// `i32`/`u32`.
+macro_rules! integer_element {
+    ($t:ty, $dtype:expr, $name:literal, $poison:expr) => {
+        impl Element for $t {
+            const NAME: &'static str = $name;
+            const DTYPE: Dtype = $dtype;
+            const POISON: Self = $poison;
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            /// Rounds to nearest and saturates at the type's range (`as` on floats).
+            fn from_f64(v: f64) -> Self {
+                v.round() as $t
+            }
+            fn is_poison(self) -> bool {
+                self == Self::POISON
+            }
+        }
+    };
+}
+
+integer_element!(i8, Dtype::I8, "i8", i8::MIN);
+integer_element!(u8, Dtype::U8, "u8", 0xa5);
+integer_element!(i32, Dtype::I32, "i32", 0xdead_beef_u32 as i32);
+integer_element!(u32, Dtype::U32, "u32", 0xdead_beef);
+
 /// `slice` as a slice of `U`, when `T` is `U`: lets generic code call a launcher written for
 /// one type (yesterday's f32 kernel) after checking the type.
 pub fn as_type<T: Element, U: Element>(slice: &CudaSlice<T>) -> Option<&CudaSlice<U>> {
@@ -88,5 +118,15 @@ mod tests {
         poison_is_a_nan_arithmetic_does_not_make(f32::NAN);
         poison_is_a_nan_arithmetic_does_not_make(f16::NAN);
         poison_is_a_nan_arithmetic_does_not_make(bf16::NAN);
+    }
+
+    #[test]
+    fn integers_round_trip_exactly_and_have_a_poison() {
+        assert_eq!(i32::from_f64(i32::MAX.to_f64()), i32::MAX);
+        assert_eq!(u32::from_f64(4_000_000_000.0), 4_000_000_000);
+        assert_eq!(i8::from_f64(-2.5), -3);
+        assert_eq!(i8::from_f64(300.0), 127);
+        assert!(i8::POISON.is_poison() && !i8::from_f64(-127.0).is_poison());
+        assert!(i32::POISON.is_poison() && u32::POISON.is_poison() && u8::POISON.is_poison());
     }
 }

@@ -190,6 +190,7 @@ impl Gpu {
             match std::mem::size_of::<T>() {
                 4 => sys::cuMemsetD32Async(ptr, poison_bits::<T, u32>(), len, stream),
                 2 => sys::cuMemsetD16Async(ptr, poison_bits::<T, u16>(), len, stream),
+                1 => sys::cuMemsetD8Async(ptr, poison_bits::<T, u8>(), len, stream),
                 n => unreachable!("no Element has {n} bytes"),
             }
         };

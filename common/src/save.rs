@@ -1,5 +1,6 @@
 //! `--save DIR`: arrays as `.npy`, so any run can be checked against NumPy or PyTorch:
-//! `np.load("DIR/out_naive.npy")`. Half-precision data is widened to f32 (exactly).
+//! `np.load("DIR/out_naive.npy")`. Half-precision data is widened to f32 (exactly); so are
+//! integers, exactly up to 2^24 in magnitude.
 
 use std::fs::File;
 use std::io::BufWriter;

@@ -173,6 +173,7 @@ fn run<D: SoftmaxDay>(args: &Args) -> Result<()> {
             Dtype::F32 => run.problem::<f32>(shape)?,
             Dtype::F16 => run.problem::<f16>(shape)?,
             Dtype::Bf16 => run.problem::<bf16>(shape)?,
+            integer => unreachable!("softmax takes float dtypes only, not {integer}"),
         });
     }
     progress.finish_and_clear();
@@ -524,6 +525,7 @@ pub fn test_every_version<D: SoftmaxDay>() {
                 Dtype::F32 => test_version::<f32, D>(&gpu, &day, version),
                 Dtype::F16 => test_version::<f16, D>(&gpu, &day, version),
                 Dtype::Bf16 => test_version::<bf16, D>(&gpu, &day, version),
+                integer => panic!("{}: softmax has no {integer} version", D::DAY),
             };
             // A version that refuses the dtype entirely (a f32-only baseline) runs nothing;
             // any other must have run on most shapes.

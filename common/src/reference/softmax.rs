@@ -37,6 +37,7 @@ pub fn tolerance_for<T: Element>(sequential_terms: usize) -> Tolerance {
         Dtype::F32 => return f32_tolerance,
         Dtype::F16 => (2f64.powi(-11), 2f64.powi(-24), 1e-3),
         Dtype::Bf16 => (2f64.powi(-8), 1e-12, 5e-3),
+        integer => panic!("softmax outputs are floats, not {integer}"),
     };
     Tolerance::new(atol, f32_tolerance.rtol + half_ulp).with_max_rel_l2(max_rel_l2)
 }
