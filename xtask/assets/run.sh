@@ -53,10 +53,19 @@ selected() { [ -z "$days" ] || case "$days" in *",${1%%-*},"*) true ;; *) false 
 
 parts=$(mktemp -d)
 trap 'rm -rf "$parts"' EXIT
+
+# The executables travel packed (xtask/src/bundle.rs says why): unpack them beside the logs'
+# scratch folder, with tar and xz, or with python3 where xz is missing.
+exe="$parts/executables"
+mkdir -p "$exe"
+tar -xJf "$here/executables.tar.xz" -C "$exe" 2>/dev/null \
+  || python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+       "$here/executables.tar.xz" "$exe" \
+  || { echo "cannot unpack $here/executables.tar.xz (needs tar with xz, or python3)" >&2; exit 2; }
 echo "== tests (log: $out/tests.log)"
 : > "$out/tests.log"
 tests_json=""
-for t in "$here"/tests/*; do
+for t in "$exe"/tests/*; do
   name=$(basename "$t")
   selected "$name" || continue
   if "$t" > "$parts/test.log" 2>&1; then status=ok; else status=FAILED; failed=1; fi
@@ -95,7 +104,7 @@ fi
 echo "== benchmarks (log: $out/bench.log)"
 : > "$out/bench.log"
 mkdir -p "$out/plots"
-for b in "$here"/bin/day*; do
+for b in "$exe"/bin/day*; do
   name=$(basename "$b")
   selected "$name" || continue
   echo "---- $name" | tee -a "$out/bench.log"
@@ -110,7 +119,7 @@ for b in "$here"/bin/day*; do
 done
 
 echo "== sweeps (plots: $out/plots/)"
-for b in "$here"/bin/day*; do
+for b in "$exe"/bin/day*; do
   "$b" --help 2>/dev/null | grep -q -- '--sweep' || continue
   name=$(basename "$b")
   selected "$name" || continue
