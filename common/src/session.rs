@@ -198,6 +198,21 @@ impl<'g> Session<'g> {
         self.push_row(version, check, timing)
     }
 
+    /// Checks a second output of a version already run (the log-sum-exp beside attention's
+    /// O): printed, and when it fails, the version's row fails with it (and the run's exit
+    /// code with the row).
+    pub fn check_also(&mut self, version: &str, what: &str, check: CheckReport) {
+        if !self.quiet || !check.passed() {
+            eprintln!("{version:>12}  {what}: {check}");
+        }
+        if check.passed() {
+            return;
+        }
+        if let Some(row) = self.report.rows.iter_mut().find(|r| r.version == version) {
+            row.check = check;
+        }
+    }
+
     fn push_row(
         &mut self,
         version: Version,

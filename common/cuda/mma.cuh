@@ -1,0 +1,91 @@
+// Tensor-core building blocks of the sm_80+ path (Ampere and Hopper both run them):
+// `mma.sync` on 16x8x16 tiles of f16/bf16 with f32 accumulators, `ldmatrix` to load the
+// fragments from shared memory, `cp.async` to fill shared memory without a register stop, and
+// packing two f32 into one register of two halves. Used by the attention days (10, 20) and
+// the tensor-core GEMM (18).
+//
+// Fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix fragments for mma.m16n8k16"), for lane
+// `l` of the warp, with g = l / 4 (the group) and t = l % 4 (the thread in the group):
+//   A (16 x 16, row-major), 4 registers of 2 halves:
+//     a0 = A[g][2t, 2t+1]   a1 = A[g+8][2t, 2t+1]   a2 = A[g][2t+8, +9]   a3 = A[g+8][2t+8, +9]
+//   B (16 x 8, "col": element pairs run along k), 2 registers:
+//     b0 = B[2t, 2t+1][g]   b1 = B[2t+8, 2t+9][g]
+//   C (16 x 8, f32), 4 registers:
+//     c0, c1 = C[g][2t, 2t+1]   c2, c3 = C[g+8][2t, 2t+1]
+// The C layout of two neighbouring n-tiles is the A layout of one 16-wide k-step, which is why
+// FlashAttention can feed P = softmax(S) back into the next mma without touching memory.
+#pragma once
+#include "dtype.cuh"
+
+// D += A B on one 16x8x16 tile, f32 accumulators.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1);
+
+template <>
+__device__ __forceinline__ void mma_16816<bf16_t>(float (&d)[4], const unsigned (&a)[4],
+                                                  unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void mma_16816<f16_t>(float (&d)[4], const unsigned (&a)[4],
+                                                 unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two f32 rounded to nearest into one register: `lo` in the low half (the lower column).
+template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float hi);
+
+template <> __device__ __forceinline__ unsigned pack2<bf16_t>(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+template <> __device__ __forceinline__ unsigned pack2<f16_t>(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 matrices of 16-bit elements: lanes 8i..8i+7 give the row addresses of matrix i
+// (16 bytes each), and register i of every lane receives its share of matrix i, in the
+// layout of an A or B fragment (lane l gets row l / 4, elements 2(l % 4) and 2(l % 4) + 1).
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(row)));
+}
+
+// The same, each matrix transposed on the way: lane l gets column l / 4, rows 2(l % 4) and
+// 2(l % 4) + 1. Turns a row-major [k][n] tile in shared memory into B fragments.
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(row)));
+}
+
+// 16 bytes global -> shared without passing through registers; when `valid` is false nothing
+// is read and the 16 bytes are zero-filled (a tile's rows past the end of the data).
+__device__ __forceinline__ void cp_async_16_zfill(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
+                 "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+
+// Waits until at most N committed groups are still in flight.
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}

@@ -1,0 +1,88 @@
+"""PyTorch's scaled_dot_product_attention on the problems of day 10, timed on the same GPU,
+with the FlashAttention-2 backend and the cuDNN backend separately.
+
+    python3 peers/attention.py --out peers_attention.json
+
+Writes {"torch": version, "device": name, "figures": [{key, peer, median_ms, gb_per_s}]},
+keys as day10's reports name its problems (attention/bf16/b4-h16-kv16-d128-q4096-k4096, with
+-causal for the causal mask). Inputs are [batch, seqlen, heads, head_dim] as day10 stores them,
+handed to SDPA as transposed views ([batch, heads, seqlen, head_dim]), which both backends take
+without a copy. Times with triton.testing.do_bench (median). GB/s counts Q, K, V and O once
+and the f32 log-sum-exp, as the day does; the days' tables turn median_ms into TFLOP/s.
+"""
+
+import argparse
+import json
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+TOKENS, HIDDEN = 16384, 2048
+
+# day10's default problems, then its --sweep (hd128, not causal, 512 to 16384).
+PROBLEMS = [(4096, 128, False), (4096, 64, False), (4096, 128, True)] + [
+    (1 << p, 128, False) for p in range(9, 15)
+]
+BACKENDS = [("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)]
+
+
+def time_ms(fn):
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="where to write the JSON")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("peers/attention.py: no CUDA device for torch", file=sys.stderr)
+        return 2
+    figures = []
+    seen = set()
+    for seqlen, d, causal in PROBLEMS:
+        batch, heads = TOKENS // seqlen, HIDDEN // d
+        key = f"attention/bf16/b{batch}-h{heads}-kv{heads}-d{d}-q{seqlen}-k{seqlen}"
+        key += "-causal" if causal else ""
+        if key in seen:
+            continue
+        seen.add(key)
+        gen = torch.Generator(device="cuda").manual_seed(0)
+
+        def rand(lo, hi):
+            x = torch.rand(batch, seqlen, heads, d, device="cuda", generator=gen)
+            return (x * (hi - lo) + lo).to(torch.bfloat16).transpose(1, 2)
+
+        q, k, v = rand(-2, 2), rand(-2, 2), rand(-1, 1)
+        nbytes = 4 * q.numel() * 2 + batch * heads * seqlen * 4
+        for name, backend in BACKENDS:
+            try:
+                with sdpa_kernel(backend):
+                    sdpa(q, k, v, is_causal=causal)  # fails here if the backend refuses
+                    ms = time_ms(lambda: sdpa(q, k, v, is_causal=causal))
+            except RuntimeError as e:
+                print(f"{key:48s} {name}: not available ({str(e).splitlines()[0]})", flush=True)
+                continue
+            figures.append(
+                {"key": key, "peer": name, "median_ms": ms, "gb_per_s": nbytes / ms / 1e6}
+            )
+            print(f"{key:48s} {name:10s} {ms:8.4f} ms", flush=True)
+        del q, k, v
+    with open(args.out, "w") as f:
+        json.dump(
+            {
+                "torch": torch.__version__,
+                "device": torch.cuda.get_device_name(0),
+                "figures": figures,
+            },
+            f,
+            indent=1,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
