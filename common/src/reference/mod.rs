@@ -3,5 +3,6 @@
 
 pub mod attention;
 pub mod matmul;
+pub mod reduce;
 pub mod softmax;
 pub mod vector_add;

@@ -1,0 +1,360 @@
+// day16, part 2: the inclusive prefix sum y_i = x_0 + ... + x_i (seed 003 days 5-7).
+//
+// Every output depends on every input before it, yet the goal is a copy: read x once, write y
+// once. The three versions are the three classic answers to "how does a block learn the sum
+// of everything before its tile?":
+//
+//   single_block        one block walks the whole array tile by tile, carrying the running
+//                       total: correct, simple, and one SM's worth of bandwidth
+//   hierarchical        scan the tiles (each block writes its tile's total), scan the totals
+//                       (the same kernel, recursively), add each tile's prefix back:
+//                       3 kernels, x read once but y written twice and read once (4n traffic)
+//   decoupled_lookback  one pass (Merrill & Garland, "Single-pass Parallel Prefix Scan with
+//                       Decoupled Look-back", 2016): each block publishes its tile's total,
+//                       then its inclusive prefix, and learns its own prefix by looking back
+//                       at its predecessors' published words (2n traffic)
+//
+// Run: cargo run --release -p day16 -- --problem scan --kernel decoupled_lookback
+//
+// Every version scans tiles with the same block code: 256 threads, 16 elements per thread,
+// 4096 elements (16 KB of f32) per tile. Each is instantiated for f32 and i32; the i32 scan is
+// exact, so it checks the indexing to the last element where an f32 scan's rounding would
+// hide an element counted twice.
+#include "common.cuh"
+
+#define FULL_WARP 0xffffffffu
+
+constexpr int SCAN_THREADS = 256;
+constexpr int SCAN_WARPS = SCAN_THREADS / 32;
+constexpr int PACKS = 4;                    // 16-byte packs per thread
+constexpr int ITEMS = 4 * PACKS;            // elements per thread
+constexpr int WARP_TILE = 32 * ITEMS;       // 512 elements per warp
+constexpr int TILE = SCAN_THREADS * ITEMS;  // 4096 elements per block
+
+// 16 bytes of a 4-byte element type.
+template <typename T> struct Vec4;
+template <> struct Vec4<float> { typedef float4 type; };
+template <> struct Vec4<int> { typedef int4 type; };
+
+// Which thread holds what, within a tile (warp w, lane l, pack k, element j of the pack):
+//
+//   element = w * 512 + (k * 32 + l) * 4 + j
+//
+// so each pack k of a warp is 512 contiguous bytes (one fully used 16-byte load per lane),
+// and a thread's 4 packs are independent loads in flight together. A thread's elements are
+// not contiguous: the scan runs in 4 rounds, one per pack: each lane scans its 4 elements, the
+// warp scans the 32 pack totals with shuffles, and a carry runs from pack k to pack k + 1.
+__device__ __forceinline__ index_t item_index(int k, int j) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    return (index_t)warp * WARP_TILE + (index_t)(k * 32 + lane) * 4 + j;
+}
+
+// Loads the tile that starts at `base` (a multiple of TILE, so 16-byte aligned); elements
+// past n read as 0, which changes no prefix before them.
+template <typename T>
+__device__ __forceinline__ void load_tile(const T* __restrict__ in, index_t base, index_t n,
+                                          T v[ITEMS]) {
+    typedef typename Vec4<T>::type V;
+    if (base + TILE <= n) {
+        V p[PACKS];
+#pragma unroll
+        for (int k = 0; k < PACKS; ++k)
+            p[k] = *reinterpret_cast<const V*>(in + base + item_index(k, 0));
+#pragma unroll
+        for (int k = 0; k < PACKS; ++k) {
+            v[4 * k] = p[k].x;
+            v[4 * k + 1] = p[k].y;
+            v[4 * k + 2] = p[k].z;
+            v[4 * k + 3] = p[k].w;
+        }
+    } else {
+        // The last, partial tile: scalar loads, guarded (n need not be a multiple of 4).
+#pragma unroll
+        for (int k = 0; k < PACKS; ++k)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const index_t i = base + item_index(k, j);
+                v[4 * k + j] = i < n ? in[i] : T(0);
+            }
+    }
+}
+
+// Stores v[] + offset[pack] for the tile at `base`.
+template <typename T>
+__device__ __forceinline__ void store_tile(T* __restrict__ out, index_t base, index_t n,
+                                           const T v[ITEMS], const T offset[PACKS]) {
+    typedef typename Vec4<T>::type V;
+    if (base + TILE <= n) {
+#pragma unroll
+        for (int k = 0; k < PACKS; ++k) {
+            V p;
+            p.x = v[4 * k] + offset[k];
+            p.y = v[4 * k + 1] + offset[k];
+            p.z = v[4 * k + 2] + offset[k];
+            p.w = v[4 * k + 3] + offset[k];
+            *reinterpret_cast<V*>(out + base + item_index(k, 0)) = p;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < PACKS; ++k)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const index_t i = base + item_index(k, j);
+                if (i < n) out[i] = v[4 * k + j] + offset[k];
+            }
+    }
+}
+
+// Inclusive scan of one value per lane: after log2(32) = 5 steps lane l holds the sum of lanes
+// 0..l (Hillis-Steele with shuffles; the adds happen in a fixed order, so every lane's sum is
+// the same on every run).
+template <typename T> __device__ __forceinline__ T warp_inclusive_scan(T v) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+        const T other = __shfl_up_sync(FULL_WARP, v, offset);
+        if (lane >= offset) v += other;
+    }
+    return v;
+}
+
+template <typename T> __device__ __forceinline__ T warp_sum_t(T v) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(FULL_WARP, v, offset);
+    return v;
+}
+
+// Scans the tile held in v[] (16 per thread). On return v[] holds, per pack, the prefix within
+// the pack, and offset[k] what each element of pack k must still add to become the prefix
+// within the tile; the return value is the tile's total, the same in every thread.
+// `warp_totals` is SCAN_WARPS values of shared memory; the caller must not reuse it before a
+// barrier.
+template <typename T>
+__device__ __forceinline__ T scan_tile(T v[ITEMS], T offset[PACKS], T* warp_totals) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    T carry = 0;  // the sum of this warp's packs before pack k
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) {
+        v[4 * k + 1] += v[4 * k];
+        v[4 * k + 2] += v[4 * k + 1];
+        v[4 * k + 3] += v[4 * k + 2];
+        const T inclusive = warp_inclusive_scan(v[4 * k + 3]);
+        const T before = __shfl_up_sync(FULL_WARP, inclusive, 1);  // lanes before this one
+        offset[k] = carry + (lane == 0 ? T(0) : before);
+        carry += __shfl_sync(FULL_WARP, inclusive, 31);
+    }
+    if (lane == 0) warp_totals[warp] = carry;
+    __syncthreads();
+    // Every thread adds the warp totals in the same order: the same tile total everywhere.
+    T before_warp = 0, total = 0;
+#pragma unroll
+    for (int w = 0; w < SCAN_WARPS; ++w) {
+        const T t = warp_totals[w];
+        if (w < warp) before_warp += t;
+        total += t;
+    }
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) offset[k] += before_warp;
+    return total;
+}
+
+// ---------------------------------------------------------------------------------------------
+// single_block
+
+// grid(1), block(256): the block scans tile after tile, adding the running total of the tiles
+// before. Each tile waits for the previous one's total: one SM, one tile in flight.
+template <typename T>
+__device__ __forceinline__ void scan_single_block(const T* __restrict__ in, T* __restrict__ out,
+                                                  index_t n) {
+    __shared__ T warp_totals[SCAN_WARPS];
+    T running = 0;
+    for (index_t base = 0; base < n; base += TILE) {
+        T v[ITEMS], offset[PACKS];
+        load_tile(in, base, n, v);
+        const T total = scan_tile(v, offset, warp_totals);
+#pragma unroll
+        for (int k = 0; k < PACKS; ++k) offset[k] += running;
+        store_tile(out, base, n, v, offset);
+        running += total;
+        __syncthreads();  // warp_totals is rewritten by the next tile
+    }
+}
+KERNEL void __launch_bounds__(SCAN_THREADS)
+    scan_single_block_f32(const float* __restrict__ in, float* __restrict__ out, index_t n) {
+    scan_single_block(in, out, n);
+}
+KERNEL void __launch_bounds__(SCAN_THREADS)
+    scan_single_block_i32(const int* __restrict__ in, int* __restrict__ out, index_t n) {
+    scan_single_block(in, out, n);
+}
+
+// ---------------------------------------------------------------------------------------------
+// hierarchical: scan_tiles, then scan_tiles on the tile totals (recursively, by the launcher),
+// then add_tile_prefixes.
+
+// grid(ceil(n / 4096)), block(256): block b scans tile b on its own and writes its total to
+// tile_totals[b]. In place (in == out) is allowed: a block reads its whole tile into
+// registers before it writes, and no other block touches that tile.
+template <typename T>
+__device__ __forceinline__ void scan_tiles(const T* in, T* out, index_t n, T* tile_totals) {
+    __shared__ T warp_totals[SCAN_WARPS];
+    const index_t base = (index_t)blockIdx.x * TILE;
+    T v[ITEMS], offset[PACKS];
+    load_tile(in, base, n, v);
+    const T total = scan_tile(v, offset, warp_totals);
+    store_tile(out, base, n, v, offset);
+    if (threadIdx.x == 0) tile_totals[blockIdx.x] = total;
+}
+KERNEL void __launch_bounds__(SCAN_THREADS)
+    scan_tiles_f32(const float* in, float* out, index_t n, float* tile_totals) {
+    scan_tiles(in, out, n, tile_totals);
+}
+KERNEL void __launch_bounds__(SCAN_THREADS)
+    scan_tiles_i32(const int* in, int* out, index_t n, int* tile_totals) {
+    scan_tiles(in, out, n, tile_totals);
+}
+
+// grid(ceil(n / 4096) - 1), block(256): block b adds the inclusive prefix of the tile totals
+// up to tile b (tile_prefixes[b], scanned by the previous step) to every element of tile b + 1.
+// Tile 0 has nothing before it.
+template <typename T>
+__device__ __forceinline__ void add_tile_prefixes(T* __restrict__ out, index_t n,
+                                                  const T* __restrict__ tile_prefixes) {
+    typedef typename Vec4<T>::type V;
+    const index_t base = ((index_t)blockIdx.x + 1) * TILE;
+    const T add = tile_prefixes[blockIdx.x];
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) {
+        const index_t i = base + (index_t)(k * SCAN_THREADS + threadIdx.x) * 4;
+        if (i + 4 <= n) {
+            V p = *reinterpret_cast<V*>(out + i);
+            p.x += add;
+            p.y += add;
+            p.z += add;
+            p.w += add;
+            *reinterpret_cast<V*>(out + i) = p;
+        } else {
+            for (index_t j = i; j < n && j < i + 4; ++j) out[j] += add;
+        }
+    }
+}
+KERNEL void __launch_bounds__(SCAN_THREADS)
+    add_tile_prefixes_f32(float* __restrict__ out, index_t n,
+                          const float* __restrict__ tile_prefixes) {
+    add_tile_prefixes(out, n, tile_prefixes);
+}
+KERNEL void __launch_bounds__(SCAN_THREADS)
+    add_tile_prefixes_i32(int* __restrict__ out, index_t n, const int* __restrict__ tile_prefixes) {
+    add_tile_prefixes(out, n, tile_prefixes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// decoupled_lookback
+//
+// state[0] is the ticket counter; state[1 + t] is tile t's status word, a 64-bit word with
+// the flag in the high half and the value's 32 bits in the low half, so that one load reads
+// flag and value together (two separate words could be seen half-updated):
+//
+//   flag 0  X  nothing published yet
+//   flag 1  A  the tile's aggregate (its own total) is published
+//   flag 2  P  the tile's inclusive prefix (total of tiles 0..t) is published
+//
+// The launcher zeroes the whole state (ticket and every flag X) on the stream before each
+// launch. Tiles are taken by ticket, not blockIdx: a block that holds tile t is running, and
+// so is every block holding a tile before t (each took its ticket earlier, while running).
+// A block waits only on tiles before its own, and each of those publishes A without waiting
+// on anything; so whichever block holds the lowest unfinished tile can always finish, and the
+// scan cannot deadlock whatever order the hardware starts or schedules blocks in.
+
+constexpr unsigned long long FLAG_AGGREGATE = 1ull << 32;
+constexpr unsigned long long FLAG_PREFIX = 2ull << 32;
+
+__device__ __forceinline__ unsigned value_bits(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ unsigned value_bits(int v) { return (unsigned)v; }
+template <typename T> __device__ __forceinline__ T from_bits(unsigned bits);
+template <> __device__ __forceinline__ float from_bits<float>(unsigned bits) {
+    return __uint_as_float(bits);
+}
+template <> __device__ __forceinline__ int from_bits<int>(unsigned bits) { return (int)bits; }
+
+// Release: everything this thread wrote before is visible to whoever acquires the word.
+// (The value travels in the word itself; the ordering matters for nothing else here, but it
+// also keeps the store from lingering in a write buffer while successors spin.)
+__device__ __forceinline__ void store_release(unsigned long long* p, unsigned long long v) {
+    asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Acquire at GPU scope: read from L2 (never a stale L1 line), ordered before later loads.
+__device__ __forceinline__ unsigned long long load_acquire(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Run by one whole warp. Publishes A for `tile`, looks back over windows of 32 predecessors
+// (lane l reads tile - 1 - l) until one of them has P, sums the aggregates in front of that
+// P and the P itself, publishes P for `tile`, and returns the sum of all tiles before it.
+template <typename T>
+__device__ __forceinline__ T look_back(unsigned long long* status, long long tile, T aggregate) {
+    const int lane = threadIdx.x & 31;
+    if (lane == 0) store_release(&status[tile], FLAG_AGGREGATE | value_bits(aggregate));
+    T exclusive = 0;
+    for (long long top = tile - 1;; top -= 32) {
+        const long long pred = top - lane;
+        unsigned long long word;
+        // Before tile 0 there is nothing: a P of value 0.
+        do {
+            word = pred >= 0 ? load_acquire(&status[pred]) : FLAG_PREFIX;
+        } while (__any_sync(FULL_WARP, (word >> 32) == 0));
+        const unsigned prefixes = __ballot_sync(FULL_WARP, (word >> 32) == 2);
+        T value = from_bits<T>((unsigned)word);
+        if (prefixes != 0) {
+            // Lane `stop` is the nearest predecessor with P: it and the A's in front of it.
+            const int stop = __ffs(prefixes) - 1;
+            if (lane > stop) value = 0;
+            exclusive += warp_sum_t(value);
+            break;
+        }
+        exclusive += warp_sum_t(value);
+    }
+    if (lane == 0) store_release(&status[tile], FLAG_PREFIX | value_bits(exclusive + aggregate));
+    return exclusive;
+}
+
+// grid(ceil(n / 4096)), block(256): take a ticket (the tile), load and scan it, let warp 0
+// look back for the prefix of the tiles before, add it, store. Each block reads its tile once
+// and writes it once.
+template <typename T>
+__device__ __forceinline__ void scan_decoupled_lookback(const T* __restrict__ in,
+                                                        T* __restrict__ out, index_t n,
+                                                        unsigned long long* state) {
+    __shared__ T warp_totals[SCAN_WARPS];
+    __shared__ T tile_prefix;
+    __shared__ unsigned long long ticket;
+    if (threadIdx.x == 0) ticket = atomicAdd(&state[0], 1ull);
+    __syncthreads();
+    const long long tile = (long long)ticket;
+    const index_t base = (index_t)tile * TILE;
+    T v[ITEMS], offset[PACKS];
+    load_tile(in, base, n, v);
+    const T aggregate = scan_tile(v, offset, warp_totals);
+    if (threadIdx.x < 32) {
+        const T prefix = look_back(state + 1, tile, aggregate);
+        if (threadIdx.x == 0) tile_prefix = prefix;
+    }
+    __syncthreads();
+    const T prefix = tile_prefix;
+#pragma unroll
+    for (int k = 0; k < PACKS; ++k) offset[k] += prefix;
+    store_tile(out, base, n, v, offset);
+}
+KERNEL void __launch_bounds__(SCAN_THREADS)
+    scan_decoupled_lookback_f32(const float* __restrict__ in, float* __restrict__ out, index_t n,
+                                unsigned long long* state) {
+    scan_decoupled_lookback(in, out, n, state);
+}
+KERNEL void __launch_bounds__(SCAN_THREADS)
+    scan_decoupled_lookback_i32(const int* __restrict__ in, int* __restrict__ out, index_t n,
+                                unsigned long long* state) {
+    scan_decoupled_lookback(in, out, n, state);
+}

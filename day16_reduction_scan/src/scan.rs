@@ -1,0 +1,260 @@
+//! The launchers of `scan.cu`: the inclusive prefix sum of f32 or i32, three ways.
+
+use anyhow::{Result, bail};
+use common::nvrtc::KernelSource;
+use common::{Element, Gpu, Kernel, LaunchShape};
+use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
+
+pub const SOURCE: KernelSource = KernelSource {
+    file_name: "scan.cu",
+    code: include_str!("scan.cu"),
+};
+
+/// Threads per block of every scan kernel, and elements per tile (16 per thread): as in
+/// `scan.cu`.
+pub const THREADS: u32 = 256;
+pub const TILE: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanVersion {
+    SingleBlock,
+    Hierarchical,
+    DecoupledLookback,
+}
+
+impl ScanVersion {
+    pub const ALL: &'static [ScanVersion] = &[
+        ScanVersion::SingleBlock,
+        ScanVersion::Hierarchical,
+        ScanVersion::DecoupledLookback,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ScanVersion::SingleBlock => "single_block",
+            ScanVersion::Hierarchical => "hierarchical",
+            ScanVersion::DecoupledLookback => "decoupled_lookback",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|v| v.name() == name)
+    }
+
+    /// The CUDA function (without its `_f32`/`_i32`) doing the bulk of the work.
+    fn function(self) -> &'static str {
+        match self {
+            ScanVersion::SingleBlock => "scan_single_block",
+            ScanVersion::Hierarchical => "scan_tiles",
+            ScanVersion::DecoupledLookback => "scan_decoupled_lookback",
+        }
+    }
+}
+
+/// The element types the scan kernels are instantiated for (4-byte, 16 bytes a pack).
+pub trait ScanElement: Element + DeviceRepr + ValidAsZeroBits {}
+impl ScanElement for f32 {}
+impl ScanElement for i32 {}
+
+/// Every CUDA function of `scan.cu`.
+pub fn functions() -> Vec<String> {
+    ["f32", "i32"]
+        .iter()
+        .flat_map(|t| {
+            [
+                "scan_single_block",
+                "scan_tiles",
+                "add_tile_prefixes",
+                "scan_decoupled_lookback",
+            ]
+            .map(|f| format!("{f}_{t}"))
+        })
+        .collect()
+}
+
+/// The tile totals of one level of the hierarchical scan and their scan.
+struct Level<T> {
+    totals: CudaSlice<T>,
+    prefixes: CudaSlice<T>,
+}
+
+/// Buffers made once per problem size, never inside a timed run.
+pub struct ScanScratch<T> {
+    /// Look-back state: `[0]` the ticket counter, `[1 + t]` tile t's status word.
+    state: CudaSlice<u64>,
+    /// The hierarchical scan's levels: tile totals of the input, of those totals, ... down to
+    /// one tile.
+    levels: Vec<Level<T>>,
+    n: usize,
+}
+
+/// The scan kernels, compiled and loaded for one GPU.
+pub struct Scans {
+    kernels: common::kernel::KernelSet,
+}
+
+impl Scans {
+    pub fn load(gpu: &Gpu) -> Result<Self> {
+        Ok(Self {
+            kernels: common::kernel::KernelSet::load(gpu, &SOURCE, functions())?,
+        })
+    }
+
+    fn kernel<T: ScanElement>(&self, function: &str) -> Result<&Kernel> {
+        self.kernels.get(&format!("{function}_{}", T::NAME))
+    }
+
+    /// Scratch for scans of `n` elements of T.
+    pub fn scratch<T: ScanElement>(&self, gpu: &Gpu, n: usize) -> Result<ScanScratch<T>> {
+        let mut levels = Vec::new();
+        let mut len = n.max(1);
+        loop {
+            let tiles = len.div_ceil(TILE);
+            levels.push(Level {
+                totals: gpu.alloc_poisoned(tiles)?,
+                prefixes: gpu.alloc_poisoned(tiles)?,
+            });
+            if tiles == 1 {
+                break;
+            }
+            len = tiles;
+        }
+        Ok(ScanScratch {
+            // SAFETY: zeroed by the launcher before every launch that reads it.
+            state: gpu.stream.alloc_zeros(n.div_ceil(TILE) + 1)?,
+            levels,
+            n,
+        })
+    }
+
+    /// The function doing the bulk of `version`'s work, and its launch shape on `n`.
+    pub fn plan<T: ScanElement>(
+        &self,
+        version: ScanVersion,
+        n: usize,
+    ) -> Result<(&Kernel, LaunchShape)> {
+        let tiles = n.div_ceil(TILE);
+        let blocks = match version {
+            ScanVersion::SingleBlock => 1,
+            _ => tiles,
+        };
+        if blocks > i32::MAX as usize {
+            bail!("scan: {n} elements need more than 2^31 - 1 tiles");
+        }
+        Ok((
+            self.kernel::<T>(version.function())?,
+            LaunchShape::linear(blocks as u32, THREADS),
+        ))
+    }
+
+    /// The most f32 roundings that output `i` goes through in `version`'s order (see
+    /// `common::reference::reduce`). Within a tile, at most 32: 3 in a pack, 5 in the warp
+    /// scan, 3 carries, 8 warp totals, and the offsets added at the store. The single block
+    /// and the look-back then chain one tile's prefix onto the next: one more rounding per
+    /// tile before (a look-back that skips tiles adds their aggregates as a tree, fewer). The
+    /// hierarchical scan instead nests a scan of tile totals per level, 64 per level.
+    pub fn depth(version: ScanVersion, n: usize, i: usize) -> u64 {
+        match version {
+            ScanVersion::SingleBlock | ScanVersion::DecoupledLookback => 64 + (i / TILE) as u64,
+            ScanVersion::Hierarchical => {
+                let (mut len, mut levels) = (n.max(1), 0u64);
+                loop {
+                    levels += 1;
+                    len = len.div_ceil(TILE);
+                    if len == 1 {
+                        break 64 * levels;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `out[i] = x[0] + ... + x[i]` with `version`.
+    pub fn scan<T: ScanElement>(
+        &self,
+        gpu: &Gpu,
+        version: ScanVersion,
+        x: &CudaSlice<T>,
+        out: &mut CudaSlice<T>,
+        scratch: &mut ScanScratch<T>,
+    ) -> Result<()> {
+        let n = x.len();
+        if n == 0 || out.len() != n {
+            bail!(
+                "scan: an input of {n} and an output of {} elements: lengths must be equal and \
+                 non-zero",
+                out.len()
+            );
+        }
+        if scratch.n != n {
+            bail!(
+                "scan: scratch made for {} elements, used for {n}",
+                scratch.n
+            );
+        }
+        match version {
+            ScanVersion::SingleBlock => {
+                let (kernel, shape) = self.plan::<T>(version, n)?;
+                let n64 = n as u64;
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch.arg(x).arg(out).arg(&n64);
+                // SAFETY: (const T* in, T* out, both of n, index_t n).
+                unsafe { launch.launch(kernel.config(&shape)?) }?;
+                Ok(())
+            }
+            ScanVersion::Hierarchical => self.hierarchical(gpu, x, out, n, &mut scratch.levels),
+            ScanVersion::DecoupledLookback => {
+                // The ticket and every tile's flag start at 0 (X) for this launch, on the same
+                // stream, so the memset is ordered before the kernel.
+                gpu.stream.memset_zeros(&mut scratch.state)?;
+                let (kernel, shape) = self.plan::<T>(version, n)?;
+                let n64 = n as u64;
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch.arg(x).arg(out).arg(&n64).arg(&mut scratch.state);
+                // SAFETY: (const T* in, T* out, both of n, index_t n, u64* state of
+                // ceil(n / 4096) + 1 words); one block per tile.
+                unsafe { launch.launch(kernel.config(&shape)?) }?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Scan the tiles of `src` into `out` (tile totals into this level), scan the totals
+    /// into this level's prefixes (recursively), add each tile's prefix to the tiles after it.
+    fn hierarchical<T: ScanElement>(
+        &self,
+        gpu: &Gpu,
+        src: &CudaSlice<T>,
+        out: &mut CudaSlice<T>,
+        n: usize,
+        levels: &mut [Level<T>],
+    ) -> Result<()> {
+        let Some((level, deeper)) = levels.split_first_mut() else {
+            bail!("scan: the hierarchical scratch has too few levels for {n} elements");
+        };
+        let tiles = n.div_ceil(TILE);
+        let n64 = n as u64;
+        let kernel = self.kernel::<T>("scan_tiles")?;
+        let mut launch = gpu.stream.launch_builder(&kernel.func);
+        launch
+            .arg(src)
+            .arg(&mut *out)
+            .arg(&n64)
+            .arg(&mut level.totals);
+        // SAFETY: (const T* in, T* out, both of >= n, index_t n, T* totals of >= tiles); one
+        // block per tile; src and out are different buffers.
+        unsafe { launch.launch(kernel.config(&LaunchShape::linear(tiles as u32, THREADS))?) }?;
+        if tiles == 1 {
+            return Ok(());
+        }
+        let Level { totals, prefixes } = level;
+        self.hierarchical(gpu, totals, prefixes, tiles, deeper)?;
+        let add = self.kernel::<T>("add_tile_prefixes")?;
+        let mut launch = gpu.stream.launch_builder(&add.func);
+        launch.arg(&mut *out).arg(&n64).arg(&*prefixes);
+        // SAFETY: (T* out of n, index_t n, const T* prefixes of tiles); block b adds
+        // prefixes[b] to tile b + 1, for b < tiles - 1.
+        unsafe { launch.launch(add.config(&LaunchShape::linear(tiles as u32 - 1, THREADS))?) }?;
+        Ok(())
+    }
+}

@@ -1,0 +1,241 @@
+//! day16 on the GPU: every version against the reference over sizes that are not multiples of
+//! the block, the float4, the tile (4096) or the grid-stride sweep, with poisoned outputs.
+
+use common::reference::reduce as reference;
+use common::session::launch_and_read;
+use common::{Gpu, Tolerance, check, inputs, testing};
+use day16::scan::{ScanElement, TILE};
+use day16::{CountVersion, DotVersion, Reductions, ScanVersion, Scans, SegmentVersion, SumVersion};
+
+/// 1, 2, primes and odd sizes around the warp, the float4 and the tile; 2^20 + 3; and a size
+/// whose grid-stride versions go round their loop many times (more than one wave of blocks
+/// would cover: one wave of 132 x 8 blocks x 256 threads x 16 elements is 4.3 M).
+const SIZES: &[usize] = &[
+    1,
+    2,
+    3,
+    31,
+    33,
+    1000,
+    4095,
+    4096,
+    4097,
+    3 * 4096 + 5,
+    65_537,
+    (1 << 20) + 3,
+    (1 << 24) + 7,
+];
+
+fn floats(n: usize, seed: u64) -> Vec<f32> {
+    inputs::uniform(n, -0.5, 1.5, seed)
+}
+
+fn assert_passes<T: common::Element>(got: &[T], expected: &[f64], tol: Tolerance, what: &str) {
+    let report = check::compare(got, expected, &[expected.len()], tol);
+    assert!(report.passed(), "{what}: {report}");
+}
+
+#[test]
+fn sum_and_dot_match_the_reference_within_their_bounds() {
+    let Some(gpu) = testing::gpu_or_skip("day16 sum and dot") else {
+        return;
+    };
+    let day = Reductions::load(&gpu).unwrap();
+    let mut scratch = day.scratch(&gpu, *SIZES.iter().max().unwrap()).unwrap();
+    for (i, &n) in SIZES.iter().enumerate() {
+        let x = floats(n, i as u64);
+        let y = floats(n, 100 + i as u64);
+        let (x_dev, y_dev) = (gpu.upload(&x).unwrap(), gpu.upload(&y).unwrap());
+        let (sum, abs) = (reference::sum(&x), reference::abs_sum(&x));
+        for &version in SumVersion::ALL {
+            let mut out = gpu.alloc_poisoned::<f32>(1).unwrap();
+            let got = launch_and_read(&gpu, &mut out, &mut |out| {
+                day.sum(&gpu, version, &x_dev, out, &mut scratch)
+            })
+            .unwrap();
+            let tol = reference::covering_tolerance(&[sum], &[abs], day.sum_depth(version, n));
+            assert_passes(&got, &[sum], tol, &format!("sum {} n={n}", version.name()));
+        }
+        let (dot, dot_abs) = reference::dot(&x, &y);
+        for &version in DotVersion::ALL {
+            let mut out = gpu.alloc_poisoned::<f32>(1).unwrap();
+            let got = launch_and_read(&gpu, &mut out, &mut |out| {
+                day.dot(&gpu, version, &x_dev, &y_dev, out, &mut scratch)
+            })
+            .unwrap();
+            let tol = reference::covering_tolerance(&[dot], &[dot_abs], day.dot_depth(version, n));
+            assert_passes(&got, &[dot], tol, &format!("dot {} n={n}", version.name()));
+        }
+    }
+}
+
+#[test]
+fn the_two_stage_sum_is_the_same_bit_for_bit_on_every_run() {
+    let Some(gpu) = testing::gpu_or_skip("day16 deterministic sum") else {
+        return;
+    };
+    let day = Reductions::load(&gpu).unwrap();
+    let n = (1 << 22) + 1;
+    let x_dev = gpu.upload(&floats(n, 7)).unwrap();
+    let mut scratch = day.scratch(&gpu, n).unwrap();
+    for &version in SumVersion::ALL {
+        let mut out = gpu.alloc_poisoned::<f32>(1).unwrap();
+        let mut run = || {
+            launch_and_read(&gpu, &mut out, &mut |out| {
+                day.sum(&gpu, version, &x_dev, out, &mut scratch)
+            })
+            .unwrap()[0]
+                .to_bits()
+        };
+        let first = run();
+        assert!((0..5).all(|_| run() == first), "{}", version.name());
+    }
+}
+
+#[test]
+fn counts_are_exact_for_every_version() {
+    let Some(gpu) = testing::gpu_or_skip("day16 count") else {
+        return;
+    };
+    let day = Reductions::load(&gpu).unwrap();
+    let mut scratch = day.scratch(&gpu, 1).unwrap();
+    for (i, &n) in SIZES.iter().enumerate() {
+        let x: Vec<i32> = inputs::uniform(n, 0.51, 16.49, 50 + i as u64);
+        let x_dev = gpu.upload(&x).unwrap();
+        // A value with many matches, one with few, and one with none.
+        for value in [7, 16, 99] {
+            let count = reference::count_equal(&x, value) as f64;
+            for &version in CountVersion::ALL {
+                let mut out = gpu.alloc_poisoned::<u32>(1).unwrap();
+                let got = launch_and_read(&gpu, &mut out, &mut |out| {
+                    day.count(&gpu, version, &x_dev, value, out, &mut scratch)
+                })
+                .unwrap();
+                let what = format!("count {} n={n} value={value}", version.name());
+                assert_passes(&got, &[count], reference::EXACT, &what);
+            }
+        }
+    }
+}
+
+#[test]
+fn segment_sums_match_for_aligned_and_unaligned_lengths() {
+    let Some(gpu) = testing::gpu_or_skip("day16 segment sum") else {
+        return;
+    };
+    let day = Reductions::load(&gpu).unwrap();
+    // (segments, length): lengths 1, 3, 4, primes, a multiple of 4 that is not of the warp's
+    // 128 elements per step, and long segments.
+    let shapes = [
+        (1, 1),
+        (7, 3),
+        (5, 4),
+        (33, 31),
+        (9, 33),
+        (17, 1000),
+        (3, 4097),
+        (1, 1 << 20),
+        (1000, 4096),
+        (4099, 12),
+    ];
+    for (i, &(segments, len)) in shapes.iter().enumerate() {
+        let x = floats(segments * len, 200 + i as u64);
+        let (sums, abs) = reference::segment_sums(&x, len);
+        let x_dev = gpu.upload(&x).unwrap();
+        for &version in SegmentVersion::ALL {
+            let mut out = gpu.alloc_poisoned::<f32>(segments).unwrap();
+            let got = launch_and_read(&gpu, &mut out, &mut |out| {
+                day.segment_sum(&gpu, version, &x_dev, len, out)
+            })
+            .unwrap();
+            let tol = reference::covering_tolerance(&sums, &abs, day.segment_depth(version, len));
+            let what = format!("segment_sum {} {segments}x{len}", version.name());
+            assert_passes(&got, &sums, tol, &what);
+        }
+    }
+}
+
+fn check_scans<T: ScanElement>(gpu: &Gpu, day: &Scans, x: &[T], what: &str) {
+    let n = x.len();
+    let (prefix, abs) = reference::inclusive_scan(x);
+    let x_dev = gpu.upload(x).unwrap();
+    let mut scratch = day.scratch::<T>(gpu, n).unwrap();
+    for &version in ScanVersion::ALL {
+        // The single block walks every tile alone: keep its test sizes moderate.
+        if version == ScanVersion::SingleBlock && n > (1 << 22) {
+            continue;
+        }
+        let mut out = gpu.alloc_poisoned::<T>(n).unwrap();
+        // Twice: the second run finds the look-back state of the first and must reset it.
+        for run in 0..2 {
+            let got = launch_and_read(gpu, &mut out, &mut |out| {
+                day.scan(gpu, version, &x_dev, out, &mut scratch)
+            })
+            .unwrap();
+            let tol = if T::DTYPE.is_integer() {
+                reference::EXACT
+            } else {
+                reference::covering_tolerance_by(&prefix, &abs, |i| Scans::depth(version, n, i))
+            };
+            let what = format!("scan {} {what} n={n} run {run}", version.name());
+            assert_passes(&got, &prefix, tol, &what);
+        }
+    }
+}
+
+#[test]
+fn scans_match_the_reference_on_sizes_that_are_not_whole_tiles() {
+    let Some(gpu) = testing::gpu_or_skip("day16 scans") else {
+        return;
+    };
+    let day = Scans::load(&gpu).unwrap();
+    let mut sizes = SIZES.to_vec();
+    // More tiles than one wave of resident blocks (132 SMs x 8), so the look-back waits on
+    // tiles of blocks that started long before; and more than 4096 tiles, so the
+    // hierarchical scan recurses twice.
+    sizes.extend([1056 * TILE * 3 + 1, 4096 * TILE + TILE + 3]);
+    for (i, &n) in sizes.iter().enumerate() {
+        check_scans(&gpu, &day, &floats(n, 300 + i as u64), "f32");
+        let ints: Vec<i32> = inputs::uniform(n, -2.49, 4.49, 400 + i as u64);
+        check_scans(&gpu, &day, &ints, "i32");
+    }
+}
+
+#[test]
+fn bad_sizes_are_refused() {
+    let Some(gpu) = testing::gpu_or_skip("day16 launcher checks") else {
+        return;
+    };
+    let day = Reductions::load(&gpu).unwrap();
+    let scans = Scans::load(&gpu).unwrap();
+    let mut scratch = day.scratch(&gpu, 8).unwrap();
+    let x = gpu.upload(&[1.0f32; 8]).unwrap();
+    let y = gpu.upload(&[1.0f32; 7]).unwrap();
+    let mut two = gpu.alloc_poisoned::<f32>(2).unwrap();
+    let err = day
+        .sum(&gpu, SumVersion::Vec4, &x, &mut two, &mut scratch)
+        .unwrap_err();
+    assert!(err.to_string().contains("one output"), "{err}");
+    let mut one = gpu.alloc_poisoned::<f32>(1).unwrap();
+    let err = day
+        .dot(&gpu, DotVersion::Vec4, &x, &y, &mut one, &mut scratch)
+        .unwrap_err();
+    assert!(err.to_string().contains("lengths must be equal"), "{err}");
+    let mut three = gpu.alloc_poisoned::<f32>(3).unwrap();
+    let err = day
+        .segment_sum(&gpu, SegmentVersion::Block, &x, 3, &mut three)
+        .unwrap_err();
+    assert!(err.to_string().contains("segments"), "{err}");
+    let mut scan_scratch = scans.scratch::<f32>(&gpu, 8).unwrap();
+    let mut short = gpu.alloc_poisoned::<f32>(7).unwrap();
+    let err = scans
+        .scan(
+            &gpu,
+            ScanVersion::DecoupledLookback,
+            &x,
+            &mut short,
+            &mut scan_scratch,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("lengths must be equal"), "{err}");
+}
