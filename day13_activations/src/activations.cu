@@ -1,0 +1,379 @@
+// day13: element-wise activations, forward and backward, and a fused bias-dropout-add
+// (seed 001 days 2 and 5, seed 003 days 2, 4, 15-16).
+//
+// An element-wise kernel does a few flops per element and moves every byte once: it is a copy
+// with arithmetic in the middle, and its speed is the copy's if (1) each access is 16 bytes,
+// (2) every thread has several loads in flight before it needs the first, and (3) the math per
+// element stays under what the SMs can issue in the time the bytes take to arrive. The day
+// walks that path and shows what fusion buys: SwiGLU as torch runs it (two kernels, an
+// intermediate written and read back) against one kernel.
+//
+// Math is in f32 whatever the storage; every op is one functor below, used by all versions:
+//   GELU (tanh)  x * sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3)  [= x/2 (1 + tanh u)]
+//   GELU (erf)   x/2 (1 + erf(x / sqrt 2)), as torch computes it
+//   SwiGLU       silu(g) * x;  silu(g) = g * sigmoid(g)
+//   backward     dx = dy * gelu'(x);  dg = dout x s (1 + g (1 - s)), dx = dout silu(g)
+//   bias-dropout-add  out = residual + (x + bias[col]) * (mask ? scale : 0)
+//
+// NVRTC provides the CUDA math library (expf, erff, tanhf) without any header. tanh.approx.f32
+// (one MUFU instruction, relative error about 2^-11) is not used: in x/2 (1 + tanh u) its error
+// is absolute, about |x| 2^-12, which for x < 0 is larger than the result itself (gelu(-3) =
+// -0.004). The sigmoid form with expf (2 ulp) and __fdividef (2 ulp) costs ~15 instructions
+// per element and keeps the result within a few ulp.
+//
+// Versions:
+//   scalar    one thread per element, 2- or 4-byte accesses
+//   vec       one thread per 2 packs of 16 bytes (8 bf16/f16 or 4 f32 each), both loaded before
+//             either is used; the leftover n % pack elements are done by the one thread whose
+//             pack index is just past the last whole pack
+//   unfused   (SwiGLU only) silu(g) into a temporary of T, then temporary * x: torch's two
+//             kernels, vectorized like `vec`, for what the extra round trip costs
+//   bias_dropout_add scalar / vec: a thread owns columns (their bias in registers) and walks
+//             4 rows at a time
+//
+// Run: cargo run --release -p day13 -- --op swiglu --kernel unfused,vec
+//
+// Every pointer comes from a whole allocation (256-byte aligned) except SwiGLU's dx, which sits
+// n elements after dg in one output buffer: its stores check alignment at run time.
+#include "common.cuh"
+#include "dtype.cuh"
+
+#define SQRT_2_OVER_PI 0.7978845608028654f
+#define GELU_CUBIC 0.044715f
+#define INV_SQRT_2 0.7071067811865476f
+#define INV_SQRT_2PI 0.3989422804014327f
+// exp(80) = 5.5e34 is finite and its reciprocal normal: clamping the argument there changes a
+// sigmoid of ~1e-35 (already 0 in every storage type) and keeps s * (1 - s) from 0 * inf = NaN.
+#define EXP_ARG_MAX 80.0f
+
+// sigmoid(v) and 1 - sigmoid(v) = e^-v sigmoid(v), without cancellation on either side.
+__device__ __forceinline__ float sigmoid_pair(float v, float& one_minus) {
+    const float e = expf(fminf(-v, EXP_ARG_MAX));
+    const float s = __fdividef(1.0f, 1.0f + e);  // 1 + e is in [1, 2^126]: __fdividef is exact to 2 ulp
+    one_minus = e * s;
+    return s;
+}
+
+// ---- the ops: IN inputs to OUT outputs, one element, f32 ----
+
+struct GeluTanh {
+    static constexpr int IN = 1, OUT = 1;
+    __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
+        const float x = in[0];
+        const float u = SQRT_2_OVER_PI * fmaf(GELU_CUBIC * x, x * x, x);
+        float unused;
+        out[0] = x * sigmoid_pair(2.0f * u, unused);
+    }
+};
+
+// in: dy, x
+struct GeluTanhBwd {
+    static constexpr int IN = 2, OUT = 1;
+    __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
+        const float dy = in[0], x = in[1];
+        const float x2 = x * x;
+        const float u = SQRT_2_OVER_PI * fmaf(GELU_CUBIC * x, x2, x);
+        const float du = SQRT_2_OVER_PI * fmaf(3.0f * GELU_CUBIC, x2, 1.0f);
+        float one_minus;
+        const float s = sigmoid_pair(2.0f * u, one_minus);
+        out[0] = dy * fmaf(x * s * one_minus, 2.0f * du, s);
+    }
+};
+
+struct GeluErf {
+    static constexpr int IN = 1, OUT = 1;
+    __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
+        const float x = in[0];
+        out[0] = 0.5f * x * (1.0f + erff(x * INV_SQRT_2));
+    }
+};
+
+// in: dy, x
+struct GeluErfBwd {
+    static constexpr int IN = 2, OUT = 1;
+    __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
+        const float dy = in[0], x = in[1];
+        const float cdf = 0.5f * (1.0f + erff(x * INV_SQRT_2));
+        const float density = INV_SQRT_2PI * expf(-0.5f * x * x);
+        out[0] = dy * fmaf(x, density, cdf);
+    }
+};
+
+struct Silu {
+    static constexpr int IN = 1, OUT = 1;
+    __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
+        float unused;
+        out[0] = in[0] * sigmoid_pair(in[0], unused);
+    }
+};
+
+struct Mul {
+    static constexpr int IN = 2, OUT = 1;
+    __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
+        out[0] = in[0] * in[1];
+    }
+};
+
+// in: g, x
+struct Swiglu {
+    static constexpr int IN = 2, OUT = 1;
+    __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
+        const float g = in[0], x = in[1];
+        float unused;
+        out[0] = g * sigmoid_pair(g, unused) * x;
+    }
+};
+
+// in: dout, g, x; out: dg, dx
+struct SwigluBwd {
+    static constexpr int IN = 3, OUT = 2;
+    __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
+        const float dout = in[0], g = in[1], x = in[2];
+        float one_minus;
+        const float s = sigmoid_pair(g, one_minus);
+        out[0] = dout * x * s * fmaf(g, one_minus, 1.0f);
+        out[1] = dout * g * s;
+    }
+};
+
+// ---- the two ways to map an op over n elements ----
+
+template <typename T, typename Op>
+__device__ __forceinline__ void apply_at(const T* const (&in)[Op::IN], T* const (&out)[Op::OUT],
+                                         index_t i) {
+    float a[Op::IN], r[Op::OUT];
+#pragma unroll
+    for (int k = 0; k < Op::IN; ++k) a[k] = to_f32(in[k][i]);
+    Op::apply(a, r);
+#pragma unroll
+    for (int k = 0; k < Op::OUT; ++k) out[k][i] = from_f32<T>(r[k]);
+}
+
+// grid(ceil(n / 256)), block(256): thread i does element i.
+template <typename T, typename Op>
+__device__ __forceinline__ void map_scalar(const T* const (&in)[Op::IN], T* const (&out)[Op::OUT],
+                                           index_t n) {
+    const index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) apply_at<T, Op>(in, out, i);
+}
+
+// Packs each thread loads before it computes: 2 x 16 B per input, enough with 2048 threads per
+// SM to keep ~64 KB per input in flight per SM (the copy needs ~25 KB at 3 TB/s and ~1 us).
+#define PACKS_PER_THREAD 2
+
+// grid(ceil((n / N + 1) / (256 * 2))), block(256), N = 16 / sizeof(T): thread t of block b
+// owns packs b * 512 + t and b * 512 + 256 + t (coalesced: a warp's 32 packs are 512
+// contiguous bytes). The thread whose pack index equals n / N does the n % N leftovers.
+template <typename T, typename Op>
+__device__ __forceinline__ void map_vec(const T* const (&in)[Op::IN], T* const (&out)[Op::OUT],
+                                        index_t n) {
+    constexpr int N = Pack16<T>::N;
+    const index_t packs = n / N;
+    const index_t first = (index_t)blockIdx.x * blockDim.x * PACKS_PER_THREAD + threadIdx.x;
+
+    Pack16<T> p[PACKS_PER_THREAD][Op::IN];
+#pragma unroll
+    for (int j = 0; j < PACKS_PER_THREAD; ++j) {
+        const index_t pack = first + (index_t)j * blockDim.x;
+        if (pack < packs) {
+#pragma unroll
+            for (int k = 0; k < Op::IN; ++k) p[j][k] = load16(in[k] + pack * N);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < PACKS_PER_THREAD; ++j) {
+        const index_t pack = first + (index_t)j * blockDim.x;
+        if (pack < packs) {
+            Pack16<T> q[Op::OUT];
+#pragma unroll
+            for (int e = 0; e < N; ++e) {
+                float a[Op::IN], r[Op::OUT];
+#pragma unroll
+                for (int k = 0; k < Op::IN; ++k) a[k] = to_f32(p[j][k].v[e]);
+                Op::apply(a, r);
+#pragma unroll
+                for (int k = 0; k < Op::OUT; ++k) q[k].v[e] = from_f32<T>(r[k]);
+            }
+#pragma unroll
+            for (int k = 0; k < Op::OUT; ++k) {
+                T* dst = out[k] + pack * N;
+                if (((unsigned long long)dst & 15) == 0) {
+                    store16(dst, q[k]);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < N; ++e) dst[e] = q[k].v[e];
+                }
+            }
+        } else if (pack == packs) {
+            for (index_t i = packs * N; i < n; ++i) apply_at<T, Op>(in, out, i);
+        }
+    }
+}
+
+// ---- the kernels: one per op, version and storage type ----
+
+#define UNARY(NAME, OP, T, TNAME, N)                                                            \
+    KERNEL void NAME##_##TNAME(const T* __restrict__ x, T* __restrict__ y, index_t n) {         \
+        const T* const in[1] = {x};                                                             \
+        T* const out[1] = {y};                                                                  \
+        map_scalar<T, OP>(in, out, n);                                                          \
+    }                                                                                           \
+    KERNEL void NAME##_vec_##TNAME##x##N(const T* __restrict__ x, T* __restrict__ y,            \
+                                         index_t n) {                                           \
+        const T* const in[1] = {x};                                                             \
+        T* const out[1] = {y};                                                                  \
+        map_vec<T, OP>(in, out, n);                                                             \
+    }
+
+// Two inputs (a, b) to one output: GELU backward (dy, x), SwiGLU (g, x), the unfused multiply.
+#define BINARY(NAME, OP, T, TNAME, N)                                                           \
+    KERNEL void NAME##_##TNAME(const T* __restrict__ a, const T* __restrict__ b,                \
+                               T* __restrict__ y, index_t n) {                                  \
+        const T* const in[2] = {a, b};                                                          \
+        T* const out[1] = {y};                                                                  \
+        map_scalar<T, OP>(in, out, n);                                                          \
+    }                                                                                           \
+    KERNEL void NAME##_vec_##TNAME##x##N(const T* __restrict__ a, const T* __restrict__ b,      \
+                                         T* __restrict__ y, index_t n) {                        \
+        const T* const in[2] = {a, b};                                                          \
+        T* const out[1] = {y};                                                                  \
+        map_vec<T, OP>(in, out, n);                                                             \
+    }
+
+// SwiGLU backward: (dout, g, x) to one buffer holding dg (n elements) then dx (n elements).
+#define SWIGLU_BWD(T, TNAME, N)                                                                 \
+    KERNEL void swiglu_bwd_##TNAME(const T* __restrict__ dout, const T* __restrict__ g,         \
+                                   const T* __restrict__ x, T* __restrict__ dgx, index_t n) {   \
+        const T* const in[3] = {dout, g, x};                                                    \
+        T* const out[2] = {dgx, dgx + n};                                                       \
+        map_scalar<T, SwigluBwd>(in, out, n);                                                   \
+    }                                                                                           \
+    KERNEL void swiglu_bwd_vec_##TNAME##x##N(const T* __restrict__ dout,                        \
+                                             const T* __restrict__ g, const T* __restrict__ x,  \
+                                             T* __restrict__ dgx, index_t n) {                  \
+        const T* const in[3] = {dout, g, x};                                                    \
+        T* const out[2] = {dgx, dgx + n};                                                       \
+        map_vec<T, SwigluBwd>(in, out, n);                                                      \
+    }
+
+// ---- bias-dropout-add ----
+
+// The N mask bytes of one pack, from one 4- or 8-byte load.
+template <int N> __device__ __forceinline__ void load_mask(const unsigned char* p, unsigned char (&m)[N]);
+template <> __device__ __forceinline__ void load_mask<1>(const unsigned char* p, unsigned char (&m)[1]) {
+    m[0] = *p;
+}
+template <> __device__ __forceinline__ void load_mask<4>(const unsigned char* p, unsigned char (&m)[4]) {
+    const unsigned w = *reinterpret_cast<const unsigned*>(p);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) m[k] = (w >> (8 * k)) & 0xff;
+}
+template <> __device__ __forceinline__ void load_mask<8>(const unsigned char* p, unsigned char (&m)[8]) {
+    const uint2 w = *reinterpret_cast<const uint2*>(p);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        m[k] = (w.x >> (8 * k)) & 0xff;
+        m[4 + k] = (w.y >> (8 * k)) & 0xff;
+    }
+}
+
+// A pack of N elements of T: 16 bytes when N = 16 / sizeof(T), one element when N = 1.
+template <typename T, int N> struct Elems {
+    T v[N];
+};
+template <typename T, int N> __device__ __forceinline__ Elems<T, N> load_elems(const T* p) {
+    Elems<T, N> r;
+    if constexpr (N == 1) {
+        r.v[0] = *p;
+    } else {
+        const Pack16<T> pack = load16(p);
+#pragma unroll
+        for (int k = 0; k < N; ++k) r.v[k] = pack.v[k];
+    }
+    return r;
+}
+template <typename T, int N> __device__ __forceinline__ void store_elems(T* p, const Elems<T, N>& e) {
+    if constexpr (N == 1) {
+        *p = e.v[0];
+    } else {
+        Pack16<T> pack;
+#pragma unroll
+        for (int k = 0; k < N; ++k) pack.v[k] = e.v[k];
+        store16(p, pack);
+    }
+}
+
+#define BDA_ROWS 4
+
+// grid(ceil(cols / N / threads), min(ceil(rows / 4), 65535)), block(threads <= 256): thread t
+// owns columns [c, c + N), c = (blockIdx.x * threads + t) * N, loads their bias once, and walks
+// rows 4 at a time (4 rows of x, residual and mask in flight), striding by gridDim.y * 4. N is
+// 16 / sizeof(T) when every row starts 16-byte aligned (cols % N == 0), else 1.
+template <typename T, int N>
+__device__ __forceinline__ void bias_dropout_add(const T* __restrict__ x, const T* __restrict__ bias,
+                                                 const unsigned char* __restrict__ mask,
+                                                 const T* __restrict__ residual, T* __restrict__ out,
+                                                 index_t rows, index_t cols, float scale) {
+    const index_t c = ((index_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
+    if (c >= cols) return;
+    float b[N];
+    {
+        const Elems<T, N> be = load_elems<T, N>(bias + c);
+#pragma unroll
+        for (int k = 0; k < N; ++k) b[k] = to_f32(be.v[k]);
+    }
+    for (index_t r0 = (index_t)blockIdx.y * BDA_ROWS; r0 < rows; r0 += (index_t)gridDim.y * BDA_ROWS) {
+        Elems<T, N> xs[BDA_ROWS], rs[BDA_ROWS];
+        unsigned char ms[BDA_ROWS][N];
+#pragma unroll
+        for (int j = 0; j < BDA_ROWS; ++j) {
+            if (r0 + j < rows) {
+                const index_t at = (r0 + j) * cols + c;
+                xs[j] = load_elems<T, N>(x + at);
+                rs[j] = load_elems<T, N>(residual + at);
+                load_mask<N>(mask + at, ms[j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < BDA_ROWS; ++j) {
+            if (r0 + j < rows) {
+                Elems<T, N> o;
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const float keep = ms[j][k] ? scale : 0.0f;
+                    o.v[k] = from_f32<T>(fmaf(to_f32(xs[j].v[k]) + b[k], keep, to_f32(rs[j].v[k])));
+                }
+                store_elems<T, N>(out + (r0 + j) * cols + c, o);
+            }
+        }
+    }
+}
+
+#define BIAS_DROPOUT_ADD(T, TNAME, N)                                                           \
+    KERNEL void bias_dropout_add_##TNAME(const T* __restrict__ x, const T* __restrict__ bias,   \
+                                         const unsigned char* __restrict__ mask,                \
+                                         const T* __restrict__ residual, T* __restrict__ out,   \
+                                         index_t rows, index_t cols, float scale) {             \
+        bias_dropout_add<T, 1>(x, bias, mask, residual, out, rows, cols, scale);                \
+    }                                                                                           \
+    KERNEL void bias_dropout_add_vec_##TNAME##x##N(                                             \
+        const T* __restrict__ x, const T* __restrict__ bias,                                    \
+        const unsigned char* __restrict__ mask, const T* __restrict__ residual,                 \
+        T* __restrict__ out, index_t rows, index_t cols, float scale) {                         \
+        bias_dropout_add<T, N>(x, bias, mask, residual, out, rows, cols, scale);                \
+    }
+
+#define ALL_KERNELS(T, TNAME, N)                \
+    UNARY(gelu_tanh, GeluTanh, T, TNAME, N)     \
+    UNARY(gelu_erf, GeluErf, T, TNAME, N)       \
+    UNARY(silu, Silu, T, TNAME, N)              \
+    BINARY(gelu_tanh_bwd, GeluTanhBwd, T, TNAME, N) \
+    BINARY(gelu_erf_bwd, GeluErfBwd, T, TNAME, N)   \
+    BINARY(swiglu, Swiglu, T, TNAME, N)         \
+    BINARY(mul, Mul, T, TNAME, N)               \
+    SWIGLU_BWD(T, TNAME, N)                     \
+    BIAS_DROPOUT_ADD(T, TNAME, N)
+
+ALL_KERNELS(float, f32, 4)
+ALL_KERNELS(f16_t, f16, 8)
+ALL_KERNELS(bf16_t, bf16, 8)

@@ -1,0 +1,361 @@
+//! Day 13: element-wise activations (GELU tanh and erf, SwiGLU, their gradients) and a fused
+//! bias-dropout-add. The launchers for `activations.cu`: each op in a scalar and a 16-byte
+//! vectorized version, SwiGLU also as torch runs it (two kernels), every storage type.
+
+pub mod problem;
+
+use anyhow::{Result, bail};
+use common::dtype::Dtype;
+use common::kernel::KernelSet;
+use common::nvrtc::KernelSource;
+use common::reference::activation::tolerance_for;
+use common::session::Refused;
+use common::{Element, Gpu, Kernel, LaunchShape, Tolerance};
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+pub use problem::{DeviceInputs, HostInputs};
+
+pub const SOURCE: KernelSource = KernelSource {
+    file_name: "activations.cu",
+    code: include_str!("activations.cu"),
+};
+
+pub const DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::Bf16];
+
+/// Every version name, in table order (each op runs the ones it has).
+pub const VERSIONS: &[&str] = &["unfused", "scalar", "vec"];
+
+/// Threads per block of the element-wise kernels.
+const THREADS: usize = 256;
+/// Packs per thread in the `_vec` kernels (`PACKS_PER_THREAD` in the .cu).
+const PACKS_PER_THREAD: usize = 2;
+/// Rows a bias-dropout-add thread walks at once (`BDA_ROWS`).
+const BDA_ROWS: usize = 4;
+
+/// The day's operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum Op {
+    GeluTanh,
+    GeluErf,
+    Swiglu,
+    GeluTanhBwd,
+    GeluErfBwd,
+    SwigluBwd,
+    BiasDropoutAdd,
+}
+
+impl Op {
+    pub const ALL: [Op; 7] = [
+        Op::GeluTanh,
+        Op::GeluErf,
+        Op::Swiglu,
+        Op::GeluTanhBwd,
+        Op::GeluErfBwd,
+        Op::SwigluBwd,
+        Op::BiasDropoutAdd,
+    ];
+
+    /// The name in keys and kernel names: `gelu_tanh_bwd`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::GeluTanh => "gelu_tanh",
+            Op::GeluErf => "gelu_erf",
+            Op::Swiglu => "swiglu",
+            Op::GeluTanhBwd => "gelu_tanh_bwd",
+            Op::GeluErfBwd => "gelu_erf_bwd",
+            Op::SwigluBwd => "swiglu_bwd",
+            Op::BiasDropoutAdd => "bias_dropout_add",
+        }
+    }
+
+    /// The input tensors, in kernel-argument order. All have `rows x cols` elements except
+    /// the bias (`cols`); the dropout mask (bytes) is not one of them.
+    pub fn inputs(self) -> &'static [&'static str] {
+        match self {
+            Op::GeluTanh | Op::GeluErf => &["x"],
+            Op::Swiglu => &["g", "x"],
+            Op::GeluTanhBwd | Op::GeluErfBwd => &["dy", "x"],
+            Op::SwigluBwd => &["dout", "g", "x"],
+            Op::BiasDropoutAdd => &["x", "bias", "residual"],
+        }
+    }
+
+    /// Outputs of `rows x cols` each, back to back in one buffer (`dg` then `dx`).
+    pub fn outputs(self) -> usize {
+        if self == Op::SwigluBwd { 2 } else { 1 }
+    }
+
+    pub fn versions(self) -> &'static [&'static str] {
+        if self == Op::Swiglu {
+            VERSIONS
+        } else {
+            &VERSIONS[1..]
+        }
+    }
+
+    /// The storage type of the op's default problem.
+    pub fn default_dtype(self) -> Dtype {
+        if self == Op::BiasDropoutAdd {
+            Dtype::F16
+        } else {
+            Dtype::Bf16
+        }
+    }
+}
+
+/// Elements in one 16-byte pack.
+fn pack(dtype: Dtype) -> usize {
+    16 / dtype.size()
+}
+
+fn scalar_function(name: &str, dtype: Dtype) -> String {
+    format!("{name}_{dtype}")
+}
+
+fn vec_function(name: &str, dtype: Dtype) -> String {
+    format!("{name}_vec_{dtype}x{}", pack(dtype))
+}
+
+fn all_functions() -> Vec<String> {
+    let names = Op::ALL.iter().map(|op| op.name()).chain(["silu", "mul"]);
+    let mut functions = Vec::new();
+    for name in names {
+        for &dtype in DTYPES {
+            functions.push(scalar_function(name, dtype));
+            functions.push(vec_function(name, dtype));
+        }
+    }
+    functions
+}
+
+/// Enqueues one run of a version, writing the op's outputs into the buffer it is given.
+pub type Launch<'a, T> = Box<dyn FnMut(&mut CudaSlice<T>) -> Result<()> + 'a>;
+
+/// How one version runs on one problem.
+pub struct Plan<'a, T: Element> {
+    /// The kernel the table describes (the first, where there are two).
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    pub tolerance: Tolerance,
+    pub launch: Launch<'a, T>,
+}
+
+pub struct Activations {
+    kernels: KernelSet,
+}
+
+impl Activations {
+    pub fn load(gpu: &Gpu) -> Result<Self> {
+        Ok(Self {
+            kernels: KernelSet::load(gpu, &SOURCE, all_functions())?,
+        })
+    }
+
+    /// How `version` runs `inputs.op` on `inputs`, or [`Refused`] where the op has no such
+    /// version.
+    pub fn plan<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        version: &str,
+        inputs: &'a DeviceInputs<T>,
+    ) -> Result<Plan<'a, T>> {
+        let op = inputs.op;
+        if !op.versions().contains(&version) {
+            return Err(Refused(format!("{} has no version `{version}`", op.name())).into());
+        }
+        inputs.check()?;
+        match (op, version) {
+            (Op::BiasDropoutAdd, _) => self.plan_bias_dropout_add(gpu, version == "vec", inputs),
+            (Op::Swiglu, "unfused") => self.plan_unfused_swiglu(gpu, inputs),
+            (_, v) => {
+                let vec = v == "vec";
+                let name = if vec {
+                    vec_function(op.name(), T::DTYPE)
+                } else {
+                    scalar_function(op.name(), T::DTYPE)
+                };
+                let kernel = self.kernels.get(&name)?;
+                let shape = elementwise_shape(vec, inputs.elements(), T::DTYPE);
+                Ok(Plan {
+                    kernel,
+                    shape,
+                    tolerance: tolerance_for::<T>(1),
+                    launch: Box::new(move |out| {
+                        check_output(out, inputs)?;
+                        let n = inputs.elements() as u64;
+                        let mut launch = gpu.stream.launch_builder(&kernel.func);
+                        for t in &inputs.tensors {
+                            launch.arg(t);
+                        }
+                        launch.arg(out).arg(&n);
+                        // SAFETY: matches `<op>[_vec]_<T>(const T* in..., T* out, index_t n)`
+                        // with the op's inputs in order, each of n elements (checked), and an
+                        // output of n * outputs elements (checked); the grid covers n.
+                        unsafe { launch.launch(kernel.config(&shape)?) }?;
+                        Ok(())
+                    }),
+                })
+            }
+        }
+    }
+
+    /// torch's SwiGLU: `t = silu(g)` stored as T, then `t * x`; both kernels vectorized.
+    fn plan_unfused_swiglu<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        inputs: &'a DeviceInputs<T>,
+    ) -> Result<Plan<'a, T>> {
+        let silu = self.kernels.get(&vec_function("silu", T::DTYPE))?;
+        let mul = self.kernels.get(&vec_function("mul", T::DTYPE))?;
+        let n = inputs.elements();
+        let shape = elementwise_shape(true, n, T::DTYPE);
+        // SAFETY: every element is written by the silu kernel before the mul kernel reads it.
+        let mut silu_g = unsafe { gpu.stream.alloc::<T>(n) }?;
+        Ok(Plan {
+            kernel: silu,
+            shape,
+            // silu(g) is rounded to T before the multiply: two roundings.
+            tolerance: tolerance_for::<T>(2),
+            launch: Box::new(move |out| {
+                check_output(out, inputs)?;
+                let [g, x] = &inputs.tensors[..] else {
+                    bail!("swiglu takes g and x");
+                };
+                let n = n as u64;
+                let config = silu.config(&shape)?;
+                let mut first = gpu.stream.launch_builder(&silu.func);
+                first.arg(g).arg(&mut silu_g).arg(&n);
+                // SAFETY: silu_vec_<T>(const T* g, T* out, n): g and silu_g hold n elements.
+                unsafe { first.launch(config) }?;
+                let mut second = gpu.stream.launch_builder(&mul.func);
+                second.arg(&silu_g).arg(x).arg(out).arg(&n);
+                // SAFETY: mul_vec_<T>(const T* a, const T* b, T* out, n), all of n elements.
+                unsafe { second.launch(mul.config(&shape)?) }?;
+                Ok(())
+            }),
+        })
+    }
+
+    /// Bias-dropout-add; `vec` takes 16-byte packs where rows start 16-byte aligned (cols a
+    /// multiple of the pack) and the one-column kernel otherwise, which is also `scalar`.
+    fn plan_bias_dropout_add<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        vec: bool,
+        inputs: &'a DeviceInputs<T>,
+    ) -> Result<Plan<'a, T>> {
+        let (rows, cols) = (inputs.rows, inputs.cols);
+        let packed = vec && cols.is_multiple_of(pack(T::DTYPE));
+        let (name, per_thread) = if packed {
+            (vec_function("bias_dropout_add", T::DTYPE), pack(T::DTYPE))
+        } else {
+            (scalar_function("bias_dropout_add", T::DTYPE), 1)
+        };
+        let kernel = self.kernels.get(&name)?;
+        let column_threads = cols.div_ceil(per_thread);
+        let threads = column_threads.next_multiple_of(32).clamp(32, THREADS);
+        let shape = LaunchShape {
+            grid: (
+                column_threads.div_ceil(threads).min(i32::MAX as usize) as u32,
+                rows.div_ceil(BDA_ROWS).min(65535) as u32,
+                1,
+            ),
+            block: (threads as u32, 1, 1),
+            dynamic_shared_bytes: 0,
+        };
+        Ok(Plan {
+            kernel,
+            shape,
+            tolerance: tolerance_for::<T>(1),
+            launch: Box::new(move |out| {
+                check_output(out, inputs)?;
+                let [x, bias, residual] = &inputs.tensors[..] else {
+                    bail!("bias_dropout_add takes x, bias and residual");
+                };
+                let Some(mask) = &inputs.mask else {
+                    bail!("bias_dropout_add needs its mask");
+                };
+                let (rows, cols) = (rows as u64, cols as u64);
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch
+                    .arg(x)
+                    .arg(bias)
+                    .arg(mask)
+                    .arg(residual)
+                    .arg(out)
+                    .arg(&rows)
+                    .arg(&cols)
+                    .arg(&inputs.scale);
+                // SAFETY: matches bias_dropout_add[_vec]_<T>(x, bias, mask, residual, out,
+                // rows, cols, scale); x, mask, residual and out hold rows * cols elements and
+                // bias cols (checked); the packed kernel is chosen only when cols is a multiple
+                // of the pack, so every pack is 16-byte aligned and inside one row.
+                unsafe { launch.launch(kernel.config(&shape)?) }?;
+                Ok(())
+            }),
+        })
+    }
+}
+
+/// Scalar: one thread per element. Vec: two packs per thread, plus one slot for the leftovers.
+fn elementwise_shape(vec: bool, n: usize, dtype: Dtype) -> LaunchShape {
+    let threads_needed = if vec {
+        (n / pack(dtype) + 1).div_ceil(PACKS_PER_THREAD)
+    } else {
+        n
+    };
+    // Saturates: an impossible grid is refused by `Kernel::config`.
+    let blocks = threads_needed.div_ceil(THREADS).min(u32::MAX as usize) as u32;
+    LaunchShape::linear(blocks, THREADS as u32)
+}
+
+fn check_output<T: Element>(out: &CudaSlice<T>, inputs: &DeviceInputs<T>) -> Result<()> {
+    let want = inputs.elements() * inputs.op.outputs();
+    if out.len() != want {
+        bail!(
+            "{}: the output holds {} elements, {want} are needed",
+            inputs.op.name(),
+            out.len()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_compiles_for_sm90_without_spilling() {
+        let names = all_functions();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &names);
+    }
+
+    #[test]
+    fn kernel_names_say_op_dtype_and_vector_width() {
+        assert_eq!(
+            vec_function("gelu_tanh", Dtype::Bf16),
+            "gelu_tanh_vec_bf16x8"
+        );
+        assert_eq!(vec_function("swiglu", Dtype::F32), "swiglu_vec_f32x4");
+        assert_eq!(scalar_function("swiglu_bwd", Dtype::F16), "swiglu_bwd_f16");
+    }
+
+    #[test]
+    fn vec_grids_leave_one_slot_for_the_leftovers() {
+        // 4096 bf16 = 512 packs + 1 leftover slot = 513 slots, 2 per thread: 257 threads.
+        assert_eq!(elementwise_shape(true, 4096, Dtype::Bf16).grid.0, 2);
+        assert_eq!(elementwise_shape(true, 1, Dtype::F32).grid.0, 1);
+        assert_eq!(elementwise_shape(false, 257, Dtype::F32).grid.0, 2);
+    }
+
+    #[test]
+    fn only_swiglu_has_an_unfused_version() {
+        for op in Op::ALL {
+            assert_eq!(op.versions().contains(&"unfused"), op == Op::Swiglu);
+            assert!(op.versions().contains(&"vec"));
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! `cargo run --release -p day13`: check every version of every op against the f64 reference
+//! on the day's problems (or `--op --rows --cols --dtype`), time it, print the tables.
+
+use anyhow::Result;
+use clap::Parser;
+use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
+use common::dtype::Dtype;
+use common::report::DayReport;
+use common::session::{Expected, Problem, Refused, Session, Version};
+use common::{Element, Gpu, UsageError};
+use day13::problem::{HostInputs, bytes_per_run, key};
+use day13::{Activations, DTYPES, Op, VERSIONS};
+use half::{bf16, f16};
+
+/// Day 13: GELU (tanh, erf), SwiGLU and their gradients; fused bias-dropout-add.
+#[derive(Parser)]
+#[command(version, about)]
+struct Args {
+    /// Ops to run (comma-separated); default: the day's six problems.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "OP[,OP]")]
+    op: Vec<Op>,
+    /// Rows of every problem.
+    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u64).range(1..))]
+    rows: u64,
+    /// Columns of every problem (the bias length of bias_dropout_add).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    cols: u64,
+    /// Storage type (math is f32); default: bf16, f16 for bias_dropout_add.
+    #[arg(long, value_enum)]
+    dtype: Option<Dtype>,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+/// The default run: the activation targets of GPU_TARGETS.md, two backward passes and the
+/// fused bias kernel of seed 001 day 5.
+const DEFAULT_OPS: [Op; 6] = [
+    Op::GeluTanh,
+    Op::GeluErf,
+    Op::Swiglu,
+    Op::GeluTanhBwd,
+    Op::SwigluBwd,
+    Op::BiasDropoutAdd,
+];
+
+fn main() -> std::process::ExitCode {
+    run_main(|| run(Args::parse()))
+}
+
+fn run(args: Args) -> Result<()> {
+    let selected = args.common.select_versions(VERSIONS)?;
+    if let Some(dtype) = args.dtype
+        && !DTYPES.contains(&dtype)
+    {
+        return Err(UsageError::new(format!("day13 has no {dtype} kernels")).into());
+    }
+    let ops = if args.op.is_empty() {
+        DEFAULT_OPS.to_vec()
+    } else {
+        args.op.clone()
+    };
+    let elements = bytes_for("--rows x --cols", args.rows, args.cols)?;
+    let mut problems = Vec::new();
+    for &op in &ops {
+        let dtype = args.dtype.unwrap_or_else(|| op.default_dtype());
+        let size = dtype.size() as u64;
+        let tensors = (op.inputs().len() + op.outputs()) as u64;
+        // Inputs and outputs on the host, the f64 reference.
+        let host = bytes_for("--rows x --cols", elements, tensors * size + 8 * 2 + 1)?;
+        check_host_fits(op.name(), host)?;
+        problems.push((op, dtype, elements * (tensors + 1) * size + elements));
+    }
+    let gpu = Gpu::open(args.common.device)?;
+    for &(op, _, device_bytes) in &problems {
+        gpu.check_fits(op.name(), device_bytes)?;
+    }
+    let day = Activations::load(&gpu)?;
+    let (rows, cols) = (args.rows as usize, args.cols as usize);
+    let mut reports = Vec::new();
+    for &(op, dtype, _) in &problems {
+        let run = Run {
+            gpu: &gpu,
+            day: &day,
+            common: &args.common,
+            versions: &selected,
+        };
+        reports.push(match dtype {
+            Dtype::F32 => run.problem::<f32>(op, rows, cols)?,
+            Dtype::F16 => run.problem::<f16>(op, rows, cols)?,
+            Dtype::Bf16 => run.problem::<bf16>(op, rows, cols)?,
+            integer => unreachable!("refused above: {integer}"),
+        });
+    }
+    finish_reports(&args.common, &reports)
+}
+
+struct Run<'r> {
+    gpu: &'r Gpu,
+    day: &'r Activations,
+    common: &'r CommonArgs,
+    versions: &'r [&'static str],
+}
+
+impl Run<'_> {
+    fn problem<T: Element>(&self, op: Op, rows: usize, cols: usize) -> Result<DayReport> {
+        let host = HostInputs::<T>::random(op, rows, cols, self.common.seed);
+        let reference = host.reference();
+        let mut session = Session::new(
+            self.gpu,
+            self.common,
+            Problem {
+                day: "day13",
+                title: "activations",
+                description: format!("{}, {rows} x {cols}, {}", op.name(), T::NAME),
+                key: key(op, T::DTYPE, rows, cols),
+                bytes_per_run: bytes_per_run(op, T::DTYPE.size(), rows, cols),
+                flops_per_run: None,
+            },
+        )?;
+        for (name, t) in op.inputs().iter().zip(&host.tensors) {
+            let shape = if *name == "bias" {
+                vec![cols]
+            } else {
+                vec![rows, cols]
+            };
+            session.save_input(name, &shape, t)?;
+        }
+        if let Some(mask) = &host.mask {
+            session.save_input("mask", &[rows, cols], mask)?;
+        }
+        let inputs = host.upload(self.gpu)?;
+        drop(host);
+        let out_shape = [op.outputs(), rows, cols];
+        let mut out = self.gpu.alloc_poisoned::<T>(op.outputs() * rows * cols)?;
+        for &name in self.versions {
+            if !op.versions().contains(&name) {
+                continue;
+            }
+            match self.day.plan::<T>(self.gpu, name, &inputs) {
+                Ok(mut plan) => {
+                    let expected = Expected::full(&reference, &out_shape, plan.tolerance);
+                    let version = Version {
+                        name,
+                        kernel: Some((plan.kernel, plan.shape)),
+                        global_bytes: None,
+                    };
+                    let launch = &mut plan.launch;
+                    session.run_version(version, &mut out, &expected, |out| launch(out))?;
+                }
+                Err(e) if e.is::<Refused>() => session.skip_version(name, &e.to_string()),
+                Err(e) => return Err(e.context(format!("planning `{name}` for {}", op.name()))),
+            }
+        }
+        session.save_reference(&out_shape, &reference)?;
+        Ok(session.finish())
+    }
+}

@@ -1,0 +1,216 @@
+//! Day 14: f32 GEMV, y = A x. The launchers for `gemv.cu`: a warp per row (scalar and 16-byte
+//! loads), several rows per warp for narrow rows, and split rows with a deterministic second
+//! pass for few wide rows.
+
+use anyhow::{Result, bail};
+use common::kernel::KernelSet;
+use common::nvrtc::KernelSource;
+use common::reference::gemv::tolerance_f32;
+use common::session::Refused;
+use common::{Gpu, Kernel, LaunchShape, Tolerance};
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+pub const SOURCE: KernelSource = KernelSource {
+    file_name: "gemv.cu",
+    code: include_str!("gemv.cu"),
+};
+
+/// Version names, in table order.
+pub const VERSIONS: &[&str] = &["warp_scalar", "warp_vec4", "rows_vec4", "split_row"];
+
+const THREADS: usize = 256;
+const WARPS_PER_BLOCK: usize = THREADS / 32;
+/// Lanes per row the `rows_vec4` kernels come in.
+const ROW_LANES: [usize; 6] = [1, 2, 4, 8, 16, 32];
+/// Float4s per lane `rows_vec4` aims for (its loads in flight, `dot_part<8>`).
+const ROWS_FLOAT4_PER_LANE: usize = 8;
+/// A split-row warp's tile (`SPLIT_ROWS`, `SPLIT_WARP_COLS` in the .cu).
+const SPLIT_ROWS: usize = 16;
+const SPLIT_WARP_COLS: usize = 512;
+
+fn rows_function(lanes: usize) -> String {
+    format!("gemv_rows_f32x4_l{lanes}")
+}
+
+fn all_functions() -> Vec<String> {
+    let mut names: Vec<String> = [
+        "gemv_warp_f32",
+        "gemv_warp_f32x4",
+        "gemv_split_partial_f32x4",
+        "gemv_split_reduce_f32",
+    ]
+    .map(String::from)
+    .into();
+    names.extend(ROW_LANES.map(rows_function));
+    names
+}
+
+/// Lanes per row for `rows_vec4`: the fewest (a power of two, at most 32) that give each lane
+/// at most 8 float4s of the row.
+pub fn lanes_per_row(n: usize) -> usize {
+    let per_lane = n.div_ceil(4).div_ceil(ROWS_FLOAT4_PER_LANE);
+    per_lane.next_power_of_two().min(32)
+}
+
+/// Enqueues one `y = A x`.
+pub type Launch<'a> =
+    Box<dyn FnMut(&CudaSlice<f32>, &CudaSlice<f32>, &mut CudaSlice<f32>) -> Result<()> + 'a>;
+
+/// How one version runs on one shape.
+pub struct Plan<'a> {
+    /// The kernel the table describes (the first of two for `split_row`).
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    /// The longest chain of f32 roundings of one output, for the tolerance.
+    pub chain: usize,
+    pub launch: Launch<'a>,
+}
+
+impl Plan<'_> {
+    pub fn tolerance(&self, max_row_magnitude: f64) -> Tolerance {
+        tolerance_f32(self.chain, max_row_magnitude)
+    }
+}
+
+pub struct Gemv {
+    kernels: KernelSet,
+}
+
+impl Gemv {
+    pub fn load(gpu: &Gpu) -> Result<Self> {
+        Ok(Self {
+            kernels: KernelSet::load(gpu, &SOURCE, all_functions())?,
+        })
+    }
+
+    /// How `version` runs on an `m x n` A, or [`Refused`] (`split_row` beyond 268M columns).
+    pub fn plan<'a>(&'a self, gpu: &'a Gpu, version: &str, m: usize, n: usize) -> Result<Plan<'a>> {
+        if m == 0 || n == 0 {
+            bail!("gemv: A is {m} x {n}; both must be at least 1");
+        }
+        let blocks = |count: usize| count.min(i32::MAX as usize) as u32;
+        let one_kernel = |name: &str, rows_per_block: usize, chain: usize| -> Result<Plan<'a>> {
+            let kernel = self.kernels.get(name)?;
+            let shape = LaunchShape::linear(blocks(m.div_ceil(rows_per_block)), THREADS as u32);
+            Ok(Plan {
+                kernel,
+                shape,
+                chain,
+                launch: Box::new(move |a, x, y| {
+                    check_sizes(a, x, y, m, n)?;
+                    let (m, n) = (m as u64, n as u64);
+                    let mut launch = gpu.stream.launch_builder(&kernel.func);
+                    launch.arg(a).arg(x).arg(y).arg(&m).arg(&n);
+                    // SAFETY: matches gemv_*(const float* A, const float* x, float* y, m, n)
+                    // with A of m * n, x of n and y of m floats (checked); the grid covers m
+                    // rows and every kernel guards rows >= m.
+                    unsafe { launch.launch(kernel.config(&shape)?) }?;
+                    Ok(())
+                }),
+            })
+        };
+        // Each lane's FMAs in sequence (4 per float4), head and tail, the butterfly.
+        let chain_of = |lanes: usize| 4 * n.div_ceil(4 * lanes) + 8 + lanes.ilog2() as usize;
+        match version {
+            "warp_scalar" => one_kernel("gemv_warp_f32", WARPS_PER_BLOCK, n.div_ceil(32) + 5),
+            "warp_vec4" => one_kernel("gemv_warp_f32x4", WARPS_PER_BLOCK, chain_of(32)),
+            "rows_vec4" => {
+                let lanes = lanes_per_row(n);
+                one_kernel(&rows_function(lanes), THREADS / lanes, chain_of(lanes))
+            }
+            "split_row" => self.plan_split(gpu, m, n),
+            other => bail!("day14 has no version `{other}`"),
+        }
+    }
+
+    fn plan_split<'a>(&'a self, gpu: &'a Gpu, m: usize, n: usize) -> Result<Plan<'a>> {
+        let partial_kernel = self.kernels.get("gemv_split_partial_f32x4")?;
+        let reduce_kernel = self.kernels.get("gemv_split_reduce_f32")?;
+        let parts = n.div_ceil(SPLIT_WARP_COLS);
+        let column_blocks = parts.div_ceil(WARPS_PER_BLOCK);
+        if column_blocks > 65535 {
+            return Err(Refused(format!(
+                "{n} columns need {column_blocks} blocks in y, more than 65535"
+            ))
+            .into());
+        }
+        let shape = LaunchShape {
+            grid: (
+                m.div_ceil(SPLIT_ROWS).min(i32::MAX as usize) as u32,
+                column_blocks as u32,
+                1,
+            ),
+            block: (THREADS as u32, 1, 1),
+            dynamic_shared_bytes: 0,
+        };
+        let reduce_shape = LaunchShape::linear(
+            m.div_ceil(WARPS_PER_BLOCK).min(i32::MAX as usize) as u32,
+            THREADS as u32,
+        );
+        // SAFETY: the partial kernel writes every (row, part) before the reduce kernel, later
+        // on the same stream, reads it.
+        let mut partial = unsafe { gpu.stream.alloc::<f32>(m * parts) }?;
+        // A lane's 4 float4s of its 512 columns, head and tail, the butterfly; then the second
+        // pass: a lane's parts in sequence and the butterfly.
+        let chain = 4 * SPLIT_WARP_COLS.div_ceil(128) + 8 + 5 + parts.div_ceil(32) + 5;
+        Ok(Plan {
+            kernel: partial_kernel,
+            shape,
+            chain,
+            launch: Box::new(move |a, x, y| {
+                check_sizes(a, x, y, m, n)?;
+                let (m, n, parts) = (m as u64, n as u64, parts as u64);
+                let mut first = gpu.stream.launch_builder(&partial_kernel.func);
+                first.arg(a).arg(x).arg(&mut partial).arg(&m).arg(&n);
+                // SAFETY: matches gemv_split_partial_f32x4(A, x, partial, m, n); partial holds
+                // m * ceil(n / 512) floats, the grid covers every (16-row, 4096-column) tile.
+                unsafe { first.launch(partial_kernel.config(&shape)?) }?;
+                let mut second = gpu.stream.launch_builder(&reduce_kernel.func);
+                second.arg(&partial).arg(y).arg(&m).arg(&parts);
+                // SAFETY: matches gemv_split_reduce_f32(partial, y, m, parts); y holds m.
+                unsafe { second.launch(reduce_kernel.config(&reduce_shape)?) }?;
+                Ok(())
+            }),
+        })
+    }
+}
+
+fn check_sizes(
+    a: &CudaSlice<f32>,
+    x: &CudaSlice<f32>,
+    y: &CudaSlice<f32>,
+    m: usize,
+    n: usize,
+) -> Result<()> {
+    if a.len() != m * n || x.len() != n || y.len() != m {
+        bail!(
+            "gemv: A of {}, x of {} and y of {} floats do not make a {m} x {n} product",
+            a.len(),
+            x.len(),
+            y.len()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_compiles_for_sm90_without_spilling() {
+        let names = all_functions();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &names);
+    }
+
+    #[test]
+    fn narrow_rows_share_warps_and_wide_rows_get_a_warp() {
+        assert_eq!(lanes_per_row(1), 1);
+        assert_eq!(lanes_per_row(32), 1);
+        assert_eq!(lanes_per_row(64), 2);
+        assert_eq!(lanes_per_row(65), 4);
+        assert_eq!(lanes_per_row(1000), 32);
+        assert_eq!(lanes_per_row(1 << 20), 32);
+    }
+}

@@ -1,0 +1,143 @@
+"""PyTorch on the problems of day 13 (activations), timed on the same GPU.
+
+    python3 peers/activation.py --out peers_activation.json
+
+Writes {"torch": version, "device": name, "figures": [{key, peer, median_ms, gb_per_s}]},
+with keys as day13 names its problems (gelu_tanh/bf16/16384x4096), for `--peers FILE` and
+`cargo xtask report`. Times with triton.testing.do_bench (median, L2 cleared between runs)
+when Triton is there, else with CUDA events around each run after writing a buffer of twice
+the L2 size. GB/s counts the least traffic of the fused op, as day13 does: each input read
+once, each output written once, whatever torch moves in between.
+
+What is timed for each key:
+- gelu_tanh, gelu_erf: F.gelu(x, approximate="tanh" | "none"), one kernel.
+- swiglu: F.silu(g) * x, torch's two kernels (silu into a temporary, then the multiply).
+- gelu_tanh_bwd: torch.ops.aten.gelu_backward(dy, x, approximate="tanh"), the one kernel
+  autograd runs for F.gelu's backward.
+- swiglu_bwd: what autograd runs for F.silu(g) * x, written out so that nothing else is
+  timed (no .grad accumulation): dx = dout * s, dg = aten.silu_backward(dout * x, g), with
+  s = F.silu(g) saved by the forward (not timed): three kernels.
+- bias_dropout_add: residual + (x + bias) * mask * scale in eager torch, with the same kind
+  of uint8 keep mask day13 uses (four kernels).
+"""
+
+import argparse
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+ROWS, COLS = 16384, 4096
+DROPOUT_P = 0.1
+
+# (op, dtype): day13's default problems, plus the erf backward.
+PROBLEMS = [
+    ("gelu_tanh", "bf16"),
+    ("gelu_erf", "bf16"),
+    ("swiglu", "bf16"),
+    ("gelu_tanh_bwd", "bf16"),
+    ("gelu_erf_bwd", "bf16"),
+    ("swiglu_bwd", "bf16"),
+    ("bias_dropout_add", "f16"),
+]
+
+
+def time_ms(fn):
+    try:
+        from triton.testing import do_bench
+
+        return do_bench(fn, warmup=25, rep=200, return_mode="median")
+    except ImportError:
+        pass
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(50):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def uniform(shape, lo, hi, dtype, gen):
+    return (torch.rand(shape, device="cuda", generator=gen) * (hi - lo) + lo).to(dtype)
+
+
+def problem(op, dtype, gen):
+    """(peer name, function to time, least bytes) for one problem."""
+    n = ROWS * COLS
+    size = torch.finfo(dtype).bits // 8
+    shape = (ROWS, COLS)
+    if op in ("gelu_tanh", "gelu_erf"):
+        x = uniform(shape, -6, 6, dtype, gen)
+        approximate = "tanh" if op == "gelu_tanh" else "none"
+        return "F.gelu", lambda: F.gelu(x, approximate=approximate), 2 * n * size
+    if op == "swiglu":
+        g, x = uniform(shape, -6, 6, dtype, gen), uniform(shape, -6, 6, dtype, gen)
+        return "F.silu(g) * x", lambda: F.silu(g) * x, 3 * n * size
+    if op in ("gelu_tanh_bwd", "gelu_erf_bwd"):
+        dy, x = uniform(shape, -1, 1, dtype, gen), uniform(shape, -6, 6, dtype, gen)
+        approximate = "tanh" if op == "gelu_tanh_bwd" else "none"
+        fn = lambda: torch.ops.aten.gelu_backward(dy, x, approximate=approximate)
+        return "aten.gelu_backward", fn, 3 * n * size
+    if op == "swiglu_bwd":
+        dout = uniform(shape, -1, 1, dtype, gen)
+        g, x = uniform(shape, -6, 6, dtype, gen), uniform(shape, -6, 6, dtype, gen)
+        s = F.silu(g)
+
+        def backward():
+            dx = dout * s
+            dg = torch.ops.aten.silu_backward(dout * x, g)
+            return dg, dx
+
+        return "autograd formula", backward, 5 * n * size
+    if op == "bias_dropout_add":
+        x, residual = uniform(shape, -2, 2, dtype, gen), uniform(shape, -2, 2, dtype, gen)
+        bias = uniform((COLS,), -1, 1, dtype, gen)
+        mask = (torch.rand(shape, device="cuda", generator=gen) >= DROPOUT_P).to(torch.uint8)
+        scale = 1.0 / (1.0 - DROPOUT_P)
+        fn = lambda: residual + (x + bias) * mask * scale
+        return "torch eager", fn, n * (3 * size + 1) + COLS * size
+    raise ValueError(op)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="where to write the JSON")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("peers/activation.py: no CUDA device for torch", file=sys.stderr)
+        return 2
+    figures = []
+    for op, dtype in PROBLEMS:
+        key = f"{op}/{dtype}/{ROWS}x{COLS}"
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        peer, fn, nbytes = problem(op, DTYPES[dtype], gen)
+        ms = time_ms(fn)
+        figures.append({"key": key, "peer": peer, "median_ms": ms, "gb_per_s": nbytes / ms / 1e6})
+        print(f"{key:40s} {peer:20s} {ms:8.4f} ms {nbytes / ms / 1e6:7.0f} GB/s", flush=True)
+        torch.cuda.empty_cache()
+    with open(args.out, "w") as f:
+        json.dump(
+            {
+                "torch": torch.__version__,
+                "device": torch.cuda.get_device_name(0),
+                "figures": figures,
+            },
+            f,
+            indent=1,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
