@@ -2,5 +2,7 @@
 //! and returns f64, so the only error left in a comparison is the kernel's own.
 
 pub mod matmul;
+pub mod quantize;
 pub mod softmax;
+pub mod transpose;
 pub mod vector_add;
