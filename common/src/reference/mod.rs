@@ -5,6 +5,8 @@ pub mod activation;
 pub mod attention;
 pub mod gemv;
 pub mod matmul;
+pub mod quantize;
 pub mod reduce;
 pub mod softmax;
+pub mod transpose;
 pub mod vector_add;

@@ -1,0 +1,173 @@
+//! Launchers for `int8_matmul.cu`: `C = (A - za)(B - zb)` exactly in int32, with A m x k and
+//! B given transposed (n x k), both row-major int8.
+
+use anyhow::{Result, bail};
+use common::reference::quantize::INT8_MATMUL_MAX_K;
+use common::{Gpu, Kernel, LaunchShape};
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+use crate::MATMUL_SOURCE;
+
+/// The block tile of `dp4a_tiled` (BM = BN in the .cu) and the naive kernel's square block.
+const TILE: u32 = 128;
+const NAIVE_BLOCK: u32 = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    Naive,
+    Dp4aTiled,
+}
+
+impl Version {
+    pub const ALL: [Version; 2] = [Version::Naive, Version::Dp4aTiled];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Version::Naive => "naive",
+            Version::Dp4aTiled => "dp4a_tiled",
+        }
+    }
+
+    pub fn function(self) -> &'static str {
+        match self {
+            Version::Naive => "int8_matmul_naive",
+            Version::Dp4aTiled => "int8_matmul_dp4a_tiled",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.name() == name)
+    }
+}
+
+/// The sizes of one INT8 matmul.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+impl Shape {
+    /// Refuses what the kernels cannot take: empty sizes, sizes past i32 (the kernels index
+    /// rows with int), a grid taller than 65535 blocks, and a k whose worst case overflows
+    /// the int32 output.
+    pub fn validate(&self) -> Result<(), common::UsageError> {
+        let Shape { m, n, k } = *self;
+        let err = |msg: String| Err(common::UsageError::new(msg));
+        if m == 0 || n == 0 || k == 0 {
+            return err(format!(
+                "int8_matmul: {m} x {n} x {k} has an empty dimension"
+            ));
+        }
+        if k > INT8_MATMUL_MAX_K {
+            return err(format!(
+                "int8_matmul: k = {k} can overflow the int32 output ((a - za)(b - zb) reaches \
+                 255 * 255); at most {INT8_MATMUL_MAX_K}"
+            ));
+        }
+        if m.div_ceil(NAIVE_BLOCK as usize) > 65535 || n > i32::MAX as usize {
+            return err(format!(
+                "int8_matmul: m = {m} needs more than 65535 blocks in y (at most {}), or n = {n} \
+                 is past i32",
+                65535 * NAIVE_BLOCK
+            ));
+        }
+        Ok(())
+    }
+
+    /// Multiply-adds x 2, as for float matmuls (one dp4a is 8 operations).
+    pub fn ops(&self) -> u64 {
+        2 * (self.m * self.n * self.k) as u64
+    }
+
+    /// Least traffic: A and B read once (1 byte each), C written once (4 bytes).
+    pub fn bytes(&self) -> u64 {
+        (self.m * self.k + self.n * self.k + 4 * self.m * self.n) as u64
+    }
+}
+
+pub struct Int8Matmul {
+    kernels: Vec<Kernel>,
+}
+
+impl Int8Matmul {
+    pub fn load(gpu: &Gpu) -> Result<Self> {
+        let module = gpu.load(&MATMUL_SOURCE)?;
+        let kernels = Version::ALL
+            .iter()
+            .map(|v| module.kernel(gpu, v.function()))
+            .collect::<Result<_>>()?;
+        Ok(Self { kernels })
+    }
+
+    pub fn kernel(&self, version: Version) -> &Kernel {
+        &self.kernels[version as usize]
+    }
+
+    pub fn shape(&self, version: Version, s: Shape) -> LaunchShape {
+        let (block, tile) = match version {
+            Version::Naive => ((NAIVE_BLOCK, NAIVE_BLOCK, 1), NAIVE_BLOCK),
+            Version::Dp4aTiled => ((256, 1, 1), TILE),
+        };
+        LaunchShape {
+            grid: (
+                s.n.div_ceil(tile as usize) as u32,
+                s.m.div_ceil(tile as usize) as u32,
+                1,
+            ),
+            block,
+            dynamic_shared_bytes: 0,
+        }
+    }
+
+    /// `c = (a - za)(b - zb)` with `a` m x k, `b_t` n x k, `c` m x n, all row-major.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch(
+        &self,
+        gpu: &Gpu,
+        version: Version,
+        a: &CudaSlice<i8>,
+        b_t: &CudaSlice<i8>,
+        c: &mut CudaSlice<i32>,
+        za: i32,
+        zb: i32,
+        s: Shape,
+    ) -> Result<()> {
+        s.validate()?;
+        if a.len() != s.m * s.k || b_t.len() != s.n * s.k || c.len() != s.m * s.n {
+            bail!(
+                "int8_matmul {} x {} x {}: A has {}, B^T {}, C {} elements",
+                s.m,
+                s.n,
+                s.k,
+                a.len(),
+                b_t.len(),
+                c.len()
+            );
+        }
+        if !(-128..=127).contains(&za) || !(-128..=127).contains(&zb) {
+            bail!(
+                "int8_matmul: zero points {za}, {zb} are outside the int8 range (so |a - za| <= 255)"
+            );
+        }
+        let kernel = self.kernel(version);
+        let config = kernel.config(&self.shape(version, s))?;
+        let (m, n, k) = (s.m as i32, s.n as i32, s.k as i32);
+        let mut launch = gpu.stream.launch_builder(&kernel.func);
+        launch
+            .arg(a)
+            .arg(b_t)
+            .arg(c)
+            .arg(&za)
+            .arg(&zb)
+            .arg(&m)
+            .arg(&n)
+            .arg(&k);
+        // SAFETY: matches int8_matmul_<version>(const signed char* a, const signed char* b_t,
+        // int* c, int za, int zb, int m, int n, int k); the buffers hold m k, n k and m n
+        // elements, and the grid covers every output.
+        unsafe { launch.launch(config) }?;
+        Ok(())
+    }
+}

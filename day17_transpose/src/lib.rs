@@ -1,0 +1,289 @@
+//! Day 17: transpose. The launchers for `transpose.cu`: a float4 copy (the ceiling), four
+//! transposes from naive to float4 on both sides, and array reversal out of place and in place.
+
+use anyhow::{Result, bail};
+use common::nvrtc::KernelSource;
+use common::session::Refused;
+use common::{Gpu, Kernel, LaunchShape};
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+pub const SOURCE: KernelSource = KernelSource {
+    file_name: "transpose.cu",
+    code: include_str!("transpose.cu"),
+};
+
+const THREADS: u32 = 256;
+
+/// The transpose versions, in table order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transpose {
+    Naive,
+    Tiled,
+    Padded,
+    Vec4Swizzled,
+}
+
+impl Transpose {
+    pub const ALL: [Transpose; 4] = [
+        Transpose::Naive,
+        Transpose::Tiled,
+        Transpose::Padded,
+        Transpose::Vec4Swizzled,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Transpose::Naive => "naive",
+            Transpose::Tiled => "tiled",
+            Transpose::Padded => "padded",
+            Transpose::Vec4Swizzled => "vec4_swizzled",
+        }
+    }
+
+    pub fn function(self) -> &'static str {
+        match self {
+            Transpose::Naive => "transpose_naive_f32",
+            Transpose::Tiled => "transpose_tiled_f32",
+            Transpose::Padded => "transpose_padded_f32",
+            Transpose::Vec4Swizzled => "transpose_vec4_swizzled_f32",
+        }
+    }
+
+    /// (block, rows and columns of x one block covers).
+    fn geometry(self) -> ((u32, u32, u32), (usize, usize)) {
+        match self {
+            Transpose::Naive => ((32, 8, 1), (8, 32)),
+            Transpose::Tiled | Transpose::Padded => ((32, 8, 1), (32, 32)),
+            Transpose::Vec4Swizzled => ((256, 1, 1), (64, 64)),
+        }
+    }
+}
+
+/// The reversal versions, in table order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reverse {
+    Naive,
+    Vec4,
+    InplaceVec4,
+}
+
+impl Reverse {
+    pub const ALL: [Reverse; 3] = [Reverse::Naive, Reverse::Vec4, Reverse::InplaceVec4];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reverse::Naive => "naive",
+            Reverse::Vec4 => "vec4",
+            Reverse::InplaceVec4 => "inplace_vec4",
+        }
+    }
+
+    /// The CUDA function for `n` elements: the float4 kernels have a variant for n % 4 != 0.
+    pub fn function(self, n: usize) -> &'static str {
+        let aligned = n.is_multiple_of(4);
+        match self {
+            Reverse::Naive => "reverse_naive_f32",
+            Reverse::Vec4 if aligned => "reverse_vec4_f32x4",
+            Reverse::Vec4 => "reverse_vec4_unaligned_f32x4",
+            Reverse::InplaceVec4 if aligned => "reverse_inplace_f32x4",
+            Reverse::InplaceVec4 => "reverse_inplace_f32",
+        }
+    }
+}
+
+pub const COPY_VERSION: &str = "vec4";
+const COPY_FUNCTION: &str = "copy_f32x4";
+
+fn all_functions() -> Vec<&'static str> {
+    let mut names = vec![COPY_FUNCTION];
+    names.extend(Transpose::ALL.iter().map(|v| v.function()));
+    for v in Reverse::ALL {
+        names.push(v.function(4));
+        names.push(v.function(5));
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// One block per 256 threads of `threads` work items, as a u32 (saturating: an impossible
+/// grid is refused by `Kernel::config`).
+fn blocks_for(threads: usize) -> u32 {
+    threads
+        .div_ceil(THREADS as usize)
+        .max(1)
+        .min(u32::MAX as usize) as u32
+}
+
+pub struct Day17 {
+    kernels: common::kernel::KernelSet,
+}
+
+impl Day17 {
+    pub fn load(gpu: &Gpu) -> Result<Self> {
+        Ok(Self {
+            kernels: common::kernel::KernelSet::load(
+                gpu,
+                &SOURCE,
+                all_functions().into_iter().map(String::from),
+            )?,
+        })
+    }
+
+    pub fn copy_kernel(&self, n: usize) -> Result<(&Kernel, LaunchShape)> {
+        Ok((
+            self.kernels.get(COPY_FUNCTION)?,
+            LaunchShape::linear(blocks_for(n / 4 + 1), THREADS),
+        ))
+    }
+
+    /// `y = x` with float4 accesses.
+    pub fn copy(&self, gpu: &Gpu, x: &CudaSlice<f32>, y: &mut CudaSlice<f32>) -> Result<()> {
+        let n = x.len();
+        if n == 0 || y.len() != n {
+            bail!(
+                "copy: x of {n} and y of {} elements must be equal and non-zero",
+                y.len()
+            );
+        }
+        let (kernel, shape) = self.copy_kernel(n)?;
+        let n = n as u64;
+        let mut launch = gpu.stream.launch_builder(&kernel.func);
+        launch.arg(x).arg(y).arg(&n);
+        // SAFETY: matches copy_f32x4(const float* x, float* y, index_t n); both hold n floats.
+        unsafe { launch.launch(kernel.config(&shape)?) }?;
+        Ok(())
+    }
+
+    /// The kernel and launch shape of a transpose of a `rows x cols` x, or why it cannot run.
+    pub fn transpose_kernel(
+        &self,
+        version: Transpose,
+        rows: usize,
+        cols: usize,
+    ) -> Result<(&Kernel, LaunchShape)> {
+        let (block, (tile_rows, tile_cols)) = version.geometry();
+        let grid_y = rows.div_ceil(tile_rows);
+        if rows > i32::MAX as usize || cols > i32::MAX as usize || grid_y > 65535 {
+            return Err(Refused(format!(
+                "{rows} x {cols}: the kernels index with int and take at most {} rows",
+                65535 * tile_rows
+            ))
+            .into());
+        }
+        let shape = LaunchShape {
+            grid: (blocks_for_tiles(cols, tile_cols), grid_y as u32, 1),
+            block,
+            dynamic_shared_bytes: 0,
+        };
+        Ok((self.kernels.get(version.function())?, shape))
+    }
+
+    /// `y = x^T` for row-major `x` of `rows x cols` (`y` is `cols x rows`).
+    pub fn transpose(
+        &self,
+        gpu: &Gpu,
+        version: Transpose,
+        x: &CudaSlice<f32>,
+        y: &mut CudaSlice<f32>,
+        rows: usize,
+        cols: usize,
+    ) -> Result<()> {
+        if rows == 0 || cols == 0 || x.len() != rows * cols || y.len() != rows * cols {
+            bail!(
+                "transpose {rows} x {cols}: x has {} and y {} elements",
+                x.len(),
+                y.len()
+            );
+        }
+        let (kernel, shape) = self.transpose_kernel(version, rows, cols)?;
+        let (r, c) = (rows as i32, cols as i32);
+        let mut launch = gpu.stream.launch_builder(&kernel.func);
+        launch.arg(x).arg(y).arg(&r).arg(&c);
+        // SAFETY: matches transpose_<version>_f32(const float* x, float* y, int rows,
+        // int cols); both hold rows x cols floats and the grid covers every tile.
+        unsafe { launch.launch(kernel.config(&shape)?) }?;
+        Ok(())
+    }
+
+    pub fn reverse_kernel(&self, version: Reverse, n: usize) -> Result<(&Kernel, LaunchShape)> {
+        let threads = match version {
+            Reverse::Naive => n,
+            Reverse::Vec4 => n / 4 + 1,
+            Reverse::InplaceVec4 if n.is_multiple_of(4) => (n / 4).div_ceil(2),
+            Reverse::InplaceVec4 => n / 2,
+        };
+        Ok((
+            self.kernels.get(version.function(n))?,
+            LaunchShape::linear(blocks_for(threads), THREADS),
+        ))
+    }
+
+    /// Out of place, `y[i] = x[n - 1 - i]`. Not for `InplaceVec4` (see [`Day17::reverse_inplace`]).
+    pub fn reverse(
+        &self,
+        gpu: &Gpu,
+        version: Reverse,
+        x: &CudaSlice<f32>,
+        y: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let n = x.len();
+        if n == 0 || y.len() != n {
+            bail!(
+                "reverse: x of {n} and y of {} elements must be equal and non-zero",
+                y.len()
+            );
+        }
+        if version == Reverse::InplaceVec4 {
+            bail!(
+                "reverse: `{}` works in place; call reverse_inplace",
+                version.name()
+            );
+        }
+        let (kernel, shape) = self.reverse_kernel(version, n)?;
+        let n = n as u64;
+        let mut launch = gpu.stream.launch_builder(&kernel.func);
+        launch.arg(x).arg(y).arg(&n);
+        // SAFETY: matches reverse_<naive|vec4[_unaligned]>(const float* x, float* y,
+        // index_t n); both hold n floats.
+        unsafe { launch.launch(kernel.config(&shape)?) }?;
+        Ok(())
+    }
+
+    /// Reverses `x` in place.
+    pub fn reverse_inplace(&self, gpu: &Gpu, x: &mut CudaSlice<f32>) -> Result<()> {
+        let n = x.len();
+        if n == 0 {
+            bail!("reverse: the array is empty");
+        }
+        let (kernel, shape) = self.reverse_kernel(Reverse::InplaceVec4, n)?;
+        let n = n as u64;
+        let mut launch = gpu.stream.launch_builder(&kernel.func);
+        launch.arg(x).arg(&n);
+        // SAFETY: matches reverse_inplace_f32[x4](float* x, index_t n); x holds n floats, and
+        // each element is read and written by one thread only.
+        unsafe { launch.launch(kernel.config(&shape)?) }?;
+        Ok(())
+    }
+}
+
+fn blocks_for_tiles(extent: usize, tile: usize) -> u32 {
+    extent.div_ceil(tile).min(u32::MAX as usize) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_compiles_for_sm90_without_spilling() {
+        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &all_functions());
+    }
+
+    #[test]
+    fn reversal_picks_the_aligned_kernels_only_for_multiples_of_4() {
+        assert_eq!(Reverse::Vec4.function(8), "reverse_vec4_f32x4");
+        assert_eq!(Reverse::Vec4.function(9), "reverse_vec4_unaligned_f32x4");
+        assert_eq!(Reverse::InplaceVec4.function(7), "reverse_inplace_f32");
+    }
+}

@@ -1,0 +1,129 @@
+//! day17 on the GPU: every version bit for bit against the CPU over shapes that are not
+//! multiples of the tile (32 or 64), of the float4, or of the block: vectors, primes, odd
+//! sizes.
+
+use common::reference::transpose as reference;
+use common::session::launch_and_read;
+use common::{Tolerance, check, inputs, testing};
+use day17::{Day17, Reverse, Transpose};
+
+const EXACT: Tolerance = Tolerance::new(0.0, 0.0);
+
+const SHAPES: &[(usize, usize)] = &[
+    (1, 1),
+    (1, 1000),
+    (1000, 1),
+    (3, 5),
+    (33, 65),
+    (64, 64),
+    (64, 68),
+    (65, 64),
+    (128, 256),
+    (127, 131),
+    (1000, 1001),
+    (1024, 4),
+    (4, 1024),
+    (2003, 1999),
+    (4096, 4100),
+];
+
+#[test]
+fn copy_and_every_transpose_are_bit_exact_on_odd_shapes() {
+    let Some(gpu) = testing::gpu_or_skip("day17 transpose correctness") else {
+        return;
+    };
+    let day = Day17::load(&gpu).unwrap();
+    for (i, &(rows, cols)) in SHAPES.iter().enumerate() {
+        let n = rows * cols;
+        let x: Vec<f32> = inputs::uniform(n, -1.0, 1.0, i as u64);
+        let x_dev = gpu.upload(&x).unwrap();
+        let mut out = gpu.alloc_poisoned::<f32>(n).unwrap();
+
+        let same: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+        let got = launch_and_read(&gpu, &mut out, &mut |out| day.copy(&gpu, &x_dev, out)).unwrap();
+        let report = check::compare(&got, &same, &[rows, cols], EXACT);
+        assert!(report.passed(), "copy {rows}x{cols}: {report}");
+
+        let want: Vec<f64> = reference::transpose(&x, rows, cols)
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        for version in Transpose::ALL {
+            let got = launch_and_read(&gpu, &mut out, &mut |out| {
+                day.transpose(&gpu, version, &x_dev, out, rows, cols)
+            })
+            .unwrap();
+            let report = check::compare(&got, &want, &[cols, rows], EXACT);
+            assert!(
+                report.passed(),
+                "{} {rows}x{cols}: {report}",
+                version.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn every_reversal_is_bit_exact_on_odd_lengths() {
+    let Some(gpu) = testing::gpu_or_skip("day17 reverse correctness") else {
+        return;
+    };
+    let day = Day17::load(&gpu).unwrap();
+    // Odd and even counts of float4 (the in-place middle pack), and every n % 4.
+    for (i, &n) in [
+        1usize, 2, 3, 4, 5, 7, 8, 12, 13, 255, 256, 257, 1000, 1003, 65_536, 1_000_001,
+    ]
+    .iter()
+    .enumerate()
+    {
+        let x: Vec<f32> = inputs::uniform(n, -1.0, 1.0, 50 + i as u64);
+        let want: Vec<f64> = reference::reverse(&x).into_iter().map(f64::from).collect();
+        let x_dev = gpu.upload(&x).unwrap();
+        let mut out = gpu.alloc_poisoned::<f32>(n).unwrap();
+        for version in Reverse::ALL {
+            let got = launch_and_read(&gpu, &mut out, &mut |out| {
+                if version == Reverse::InplaceVec4 {
+                    gpu.stream.memcpy_dtod(&x_dev, out)?;
+                    day.reverse_inplace(&gpu, out)
+                } else {
+                    day.reverse(&gpu, version, &x_dev, out)
+                }
+            })
+            .unwrap();
+            let report = check::compare(&got, &want, &[n], EXACT);
+            assert!(
+                report.passed(),
+                "reverse {} n={n}: {report}",
+                version.name()
+            );
+        }
+        // In place twice is the identity.
+        let mut buf = gpu.upload(&x).unwrap();
+        day.reverse_inplace(&gpu, &mut buf).unwrap();
+        day.reverse_inplace(&gpu, &mut buf).unwrap();
+        assert_eq!(gpu.download(&buf).unwrap(), x, "reverse twice n={n}");
+    }
+}
+
+#[test]
+fn mismatched_sizes_are_refused() {
+    let Some(gpu) = testing::gpu_or_skip("day17 refusals") else {
+        return;
+    };
+    let day = Day17::load(&gpu).unwrap();
+    let x = gpu.upload(&[1.0f32; 12]).unwrap();
+    let mut y = gpu.alloc_poisoned::<f32>(12).unwrap();
+    let err = day
+        .transpose(&gpu, Transpose::Padded, &x, &mut y, 5, 3)
+        .unwrap_err();
+    assert!(err.to_string().contains("elements"), "{err}");
+    let mut short = gpu.alloc_poisoned::<f32>(11).unwrap();
+    assert!(day.copy(&gpu, &x, &mut short).is_err());
+    assert!(day.reverse(&gpu, Reverse::Vec4, &x, &mut short).is_err());
+    assert!(day.reverse(&gpu, Reverse::InplaceVec4, &x, &mut y).is_err());
+    // Too many rows for the grid: refused, not launched.
+    assert!(
+        day.transpose_kernel(Transpose::Naive, 65535 * 8 + 1, 1)
+            .is_err()
+    );
+}
