@@ -19,6 +19,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../cuda/common.cuh")),
     ("dtype.cuh", include_str!("../cuda/dtype.cuh")),
     ("reduce.cuh", include_str!("../cuda/reduce.cuh")),
+    ("norm.cuh", include_str!("../cuda/norm.cuh")),
 ];
 
 /// A day's kernel file: its name (for error messages) and its text (`include_str!`).

@@ -2,5 +2,6 @@
 //! and returns f64, so the only error left in a comparison is the kernel's own.
 
 pub mod matmul;
+pub mod norm;
 pub mod softmax;
 pub mod vector_add;
