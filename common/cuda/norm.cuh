@@ -32,6 +32,77 @@ template <int N> __device__ __forceinline__ void block_sum_n(float (&v)[N], floa
     __syncthreads();
 }
 
+// The row in registers, for the register kernels of both days. GROUP threads
+// share a row; thread t holds EPT elements: with VEC, 16-byte packs t, t + GROUP, ... (N
+// elements each); without, columns t, t + GROUP, ... Slots past the end of the row hold 0,
+// which adds nothing to any sum. Both layouts are coalesced.
+template <typename T, int GROUP, int EPT, bool VEC>
+__device__ __forceinline__ void load_row(const T* __restrict__ in, int t, index_t cols,
+                                         float (&v)[EPT]) {
+    constexpr int N = 16 / sizeof(T);
+    if constexpr (VEC) {
+#pragma unroll
+        for (int p = 0; p < EPT / N; ++p) {
+            const index_t col = ((index_t)p * GROUP + t) * N;
+            if (col < cols) {
+                const Pack16<T> pack = load16(in + col);
+#pragma unroll
+                for (int k = 0; k < N; ++k) v[p * N + k] = to_f32(pack.v[k]);
+            } else {
+#pragma unroll
+                for (int k = 0; k < N; ++k) v[p * N + k] = 0.0f;
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const index_t col = (index_t)i * GROUP + t;
+            v[i] = col < cols ? to_f32(in[col]) : 0.0f;
+        }
+    }
+}
+
+// How many of thread t's slots (in load_row's layout) fall inside the row: slot i is real
+// exactly when i < valid_slots. One integer instead of a 64-bit column per slot, for kernels
+// that must leave the padding out of a sum (LayerNorm's variance).
+template <typename T, int GROUP, int EPT, bool VEC>
+__device__ __forceinline__ int valid_slots(int t, index_t cols) {
+    constexpr int N = VEC ? 16 / sizeof(T) : 1;
+    const index_t start = (index_t)t * N, stride = (index_t)GROUP * N;
+    const index_t units = start < cols ? (cols - 1 - start) / stride + 1 : 0;  // packs or slots
+    return units * N < EPT ? (int)(units * N) : EPT;
+}
+
+// Writes the slots of load_row's layout that fall inside the row.
+template <typename T, int GROUP, int EPT, bool VEC>
+__device__ __forceinline__ void store_row(T* __restrict__ out, int t, index_t cols,
+                                          const float (&v)[EPT]) {
+    constexpr int N = 16 / sizeof(T);
+    if constexpr (VEC) {
+#pragma unroll
+        for (int p = 0; p < EPT / N; ++p) {
+            const index_t col = ((index_t)p * GROUP + t) * N;
+            if (col < cols) {
+                Pack16<T> pack;
+#pragma unroll
+                for (int k = 0; k < N; ++k) pack.v[k] = from_f32<T>(v[p * N + k]);
+                store16(out + col, pack);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const index_t col = (index_t)i * GROUP + t;
+            if (col < cols) out[col] = from_f32<T>(v[i]);
+        }
+    }
+}
+
+template <int GROUP> __device__ __forceinline__ float group_sum(float v, float* scratch) {
+    if constexpr (GROUP == 32) return warp_sum(v);
+    else return block_sum(v, scratch);
+}
+
 // Threads per column in column_sums: each adds every COLUMN_SLICES-th partial row.
 #define COLUMN_SLICES 8
 

@@ -450,10 +450,7 @@ mod tests {
         }
         // The default problem's tiers: 128 threads x 32 forward, 512 x 8 backward.
         assert_eq!(tier_for(&forward_tiers(Dtype::Bf16), 4096), Some((128, 32)));
-        assert_eq!(
-            tier_for(&backward_tiers(Dtype::Bf16), 4096),
-            Some((512, 8))
-        );
+        assert_eq!(tier_for(&backward_tiers(Dtype::Bf16), 4096), Some((512, 8)));
         assert_eq!(
             tier_for(&forward_tiers(Dtype::F32), MAX_REGISTER_ROW + 1),
             None
