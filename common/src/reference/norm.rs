@@ -204,14 +204,14 @@ pub fn backward_f64(
             Kind::Layer => g.iter().sum::<f64>() / n,
         };
         let mean_g_xhat = g.iter().zip(&xhat).map(|(g, h)| g * h).sum::<f64>() / n;
+        // LayerNorm's xhat carries the mean's error, rstd * row_terms * u * max|x|.
+        let xhat_error = match kind {
+            Kind::Rms => 0.0,
+            Kind::Layer => rstd * max_abs(row),
+        };
         for c in 0..cols {
             dx.push(rstd * (g[c] - mean_g - xhat[c] * mean_g_xhat));
             dweight[c] += dy_row[c] * xhat[c];
-            // LayerNorm's xhat carries the mean's error, rstd * row_terms * u * max|x|.
-            let xhat_error = match kind {
-                Kind::Rms => 0.0,
-                Kind::Layer => rstd * max_abs(row),
-            };
             dweight_magnitude[c] += dy_row[c].abs() * (xhat[c].abs() + xhat_error);
             if kind == Kind::Layer {
                 dbias[c] += dy_row[c];
