@@ -16,6 +16,7 @@ pub mod gpu;
 pub mod inputs;
 pub mod kernel;
 pub mod matmul;
+pub mod norm;
 pub mod nvrtc;
 pub mod peers;
 pub mod plot;

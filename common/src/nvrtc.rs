@@ -20,6 +20,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("dtype.cuh", include_str!("../cuda/dtype.cuh")),
     ("reduce.cuh", include_str!("../cuda/reduce.cuh")),
     ("mma.cuh", include_str!("../cuda/mma.cuh")),
+    ("norm.cuh", include_str!("../cuda/norm.cuh")),
 ];
 
 /// A day's kernel file: its name (for error messages) and its text (`include_str!`).

@@ -165,6 +165,21 @@ impl<'g> Session<'g> {
         version: Version,
         out: &mut CudaSlice<T>,
         expected: &Expected,
+        launch: impl FnMut(&mut CudaSlice<T>) -> Result<()>,
+    ) -> Result<()> {
+        let check = |got: &[T]| expected.check(got);
+        self.run_version_checked(version, out, expected.shape, check, launch)
+    }
+
+    /// [`Session::run_version`] with the comparison given as a function: for an output made of
+    /// parts with their own references and tolerances (a backward pass's dx, then dweight).
+    /// `shape` is the whole output's, for `--save`.
+    pub fn run_version_checked<T: Element>(
+        &mut self,
+        version: Version,
+        out: &mut CudaSlice<T>,
+        shape: &[usize],
+        check: impl FnOnce(&[T]) -> CheckReport,
         mut launch: impl FnMut(&mut CudaSlice<T>) -> Result<()>,
     ) -> Result<()> {
         if !self.quiet {
@@ -175,12 +190,12 @@ impl<'g> Session<'g> {
         }
         let got = launch_and_read(self.gpu, out, &mut launch)
             .with_context(|| format!("running version `{}`", version.name))?;
-        let check = expected.check(&got);
+        let check = check(&got);
         if !self.quiet || !check.passed() {
             eprintln!("{:>12}  {check}", version.name);
         }
         if let Some(dir) = self.save_dir() {
-            save::save_elements(dir, &format!("out_{}", version.name), expected.shape, &got)?;
+            save::save_elements(dir, &format!("out_{}", version.name), shape, &got)?;
         }
         drop(got);
 

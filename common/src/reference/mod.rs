@@ -5,6 +5,7 @@ pub mod activation;
 pub mod attention;
 pub mod gemv;
 pub mod matmul;
+pub mod norm;
 pub mod quantize;
 pub mod reduce;
 pub mod softmax;

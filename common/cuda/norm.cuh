@@ -1,0 +1,133 @@
+// What the normalization days (11 RMSNorm, 12 LayerNorm) share: several row sums reduced at
+// once, and the deterministic second stage of a column sum (the weight gradients).
+#pragma once
+#include "common.cuh"
+#include "dtype.cuh"
+#include "reduce.cuh"
+
+// N sums across a warp at once: the same butterfly as warp_sum, N values per exchange step.
+template <int N> __device__ __forceinline__ void warp_sum_n(float (&v)[N]) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(FULL_WARP, v[i], offset);
+    }
+}
+
+// N sums across a block for the price of one: a backward row needs sum(x^2) and sum(g * x)
+// together, and each block reduction costs two barriers whatever it carries. `scratch` holds
+// 32 * N floats of shared memory; blocks of a multiple of 32 threads, at most 1024; every
+// thread gets the sums. The closing barrier lets the caller reuse `scratch`.
+template <int N> __device__ __forceinline__ void block_sum_n(float (&v)[N], float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    warp_sum_n<N>(v);
+    if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) scratch[i * 32 + warp] = v[i];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = lane < warps ? scratch[i * 32 + lane] : 0.0f;
+    warp_sum_n<N>(v);
+    __syncthreads();
+}
+
+// The row in registers, for the register kernels of both days. GROUP threads
+// share a row; thread t holds EPT elements: with VEC, 16-byte packs t, t + GROUP, ... (N
+// elements each); without, columns t, t + GROUP, ... Slots past the end of the row hold 0,
+// which adds nothing to any sum. Both layouts are coalesced.
+template <typename T, int GROUP, int EPT, bool VEC>
+__device__ __forceinline__ void load_row(const T* __restrict__ in, int t, index_t cols,
+                                         float (&v)[EPT]) {
+    constexpr int N = 16 / sizeof(T);
+    if constexpr (VEC) {
+#pragma unroll
+        for (int p = 0; p < EPT / N; ++p) {
+            const index_t col = ((index_t)p * GROUP + t) * N;
+            if (col < cols) {
+                const Pack16<T> pack = load16(in + col);
+#pragma unroll
+                for (int k = 0; k < N; ++k) v[p * N + k] = to_f32(pack.v[k]);
+            } else {
+#pragma unroll
+                for (int k = 0; k < N; ++k) v[p * N + k] = 0.0f;
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const index_t col = (index_t)i * GROUP + t;
+            v[i] = col < cols ? to_f32(in[col]) : 0.0f;
+        }
+    }
+}
+
+// How many of thread t's slots (in load_row's layout) fall inside the row: slot i is real
+// exactly when i < valid_slots. One integer instead of a 64-bit column per slot, for kernels
+// that must leave the padding out of a sum (LayerNorm's variance).
+template <typename T, int GROUP, int EPT, bool VEC>
+__device__ __forceinline__ int valid_slots(int t, index_t cols) {
+    constexpr int N = VEC ? 16 / sizeof(T) : 1;
+    const index_t start = (index_t)t * N, stride = (index_t)GROUP * N;
+    const index_t units = start < cols ? (cols - 1 - start) / stride + 1 : 0;  // packs or slots
+    return units * N < EPT ? (int)(units * N) : EPT;
+}
+
+// Writes the slots of load_row's layout that fall inside the row.
+template <typename T, int GROUP, int EPT, bool VEC>
+__device__ __forceinline__ void store_row(T* __restrict__ out, int t, index_t cols,
+                                          const float (&v)[EPT]) {
+    constexpr int N = 16 / sizeof(T);
+    if constexpr (VEC) {
+#pragma unroll
+        for (int p = 0; p < EPT / N; ++p) {
+            const index_t col = ((index_t)p * GROUP + t) * N;
+            if (col < cols) {
+                Pack16<T> pack;
+#pragma unroll
+                for (int k = 0; k < N; ++k) pack.v[k] = from_f32<T>(v[p * N + k]);
+                store16(out + col, pack);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const index_t col = (index_t)i * GROUP + t;
+            if (col < cols) out[col] = from_f32<T>(v[i]);
+        }
+    }
+}
+
+template <int GROUP> __device__ __forceinline__ float group_sum(float v, float* scratch) {
+    if constexpr (GROUP == 32) return warp_sum(v);
+    else return block_sum(v, scratch);
+}
+
+// Threads per column in column_sums: each adds every COLUMN_SLICES-th partial row.
+#define COLUMN_SLICES 8
+
+// grid(ceil(cols / 32)), block(32, COLUMN_SLICES): out[c] = sum over k < chunks of
+// partials[k * cols + c], the second stage of a two-stage column sum (the first stage wrote
+// one f32 row of partial sums per block of rows). A warp reads 32 consecutive columns of one
+// partial row (128 bytes, coalesced); slice s adds rows s, s + 8, ... in order, then thread
+// (c, 0) adds the 8 slice sums in order. The order never depends on timing, so every run gives
+// the same bits: no float atomics. Longest chain: chunks / 8 + 8 additions.
+template <typename T>
+__device__ __forceinline__ void column_sums(const float* __restrict__ partials, T* __restrict__ out,
+                                            index_t chunks, index_t cols) {
+    __shared__ float slice_sums[COLUMN_SLICES][32];
+    const index_t c = (index_t)blockIdx.x * 32 + threadIdx.x;
+    float sum = 0.0f;
+    if (c < cols) {
+#pragma unroll 4
+        for (index_t k = threadIdx.y; k < chunks; k += COLUMN_SLICES) sum += partials[k * cols + c];
+    }
+    slice_sums[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float total = 0.0f;
+#pragma unroll
+        for (int s = 0; s < COLUMN_SLICES; ++s) total += slice_sums[s][threadIdx.x];
+        out[c] = from_f32<T>(total);
+    }
+}

@@ -1,0 +1,337 @@
+// day11: RMSNorm forward and backward (seed 001 day 1, seed 002 days 8-10, seed 003 days 16-18).
+//
+//   y = x * rstd * w,   rstd = 1 / sqrt(mean(x^2) + eps)          (per row, w per column)
+//   dx = rstd * (g - xhat * mean(g * xhat)),  g = w * dy,  xhat = x * rstd
+//   dw = sum over rows of dy * xhat                               (a column sum)
+//
+// Storage f32, f16 or bf16; every sum and product is f32. The backward recomputes each row's
+// rstd from x (it reads x anyway, and the row is in registers): nothing is saved by the
+// forward, so the backward's inputs are x, w and dy only.
+//
+// Forward versions (the path of the seeds, then the row in registers):
+//   naive      one thread per row, two passes over its row (seed 001 day 1)
+//   split      a block per row writes rstd, then an elementwise kernel scales (seed 002 day 9)
+//   block      a block per row, sum then scale, one launch, scalar loads (seed 003 day 17)
+//   vec_regs   the row in registers, 16-byte loads: x read once, y written once (day05)
+// Backward versions:
+//   bwd_split     a block per row writes dx and rstd; dw by a two-stage column sum that reads
+//                 x and dy again (partials per block of 64 rows, then column_sums)
+//   bwd_vec_regs  blocks loop over rows with the row in registers: dx, and each block's
+//                 share of dw accumulated in registers, written once as a partial row;
+//                 column_sums finishes (deterministic, no atomics)
+//
+// Run: cargo run --release -p day11 -- --rows 16384 --cols 4096 --dtype bf16 --kernel vec_regs
+#include "common.cuh"
+#include "dtype.cuh"
+#include "norm.cuh"
+#include "reduce.cuh"
+
+// ---------------------------------------------------------------------------------------
+// naive: grid(ceil(rows / 128)), block(128): thread r owns row r. Neighbouring threads read
+// addresses a whole row apart, so every load is its own memory transaction.
+template <typename T>
+__device__ __forceinline__ void rmsnorm_naive(const T* __restrict__ x, const T* __restrict__ w,
+                                              T* __restrict__ y, index_t rows, index_t cols,
+                                              float eps) {
+    const index_t row = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const T* in = x + row * cols;
+    T* out = y + row * cols;
+    float sum = 0.0f;
+    for (index_t c = 0; c < cols; ++c) {
+        const float v = to_f32(in[c]);
+        sum += v * v;
+    }
+    const float rstd = rsqrtf(sum / (float)cols + eps);
+    for (index_t c = 0; c < cols; ++c) out[c] = from_f32<T>(to_f32(in[c]) * rstd * to_f32(w[c]));
+}
+
+// ---------------------------------------------------------------------------------------
+// split, kernel 1: grid(rows), block(256): the block sums its row's squares (coalesced,
+// strided by the block) and thread 0 writes the row's rstd.
+template <typename T>
+__device__ __forceinline__ void rmsnorm_rstd(const T* __restrict__ x, float* __restrict__ rstd,
+                                             index_t cols, float eps) {
+    __shared__ float scratch[32];
+    const T* in = x + (index_t)blockIdx.x * cols;
+    float sum = 0.0f;
+    for (index_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float v = to_f32(in[c]);
+        sum += v * v;
+    }
+    sum = block_sum(sum, scratch);
+    if (threadIdx.x == 0) rstd[blockIdx.x] = rsqrtf(sum / (float)cols + eps);
+}
+
+// split, kernel 2: grid(ceil(cols / 256), min(rows, 65535)), block(256): one thread per
+// element; a block covers 256 columns of rows y, y + gridDim.y, ... The 2-D grid avoids a
+// 64-bit division per element to find its row. x is read a second time from memory: the
+// 128 MiB of the default problem do not stay in the 50 MiB L2 between the kernels.
+template <typename T>
+__device__ __forceinline__ void rmsnorm_scale(const T* __restrict__ x, const T* __restrict__ w,
+                                              const float* __restrict__ rstd, T* __restrict__ y,
+                                              index_t rows, index_t cols) {
+    const index_t c = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    const float wc = to_f32(w[c]);
+    for (index_t r = blockIdx.y; r < rows; r += gridDim.y)
+        y[r * cols + c] = from_f32<T>(to_f32(x[r * cols + c]) * rstd[r] * wc);
+}
+
+// ---------------------------------------------------------------------------------------
+// block: grid(rows), block(256): one launch, the row read twice by the same block; the
+// second read mostly hits L1/L2 (the block read those 8 KB a moment ago).
+template <typename T>
+__device__ __forceinline__ void rmsnorm_block(const T* __restrict__ x, const T* __restrict__ w,
+                                              T* __restrict__ y, index_t cols, float eps) {
+    __shared__ float scratch[32];
+    const T* in = x + (index_t)blockIdx.x * cols;
+    T* out = y + (index_t)blockIdx.x * cols;
+    float sum = 0.0f;
+    for (index_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float v = to_f32(in[c]);
+        sum += v * v;
+    }
+    const float rstd = rsqrtf(block_sum(sum, scratch) / (float)cols + eps);
+    for (index_t c = threadIdx.x; c < cols; c += blockDim.x)
+        out[c] = from_f32<T>(to_f32(in[c]) * rstd * to_f32(w[c]));
+}
+
+// ---------------------------------------------------------------------------------------
+// vec_regs: GROUP = 32 is a warp per row (8 rows per 256-thread block, grid(ceil(rows / 8))),
+// otherwise a block of GROUP threads per row (grid(rows)). x is read once into registers, its
+// squares summed, and y written from the same registers; w is read at the write, 16 bytes at
+// a time, mostly from L1 (8 KB for 4096 bf16 columns, shared by every row the SM runs).
+template <typename T, int GROUP, int EPT, bool VEC>
+__device__ __forceinline__ void rmsnorm_regs(const T* __restrict__ x, const T* __restrict__ w,
+                                             T* __restrict__ y, index_t rows, index_t cols,
+                                             float eps) {
+    __shared__ float scratch[32];
+    const int t = threadIdx.x % GROUP;
+    const index_t row = (index_t)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
+    if (GROUP == 32 && row >= rows) return;  // whole warps; a block per row always has its row
+    float v[EPT];
+    load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, v);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) sum += v[i] * v[i];
+    const float rstd = rsqrtf(group_sum<GROUP>(sum, scratch) / (float)cols + eps);
+    // w pack by pack as each output pack is written: a whole w[EPT] array beside v[EPT]
+    // would cost the 1024-thread tier more than its 64 registers.
+    constexpr int N = 16 / sizeof(T);
+    T* out = y + row * cols;
+    if constexpr (VEC) {
+#pragma unroll
+        for (int p = 0; p < EPT / N; ++p) {
+            const index_t col = ((index_t)p * GROUP + t) * N;
+            if (col < cols) {
+                const Pack16<T> wp = load16(w + col);
+                Pack16<T> pack;
+#pragma unroll
+                for (int k = 0; k < N; ++k)
+                    pack.v[k] = from_f32<T>(v[p * N + k] * rstd * to_f32(wp.v[k]));
+                store16(out + col, pack);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const index_t col = (index_t)i * GROUP + t;
+            if (col < cols) out[col] = from_f32<T>(v[i] * rstd * to_f32(w[col]));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// bwd_split, kernel 1: grid(rows), block(256): a block per row. Pass 1 sums x^2 and g * x
+// (one block reduction for both); pass 2 reads the row again and writes dx; thread 0 saves
+// rstd for the column sum.
+template <typename T>
+__device__ __forceinline__ void rmsnorm_bwd_dx_block(const T* __restrict__ x,
+                                                     const T* __restrict__ w,
+                                                     const T* __restrict__ dy, T* __restrict__ dx,
+                                                     float* __restrict__ rstd_out, index_t cols,
+                                                     float eps) {
+    __shared__ float scratch[64];
+    const index_t base = (index_t)blockIdx.x * cols;
+    float sums[2] = {0.0f, 0.0f};  // sum(x^2), sum(g * x)
+    for (index_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float v = to_f32(x[base + c]);
+        sums[0] += v * v;
+        sums[1] += to_f32(w[c]) * to_f32(dy[base + c]) * v;
+    }
+    block_sum_n<2>(sums, scratch);
+    const float rstd = rsqrtf(sums[0] / (float)cols + eps);
+    const float mean_g_xhat = rstd * sums[1] / (float)cols;
+    for (index_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float g = to_f32(w[c]) * to_f32(dy[base + c]);
+        const float xhat = to_f32(x[base + c]) * rstd;
+        dx[base + c] = from_f32<T>(rstd * (g - xhat * mean_g_xhat));
+    }
+    if (threadIdx.x == 0) rstd_out[blockIdx.x] = rstd;
+}
+
+// bwd_split, kernel 2: grid(ceil(cols / 256), chunks), block(256): the first stage of the
+// column sum. Block (bx, k) adds dy * x * rstd over rows [k * chunk_rows, (k + 1) *
+// chunk_rows) for its 256 columns, one row after another, and writes partials[k][c].
+template <typename T>
+__device__ __forceinline__ void rmsnorm_bwd_dw_partials(const T* __restrict__ x,
+                                                        const T* __restrict__ dy,
+                                                        const float* __restrict__ rstd,
+                                                        float* __restrict__ partials,
+                                                        index_t rows, index_t cols,
+                                                        index_t chunk_rows) {
+    const index_t c = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    const index_t begin = (index_t)blockIdx.y * chunk_rows;
+    const index_t end = begin + chunk_rows < rows ? begin + chunk_rows : rows;
+    float sum = 0.0f;
+    for (index_t r = begin; r < end; ++r)
+        sum += to_f32(dy[r * cols + c]) * (to_f32(x[r * cols + c]) * rstd[r]);
+    partials[(index_t)blockIdx.y * cols + c] = sum;
+}
+
+// ---------------------------------------------------------------------------------------
+// bwd_vec_regs: grid(blocks), block(GROUP): block b takes rows b, b + gridDim.x, ... (about
+// rows / blocks of them). Per row: x and dy into registers (16-byte loads), sum(x^2) and
+// sum(g * x) in one block reduction, dx written from registers. The block's share of dw
+// stays in registers (acc) across all its rows, and is written once at the end as row b of
+// `partials` (f32, gridDim.x x cols); column_sums adds those rows in a fixed order. w is read
+// once per block.
+template <typename T, int GROUP, int EPT, bool VEC>
+__device__ __forceinline__ void rmsnorm_bwd_regs(const T* __restrict__ x, const T* __restrict__ w,
+                                                 const T* __restrict__ dy, T* __restrict__ dx,
+                                                 float* __restrict__ partials, index_t rows,
+                                                 index_t cols, float eps) {
+    __shared__ float scratch[64];
+    const int t = threadIdx.x;
+    float wv[EPT], acc[EPT];
+    load_row<T, GROUP, EPT, VEC>(w, t, cols, wv);
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) acc[i] = 0.0f;
+    for (index_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        float xv[EPT], dyv[EPT];
+        load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, xv);
+        load_row<T, GROUP, EPT, VEC>(dy + row * cols, t, cols, dyv);
+        float sums[2] = {0.0f, 0.0f};  // sum(x^2), sum(g * x)
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            sums[0] += xv[i] * xv[i];
+            sums[1] += wv[i] * dyv[i] * xv[i];
+        }
+        block_sum_n<2>(sums, scratch);
+        const float rstd = rsqrtf(sums[0] / (float)cols + eps);
+        const float mean_g_xhat = rstd * sums[1] / (float)cols;
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const float xhat = xv[i] * rstd;
+            acc[i] += dyv[i] * xhat;
+            xv[i] = rstd * (wv[i] * dyv[i] - xhat * mean_g_xhat);  // dx, in x's registers
+        }
+        store_row<T, GROUP, EPT, VEC>(dx + row * cols, t, cols, xv);
+    }
+    // The partial row in f32, the same layout (partials rows are 16-byte aligned whenever
+    // cols is a multiple of the pack, since then it is a multiple of 4 floats too).
+    float* part = partials + (index_t)blockIdx.x * cols;
+    constexpr int N = 16 / sizeof(T);
+    if constexpr (VEC) {
+#pragma unroll
+        for (int p = 0; p < EPT / N; ++p) {
+            const index_t col = ((index_t)p * GROUP + t) * N;
+            if (col < cols) {
+#pragma unroll
+                for (int k = 0; k < N; k += 4)
+                    *reinterpret_cast<float4*>(part + col + k) =
+                        make_float4(acc[p * N + k], acc[p * N + k + 1], acc[p * N + k + 2],
+                                    acc[p * N + k + 3]);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const index_t col = (index_t)i * GROUP + t;
+            if (col < cols) part[col] = acc[i];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Instantiations. Names: op, method, dtype, then the tier (threads per row g, elements per
+// thread e) and v (16-byte loads) or s (scalar loads, for widths no pack divides).
+#define SIMPLE_KERNELS(T, NAME)                                                                \
+    KERNEL void __launch_bounds__(128)                                                         \
+        rmsnorm_naive_##NAME(const T* x, const T* w, T* y, index_t rows, index_t cols,         \
+                             float eps) {                                                      \
+        rmsnorm_naive<T>(x, w, y, rows, cols, eps);                                            \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(256)                                                         \
+        rmsnorm_rstd_##NAME(const T* x, float* rstd, index_t cols, float eps) {                \
+        rmsnorm_rstd<T>(x, rstd, cols, eps);                                                   \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(256) rmsnorm_scale_##NAME(                                   \
+        const T* x, const T* w, const float* rstd, T* y, index_t rows, index_t cols) {         \
+        rmsnorm_scale<T>(x, w, rstd, y, rows, cols);                                           \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(256)                                                         \
+        rmsnorm_block_##NAME(const T* x, const T* w, T* y, index_t cols, float eps) {          \
+        rmsnorm_block<T>(x, w, y, cols, eps);                                                  \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(256) rmsnorm_bwd_dx_block_##NAME(                            \
+        const T* x, const T* w, const T* dy, T* dx, float* rstd, index_t cols, float eps) {    \
+        rmsnorm_bwd_dx_block<T>(x, w, dy, dx, rstd, cols, eps);                                \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(256)                                                         \
+        rmsnorm_bwd_dw_partials_##NAME(const T* x, const T* dy, const float* rstd,             \
+                                       float* partials, index_t rows, index_t cols,            \
+                                       index_t chunk_rows) {                                   \
+        rmsnorm_bwd_dw_partials<T>(x, dy, rstd, partials, rows, cols, chunk_rows);             \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(32 * COLUMN_SLICES)                                          \
+        column_sums_##NAME(const float* partials, T* out, index_t chunks, index_t cols) {      \
+        column_sums<T>(partials, out, chunks, cols);                                           \
+    }
+
+#define REGS_TIER(T, NAME, GROUP, EPT, BLOCK, SUFFIX, VEC)                                     \
+    KERNEL void __launch_bounds__(BLOCK) rmsnorm_regs_##NAME##_g##GROUP##_e##EPT##_##SUFFIX(   \
+        const T* x, const T* w, T* y, index_t rows, index_t cols, float eps) {                 \
+        rmsnorm_regs<T, GROUP, EPT, VEC>(x, w, y, rows, cols, eps);                            \
+    }
+
+// 1024 threads per SM (at most 64 registers each): each block works on one row at a time,
+// so the rows in flight, and the bytes that cover the memory latency, come from occupancy.
+#define BWD_TIER(T, NAME, GROUP, EPT, SUFFIX, VEC)                                             \
+    KERNEL void __launch_bounds__(GROUP, 1024 / GROUP)                                         \
+        rmsnorm_bwd_regs_##NAME##_g##GROUP##_e##EPT##_##SUFFIX(                                \
+            const T* x, const T* w, const T* dy, T* dx, float* partials, index_t rows,         \
+            index_t cols, float eps) {                                                         \
+        rmsnorm_bwd_regs<T, GROUP, EPT, VEC>(x, w, dy, dx, partials, rows, cols, eps);         \
+    }
+
+// Forward tiers (threads per row, elements per thread), as day05's: a warp with one pack per
+// lane, a warp with 16 each, then blocks of 128 to 1024 threads with 32 each (32768 columns).
+#define FWD_TIERS(T, NAME, PACK, SUFFIX, VEC)                                                  \
+    REGS_TIER(T, NAME, 32, PACK, 256, SUFFIX, VEC)                                             \
+    REGS_TIER(T, NAME, 32, 16, 256, SUFFIX, VEC)                                               \
+    REGS_TIER(T, NAME, 128, 32, 128, SUFFIX, VEC)                                              \
+    REGS_TIER(T, NAME, 256, 32, 256, SUFFIX, VEC)                                              \
+    REGS_TIER(T, NAME, 512, 32, 512, SUFFIX, VEC)                                              \
+    REGS_TIER(T, NAME, 1024, 32, 1024, SUFFIX, VEC)
+
+// Backward tiers: x, dy, w and the dw accumulator are all in registers (4 x EPT floats), so
+// threads hold 8 elements (16 spilled at 80 registers) and the widest row is 1024 x 8 = 8192.
+#define BWD_TIERS(T, NAME, PACK, SUFFIX, VEC)                                                  \
+    BWD_TIER(T, NAME, 32, PACK, SUFFIX, VEC)                                                   \
+    BWD_TIER(T, NAME, 256, 8, SUFFIX, VEC)                                                     \
+    BWD_TIER(T, NAME, 512, 8, SUFFIX, VEC)                                                     \
+    BWD_TIER(T, NAME, 1024, 8, SUFFIX, VEC)
+
+#define ALL_KERNELS(T, NAME, PACK)                                                             \
+    SIMPLE_KERNELS(T, NAME)                                                                    \
+    FWD_TIERS(T, NAME, PACK, v, true)                                                          \
+    FWD_TIERS(T, NAME, PACK, s, false)                                                         \
+    BWD_TIERS(T, NAME, PACK, v, true)                                                          \
+    BWD_TIERS(T, NAME, PACK, s, false)
+
+ALL_KERNELS(float, f32, 4)
+ALL_KERNELS(f16_t, f16, 8)
+ALL_KERNELS(bf16_t, bf16, 8)

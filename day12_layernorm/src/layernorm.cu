@@ -1,0 +1,390 @@
+// day12: LayerNorm forward and backward (seed 004, day 24: the CUDA layernorm blog's kernels).
+//
+//   y = (x - mean) * rstd * w + b,   rstd = 1 / sqrt(mean((x - mean)^2) + eps)   (per row)
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = w * dy,  xhat = (x - mean) * rstd
+//   dw = sum over rows of dy * xhat,   db = sum over rows of dy                  (column sums)
+//
+// Statistics. The textbook one-pass formula var = mean(x^2) - mean^2 subtracts two large
+// numbers when |mean| >> std and loses every digit in f32. Two correct ways:
+// - Welford: one pass, a running (count, mean, M2) updated per element and merged pairwise
+//   across threads (Chan et al.), stable whatever the mean. It costs a division per element;
+//   it pays off when the row can only be read once from memory (naive, welford_block).
+// - Two passes over values already in registers: the mean first, then sum((x - mean)^2).
+//   Exact as the reference, no division per element, and free when the row is in registers
+//   (vec_regs, bwd_vec_regs): the second pass reads registers, not memory.
+//
+// Forward versions:
+//   naive          one thread per row, Welford, then a write pass
+//   welford_block  a block per row: per-thread Welford, merged by warp shuffles and across
+//                  warps, then a write pass (scalar loads, the row read twice)
+//   vec_regs       the row in registers with 16-byte loads, two-pass statistics from
+//                  registers: x read once, y written once
+// Backward versions (each recomputes mean and rstd from x: nothing is saved by the forward):
+//   bwd_split      a block per row writes dx (and mean, rstd); dw and db by a two-stage column
+//                  sum that reads x and dy again
+//   bwd_vec_regs   blocks loop over rows with the row in registers; dx, and the block's shares
+//                  of dw and db in registers, written once as partial rows; column_sums finishes
+//
+// Run: cargo run --release -p day12 -- --rows 16384 --cols 4096 --dtype bf16 --kernel vec_regs
+#include "common.cuh"
+#include "dtype.cuh"
+#include "norm.cuh"
+#include "reduce.cuh"
+
+// ---------------------------------------------------------------------------------------
+// Welford's running statistics: count, mean and M2 = sum((x - mean)^2) of the values seen.
+struct Welford {
+    float n, mean, m2;
+};
+
+__device__ __forceinline__ Welford welford_add(Welford s, float x) {
+    s.n += 1.0f;
+    const float d = x - s.mean;
+    s.mean += d / s.n;
+    s.m2 += d * (x - s.mean);
+    return s;
+}
+
+// Chan et al.'s merge of two sets' statistics; an empty set changes nothing.
+__device__ __forceinline__ Welford welford_combine(Welford a, Welford b) {
+    const float n = a.n + b.n;
+    if (n == 0.0f) return a;
+    const float d = b.mean - a.mean, fb = b.n / n;
+    return {n, a.mean + d * fb, a.m2 + b.m2 + d * d * a.n * fb};
+}
+
+__device__ __forceinline__ Welford warp_welford(Welford s) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        Welford o;
+        o.n = __shfl_xor_sync(FULL_WARP, s.n, offset);
+        o.mean = __shfl_xor_sync(FULL_WARP, s.mean, offset);
+        o.m2 = __shfl_xor_sync(FULL_WARP, s.m2, offset);
+        s = welford_combine(s, o);
+    }
+    return s;
+}
+
+// Block-wide merge, as block_sum: `scratch` holds 32 Welford in shared memory.
+__device__ __forceinline__ Welford block_welford(Welford s, Welford* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    s = warp_welford(s);
+    if (lane == 0) scratch[warp] = s;
+    __syncthreads();
+    s = warp_welford(lane < warps ? scratch[lane] : Welford{0.0f, 0.0f, 0.0f});
+    __syncthreads();
+    return s;
+}
+
+// ---------------------------------------------------------------------------------------
+// naive: grid(ceil(rows / 128)), block(128): thread r owns row r (uncoalesced: neighbouring
+// threads read a row apart). Welford reads the row once for the statistics, then once more
+// to write.
+template <typename T>
+__device__ __forceinline__ void layernorm_naive(const T* __restrict__ x, const T* __restrict__ w,
+                                                const T* __restrict__ b, T* __restrict__ y,
+                                                index_t rows, index_t cols, float eps) {
+    const index_t row = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const T* in = x + row * cols;
+    T* out = y + row * cols;
+    Welford s = {0.0f, 0.0f, 0.0f};
+    for (index_t c = 0; c < cols; ++c) s = welford_add(s, to_f32(in[c]));
+    const float rstd = rsqrtf(s.m2 / (float)cols + eps);
+    for (index_t c = 0; c < cols; ++c)
+        out[c] = from_f32<T>((to_f32(in[c]) - s.mean) * rstd * to_f32(w[c]) + to_f32(b[c]));
+}
+
+// ---------------------------------------------------------------------------------------
+// welford_block: grid(rows), block(256): each thread runs Welford over columns t, t + 256,
+// ... (coalesced), the block merges the 256 summaries, then writes; the second read of the
+// row mostly hits L1/L2.
+template <typename T>
+__device__ __forceinline__ void layernorm_welford_block(const T* __restrict__ x,
+                                                        const T* __restrict__ w,
+                                                        const T* __restrict__ b,
+                                                        T* __restrict__ y, index_t cols,
+                                                        float eps) {
+    __shared__ Welford scratch[32];
+    const T* in = x + (index_t)blockIdx.x * cols;
+    T* out = y + (index_t)blockIdx.x * cols;
+    Welford s = {0.0f, 0.0f, 0.0f};
+    for (index_t c = threadIdx.x; c < cols; c += blockDim.x) s = welford_add(s, to_f32(in[c]));
+    s = block_welford(s, scratch);
+    const float rstd = rsqrtf(s.m2 / (float)cols + eps);
+    for (index_t c = threadIdx.x; c < cols; c += blockDim.x)
+        out[c] = from_f32<T>((to_f32(in[c]) - s.mean) * rstd * to_f32(w[c]) + to_f32(b[c]));
+}
+
+// ---------------------------------------------------------------------------------------
+// vec_regs: GROUP = 32 is a warp per row (8 rows per 256-thread block), otherwise a block of
+// GROUP threads per row. x is read once into registers (slots past the row hold 0 and are
+// left out of the second sum); mean, then sum((x - mean)^2), both from registers; w and b
+// are read pack by pack at the write, mostly from L1.
+template <typename T, int GROUP, int EPT, bool VEC>
+__device__ __forceinline__ void layernorm_regs(const T* __restrict__ x, const T* __restrict__ w,
+                                               const T* __restrict__ b, T* __restrict__ y,
+                                               index_t rows, index_t cols, float eps) {
+    constexpr int N = 16 / sizeof(T);
+    __shared__ float scratch[32];
+    const int t = threadIdx.x % GROUP;
+    const index_t row = (index_t)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
+    if (GROUP == 32 && row >= rows) return;
+    float v[EPT];
+    load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, v);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) sum += v[i];
+    const float mean = group_sum<GROUP>(sum, scratch) / (float)cols;
+    const int valid = valid_slots<T, GROUP, EPT, VEC>(t, cols);  // padding must not add mean^2
+    float sq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) {
+        const float d = v[i] - mean;
+        sq += i < valid ? d * d : 0.0f;
+    }
+    const float rstd = rsqrtf(group_sum<GROUP>(sq, scratch) / (float)cols + eps);
+    T* out = y + row * cols;
+    if constexpr (VEC) {
+#pragma unroll
+        for (int p = 0; p < EPT / N; ++p) {
+            const index_t col = ((index_t)p * GROUP + t) * N;
+            if (col < cols) {
+                const Pack16<T> wp = load16(w + col), bp = load16(b + col);
+                Pack16<T> pack;
+#pragma unroll
+                for (int k = 0; k < N; ++k)
+                    pack.v[k] = from_f32<T>((v[p * N + k] - mean) * rstd * to_f32(wp.v[k]) +
+                                            to_f32(bp.v[k]));
+                store16(out + col, pack);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const index_t col = (index_t)i * GROUP + t;
+            if (col < cols)
+                out[col] = from_f32<T>((v[i] - mean) * rstd * to_f32(w[col]) + to_f32(b[col]));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// bwd_split, kernel 1: grid(rows), block(256): a block per row, three reads of the row (the
+// later ones mostly from L1/L2): Welford for mean and rstd; sum(g) and sum(g * xhat); dx.
+// Thread 0 saves mean and rstd for the column sums.
+template <typename T>
+__device__ __forceinline__ void layernorm_bwd_dx_block(const T* __restrict__ x,
+                                                       const T* __restrict__ w,
+                                                       const T* __restrict__ dy,
+                                                       T* __restrict__ dx,
+                                                       float2* __restrict__ stats, index_t cols,
+                                                       float eps) {
+    __shared__ Welford scratch[32];
+    __shared__ float sum_scratch[64];
+    const index_t base = (index_t)blockIdx.x * cols;
+    Welford s = {0.0f, 0.0f, 0.0f};
+    for (index_t c = threadIdx.x; c < cols; c += blockDim.x) s = welford_add(s, to_f32(x[base + c]));
+    s = block_welford(s, scratch);
+    const float mean = s.mean, rstd = rsqrtf(s.m2 / (float)cols + eps);
+    float sums[2] = {0.0f, 0.0f};  // sum(g), sum(g * xhat)
+    for (index_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float g = to_f32(w[c]) * to_f32(dy[base + c]);
+        sums[0] += g;
+        sums[1] += g * (to_f32(x[base + c]) - mean) * rstd;
+    }
+    block_sum_n<2>(sums, sum_scratch);
+    const float mean_g = sums[0] / (float)cols, mean_g_xhat = sums[1] / (float)cols;
+    for (index_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float g = to_f32(w[c]) * to_f32(dy[base + c]);
+        const float xhat = (to_f32(x[base + c]) - mean) * rstd;
+        dx[base + c] = from_f32<T>(rstd * (g - mean_g - xhat * mean_g_xhat));
+    }
+    if (threadIdx.x == 0) stats[blockIdx.x] = make_float2(mean, rstd);
+}
+
+// bwd_split, kernel 2: grid(ceil(cols / 256), chunks), block(256): the first stage of both
+// column sums over rows [k * chunk_rows, (k + 1) * chunk_rows), one row after another.
+template <typename T>
+__device__ __forceinline__ void layernorm_bwd_partials(const T* __restrict__ x,
+                                                       const T* __restrict__ dy,
+                                                       const float2* __restrict__ stats,
+                                                       float* __restrict__ partials_w,
+                                                       float* __restrict__ partials_b,
+                                                       index_t rows, index_t cols,
+                                                       index_t chunk_rows) {
+    const index_t c = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    const index_t begin = (index_t)blockIdx.y * chunk_rows;
+    const index_t end = begin + chunk_rows < rows ? begin + chunk_rows : rows;
+    float sum_w = 0.0f, sum_b = 0.0f;
+    for (index_t r = begin; r < end; ++r) {
+        const float2 st = stats[r];
+        const float d = to_f32(dy[r * cols + c]);
+        sum_w += d * ((to_f32(x[r * cols + c]) - st.x) * st.y);
+        sum_b += d;
+    }
+    partials_w[(index_t)blockIdx.y * cols + c] = sum_w;
+    partials_b[(index_t)blockIdx.y * cols + c] = sum_b;
+}
+
+// ---------------------------------------------------------------------------------------
+// Writes a thread's EPT accumulators (load_row's layout) into one f32 partial row; with VEC,
+// float4 stores (partial rows are 16-byte aligned when cols is a multiple of the pack).
+template <typename T, int GROUP, int EPT, bool VEC>
+__device__ __forceinline__ void store_partial(float* __restrict__ part, int t, index_t cols,
+                                              const float (&acc)[EPT]) {
+    constexpr int N = 16 / sizeof(T);
+    if constexpr (VEC) {
+#pragma unroll
+        for (int p = 0; p < EPT / N; ++p) {
+            const index_t col = ((index_t)p * GROUP + t) * N;
+            if (col < cols) {
+#pragma unroll
+                for (int k = 0; k < N; k += 4)
+                    *reinterpret_cast<float4*>(part + col + k) =
+                        make_float4(acc[p * N + k], acc[p * N + k + 1], acc[p * N + k + 2],
+                                    acc[p * N + k + 3]);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const index_t col = (index_t)i * GROUP + t;
+            if (col < cols) part[col] = acc[i];
+        }
+    }
+}
+
+// bwd_vec_regs: grid(blocks), block(GROUP): block k takes rows k, k + gridDim.x, ... Per
+// row: x and dy into registers; the mean (one block sum), then sum((x - mean)^2), sum(g) and
+// sum(g * (x - mean)) together (a second); dx from registers. The block's shares of dw and db
+// stay in registers across its rows and are written once, as row k of each partials array.
+// Unlike day11's, w waits in shared memory: five arrays of EPT floats spill at 64 registers.
+template <typename T, int GROUP, int EPT, bool VEC>
+__device__ __forceinline__ void layernorm_bwd_regs(const T* __restrict__ x,
+                                                   const T* __restrict__ w,
+                                                   const T* __restrict__ dy, T* __restrict__ dx,
+                                                   float* __restrict__ partials_w,
+                                                   float* __restrict__ partials_b, index_t rows,
+                                                   index_t cols, float eps) {
+    __shared__ float scratch[96];
+    // This thread's slots of w, parked in shared memory at [i * GROUP + t]: a warp reads 32
+    // consecutive words (no bank conflicts), and the EPT registers they would take are what
+    // keeps the kernel at 64 registers without spilling (x, dy and two accumulators remain).
+    // Each thread reads back only what it wrote: no barrier needed.
+    __shared__ float w_park[GROUP * EPT];
+    const int t = threadIdx.x;
+    {
+        float wv[EPT];
+        load_row<T, GROUP, EPT, VEC>(w, t, cols, wv);  // 0 past the row: g is 0 there
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) w_park[i * GROUP + t] = wv[i];
+    }
+    const int valid = valid_slots<T, GROUP, EPT, VEC>(t, cols);
+    float acc_w[EPT], acc_b[EPT];
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) acc_w[i] = acc_b[i] = 0.0f;
+    for (index_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        float xv[EPT], dyv[EPT];
+        load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, xv);
+        load_row<T, GROUP, EPT, VEC>(dy + row * cols, t, cols, dyv);
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) sum += xv[i];
+        const float mean = block_sum(sum, scratch) / (float)cols;
+        float sums[3] = {0.0f, 0.0f, 0.0f};  // sum((x - mean)^2), sum(g), sum(g * (x - mean))
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const float d = i < valid ? xv[i] - mean : 0.0f;  // padding must not add mean^2
+            const float g = w_park[i * GROUP + t] * dyv[i];
+            xv[i] = d;  // x - mean from here on (0 in padding slots)
+            sums[0] += d * d;
+            sums[1] += g;
+            sums[2] += g * d;
+        }
+        block_sum_n<3>(sums, scratch);
+        const float rstd = rsqrtf(sums[0] / (float)cols + eps);
+        const float mean_g = sums[1] / (float)cols, mean_g_xhat = rstd * sums[2] / (float)cols;
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const float xhat = xv[i] * rstd;
+            acc_w[i] += dyv[i] * xhat;
+            acc_b[i] += dyv[i];
+            xv[i] = rstd * (w_park[i * GROUP + t] * dyv[i] - mean_g - xhat * mean_g_xhat);  // dx
+        }
+        store_row<T, GROUP, EPT, VEC>(dx + row * cols, t, cols, xv);
+    }
+    store_partial<T, GROUP, EPT, VEC>(partials_w + (index_t)blockIdx.x * cols, t, cols, acc_w);
+    store_partial<T, GROUP, EPT, VEC>(partials_b + (index_t)blockIdx.x * cols, t, cols, acc_b);
+}
+
+// ---------------------------------------------------------------------------------------
+// Instantiations: op, method, dtype, then the tier (g threads per row, e elements per thread)
+// and v (16-byte loads) or s (scalar loads, for widths no pack divides).
+#define SIMPLE_KERNELS(T, NAME)                                                                \
+    KERNEL void __launch_bounds__(128) layernorm_naive_##NAME(                                 \
+        const T* x, const T* w, const T* b, T* y, index_t rows, index_t cols, float eps) {     \
+        layernorm_naive<T>(x, w, b, y, rows, cols, eps);                                       \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(256) layernorm_welford_block_##NAME(                         \
+        const T* x, const T* w, const T* b, T* y, index_t cols, float eps) {                   \
+        layernorm_welford_block<T>(x, w, b, y, cols, eps);                                     \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(256) layernorm_bwd_dx_block_##NAME(                          \
+        const T* x, const T* w, const T* dy, T* dx, float2* stats, index_t cols, float eps) {  \
+        layernorm_bwd_dx_block<T>(x, w, dy, dx, stats, cols, eps);                            \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(256)                                                         \
+        layernorm_bwd_partials_##NAME(const T* x, const T* dy, const float2* stats,            \
+                                      float* partials_w, float* partials_b, index_t rows,      \
+                                      index_t cols, index_t chunk_rows) {                      \
+        layernorm_bwd_partials<T>(x, dy, stats, partials_w, partials_b, rows, cols,            \
+                                  chunk_rows);                                                 \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(32 * COLUMN_SLICES)                                          \
+        column_sums_##NAME(const float* partials, T* out, index_t chunks, index_t cols) {      \
+        column_sums<T>(partials, out, chunks, cols);                                           \
+    }
+
+#define REGS_TIER(T, NAME, GROUP, EPT, BLOCK, SUFFIX, VEC)                                     \
+    KERNEL void __launch_bounds__(BLOCK)                                                       \
+        layernorm_regs_##NAME##_g##GROUP##_e##EPT##_##SUFFIX(                                  \
+            const T* x, const T* w, const T* b, T* y, index_t rows, index_t cols, float eps) { \
+        layernorm_regs<T, GROUP, EPT, VEC>(x, w, b, y, rows, cols, eps);                       \
+    }
+
+// 1024 threads per SM (at most 64 registers each), as day11's backward.
+#define BWD_TIER(T, NAME, GROUP, EPT, SUFFIX, VEC)                                             \
+    KERNEL void __launch_bounds__(GROUP, 1024 / GROUP)                                         \
+        layernorm_bwd_regs_##NAME##_g##GROUP##_e##EPT##_##SUFFIX(                              \
+            const T* x, const T* w, const T* dy, T* dx, float* partials_w, float* partials_b,  \
+            index_t rows, index_t cols, float eps) {                                           \
+        layernorm_bwd_regs<T, GROUP, EPT, VEC>(x, w, dy, dx, partials_w, partials_b, rows,     \
+                                               cols, eps);                                     \
+    }
+
+// The tiers of common::norm::forward_tiers and backward_tiers (the same as day11's).
+#define FWD_TIERS(T, NAME, PACK, SUFFIX, VEC)                                                  \
+    REGS_TIER(T, NAME, 32, PACK, 256, SUFFIX, VEC)                                             \
+    REGS_TIER(T, NAME, 32, 16, 256, SUFFIX, VEC)                                               \
+    REGS_TIER(T, NAME, 128, 32, 128, SUFFIX, VEC)                                              \
+    REGS_TIER(T, NAME, 256, 32, 256, SUFFIX, VEC)                                              \
+    REGS_TIER(T, NAME, 512, 32, 512, SUFFIX, VEC)                                              \
+    REGS_TIER(T, NAME, 1024, 32, 1024, SUFFIX, VEC)
+
+#define BWD_TIERS(T, NAME, PACK, SUFFIX, VEC)                                                  \
+    BWD_TIER(T, NAME, 32, PACK, SUFFIX, VEC)                                                   \
+    BWD_TIER(T, NAME, 256, 8, SUFFIX, VEC)                                                     \
+    BWD_TIER(T, NAME, 512, 8, SUFFIX, VEC)                                                     \
+    BWD_TIER(T, NAME, 1024, 8, SUFFIX, VEC)
+
+#define ALL_KERNELS(T, NAME, PACK)                                                             \
+    SIMPLE_KERNELS(T, NAME)                                                                    \
+    FWD_TIERS(T, NAME, PACK, v, true)                                                          \
+    FWD_TIERS(T, NAME, PACK, s, false)                                                         \
+    BWD_TIERS(T, NAME, PACK, v, true)                                                          \
+    BWD_TIERS(T, NAME, PACK, s, false)
+
+ALL_KERNELS(float, f32, 4)
+ALL_KERNELS(f16_t, f16, 8)
+ALL_KERNELS(bf16_t, bf16, 8)

@@ -1,0 +1,416 @@
+//! Day 12: LayerNorm forward and backward. The launchers for `layernorm.cu`: one thread per
+//! row with Welford statistics, a block per row merging per-thread Welford summaries, and the
+//! row in registers with two-pass statistics; backward as a block per row plus a two-stage
+//! column sum for dw and db, and fused with the row in registers.
+
+use anyhow::Result;
+use common::dtype::Dtype;
+use common::kernel::KernelSet;
+use common::norm::{
+    Inputs, Kind, NormDay, Pass, Plan, Refused, Shape, backward_len, backward_tiers, check_sizes,
+    column_terms, forward_tiers, launch_column_sums, load_suffix, resident_blocks, tier_for,
+};
+use common::nvrtc::KernelSource;
+use common::{Element, Gpu, Kernel, LaunchShape};
+use cudarc::driver::PushKernelArg;
+
+pub use common::norm::{MAX_BACKWARD_REGISTER_ROW, MAX_REGISTER_ROW};
+
+pub const SOURCE: KernelSource = KernelSource {
+    file_name: "layernorm.cu",
+    code: include_str!("layernorm.cu"),
+};
+
+const DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::Bf16];
+
+/// Threads per block of the block-per-row and elementwise kernels.
+const BLOCK_THREADS: u32 = 256;
+/// Threads per block of `naive` (one per row).
+const NAIVE_THREADS: u32 = 128;
+/// Rows per block in the first stage of `bwd_split`'s column sum.
+const CHUNK_ROWS: usize = 64;
+
+fn regs_function(dtype: Dtype, group: usize, ept: usize, suffix: &str) -> String {
+    format!("layernorm_regs_{dtype}_g{group}_e{ept}_{suffix}")
+}
+
+fn bwd_regs_function(dtype: Dtype, group: usize, ept: usize, suffix: &str) -> String {
+    format!("layernorm_bwd_regs_{dtype}_g{group}_e{ept}_{suffix}")
+}
+
+fn all_functions() -> Vec<String> {
+    let mut names = Vec::new();
+    for &dtype in DTYPES {
+        for kind in [
+            "layernorm_naive",
+            "layernorm_welford_block",
+            "layernorm_bwd_dx_block",
+            "layernorm_bwd_partials",
+            "column_sums",
+        ] {
+            names.push(format!("{kind}_{dtype}"));
+        }
+        for suffix in ["v", "s"] {
+            for (group, ept) in forward_tiers(dtype) {
+                names.push(regs_function(dtype, group, ept, suffix));
+            }
+            for (group, ept) in backward_tiers(dtype) {
+                names.push(bwd_regs_function(dtype, group, ept, suffix));
+            }
+        }
+    }
+    names
+}
+
+/// A grid of one block per row must fit the grid's 2^31 - 1 blocks.
+fn block_per_row_grid(rows: usize) -> Result<u32> {
+    u32::try_from(rows)
+        .ok()
+        .filter(|&r| r <= i32::MAX as u32)
+        .ok_or_else(|| Refused(format!("{rows} rows exceed the grid's 2^31 - 1 blocks")).into())
+}
+
+/// Terms of a block-per-row sum: each thread's strided share, then the tree (10 levels at most).
+fn block_terms(cols: usize) -> usize {
+    cols.div_ceil(BLOCK_THREADS as usize) + 10
+}
+
+pub struct Day12 {
+    kernels: KernelSet,
+    sms: usize,
+}
+
+impl Day12 {
+    fn kernel<T: Element>(&self, kind: &str) -> Result<&Kernel> {
+        self.kernels.get(&format!("{kind}_{}", T::DTYPE))
+    }
+
+    /// `naive`: one thread per row, Welford.
+    fn plan_naive<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+    ) -> Result<Plan<'a, T>> {
+        let kernel = self.kernel::<T>("layernorm_naive")?;
+        let blocks = u32::try_from(rows.div_ceil(NAIVE_THREADS as usize))
+            .map_err(|_| Refused(format!("{rows} rows need too many blocks")))?;
+        let shape = LaunchShape::linear(blocks, NAIVE_THREADS);
+        Ok(Plan {
+            kernel,
+            shape,
+            row_terms: cols,
+            col_terms: 0,
+            launch: Box::new(move |inputs: &Inputs<T>, out| {
+                check_sizes(inputs, out.len(), rows, cols, rows * cols)?;
+                let bias = inputs.bias()?;
+                let (rows, cols) = (rows as u64, cols as u64);
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch
+                    .arg(&inputs.x)
+                    .arg(&inputs.weight)
+                    .arg(bias)
+                    .arg(out)
+                    .arg(&rows)
+                    .arg(&cols)
+                    .arg(&eps);
+                // SAFETY: layernorm_naive_<T>(const T* x, const T* w, const T* b, T* y, rows,
+                // cols, eps) on buffers of the sizes checked above; threads past the last row
+                // return.
+                unsafe { launch.launch(kernel.config(&shape)?) }?;
+                Ok(())
+            }),
+        })
+    }
+
+    /// `welford_block`: a block per row, per-thread Welford merged across the block.
+    fn plan_welford_block<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+    ) -> Result<Plan<'a, T>> {
+        let kernel = self.kernel::<T>("layernorm_welford_block")?;
+        let shape = LaunchShape::linear(block_per_row_grid(rows)?, BLOCK_THREADS);
+        Ok(Plan {
+            kernel,
+            shape,
+            row_terms: block_terms(cols),
+            col_terms: 0,
+            launch: Box::new(move |inputs: &Inputs<T>, out| {
+                check_sizes(inputs, out.len(), rows, cols, rows * cols)?;
+                let bias = inputs.bias()?;
+                let cols = cols as u64;
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch
+                    .arg(&inputs.x)
+                    .arg(&inputs.weight)
+                    .arg(bias)
+                    .arg(out)
+                    .arg(&cols)
+                    .arg(&eps);
+                // SAFETY: layernorm_welford_block_<T>(const T* x, const T* w, const T* b, T* y,
+                // cols, eps), one block per row of a rows x cols buffer.
+                unsafe { launch.launch(kernel.config(&shape)?) }?;
+                Ok(())
+            }),
+        })
+    }
+
+    /// `vec_regs`: the row in registers, read once and written once.
+    fn plan_regs<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+    ) -> Result<Plan<'a, T>> {
+        let Some((group, ept)) = tier_for(&forward_tiers(T::DTYPE), cols) else {
+            return Err(Refused(format!(
+                "rows of {cols} exceed the {MAX_REGISTER_ROW} elements kept in registers \
+                 (naive and welford_block take them)"
+            ))
+            .into());
+        };
+        let name = regs_function(T::DTYPE, group, ept, load_suffix(T::DTYPE, cols));
+        let kernel = self.kernels.get(&name)?;
+        let shape = if group == 32 {
+            // A warp per row, 8 rows per block.
+            LaunchShape::linear(block_per_row_grid(rows.div_ceil(8))?, 256)
+        } else {
+            LaunchShape::linear(block_per_row_grid(rows)?, group as u32)
+        };
+        Ok(Plan {
+            kernel,
+            shape,
+            row_terms: ept + 10,
+            col_terms: 0,
+            launch: Box::new(move |inputs: &Inputs<T>, out| {
+                check_sizes(inputs, out.len(), rows, cols, rows * cols)?;
+                let bias = inputs.bias()?;
+                let (rows, cols) = (rows as u64, cols as u64);
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch
+                    .arg(&inputs.x)
+                    .arg(&inputs.weight)
+                    .arg(bias)
+                    .arg(out)
+                    .arg(&rows)
+                    .arg(&cols)
+                    .arg(&eps);
+                // SAFETY: layernorm_regs_<T>_g<G>_e<E>_<v|s>(const T* x, const T* w, const T*
+                // b, T* y, rows, cols, eps); the tier holds the row (G * E >= cols) and `_v`
+                // is chosen only when every row starts on a 16-byte boundary.
+                unsafe { launch.launch(kernel.config(&shape)?) }?;
+                Ok(())
+            }),
+        })
+    }
+
+    /// `bwd_split`: dx by a block per row (saving mean and rstd), then dw and db as two-stage
+    /// column sums that read x and dy again.
+    fn plan_bwd_split<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+    ) -> Result<Plan<'a, T>> {
+        let dx_kernel = self.kernel::<T>("layernorm_bwd_dx_block")?;
+        let partials_kernel = self.kernel::<T>("layernorm_bwd_partials")?;
+        let sums = self.kernel::<T>("column_sums")?;
+        let chunks = rows.div_ceil(CHUNK_ROWS);
+        if chunks > 65535 {
+            return Err(Refused(format!(
+                "{rows} rows need more than 65535 chunks of {CHUNK_ROWS}"
+            ))
+            .into());
+        }
+        let dx_shape = LaunchShape::linear(block_per_row_grid(rows)?, BLOCK_THREADS);
+        let partials_shape = LaunchShape {
+            grid: (
+                cols.div_ceil(BLOCK_THREADS as usize) as u32,
+                chunks as u32,
+                1,
+            ),
+            block: (BLOCK_THREADS, 1, 1),
+            dynamic_shared_bytes: 0,
+        };
+        // (mean, rstd) per row, as float2.
+        let mut stats = gpu.stream.alloc_zeros::<f32>(2 * rows)?;
+        let mut partials_w = gpu.stream.alloc_zeros::<f32>(chunks * cols)?;
+        let mut partials_b = gpu.stream.alloc_zeros::<f32>(chunks * cols)?;
+        Ok(Plan {
+            kernel: dx_kernel,
+            shape: dx_shape,
+            row_terms: block_terms(cols),
+            col_terms: column_terms(CHUNK_ROWS.min(rows), chunks),
+            launch: Box::new(move |inputs: &Inputs<T>, out| {
+                let len = backward_len(Kind::Layer, rows, cols);
+                check_sizes(inputs, out.len(), rows, cols, len)?;
+                let dy = inputs.dy()?;
+                let (mut dx, mut grads) = out.split_at_mut(rows * cols);
+                let (mut dw, mut db) = grads.split_at_mut(cols);
+                let (rows64, cols64, chunk64) = (rows as u64, cols as u64, CHUNK_ROWS as u64);
+                let mut first = gpu.stream.launch_builder(&dx_kernel.func);
+                first
+                    .arg(&inputs.x)
+                    .arg(&inputs.weight)
+                    .arg(dy)
+                    .arg(&mut dx)
+                    .arg(&mut stats)
+                    .arg(&cols64)
+                    .arg(&eps);
+                // SAFETY: layernorm_bwd_dx_block_<T>(const T* x, const T* w, const T* dy, T* dx,
+                // float2* stats, cols, eps), one block per row; dx is rows x cols, stats holds
+                // 2 x rows floats (cudaMalloc aligns it for float2).
+                unsafe { first.launch(dx_kernel.config(&dx_shape)?) }?;
+                let mut second = gpu.stream.launch_builder(&partials_kernel.func);
+                second
+                    .arg(&inputs.x)
+                    .arg(dy)
+                    .arg(&stats)
+                    .arg(&mut partials_w)
+                    .arg(&mut partials_b)
+                    .arg(&rows64)
+                    .arg(&cols64)
+                    .arg(&chunk64);
+                // SAFETY: layernorm_bwd_partials_<T>(const T* x, const T* dy, const float2*
+                // stats, float* partials_w, float* partials_b, rows, cols, chunk_rows); each
+                // partials array holds chunks x cols.
+                unsafe { second.launch(partials_kernel.config(&partials_shape)?) }?;
+                launch_column_sums(gpu, sums, &partials_w, &mut dw, chunks, cols)?;
+                launch_column_sums(gpu, sums, &partials_b, &mut db, chunks, cols)
+            }),
+        })
+    }
+
+    /// `bwd_vec_regs`: rows in registers, dx and the block's dw and db partials in one kernel,
+    /// then `column_sums` for each.
+    fn plan_bwd_regs<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+    ) -> Result<Plan<'a, T>> {
+        let Some((group, ept)) = tier_for(&backward_tiers(T::DTYPE), cols) else {
+            return Err(Refused(format!(
+                "rows of {cols} exceed the {MAX_BACKWARD_REGISTER_ROW} elements the backward \
+                 keeps in registers (bwd_split takes them)"
+            ))
+            .into());
+        };
+        let name = bwd_regs_function(T::DTYPE, group, ept, load_suffix(T::DTYPE, cols));
+        let kernel = self.kernels.get(&name)?;
+        let sums = self.kernel::<T>("column_sums")?;
+        let blocks = resident_blocks(kernel, group as u32, self.sms, rows)?;
+        let shape = LaunchShape::linear(blocks as u32, group as u32);
+        let mut partials_w = gpu.stream.alloc_zeros::<f32>(blocks * cols)?;
+        let mut partials_b = gpu.stream.alloc_zeros::<f32>(blocks * cols)?;
+        Ok(Plan {
+            kernel,
+            shape,
+            // Two block sums per row: the mean's, then the rest's.
+            row_terms: ept + 20,
+            col_terms: column_terms(rows.div_ceil(blocks), blocks),
+            launch: Box::new(move |inputs: &Inputs<T>, out| {
+                let len = backward_len(Kind::Layer, rows, cols);
+                check_sizes(inputs, out.len(), rows, cols, len)?;
+                let dy = inputs.dy()?;
+                let (mut dx, mut grads) = out.split_at_mut(rows * cols);
+                let (mut dw, mut db) = grads.split_at_mut(cols);
+                let (rows64, cols64) = (rows as u64, cols as u64);
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch
+                    .arg(&inputs.x)
+                    .arg(&inputs.weight)
+                    .arg(dy)
+                    .arg(&mut dx)
+                    .arg(&mut partials_w)
+                    .arg(&mut partials_b)
+                    .arg(&rows64)
+                    .arg(&cols64)
+                    .arg(&eps);
+                // SAFETY: layernorm_bwd_regs_<T>_g<G>_e<E>_<v|s>(const T* x, const T* w,
+                // const T* dy, T* dx, float* partials_w, float* partials_b, rows, cols, eps);
+                // the tier holds the row, `_v` only for 16-byte aligned rows, each partials
+                // array has a row per block.
+                unsafe { launch.launch(kernel.config(&shape)?) }?;
+                launch_column_sums(gpu, sums, &partials_w, &mut dw, blocks, cols)?;
+                launch_column_sums(gpu, sums, &partials_b, &mut db, blocks, cols)
+            }),
+        })
+    }
+}
+
+impl NormDay for Day12 {
+    const DAY: &'static str = "day12";
+    const TITLE: &'static str = "LayerNorm";
+    const KIND: Kind = Kind::Layer;
+    const FORWARD_VERSIONS: &'static [&'static str] = &["naive", "welford_block", "vec_regs"];
+    const BACKWARD_VERSIONS: &'static [&'static str] = &["bwd_split", "bwd_vec_regs"];
+    const DEFAULT_PROBLEMS: &'static [Shape] = &[
+        Shape::new(Pass::Forward, 16384, 4096, Dtype::Bf16),
+        Shape::new(Pass::Backward, 16384, 4096, Dtype::Bf16),
+    ];
+    const DEFAULT_EPS: f64 = 1e-5;
+
+    fn load(gpu: &Gpu) -> Result<Self> {
+        Ok(Self {
+            kernels: KernelSet::load(gpu, &SOURCE, all_functions())?,
+            sms: gpu.info.sms as usize,
+        })
+    }
+
+    fn plan<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        version: &str,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+    ) -> Result<Plan<'a, T>> {
+        match version {
+            "naive" => self.plan_naive(gpu, rows, cols, eps),
+            "welford_block" => self.plan_welford_block(gpu, rows, cols, eps),
+            "vec_regs" => self.plan_regs(gpu, rows, cols, eps),
+            "bwd_split" => self.plan_bwd_split(gpu, rows, cols, eps),
+            "bwd_vec_regs" => self.plan_bwd_regs(gpu, rows, cols, eps),
+            other => Err(Refused(format!("day12 has no version `{other}`")).into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_compiles_for_sm90_without_spilling() {
+        let names = all_functions();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &names);
+    }
+
+    #[test]
+    fn tiers_grow_and_end_at_the_register_limits() {
+        for &dtype in DTYPES {
+            let caps: Vec<usize> = forward_tiers(dtype).iter().map(|(g, e)| g * e).collect();
+            assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
+            assert_eq!(*caps.last().unwrap(), MAX_REGISTER_ROW);
+            let caps: Vec<usize> = backward_tiers(dtype).iter().map(|(g, e)| g * e).collect();
+            assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
+            assert_eq!(*caps.last().unwrap(), MAX_BACKWARD_REGISTER_ROW);
+        }
+        // The default problem's tiers: 128 threads x 32 forward, 512 x 8 backward.
+        assert_eq!(tier_for(&forward_tiers(Dtype::Bf16), 4096), Some((128, 32)));
+        assert_eq!(tier_for(&backward_tiers(Dtype::Bf16), 4096), Some((512, 8)));
+        assert_eq!(
+            tier_for(&forward_tiers(Dtype::F32), MAX_REGISTER_ROW + 1),
+            None
+        );
+    }
+}
