@@ -3,10 +3,12 @@
 # REQUIRE_NVRTC=1, then every day's default benchmark, and writes DIR/results.json for
 # `cargo xtask report`. The host needs the NVIDIA driver and NVRTC (CUDA 13), not Rust.
 #
-#   run.sh --out DIR [--days day06,day09]
+#   run.sh --out DIR [--days day06,day09] [--peers-from FILE]
 #
 # --days runs only those days' test executables, benchmarks and sweeps (the peers still run
-# whole); results.json then holds only them.
+# whole); results.json then holds only them. --peers-from takes the peers' figures from the
+# peers.json of an earlier run on the same host instead of running peers/*.py again (a run
+# split over several calls times the peers once).
 #
 # First the peers (peers/*.py, when python3 has torch and a GPU) into DIR/peers.json, which
 # every day then gets as --peers. Writes DIR/tests.log, DIR/peers.log, DIR/bench.log,
@@ -15,12 +17,14 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 
-usage() { echo "usage: $0 --out DIR [--days dayNN,dayMM]" >&2; }
+usage() { echo "usage: $0 --out DIR [--days dayNN,dayMM] [--peers-from FILE]" >&2; }
 out=""
 days=""
+peers_from=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) [ $# -ge 2 ] || { usage; exit 2; }; out=$2; shift 2 ;;
+    --peers-from) [ $# -ge 2 ] || { usage; exit 2; }; peers_from=$2; shift 2 ;;
     --days) [ $# -ge 2 ] || { usage; exit 2; }; days=",$2,"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1" >&2; usage; exit 2 ;;
@@ -78,7 +82,11 @@ done
 printf '%s' "$summary"
 
 peers_args=()
-if [ -d "$here/peers" ] && python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+if [ -n "$peers_from" ]; then
+  cp "$peers_from" "$out/peers.json" || { echo "cannot read $peers_from" >&2; exit 2; }
+  echo "== peers: from $peers_from"
+  peers_args=(--peers "$out/peers.json")
+elif [ -d "$here/peers" ] && python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "== peers (log: $out/peers.log)"
   : > "$out/peers.log"
   for p in "$here"/peers/*.py; do
