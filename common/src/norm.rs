@@ -434,6 +434,12 @@ pub fn check_backward<T: Element>(
             &[part.rows, cols],
             part.tolerance,
         );
+        if report.reference_under_atol && report.passed() {
+            // A part that vanishes at this shape (dx of one-column rows): its elements passed,
+            // and its L2 error, relative to rounding noise, must not decide the merged report.
+            report.rel_l2_err = 0.0;
+            report.reference_under_atol = false;
+        }
         if !report.passed() && failing_tolerance.is_none() {
             failing_tolerance = Some((part.tolerance, report.rel_l2_err));
         }
