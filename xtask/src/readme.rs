@@ -155,9 +155,12 @@ pub fn report(root: &Path, results_paths: &[PathBuf], allow_dirty: bool) -> Resu
         )?;
         eprintln!("{}: table written to {}", day.package, readme.display());
     }
-    let index = index_block(&days, &results);
+    let root_readme = root.join("README.md");
+    let previous = fs::read_to_string(&root_readme)
+        .with_context(|| format!("reading {}", root_readme.display()))?;
+    let index = index_block(&days, &results, &previous);
     rewrite_between(
-        &root.join("README.md"),
+        &root_readme,
         "<!-- index:begin -->",
         "<!-- index:end -->",
         &index,
@@ -203,7 +206,14 @@ fn day_block(
         .flat_map(|r| &r.rows)
         .find_map(|r| r.timing.map(|t| t.runs))
         .unwrap_or(0);
-    let what = if first.is_compute_bound() {
+    let what = if first.is_compute_bound() && first.ceiling.is_none() {
+        format!(
+            "Median and minimum of up to {runs} timed runs per kernel after warm-up (slow kernels \
+             get fewer, at least 3); TFLOP/s counts the FLOPs of the problem (for attention, the \
+             multiply-adds of Q K^T and P V that the mask leaves, times 2); `(peer)` rows were \
+             timed by `peers/` in the same run and are counted the same way."
+        )
+    } else if first.is_compute_bound() {
         format!(
             "Median and minimum of up to {runs} timed runs per kernel after warm-up (slow kernels \
              get fewer, at least 3); TFLOP/s counts 2mnk per run; \"% {0}\" is against {0} \
@@ -237,7 +247,14 @@ fn day_block(
         );
     }
     if has_plot {
-        out += &if first.is_compute_bound() {
+        out += &if first.is_compute_bound() && first.ceiling.is_none() {
+            format!(
+                "\n![TFLOP/s against sequence length, {}](sweep.svg)\n\n`--sweep`: every \
+                 version and the peers from 512 to 16384 tokens per sequence at 16384 tokens \
+                 in all, same run.\n",
+                first.day
+            )
+        } else if first.is_compute_bound() {
             format!(
                 "\n![TFLOP/s against size, {}](sweep.svg)\n\n`--sweep`: cuBLAS and every \
                  version on square problems from 256 to 8192, same run.\n",
@@ -254,12 +271,14 @@ fn day_block(
     out
 }
 
-/// The root README's index: every day, with its best kernel on each of its problems and what
-/// it is measured against (the copy ceiling and the best peer, or cuBLAS).
-fn index_block(days: &[DayFolder], results: &RunResults) -> String {
+/// The root README's index: every day, with its best kernel on each of its problems, what it
+/// is measured against (the copy ceiling and the best peer, or cuBLAS), and the run it comes
+/// from. Days this run did not measure keep their rows from `previous` (the README as it is),
+/// so a run of some days updates theirs and leaves the others' figures with their own run.
+fn index_block(days: &[DayFolder], results: &RunResults, previous: &str) -> String {
     let mut out = String::from(
-        "| day | topic | problem | best kernel | median ms | throughput | of the ceiling | peer |\n\
-         |---|---|---|---|---:|---:|---:|---:|\n",
+        "| day | topic | problem | best kernel | median ms | throughput | of the ceiling | peer \
+         | run |\n|---|---|---|---|---:|---:|---:|---:|---|\n",
     );
     let mut device_line = None;
     for day in days {
@@ -285,38 +304,102 @@ fn index_block(days: &[DayFolder], results: &RunResults) -> String {
                         ceiling.version
                     ),
                 ),
-                None => (
-                    format!("{:.0} GB/s", best.gb_per_s.unwrap_or(0.0)),
-                    format!(
-                        "{:.1}% of copy",
-                        best.fraction_of_copy.unwrap_or(0.0) * 100.0
-                    ),
-                    report
+                None => {
+                    let fastest = report
                         .peers
                         .iter()
-                        .min_by(|a, b| a.median_ms.total_cmp(&b.median_ms))
-                        .map_or_else(String::new, |p| {
-                            format!(
-                                "{:.0} GB/s ({})",
-                                common::bench::gb_per_s(report.bytes_per_run, p.median_ms),
-                                p.peer
-                            )
+                        .min_by(|a, b| a.median_ms.total_cmp(&b.median_ms));
+                    let throughput = |ms: f64| match report.flops_per_run {
+                        Some(flops) => format!("{:.1} TFLOP/s", flops as f64 / (ms * 1e9)),
+                        None => format!(
+                            "{:.0} GB/s",
+                            common::bench::gb_per_s(report.bytes_per_run, ms)
+                        ),
+                    };
+                    // Compute-bound days without a ceiling row (attention) are measured
+                    // against their fastest peer, memory-bound ones against the copy.
+                    let fraction = match (report.flops_per_run, fastest) {
+                        (Some(_), Some(p)) => {
+                            format!("{:.2}x {}", p.median_ms / t.median_ms, p.peer)
+                        }
+                        _ => format!(
+                            "{:.1}% of copy",
+                            best.fraction_of_copy.unwrap_or(0.0) * 100.0
+                        ),
+                    };
+                    (
+                        throughput(t.median_ms),
+                        fraction,
+                        fastest.map_or_else(String::new, |p| {
+                            format!("{} ({})", throughput(p.median_ms), p.peer)
                         }),
-                ),
+                    )
+                }
             };
             out += &format!(
-                "| {link} | {} | {} | {} | {:.4} | {throughput} | {fraction} | {peer} |\n",
-                day.topic, report.problem, best.version, t.median_ms,
+                "| {link} | {} | {} | {} | {:.4} | {throughput} | {fraction} | {peer} | {} |\n",
+                day.topic,
+                report.problem,
+                best.version,
+                t.median_ms,
+                run_tag(results),
             );
         }
         if !any {
-            out += &format!("| {link} | {} | | not measured | | | | |\n", day.topic);
+            let kept = previous_rows(previous, &link);
+            if kept.is_empty() {
+                out += &format!("| {link} | {} | | not measured | | | | | |\n", day.topic);
+            } else {
+                out += &kept;
+            }
         }
     }
     if let Some(line) = device_line {
-        out = format!("Measured on {line}.\n\n{out}");
+        out = format!(
+            "The latest run: {line}. Each row names the run (commit, date) its figures come \
+             from; the day's README has that run's full tables.\n\n{out}"
+        );
     }
     out
+}
+
+/// `commit, date` of a run, for the index's last column.
+fn run_tag(results: &RunResults) -> String {
+    format!(
+        "`{}`, {}",
+        results.commit.get(..12).unwrap_or(&results.commit),
+        results.run_at.get(..10).unwrap_or(&results.run_at)
+    )
+}
+
+/// The index rows of the day linked as `link` in `previous` (the README before this report),
+/// each with the run it came from. Rows written before the index named runs get the commit
+/// and date of the heading that was above them.
+fn previous_rows(previous: &str, link: &str) -> String {
+    let heading_run = previous
+        .lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix("Measured on ")?;
+            let (_, after) = rest.split_once(", on ")?;
+            let (date, commit) = after.split_once(", commit ")?;
+            Some(format!("{}, {date}", commit.trim_end_matches('.')))
+        })
+        .unwrap_or_default();
+    let mut rows = String::new();
+    for line in previous.lines() {
+        if !line.starts_with(&format!("| {link} |")) || line.contains("| not measured |") {
+            continue;
+        }
+        // The old layout had 8 columns; the run column is the 9th.
+        let columns = line.trim_end_matches('|').matches(" | ").count() + 1;
+        if columns == 8 {
+            rows += &format!("{line} {heading_run} |\n");
+        } else {
+            rows += line;
+            rows.push('\n');
+        }
+    }
+    rows
 }
 
 /// Replaces the text between two marker lines of `path`, keeping the markers.
@@ -354,6 +437,23 @@ mod tests {
             replace_between(&out, "<!-- a -->", "<!-- b -->", "new\n").unwrap(),
             out
         );
+    }
+
+    #[test]
+    fn days_not_in_the_run_keep_their_rows_with_their_run() {
+        let old = "Measured on NVIDIA H100 (sm_90) with driver CUDA 13.0, on 2026-11-20, commit \
+                   `abc123`.\n\n| day | topic |\n|---|---|\n\
+                   | [day00](day00_vector_add/) | vector add | n | vec4 | 0.27 | 3019 GB/s | 100% |  |\n\
+                   | [day01](day01_naive_softmax/) | naive softmax | | not measured | | | | |\n";
+        let rows = previous_rows(old, "[day00](day00_vector_add/)");
+        assert_eq!(
+            rows,
+            "| [day00](day00_vector_add/) | vector add | n | vec4 | 0.27 | 3019 GB/s | 100% |  | \
+             `abc123`, 2026-11-20 |\n"
+        );
+        // Rows that already name their run are kept as they are.
+        assert_eq!(previous_rows(&rows, "[day00](day00_vector_add/)"), rows);
+        assert_eq!(previous_rows(old, "[day01](day01_naive_softmax/)"), "");
     }
 
     #[test]
