@@ -26,12 +26,15 @@
 //   vec       one thread per 2 packs of 16 bytes (8 bf16/f16 or 4 f32 each), both loaded before
 //             either is used; the leftover n % pack elements are done by the one thread whose
 //             pack index is just past the last whole pack
+//   vec_fast  (GELU ops only) one pack per thread, __launch_bounds__(256, 8) (<= 32 registers,
+//             every warp slot of the SM filled), __expf in the sigmoid and erf's gradient
 //   unfused   (SwiGLU only) silu(g) into a temporary of T, then temporary * x: torch's two
 //             kernels, vectorized like `vec`, for what the extra round trip costs
 //   bias_dropout_add scalar / vec: a thread owns columns (their bias in registers) and walks
 //             4 rows at a time
 //
 // Run: cargo run --release -p day13 -- --op swiglu --kernel unfused,vec
+//      cargo run --release -p day13 -- --op gelu_tanh,gelu_erf,gelu_tanh_bwd --kernel vec,vec_fast
 //
 // Every pointer comes from a whole allocation (256-byte aligned) except SwiGLU's dx, which sits
 // n elements after dg in one output buffer: its stores check alignment at run time.
@@ -46,28 +49,45 @@
 // sigmoid of ~1e-35 (already 0 in every storage type) and keeps s * (1 - s) from 0 * inf = NaN.
 #define EXP_ARG_MAX 80.0f
 
+// The two ways to take e^a. `expf` is the accurate one (2 ulp, ~8 instructions: a range
+// reduction around MUFU.EX2). `__expf` is ex2.approx(a log2 e): one multiply and MUFU.EX2, with
+// the error 2 + floor(|1.173 a|) ulp (the CUDA math guide), the rounding of a log2 e magnified
+// by |a|. `vec_fast` takes it; the README derives why the tolerance still holds.
+struct AccurateExp {
+    __device__ static float exp(float a) { return expf(a); }
+};
+struct FastExp {
+    __device__ static float exp(float a) { return __expf(a); }
+};
+
 // sigmoid(v) and 1 - sigmoid(v) = e^-v sigmoid(v), without cancellation on either side.
+template <typename Exp>
 __device__ __forceinline__ float sigmoid_pair(float v, float& one_minus) {
-    const float e = expf(fminf(-v, EXP_ARG_MAX));
+    const float e = Exp::exp(fminf(-v, EXP_ARG_MAX));
     const float s = __fdividef(1.0f, 1.0f + e);  // 1 + e is in [1, 2^126]: __fdividef is exact to 2 ulp
     one_minus = e * s;
     return s;
 }
 
 // ---- the ops: IN inputs to OUT outputs, one element, f32 ----
+// The GELU ops that take an exponential are templates on it (`GeluTanh` is the accurate one,
+// `GeluTanhWith<FastExp>` the one of `vec_fast`); erff has no fast form worth its error.
 
-struct GeluTanh {
+template <typename Exp>
+struct GeluTanhWith {
     static constexpr int IN = 1, OUT = 1;
     __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
         const float x = in[0];
         const float u = SQRT_2_OVER_PI * fmaf(GELU_CUBIC * x, x * x, x);
         float unused;
-        out[0] = x * sigmoid_pair(2.0f * u, unused);
+        out[0] = x * sigmoid_pair<Exp>(2.0f * u, unused);
     }
 };
+using GeluTanh = GeluTanhWith<AccurateExp>;
 
 // in: dy, x
-struct GeluTanhBwd {
+template <typename Exp>
+struct GeluTanhBwdWith {
     static constexpr int IN = 2, OUT = 1;
     __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
         const float dy = in[0], x = in[1];
@@ -75,10 +95,11 @@ struct GeluTanhBwd {
         const float u = SQRT_2_OVER_PI * fmaf(GELU_CUBIC * x, x2, x);
         const float du = SQRT_2_OVER_PI * fmaf(3.0f * GELU_CUBIC, x2, 1.0f);
         float one_minus;
-        const float s = sigmoid_pair(2.0f * u, one_minus);
+        const float s = sigmoid_pair<Exp>(2.0f * u, one_minus);
         out[0] = dy * fmaf(x * s * one_minus, 2.0f * du, s);
     }
 };
+using GeluTanhBwd = GeluTanhBwdWith<AccurateExp>;
 
 struct GeluErf {
     static constexpr int IN = 1, OUT = 1;
@@ -89,21 +110,23 @@ struct GeluErf {
 };
 
 // in: dy, x
-struct GeluErfBwd {
+template <typename Exp>
+struct GeluErfBwdWith {
     static constexpr int IN = 2, OUT = 1;
     __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
         const float dy = in[0], x = in[1];
         const float cdf = 0.5f * (1.0f + erff(x * INV_SQRT_2));
-        const float density = INV_SQRT_2PI * expf(-0.5f * x * x);
+        const float density = INV_SQRT_2PI * Exp::exp(-0.5f * x * x);
         out[0] = dy * fmaf(x, density, cdf);
     }
 };
+using GeluErfBwd = GeluErfBwdWith<AccurateExp>;
 
 struct Silu {
     static constexpr int IN = 1, OUT = 1;
     __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
         float unused;
-        out[0] = in[0] * sigmoid_pair(in[0], unused);
+        out[0] = in[0] * sigmoid_pair<AccurateExp>(in[0], unused);
     }
 };
 
@@ -120,7 +143,7 @@ struct Swiglu {
     __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
         const float g = in[0], x = in[1];
         float unused;
-        out[0] = g * sigmoid_pair(g, unused) * x;
+        out[0] = g * sigmoid_pair<AccurateExp>(g, unused) * x;
     }
 };
 
@@ -130,7 +153,7 @@ struct SwigluBwd {
     __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
         const float dout = in[0], g = in[1], x = in[2];
         float one_minus;
-        const float s = sigmoid_pair(g, one_minus);
+        const float s = sigmoid_pair<AccurateExp>(g, one_minus);
         out[0] = dout * x * s * fmaf(g, one_minus, 1.0f);
         out[1] = dout * g * s;
     }
@@ -161,19 +184,20 @@ __device__ __forceinline__ void map_scalar(const T* const (&in)[Op::IN], T* cons
 // SM to keep ~64 KB per input in flight per SM (the copy needs ~25 KB at 3 TB/s and ~1 us).
 #define PACKS_PER_THREAD 2
 
-// grid(ceil((n / N + 1) / (256 * 2))), block(256), N = 16 / sizeof(T): thread t of block b
-// owns packs b * 512 + t and b * 512 + 256 + t (coalesced: a warp's 32 packs are 512
-// contiguous bytes). The thread whose pack index equals n / N does the n % N leftovers.
-template <typename T, typename Op>
+// grid(ceil((n / N + 1) / (256 * P))), block(256), N = 16 / sizeof(T), P = PACKS (2 in `vec`):
+// thread t of block b owns packs b * 256P + t, b * 256P + 256 + t, ... (coalesced: a warp's 32
+// packs are 512 contiguous bytes). The thread whose pack index equals n / N does the n % N
+// leftovers.
+template <typename T, typename Op, int PACKS = PACKS_PER_THREAD>
 __device__ __forceinline__ void map_vec(const T* const (&in)[Op::IN], T* const (&out)[Op::OUT],
                                         index_t n) {
     constexpr int N = Pack16<T>::N;
     const index_t packs = n / N;
-    const index_t first = (index_t)blockIdx.x * blockDim.x * PACKS_PER_THREAD + threadIdx.x;
+    const index_t first = (index_t)blockIdx.x * blockDim.x * PACKS + threadIdx.x;
 
-    Pack16<T> p[PACKS_PER_THREAD][Op::IN];
+    Pack16<T> p[PACKS][Op::IN];
 #pragma unroll
-    for (int j = 0; j < PACKS_PER_THREAD; ++j) {
+    for (int j = 0; j < PACKS; ++j) {
         const index_t pack = first + (index_t)j * blockDim.x;
         if (pack < packs) {
 #pragma unroll
@@ -181,7 +205,7 @@ __device__ __forceinline__ void map_vec(const T* const (&in)[Op::IN], T* const (
         }
     }
 #pragma unroll
-    for (int j = 0; j < PACKS_PER_THREAD; ++j) {
+    for (int j = 0; j < PACKS; ++j) {
         const index_t pack = first + (index_t)j * blockDim.x;
         if (pack < packs) {
             Pack16<T> q[Op::OUT];
@@ -238,6 +262,30 @@ __device__ __forceinline__ void map_vec(const T* const (&in)[Op::IN], T* const (
         const T* const in[2] = {a, b};                                                          \
         T* const out[1] = {y};                                                                  \
         map_vec<T, OP>(in, out, n);                                                             \
+    }
+
+// `vec_fast` (the GELU ops): the `vec` mapping with FAST_PACKS_PER_THREAD packs per thread,
+// __expf for the exponentials, and __launch_bounds__(256, 8) so that ptxas keeps the kernel in
+// 32 registers: 8 blocks of 256 = 2048 threads, every warp slot of the SM filled.
+#define FAST_PACKS_PER_THREAD 1
+#define FAST_MIN_BLOCKS 8
+
+// grid(ceil((n / N + 1) / 256)), block(256): as `vec`, one pack per thread.
+#define FAST_UNARY(NAME, OP, T, TNAME, N)                                                       \
+    KERNEL void __launch_bounds__(256, FAST_MIN_BLOCKS)                                         \
+        NAME##_vec_fast_##TNAME##x##N(const T* __restrict__ x, T* __restrict__ y, index_t n) {  \
+        const T* const in[1] = {x};                                                             \
+        T* const out[1] = {y};                                                                  \
+        map_vec<T, OP, FAST_PACKS_PER_THREAD>(in, out, n);                                      \
+    }
+
+#define FAST_BINARY(NAME, OP, T, TNAME, N)                                                      \
+    KERNEL void __launch_bounds__(256, FAST_MIN_BLOCKS)                                         \
+        NAME##_vec_fast_##TNAME##x##N(const T* __restrict__ a, const T* __restrict__ b,         \
+                                      T* __restrict__ y, index_t n) {                           \
+        const T* const in[2] = {a, b};                                                          \
+        T* const out[1] = {y};                                                                  \
+        map_vec<T, OP, FAST_PACKS_PER_THREAD>(in, out, n);                                      \
     }
 
 // SwiGLU backward: (dout, g, x) to one buffer holding dg (n elements) then dx (n elements).
@@ -372,7 +420,11 @@ __device__ __forceinline__ void bias_dropout_add(const T* __restrict__ x, const 
     BINARY(swiglu, Swiglu, T, TNAME, N)         \
     BINARY(mul, Mul, T, TNAME, N)               \
     SWIGLU_BWD(T, TNAME, N)                     \
-    BIAS_DROPOUT_ADD(T, TNAME, N)
+    BIAS_DROPOUT_ADD(T, TNAME, N)               \
+    FAST_UNARY(gelu_tanh, GeluTanhWith<FastExp>, T, TNAME, N)          \
+    FAST_UNARY(gelu_erf, GeluErf, T, TNAME, N)                         \
+    FAST_BINARY(gelu_tanh_bwd, GeluTanhBwdWith<FastExp>, T, TNAME, N)  \
+    FAST_BINARY(gelu_erf_bwd, GeluErfBwdWith<FastExp>, T, TNAME, N)
 
 ALL_KERNELS(float, f32, 4)
 ALL_KERNELS(f16_t, f16, 8)

@@ -1,6 +1,7 @@
 //! Day 13: element-wise activations (GELU tanh and erf, SwiGLU, their gradients) and a fused
 //! bias-dropout-add. The launchers for `activations.cu`: each op in a scalar and a 16-byte
-//! vectorized version, SwiGLU also as torch runs it (two kernels), every storage type.
+//! vectorized version, SwiGLU also as torch runs it (two kernels), the GELU ops also in a
+//! `vec_fast` version (`__expf`, one pack per thread, full occupancy), every storage type.
 
 pub mod problem;
 
@@ -23,12 +24,14 @@ pub const SOURCE: KernelSource = KernelSource {
 pub const DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::Bf16];
 
 /// Every version name, in table order (each op runs the ones it has).
-pub const VERSIONS: &[&str] = &["unfused", "scalar", "vec"];
+pub const VERSIONS: &[&str] = &["unfused", "scalar", "vec", "vec_fast"];
 
 /// Threads per block of the element-wise kernels.
 const THREADS: usize = 256;
 /// Packs per thread in the `_vec` kernels (`PACKS_PER_THREAD` in the .cu).
 const PACKS_PER_THREAD: usize = 2;
+/// Packs per thread in the `_vec_fast` kernels (`FAST_PACKS_PER_THREAD`).
+const FAST_PACKS_PER_THREAD: usize = 1;
 /// Rows a bias-dropout-add thread walks at once (`BDA_ROWS`).
 const BDA_ROWS: usize = 4;
 
@@ -87,11 +90,16 @@ impl Op {
     }
 
     pub fn versions(self) -> &'static [&'static str] {
-        if self == Op::Swiglu {
-            VERSIONS
-        } else {
-            &VERSIONS[1..]
+        match self {
+            Op::Swiglu => &VERSIONS[..3],
+            Op::SwigluBwd | Op::BiasDropoutAdd => &VERSIONS[1..3],
+            Op::GeluTanh | Op::GeluErf | Op::GeluTanhBwd | Op::GeluErfBwd => &VERSIONS[1..],
         }
+    }
+
+    /// The ops with a `vec_fast` kernel: the GELU forms and their gradients.
+    fn has_fast(self) -> bool {
+        self.versions().contains(&"vec_fast")
     }
 
     /// The storage type of the op's default problem.
@@ -117,6 +125,10 @@ fn vec_function(name: &str, dtype: Dtype) -> String {
     format!("{name}_vec_{dtype}x{}", pack(dtype))
 }
 
+fn vec_fast_function(name: &str, dtype: Dtype) -> String {
+    format!("{name}_vec_fast_{dtype}x{}", pack(dtype))
+}
+
 fn all_functions() -> Vec<String> {
     let names = Op::ALL.iter().map(|op| op.name()).chain(["silu", "mul"]);
     let mut functions = Vec::new();
@@ -126,7 +138,21 @@ fn all_functions() -> Vec<String> {
             functions.push(vec_function(name, dtype));
         }
     }
+    for op in Op::ALL.into_iter().filter(|op| op.has_fast()) {
+        for &dtype in DTYPES {
+            functions.push(vec_fast_function(op.name(), dtype));
+        }
+    }
     functions
+}
+
+/// How an element-wise kernel maps threads to elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mapping {
+    /// One thread per element.
+    Scalar,
+    /// `packs` 16-byte packs per thread, plus one slot for the leftovers.
+    Packed { packs: usize },
 }
 
 /// Enqueues one run of a version, writing the op's outputs into the buffer it is given.
@@ -169,14 +195,23 @@ impl Activations {
             (Op::BiasDropoutAdd, _) => self.plan_bias_dropout_add(gpu, version == "vec", inputs),
             (Op::Swiglu, "unfused") => self.plan_unfused_swiglu(gpu, inputs),
             (_, v) => {
-                let vec = v == "vec";
-                let name = if vec {
-                    vec_function(op.name(), T::DTYPE)
-                } else {
-                    scalar_function(op.name(), T::DTYPE)
+                let (name, mapping) = match v {
+                    "vec" => (
+                        vec_function(op.name(), T::DTYPE),
+                        Mapping::Packed {
+                            packs: PACKS_PER_THREAD,
+                        },
+                    ),
+                    "vec_fast" => (
+                        vec_fast_function(op.name(), T::DTYPE),
+                        Mapping::Packed {
+                            packs: FAST_PACKS_PER_THREAD,
+                        },
+                    ),
+                    _ => (scalar_function(op.name(), T::DTYPE), Mapping::Scalar),
                 };
                 let kernel = self.kernels.get(&name)?;
-                let shape = elementwise_shape(vec, inputs.elements(), T::DTYPE);
+                let shape = elementwise_shape(mapping, inputs.elements(), T::DTYPE);
                 Ok(Plan {
                     kernel,
                     shape,
@@ -189,7 +224,7 @@ impl Activations {
                             launch.arg(t);
                         }
                         launch.arg(out).arg(&n);
-                        // SAFETY: matches `<op>[_vec]_<T>(const T* in..., T* out, index_t n)`
+                        // SAFETY: matches `<op>[_vec|_vec_fast]_<T>(const T* in..., T* out, n)`
                         // with the op's inputs in order, each of n elements (checked), and an
                         // output of n * outputs elements (checked); the grid covers n.
                         unsafe { launch.launch(kernel.config(&shape)?) }?;
@@ -209,7 +244,13 @@ impl Activations {
         let silu = self.kernels.get(&vec_function("silu", T::DTYPE))?;
         let mul = self.kernels.get(&vec_function("mul", T::DTYPE))?;
         let n = inputs.elements();
-        let shape = elementwise_shape(true, n, T::DTYPE);
+        let shape = elementwise_shape(
+            Mapping::Packed {
+                packs: PACKS_PER_THREAD,
+            },
+            n,
+            T::DTYPE,
+        );
         // SAFETY: every element is written by the silu kernel before the mul kernel reads it.
         let mut silu_g = unsafe { gpu.stream.alloc::<T>(n) }?;
         Ok(Plan {
@@ -298,12 +339,12 @@ impl Activations {
     }
 }
 
-/// Scalar: one thread per element. Vec: two packs per thread, plus one slot for the leftovers.
-fn elementwise_shape(vec: bool, n: usize, dtype: Dtype) -> LaunchShape {
-    let threads_needed = if vec {
-        (n / pack(dtype) + 1).div_ceil(PACKS_PER_THREAD)
-    } else {
-        n
+/// Blocks of 256 threads covering n elements: one thread per element, or `packs` packs per
+/// thread over the n / pack whole packs plus one slot for the leftovers.
+fn elementwise_shape(mapping: Mapping, n: usize, dtype: Dtype) -> LaunchShape {
+    let threads_needed = match mapping {
+        Mapping::Packed { packs } => (n / pack(dtype) + 1).div_ceil(packs),
+        Mapping::Scalar => n,
     };
     // Saturates: an impossible grid is refused by `Kernel::config`.
     let blocks = threads_needed.div_ceil(THREADS).min(u32::MAX as usize) as u32;
@@ -346,9 +387,34 @@ mod tests {
     #[test]
     fn vec_grids_leave_one_slot_for_the_leftovers() {
         // 4096 bf16 = 512 packs + 1 leftover slot = 513 slots, 2 per thread: 257 threads.
-        assert_eq!(elementwise_shape(true, 4096, Dtype::Bf16).grid.0, 2);
-        assert_eq!(elementwise_shape(true, 1, Dtype::F32).grid.0, 1);
-        assert_eq!(elementwise_shape(false, 257, Dtype::F32).grid.0, 2);
+        let vec = Mapping::Packed {
+            packs: PACKS_PER_THREAD,
+        };
+        let fast = Mapping::Packed {
+            packs: FAST_PACKS_PER_THREAD,
+        };
+        assert_eq!(elementwise_shape(vec, 4096, Dtype::Bf16).grid.0, 2);
+        assert_eq!(elementwise_shape(vec, 1, Dtype::F32).grid.0, 1);
+        assert_eq!(
+            elementwise_shape(Mapping::Scalar, 257, Dtype::F32).grid.0,
+            2
+        );
+        // One pack per thread: 513 slots need 3 blocks; 255 packs + 1 slot fit in one.
+        assert_eq!(elementwise_shape(fast, 4096, Dtype::Bf16).grid.0, 3);
+        assert_eq!(elementwise_shape(fast, 2040, Dtype::Bf16).grid.0, 1);
+    }
+
+    #[test]
+    fn only_the_gelu_ops_have_a_fast_version() {
+        let fast: Vec<Op> = Op::ALL.into_iter().filter(|op| op.has_fast()).collect();
+        assert_eq!(
+            fast,
+            [Op::GeluTanh, Op::GeluErf, Op::GeluTanhBwd, Op::GeluErfBwd]
+        );
+        assert_eq!(
+            vec_fast_function("gelu_erf_bwd", Dtype::F16),
+            "gelu_erf_bwd_vec_fast_f16x8"
+        );
     }
 
     #[test]

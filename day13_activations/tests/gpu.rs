@@ -1,7 +1,8 @@
 //! day13 on the GPU: every op, version and storage type against the f64 reference, over
 //! shapes whose element counts are 1, primes, and not multiples of the 16-byte pack, of the
 //! 256-thread block or of a vec block's 512 packs; bias-dropout-add also with widths that no
-//! pack divides (the one-column kernel) and more row groups than the grid's 65535 in y.
+//! pack divides (the one-column kernel) and more row groups than the grid's 65535 in y. The
+//! GELU ops' `vec_fast` runs over the same shapes and all three storage types.
 
 use common::session::{Refused, launch_and_read};
 use common::{Element, Gpu, check, testing};
@@ -83,6 +84,13 @@ fn wrong_versions_and_sizes_are_refused() {
         .unwrap();
     let Err(err) = day.plan::<f32>(&gpu, "unfused", &inputs) else {
         panic!("gelu_tanh has no unfused version");
+    };
+    assert!(err.is::<Refused>(), "{err}");
+    let swiglu = HostInputs::<f32>::random(Op::Swiglu, 2, 8, 0)
+        .upload(&gpu)
+        .unwrap();
+    let Err(err) = day.plan::<f32>(&gpu, "vec_fast", &swiglu) else {
+        panic!("swiglu has no vec_fast version");
     };
     assert!(err.is::<Refused>(), "{err}");
 
