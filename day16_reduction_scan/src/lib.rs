@@ -1,5 +1,5 @@
 //! Day 16: reductions and scans. [`reduce`] launches the sum, count, dot-product and
-//! segment-sum kernels of `reduce.cu`; [`scan`] the three prefix sums of `scan.cu`. Each
+//! segment-sum kernels of `reduce.cu`; [`scan`] the four prefix sums of `scan.cu`. Each
 //! launcher checks sizes, picks its launch shape and states its summation depth, from which
 //! `common::reference::reduce` derives the check's tolerance.
 
@@ -73,6 +73,10 @@ mod tests {
         assert_eq!(
             Scans::depth(ScanVersion::DecoupledLookback, n, n - 1),
             64 + (n / scan::TILE - 1) as u64
+        );
+        assert_eq!(
+            Scans::depth(ScanVersion::DecoupledLookbackFast, n, n - 1),
+            64 + (n / scan::FAST_TILE - 1) as u64
         );
         // 2^28 -> 65536 tile totals -> 16 -> 1: three levels.
         assert_eq!(Scans::depth(ScanVersion::Hierarchical, n, n - 1), 192);

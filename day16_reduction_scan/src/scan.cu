@@ -13,11 +13,13 @@
 //                       Decoupled Look-back", 2016): each block publishes its tile's total,
 //                       then its inclusive prefix, and learns its own prefix by looking back
 //                       at its predecessors' published words (2n traffic)
+//   decoupled_lookback_fast  the same with relaxed (fence-free) publishes and polls, tiles of
+//                       8192, and a look-back that waits only for the lanes it will add
 //
 // Run: cargo run --release -p day16 -- --problem scan --kernel decoupled_lookback
 //
 // Every version scans tiles with the same block code: 256 threads, 16 elements per thread,
-// 4096 elements (16 KB of f32) per tile. Each is instantiated for f32 and i32; the i32 scan is
+// 4096 elements (16 KB of f32) per tile (the fast look-back: 32 per thread, 8192 per tile). Each is instantiated for f32 and i32; the i32 scan is
 // exact, so it checks the indexing to the last element where an f32 scan's rounding would
 // hide an element counted twice.
 #include "common.cuh"
@@ -44,24 +46,27 @@ template <> struct Vec4<int> { typedef int4 type; };
 // and a thread's 4 packs are independent loads in flight together. A thread's elements are
 // not contiguous: the scan runs in 4 rounds, one per pack: each lane scans its 4 elements, the
 // warp scans the 32 pack totals with shuffles, and a carry runs from pack k to pack k + 1.
-__device__ __forceinline__ index_t item_index(int k, int j) {
+//
+// The helpers below take the packs per thread `P` as a template parameter (default PACKS, the
+// 4096-element tile of the first three versions); decoupled_lookback_fast uses P = 8.
+template <int P = PACKS> __device__ __forceinline__ index_t item_index(int k, int j) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    return (index_t)warp * WARP_TILE + (index_t)(k * 32 + lane) * 4 + j;
+    return (index_t)warp * (32 * 4 * P) + (index_t)(k * 32 + lane) * 4 + j;
 }
 
-// Loads the tile that starts at `base` (a multiple of TILE, so 16-byte aligned); elements
+// Loads the tile that starts at `base` (a multiple of the tile, so 16-byte aligned); elements
 // past n read as 0, which changes no prefix before them.
-template <typename T>
+template <typename T, int P = PACKS>
 __device__ __forceinline__ void load_tile(const T* __restrict__ in, index_t base, index_t n,
-                                          T v[ITEMS]) {
+                                          T v[4 * P]) {
     typedef typename Vec4<T>::type V;
-    if (base + TILE <= n) {
-        V p[PACKS];
+    if (base + SCAN_THREADS * 4 * P <= n) {
+        V p[P];
 #pragma unroll
-        for (int k = 0; k < PACKS; ++k)
-            p[k] = *reinterpret_cast<const V*>(in + base + item_index(k, 0));
+        for (int k = 0; k < P; ++k)
+            p[k] = *reinterpret_cast<const V*>(in + base + item_index<P>(k, 0));
 #pragma unroll
-        for (int k = 0; k < PACKS; ++k) {
+        for (int k = 0; k < P; ++k) {
             v[4 * k] = p[k].x;
             v[4 * k + 1] = p[k].y;
             v[4 * k + 2] = p[k].z;
@@ -70,36 +75,36 @@ __device__ __forceinline__ void load_tile(const T* __restrict__ in, index_t base
     } else {
         // The last, partial tile: scalar loads, guarded (n need not be a multiple of 4).
 #pragma unroll
-        for (int k = 0; k < PACKS; ++k)
+        for (int k = 0; k < P; ++k)
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                const index_t i = base + item_index(k, j);
+                const index_t i = base + item_index<P>(k, j);
                 v[4 * k + j] = i < n ? in[i] : T(0);
             }
     }
 }
 
 // Stores v[] + offset[pack] for the tile at `base`.
-template <typename T>
+template <typename T, int P = PACKS>
 __device__ __forceinline__ void store_tile(T* __restrict__ out, index_t base, index_t n,
-                                           const T v[ITEMS], const T offset[PACKS]) {
+                                           const T v[4 * P], const T offset[P]) {
     typedef typename Vec4<T>::type V;
-    if (base + TILE <= n) {
+    if (base + SCAN_THREADS * 4 * P <= n) {
 #pragma unroll
-        for (int k = 0; k < PACKS; ++k) {
+        for (int k = 0; k < P; ++k) {
             V p;
             p.x = v[4 * k] + offset[k];
             p.y = v[4 * k + 1] + offset[k];
             p.z = v[4 * k + 2] + offset[k];
             p.w = v[4 * k + 3] + offset[k];
-            *reinterpret_cast<V*>(out + base + item_index(k, 0)) = p;
+            *reinterpret_cast<V*>(out + base + item_index<P>(k, 0)) = p;
         }
     } else {
 #pragma unroll
-        for (int k = 0; k < PACKS; ++k)
+        for (int k = 0; k < P; ++k)
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                const index_t i = base + item_index(k, j);
+                const index_t i = base + item_index<P>(k, j);
                 if (i < n) out[i] = v[4 * k + j] + offset[k];
             }
     }
@@ -124,17 +129,17 @@ template <typename T> __device__ __forceinline__ T warp_sum_t(T v) {
     return v;
 }
 
-// Scans the tile held in v[] (16 per thread). On return v[] holds, per pack, the prefix within
+// Scans the tile held in v[] (4 * P per thread). On return v[] holds, per pack, the prefix within
 // the pack, and offset[k] what each element of pack k must still add to become the prefix
 // within the tile; the return value is the tile's total, the same in every thread.
 // `warp_totals` is SCAN_WARPS values of shared memory; the caller must not reuse it before a
 // barrier.
-template <typename T>
-__device__ __forceinline__ T scan_tile(T v[ITEMS], T offset[PACKS], T* warp_totals) {
+template <typename T, int P = PACKS>
+__device__ __forceinline__ T scan_tile(T v[4 * P], T offset[P], T* warp_totals) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     T carry = 0;  // the sum of this warp's packs before pack k
 #pragma unroll
-    for (int k = 0; k < PACKS; ++k) {
+    for (int k = 0; k < P; ++k) {
         v[4 * k + 1] += v[4 * k];
         v[4 * k + 2] += v[4 * k + 1];
         v[4 * k + 3] += v[4 * k + 2];
@@ -154,7 +159,7 @@ __device__ __forceinline__ T scan_tile(T v[ITEMS], T offset[PACKS], T* warp_tota
         total += t;
     }
 #pragma unroll
-    for (int k = 0; k < PACKS; ++k) offset[k] += before_warp;
+    for (int k = 0; k < P; ++k) offset[k] += before_warp;
     return total;
 }
 
@@ -357,4 +362,103 @@ KERNEL void __launch_bounds__(SCAN_THREADS)
     scan_decoupled_lookback_i32(const int* __restrict__ in, int* __restrict__ out, index_t n,
                                 unsigned long long* state) {
     scan_decoupled_lookback(in, out, n, state);
+}
+
+// ---------------------------------------------------------------------------------------------
+// decoupled_lookback_fast: the same algorithm and the same status words, three changes.
+//
+// 1. Relaxed publishes and polls. The value a successor needs travels inside the status word,
+//    and a naturally aligned 64-bit ld/st is single-copy atomic: a load sees the whole word of
+//    one store (flag and value together) or of another, never half of each. Nothing else this
+//    block wrote is read by anyone during the kernel (the output is only read after it), so no
+//    release/acquire pair has anything to order: `.relaxed.gpu` is enough, and it saves the
+//    fence that `st.release` puts before each publish. The `.gpu` scope still sends the store
+//    to L2 and makes the load read L2 (never a stale L1 line), so the polls see the publish.
+//    Deadlock freedom is unchanged: it rests on tickets, not on ordering.
+// 2. Tiles of 8192 (256 threads x 8 packs x 4): half as many tiles, tickets and look-backs
+//    per byte, and 8 independent 16-byte loads in flight per thread.
+// 3. The look-back waits only for what it will use: the lanes up to the nearest P (lanes
+//    0..stop), or the whole window when no lane has P. A lane whose word is X beyond the first
+//    P no longer holds the warp, and a lane that has seen A or P keeps its word (it stays a
+//    valid aggregate or prefix) and stops polling.
+
+constexpr int FAST_PACKS = 8;
+constexpr int FAST_TILE = SCAN_THREADS * 4 * FAST_PACKS;  // 8192 elements per block
+
+__device__ __forceinline__ void store_relaxed(unsigned long long* p, unsigned long long v) {
+    asm volatile("st.relaxed.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long load_relaxed(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Run by one whole warp, as look_back: publishes A for `tile`, finds the sum of all tiles
+// before it, publishes P, returns that sum.
+template <typename T>
+__device__ __forceinline__ T look_back_fast(unsigned long long* status, long long tile,
+                                            T aggregate) {
+    const int lane = threadIdx.x & 31;
+    if (lane == 0) store_relaxed(&status[tile], FLAG_AGGREGATE | value_bits(aggregate));
+    T exclusive = 0;
+    for (long long top = tile - 1;; top -= 32) {
+        const long long pred = top - lane;
+        unsigned long long word = 0;  // X until this lane reads something else
+        unsigned prefixes;
+        int stop;
+        for (;;) {
+            // Before tile 0 there is nothing: a P of value 0.
+            if ((word >> 32) == 0) word = pred >= 0 ? load_relaxed(&status[pred]) : FLAG_PREFIX;
+            const unsigned empty = __ballot_sync(FULL_WARP, (word >> 32) == 0);
+            prefixes = __ballot_sync(FULL_WARP, (word >> 32) == 2);
+            // Lane `stop` is the nearest predecessor with P, or the window's last lane.
+            stop = prefixes != 0 ? __ffs(prefixes) - 1 : 31;
+            // Lanes 0..stop (2 << 31 wraps to 0, so stop = 31 gives every lane).
+            if ((empty & ((2u << stop) - 1u)) == 0) break;
+        }
+        const T value = lane <= stop ? from_bits<T>((unsigned)word) : T(0);
+        exclusive += warp_sum_t(value);
+        if (prefixes != 0) break;
+    }
+    if (lane == 0) store_relaxed(&status[tile], FLAG_PREFIX | value_bits(exclusive + aggregate));
+    return exclusive;
+}
+
+// grid(ceil(n / 8192)), block(256): as scan_decoupled_lookback with 8192-element tiles and
+// look_back_fast.
+template <typename T>
+__device__ __forceinline__ void scan_decoupled_lookback_fast(const T* __restrict__ in,
+                                                             T* __restrict__ out, index_t n,
+                                                             unsigned long long* state) {
+    __shared__ T warp_totals[SCAN_WARPS];
+    __shared__ T tile_prefix;
+    __shared__ unsigned long long ticket;
+    if (threadIdx.x == 0) ticket = atomicAdd(&state[0], 1ull);
+    __syncthreads();
+    const long long tile = (long long)ticket;
+    const index_t base = (index_t)tile * FAST_TILE;
+    T v[4 * FAST_PACKS], offset[FAST_PACKS];
+    load_tile<T, FAST_PACKS>(in, base, n, v);
+    const T aggregate = scan_tile<T, FAST_PACKS>(v, offset, warp_totals);
+    if (threadIdx.x < 32) {
+        const T prefix = look_back_fast(state + 1, tile, aggregate);
+        if (threadIdx.x == 0) tile_prefix = prefix;
+    }
+    __syncthreads();
+    const T prefix = tile_prefix;
+#pragma unroll
+    for (int k = 0; k < FAST_PACKS; ++k) offset[k] += prefix;
+    store_tile<T, FAST_PACKS>(out, base, n, v, offset);
+}
+KERNEL void __launch_bounds__(SCAN_THREADS)
+    scan_decoupled_lookback_fast_f32(const float* __restrict__ in, float* __restrict__ out,
+                                     index_t n, unsigned long long* state) {
+    scan_decoupled_lookback_fast(in, out, n, state);
+}
+KERNEL void __launch_bounds__(SCAN_THREADS)
+    scan_decoupled_lookback_fast_i32(const int* __restrict__ in, int* __restrict__ out,
+                                     index_t n, unsigned long long* state) {
+    scan_decoupled_lookback_fast(in, out, n, state);
 }

@@ -1,4 +1,4 @@
-//! The launchers of `scan.cu`: the inclusive prefix sum of f32 or i32, three ways.
+//! The launchers of `scan.cu`: the inclusive prefix sum of f32 or i32, three ways and a faster look-back.
 
 use anyhow::{Result, bail};
 use common::nvrtc::KernelSource;
@@ -14,12 +14,15 @@ pub const SOURCE: KernelSource = KernelSource {
 /// `scan.cu`.
 pub const THREADS: u32 = 256;
 pub const TILE: usize = 4096;
+/// The tile of `decoupled_lookback_fast`: 32 elements per thread.
+pub const FAST_TILE: usize = 8192;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScanVersion {
     SingleBlock,
     Hierarchical,
     DecoupledLookback,
+    DecoupledLookbackFast,
 }
 
 impl ScanVersion {
@@ -27,6 +30,7 @@ impl ScanVersion {
         ScanVersion::SingleBlock,
         ScanVersion::Hierarchical,
         ScanVersion::DecoupledLookback,
+        ScanVersion::DecoupledLookbackFast,
     ];
 
     pub fn name(self) -> &'static str {
@@ -34,6 +38,7 @@ impl ScanVersion {
             ScanVersion::SingleBlock => "single_block",
             ScanVersion::Hierarchical => "hierarchical",
             ScanVersion::DecoupledLookback => "decoupled_lookback",
+            ScanVersion::DecoupledLookbackFast => "decoupled_lookback_fast",
         }
     }
 
@@ -47,6 +52,15 @@ impl ScanVersion {
             ScanVersion::SingleBlock => "scan_single_block",
             ScanVersion::Hierarchical => "scan_tiles",
             ScanVersion::DecoupledLookback => "scan_decoupled_lookback",
+            ScanVersion::DecoupledLookbackFast => "scan_decoupled_lookback_fast",
+        }
+    }
+
+    /// Elements per tile (per block).
+    pub fn tile(self) -> usize {
+        match self {
+            ScanVersion::DecoupledLookbackFast => FAST_TILE,
+            _ => TILE,
         }
     }
 }
@@ -66,6 +80,7 @@ pub fn functions() -> Vec<String> {
                 "scan_tiles",
                 "add_tile_prefixes",
                 "scan_decoupled_lookback",
+                "scan_decoupled_lookback_fast",
             ]
             .map(|f| format!("{f}_{t}"))
         })
@@ -80,7 +95,8 @@ struct Level<T> {
 
 /// Buffers made once per problem size, never inside a timed run.
 pub struct ScanScratch<T> {
-    /// Look-back state: `[0]` the ticket counter, `[1 + t]` tile t's status word.
+    /// Look-back state: `[0]` the ticket counter, `[1 + t]` tile t's status word; sized for
+    /// the smaller tile (4096), so it also holds the fast look-back's fewer tiles.
     state: CudaSlice<u64>,
     /// The hierarchical scan's levels: tile totals of the input, of those totals, ... down to
     /// one tile.
@@ -121,7 +137,9 @@ impl Scans {
         }
         Ok(ScanScratch {
             // SAFETY: zeroed by the launcher before every launch that reads it.
-            state: gpu.stream.alloc_zeros(n.div_ceil(TILE) + 1)?,
+            state: gpu
+                .stream
+                .alloc_zeros(n.div_ceil(TILE.min(FAST_TILE)) + 1)?,
             levels,
             n,
         })
@@ -133,7 +151,7 @@ impl Scans {
         version: ScanVersion,
         n: usize,
     ) -> Result<(&Kernel, LaunchShape)> {
-        let tiles = n.div_ceil(TILE);
+        let tiles = n.div_ceil(version.tile());
         let blocks = match version {
             ScanVersion::SingleBlock => 1,
             _ => tiles,
@@ -152,10 +170,14 @@ impl Scans {
     /// scan, 3 carries, 8 warp totals, and the offsets added at the store. The single block
     /// and the look-back then chain one tile's prefix onto the next: one more rounding per
     /// tile before (a look-back that skips tiles adds their aggregates as a tree, fewer). The
-    /// hierarchical scan instead nests a scan of tile totals per level, 64 per level.
+    /// hierarchical scan instead nests a scan of tile totals per level, 64 per level. The
+    /// fast look-back's tile of 8 packs adds 4 carries, still under 32 within the tile, then
+    /// one rounding per (larger) tile before.
     pub fn depth(version: ScanVersion, n: usize, i: usize) -> u64 {
         match version {
-            ScanVersion::SingleBlock | ScanVersion::DecoupledLookback => 64 + (i / TILE) as u64,
+            ScanVersion::SingleBlock
+            | ScanVersion::DecoupledLookback
+            | ScanVersion::DecoupledLookbackFast => 64 + (i / version.tile()) as u64,
             ScanVersion::Hierarchical => {
                 let (mut len, mut levels) = (n.max(1), 0u64);
                 loop {
@@ -203,7 +225,7 @@ impl Scans {
                 Ok(())
             }
             ScanVersion::Hierarchical => self.hierarchical(gpu, x, out, n, &mut scratch.levels),
-            ScanVersion::DecoupledLookback => {
+            ScanVersion::DecoupledLookback | ScanVersion::DecoupledLookbackFast => {
                 // The ticket and every tile's flag start at 0 (X) for this launch, on the same
                 // stream, so the memset is ordered before the kernel.
                 gpu.stream.memset_zeros(&mut scratch.state)?;
@@ -212,7 +234,8 @@ impl Scans {
                 let mut launch = gpu.stream.launch_builder(&kernel.func);
                 launch.arg(x).arg(out).arg(&n64).arg(&mut scratch.state);
                 // SAFETY: (const T* in, T* out, both of n, index_t n, u64* state of
-                // ceil(n / 4096) + 1 words); one block per tile.
+                // ceil(n / 4096) + 1 words, at least 1 + the tiles of either version); one
+                // block per tile of the version (4096 or 8192 elements).
                 unsafe { launch.launch(kernel.config(&shape)?) }?;
                 Ok(())
             }

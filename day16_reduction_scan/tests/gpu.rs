@@ -4,7 +4,7 @@
 use common::reference::reduce as reference;
 use common::session::launch_and_read;
 use common::{Gpu, Tolerance, check, inputs, testing};
-use day16::scan::{ScanElement, TILE};
+use day16::scan::{FAST_TILE, ScanElement, TILE};
 use day16::{CountVersion, DotVersion, Reductions, ScanVersion, Scans, SegmentVersion, SumVersion};
 
 /// 1, 2, primes and odd sizes around the warp, the float4 and the tile; 2^20 + 3; and a size
@@ -194,6 +194,9 @@ fn scans_match_the_reference_on_sizes_that_are_not_whole_tiles() {
     // tiles of blocks that started long before; and more than 4096 tiles, so the
     // hierarchical scan recurses twice.
     sizes.extend([1056 * TILE * 3 + 1, 4096 * TILE + TILE + 3]);
+    // Around decoupled_lookback_fast's tile of 8192: one element short, whole, one over, and
+    // a partial fourth tile that is not a multiple of 4.
+    sizes.extend([FAST_TILE - 1, FAST_TILE, FAST_TILE + 1, 3 * FAST_TILE + 5]);
     for (i, &n) in sizes.iter().enumerate() {
         check_scans(&gpu, &day, &floats(n, 300 + i as u64), "f32");
         let ints: Vec<i32> = inputs::uniform(n, -2.49, 4.49, 400 + i as u64);
@@ -228,14 +231,13 @@ fn bad_sizes_are_refused() {
     assert!(err.to_string().contains("segments"), "{err}");
     let mut scan_scratch = scans.scratch::<f32>(&gpu, 8).unwrap();
     let mut short = gpu.alloc_poisoned::<f32>(7).unwrap();
-    let err = scans
-        .scan(
-            &gpu,
-            ScanVersion::DecoupledLookback,
-            &x,
-            &mut short,
-            &mut scan_scratch,
-        )
-        .unwrap_err();
-    assert!(err.to_string().contains("lengths must be equal"), "{err}");
+    for version in [
+        ScanVersion::DecoupledLookback,
+        ScanVersion::DecoupledLookbackFast,
+    ] {
+        let err = scans
+            .scan(&gpu, version, &x, &mut short, &mut scan_scratch)
+            .unwrap_err();
+        assert!(err.to_string().contains("lengths must be equal"), "{err}");
+    }
 }
