@@ -102,7 +102,8 @@ fn problem(title: &'static str, description: String, key: String, bytes: u64) ->
     Problem {
         day: "day16",
         title,
-        description,
+        // The op leads the description: the index and the README tables name problems by it.
+        description: format!("{title}, {description}"),
         key,
         bytes_per_run: bytes,
         flops_per_run: None,
