@@ -26,7 +26,7 @@ use serde_json::Value;
 
 const RUN_SH: &str = include_str!("../assets/run.sh");
 
-/// What the device tool can carry, and a sane size for a copy to any host.
+/// The most the bundle may weigh: a copy to a GPU host stays quick.
 const MAX_BUNDLE_BYTES: u64 = 64 << 20;
 
 pub fn bundle(root: &Path, out: &Path) -> Result<()> {
