@@ -131,3 +131,36 @@ __device__ __forceinline__ void column_sums(const float* __restrict__ partials, 
         out[c] = from_f32<T>(total);
     }
 }
+
+// ---- the kernels of a norm day, every tier of every dtype ----
+// A day defines SIMPLE_KERNELS(T, NAME) (its non-tiered kernels),
+// REGS_TIER(T, NAME, GROUP, EPT, THREADS, SUFFIX, VEC) and BWD_TIER(T, NAME, GROUP, EPT, SUFFIX,
+// VEC) (one extern "C" kernel each), then instantiates NORM_ALL_KERNELS per dtype: the tier
+// list lives here once, beside the Rust one it must match.
+
+// Forward tiers (threads per row, elements per thread), as day05's and as
+// common::norm::forward_tiers lists them (the launchers pick kernels by those names): a warp
+// with one pack per lane, a warp with 16 each, then blocks of 128 to 1024 threads with 32 each
+// (32768 columns).
+#define NORM_FWD_TIERS(T, NAME, PACK, SUFFIX, VEC)                                                 \
+    REGS_TIER(T, NAME, 32, PACK, 256, SUFFIX, VEC)                                                 \
+    REGS_TIER(T, NAME, 32, 16, 256, SUFFIX, VEC)                                                   \
+    REGS_TIER(T, NAME, 128, 32, 128, SUFFIX, VEC)                                                  \
+    REGS_TIER(T, NAME, 256, 32, 256, SUFFIX, VEC)                                                  \
+    REGS_TIER(T, NAME, 512, 32, 512, SUFFIX, VEC)                                                  \
+    REGS_TIER(T, NAME, 1024, 32, 1024, SUFFIX, VEC)
+
+// Backward tiers: x, dy, w and the dw accumulator are all in registers (4 x EPT floats), so
+// threads hold 8 elements (16 spilled at 80 registers) and the widest row is 1024 x 8 = 8192.
+#define NORM_BWD_TIERS(T, NAME, PACK, SUFFIX, VEC)                                                 \
+    BWD_TIER(T, NAME, 32, PACK, SUFFIX, VEC)                                                       \
+    BWD_TIER(T, NAME, 256, 8, SUFFIX, VEC)                                                         \
+    BWD_TIER(T, NAME, 512, 8, SUFFIX, VEC)                                                         \
+    BWD_TIER(T, NAME, 1024, 8, SUFFIX, VEC)
+
+#define NORM_ALL_KERNELS(T, NAME, PACK)                                                            \
+    SIMPLE_KERNELS(T, NAME)                                                                        \
+    NORM_FWD_TIERS(T, NAME, PACK, v, true)                                                         \
+    NORM_FWD_TIERS(T, NAME, PACK, s, false)                                                        \
+    NORM_BWD_TIERS(T, NAME, PACK, v, true)                                                         \
+    NORM_BWD_TIERS(T, NAME, PACK, s, false)

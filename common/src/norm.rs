@@ -667,6 +667,60 @@ pub fn tier_for(tiers: &[(usize, usize)], cols: usize) -> Option<(usize, usize)>
     tiers.iter().copied().find(|(g, e)| g * e >= cols)
 }
 
+/// A grid of one block per row must fit the grid's 2^31 - 1 blocks.
+pub fn block_per_row_grid(rows: usize) -> Result<u32> {
+    u32::try_from(rows)
+        .ok()
+        .filter(|&r| r <= i32::MAX as u32)
+        .ok_or_else(|| Refused(format!("{rows} rows exceed the grid's 2^31 - 1 blocks")).into())
+}
+
+/// Terms of a block-per-row sum over blocks of `threads`: each thread's strided share, then
+/// the tree (10 levels at most).
+pub fn block_terms(cols: usize, threads: u32) -> usize {
+    cols.div_ceil(threads as usize) + 10
+}
+
+/// The forward register tier for rows of `cols` and its launch shape (a warp per row and 8
+/// rows per block for the warp tiers, a block per row otherwise), or a refusal naming the
+/// versions that take longer rows.
+pub fn forward_register_plan(
+    dtype: Dtype,
+    rows: usize,
+    cols: usize,
+    longer_rows: &str,
+) -> Result<((usize, usize), LaunchShape)> {
+    let Some((group, ept)) = tier_for(&forward_tiers(dtype), cols) else {
+        return Err(Refused(format!(
+            "rows of {cols} exceed the {MAX_REGISTER_ROW} elements kept in registers \
+             ({longer_rows} take them)"
+        ))
+        .into());
+    };
+    let shape = if group == 32 {
+        LaunchShape::linear(block_per_row_grid(rows.div_ceil(8))?, 256)
+    } else {
+        LaunchShape::linear(block_per_row_grid(rows)?, group as u32)
+    };
+    Ok(((group, ept), shape))
+}
+
+/// The backward register tier for rows of `cols`, or a refusal naming the version that takes
+/// longer rows.
+pub fn backward_register_tier(
+    dtype: Dtype,
+    cols: usize,
+    longer_rows: &str,
+) -> Result<(usize, usize)> {
+    tier_for(&backward_tiers(dtype), cols).ok_or_else(|| {
+        Refused(format!(
+            "rows of {cols} exceed the {MAX_BACKWARD_REGISTER_ROW} elements the backward keeps \
+             in registers ({longer_rows} takes them)"
+        ))
+        .into()
+    })
+}
+
 /// Blocks for a kernel whose blocks loop over rows: as many as the GPU holds at once (so each
 /// SM keeps its blocks for the whole run), at most one per row.
 pub fn resident_blocks(kernel: &Kernel, threads: u32, sms: usize, rows: usize) -> Result<usize> {
@@ -808,6 +862,27 @@ fn test_dtype<T: Element, D: NormDay>(gpu: &Gpu, day: &D) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tiers_grow_and_end_at_the_register_limits() {
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+            let caps: Vec<usize> = forward_tiers(dtype).iter().map(|(g, e)| g * e).collect();
+            assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
+            assert_eq!(*caps.last().unwrap(), MAX_REGISTER_ROW);
+            let caps: Vec<usize> = backward_tiers(dtype).iter().map(|(g, e)| g * e).collect();
+            assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
+            assert_eq!(*caps.last().unwrap(), MAX_BACKWARD_REGISTER_ROW);
+        }
+        // The default problem's tiers: 128 threads x 32 forward, 512 x 8 backward.
+        assert_eq!(tier_for(&forward_tiers(Dtype::Bf16), 4096), Some((128, 32)));
+        assert_eq!(tier_for(&backward_tiers(Dtype::Bf16), 4096), Some((512, 8)));
+        assert_eq!(
+            tier_for(&forward_tiers(Dtype::F32), MAX_REGISTER_ROW + 1),
+            None
+        );
+        assert!(forward_register_plan(Dtype::F32, 4, MAX_REGISTER_ROW + 1, "x").is_err());
+        assert!(backward_register_tier(Dtype::F32, MAX_BACKWARD_REGISTER_ROW + 1, "x").is_err());
+    }
 
     #[test]
     fn keys_name_op_pass_dtype_and_shape() {

@@ -307,31 +307,6 @@ __device__ __forceinline__ void rmsnorm_bwd_regs(const T* __restrict__ x, const 
         rmsnorm_bwd_regs<T, GROUP, EPT, VEC>(x, w, dy, dx, partials, rows, cols, eps);         \
     }
 
-// Forward tiers (threads per row, elements per thread), as day05's: a warp with one pack per
-// lane, a warp with 16 each, then blocks of 128 to 1024 threads with 32 each (32768 columns).
-#define FWD_TIERS(T, NAME, PACK, SUFFIX, VEC)                                                  \
-    REGS_TIER(T, NAME, 32, PACK, 256, SUFFIX, VEC)                                             \
-    REGS_TIER(T, NAME, 32, 16, 256, SUFFIX, VEC)                                               \
-    REGS_TIER(T, NAME, 128, 32, 128, SUFFIX, VEC)                                              \
-    REGS_TIER(T, NAME, 256, 32, 256, SUFFIX, VEC)                                              \
-    REGS_TIER(T, NAME, 512, 32, 512, SUFFIX, VEC)                                              \
-    REGS_TIER(T, NAME, 1024, 32, 1024, SUFFIX, VEC)
-
-// Backward tiers: x, dy, w and the dw accumulator are all in registers (4 x EPT floats), so
-// threads hold 8 elements (16 spilled at 80 registers) and the widest row is 1024 x 8 = 8192.
-#define BWD_TIERS(T, NAME, PACK, SUFFIX, VEC)                                                  \
-    BWD_TIER(T, NAME, 32, PACK, SUFFIX, VEC)                                                   \
-    BWD_TIER(T, NAME, 256, 8, SUFFIX, VEC)                                                     \
-    BWD_TIER(T, NAME, 512, 8, SUFFIX, VEC)                                                     \
-    BWD_TIER(T, NAME, 1024, 8, SUFFIX, VEC)
-
-#define ALL_KERNELS(T, NAME, PACK)                                                             \
-    SIMPLE_KERNELS(T, NAME)                                                                    \
-    FWD_TIERS(T, NAME, PACK, v, true)                                                          \
-    FWD_TIERS(T, NAME, PACK, s, false)                                                         \
-    BWD_TIERS(T, NAME, PACK, v, true)                                                          \
-    BWD_TIERS(T, NAME, PACK, s, false)
-
-ALL_KERNELS(float, f32, 4)
-ALL_KERNELS(f16_t, f16, 8)
-ALL_KERNELS(bf16_t, bf16, 8)
+NORM_ALL_KERNELS(float, f32, 4)
+NORM_ALL_KERNELS(f16_t, f16, 8)
+NORM_ALL_KERNELS(bf16_t, bf16, 8)

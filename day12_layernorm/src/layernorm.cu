@@ -363,28 +363,6 @@ __device__ __forceinline__ void layernorm_bwd_regs(const T* __restrict__ x,
                                                cols, eps);                                     \
     }
 
-// The tiers of common::norm::forward_tiers and backward_tiers (the same as day11's).
-#define FWD_TIERS(T, NAME, PACK, SUFFIX, VEC)                                                  \
-    REGS_TIER(T, NAME, 32, PACK, 256, SUFFIX, VEC)                                             \
-    REGS_TIER(T, NAME, 32, 16, 256, SUFFIX, VEC)                                               \
-    REGS_TIER(T, NAME, 128, 32, 128, SUFFIX, VEC)                                              \
-    REGS_TIER(T, NAME, 256, 32, 256, SUFFIX, VEC)                                              \
-    REGS_TIER(T, NAME, 512, 32, 512, SUFFIX, VEC)                                              \
-    REGS_TIER(T, NAME, 1024, 32, 1024, SUFFIX, VEC)
-
-#define BWD_TIERS(T, NAME, PACK, SUFFIX, VEC)                                                  \
-    BWD_TIER(T, NAME, 32, PACK, SUFFIX, VEC)                                                   \
-    BWD_TIER(T, NAME, 256, 8, SUFFIX, VEC)                                                     \
-    BWD_TIER(T, NAME, 512, 8, SUFFIX, VEC)                                                     \
-    BWD_TIER(T, NAME, 1024, 8, SUFFIX, VEC)
-
-#define ALL_KERNELS(T, NAME, PACK)                                                             \
-    SIMPLE_KERNELS(T, NAME)                                                                    \
-    FWD_TIERS(T, NAME, PACK, v, true)                                                          \
-    FWD_TIERS(T, NAME, PACK, s, false)                                                         \
-    BWD_TIERS(T, NAME, PACK, v, true)                                                          \
-    BWD_TIERS(T, NAME, PACK, s, false)
-
-ALL_KERNELS(float, f32, 4)
-ALL_KERNELS(f16_t, f16, 8)
-ALL_KERNELS(bf16_t, bf16, 8)
+NORM_ALL_KERNELS(float, f32, 4)
+NORM_ALL_KERNELS(f16_t, f16, 8)
+NORM_ALL_KERNELS(bf16_t, bf16, 8)

@@ -7,8 +7,9 @@ use anyhow::Result;
 use common::dtype::Dtype;
 use common::kernel::KernelSet;
 use common::norm::{
-    Inputs, Kind, NormDay, Pass, Plan, Refused, Shape, backward_len, backward_tiers, check_sizes,
-    column_terms, forward_tiers, launch_column_sums, load_suffix, resident_blocks, tier_for,
+    Inputs, Kind, NormDay, Pass, Plan, Refused, Shape, backward_len, backward_register_tier,
+    backward_tiers, block_per_row_grid, block_terms, check_sizes, column_terms,
+    forward_register_plan, forward_tiers, launch_column_sums, load_suffix, resident_blocks,
 };
 use common::nvrtc::KernelSource;
 use common::{Element, Gpu, Kernel, LaunchShape};
@@ -60,19 +61,6 @@ fn all_functions() -> Vec<String> {
         }
     }
     names
-}
-
-/// A grid of one block per row must fit the grid's 2^31 - 1 blocks.
-fn block_per_row_grid(rows: usize) -> Result<u32> {
-    u32::try_from(rows)
-        .ok()
-        .filter(|&r| r <= i32::MAX as u32)
-        .ok_or_else(|| Refused(format!("{rows} rows exceed the grid's 2^31 - 1 blocks")).into())
-}
-
-/// Terms of a block-per-row sum: each thread's strided share, then the tree (10 levels at most).
-fn block_terms(cols: usize) -> usize {
-    cols.div_ceil(BLOCK_THREADS as usize) + 10
 }
 
 pub struct Day12 {
@@ -137,7 +125,7 @@ impl Day12 {
         Ok(Plan {
             kernel,
             shape,
-            row_terms: block_terms(cols),
+            row_terms: block_terms(cols, BLOCK_THREADS),
             col_terms: 0,
             launch: Box::new(move |inputs: &Inputs<T>, out| {
                 check_sizes(inputs, out.len(), rows, cols, rows * cols)?;
@@ -167,21 +155,10 @@ impl Day12 {
         cols: usize,
         eps: f32,
     ) -> Result<Plan<'a, T>> {
-        let Some((group, ept)) = tier_for(&forward_tiers(T::DTYPE), cols) else {
-            return Err(Refused(format!(
-                "rows of {cols} exceed the {MAX_REGISTER_ROW} elements kept in registers \
-                 (naive and welford_block take them)"
-            ))
-            .into());
-        };
+        let ((group, ept), shape) =
+            forward_register_plan(T::DTYPE, rows, cols, "naive and welford_block")?;
         let name = regs_function(T::DTYPE, group, ept, load_suffix(T::DTYPE, cols));
         let kernel = self.kernels.get(&name)?;
-        let shape = if group == 32 {
-            // A warp per row, 8 rows per block.
-            LaunchShape::linear(block_per_row_grid(rows.div_ceil(8))?, 256)
-        } else {
-            LaunchShape::linear(block_per_row_grid(rows)?, group as u32)
-        };
         Ok(Plan {
             kernel,
             shape,
@@ -245,7 +222,7 @@ impl Day12 {
         Ok(Plan {
             kernel: dx_kernel,
             shape: dx_shape,
-            row_terms: block_terms(cols),
+            row_terms: block_terms(cols, BLOCK_THREADS),
             col_terms: column_terms(CHUNK_ROWS.min(rows), chunks),
             launch: Box::new(move |inputs: &Inputs<T>, out| {
                 let len = backward_len(Kind::Layer, rows, cols);
@@ -296,13 +273,7 @@ impl Day12 {
         cols: usize,
         eps: f32,
     ) -> Result<Plan<'a, T>> {
-        let Some((group, ept)) = tier_for(&backward_tiers(T::DTYPE), cols) else {
-            return Err(Refused(format!(
-                "rows of {cols} exceed the {MAX_BACKWARD_REGISTER_ROW} elements the backward \
-                 keeps in registers (bwd_split takes them)"
-            ))
-            .into());
-        };
+        let (group, ept) = backward_register_tier(T::DTYPE, cols, "bwd_split")?;
         let name = bwd_regs_function(T::DTYPE, group, ept, load_suffix(T::DTYPE, cols));
         let kernel = self.kernels.get(&name)?;
         let sums = self.kernel::<T>("column_sums")?;
@@ -393,24 +364,5 @@ mod tests {
         let names = all_functions();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &names);
-    }
-
-    #[test]
-    fn tiers_grow_and_end_at_the_register_limits() {
-        for &dtype in DTYPES {
-            let caps: Vec<usize> = forward_tiers(dtype).iter().map(|(g, e)| g * e).collect();
-            assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
-            assert_eq!(*caps.last().unwrap(), MAX_REGISTER_ROW);
-            let caps: Vec<usize> = backward_tiers(dtype).iter().map(|(g, e)| g * e).collect();
-            assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
-            assert_eq!(*caps.last().unwrap(), MAX_BACKWARD_REGISTER_ROW);
-        }
-        // The default problem's tiers: 128 threads x 32 forward, 512 x 8 backward.
-        assert_eq!(tier_for(&forward_tiers(Dtype::Bf16), 4096), Some((128, 32)));
-        assert_eq!(tier_for(&backward_tiers(Dtype::Bf16), 4096), Some((512, 8)));
-        assert_eq!(
-            tier_for(&forward_tiers(Dtype::F32), MAX_REGISTER_ROW + 1),
-            None
-        );
     }
 }
