@@ -21,12 +21,12 @@ What is timed for each key:
   of uint8 keep mask day13 uses (four kernels).
 """
 
-import argparse
-import json
 import sys
 
 import torch
 import torch.nn.functional as F
+
+import _peer
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 ROWS, COLS = 16384, 4096
@@ -42,30 +42,6 @@ PROBLEMS = [
     ("swiglu_bwd", "bf16"),
     ("bias_dropout_add", "f16"),
 ]
-
-
-def time_ms(fn):
-    try:
-        from triton.testing import do_bench
-
-        return do_bench(fn, warmup=25, rep=200, return_mode="median")
-    except ImportError:
-        pass
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(50):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def uniform(shape, lo, hi, dtype, gen):
@@ -110,34 +86,14 @@ def problem(op, dtype, gen):
     raise ValueError(op)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="where to write the JSON")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("peers/activation.py: no CUDA device for torch", file=sys.stderr)
-        return 2
-    figures = []
+def figures():
     for op, dtype in PROBLEMS:
         key = f"{op}/{dtype}/{ROWS}x{COLS}"
         gen = torch.Generator(device="cuda").manual_seed(0)
         peer, fn, nbytes = problem(op, DTYPES[dtype], gen)
-        ms = time_ms(fn)
-        figures.append({"key": key, "peer": peer, "median_ms": ms, "gb_per_s": nbytes / ms / 1e6})
-        print(f"{key:40s} {peer:20s} {ms:8.4f} ms {nbytes / ms / 1e6:7.0f} GB/s", flush=True)
+        yield _peer.figure(key, peer, fn, nbytes)
         torch.cuda.empty_cache()
-    with open(args.out, "w") as f:
-        json.dump(
-            {
-                "torch": torch.__version__,
-                "device": torch.cuda.get_device_name(0),
-                "figures": figures,
-            },
-            f,
-            indent=1,
-        )
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_peer.main(__doc__, figures))

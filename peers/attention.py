@@ -11,13 +11,13 @@ without a copy. Times with triton.testing.do_bench (median). GB/s counts Q, K, V
 and the f32 log-sum-exp, as the day does; the days' tables turn median_ms into TFLOP/s.
 """
 
-import argparse
-import json
 import sys
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+import _peer
 
 TOKENS, HIDDEN = 16384, 2048
 
@@ -28,20 +28,7 @@ PROBLEMS = [(4096, 128, False), (4096, 64, False), (4096, 128, True)] + [
 BACKENDS = [("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)]
 
 
-def time_ms(fn):
-    from triton.testing import do_bench
-
-    return do_bench(fn, warmup=25, rep=200, return_mode="median")
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="where to write the JSON")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("peers/attention.py: no CUDA device for torch", file=sys.stderr)
-        return 2
-    figures = []
+def figures():
     seen = set()
     for seqlen, d, causal in PROBLEMS:
         batch, heads = TOKENS // seqlen, HIDDEN // d
@@ -62,27 +49,14 @@ def main():
             try:
                 with sdpa_kernel(backend):
                     sdpa(q, k, v, is_causal=causal)  # fails here if the backend refuses
-                    ms = time_ms(lambda: sdpa(q, k, v, is_causal=causal))
+                    run = lambda: sdpa(q, k, v, is_causal=causal)
+                    record = _peer.figure(key, name, run, nbytes)
             except RuntimeError as e:
                 print(f"{key:48s} {name}: not available ({str(e).splitlines()[0]})", flush=True)
                 continue
-            figures.append(
-                {"key": key, "peer": name, "median_ms": ms, "gb_per_s": nbytes / ms / 1e6}
-            )
-            print(f"{key:48s} {name:10s} {ms:8.4f} ms", flush=True)
+            yield record
         del q, k, v
-    with open(args.out, "w") as f:
-        json.dump(
-            {
-                "torch": torch.__version__,
-                "device": torch.cuda.get_device_name(0),
-                "figures": figures,
-            },
-            f,
-            indent=1,
-        )
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_peer.main(__doc__, figures))

@@ -15,12 +15,12 @@ backward: the forward runs once, outside the timing, and each timed run is
 `torch.autograd.grad` of the saved graph (retain_graph) for the same dy.
 """
 
-import argparse
-import json
 import sys
 
 import torch
 import torch.nn.functional as F
+
+import _peer
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -31,30 +31,6 @@ PROBLEMS = [
 ]
 
 EPS = {"rmsnorm": 1e-6, "layernorm": 1e-5}
-
-
-def time_ms(fn):
-    try:
-        from triton.testing import do_bench
-
-        return do_bench(fn, warmup=25, rep=200, return_mode="median")
-    except ImportError:
-        pass
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(50):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def forward(op, x, w, b):
@@ -71,14 +47,7 @@ def least_bytes(op, rows, cols, size, backward):
     return elements * size
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="where to write the JSON")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("peers/norm.py: no CUDA device for torch", file=sys.stderr)
-        return 2
-    figures = []
+def figures():
     for op, dtype, rows, cols in PROBLEMS:
         gen = torch.Generator(device="cuda").manual_seed(0)
         dt = DTYPES[dtype]
@@ -93,12 +62,11 @@ def main():
         peer = "F.rms_norm" if op == "rmsnorm" else "F.layer_norm"
         size = x.element_size()
 
-        with torch.no_grad():
-            ms = time_ms(lambda: forward(op, x, w, b))
         key = f"{op}/{dtype}/{rows}x{cols}"
         nbytes = least_bytes(op, rows, cols, size, backward=False)
-        figures.append({"key": key, "peer": peer, "median_ms": ms, "gb_per_s": nbytes / ms / 1e6})
-        print(f"{key:36s} {peer} {ms:8.4f} ms {nbytes / ms / 1e6:7.0f} GB/s", flush=True)
+        with torch.no_grad():
+            record = _peer.figure(key, peer, lambda: forward(op, x, w, b), nbytes)
+        yield record
 
         # Backward: gradients of x, the weight (and bias), as the days compute them.
         xg = x.detach().requires_grad_(True)
@@ -106,27 +74,12 @@ def main():
         bg = b.detach().requires_grad_(True) if b is not None else None
         y = forward(op, xg, wg, bg)
         wrt = [xg, wg] + ([bg] if bg is not None else [])
-        ms = time_ms(lambda: torch.autograd.grad(y, wrt, dy, retain_graph=True))
         key = f"{op}_bwd/{dtype}/{rows}x{cols}"
-        peer_bwd = f"{peer} backward"
         nbytes = least_bytes(op, rows, cols, size, backward=True)
-        figures.append(
-            {"key": key, "peer": peer_bwd, "median_ms": ms, "gb_per_s": nbytes / ms / 1e6}
-        )
-        print(f"{key:36s} {peer_bwd} {ms:8.4f} ms {nbytes / ms / 1e6:7.0f} GB/s", flush=True)
+        backward = lambda: torch.autograd.grad(y, wrt, dy, retain_graph=True)
+        yield _peer.figure(key, f"{peer} backward", backward, nbytes)
         del x, w, b, dy, xg, wg, bg, y, wrt
-    with open(args.out, "w") as f:
-        json.dump(
-            {
-                "torch": torch.__version__,
-                "device": torch.cuda.get_device_name(0),
-                "figures": figures,
-            },
-            f,
-            indent=1,
-        )
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_peer.main(__doc__, figures))

@@ -9,38 +9,14 @@ when Triton is there, else with CUDA events around each run after writing a buff
 the L2 size. GB/s counts each input read once and each output written once, as the day does.
 """
 
-import argparse
-import json
 import sys
 
 import torch
 
+import _peer
+
 N = 1 << 28
 SEGMENT_LEN = 4096
-
-
-def time_ms(fn):
-    try:
-        from triton.testing import do_bench
-
-        return do_bench(fn, warmup=25, rep=200, return_mode="median")
-    except ImportError:
-        pass
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(50):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def floats(gen, n):
@@ -78,31 +54,11 @@ def problems(gen):
     )
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="where to write the JSON")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("peers/reduce.py: no CUDA device for torch", file=sys.stderr)
-        return 2
-    figures = []
+def figures():
     gen = torch.Generator(device="cuda").manual_seed(0)
     for key, peer, fn, nbytes in problems(gen):
-        ms = time_ms(fn)
-        figures.append({"key": key, "peer": peer, "median_ms": ms, "gb_per_s": nbytes / ms / 1e6})
-        print(f"{key:32s} {peer:24s} {ms:8.4f} ms {nbytes / ms / 1e6:7.0f} GB/s", flush=True)
-    with open(args.out, "w") as f:
-        json.dump(
-            {
-                "torch": torch.__version__,
-                "device": torch.cuda.get_device_name(0),
-                "figures": figures,
-            },
-            f,
-            indent=1,
-        )
-    return 0
+        yield _peer.figure(key, peer, fn, nbytes)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_peer.main(__doc__, figures))

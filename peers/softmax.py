@@ -10,11 +10,11 @@ writing a buffer of twice the L2 size. GB/s counts the input read once and the o
 written once, as the days do.
 """
 
-import argparse
-import json
 import sys
 
 import torch
+
+import _peer
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -29,38 +29,7 @@ PROBLEMS = [
 ] + [("f32", (1 << 26) >> k, 1 << k) for k in range(7, 21)]
 
 
-def time_ms(fn):
-    try:
-        from triton.testing import do_bench
-
-        return do_bench(fn, warmup=25, rep=200, return_mode="median")
-    except ImportError:
-        pass
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(50):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="where to write the JSON")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("peers/softmax.py: no CUDA device for torch", file=sys.stderr)
-        return 2
-    figures = []
+def figures():
     seen = set()
     for dtype, rows, cols in PROBLEMS:
         key = f"softmax/{dtype}/{rows}x{cols}"
@@ -69,25 +38,10 @@ def main():
         seen.add(key)
         gen = torch.Generator(device="cuda").manual_seed(0)
         x = (torch.rand(rows, cols, device="cuda", generator=gen) * 8 - 4).to(DTYPES[dtype])
-        ms = time_ms(lambda: torch.softmax(x, dim=-1))
         nbytes = 2 * x.numel() * x.element_size()
-        figures.append(
-            {"key": key, "peer": "torch.softmax", "median_ms": ms, "gb_per_s": nbytes / ms / 1e6}
-        )
-        print(f"{key:32s} torch.softmax {ms:8.4f} ms {nbytes / ms / 1e6:7.0f} GB/s", flush=True)
+        yield _peer.figure(key, "torch.softmax", lambda: torch.softmax(x, dim=-1), nbytes)
         del x
-    with open(args.out, "w") as f:
-        json.dump(
-            {
-                "torch": torch.__version__,
-                "device": torch.cuda.get_device_name(0),
-                "figures": figures,
-            },
-            f,
-            indent=1,
-        )
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_peer.main(__doc__, figures))

@@ -89,7 +89,8 @@ if [ -n "$peers_from" ]; then
 elif [ -d "$here/peers" ] && python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "== peers (log: $out/peers.log)"
   : > "$out/peers.log"
-  for p in "$here"/peers/*.py; do
+  # Names starting with `_` are helpers the scripts import (peers/_peer.py), not peers.
+  for p in "$here"/peers/[!_]*.py; do
     name=$(basename "$p" .py)
     if python3 "$p" --out "$parts/peers_$name.json" >> "$out/peers.log" 2>&1; then
       note peer "$name" ok
