@@ -132,6 +132,33 @@ __device__ __forceinline__ void column_sums(const float* __restrict__ partials, 
     }
 }
 
+// Writes a thread's EPT accumulators (load_row's layout) into one f32 partial row; with VEC,
+// float4 stores (partial rows are 16-byte aligned when cols is a multiple of the pack).
+template <typename T, int GROUP, int EPT, bool VEC>
+__device__ __forceinline__ void store_partial(float* __restrict__ part, int t, index_t cols,
+                                              const float (&acc)[EPT]) {
+    constexpr int N = 16 / sizeof(T);
+    if constexpr (VEC) {
+#pragma unroll
+        for (int p = 0; p < EPT / N; ++p) {
+            const index_t col = ((index_t)p * GROUP + t) * N;
+            if (col < cols) {
+#pragma unroll
+                for (int k = 0; k < N; k += 4)
+                    *reinterpret_cast<float4*>(part + col + k) =
+                        make_float4(acc[p * N + k], acc[p * N + k + 1], acc[p * N + k + 2],
+                                    acc[p * N + k + 3]);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const index_t col = (index_t)i * GROUP + t;
+            if (col < cols) part[col] = acc[i];
+        }
+    }
+}
+
 // ---- the kernels of a norm day, every tier of every dtype ----
 // A day defines SIMPLE_KERNELS(T, NAME) (its non-tiered kernels),
 // REGS_TIER(T, NAME, GROUP, EPT, THREADS, SUFFIX, VEC) and BWD_TIER(T, NAME, GROUP, EPT, SUFFIX,

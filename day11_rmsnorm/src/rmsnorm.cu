@@ -230,29 +230,8 @@ __device__ __forceinline__ void rmsnorm_bwd_regs(const T* __restrict__ x, const 
         }
         store_row<T, GROUP, EPT, VEC>(dx + row * cols, t, cols, xv);
     }
-    // The partial row in f32, the same layout (partials rows are 16-byte aligned whenever
-    // cols is a multiple of the pack, since then it is a multiple of 4 floats too).
-    float* part = partials + (index_t)blockIdx.x * cols;
-    constexpr int N = 16 / sizeof(T);
-    if constexpr (VEC) {
-#pragma unroll
-        for (int p = 0; p < EPT / N; ++p) {
-            const index_t col = ((index_t)p * GROUP + t) * N;
-            if (col < cols) {
-#pragma unroll
-                for (int k = 0; k < N; k += 4)
-                    *reinterpret_cast<float4*>(part + col + k) =
-                        make_float4(acc[p * N + k], acc[p * N + k + 1], acc[p * N + k + 2],
-                                    acc[p * N + k + 3]);
-            }
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            const index_t col = (index_t)i * GROUP + t;
-            if (col < cols) part[col] = acc[i];
-        }
-    }
+    // The block's share of dw: one f32 partial row, in load_row's layout.
+    store_partial<T, GROUP, EPT, VEC>(partials + (index_t)blockIdx.x * cols, t, cols, acc);
 }
 
 // ---------------------------------------------------------------------------------------

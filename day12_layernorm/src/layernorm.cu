@@ -227,34 +227,6 @@ __device__ __forceinline__ void layernorm_bwd_partials(const T* __restrict__ x,
     partials_b[(index_t)blockIdx.y * cols + c] = sum_b;
 }
 
-// ---------------------------------------------------------------------------------------
-// Writes a thread's EPT accumulators (load_row's layout) into one f32 partial row; with VEC,
-// float4 stores (partial rows are 16-byte aligned when cols is a multiple of the pack).
-template <typename T, int GROUP, int EPT, bool VEC>
-__device__ __forceinline__ void store_partial(float* __restrict__ part, int t, index_t cols,
-                                              const float (&acc)[EPT]) {
-    constexpr int N = 16 / sizeof(T);
-    if constexpr (VEC) {
-#pragma unroll
-        for (int p = 0; p < EPT / N; ++p) {
-            const index_t col = ((index_t)p * GROUP + t) * N;
-            if (col < cols) {
-#pragma unroll
-                for (int k = 0; k < N; k += 4)
-                    *reinterpret_cast<float4*>(part + col + k) =
-                        make_float4(acc[p * N + k], acc[p * N + k + 1], acc[p * N + k + 2],
-                                    acc[p * N + k + 3]);
-            }
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            const index_t col = (index_t)i * GROUP + t;
-            if (col < cols) part[col] = acc[i];
-        }
-    }
-}
-
 // bwd_vec_regs: grid(blocks), block(GROUP): block k takes rows k, k + gridDim.x, ... Per
 // row: x and dy into registers; the mean (one block sum), then sum((x - mean)^2), sum(g) and
 // sum(g * (x - mean)) together (a second); dx from registers. The block's shares of dw and db
