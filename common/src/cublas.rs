@@ -8,13 +8,19 @@
 
 use anyhow::{Context, Result, bail};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys};
-use cudarc::driver::CudaSlice;
+use std::sync::Arc;
 
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
+
+use crate::dtype::Dtype;
+use crate::element::Element;
 use crate::error::SetupError;
 use crate::gpu::Gpu;
 
 pub struct Cublas {
     blas: CudaBlas,
+    /// The stream the handle enqueues on (the GPU's), for recording buffer use.
+    stream: Arc<CudaStream>,
 }
 
 impl Cublas {
@@ -34,7 +40,10 @@ impl Cublas {
         if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
             bail!("cublasSetMathMode failed: {status:?}");
         }
-        Ok(Self { blas })
+        Ok(Self {
+            blas,
+            stream: gpu.stream.clone(),
+        })
     }
 
     /// Enqueues row-major `c (m x n) = a (m x k) b (k x n)` in f32.
@@ -75,6 +84,153 @@ impl Cublas {
         // SAFETY: the lengths were checked above against the dimensions the config gives, so
         // cuBLAS reads and writes inside the three buffers.
         unsafe { self.blas.gemm(cfg, b, a, c) }.context("cublasSgemm")?;
+        Ok(())
+    }
+}
+
+/// How an operand of a row-major GEMM is stored: as the matrix itself or as its transpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// `A` is `m x k` row-major (`B` is `k x n`).
+    AsIs,
+    /// `A` is stored as its transpose, `k x m` row-major (`B` as `n x k`): a weight kept as
+    /// `[out, in]` is the `Transposed` right operand of `x W^T`.
+    Transposed,
+}
+
+/// One row-major `C (m x n) = alpha * op(A) (m x k) op(B) (k x n) + beta * C`, repeated
+/// `batch` times over operands `stride_*` elements apart (0 strides broadcast).
+#[derive(Debug, Clone, Copy)]
+pub struct GemmEx {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: Stored,
+    pub b: Stored,
+    pub alpha: f32,
+    pub beta: f32,
+    pub batch: usize,
+    pub stride_a: usize,
+    pub stride_b: usize,
+    pub stride_c: usize,
+}
+
+impl GemmEx {
+    /// `C = A B`, both stored as is, one matrix.
+    pub fn new(m: usize, n: usize, k: usize) -> Self {
+        Self {
+            m,
+            n,
+            k,
+            a: Stored::AsIs,
+            b: Stored::AsIs,
+            alpha: 1.0,
+            beta: 0.0,
+            batch: 1,
+            stride_a: m * k,
+            stride_b: k * n,
+            stride_c: m * n,
+        }
+    }
+
+    /// Elements each operand must hold: the last matrix's offset plus one matrix.
+    fn needs(&self) -> (usize, usize, usize) {
+        let last = self.batch.saturating_sub(1);
+        (
+            last * self.stride_a + self.m * self.k,
+            last * self.stride_b + self.k * self.n,
+            last * self.stride_c + self.m * self.n,
+        )
+    }
+}
+
+fn cuda_type(dtype: Dtype) -> Result<sys::cudaDataType> {
+    Ok(match dtype {
+        Dtype::F32 => sys::cudaDataType::CUDA_R_32F,
+        Dtype::F16 => sys::cudaDataType::CUDA_R_16F,
+        Dtype::Bf16 => sys::cudaDataType::CUDA_R_16BF,
+        other => bail!("cuBLAS GEMM is not offered for {}", other.name()),
+    })
+}
+
+impl Cublas {
+    /// Enqueues [`GemmEx`] through `cublasGemmStridedBatchedEx` with f32 accumulation: inputs
+    /// of type `T` (f16, bf16 or f32), output `C` of type `O` (the same, or f32 to keep the
+    /// product unrounded). Views work, so a chunk of a larger buffer can be an operand.
+    ///
+    /// Row-major to column-major as in [`Cublas::sgemm`]: cuBLAS computes
+    /// `C^T (n x m) = op(B)^T op(A)^T`, with B's bytes as its first operand. An operand stored
+    /// as is reads, column-major, as its own transpose (`OP_N`); one stored transposed reads
+    /// as the matrix itself and needs `OP_T`.
+    pub fn gemm_ex<T, O, A, B, C>(&self, g: &GemmEx, a: &A, b: &B, c: &mut C) -> Result<()>
+    where
+        T: Element,
+        O: Element,
+        A: DevicePtr<T> + DeviceSlice<T>,
+        B: DevicePtr<T> + DeviceSlice<T>,
+        C: DevicePtrMut<O> + DeviceSlice<O>,
+    {
+        let (need_a, need_b, need_c) = g.needs();
+        if g.batch == 0 || a.len() < need_a || b.len() < need_b || c.len() < need_c {
+            bail!(
+                "gemm_ex: buffers of {}, {} and {} elements do not hold {} products of {} x {} \
+                 x {} (m x n x k)",
+                a.len(),
+                b.len(),
+                c.len(),
+                g.batch,
+                g.m,
+                g.n,
+                g.k
+            );
+        }
+        let dim = |v: usize| i32::try_from(v).context("cuBLAS takes dimensions below 2^31");
+        let stride = |v: usize| i64::try_from(v).context("stride too large");
+        let (m, n, k) = (dim(g.m)?, dim(g.n)?, dim(g.k)?);
+        let (op_b, ld_b) = match g.b {
+            Stored::AsIs => (sys::cublasOperation_t::CUBLAS_OP_N, n),
+            Stored::Transposed => (sys::cublasOperation_t::CUBLAS_OP_T, k),
+        };
+        let (op_a, ld_a) = match g.a {
+            Stored::AsIs => (sys::cublasOperation_t::CUBLAS_OP_N, k),
+            Stored::Transposed => (sys::cublasOperation_t::CUBLAS_OP_T, m),
+        };
+        let (in_type, out_type) = (cuda_type(T::DTYPE)?, cuda_type(O::DTYPE)?);
+        let stream = &self.stream;
+        let (a_ptr, _a_record) = a.device_ptr(stream);
+        let (b_ptr, _b_record) = b.device_ptr(stream);
+        let (c_ptr, _c_record) = c.device_ptr_mut(stream);
+        // SAFETY: every operand was checked above to hold all `batch` matrices at the strides
+        // given, with the leading dimensions derived from the same m, n, k; alpha and beta
+        // are f32 as CUBLAS_COMPUTE_32F requires, and outlive the call.
+        unsafe {
+            cudarc::cublas::result::gemm_strided_batched_ex(
+                *self.blas.handle(),
+                op_b,
+                op_a,
+                n,
+                m,
+                k,
+                (&g.alpha) as *const f32 as *const _,
+                b_ptr as *const _,
+                in_type,
+                ld_b,
+                stride(g.stride_b)?,
+                a_ptr as *const _,
+                in_type,
+                ld_a,
+                stride(g.stride_a)?,
+                (&g.beta) as *const f32 as *const _,
+                c_ptr as *mut _,
+                out_type,
+                n,
+                stride(g.stride_c)?,
+                dim(g.batch)?,
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .context("cublasGemmStridedBatchedEx")?;
         Ok(())
     }
 }
