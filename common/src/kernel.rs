@@ -171,7 +171,17 @@ impl KernelSet {
         source: &crate::nvrtc::KernelSource,
         names: impl IntoIterator<Item = String>,
     ) -> Result<Self> {
-        let module = gpu.load(source)?;
+        Self::load_for_arch(gpu, source, &gpu.info.arch.clone(), names)
+    }
+
+    /// [`KernelSet::load`] for an explicit target: `sm_90a` for the Hopper-only instructions.
+    pub fn load_for_arch(
+        gpu: &Gpu,
+        source: &crate::nvrtc::KernelSource,
+        arch: &str,
+        names: impl IntoIterator<Item = String>,
+    ) -> Result<Self> {
+        let module = gpu.load_for_arch(source, arch, &[])?;
         let kernels = names
             .into_iter()
             .map(|name| Ok((name.clone(), module.kernel(gpu, &name)?)))

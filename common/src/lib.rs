@@ -28,6 +28,7 @@ pub mod session;
 pub mod softmax;
 pub mod sweep;
 pub mod testing;
+pub mod tma;
 
 pub use check::Tolerance;
 pub use element::Element;

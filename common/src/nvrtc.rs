@@ -21,6 +21,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("reduce.cuh", include_str!("../cuda/reduce.cuh")),
     ("mma.cuh", include_str!("../cuda/mma.cuh")),
     ("norm.cuh", include_str!("../cuda/norm.cuh")),
+    ("hopper.cuh", include_str!("../cuda/hopper.cuh")),
 ];
 
 /// A day's kernel file: its name (for error messages) and its text (`include_str!`).

@@ -52,6 +52,43 @@ pub fn matmul_at<T: Element>(
         .collect()
 }
 
+/// The tensor-core layout, `C = A B^T` with `B` stored `[n, k]` (a linear layer's weight), for
+/// `batch` products stored back to back: the elements of the `[batch, m, n]` output at the flat
+/// indices `at`. Each output is the dot product of two contiguous rows.
+pub fn matmul_bt_at<T: Element>(
+    a: &[T],
+    b: &[T],
+    (batch, m, n, k): (usize, usize, usize, usize),
+    at: &[usize],
+) -> Vec<f64> {
+    assert_eq!(a.len(), batch * m * k, "A is not {batch} x {m} x {k}");
+    assert_eq!(b.len(), batch * n * k, "B is not {batch} x {n} x {k}");
+    at.iter()
+        .map(|&flat| {
+            let (z, i, j) = (flat / (m * n), flat / n % m, flat % n);
+            assert!(
+                z < batch,
+                "index {flat} is outside a {batch} x {m} x {n} output"
+            );
+            let a_row = &a[(z * m + i) * k..][..k];
+            let b_row = &b[(z * n + j) * k..][..k];
+            a_row
+                .iter()
+                .zip(b_row)
+                .map(|(x, y)| x.to_f64() * y.to_f64())
+                .sum()
+        })
+        .collect()
+}
+
+/// [`tolerance`] for an f32-accumulated product stored in a 16-bit type whose rounding is
+/// `unit_roundoff` (2^-9 for bf16, 2^-12 for f16): the accumulation's bound plus one final
+/// rounding of the output, relative to it.
+pub fn tolerance_stored_in(k: usize, unit_roundoff: f64) -> Tolerance {
+    let f32_sum = tolerance(k);
+    Tolerance::new(f32_sum.atol, unit_roundoff).with_max_rel_l2(f32_sum.max_rel_l2 + unit_roundoff)
+}
+
 /// The outputs a sampled check looks at, sorted: the whole last row and last column (where
 /// partial tiles end), the first row, and `random` others drawn with `seed`.
 pub fn sample_outputs(m: usize, n: usize, random: usize, seed: u64) -> Vec<usize> {
@@ -109,6 +146,23 @@ mod tests {
         let sampled = matmul_at(&a, &b, m, n, k, &at);
         for (&i, v) in at.iter().zip(&sampled) {
             approx::assert_relative_eq!(full[i], *v, max_relative = 1e-12);
+        }
+    }
+
+    #[test]
+    fn the_transposed_layout_equals_the_product_with_b_transposed() {
+        let (batch, m, n, k) = (2, 5, 3, 4);
+        let a: Vec<f32> = crate::inputs::uniform(batch * m * k, -1.0, 1.0, 4);
+        let b: Vec<f32> = crate::inputs::uniform(batch * n * k, -1.0, 1.0, 5);
+        let all: Vec<usize> = (0..batch * m * n).collect();
+        let got = matmul_bt_at(&a, &b, (batch, m, n, k), &all);
+        for z in 0..batch {
+            let bz = &b[z * n * k..(z + 1) * n * k];
+            let b_kn: Vec<f32> = (0..k * n).map(|f| bz[(f % n) * k + f / n]).collect();
+            let want = matmul(&a[z * m * k..(z + 1) * m * k], &b_kn, m, n, k);
+            for (w, g) in want.iter().zip(&got[z * m * n..]) {
+                approx::assert_relative_eq!(*w, *g, max_relative = 1e-12);
+            }
         }
     }
 

@@ -1,0 +1,376 @@
+// Day 18: GEMM on tensor cores, bf16 and f16 in, f32 accumulation, the same type out.
+//
+//   C (m x n) = A (m x k) B^T, with B stored [n, k]: the layout of a linear layer (y = x W^T,
+//   W kept as [out, in]), where both operands run along k ("K-major", BLAS "TN"). Each version
+//   also takes a batch (grid z) of such products, `stride_*` elements apart.
+//
+//   mma_ldmatrix   mma.sync m16n8k16 from shared memory through ldmatrix: a 128 x 128 tile
+//                  per block of 8 warps, each warp 64 x 32, k in steps of 32. Shared rows are
+//                  padded by 16 bytes so ldmatrix's 8 row reads hit 8 different bank groups.
+//                  Loads, then math, then loads: the tensor cores wait for memory every step.
+//   mma_pipelined  the same warp tiling fed by a 4-stage cp.async ring (k steps of 64): the
+//                  loads of step s + 3 fly while step s computes. Shared memory is XOR-swizzled
+//                  (16-byte chunk c of row r stored at c ^ (r % 8)) instead of padded: the same
+//                  conflict-free ldmatrix, no wasted bytes, and the layout the TMA writes.
+//   wgmma_tma      the Hopper path (sm_90a): a producer warp issues TMA copies of 128 x 64 and
+//                  256 x 64 tiles into a 4-stage ring guarded by mbarriers; two consumer
+//                  warpgroups each run wgmma m64n256k16 on 64 rows of the 128 x 256 tile,
+//                  straight from shared memory, accumulators in registers (128 per thread).
+//                  Persistent: one block per SM walks the tiles, so the producer loads the next
+//                  tile while the consumers store the last.
+//
+//   cargo run --release -p day18 -- --size 4096 --kernel wgmma_tma
+//
+// Odd sizes: every version takes any m and n (tiles past the edge are zero-filled on the way
+// in and masked on the way out). mma_ldmatrix takes any k; the cp.async and TMA versions need
+// k % 8 == 0 (rows of 16-byte multiples) and the host refuses other k for them.
+#include "common.cuh"
+#include "dtype.cuh"
+#include "mma.cuh"
+
+// Where product `z` of a batch starts.
+struct Batch {
+    index_t a, b, c;
+};
+__device__ __forceinline__ Batch batch_offsets(index_t stride_a, index_t stride_b,
+                                               index_t stride_c) {
+    const index_t z = blockIdx.z;
+    return {z * stride_a, z * stride_b, z * stride_c};
+}
+
+// Writes one m16n8 accumulator fragment (c0, c1 at row g, c2, c3 at row g + 8; columns 2t and
+// 2t + 1) as T, two values per 32-bit store when both are inside and the pair is aligned.
+template <typename T>
+__device__ __forceinline__ void store_fragment_pair(T* c, int m, int n, int row, int col,
+                                                    float v0, float v1) {
+    if (row >= m) return;
+    T* p = c + (index_t)row * n + col;
+    if (col + 1 < n && (n % 2 == 0)) {
+        *reinterpret_cast<unsigned*>(p) = pack2<T>(v0, v1);
+    } else {
+        if (col < n) p[0] = from_f32<T>(v0);
+        if (col + 1 < n) p[1] = from_f32<T>(v1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The warp tiling both mma.sync versions share: 8 warps as 2 (m) x 4 (n), each a 64 x 32
+// sub-tile = 4 m16 tiles x 4 n8 tiles = 16 mma per k16 step, 64 f32 accumulators per thread.
+constexpr int MMA_BM = 128, MMA_BN = 128, MMA_THREADS = 256;
+constexpr int WARP_M = 64, WARP_N = 32;
+
+// One k16 step of a warp: A fragments of its 4 m16 tiles and B fragments of its 4 n8 tiles by
+// ldmatrix (addresses from `a_row` / `b_row`, which map (row, k-chunk) to shared memory), then
+// the 16 mma.
+template <typename T, typename RowA, typename RowB>
+__device__ __forceinline__ void warp_k16_step(float (&acc)[4][4][4], RowA a_row, RowB b_row,
+                                              int kk) {
+    const int lane = threadIdx.x % 32, quad = lane / 8, r8 = lane % 8;
+    unsigned a[4][4], b[4][2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        // Matrices 0..3 of ldmatrix.x4: rows 0-7 / 8-15 of the m16 tile, k 0-7 / 8-15.
+        ldmatrix_x4(a[i], a_row(i * 16 + (quad % 2) * 8 + r8, kk / 8 + quad / 2));
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j += 2) {
+        // Matrices 0..3: n-tile j (k 0-7, k 8-15), n-tile j + 1 (k 0-7, k 8-15). B is [n][k],
+        // so a plain (untransposed) ldmatrix gives the "col" B fragment directly.
+        unsigned r[4];
+        ldmatrix_x4(r, b_row(j * 8 + (quad / 2) * 8 + r8, kk / 8 + quad % 2));
+        b[j][0] = r[0];
+        b[j][1] = r[1];
+        b[j + 1][0] = r[2];
+        b[j + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], a[i], b[j][0], b[j][1]);
+}
+
+template <typename T>
+__device__ __forceinline__ void store_warp_tile(T* c, int m, int n, int row0, int col0,
+                                                const float (&acc)[4][4][4]) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int row = row0 + i * 16 + g, col = col0 + j * 8 + 2 * t;
+            store_fragment_pair(c, m, n, row, col, acc[i][j][0], acc[i][j][1]);
+            store_fragment_pair(c, m, n, row + 8, col, acc[i][j][2], acc[i][j][3]);
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
+// mma_ldmatrix: grid(ceil(n / 128), ceil(m / 128), batch), block(256), static shared 20 KiB.
+constexpr int LDM_BK = 32, LDM_STRIDE = LDM_BK + 8;  // +8 halves = 16 bytes of padding
+
+// Copies rows [row0, row0 + 128) x k [k0, k0 + 32) of a [rows, k] matrix into shared memory,
+// zeros outside. 16-byte loads when the chunk is inside and aligned, element loads otherwise.
+template <typename T>
+__device__ __forceinline__ void load_tile_guarded(T (*dst)[LDM_STRIDE], const T* src, int rows,
+                                                  int k, int row0, int k0) {
+    const T zero = from_f32<T>(0.0f);
+    for (int chunk = threadIdx.x; chunk < MMA_BM * LDM_BK / 8; chunk += MMA_THREADS) {
+        const int r = chunk / (LDM_BK / 8), c = (chunk % (LDM_BK / 8)) * 8;
+        const int row = row0 + r, col = k0 + c;
+        T* d = &dst[r][c];
+        const T* s = src + (index_t)row * k + col;
+        if (row < rows && col + 8 <= k && k % 8 == 0) {
+            store16(d, load16(s));
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) d[e] = (row < rows && col + e < k) ? s[e] : zero;
+        }
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void gemm_mma_ldmatrix(const T* a, const T* b, T* c, int m, int n,
+                                                  int k, index_t stride_a, index_t stride_b,
+                                                  index_t stride_c) {
+    __shared__ __align__(16) T sa[MMA_BM][LDM_STRIDE];
+    __shared__ __align__(16) T sb[MMA_BN][LDM_STRIDE];
+    const Batch z = batch_offsets(stride_a, stride_b, stride_c);
+    a += z.a;
+    b += z.b;
+    c += z.c;
+    const int warp = threadIdx.x / 32, wm = warp / 4, wn = warp % 4;
+    const int m0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * MMA_BN;
+    float acc[4][4][4] = {};
+    auto a_row = [&](int r, int chunk) { return &sa[wm * WARP_M + r][chunk * 8]; };
+    auto b_row = [&](int r, int chunk) { return &sb[wn * WARP_N + r][chunk * 8]; };
+    for (int k0 = 0; k0 < k; k0 += LDM_BK) {
+        load_tile_guarded(sa, a, m, k, m0, k0);
+        load_tile_guarded(sb, b, n, k, n0, k0);
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < LDM_BK; kk += 16) warp_k16_step<T>(acc, a_row, b_row, kk);
+        __syncthreads();
+    }
+    store_warp_tile(c, m, n, m0 + wm * WARP_M, n0 + wn * WARP_N, acc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// mma_pipelined: grid(ceil(n / 128), ceil(m / 128), batch), block(256), dynamic shared
+// 4 stages x (128 + 128) rows x 128 bytes = 128 KiB.
+constexpr int PIPE_BK = 64, PIPE_STAGES = 4;
+constexpr int PIPE_TILE = MMA_BM * PIPE_BK;  // elements of one operand's stage
+
+// Row r's 16-byte chunk c lives at chunk c ^ (r % 8): the 8 rows an ldmatrix reads at one
+// chunk column land in 8 different 16-byte bank groups.
+__device__ __forceinline__ int swizzle_128(int r, int c) { return r * 8 + (c ^ (r % 8)); }
+
+// One stage: both operands' 128 x 64 tiles, 4 chunks per thread each, rows and k past the
+// edge zero-filled (k % 8 == 0, so a chunk is wholly inside or wholly outside).
+template <typename T>
+__device__ __forceinline__ void load_stage_async(T* sa, T* sb, const T* a, const T* b, int m,
+                                                 int n, int k, int m0, int n0, int k0) {
+#pragma unroll
+    for (int i = 0; i < PIPE_TILE / 8 / MMA_THREADS; ++i) {
+        const int chunk = threadIdx.x + i * MMA_THREADS, r = chunk / 8, c = chunk % 8;
+        const int col = k0 + c * 8;
+        const bool in_k = col < k;
+        const int ra = m0 + r, rb = n0 + r;
+        const bool va = in_k && ra < m, vb = in_k && rb < n;
+        cp_async_16_zfill(sa + swizzle_128(r, c) * 8, a + (va ? (index_t)ra * k + col : 0), va);
+        cp_async_16_zfill(sb + swizzle_128(r, c) * 8, b + (vb ? (index_t)rb * k + col : 0), vb);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void gemm_mma_pipelined(const T* a, const T* b, T* c, int m, int n,
+                                                   int k, index_t stride_a, index_t stride_b,
+                                                   index_t stride_c) {
+    extern __shared__ __align__(128) unsigned char pipe_smem[];
+    T* sa = reinterpret_cast<T*>(pipe_smem);
+    T* sb = sa + PIPE_STAGES * PIPE_TILE;
+    const Batch z = batch_offsets(stride_a, stride_b, stride_c);
+    a += z.a;
+    b += z.b;
+    c += z.c;
+    const int warp = threadIdx.x / 32, wm = warp / 4, wn = warp % 4;
+    const int m0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * MMA_BN;
+    const int steps = (k + PIPE_BK - 1) / PIPE_BK;
+    float acc[4][4][4] = {};
+
+    // Prologue: stages 0 .. STAGES - 2 in flight. A group is committed even when empty so
+    // the wait below always counts the same number of groups.
+#pragma unroll
+    for (int s = 0; s < PIPE_STAGES - 1; ++s) {
+        if (s < steps)
+            load_stage_async(sa + s * PIPE_TILE, sb + s * PIPE_TILE, a, b, m, n, k, m0, n0,
+                             s * PIPE_BK);
+        cp_async_commit();
+    }
+    for (int step = 0; step < steps; ++step) {
+        cp_async_wait<PIPE_STAGES - 2>();  // this step's stage has landed (for this thread)
+        __syncthreads();                   // ... and for every thread; the stage refilled
+                                           // below was last read before this barrier
+        const int next = step + PIPE_STAGES - 1;
+        if (next < steps) {
+            const int s = next % PIPE_STAGES;
+            load_stage_async(sa + s * PIPE_TILE, sb + s * PIPE_TILE, a, b, m, n, k, m0, n0,
+                             next * PIPE_BK);
+        }
+        cp_async_commit();
+        const T* ta = sa + (step % PIPE_STAGES) * PIPE_TILE;
+        const T* tb = sb + (step % PIPE_STAGES) * PIPE_TILE;
+        auto a_row = [&](int r, int chunk) { return ta + swizzle_128(wm * WARP_M + r, chunk) * 8; };
+        auto b_row = [&](int r, int chunk) { return tb + swizzle_128(wn * WARP_N + r, chunk) * 8; };
+#pragma unroll
+        for (int kk = 0; kk < PIPE_BK; kk += 16) warp_k16_step<T>(acc, a_row, b_row, kk);
+    }
+    cp_async_wait<0>();
+    store_warp_tile(c, m, n, m0 + wm * WARP_M, n0 + wn * WARP_N, acc);
+}
+
+#define MMA_KERNELS(T, NAME)                                                                   \
+    KERNEL void __launch_bounds__(MMA_THREADS)                                                 \
+        gemm_mma_ldmatrix_##NAME(const T* a, const T* b, T* c, int m, int n, int k,            \
+                                 index_t sa, index_t sb, index_t sc) {                         \
+        gemm_mma_ldmatrix<T>(a, b, c, m, n, k, sa, sb, sc);                                    \
+    }                                                                                          \
+    KERNEL void __launch_bounds__(MMA_THREADS)                                                 \
+        gemm_mma_pipelined_##NAME(const T* a, const T* b, T* c, int m, int n, int k,           \
+                                  index_t sa, index_t sb, index_t sc) {                        \
+        gemm_mma_pipelined<T>(a, b, c, m, n, k, sa, sb, sc);                                   \
+    }
+
+MMA_KERNELS(bf16_t, bf16)
+MMA_KERNELS(f16_t, f16)
+
+// ---------------------------------------------------------------------------------------------
+// wgmma_tma (sm_90a only; the host compiles this file for sm_90a on Hopper).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#include "hopper.cuh"
+
+constexpr int WG_BM = 128, WG_BN = 256, WG_BK = 64, WG_STAGES = 4;
+constexpr int WG_CONSUMERS = 2;                        // warpgroups of 64 rows each
+constexpr int WG_THREADS = 128 * (1 + WG_CONSUMERS);  // + the producer warpgroup
+constexpr int WG_A_TILE = WG_BM * WG_BK, WG_B_TILE = WG_BN * WG_BK;
+
+// Tile t of a (tiles_m x tiles_n) grid, in groups of 8 tile-rows walked column by column, so
+// the blocks running at once share A rows and B columns in L2.
+__device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
+    constexpr int GROUP = 8;
+    const int per_group = GROUP * tiles_n;
+    const int group = t / per_group, first_m = group * GROUP;
+    const int rows = min(tiles_m - first_m, GROUP);
+    const int in_group = t % per_group;
+    tm = first_m + in_group % rows;
+    tn = in_group / rows;
+}
+
+// grid(min(tiles, SMs)), block(384), dynamic shared 4 x 48 KiB + 1 KiB for alignment.
+// The tensor maps cover A as [batch][m][k] and B as [batch][n][k], boxes 64 (k) x 128 and
+// 64 x 256 rows, 128-byte swizzle.
+template <typename T>
+__device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
+                                               const TmaDescriptor* map_b, T* c, int m, int n,
+                                               int k, int batch) {
+    extern __shared__ unsigned char wg_smem_raw[];
+    // The 128-byte swizzle pattern repeats every 1024 bytes: tiles start on that boundary.
+    unsigned char* base = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<unsigned long long>(wg_smem_raw) + 1023) & ~1023ull);
+    T* sa = reinterpret_cast<T*>(base);
+    T* sb = sa + WG_STAGES * WG_A_TILE;
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(sb + WG_STAGES * WG_B_TILE);
+    unsigned long long* empty = full + WG_STAGES;
+
+    const int tiles_m = (m + WG_BM - 1) / WG_BM, tiles_n = (n + WG_BN - 1) / WG_BN;
+    const int tiles = tiles_m * tiles_n * batch, steps = (k + WG_BK - 1) / WG_BK;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < WG_STAGES; ++s) {
+            mbarrier_init(&full[s], 1);               // the producer's arrival (+ TMA bytes)
+            mbarrier_init(&empty[s], WG_CONSUMERS);  // one arrival per consumer warpgroup
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        warpgroup_registers_release<40>();
+        if (threadIdx.x == 0) {
+            int stage = 0;
+            unsigned phase = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                const int z = t / (tiles_m * tiles_n);
+                int tm, tn;
+                tile_coords(t % (tiles_m * tiles_n), tiles_m, tiles_n, tm, tn);
+                for (int step = 0; step < steps; ++step) {
+                    mbarrier_wait(&empty[stage], phase ^ 1);
+                    mbarrier_arrive_expect_tx(&full[stage],
+                                              (WG_A_TILE + WG_B_TILE) * (unsigned)sizeof(T));
+                    tma_load_3d(sa + stage * WG_A_TILE, map_a, &full[stage], step * WG_BK,
+                                tm * WG_BM, z);
+                    tma_load_3d(sb + stage * WG_B_TILE, map_b, &full[stage], step * WG_BK,
+                                tn * WG_BN, z);
+                    if (++stage == WG_STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+        }
+    } else {
+        warpgroup_registers_claim<232>();
+        const int consumer = warpgroup - 1;
+        const int lane = threadIdx.x % 32, warp_in_group = (threadIdx.x / 32) % 4;
+        int stage = 0;
+        unsigned phase = 0;
+        float d[WG_BN / 2];
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const int z = t / (tiles_m * tiles_n);
+            int tm, tn;
+            tile_coords(t % (tiles_m * tiles_n), tiles_m, tiles_n, tm, tn);
+            for (int step = 0; step < steps; ++step) {
+                mbarrier_wait(&full[stage], phase);
+                const T* ta = sa + stage * WG_A_TILE + consumer * 64 * WG_BK;
+                const T* tb = sb + stage * WG_B_TILE;
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < WG_BK / 16; ++kk) {
+                    wgmma_m64k16<WG_BN, T>(d, wgmma_descriptor_k_major_sw128(ta + kk * 16),
+                                           wgmma_descriptor_k_major_sw128(tb + kk * 16),
+                                           step > 0 || kk > 0);
+                }
+                wgmma_commit();
+                wgmma_wait<0>();
+                wgmma_fence_operands(d);
+                if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[stage]);
+                if (++stage == WG_STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+            // Epilogue straight from registers: the accumulator layout is mma.m16n8's, one
+            // 16-row slice per warp.
+            T* cz = c + (index_t)z * m * n;
+            const int row = tm * WG_BM + consumer * 64 + warp_in_group * 16 + lane / 4;
+            const int col0 = tn * WG_BN + 2 * (lane % 4);
+#pragma unroll
+            for (int j = 0; j < WG_BN / 8; ++j) {
+                store_fragment_pair(cz, m, n, row, col0 + 8 * j, d[4 * j], d[4 * j + 1]);
+                store_fragment_pair(cz, m, n, row + 8, col0 + 8 * j, d[4 * j + 2],
+                                    d[4 * j + 3]);
+            }
+        }
+    }
+}
+
+#define WGMMA_KERNEL(T, NAME)                                                                  \
+    KERNEL void __launch_bounds__(WG_THREADS, 1)                                               \
+        gemm_wgmma_tma_##NAME(const __grid_constant__ TmaDescriptor map_a,                    \
+                              const __grid_constant__ TmaDescriptor map_b, T* c, int m, int n, \
+                              int k, int batch) {                                              \
+        gemm_wgmma_tma<T>(&map_a, &map_b, c, m, n, k, batch);                                  \
+    }
+
+WGMMA_KERNEL(bf16_t, bf16)
+WGMMA_KERNEL(f16_t, f16)
+#endif

@@ -1,0 +1,308 @@
+//! `cargo run --release -p day18`: cuBLAS and every tensor-core GEMM version on the day's
+//! problems (bf16 4096 and 8192, and an odd shape), checked against an f64 CPU reference and
+//! timed; `--sweep` plots TFLOP/s against size beside torch.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Parser;
+use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
+use common::cublas::{Cublas, GemmEx, Stored};
+use common::dtype::Dtype;
+use common::element::Element;
+use common::matmul::SWEEP_SIZES;
+use common::plot::{self, LinePlot};
+use common::reference::matmul as reference;
+use common::report::DayReport;
+use common::session::{Expected, Problem, Refused, Session, Version as RunVersion};
+use common::{Gpu, UsageError, inputs, sweep};
+use day18::{GemmShape, Operands, TensorCoreGemm, Version};
+use half::{bf16, f16};
+
+/// Day 18: GEMM on tensor cores, C = A B^T (B stored [n, k]), bf16 or f16.
+#[derive(Parser)]
+#[command(version, about)]
+struct Args {
+    /// A square problem m = n = k = SIZE, instead of the day's default problems.
+    #[arg(long, conflicts_with_all = ["m", "n", "k"])]
+    size: Option<usize>,
+    /// Rows of A and C (with --n and --k).
+    #[arg(long, requires_all = ["n", "k"])]
+    m: Option<usize>,
+    /// Rows of B (it is stored [n, k]) and columns of C.
+    #[arg(long, requires_all = ["m", "k"])]
+    n: Option<usize>,
+    /// The length of each dot product.
+    #[arg(long, requires_all = ["m", "n"])]
+    k: Option<usize>,
+    /// Independent products in one call (batched GEMM, operands back to back).
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    #[arg(long, value_enum, default_value_t = Dtype::Bf16)]
+    dtype: Dtype,
+    /// Square sizes 256 to 8192, plotted to --plot.
+    #[arg(long, conflicts_with_all = ["size", "m", "n", "k"])]
+    sweep: bool,
+    #[arg(long, default_value = "sweep.svg")]
+    plot: PathBuf,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+/// The ceiling row.
+const CUBLAS: &str = "cublas";
+/// Outputs up to this many multiply-adds are all checked; beyond, a sample.
+const FULL_CHECK_MACS: usize = 1 << 28;
+
+fn main() -> ExitCode {
+    run_main(|| run(Args::parse()))
+}
+
+fn problems(args: &Args) -> Result<Vec<GemmShape>> {
+    let batch = args.batch;
+    let shapes = if args.sweep {
+        SWEEP_SIZES.iter().map(|&s| GemmShape::square(s)).collect()
+    } else if let Some(s) = args.size {
+        vec![GemmShape::square(s)]
+    } else if let (Some(m), Some(n), Some(k)) = (args.m, args.n, args.k) {
+        vec![GemmShape { m, n, k, batch: 1 }]
+    } else {
+        // GPU_TARGETS.md's two sizes, and an odd one whose k no cp.async/TMA version takes.
+        vec![
+            GemmShape::square(4096),
+            GemmShape::square(8192),
+            GemmShape {
+                m: 1000,
+                n: 1001,
+                k: 999,
+                batch: 1,
+            },
+        ]
+    };
+    let shapes: Vec<GemmShape> = shapes
+        .into_iter()
+        .map(|s| GemmShape { batch, ..s })
+        .collect();
+    for s in &shapes {
+        if s.m == 0 || s.n == 0 || s.k == 0 || s.batch == 0 {
+            return Err(UsageError::new("m, n, k and --batch must be at least 1").into());
+        }
+        if [s.m, s.n, s.k, s.batch]
+            .iter()
+            .any(|&d| d > i32::MAX as usize)
+        {
+            return Err(UsageError::new("dimensions must be below 2^31").into());
+        }
+    }
+    Ok(shapes)
+}
+
+fn run(args: Args) -> Result<()> {
+    let mut names = vec![CUBLAS];
+    names.extend(Version::ALL.iter().map(|v| v.name()));
+    let selected = args.common.select_versions(&names)?;
+    let shapes = problems(&args)?;
+    let elem = args.dtype.size() as u64;
+    for s in &shapes {
+        let elements = s.a_len() as u64 + s.b_len() as u64 + s.c_len() as u64;
+        check_host_fits(
+            &s.describe(args.dtype),
+            bytes_for("the matrices", elements, elem)?,
+        )?;
+    }
+    let gpu = Gpu::open(args.common.device)?;
+    for s in &shapes {
+        gpu.check_fits(&s.describe(args.dtype), s.min_bytes(args.dtype))?;
+    }
+    let cublas = Cublas::open(&gpu)?;
+    let day = TensorCoreGemm::load(&gpu)?;
+    let mut reports = Vec::new();
+    for shape in &shapes {
+        let report = match args.dtype {
+            Dtype::Bf16 => run_problem::<bf16>(&gpu, &cublas, &day, &args, shape, &selected)?,
+            Dtype::F16 => run_problem::<f16>(&gpu, &cublas, &day, &args, shape, &selected)?,
+            other => {
+                return Err(UsageError::new(format!(
+                    "the tensor-core GEMM takes bf16 or f16, not {other}"
+                ))
+                .into());
+            }
+        };
+        reports.push(report);
+    }
+    if args.sweep {
+        plot_sweep(&args, &gpu, &reports)?;
+    }
+    finish_reports(&args.common, &reports)
+}
+
+/// The outputs checked: all of them for small problems; otherwise the edges and random
+/// outputs of the first and the last product.
+fn checked_outputs(shape: &GemmShape, seed: u64) -> Option<Vec<usize>> {
+    let GemmShape { m, n, k, batch } = *shape;
+    if batch * m * n * k <= FULL_CHECK_MACS {
+        return None;
+    }
+    let one = reference::sample_outputs(m, n, reference::RANDOM_SAMPLES, seed);
+    let mut at = one.clone();
+    if batch > 1 {
+        at.extend(one.iter().map(|i| i + (batch - 1) * m * n));
+    }
+    Some(at)
+}
+
+fn run_problem<T: Element>(
+    gpu: &Gpu,
+    cublas: &Cublas,
+    day: &TensorCoreGemm,
+    args: &Args,
+    shape: &GemmShape,
+    selected: &[&str],
+) -> Result<DayReport> {
+    let seed = args.common.seed;
+    let a: Vec<T> = inputs::uniform(shape.a_len(), -1.0, 1.0, seed);
+    let b: Vec<T> = inputs::uniform(shape.b_len(), -1.0, 1.0, seed.wrapping_add(1));
+    let at = checked_outputs(shape, seed.wrapping_add(2));
+    let dims = (shape.batch, shape.m, shape.n, shape.k);
+    let expected_values = match &at {
+        Some(at) => reference::matmul_bt_at(&a, &b, dims, at),
+        None => {
+            let all: Vec<usize> = (0..shape.c_len()).collect();
+            reference::matmul_bt_at(&a, &b, dims, &all)
+        }
+    };
+    let unit_roundoff = match T::DTYPE {
+        Dtype::F16 => 2f64.powi(-11),
+        _ => 2f64.powi(-8),
+    };
+    let out_shape = [shape.batch, shape.m, shape.n];
+    let expected = Expected {
+        values: &expected_values,
+        shape: &out_shape,
+        tolerance: reference::tolerance_stored_in(shape.k, unit_roundoff),
+        at: at.as_deref(),
+    };
+    let checked = match &at {
+        None => "every output checked".to_string(),
+        Some(at) => format!("{} sampled outputs checked", at.len()),
+    };
+    let mut session = Session::new(
+        gpu,
+        &args.common,
+        Problem {
+            day: "day18",
+            title: "tensor-core GEMM",
+            description: format!("{} ({checked})", shape.describe(T::DTYPE)),
+            key: shape.key(T::DTYPE),
+            bytes_per_run: shape.min_bytes(T::DTYPE),
+            flops_per_run: Some(shape.flops()),
+        },
+    )?
+    .with_ceiling(CUBLAS);
+    if args.sweep {
+        session = session.quiet();
+    }
+    session.save_input("a", &[shape.batch, shape.m, shape.k], &a)?;
+    session.save_input("b", &[shape.batch, shape.n, shape.k], &b)?;
+    let (a_dev, b_dev) = (gpu.upload(&a)?, gpu.upload(&b)?);
+    drop((a, b));
+    let mut c = gpu.alloc_poisoned::<T>(shape.c_len())?;
+
+    if selected.contains(&CUBLAS) {
+        // B is stored [n, k]: the transposed right operand of a row-major product.
+        let g = GemmEx {
+            b: Stored::Transposed,
+            batch: shape.batch,
+            ..GemmEx::new(shape.m, shape.n, shape.k)
+        };
+        let run = RunVersion {
+            name: CUBLAS,
+            kernel: None,
+            global_bytes: None,
+        };
+        session.run_version(run, &mut c, &expected, |c| {
+            cublas.gemm_ex::<T, T, _, _, _>(&g, &a_dev, &b_dev, c)
+        })?;
+    }
+    for &name in selected.iter().filter(|&&n| n != CUBLAS) {
+        let version = Version::from_name(name).expect("selected from Version::ALL");
+        let (kernel, launch) = match day.plan::<T>(version, shape) {
+            Ok(plan) => plan,
+            Err(e) if e.is::<Refused>() => {
+                session.skip_version(name, &e.to_string());
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let run = RunVersion {
+            name,
+            kernel: Some((kernel, launch)),
+            global_bytes: None,
+        };
+        session.run_version(run, &mut c, &expected, |c| {
+            let ops = Operands {
+                a: &a_dev,
+                b: &b_dev,
+            };
+            day.gemm(gpu, version, shape, ops, c)
+        })?;
+    }
+    Ok(session.finish())
+}
+
+/// TFLOP/s against size for each version and each peer, and the summary table.
+fn plot_sweep(args: &Args, gpu: &Gpu, reports: &[DayReport]) -> Result<()> {
+    let mut versions: Vec<&str> = Vec::new();
+    for r in reports {
+        for row in &r.rows {
+            if !versions.contains(&row.version.as_str()) {
+                versions.push(&row.version);
+            }
+        }
+    }
+    let mut series =
+        sweep::version_series(reports, versions, sweep::last_dimension, |row| row.tflops);
+    let mut peers: Vec<&str> = Vec::new();
+    for r in reports {
+        for p in &r.peers {
+            if !peers.contains(&p.peer.as_str()) {
+                peers.push(&p.peer);
+            }
+        }
+    }
+    for peer in peers {
+        series.push(plot::Series {
+            name: format!("{peer} (peer)"),
+            points: reports
+                .iter()
+                .filter_map(|r| {
+                    let fig = r.peers.iter().find(|p| p.peer == peer)?;
+                    let flops = r.flops_per_run? as f64;
+                    Some((
+                        sweep::last_dimension(r),
+                        flops / (fig.median_ms * 1e-3) / 1e12,
+                    ))
+                })
+                .collect(),
+        });
+    }
+    let title = format!(
+        "day18 tensor-core GEMM, C = A B^T, {}, {}",
+        args.dtype, gpu.info.name
+    );
+    plot::write_svg(
+        &args.plot,
+        &LinePlot {
+            title: &title,
+            x_label: "m = n = k",
+            y_label: "TFLOP/s (2 m n k)",
+            log2_x: true,
+            series: &series,
+            hlines: &[],
+        },
+    )?;
+    let table = sweep::summary_table("size", "TFLOP/s", 1, &series);
+    println!("{title}\n{table}\nplot: {}", args.plot.display());
+    Ok(())
+}
