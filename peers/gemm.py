@@ -5,7 +5,8 @@
 torch.matmul(a, b.t()) (cuBLAS or cuBLASLt underneath, as torch picks) in bf16 on the day's
 square sizes 256 to 8192 (its default problems and its --sweep), and the odd 1000 x 1001 x 999.
 Writes {"torch", "device", "figures": [{key, peer, median_ms, gb_per_s}]} with the day's keys;
-GB/s counts A and B read once and C written once.
+GB/s counts A and B read once and C written once. Reduced-precision (bf16) split-k reductions
+are switched off, as in the day's cuBLAS row.
 """
 
 import sys
@@ -29,6 +30,9 @@ def one(m, n, k, gen):
 
 
 def figures():
+    # f32 accumulation throughout, as day18's kernels and its cuBLAS row (torch's default lets
+    # cuBLAS add split-k partial sums in bf16).
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     gen = torch.Generator(device="cuda").manual_seed(0)
     for s in SIZES:
         yield one(s, s, s, gen)

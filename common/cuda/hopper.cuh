@@ -73,6 +73,42 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TmaDescriptor* map,
                  : "memory");
 }
 
+// The same box delivered to the same shared-memory offset of every CTA of the cluster named
+// in `cta_mask`, each CTA's barrier at `bar`'s offset counting the bytes it received: one L2
+// read feeds several SMs.
+__device__ __forceinline__ void tma_load_3d_multicast(void* dst, const TmaDescriptor* map,
+                                                      unsigned long long* bar, int x, int y,
+                                                      int z, unsigned short cta_mask) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(smem_u32(dst)),
+                 "l"(map), "r"(x), "r"(y), "r"(z), "r"(smem_u32(bar)), "h"(cta_mask)
+                 : "memory");
+}
+
+// ---- thread-block clusters -------------------------------------------------------------------
+
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+
+// Every thread of every CTA of the cluster meets here; writes before it (barrier inits) are
+// visible to the whole cluster after it.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// Arrives on the barrier at `bar`'s offset in the shared memory of CTA `cta` of the cluster
+// (this CTA's own when `cta` is its rank).
+__device__ __forceinline__ void mbarrier_arrive_cluster(unsigned long long* bar, unsigned cta) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_u32(bar)), "r"(cta));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
+                 : "memory");
+}
+
 // ---- register budget ------------------------------------------------------------------------
 
 // Warp specialization: the producer warpgroup gives registers back, the consumers (which hold

@@ -145,6 +145,17 @@ impl Kernel {
         Ok((blocks * threads) as f64 / self.max_threads_per_sm as f64)
     }
 
+    /// Thread-block clusters of this kernel (whose cluster shape is compiled in with
+    /// `__cluster_dims__`) that can be resident at once for `shape`'s block and shared memory.
+    pub fn max_active_clusters(
+        &self,
+        shape: &LaunchShape,
+        stream: &cudarc::driver::CudaStream,
+    ) -> Result<u32> {
+        let config = self.config(shape)?;
+        Ok(self.func.occupancy_max_active_clusters(config, stream)?)
+    }
+
     /// One line for the console: `vector_add_f32: 16 regs, 0 B smem, 0 B local, 0 B spill`.
     pub fn describe(&self) -> String {
         let a = &self.attrs;

@@ -17,7 +17,14 @@
 //                  warpgroups each run wgmma m64n256k16 on 64 rows of the 128 x 256 tile,
 //                  straight from shared memory, accumulators in registers (128 per thread).
 //                  Persistent: one block per SM walks the tiles, so the producer loads the next
-//                  tile while the consumers store the last.
+//                  tile while the consumers store the last. Each k step waits for its own
+//                  wgmma before freeing the stage.
+//   wgmma_overlap  the same, but a consumer keeps one k step's wgmma running while it issues
+//                  the next (wgmma.wait_group 1): a stage is freed one step later, and the
+//                  tensor cores no longer drain between steps.
+//   wgmma_cluster  the same in clusters of 2 CTAs on neighbouring tile rows: each loads half of
+//                  the B tile they share and the TMA multicasts it into both, so B crosses
+//                  from L2 once per pair of tiles instead of once per tile.
 //
 //   cargo run --release -p day18 -- --size 4096 --kernel wgmma_tma
 //
@@ -264,10 +271,30 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
     tn = in_group / rows;
 }
 
-// grid(min(tiles, SMs)), block(384), dynamic shared 4 x 48 KiB + 1 KiB for alignment.
-// The tensor maps cover A as [batch][m][k] and B as [batch][n][k], boxes 64 (k) x 128 and
-// 64 x 256 rows, 128-byte swizzle.
-template <typename T>
+// A tile's place: product z, tile row tm, tile column tn. With clusters of 2, the two CTAs of
+// a cluster take tile rows 2p and 2p + 1 of the same column: they share B's tile.
+struct TilePlace {
+    int z, tm, tn;
+};
+template <int CLUSTER>
+__device__ __forceinline__ TilePlace tile_place(int t, int tiles_m, int tiles_n, unsigned rank) {
+    const int row_groups = (tiles_m + CLUSTER - 1) / CLUSTER;
+    const int per_product = row_groups * tiles_n;
+    TilePlace p;
+    p.z = t / per_product;
+    tile_coords(t % per_product, row_groups, tiles_n, p.tm, p.tn);
+    p.tm = p.tm * CLUSTER + rank;
+    return p;
+}
+
+// grid(min(tiles, SMs)) (a multiple of CLUSTER), block(384), dynamic shared 4 x 48 KiB + 1 KiB
+// for alignment. The tensor maps cover A as [batch][m][k] and B as [batch][n][k], boxes 64 (k)
+// x 128 rows for A and 64 x 256 / CLUSTER rows for B, 128-byte swizzle.
+//
+// CLUSTER = 2: each CTA loads its own A tile and half of the shared B tile, multicast into
+// both CTAs' shared memory; a stage may be refilled only when the consumers of both CTAs have
+// freed it, so every consumer arrives on the `empty` barrier of each CTA of the cluster.
+template <typename T, int IN_FLIGHT, int CLUSTER>
 __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                                                const TmaDescriptor* map_b, T* c, int m, int n,
                                                int k, int batch) {
@@ -281,35 +308,48 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
     unsigned long long* empty = full + WG_STAGES;
 
     const int tiles_m = (m + WG_BM - 1) / WG_BM, tiles_n = (n + WG_BN - 1) / WG_BN;
-    const int tiles = tiles_m * tiles_n * batch, steps = (k + WG_BK - 1) / WG_BK;
+    const int tiles = (tiles_m + CLUSTER - 1) / CLUSTER * tiles_n * batch;  // per cluster
+    const int steps = (k + WG_BK - 1) / WG_BK;
     const int warpgroup = threadIdx.x / 128;
+    const unsigned rank = CLUSTER > 1 ? cluster_rank() : 0;
+    const int first = blockIdx.x / CLUSTER, stride = gridDim.x / CLUSTER;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < WG_STAGES; ++s) {
-            mbarrier_init(&full[s], 1);               // the producer's arrival (+ TMA bytes)
-            mbarrier_init(&empty[s], WG_CONSUMERS);  // one arrival per consumer warpgroup
+            mbarrier_init(&full[s], 1);  // the producer's arrival (+ TMA bytes)
+            mbarrier_init(&empty[s], WG_CONSUMERS * CLUSTER);  // each consumer of the cluster
         }
         fence_barrier_init();
     }
-    __syncthreads();
+    if (CLUSTER > 1) {
+        cluster_sync();  // the peer's barriers exist before anything targets them
+    } else {
+        __syncthreads();
+    }
 
     if (warpgroup == 0) {
         warpgroup_registers_release<40>();
         if (threadIdx.x == 0) {
             int stage = 0;
             unsigned phase = 0;
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-                const int z = t / (tiles_m * tiles_n);
-                int tm, tn;
-                tile_coords(t % (tiles_m * tiles_n), tiles_m, tiles_n, tm, tn);
+            for (int t = first; t < tiles; t += stride) {
+                const TilePlace p = tile_place<CLUSTER>(t, tiles_m, tiles_n, rank);
                 for (int step = 0; step < steps; ++step) {
                     mbarrier_wait(&empty[stage], phase ^ 1);
                     mbarrier_arrive_expect_tx(&full[stage],
                                               (WG_A_TILE + WG_B_TILE) * (unsigned)sizeof(T));
                     tma_load_3d(sa + stage * WG_A_TILE, map_a, &full[stage], step * WG_BK,
-                                tm * WG_BM, z);
-                    tma_load_3d(sb + stage * WG_B_TILE, map_b, &full[stage], step * WG_BK,
-                                tn * WG_BN, z);
+                                p.tm * WG_BM, p.z);
+                    if (CLUSTER == 1) {
+                        tma_load_3d(sb + stage * WG_B_TILE, map_b, &full[stage], step * WG_BK,
+                                    p.tn * WG_BN, p.z);
+                    } else {
+                        constexpr int HALF = WG_BN / CLUSTER;
+                        tma_load_3d_multicast(sb + stage * WG_B_TILE + rank * HALF * WG_BK, map_b,
+                                              &full[stage], step * WG_BK,
+                                              p.tn * WG_BN + rank * HALF, p.z,
+                                              (unsigned short)((1u << CLUSTER) - 1));
+                    }
                     if (++stage == WG_STAGES) {
                         stage = 0;
                         phase ^= 1;
@@ -321,13 +361,22 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
         warpgroup_registers_claim<232>();
         const int consumer = warpgroup - 1;
         const int lane = threadIdx.x % 32, warp_in_group = (threadIdx.x / 32) % 4;
+        // Frees a stage for the producers: this CTA's, and with clusters the peer's too.
+        auto release = [&](int s) {
+            if (threadIdx.x % 128 != 0) return;
+            if (CLUSTER == 1) {
+                mbarrier_arrive(&empty[s]);
+            } else {
+#pragma unroll
+                for (unsigned cta = 0; cta < CLUSTER; ++cta) mbarrier_arrive_cluster(&empty[s], cta);
+            }
+        };
         int stage = 0;
         unsigned phase = 0;
         float d[WG_BN / 2];
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            const int z = t / (tiles_m * tiles_n);
-            int tm, tn;
-            tile_coords(t % (tiles_m * tiles_n), tiles_m, tiles_n, tm, tn);
+        for (int t = first; t < tiles; t += stride) {
+            const TilePlace p = tile_place<CLUSTER>(t, tiles_m, tiles_n, rank);
+            int previous = -1;  // the stage whose wgmma may still be running (IN_FLIGHT)
             for (int step = 0; step < steps; ++step) {
                 mbarrier_wait(&full[stage], phase);
                 const T* ta = sa + stage * WG_A_TILE + consumer * 64 * WG_BK;
@@ -340,19 +389,31 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                                            step > 0 || kk > 0);
                 }
                 wgmma_commit();
-                wgmma_wait<0>();
+                // IN_FLIGHT = 0: wait for this step's products, then free its stage; the tensor
+                // cores idle until the next step is issued. IN_FLIGHT = 1: wait only for the
+                // previous step's, free that stage, and return to issue the next step while
+                // this one runs.
+                wgmma_wait<IN_FLIGHT>();
                 wgmma_fence_operands(d);
-                if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[stage]);
+                const int done = IN_FLIGHT ? previous : stage;
+                if (done >= 0) release(done);
+                previous = stage;
                 if (++stage == WG_STAGES) {
                     stage = 0;
                     phase ^= 1;
                 }
             }
+            if (IN_FLIGHT) {
+                wgmma_wait<0>();
+                wgmma_fence_operands(d);
+                release(previous);
+            }
             // Epilogue straight from registers: the accumulator layout is mma.m16n8's, one
-            // 16-row slice per warp.
-            T* cz = c + (index_t)z * m * n;
-            const int row = tm * WG_BM + consumer * 64 + warp_in_group * 16 + lane / 4;
-            const int col0 = tn * WG_BN + 2 * (lane % 4);
+            // 16-row slice per warp. Rows past m (a cluster's second tile row past the end
+            // included) are masked.
+            T* cz = c + (index_t)p.z * m * n;
+            const int row = p.tm * WG_BM + consumer * 64 + warp_in_group * 16 + lane / 4;
+            const int col0 = p.tn * WG_BN + 2 * (lane % 4);
 #pragma unroll
             for (int j = 0; j < WG_BN / 8; ++j) {
                 store_fragment_pair(cz, m, n, row, col0 + 8 * j, d[4 * j], d[4 * j + 1]);
@@ -361,16 +422,23 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
             }
         }
     }
+    // No CTA may leave while its peer can still write into its shared memory or arrive on its
+    // barriers.
+    if (CLUSTER > 1) cluster_sync();
 }
 
-#define WGMMA_KERNEL(T, NAME)                                                                  \
-    KERNEL void __launch_bounds__(WG_THREADS, 1)                                               \
-        gemm_wgmma_tma_##NAME(const __grid_constant__ TmaDescriptor map_a,                    \
-                              const __grid_constant__ TmaDescriptor map_b, T* c, int m, int n, \
-                              int k, int batch) {                                              \
-        gemm_wgmma_tma<T>(&map_a, &map_b, c, m, n, k, batch);                                  \
+#define WGMMA_KERNEL(T, NAME, VERSION, IN_FLIGHT, CLUSTER)                                     \
+    KERNEL void __launch_bounds__(WG_THREADS, 1) __cluster_dims__(CLUSTER, 1, 1)               \
+        gemm_##VERSION##_##NAME(const __grid_constant__ TmaDescriptor map_a,                   \
+                                const __grid_constant__ TmaDescriptor map_b, T* c, int m,      \
+                                int n, int k, int batch) {                                     \
+        gemm_wgmma_tma<T, IN_FLIGHT, CLUSTER>(&map_a, &map_b, c, m, n, k, batch);              \
     }
 
-WGMMA_KERNEL(bf16_t, bf16)
-WGMMA_KERNEL(f16_t, f16)
+WGMMA_KERNEL(bf16_t, bf16, wgmma_tma, 0, 1)
+WGMMA_KERNEL(f16_t, f16, wgmma_tma, 0, 1)
+WGMMA_KERNEL(bf16_t, bf16, wgmma_overlap, 1, 1)
+WGMMA_KERNEL(f16_t, f16, wgmma_overlap, 1, 1)
+WGMMA_KERNEL(bf16_t, bf16, wgmma_cluster, 1, 2)
+WGMMA_KERNEL(f16_t, f16, wgmma_cluster, 1, 2)
 #endif

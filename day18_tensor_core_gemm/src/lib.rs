@@ -5,6 +5,8 @@
 //! specialized, persistent). cuBLAS (`common::cublas`) is the ceiling and runs the same
 //! problem.
 
+use std::sync::Arc;
+
 use anyhow::{Result, bail};
 use common::dtype::Dtype;
 use common::element::Element;
@@ -13,7 +15,7 @@ use common::nvrtc::KernelSource;
 use common::session::Refused;
 use common::tma::KMajorTiles;
 use common::{Gpu, Kernel, LaunchShape};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
 
 pub const SOURCE: KernelSource = KernelSource {
     file_name: "gemm.cu",
@@ -26,6 +28,8 @@ pub enum Version {
     MmaLdmatrix,
     MmaPipelined,
     WgmmaTma,
+    WgmmaOverlap,
+    WgmmaCluster,
 }
 
 impl Version {
@@ -41,6 +45,8 @@ impl Version {
             Version::MmaLdmatrix => "mma_ldmatrix",
             Version::MmaPipelined => "mma_pipelined",
             Version::WgmmaTma => "wgmma_tma",
+            Version::WgmmaOverlap => "wgmma_overlap",
+            Version::WgmmaCluster => "wgmma_cluster",
         }
     }
 
@@ -50,7 +56,15 @@ impl Version {
 
     /// Needs `sm_90a` (wgmma, TMA, setmaxnreg).
     pub fn is_hopper_only(self) -> bool {
-        self == Version::WgmmaTma
+        matches!(
+            self,
+            Version::WgmmaTma | Version::WgmmaOverlap | Version::WgmmaCluster
+        )
+    }
+
+    /// CTAs per thread-block cluster (they share B's tile through TMA multicast).
+    fn cluster(self) -> usize {
+        if self == Version::WgmmaCluster { 2 } else { 1 }
     }
 }
 
@@ -167,6 +181,8 @@ pub struct TensorCoreGemm {
     kernels: KernelSet,
     hopper: bool,
     sms: u32,
+    /// For occupancy queries of the cluster kernels.
+    stream: Arc<CudaStream>,
 }
 
 /// The operands of one call.
@@ -187,6 +203,7 @@ impl TensorCoreGemm {
             kernels: KernelSet::load_for_arch(gpu, &SOURCE, &arch, kernel_names(hopper))?,
             hopper,
             sms: gpu.info.sms,
+            stream: gpu.stream.clone(),
         })
     }
 
@@ -240,19 +257,36 @@ impl TensorCoreGemm {
                     },
                 }
             }
-            Version::WgmmaTma => {
-                let tiles = batch as u64 * m.div_ceil(WG_BM) as u64 * n.div_ceil(WG_BN) as u64;
-                if tiles > i32::MAX as u64 {
-                    return Err(Refused("wgmma_tma: more than 2^31 tiles".into()).into());
+            Version::WgmmaTma | Version::WgmmaOverlap | Version::WgmmaCluster => {
+                // A cluster's CTAs take neighbouring tile rows: tiles are counted per cluster.
+                let cluster = version.cluster() as u64;
+                let tiles = batch as u64
+                    * (m.div_ceil(WG_BM) as u64).div_ceil(cluster)
+                    * n.div_ceil(WG_BN) as u64;
+                if tiles * cluster > i32::MAX as u64 {
+                    return Err(Refused(format!("{}: more than 2^31 tiles", version.name())).into());
                 }
-                LaunchShape {
-                    grid: (tiles.min(u64::from(self.sms)) as u32, 1, 1),
+                let mut launch = LaunchShape {
+                    grid: (0, 1, 1),
                     block: (WG_THREADS, 1, 1),
                     dynamic_shared_bytes: WG_SHARED,
+                };
+                // Persistent: as many CTAs as can be resident at once (one per SM; for
+                // clusters, as many whole clusters as the GPCs hold), never more than tiles.
+                let resident = if cluster > 1 {
+                    launch.grid.0 = self.sms;
+                    kernel.max_active_clusters(&launch, &self.stream)? as u64 * cluster
+                } else {
+                    u64::from(self.sms)
+                };
+                if resident == 0 {
+                    bail!("{}: not one cluster can be resident", version.name());
                 }
+                launch.grid.0 = (tiles * cluster).min(resident) as u32;
+                launch
             }
         };
-        if version != Version::WgmmaTma && m.div_ceil(MMA_TILE) > 65535 {
+        if !version.is_hopper_only() && m.div_ceil(MMA_TILE) > 65535 {
             return Err(Refused(format!("{}: m over 65535 tiles", version.name())).into());
         }
         Ok((kernel, launch))
@@ -289,7 +323,7 @@ impl TensorCoreGemm {
                 // these sizes and strides, and every load and store is bounded by m, n, k.
                 unsafe { l.launch(kernel.config(&launch_shape)?) }?;
             }
-            Version::WgmmaTma => {
+            Version::WgmmaTma | Version::WgmmaOverlap | Version::WgmmaCluster => {
                 let tiles = |rows: usize, box_rows: usize| KMajorTiles {
                     inner: shape.k,
                     rows,
@@ -298,7 +332,8 @@ impl TensorCoreGemm {
                     box_rows: box_rows as u32,
                 };
                 let map_a = tiles(shape.m, WG_BM).encode(gpu, ops.a)?;
-                let map_b = tiles(shape.n, WG_BN).encode(gpu, ops.b)?;
+                // With clusters each CTA loads (and multicasts) its share of B's tile rows.
+                let map_b = tiles(shape.n, WG_BN / version.cluster()).encode(gpu, ops.b)?;
                 let batch = shape.batch as i32;
                 l.arg(&map_a)
                     .arg(&map_b)

@@ -123,7 +123,11 @@ fn refusals_are_refusals() {
         k: 30,
         batch: 1,
     };
-    for v in [Version::MmaPipelined, Version::WgmmaTma] {
+    for v in [
+        Version::MmaPipelined,
+        Version::WgmmaTma,
+        Version::WgmmaOverlap,
+    ] {
         let Err(e) = day.plan::<bf16>(v, &odd_k) else {
             panic!("{} took k = 30", v.name());
         };
