@@ -33,10 +33,12 @@ pub enum Version {
 }
 
 impl Version {
-    pub const ALL: [Version; 3] = [
+    pub const ALL: [Version; 5] = [
         Version::MmaLdmatrix,
         Version::MmaPipelined,
         Version::WgmmaTma,
+        Version::WgmmaOverlap,
+        Version::WgmmaCluster,
     ];
 
     /// The name `--kernel` takes, and the kernel's name without its dtype.
