@@ -427,18 +427,23 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
     if (CLUSTER > 1) cluster_sync();
 }
 
-#define WGMMA_KERNEL(T, NAME, VERSION, IN_FLIGHT, CLUSTER)                                     \
-    KERNEL void __launch_bounds__(WG_THREADS, 1) __cluster_dims__(CLUSTER, 1, 1)               \
+// The cluster shape is compiled in (`__cluster_dims__`), so a plain launch forms the clusters;
+// the other versions carry no cluster attribute at all (a cluster of 1 is still a cluster
+// launch, scheduled under the cluster rules).
+#define WGMMA_KERNEL(T, NAME, VERSION, IN_FLIGHT, CLUSTER, ATTRIBUTES)                         \
+    KERNEL void __launch_bounds__(WG_THREADS, 1) ATTRIBUTES                                    \
         gemm_##VERSION##_##NAME(const __grid_constant__ TmaDescriptor map_a,                   \
                                 const __grid_constant__ TmaDescriptor map_b, T* c, int m,      \
                                 int n, int k, int batch) {                                     \
         gemm_wgmma_tma<T, IN_FLIGHT, CLUSTER>(&map_a, &map_b, c, m, n, k, batch);              \
     }
+#define NO_ATTRIBUTES
+#define CLUSTER_OF_2 __cluster_dims__(2, 1, 1)
 
-WGMMA_KERNEL(bf16_t, bf16, wgmma_tma, 0, 1)
-WGMMA_KERNEL(f16_t, f16, wgmma_tma, 0, 1)
-WGMMA_KERNEL(bf16_t, bf16, wgmma_overlap, 1, 1)
-WGMMA_KERNEL(f16_t, f16, wgmma_overlap, 1, 1)
-WGMMA_KERNEL(bf16_t, bf16, wgmma_cluster, 1, 2)
-WGMMA_KERNEL(f16_t, f16, wgmma_cluster, 1, 2)
+WGMMA_KERNEL(bf16_t, bf16, wgmma_tma, 0, 1, NO_ATTRIBUTES)
+WGMMA_KERNEL(f16_t, f16, wgmma_tma, 0, 1, NO_ATTRIBUTES)
+WGMMA_KERNEL(bf16_t, bf16, wgmma_overlap, 1, 1, NO_ATTRIBUTES)
+WGMMA_KERNEL(f16_t, f16, wgmma_overlap, 1, 1, NO_ATTRIBUTES)
+WGMMA_KERNEL(bf16_t, bf16, wgmma_cluster, 1, 2, CLUSTER_OF_2)
+WGMMA_KERNEL(f16_t, f16, wgmma_cluster, 1, 2, CLUSTER_OF_2)
 #endif
