@@ -3,6 +3,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod cross_entropy;
 pub mod gemv;
 pub mod matmul;
 pub mod norm;

@@ -1,0 +1,544 @@
+//! Cross-entropy over a vocabulary, alone on given logits and fused with the linear layer that
+//! makes them (`logits = H W^T`, W stored `[V, Hd]` as nn.Linear keeps it), with its gradients.
+//!
+//! Per token `t` with logits `z` (length V), target `y`, `lse = log sum_j exp(z_j)`, label
+//! smoothing `eps` and z-loss coefficient `zc`:
+//!
+//! ```text
+//! loss_t = lse - (1 - eps) z_y - eps * mean_j z_j + zc * lse^2
+//! dz_j   = (p_j (1 + 2 zc lse) - (1 - eps) [j == y] - eps / V) / N,   p_j = exp(z_j - lse)
+//! loss   = sum_t loss_t / N,   N = number of tokens whose target is not the ignore index
+//! dH     = dz W,   dW = dz^T H
+//! ```
+//!
+//! (`d lse / dz_j = p_j`, so the z-loss term adds `2 zc lse p_j`; label smoothing is torch's:
+//! `(1 - eps) * nll + eps * mean_j(-log p_j)`.) Ignored tokens add nothing to the loss and get
+//! a zero gradient row; when every token is ignored the loss is defined as 0, not 0/0. The unit
+//! tests check the gradients against finite differences of the loss.
+//!
+//! Everything is f64 from the stored values. A GPU implementation keeps the logits and their
+//! gradient in 16 bits between its GEMMs (as torch and Liger do); [`Rounding`] lets the
+//! reference round them the same way, so that a comparison sees only the kernels' own error.
+
+use crate::element::Element;
+
+/// torch's default `ignore_index`.
+pub const IGNORE_INDEX: i32 = -100;
+
+/// The loss's options (torch's `label_smoothing`, Liger's `lse_square_scale` for the z-loss).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CeOptions {
+    pub label_smoothing: f64,
+    pub z_loss: f64,
+    pub ignore_index: i32,
+}
+
+impl Default for CeOptions {
+    fn default() -> Self {
+        Self {
+            label_smoothing: 0.0,
+            z_loss: 0.0,
+            ignore_index: IGNORE_INDEX,
+        }
+    }
+}
+
+/// What happens to the intermediates an implementation stores: the logits and their gradient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rounding {
+    /// Exact math.
+    None,
+    /// Rounded to bf16 (nearest even), as a bf16 GEMM's output and the in-place gradient are.
+    Bf16,
+}
+
+impl Rounding {
+    fn apply(self, v: f64) -> f64 {
+        match self {
+            Rounding::None => v,
+            Rounding::Bf16 => half::bf16::from_f64(v).to_f64(),
+        }
+    }
+}
+
+/// The target of a token, or None when it is ignored. Any other target outside `[0, V)` is a
+/// caller's bug.
+fn target_of(y: i32, vocab: usize, opts: &CeOptions) -> Option<usize> {
+    if y == opts.ignore_index {
+        return None;
+    }
+    assert!(
+        y >= 0 && (y as usize) < vocab,
+        "target {y} is outside [0, {vocab}) and is not the ignore index {}",
+        opts.ignore_index
+    );
+    Some(y as usize)
+}
+
+/// Tokens that count in the mean.
+pub fn count_valid(targets: &[i32], vocab: usize, opts: &CeOptions) -> usize {
+    targets
+        .iter()
+        .filter(|&&y| target_of(y, vocab, opts).is_some())
+        .count()
+}
+
+/// `1 / N`, and 0 when every token is ignored (the gradient is then 0, not NaN).
+fn inverse_count(valid: usize) -> f64 {
+    if valid == 0 { 0.0 } else { 1.0 / valid as f64 }
+}
+
+/// One token: its loss (unscaled by 1/N) and its log-sum-exp, with `z` overwritten by the
+/// gradient `dz` (scaled by `inv_n`). An ignored token's gradient row is 0.
+fn ce_row(z: &mut [f64], y: Option<usize>, opts: &CeOptions, inv_n: f64) -> (f64, f64) {
+    let v = z.len() as f64;
+    let max = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let lse = max + z.iter().map(|&x| (x - max).exp()).sum::<f64>().ln();
+    let Some(y) = y else {
+        z.fill(0.0);
+        return (0.0, lse);
+    };
+    let eps = opts.label_smoothing;
+    let mean = z.iter().sum::<f64>() / v;
+    let loss = lse - (1.0 - eps) * z[y] - eps * mean + opts.z_loss * lse * lse;
+    let scale = 1.0 + 2.0 * opts.z_loss * lse;
+    for (j, x) in z.iter_mut().enumerate() {
+        let hot = if j == y { 1.0 - eps } else { 0.0 };
+        *x = ((*x - lse).exp() * scale - hot - eps / v) * inv_n;
+    }
+    (loss, lse)
+}
+
+/// The loss and the gradient of the logits.
+#[derive(Debug, Clone)]
+pub struct CeOutput {
+    /// Mean over non-ignored tokens.
+    pub loss: f64,
+    /// `[rows, V]`, row-major.
+    pub dlogits: Vec<f64>,
+    /// Each token's log-sum-exp, for tolerances.
+    pub lse: Vec<f64>,
+}
+
+/// Cross-entropy alone on given logits `[rows, V]`: the loss and `dlogits`, in f64.
+pub fn cross_entropy_f64(
+    logits: &[f64],
+    targets: &[i32],
+    rows: usize,
+    vocab: usize,
+    opts: &CeOptions,
+) -> CeOutput {
+    cross_entropy_owned(logits.to_vec(), targets, rows, vocab, opts)
+}
+
+/// [`cross_entropy_f64`] on stored logits (one f64 copy of them, turned into the gradient: a
+/// 8192 x 128256 problem needs 8 GiB of host memory, not twice that).
+pub fn cross_entropy<T: Element>(
+    logits: &[T],
+    targets: &[i32],
+    rows: usize,
+    vocab: usize,
+    opts: &CeOptions,
+) -> CeOutput {
+    let z: Vec<f64> = logits.iter().map(|v| v.to_f64()).collect();
+    cross_entropy_owned(z, targets, rows, vocab, opts)
+}
+
+/// The gradient computed over `logits` in place, as the kernels do.
+fn cross_entropy_owned(
+    mut dlogits: Vec<f64>,
+    targets: &[i32],
+    rows: usize,
+    vocab: usize,
+    opts: &CeOptions,
+) -> CeOutput {
+    assert_eq!(dlogits.len(), rows * vocab, "logits are not rows x V");
+    assert_eq!(targets.len(), rows, "one target per row");
+    let inv_n = inverse_count(count_valid(targets, vocab, opts));
+    let mut total = 0.0;
+    let mut lse = Vec::with_capacity(rows);
+    for (row, &y) in dlogits.chunks_exact_mut(vocab.max(1)).zip(targets) {
+        let (loss, l) = ce_row(row, target_of(y, vocab, opts), opts, inv_n);
+        total += loss;
+        lse.push(l);
+    }
+    CeOutput {
+        loss: total * inv_n,
+        dlogits,
+        lse,
+    }
+}
+
+/// Sizes of the fused problem: `tokens` rows of H `[T, Hd]`, W `[V, Hd]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinearCeShape {
+    pub tokens: usize,
+    pub hidden: usize,
+    pub vocab: usize,
+}
+
+/// Loss and gradients of the fused linear + cross-entropy.
+#[derive(Debug, Clone)]
+pub struct LinearCeOutput {
+    pub loss: f64,
+    /// `[T, Hd]`.
+    pub dh: Vec<f64>,
+    /// `[V, Hd]`.
+    pub dw: Vec<f64>,
+    /// The largest |logit|, for tolerances.
+    pub max_abs_logit: f64,
+    /// The largest |lse| over tokens, for the z-loss's share of the tolerance.
+    pub max_abs_lse: f64,
+}
+
+impl LinearCeOutput {
+    /// dH then dW, back to back: the layout of the days' gradient buffer.
+    pub fn concatenated_gradients(&self) -> Vec<f64> {
+        let mut all = self.dh.clone();
+        all.extend_from_slice(&self.dw);
+        all
+    }
+}
+
+/// One token's logits `z_v = h . w_v`, rounded as the implementation stores them.
+fn logits_row(h: &[f64], w: &[f64], hidden: usize, rounding: Rounding) -> Vec<f64> {
+    w.chunks_exact(hidden)
+        .map(|wv| rounding.apply(wv.iter().zip(h).map(|(a, b)| a * b).sum()))
+        .collect()
+}
+
+/// One token through the whole pipeline: (its loss unscaled, its lse, its max |logit|, dz).
+fn token(
+    h: &[f64],
+    w: &[f64],
+    y: i32,
+    shape: LinearCeShape,
+    opts: &CeOptions,
+    inv_n: f64,
+    rounding: Rounding,
+) -> (f64, f64, f64, Vec<f64>) {
+    let mut z = logits_row(h, w, shape.hidden, rounding);
+    let max_abs = z.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let (loss, lse) = ce_row(&mut z, target_of(y, shape.vocab, opts), opts, inv_n);
+    for g in &mut z {
+        *g = rounding.apply(*g);
+    }
+    (loss, lse, max_abs, z)
+}
+
+/// `dh_t = dz_t W` for one token.
+fn dh_row(dz: &[f64], w: &[f64], hidden: usize) -> Vec<f64> {
+    let mut dh = vec![0.0; hidden];
+    for (g, wv) in dz.iter().zip(w.chunks_exact(hidden)) {
+        if *g != 0.0 {
+            for (d, x) in dh.iter_mut().zip(wv) {
+                *d += g * x;
+            }
+        }
+    }
+    dh
+}
+
+fn check_shapes(h: usize, w: usize, targets: usize, shape: LinearCeShape) {
+    let LinearCeShape {
+        tokens,
+        hidden,
+        vocab,
+    } = shape;
+    assert!(hidden > 0 && vocab > 0, "hidden and vocab must be positive");
+    assert_eq!(h, tokens * hidden, "H is not T x Hd");
+    assert_eq!(w, vocab * hidden, "W is not V x Hd");
+    assert_eq!(targets, tokens, "one target per token");
+}
+
+/// The fused linear + cross-entropy in f64: loss, dH and dW.
+pub fn linear_cross_entropy_f64(
+    h: &[f64],
+    w: &[f64],
+    targets: &[i32],
+    shape: LinearCeShape,
+    opts: &CeOptions,
+    rounding: Rounding,
+) -> LinearCeOutput {
+    check_shapes(h.len(), w.len(), targets.len(), shape);
+    let hidden = shape.hidden;
+    let inv_n = inverse_count(count_valid(targets, shape.vocab, opts));
+    let mut out = LinearCeOutput {
+        loss: 0.0,
+        dh: Vec::with_capacity(h.len()),
+        dw: vec![0.0; w.len()],
+        max_abs_logit: 0.0,
+        max_abs_lse: 0.0,
+    };
+    let mut total = 0.0;
+    for (ht, &y) in h.chunks_exact(hidden).zip(targets) {
+        let (loss, lse, max_abs, dz) = token(ht, w, y, shape, opts, inv_n, rounding);
+        total += loss;
+        out.max_abs_logit = out.max_abs_logit.max(max_abs);
+        out.max_abs_lse = out.max_abs_lse.max(lse.abs());
+        out.dh.extend(dh_row(&dz, w, hidden));
+        for (g, dwv) in dz.iter().zip(out.dw.chunks_exact_mut(hidden)) {
+            if *g != 0.0 {
+                for (d, x) in dwv.iter_mut().zip(ht) {
+                    *d += g * x;
+                }
+            }
+        }
+    }
+    out.loss = total * inv_n;
+    out
+}
+
+fn to_f64<T: Element>(v: &[T]) -> Vec<f64> {
+    v.iter().map(|x| x.to_f64()).collect()
+}
+
+/// [`linear_cross_entropy_f64`] on stored H and W.
+pub fn linear_cross_entropy<T: Element>(
+    h: &[T],
+    w: &[T],
+    targets: &[i32],
+    shape: LinearCeShape,
+    opts: &CeOptions,
+    rounding: Rounding,
+) -> LinearCeOutput {
+    linear_cross_entropy_f64(&to_f64(h), &to_f64(w), targets, shape, opts, rounding)
+}
+
+/// dH rows of a problem too large for the full reference (a row costs `V * Hd` products
+/// twice, and N is only a count): the rows of `tokens` (indices into T), concatenated, plus
+/// the largest |logit| among them. The loss and dW need every token and are not given.
+pub fn linear_cross_entropy_dh_rows<T: Element>(
+    h: &[T],
+    w: &[T],
+    targets: &[i32],
+    shape: LinearCeShape,
+    opts: &CeOptions,
+    rounding: Rounding,
+    tokens: &[usize],
+) -> (Vec<f64>, f64) {
+    check_shapes(h.len(), w.len(), targets.len(), shape);
+    let hidden = shape.hidden;
+    let inv_n = inverse_count(count_valid(targets, shape.vocab, opts));
+    let w = to_f64(w);
+    // Each sampled row is independent and costs about a second: one thread each.
+    let rows: Vec<(Vec<f64>, f64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = tokens
+            .iter()
+            .map(|&t| {
+                let w = &w;
+                let ht = to_f64(&h[t * hidden..(t + 1) * hidden]);
+                s.spawn(move || {
+                    let (_, _, max_abs, dz) =
+                        token(&ht, w, targets[t], shape, opts, inv_n, rounding);
+                    (dh_row(&dz, w, hidden), max_abs)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a reference thread panicked"))
+            .collect()
+    });
+    let max_abs = rows.iter().fold(0.0f64, |m, r| m.max(r.1));
+    (rows.into_iter().flat_map(|r| r.0).collect(), max_abs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use approx::assert_relative_eq;
+
+    const SHAPE: LinearCeShape = LinearCeShape {
+        tokens: 4,
+        hidden: 3,
+        vocab: 5,
+    };
+
+    fn wave(n: usize, phase: f64, amplitude: f64) -> Vec<f64> {
+        (0..n)
+            .map(|i| amplitude * (i as f64 * 0.77 + phase).sin())
+            .collect()
+    }
+
+    fn opts(eps: f64, z: f64) -> CeOptions {
+        CeOptions {
+            label_smoothing: eps,
+            z_loss: z,
+            ignore_index: IGNORE_INDEX,
+        }
+    }
+
+    #[test]
+    fn uniform_logits_give_log_v() {
+        // Equal logits: p = 1/V, loss = log V whatever the target.
+        let out = cross_entropy_f64(&[2.0; 8], &[1, 3], 2, 4, &CeOptions::default());
+        assert_relative_eq!(out.loss, 4f64.ln(), max_relative = 1e-14);
+        // dz = (1/4 - [j == y]) / 2.
+        assert_relative_eq!(out.dlogits[0], 0.125, max_relative = 1e-14);
+        assert_relative_eq!(out.dlogits[1], -0.375, max_relative = 1e-14);
+        assert_relative_eq!(out.dlogits[7], -0.375, max_relative = 1e-14);
+    }
+
+    #[test]
+    fn known_values_with_smoothing_and_z_loss() {
+        let z = [1.0, 2.0, 3.0];
+        let lse = (1f64.exp() + 2f64.exp() + 3f64.exp()).ln();
+        let (eps, zc) = (0.1, 1e-3);
+        let out = cross_entropy_f64(&z, &[0], 1, 3, &opts(eps, zc));
+        let expected = lse - 0.9 * 1.0 - 0.1 * 2.0 + zc * lse * lse;
+        assert_relative_eq!(out.loss, expected, max_relative = 1e-14);
+        let p2 = (3.0 - lse).exp();
+        assert_relative_eq!(
+            out.dlogits[2],
+            p2 * (1.0 + 2.0 * zc * lse) - 0.1 / 3.0,
+            max_relative = 1e-14
+        );
+    }
+
+    #[test]
+    fn gradient_rows_sum_to_the_z_loss_share() {
+        // sum_j dz_j = ((1 + 2 zc lse) - (1 - eps) - eps) / N = 2 zc lse / N.
+        let z = wave(12, 0.3, 3.0);
+        let out = cross_entropy_f64(&z, &[2, 5], 2, 6, &opts(0.2, 0.01));
+        for (row, lse) in out.dlogits.chunks(6).zip(&out.lse) {
+            let sum: f64 = row.iter().sum();
+            assert_relative_eq!(sum, 2.0 * 0.01 * lse / 2.0, max_relative = 1e-12);
+        }
+    }
+
+    #[test]
+    fn ignored_tokens_count_for_nothing_and_all_ignored_is_zero() {
+        let z = wave(15, 0.1, 2.0);
+        let some = cross_entropy_f64(&z, &[1, IGNORE_INDEX, 4], 3, 5, &CeOptions::default());
+        let alone = cross_entropy_f64(&z[..5], &[1], 1, 5, &CeOptions::default());
+        let last = cross_entropy_f64(&z[10..], &[4], 1, 5, &CeOptions::default());
+        assert_relative_eq!(
+            some.loss,
+            (alone.loss + last.loss) / 2.0,
+            max_relative = 1e-14
+        );
+        assert!(some.dlogits[5..10].iter().all(|&g| g == 0.0));
+        let none = cross_entropy_f64(&z, &[IGNORE_INDEX; 3], 3, 5, &opts(0.1, 0.1));
+        assert_eq!(none.loss, 0.0);
+        assert!(none.dlogits.iter().all(|&g| g == 0.0));
+        assert_eq!(
+            count_valid(&[0, IGNORE_INDEX, 4], 5, &CeOptions::default()),
+            2
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "outside [0, 5)")]
+    fn a_target_outside_the_vocabulary_is_a_bug() {
+        cross_entropy_f64(&[0.0; 5], &[5], 1, 5, &CeOptions::default());
+    }
+
+    #[test]
+    fn one_word_vocabulary_has_zero_loss_without_z_loss() {
+        let out = cross_entropy_f64(&[3.5, -1.0], &[0, 0], 2, 1, &CeOptions::default());
+        assert_relative_eq!(out.loss, 0.0, epsilon = 1e-15);
+        assert!(out.dlogits.iter().all(|g| g.abs() < 1e-15));
+    }
+
+    #[test]
+    fn fused_equals_cross_entropy_of_the_product() {
+        let h = wave(12, 0.2, 1.0);
+        let w = wave(15, 1.1, 1.5);
+        let targets = [0, 4, IGNORE_INDEX, 2];
+        let o = opts(0.1, 0.01);
+        let fused = linear_cross_entropy_f64(&h, &w, &targets, SHAPE, &o, Rounding::None);
+        let logits: Vec<f64> = h
+            .chunks(3)
+            .flat_map(|ht| logits_row(ht, &w, 3, Rounding::None))
+            .collect();
+        let ce = cross_entropy_f64(&logits, &targets, 4, 5, &o);
+        assert_relative_eq!(fused.loss, ce.loss, max_relative = 1e-14);
+        // dH = dz W for token 1, column 0.
+        let dh10: f64 = (0..5).map(|v| ce.dlogits[5 + v] * w[v * 3]).sum();
+        assert_relative_eq!(fused.dh[3], dh10, max_relative = 1e-12);
+        assert!(fused.dh[6..9].iter().all(|&g| g == 0.0), "ignored token");
+        let rows = linear_cross_entropy_dh_rows(
+            &h.iter().map(|&v| v as f32).collect::<Vec<_>>(),
+            &w.iter().map(|&v| v as f32).collect::<Vec<_>>(),
+            &targets,
+            SHAPE,
+            &o,
+            Rounding::None,
+            &[3, 1],
+        );
+        assert_relative_eq!(rows.0[3], fused.dh[3], max_relative = 1e-6);
+        assert_relative_eq!(rows.0[0], fused.dh[9], max_relative = 1e-6);
+    }
+
+    fn numeric_gradient(v: &[f64], mut loss_at: impl FnMut(&[f64]) -> f64) -> Vec<f64> {
+        let step = 1e-6;
+        let mut x = v.to_vec();
+        (0..v.len())
+            .map(|i| {
+                x[i] = v[i] + step;
+                let up = loss_at(&x);
+                x[i] = v[i] - step;
+                let down = loss_at(&x);
+                x[i] = v[i];
+                (up - down) / (2.0 * step)
+            })
+            .collect()
+    }
+
+    fn gradients_match_finite_differences(o: CeOptions, targets: [i32; 4]) {
+        let h = wave(12, 0.4, 1.2);
+        let w = wave(15, 2.0, 1.7);
+        let loss = |h: &[f64], w: &[f64]| {
+            linear_cross_entropy_f64(h, w, &targets, SHAPE, &o, Rounding::None).loss
+        };
+        let analytic = linear_cross_entropy_f64(&h, &w, &targets, SHAPE, &o, Rounding::None);
+        let dh = numeric_gradient(&h, |h| loss(h, &w));
+        let dw = numeric_gradient(&w, |w| loss(&h, w));
+        for (what, a, n) in [("dH", &analytic.dh, &dh), ("dW", &analytic.dw, &dw)] {
+            for (i, (a, n)) in a.iter().zip(n).enumerate() {
+                assert!(
+                    (a - n).abs() <= 1e-7 + 1e-6 * n.abs(),
+                    "{what}[{i}]: {a} vs {n}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn gradients_match_finite_differences_plain() {
+        gradients_match_finite_differences(CeOptions::default(), [0, 4, 1, 2]);
+    }
+
+    #[test]
+    fn gradients_match_finite_differences_with_smoothing_z_loss_and_ignored() {
+        gradients_match_finite_differences(opts(0.15, 0.02), [3, IGNORE_INDEX, 0, 4]);
+    }
+
+    #[test]
+    fn logits_gradient_matches_finite_differences() {
+        let z = wave(10, 0.9, 3.0);
+        let targets = [4, 0];
+        let o = opts(0.1, 0.05);
+        let analytic = cross_entropy_f64(&z, &targets, 2, 5, &o);
+        let numeric = numeric_gradient(&z, |z| cross_entropy_f64(z, &targets, 2, 5, &o).loss);
+        for (a, n) in analytic.dlogits.iter().zip(&numeric) {
+            assert!((a - n).abs() <= 1e-8 + 1e-6 * n.abs(), "{a} vs {n}");
+        }
+    }
+
+    #[test]
+    fn bf16_rounding_rounds_the_stored_intermediates_only() {
+        let h = wave(12, 0.4, 1.2);
+        let w = wave(15, 2.0, 1.7);
+        let targets = [0, 4, 1, 2];
+        let o = CeOptions::default();
+        let exact = linear_cross_entropy_f64(&h, &w, &targets, SHAPE, &o, Rounding::None);
+        let rounded = linear_cross_entropy_f64(&h, &w, &targets, SHAPE, &o, Rounding::Bf16);
+        assert_ne!(exact.loss, rounded.loss);
+        assert_relative_eq!(exact.loss, rounded.loss, max_relative = 2e-2);
+        let gradients = rounded.concatenated_gradients();
+        assert_eq!(gradients.len(), 12 + 15);
+        assert_eq!(gradients[12..], rounded.dw[..]);
+    }
+}

@@ -1,0 +1,387 @@
+// day19: fused linear + cross-entropy, forward and backward (seeds 001/002, D20 optional).
+//
+// The loss of a language model's last layer: logits = H W^T over a vocabulary of 128256, then
+// cross-entropy against the targets. Materialising the [T, V] logits costs 2 GB in bf16 (and
+// torch adds an f32 copy); Liger Kernel's idea is to walk the tokens in chunks: logits of a
+// chunk (GEMM), the loss and its gradient written over those logits in place (this file),
+// then the chunk's dH (GEMM) and its share of dW (GEMM, accumulated). Only a chunk of logits
+// ever exists. The GEMMs are cuBLAS's (lib.rs); this file is the memory-bound middle.
+//
+// Per token, with p = softmax(z), lse = log sum exp(z), smoothing eps, z-loss zc, N valid:
+//   loss_t = lse - (1 - eps) z_y - eps mean(z) + zc lse^2
+//   dz_j   = (p_j (1 + 2 zc lse) - (1 - eps)[j == y] - eps / V) / N
+// Ignored targets (ignore_index, or anything outside [0, V)) give loss 0 and a zero row.
+//
+// Kernels:
+//   ce_count_valid_i32        N and 1/N, once per run (the gradient is scaled by it)
+//   ce_rows_two_pass_bf16x8   a block per row: pass 1 the row's max, sum of exp and sum of z
+//                             (online, 16-byte loads), pass 2 re-reads the row (backwards,
+//                             from L2 when it is still there) and writes the gradient
+//   ce_rows_cluster8_bf16x8   a row split over a cluster of 8 blocks, each holding its slice
+//                             in registers: the row is read once and written once; the 8
+//                             partial statistics meet through distributed shared memory
+//   ce_mean_loss_f32          the per-row losses summed in a fixed order: deterministic
+//
+// Every row kernel takes `logits` and `grad` that may be the same buffer (the gradient
+// written in place): each element is read before it is written, by the same thread.
+//
+// Run: cargo run --release -p day19 (both problems), --kernel cluster8 for one CE version.
+#include "common.cuh"
+#include "dtype.cuh"
+#include "reduce.cuh"
+
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+#define BF16_PER_PACK 8
+
+__device__ __forceinline__ bool is_valid_target(int y, int ignore_index, index_t vocab) {
+    return y != ignore_index && y >= 0 && (index_t)y < vocab;
+}
+
+// grid(1), block(1024): N = the valid targets, and 1/N (0 when none: no gradient, loss 0).
+KERNEL void ce_count_valid_i32(const int* __restrict__ targets, float* __restrict__ inv_count,
+                               index_t rows, index_t vocab, int ignore_index) {
+    __shared__ float scratch[32];
+    float count = 0.0f;  // exact in f32 up to 2^24 per thread
+    for (index_t r = threadIdx.x; r < rows; r += blockDim.x)
+        count += is_valid_target(targets[r], ignore_index, vocab) ? 1.0f : 0.0f;
+    count = block_sum(count, scratch);
+    if (threadIdx.x == 0) inv_count[0] = count > 0.0f ? 1.0f / count : 0.0f;
+}
+
+// Running statistics of a row in base 2: m = max of z*log2(e), s = sum of 2^(z*log2e - m),
+// and the plain sum of z (label smoothing's mean). Base 2 makes every exponential one ex2.
+struct RowStats {
+    float m;
+    float s;
+    float zsum;
+};
+
+__device__ __forceinline__ RowStats row_stats_empty() { return {NEG_INF, 0.0f, 0.0f}; }
+
+__device__ __forceinline__ RowStats row_stats_combine(RowStats a, RowStats b) {
+    const float m = fmaxf(a.m, b.m);
+    if (m == NEG_INF) return {NEG_INF, 0.0f, a.zsum + b.zsum};
+    return {m, a.s * exp2f(a.m - m) + b.s * exp2f(b.m - m), a.zsum + b.zsum};
+}
+
+__device__ __forceinline__ void row_stats_add1(RowStats& st, float z) {
+    const float u = z * LOG2E;
+    if (u > st.m) {
+        st.s = st.s * exp2f(st.m - u) + 1.0f;
+        st.m = u;
+    } else {
+        st.s += exp2f(u - st.m);
+    }
+    st.zsum += z;
+}
+
+// Eight values: the running maximum moves once per pack, so one rescale per 8 elements.
+__device__ __forceinline__ void row_stats_add8(RowStats& st, const uint4& raw) {
+    Pack16<bf16_t> pack;
+    *reinterpret_cast<uint4*>(&pack) = raw;
+    float u[BF16_PER_PACK];
+    float pm = NEG_INF;
+#pragma unroll
+    for (int i = 0; i < BF16_PER_PACK; ++i) {
+        const float z = to_f32(pack.v[i]);
+        st.zsum += z;
+        u[i] = z * LOG2E;
+        pm = fmaxf(pm, u[i]);
+    }
+    const float m = fmaxf(st.m, pm);
+    float s = st.s * exp2f(st.m - m);  // st.m = -inf on the first pack: exp2(-inf) = 0
+#pragma unroll
+    for (int i = 0; i < BF16_PER_PACK; ++i) s += exp2f(u[i] - m);
+    st.m = m;
+    st.s = s;
+}
+
+__device__ __forceinline__ RowStats warp_row_stats(RowStats st) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        RowStats o;
+        o.m = __shfl_xor_sync(FULL_WARP, st.m, offset);
+        o.s = __shfl_xor_sync(FULL_WARP, st.s, offset);
+        o.zsum = __shfl_xor_sync(FULL_WARP, st.zsum, offset);
+        st = row_stats_combine(st, o);
+    }
+    return st;
+}
+
+// Every thread gets the block's statistics; `scratch` holds 32 RowStats. Fixed tree: the
+// result does not depend on timing.
+__device__ __forceinline__ RowStats block_row_stats(RowStats st, RowStats* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    st = warp_row_stats(st);
+    if (lane == 0) scratch[warp] = st;
+    __syncthreads();
+    st = warp_row_stats(lane < warps ? scratch[lane] : row_stats_empty());
+    __syncthreads();
+    return st;
+}
+
+// What the gradient pass needs of a row, from its statistics.
+struct RowGrad {
+    float lse2;       // lse * log2(e): p_j = 2^(z_j log2e - lse2)
+    float p_scale;    // (1 + 2 zc lse) / N
+    float offset;     // eps / V / N, subtracted everywhere
+    float hot;        // (1 - eps) / N, subtracted at the target
+};
+
+// The row's loss (unscaled by 1/N) and its gradient constants.
+__device__ __forceinline__ float row_finish(RowStats st, float z_target, index_t vocab,
+                                            float eps, float z_loss, float inv_count,
+                                            RowGrad& g) {
+    g.lse2 = st.m + log2f(st.s);
+    const float lse = g.lse2 * LN2;
+    g.p_scale = (1.0f + 2.0f * z_loss * lse) * inv_count;
+    g.offset = eps / (float)vocab * inv_count;
+    g.hot = (1.0f - eps) * inv_count;
+    return lse - (1.0f - eps) * z_target - eps * (st.zsum / (float)vocab) + z_loss * lse * lse;
+}
+
+__device__ __forceinline__ float grad_of(float z, const RowGrad& g) {
+    return exp2f(z * LOG2E - g.lse2) * g.p_scale - g.offset;
+}
+
+// Gradient of 8 logits starting at column `col`; the target's element, if among them, also
+// loses `hot`.
+__device__ __forceinline__ uint4 grad8(const uint4& raw, index_t col, index_t target,
+                                       const RowGrad& g) {
+    Pack16<bf16_t> in, out;
+    *reinterpret_cast<uint4*>(&in) = raw;
+#pragma unroll
+    for (int i = 0; i < BF16_PER_PACK; ++i) {
+        float d = grad_of(to_f32(in.v[i]), g);
+        if (col + i == target) d -= g.hot;
+        out.v[i] = from_f32<bf16_t>(d);
+    }
+    return *reinterpret_cast<uint4*>(&out);
+}
+
+// Zeros where a row's target is ignored: the GEMMs after this read every gradient row.
+__device__ __forceinline__ void zero_row(bf16_t* grad, index_t vocab) {
+    const bf16_t zero = from_f32<bf16_t>(0.0f);
+    for (index_t j = threadIdx.x; j < vocab; j += blockDim.x) grad[j] = zero;
+}
+
+// grid(rows), block(1024): one block per row. A row of V = 128256 bf16 is 250 KB: too much
+// for registers, so it is read twice. Pass 1 (forwards) accumulates the statistics, 4
+// independent 16-byte loads per thread in flight; pass 2 walks the row backwards, so it
+// starts with the bytes pass 1 read last, the likeliest still in L2. With one 1024-thread
+// block per SM, 132 rows (33 MB) are in flight: about what the 50 MB L2 can keep.
+//
+// Rows need not start on 16 bytes (V odd): `head` scalars up to the first boundary, packs,
+// then `tail` scalars. `logits` and `grad` must be congruent modulo 16 bytes (the launcher
+// checks), so one split serves both.
+#define TWO_PASS_THREADS 1024
+#define TWO_PASS_UNROLL 4
+KERNEL void __launch_bounds__(TWO_PASS_THREADS, 1)
+    ce_rows_two_pass_bf16x8(const bf16_t* logits, bf16_t* grad, const int* __restrict__ targets,
+                            float* __restrict__ row_loss, const float* __restrict__ inv_count_p,
+                            index_t vocab, float eps, float z_loss, int ignore_index) {
+    __shared__ RowStats scratch[32];
+    const index_t row = blockIdx.x;
+    const bf16_t* in = logits + row * vocab;
+    bf16_t* out = grad + row * vocab;
+    const int y = targets[row];
+    if (!is_valid_target(y, ignore_index, vocab)) {
+        zero_row(out, vocab);
+        if (threadIdx.x == 0) row_loss[row] = 0.0f;
+        return;
+    }
+    // Read before any thread of this block writes the row (pass 2 comes after the barriers).
+    const float z_target = to_f32(in[y]);
+    const index_t misalign = (reinterpret_cast<unsigned long long>(in) & 15) / sizeof(bf16_t);
+    const index_t head = misalign == 0 ? 0 : (BF16_PER_PACK - misalign < vocab
+                                                  ? BF16_PER_PACK - misalign : vocab);
+    const index_t packs = (vocab - head) / BF16_PER_PACK;
+    const index_t tail_start = head + packs * BF16_PER_PACK;
+    const uint4* in16 = reinterpret_cast<const uint4*>(in + head);
+    uint4* out16 = reinterpret_cast<uint4*>(out + head);
+    const index_t t = threadIdx.x, B = blockDim.x;
+
+    RowStats st = row_stats_empty();
+    if (t < head) row_stats_add1(st, to_f32(in[t]));
+    if (tail_start + t < vocab) row_stats_add1(st, to_f32(in[tail_start + t]));
+    index_t p = t;
+    for (; p + (TWO_PASS_UNROLL - 1) * B < packs; p += TWO_PASS_UNROLL * B) {
+        uint4 raw[TWO_PASS_UNROLL];
+#pragma unroll
+        for (int k = 0; k < TWO_PASS_UNROLL; ++k) raw[k] = in16[p + k * B];
+#pragma unroll
+        for (int k = 0; k < TWO_PASS_UNROLL; ++k) row_stats_add8(st, raw[k]);
+    }
+    for (; p < packs; p += B) row_stats_add8(st, in16[p]);
+    st = block_row_stats(st, scratch);
+
+    RowGrad g;
+    const float loss = row_finish(st, z_target, vocab, eps, z_loss, inv_count_p[0], g);
+    if (t == 0) row_loss[row] = loss;
+    const index_t target = (index_t)y;
+    if (t < head) {
+        float d = grad_of(to_f32(in[t]), g);
+        out[t] = from_f32<bf16_t>(t == target ? d - g.hot : d);
+    }
+    if (tail_start + t < vocab) {
+        const index_t j = tail_start + t;
+        float d = grad_of(to_f32(in[j]), g);
+        out[j] = from_f32<bf16_t>(j == target ? d - g.hot : d);
+    }
+    // Backwards: this thread's packs from the last down, the block sweeping the row from its
+    // end (what pass 1 read last) to its start.
+    if (t < packs) {
+        index_t i = (packs - 1 - t) / B + 1;  // this thread's packs: t + i * B, i < count
+        while (i >= TWO_PASS_UNROLL) {
+            i -= TWO_PASS_UNROLL;
+            uint4 raw[TWO_PASS_UNROLL];
+#pragma unroll
+            for (int k = 0; k < TWO_PASS_UNROLL; ++k) raw[k] = in16[t + (i + k) * B];
+#pragma unroll
+            for (int k = 0; k < TWO_PASS_UNROLL; ++k) {
+                const index_t pk = t + (i + k) * B;
+                out16[pk] = grad8(raw[k], head + pk * BF16_PER_PACK, target, g);
+            }
+        }
+        while (i > 0) {
+            --i;
+            const index_t pk = t + i * B;
+            out16[pk] = grad8(in16[pk], head + pk * BF16_PER_PACK, target, g);
+        }
+    }
+}
+
+// ---- Thread block clusters (sm_90): 8 blocks of a row share their statistics ----------------
+
+#define CLUSTER_BLOCKS 8
+#define CLUSTER_THREADS 512
+#define CLUSTER_PACKS_PER_THREAD 4
+// The longest row the cluster kernel holds: 8 blocks x 512 threads x 4 packs x 8 = 131072.
+
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// Arrive (releasing this block's shared-memory writes) and wait (acquiring the others').
+// Split so that a block can work between telling the others it is done and waiting for them.
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// A float in block `rank`'s shared memory, at the address `local` has in ours.
+__device__ __forceinline__ float load_cluster_f32(const float* local, unsigned rank) {
+    unsigned long long generic = reinterpret_cast<unsigned long long>(local);
+    unsigned long long shared;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(shared) : "l"(generic));
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote)
+                 : "r"((unsigned)shared), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+
+// grid(8 * rows), block(512), cluster(8): block `rank` of a row's cluster owns packs
+// [rank * per_block, (rank + 1) * per_block) of it, at most 4 per thread, all loaded before
+// any is used and kept in registers. Each block reduces its statistics, publishes them in its
+// shared memory, and after the cluster barrier thread 0 of every block reads all 8 and
+// combines them in rank order, so every block (and every run) gets the same bits. The row is
+// read once from HBM and written once: the least traffic there is. Rows must start on 16
+// bytes (V a multiple of 8) and V <= 131072; the launcher refuses other shapes.
+KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(CLUSTER_THREADS)
+    ce_rows_cluster8_bf16x8(const bf16_t* logits, bf16_t* grad, const int* __restrict__ targets,
+                            float* __restrict__ row_loss, const float* __restrict__ inv_count_p,
+                            index_t vocab, float eps, float z_loss, int ignore_index) {
+    __shared__ RowStats scratch[32];
+    __shared__ float published[3];  // this block's m, s, zsum, for the other 7
+    __shared__ float combined[3];   // the row's, for this block's threads
+    const unsigned rank = cluster_rank();
+    const index_t row = blockIdx.x / CLUSTER_BLOCKS;
+    const bf16_t* in = logits + row * vocab;
+    bf16_t* out = grad + row * vocab;
+    const int y = targets[row];
+    const bool valid = is_valid_target(y, ignore_index, vocab);
+    const index_t packs = vocab / BF16_PER_PACK;
+    const index_t per_block = (packs + CLUSTER_BLOCKS - 1) / CLUSTER_BLOCKS;
+    const index_t first = rank * per_block;
+    const index_t end = first + per_block < packs ? first + per_block : packs;
+    const uint4* in16 = reinterpret_cast<const uint4*>(in);
+    uint4* out16 = reinterpret_cast<uint4*>(out);
+    const index_t t = threadIdx.x;
+
+    // Every block takes part in both cluster barriers, ignored rows included.
+    float z_target = 0.0f;
+    if (valid && rank == 0 && t == 0) z_target = to_f32(in[y]);  // before anyone writes
+    uint4 raw[CLUSTER_PACKS_PER_THREAD];
+    RowStats st = row_stats_empty();
+    if (valid) {
+#pragma unroll
+        for (int k = 0; k < CLUSTER_PACKS_PER_THREAD; ++k) {
+            const index_t p = first + t + (index_t)k * CLUSTER_THREADS;
+            if (p < end) raw[k] = in16[p];
+        }
+#pragma unroll
+        for (int k = 0; k < CLUSTER_PACKS_PER_THREAD; ++k) {
+            const index_t p = first + t + (index_t)k * CLUSTER_THREADS;
+            if (p < end) row_stats_add8(st, raw[k]);
+        }
+    }
+    st = block_row_stats(st, scratch);
+    if (t == 0) {
+        published[0] = st.m;
+        published[1] = st.s;
+        published[2] = st.zsum;
+    }
+    cluster_arrive();
+    cluster_wait();
+    if (t == 0) {
+        RowStats row_st = row_stats_empty();
+        for (unsigned r = 0; r < CLUSTER_BLOCKS; ++r) {
+            RowStats o;
+            o.m = load_cluster_f32(&published[0], r);
+            o.s = load_cluster_f32(&published[1], r);
+            o.zsum = load_cluster_f32(&published[2], r);
+            row_st = row_stats_combine(row_st, o);
+        }
+        combined[0] = row_st.m;
+        combined[1] = row_st.s;
+        combined[2] = row_st.zsum;
+    }
+    // Done reading the others' shared memory; they may exit once everyone has said so.
+    cluster_arrive();
+    __syncthreads();
+    if (valid) {
+        const RowStats row_st = {combined[0], combined[1], combined[2]};
+        RowGrad g;
+        const float loss = row_finish(row_st, z_target, vocab, eps, z_loss, inv_count_p[0], g);
+        if (rank == 0 && t == 0) row_loss[row] = loss;
+#pragma unroll
+        for (int k = 0; k < CLUSTER_PACKS_PER_THREAD; ++k) {
+            const index_t p = first + t + (index_t)k * CLUSTER_THREADS;
+            if (p < end) out16[p] = grad8(raw[k], p * BF16_PER_PACK, (index_t)y, g);
+        }
+    } else {
+        const uint4 zero = make_uint4(0, 0, 0, 0);  // bf16 +0 is all zero bits
+        for (index_t p = first + t; p < end; p += CLUSTER_THREADS) out16[p] = zero;
+        if (rank == 0 && t == 0) row_loss[row] = 0.0f;
+    }
+    cluster_wait();
+}
+
+// grid(1), block(1024): loss = (sum of the row losses) / N, each thread summing a fixed
+// stride, then a fixed tree: the same bits every run, no atomics.
+KERNEL void ce_mean_loss_f32(const float* __restrict__ row_loss,
+                             const float* __restrict__ inv_count, float* __restrict__ loss,
+                             index_t rows) {
+    __shared__ float scratch[32];
+    float sum = 0.0f;
+    for (index_t r = threadIdx.x; r < rows; r += blockDim.x) sum += row_loss[r];
+    sum = block_sum(sum, scratch);
+    if (threadIdx.x == 0) loss[0] = sum * inv_count[0];
+}

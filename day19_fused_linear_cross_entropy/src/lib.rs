@@ -1,0 +1,696 @@
+//! Day 19: fused linear + cross-entropy with its backward, in chunks of tokens (Liger Kernel's
+//! FusedLinearCrossEntropy, in our own code). The cross-entropy kernels are in
+//! `cross_entropy.cu` ([`CrossEntropy`]); the three GEMMs per chunk go through a
+//! [`GemmBackend`] (cuBLAS here; a later day plugs its own GEMM in with a few lines); the
+//! chunked loop is [`FusedPlan::run`].
+
+use anyhow::{Result, bail};
+use common::cublas::{Cublas, GemmEx, Stored};
+use common::kernel::KernelSet;
+use common::nvrtc::KernelSource;
+use common::reference::cross_entropy::CeOptions;
+use common::session::Refused;
+use common::{Gpu, Kernel, LaunchShape};
+use cudarc::driver::{
+    CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, PushKernelArg, sys::CUdeviceptr,
+};
+use half::bf16;
+
+pub const SOURCE: KernelSource = KernelSource {
+    file_name: "cross_entropy.cu",
+    code: include_str!("cross_entropy.cu"),
+};
+
+/// Versions of the fused problem, in table order.
+pub const FUSED_VERSIONS: &[&str] = &["naive", "chunked_cublas"];
+/// Versions of cross-entropy alone on given logits.
+pub const CE_VERSIONS: &[&str] = &["two_pass", "cluster8"];
+
+const FUNCTIONS: &[&str] = &[
+    "ce_count_valid_i32",
+    "ce_rows_two_pass_bf16x8",
+    "ce_rows_cluster8_bf16x8",
+    "ce_mean_loss_f32",
+];
+
+/// Block sizes and limits as the .cu defines them.
+const REDUCE_THREADS: u32 = 1024;
+const TWO_PASS_THREADS: u32 = 1024;
+const CLUSTER_BLOCKS: usize = 8;
+const CLUSTER_THREADS: u32 = 512;
+/// 8 blocks x 512 threads x 4 packs x 8 bf16.
+pub const CLUSTER_MAX_VOCAB: usize = CLUSTER_BLOCKS * CLUSTER_THREADS as usize * 4 * 8;
+
+/// Which row kernel computes the loss and writes the gradient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowKernel {
+    /// A block per row, two passes over it (the second from L2 when it can).
+    TwoPass,
+    /// A row over a cluster of 8 blocks, kept in registers: one read, one write.
+    Cluster8,
+}
+
+impl RowKernel {
+    pub fn from_name(name: &str) -> Result<Self> {
+        match name {
+            "two_pass" => Ok(Self::TwoPass),
+            "cluster8" => Ok(Self::Cluster8),
+            other => bail!("day19 has no cross-entropy version `{other}`"),
+        }
+    }
+
+    fn function(self) -> &'static str {
+        match self {
+            Self::TwoPass => "ce_rows_two_pass_bf16x8",
+            Self::Cluster8 => "ce_rows_cluster8_bf16x8",
+        }
+    }
+
+    /// Why this kernel cannot take rows of `vocab`, if it cannot.
+    pub fn refusal(self, vocab: usize) -> Option<String> {
+        match self {
+            Self::TwoPass => None,
+            Self::Cluster8 if !vocab.is_multiple_of(8) => Some(format!(
+                "cluster8 needs rows on 16-byte boundaries (V a multiple of 8); V = {vocab}"
+            )),
+            Self::Cluster8 if vocab > CLUSTER_MAX_VOCAB => Some(format!(
+                "cluster8 holds rows of at most {CLUSTER_MAX_VOCAB} in registers; V = {vocab}"
+            )),
+            Self::Cluster8 => None,
+        }
+    }
+
+    /// The fastest kernel that takes rows of `vocab`.
+    pub fn best_for(vocab: usize) -> Self {
+        if Self::Cluster8.refusal(vocab).is_none() {
+            Self::Cluster8
+        } else {
+            Self::TwoPass
+        }
+    }
+
+    pub fn shape(self, rows: usize) -> LaunchShape {
+        match self {
+            Self::TwoPass => LaunchShape::linear(rows as u32, TWO_PASS_THREADS),
+            Self::Cluster8 => LaunchShape::linear((rows * CLUSTER_BLOCKS) as u32, CLUSTER_THREADS),
+        }
+    }
+}
+
+/// The loss's options as the kernels take them.
+fn kernel_options(opts: &CeOptions) -> (f32, f32, i32) {
+    (
+        opts.label_smoothing as f32,
+        opts.z_loss as f32,
+        opts.ignore_index,
+    )
+}
+
+/// Refuses options the math does not define.
+pub fn validate_options(opts: &CeOptions) -> Result<()> {
+    if !(0.0..=1.0).contains(&opts.label_smoothing) {
+        bail!(
+            "label smoothing must be in [0, 1], not {}",
+            opts.label_smoothing
+        );
+    }
+    if !opts.z_loss.is_finite() || opts.z_loss < 0.0 {
+        bail!(
+            "the z-loss coefficient must be finite and >= 0, not {}",
+            opts.z_loss
+        );
+    }
+    Ok(())
+}
+
+/// The cross-entropy kernels, loaded.
+pub struct CrossEntropy {
+    kernels: KernelSet,
+}
+
+/// Per-run scratch of the loss: each row's loss (summed in a fixed order at the end) and 1/N.
+pub struct LossScratch {
+    pub row_loss: CudaSlice<f32>,
+    pub inv_count: CudaSlice<f32>,
+}
+
+impl LossScratch {
+    pub fn new(gpu: &Gpu, rows: usize) -> Result<Self> {
+        // SAFETY: ce_count_valid writes inv_count and the row kernels write every row's loss
+        // before ce_mean_loss reads them, in stream order.
+        unsafe {
+            Ok(Self {
+                row_loss: gpu.stream.alloc::<f32>(rows.max(1))?,
+                inv_count: gpu.stream.alloc::<f32>(1)?,
+            })
+        }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        4 * (self.row_loss.len() + self.inv_count.len()) as u64
+    }
+}
+
+impl CrossEntropy {
+    pub fn load(gpu: &Gpu) -> Result<Self> {
+        Ok(Self {
+            kernels: KernelSet::load(gpu, &SOURCE, FUNCTIONS.iter().map(|s| s.to_string()))?,
+        })
+    }
+
+    pub fn row_kernel(&self, which: RowKernel) -> Result<&Kernel> {
+        self.kernels.get(which.function())
+    }
+
+    /// Enqueues 1/N for `targets` (0 when all are ignored) into `scratch.inv_count`.
+    pub fn count_valid(
+        &self,
+        gpu: &Gpu,
+        targets: &CudaSlice<i32>,
+        vocab: usize,
+        opts: &CeOptions,
+        scratch: &mut LossScratch,
+    ) -> Result<()> {
+        let kernel = self.kernels.get("ce_count_valid_i32")?;
+        let (rows, vocab) = (targets.len() as u64, vocab as u64);
+        let mut launch = gpu.stream.launch_builder(&kernel.func);
+        launch
+            .arg(targets)
+            .arg(&mut scratch.inv_count)
+            .arg(&rows)
+            .arg(&vocab)
+            .arg(&opts.ignore_index);
+        // SAFETY: matches ce_count_valid_i32(targets, inv_count, rows, vocab, ignore_index);
+        // targets holds `rows` ints, inv_count one float.
+        unsafe { launch.launch(kernel.config(&LaunchShape::linear(1, REDUCE_THREADS))?) }?;
+        Ok(())
+    }
+
+    /// Enqueues the mean of the row losses (after every row kernel) into `loss[0]`.
+    pub fn mean_loss(
+        &self,
+        gpu: &Gpu,
+        rows: usize,
+        scratch: &LossScratch,
+        loss: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        if rows > scratch.row_loss.len() || loss.is_empty() {
+            bail!("mean_loss: {rows} rows do not fit the scratch, or no loss slot");
+        }
+        let kernel = self.kernels.get("ce_mean_loss_f32")?;
+        let rows = rows as u64;
+        let mut launch = gpu.stream.launch_builder(&kernel.func);
+        launch
+            .arg(&scratch.row_loss)
+            .arg(&scratch.inv_count)
+            .arg(loss)
+            .arg(&rows);
+        // SAFETY: matches ce_mean_loss_f32(row_loss, inv_count, loss, rows); row_loss holds at
+        // least `rows` floats (checked), inv_count and loss one each.
+        unsafe { launch.launch(kernel.config(&LaunchShape::linear(1, REDUCE_THREADS))?) }?;
+        Ok(())
+    }
+
+    /// Enqueues the loss rows and the gradient of `rows x vocab` logits, reading `logits` and
+    /// writing `grad`, which may be the same memory. `first_row` indexes the targets and row
+    /// losses of a chunk.
+    ///
+    /// # Safety
+    /// `logits` and `grad` must each be valid for `rows * vocab` bf16 on the GPU's stream, and
+    /// congruent modulo 16 bytes (checked).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch_rows(
+        &self,
+        gpu: &Gpu,
+        which: RowKernel,
+        logits: CUdeviceptr,
+        grad: CUdeviceptr,
+        targets: &CudaView<i32>,
+        row_loss: &mut CudaViewMut<f32>,
+        inv_count: &CudaSlice<f32>,
+        vocab: usize,
+        opts: &CeOptions,
+    ) -> Result<()> {
+        let rows = targets.len();
+        if rows == 0 || vocab == 0 || row_loss.len() < rows {
+            bail!(
+                "cross-entropy rows: {rows} rows of {vocab} with {} row losses",
+                row_loss.len()
+            );
+        }
+        if let Some(why) = which.refusal(vocab) {
+            return Err(Refused(why).into());
+        }
+        if !logits.wrapping_sub(grad).is_multiple_of(16) {
+            bail!("cross-entropy rows: logits and gradient are not congruent modulo 16 bytes");
+        }
+        if which == RowKernel::Cluster8 && (!logits.is_multiple_of(16) || !grad.is_multiple_of(16))
+        {
+            bail!("cluster8: the logits must start on a 16-byte boundary");
+        }
+        let kernel = self.row_kernel(which)?;
+        let shape = which.shape(rows);
+        let (eps, z_loss, ignore) = kernel_options(opts);
+        let vocab = vocab as u64;
+        let mut launch = gpu.stream.launch_builder(&kernel.func);
+        launch
+            .arg(&logits)
+            .arg(&grad)
+            .arg(targets)
+            .arg(row_loss)
+            .arg(inv_count)
+            .arg(&vocab)
+            .arg(&eps)
+            .arg(&z_loss)
+            .arg(&ignore);
+        // SAFETY: matches ce_rows_*(logits, grad, targets, row_loss, inv_count, vocab, eps,
+        // z_loss, ignore_index); the caller vouches for rows * vocab elements behind both
+        // pointers, targets and row_loss hold `rows` (checked); the grid covers every row.
+        unsafe { launch.launch(kernel.config(&shape)?) }?;
+        Ok(())
+    }
+
+    /// The row kernel out of place: `logits` read, `grad` written (the CE-only problem, so
+    /// that every timed run sees the same logits; the traffic is that of the in-place form).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rows(
+        &self,
+        gpu: &Gpu,
+        which: RowKernel,
+        logits: &CudaView<bf16>,
+        grad: &mut CudaViewMut<bf16>,
+        targets: &CudaView<i32>,
+        row_loss: &mut CudaViewMut<f32>,
+        inv_count: &CudaSlice<f32>,
+        vocab: usize,
+        opts: &CeOptions,
+    ) -> Result<()> {
+        let need = targets.len() * vocab;
+        if logits.len() < need || grad.len() < need {
+            bail!(
+                "cross-entropy rows: {} logits and {} gradients do not hold {} x {vocab}",
+                logits.len(),
+                grad.len(),
+                targets.len()
+            );
+        }
+        let (src, _src_record) = logits.device_ptr(&gpu.stream);
+        let (dst, _dst_record) = grad.device_ptr_mut(&gpu.stream);
+        // SAFETY: both views hold rows * vocab elements (checked) on the GPU's stream.
+        unsafe {
+            self.launch_rows(
+                gpu, which, src, dst, targets, row_loss, inv_count, vocab, opts,
+            )
+        }
+    }
+
+    /// The row kernel in place: the gradient overwrites the logits.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rows_in_place(
+        &self,
+        gpu: &Gpu,
+        which: RowKernel,
+        logits: &mut CudaViewMut<bf16>,
+        targets: &CudaView<i32>,
+        row_loss: &mut CudaViewMut<f32>,
+        inv_count: &CudaSlice<f32>,
+        vocab: usize,
+        opts: &CeOptions,
+    ) -> Result<()> {
+        if logits.len() < targets.len() * vocab {
+            bail!(
+                "cross-entropy rows: {} logits do not hold {} x {vocab}",
+                logits.len(),
+                targets.len()
+            );
+        }
+        let (ptr, _record) = logits.device_ptr_mut(&gpu.stream);
+        // SAFETY: the view holds rows * vocab elements (checked); every element is read
+        // before it is written, by the thread that writes it (cross_entropy.cu).
+        unsafe {
+            self.launch_rows(
+                gpu, which, ptr, ptr, targets, row_loss, inv_count, vocab, opts,
+            )
+        }
+    }
+
+    /// Cross-entropy alone: 1/N, the rows, the mean. `logits` `[rows, vocab]` is read,
+    /// `grad` (same shape) written, `loss[0]` written.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_backward(
+        &self,
+        gpu: &Gpu,
+        which: RowKernel,
+        logits: &CudaSlice<bf16>,
+        targets: &CudaSlice<i32>,
+        vocab: usize,
+        opts: &CeOptions,
+        scratch: &mut LossScratch,
+        grad: &mut CudaSlice<bf16>,
+        loss: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let rows = targets.len();
+        self.count_valid(gpu, targets, vocab, opts, scratch)?;
+        self.rows(
+            gpu,
+            which,
+            &logits.as_view(),
+            &mut grad.as_view_mut(),
+            &targets.as_view(),
+            &mut scratch.row_loss.slice_mut(..rows),
+            &scratch.inv_count,
+            vocab,
+            opts,
+        )?;
+        self.mean_loss(gpu, rows, scratch, loss)
+    }
+}
+
+/// A bf16 GEMM with f32 accumulation, [`Cublas::gemm_ex`]'s contract: row-major
+/// `C (m x n) = alpha op(A) op(B) + beta C`, one matrix (batch 1), views as operands. The
+/// chunked loop asks for nothing else, so another GEMM (a later day's own) plugs in by
+/// implementing this.
+pub trait GemmBackend {
+    /// For the version's name: `cublas`.
+    fn name(&self) -> &str;
+    fn gemm(
+        &self,
+        g: &GemmEx,
+        a: &CudaView<bf16>,
+        b: &CudaView<bf16>,
+        c: &mut CudaViewMut<bf16>,
+    ) -> Result<()>;
+}
+
+impl GemmBackend for Cublas {
+    fn name(&self) -> &str {
+        "cublas"
+    }
+
+    fn gemm(
+        &self,
+        g: &GemmEx,
+        a: &CudaView<bf16>,
+        b: &CudaView<bf16>,
+        c: &mut CudaViewMut<bf16>,
+    ) -> Result<()> {
+        self.gemm_ex::<bf16, bf16, _, _, _>(g, a, b, c)
+    }
+}
+
+/// `C (m x n) = op(A) op(B) (+ C when accumulate)`, one matrix.
+fn gemm(m: usize, n: usize, k: usize, a: Stored, b: Stored, accumulate: bool) -> GemmEx {
+    GemmEx {
+        a,
+        b,
+        beta: if accumulate { 1.0 } else { 0.0 },
+        ..GemmEx::new(m, n, k)
+    }
+}
+
+/// Sizes of the fused problem (the reference's).
+pub use common::reference::cross_entropy::LinearCeShape as Shape;
+
+/// How many tokens a chunk takes by default: the logits chunk about four times the size of
+/// H (`chunk * V ~ 4 * T * Hd`), rounded down to a power of two, at least 128 rows (or T).
+///
+/// Liger sizes its chunk so that the logits chunk is about the size of H (256 rows here); our
+/// GEMMs want more rows than that: the dH GEMM of a chunk has only `chunk x Hd` outputs (128
+/// tiles of 128 x 256 at 1024 rows: one wave of 132 SMs; 32 tiles at 256), and every chunk
+/// reads and writes the whole bf16 dW once more to accumulate (2 GB per chunk at V = 128256,
+/// about 0.7 ms). At the default problem this gives 1024 rows: a 251 MiB logits chunk, 8
+/// chunks, and with the outputs (dH, dW) about 1.29 GiB extra, under Liger's 1.35 GiB.
+pub fn default_chunk(shape: Shape) -> usize {
+    let Shape {
+        tokens,
+        hidden,
+        vocab,
+    } = shape;
+    let target = (4 * tokens * hidden / vocab.max(1)).max(1);
+    let pow2 = 1usize << target.ilog2();
+    pow2.max(128).min(tokens).max(1)
+}
+
+/// One version of the fused problem on one shape: its chunk and its scratch.
+pub struct FusedPlan {
+    pub shape: Shape,
+    pub chunk: usize,
+    pub row_kernel: RowKernel,
+    /// `chunk x V` bf16: a chunk's logits, then its gradient in place.
+    logits: CudaSlice<bf16>,
+    loss_scratch: LossScratch,
+}
+
+impl FusedPlan {
+    /// `chunk` tokens at a time (`chunk >= T` is the naive version: the whole logits at once).
+    /// Refuses, before allocating, a logits buffer that does not fit in free device memory.
+    pub fn new(gpu: &Gpu, shape: Shape, chunk: usize, opts: &CeOptions) -> Result<Self> {
+        validate_options(opts)?;
+        let Shape {
+            tokens,
+            hidden,
+            vocab,
+        } = shape;
+        if tokens == 0 || hidden == 0 || vocab == 0 || chunk == 0 {
+            bail!(
+                "fused cross-entropy: T = {tokens}, Hd = {hidden}, V = {vocab}, chunk = {chunk}; all must be >= 1"
+            );
+        }
+        let chunk = chunk.min(tokens);
+        let logits_bytes = (chunk * vocab * 2) as u64;
+        let (free, _) = gpu.ctx.mem_get_info()?;
+        let headroom = 512u64 << 20;
+        if logits_bytes + headroom > free as u64 {
+            return Err(Refused(format!(
+                "{chunk} x {vocab} bf16 logits need {:.2} GiB; {:.2} GiB of device memory is free",
+                gib(logits_bytes),
+                gib(free as u64)
+            ))
+            .into());
+        }
+        // SAFETY: the logits GEMM writes every element of a chunk's rows before the row kernel
+        // reads them; rows past the chunk are never read.
+        let logits = unsafe { gpu.stream.alloc::<bf16>(chunk * vocab) }?;
+        Ok(Self {
+            shape,
+            chunk,
+            row_kernel: RowKernel::best_for(vocab),
+            logits,
+            loss_scratch: LossScratch::new(gpu, tokens)?,
+        })
+    }
+
+    /// Device memory this plan holds beyond the inputs and outputs.
+    pub fn scratch_bytes(&self) -> u64 {
+        2 * self.logits.len() as u64 + self.loss_scratch.bytes()
+    }
+
+    /// One forward + backward: `grads` is dH `[T, Hd]` then dW `[V, Hd]`, `loss[0]` the mean.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &mut self,
+        gpu: &Gpu,
+        ce: &CrossEntropy,
+        backend: &dyn GemmBackend,
+        h: &CudaSlice<bf16>,
+        w: &CudaSlice<bf16>,
+        targets: &CudaSlice<i32>,
+        opts: &CeOptions,
+        grads: &mut CudaSlice<bf16>,
+        loss: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let Shape {
+            tokens,
+            hidden,
+            vocab,
+        } = self.shape;
+        if h.len() != tokens * hidden
+            || w.len() != vocab * hidden
+            || targets.len() != tokens
+            || grads.len() != (tokens + vocab) * hidden
+            || loss.is_empty()
+        {
+            bail!(
+                "fused cross-entropy: H of {}, W of {}, {} targets and {} gradients do not make \
+                 T = {tokens}, Hd = {hidden}, V = {vocab}",
+                h.len(),
+                w.len(),
+                targets.len(),
+                grads.len()
+            );
+        }
+        ce.count_valid(gpu, targets, vocab, opts, &mut self.loss_scratch)?;
+        let (mut dh, mut dw) = grads.split_at_mut(tokens * hidden);
+        let w_view = w.as_view();
+        for start in (0..tokens).step_by(self.chunk) {
+            let rows = self.chunk.min(tokens - start);
+            let h_chunk = h.slice(start * hidden..(start + rows) * hidden);
+            let mut logits = self.logits.slice_mut(..rows * vocab);
+            // logits (rows x V) = H_chunk (rows x Hd) W^T, W stored V x Hd.
+            let g = gemm(rows, vocab, hidden, Stored::AsIs, Stored::Transposed, false);
+            backend.gemm(&g, &h_chunk, &w_view, &mut logits)?;
+            ce.rows_in_place(
+                gpu,
+                self.row_kernel,
+                &mut logits,
+                &targets.slice(start..start + rows),
+                &mut self.loss_scratch.row_loss.slice_mut(start..start + rows),
+                &self.loss_scratch.inv_count,
+                vocab,
+                opts,
+            )?;
+            let dlogits = self.logits.slice(..rows * vocab);
+            // dH_chunk (rows x Hd) = dlogits (rows x V) W (V x Hd).
+            let g = gemm(rows, hidden, vocab, Stored::AsIs, Stored::AsIs, false);
+            let mut dh_chunk = dh.slice_mut(start * hidden..(start + rows) * hidden);
+            backend.gemm(&g, &dlogits, &w_view, &mut dh_chunk)?;
+            // dW (V x Hd) += dlogits^T (V x rows) H_chunk (rows x Hd); the first chunk
+            // overwrites, so dW needs no zeroing (and its poison is never read).
+            let g = gemm(
+                vocab,
+                hidden,
+                rows,
+                Stored::Transposed,
+                Stored::AsIs,
+                start > 0,
+            );
+            backend.gemm(&g, &dlogits, &h_chunk, &mut dw)?;
+        }
+        ce.mean_loss(gpu, tokens, &self.loss_scratch, loss)
+    }
+}
+
+/// Device memory a version holds beyond inputs and outputs: the `chunk x V` bf16 logits, one
+/// f32 loss per token and 1/N. Known before anything runs, for the table's heading.
+pub fn planned_scratch_bytes(shape: Shape, chunk: usize) -> u64 {
+    (2 * chunk.min(shape.tokens) * shape.vocab + 4 * shape.tokens.max(1) + 4) as u64
+}
+
+/// Bytes of the outputs (dH, dW in bf16, the f32 loss): what torch's
+/// `max_memory_allocated` counts beside the scratch when the peers measure "extra" memory.
+pub fn output_bytes(shape: Shape) -> u64 {
+    (2 * (shape.tokens + shape.vocab) * shape.hidden + 4) as u64
+}
+
+/// Random problem inputs: H uniform in [-1, 1); W uniform in +-6/sqrt(Hd), so that the logits
+/// have a standard deviation of about 2 whatever Hd (a peaked but not one-hot softmax);
+/// targets uniform in [0, V), a fraction `ignore_fraction` of them the ignore index.
+pub fn make_inputs(
+    shape: Shape,
+    ignore_fraction: f64,
+    ignore_index: i32,
+    seed: u64,
+) -> (Vec<bf16>, Vec<bf16>, Vec<i32>) {
+    let w_scale = 6.0 / (shape.hidden as f64).sqrt();
+    let h = common::inputs::uniform(shape.tokens * shape.hidden, -1.0, 1.0, seed);
+    let w = common::inputs::uniform(
+        shape.vocab * shape.hidden,
+        -w_scale,
+        w_scale,
+        seed.wrapping_add(1),
+    );
+    let targets = make_targets(
+        shape.tokens,
+        shape.vocab,
+        ignore_fraction,
+        ignore_index,
+        seed,
+    );
+    (h, w, targets)
+}
+
+/// `rows` targets uniform in [0, V), each replaced by `ignore_index` with probability
+/// `ignore_fraction`.
+pub fn make_targets(
+    rows: usize,
+    vocab: usize,
+    ignore_fraction: f64,
+    ignore_index: i32,
+    seed: u64,
+) -> Vec<i32> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(2));
+    (0..rows)
+        .map(|_| {
+            let y = rng.random_range(0..vocab) as i32;
+            if rng.random_bool(ignore_fraction.clamp(0.0, 1.0)) {
+                ignore_index
+            } else {
+                y
+            }
+        })
+        .collect()
+}
+
+/// Tolerances, from where the 16-bit roundings are.
+pub mod tolerance {
+    use common::Tolerance;
+
+    const BF16_HALF_ULP: f64 = 1.0 / 512.0; // 2^-9, relative
+
+    /// dH or dW of the fused problem, against a reference that rounds the logits and their
+    /// gradient to bf16 as the kernels store them (`Rounding::Bf16`). Left: the GEMMs' f32
+    /// sums in another order, which can move a logit across a bf16 rounding boundary (one ulp,
+    /// 2^-8 relative, on p_j); the bf16 output (half an ulp); dW's accumulation in bf16 over
+    /// `chunks` chunks, half an ulp each. Absolute floor: 2^-6 of the largest gradient, for
+    /// elements whose terms cancel.
+    pub fn gradient(max_abs: f64, chunks: usize) -> Tolerance {
+        let rtol = (4 + chunks) as f64 * BF16_HALF_ULP;
+        Tolerance::new((max_abs / 64.0).max(1e-30), rtol).with_max_rel_l2(1e-2)
+    }
+
+    /// The loss: f32 log-sum-exp per row from bf16 logits, summed in f32; a logit that the
+    /// GEMM rounds to the other neighbour moves a row's loss by up to an ulp of it.
+    pub const LOSS: Tolerance = Tolerance::new(2e-3, 2e-3);
+
+    /// dlogits of cross-entropy alone, against the exact reference on the same bf16 logits:
+    /// the bf16 output (half an ulp), ex2.approx (2 ulp of f32) and the f32 lse, whose error
+    /// (an ulp of lse * log2(e), 1e-5 at |lse| = 50, the inputs' outliers) multiplies p. The
+    /// target's `(p_y - 1) / N` cancels when p_y is near 1, so an absolute term of that size
+    /// over N (`inv_count` = 1/N).
+    pub fn dlogits(inv_count: f64) -> Tolerance {
+        Tolerance::new(3e-5 * inv_count + 1e-30, 1.5 * BF16_HALF_ULP).with_max_rel_l2(3e-3)
+    }
+
+    /// The loss of cross-entropy alone: f32 sums of exact bf16 logits.
+    pub const CE_LOSS: Tolerance = Tolerance::new(1e-5, 1e-4);
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_compiles_for_sm90_without_spilling() {
+        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", FUNCTIONS);
+    }
+
+    #[test]
+    fn the_default_chunk_is_1024_rows_at_the_default_problem() {
+        let shape = |tokens, hidden, vocab| Shape {
+            tokens,
+            hidden,
+            vocab,
+        };
+        assert_eq!(default_chunk(shape(8192, 4096, 128256)), 1024);
+        // Small vocabularies: one chunk; tiny problems: all of T.
+        assert_eq!(default_chunk(shape(8192, 4096, 1000)), 8192);
+        assert_eq!(default_chunk(shape(17, 64, 1000)), 17);
+        // A huge vocabulary never goes below 128 rows.
+        assert_eq!(default_chunk(shape(8192, 1024, 1 << 20)), 128);
+    }
+
+    #[test]
+    fn the_cluster_kernel_refuses_what_it_cannot_hold() {
+        assert!(RowKernel::Cluster8.refusal(128256).is_none());
+        assert!(RowKernel::Cluster8.refusal(4099).is_some());
+        assert!(RowKernel::Cluster8.refusal(CLUSTER_MAX_VOCAB + 8).is_some());
+        assert_eq!(RowKernel::best_for(4099), RowKernel::TwoPass);
+        assert_eq!(RowKernel::best_for(128256), RowKernel::Cluster8);
+        assert_eq!(RowKernel::Cluster8.shape(3).grid, (24, 1, 1));
+    }
+}

@@ -1,0 +1,340 @@
+//! day19 on the GPU: the fused versions (naive, chunked with 1, several and ragged chunks)
+//! against the f64 reference over T of 1, 17, 100 and V of 1, 31, 1000, 4099 (odd V: rows off
+//! 16-byte boundaries), with ignored targets (all of them too: loss 0, no NaN), label
+//! smoothing and z-loss; cross-entropy alone, both row kernels, out of place and in place.
+
+use common::cublas::Cublas;
+use common::reference::cross_entropy::{self as reference, CeOptions, IGNORE_INDEX, Rounding};
+use common::session::launch_and_read;
+use common::{Gpu, check, inputs, testing};
+use day19::{
+    CE_VERSIONS, CrossEntropy, FusedPlan, LossScratch, RowKernel, Shape, make_inputs, make_targets,
+    tolerance,
+};
+use half::bf16;
+
+const TOKENS: &[usize] = &[1, 17, 100];
+const VOCABS: &[usize] = &[1, 31, 1000, 4099];
+const HIDDEN: usize = 72;
+
+fn options(eps: f64, z: f64) -> CeOptions {
+    CeOptions {
+        label_smoothing: eps,
+        z_loss: z,
+        ignore_index: IGNORE_INDEX,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_fused(
+    gpu: &Gpu,
+    ce: &CrossEntropy,
+    cublas: &Cublas,
+    shape: Shape,
+    chunk: usize,
+    opts: &CeOptions,
+    ignore_fraction: f64,
+) {
+    let what = format!("fused {shape:?} chunk {chunk} {opts:?} ignore {ignore_fraction}");
+    let seed = (shape.tokens * 7919 + shape.vocab * 31 + chunk) as u64;
+    let (h, w, targets) = make_inputs(shape, ignore_fraction, opts.ignore_index, seed);
+    let expected = reference::linear_cross_entropy(&h, &w, &targets, shape, opts, Rounding::Bf16);
+    let (h_dev, w_dev, t_dev) = (
+        gpu.upload(&h).unwrap(),
+        gpu.upload(&w).unwrap(),
+        gpu.upload(&targets).unwrap(),
+    );
+    let mut plan =
+        FusedPlan::new(gpu, shape, chunk, opts).unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    let chunks = shape.tokens.div_ceil(plan.chunk);
+    let mut grads = gpu
+        .alloc_poisoned::<bf16>((shape.tokens + shape.vocab) * shape.hidden)
+        .unwrap();
+    let mut loss = gpu.alloc_poisoned::<f32>(1).unwrap();
+    let got = launch_and_read(gpu, &mut grads, &mut |g| {
+        plan.run(gpu, ce, cublas, &h_dev, &w_dev, &t_dev, opts, g, &mut loss)
+    })
+    .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    let split = shape.tokens * shape.hidden;
+    let max_abs = |v: &[f64]| v.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let dh = check::compare(
+        &got[..split],
+        &expected.dh,
+        &[shape.tokens, shape.hidden],
+        tolerance::gradient(max_abs(&expected.dh), chunks),
+    );
+    assert!(dh.passed(), "{what}: dH {dh}");
+    let dw = check::compare(
+        &got[split..],
+        &expected.dw,
+        &[shape.vocab, shape.hidden],
+        tolerance::gradient(max_abs(&expected.dw), chunks),
+    );
+    assert!(dw.passed(), "{what}: dW {dw}");
+    let got_loss = gpu.download(&loss).unwrap();
+    let l = check::compare(&got_loss, &[expected.loss], &[1], tolerance::LOSS);
+    assert!(l.passed(), "{what}: loss {l}");
+}
+
+#[test]
+fn fused_versions_match_the_reference_on_odd_shapes() {
+    let Some(gpu) = testing::gpu_or_skip("day19 GPU fused correctness") else {
+        return;
+    };
+    let ce = CrossEntropy::load(&gpu).unwrap();
+    let cublas = Cublas::open(&gpu).unwrap();
+    for &tokens in TOKENS {
+        for &vocab in VOCABS {
+            let shape = Shape {
+                tokens,
+                hidden: HIDDEN,
+                vocab,
+            };
+            // Naive (one chunk), then chunks of 16 (ragged at 17 and 100) and of 7.
+            for chunk in [tokens, 16, 7] {
+                check_fused(&gpu, &ce, &cublas, shape, chunk, &CeOptions::default(), 0.0);
+            }
+            check_fused(&gpu, &ce, &cublas, shape, 16, &options(0.1, 1e-3), 0.25);
+        }
+    }
+}
+
+#[test]
+fn all_ignored_gives_zero_loss_and_zero_gradients() {
+    let Some(gpu) = testing::gpu_or_skip("day19 GPU all ignored") else {
+        return;
+    };
+    let ce = CrossEntropy::load(&gpu).unwrap();
+    let cublas = Cublas::open(&gpu).unwrap();
+    let shape = Shape {
+        tokens: 17,
+        hidden: 40,
+        vocab: 1000,
+    };
+    check_fused(&gpu, &ce, &cublas, shape, 5, &options(0.1, 1e-2), 1.0);
+}
+
+#[test]
+fn a_hidden_size_not_a_multiple_of_8_and_a_long_vocabulary_work() {
+    let Some(gpu) = testing::gpu_or_skip("day19 GPU odd hidden") else {
+        return;
+    };
+    let ce = CrossEntropy::load(&gpu).unwrap();
+    let cublas = Cublas::open(&gpu).unwrap();
+    // Hd = 13: no GEMM operand is 16-byte aligned; V = 32768: the cluster kernel's rows.
+    for (hidden, vocab) in [(13, 1000), (64, 32768)] {
+        let shape = Shape {
+            tokens: 33,
+            hidden,
+            vocab,
+        };
+        check_fused(&gpu, &ce, &cublas, shape, 8, &options(0.05, 1e-4), 0.1);
+    }
+}
+
+fn check_ce_only(
+    gpu: &Gpu,
+    ce: &CrossEntropy,
+    which: RowKernel,
+    rows: usize,
+    vocab: usize,
+    opts: &CeOptions,
+    in_place: bool,
+) {
+    let what = format!("{which:?} {rows} x {vocab} {opts:?} in place {in_place}");
+    let seed = (rows * 131 + vocab) as u64;
+    let logits: Vec<bf16> = inputs::logits(rows * vocab, seed);
+    let targets = make_targets(rows, vocab, 0.2, opts.ignore_index, seed);
+    let expected = reference::cross_entropy(&logits, &targets, rows, vocab, opts);
+    let valid = reference::count_valid(&targets, vocab, opts);
+    let inv = if valid == 0 { 0.0 } else { 1.0 / valid as f64 };
+    let logits_dev = gpu.upload(&logits).unwrap();
+    let targets_dev = gpu.upload(&targets).unwrap();
+    let mut scratch = LossScratch::new(gpu, rows).unwrap();
+    let mut loss = gpu.alloc_poisoned::<f32>(1).unwrap();
+    let got = if in_place {
+        let mut buf = gpu.upload(&logits).unwrap();
+        ce.count_valid(gpu, &targets_dev, vocab, opts, &mut scratch)
+            .unwrap();
+        ce.rows_in_place(
+            gpu,
+            which,
+            &mut buf.as_view_mut(),
+            &targets_dev.as_view(),
+            &mut scratch.row_loss.as_view_mut(),
+            &scratch.inv_count,
+            vocab,
+            opts,
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+        ce.mean_loss(gpu, rows, &scratch, &mut loss).unwrap();
+        gpu.synchronize().unwrap();
+        gpu.download(&buf).unwrap()
+    } else {
+        let mut grad = gpu.alloc_poisoned::<bf16>(rows * vocab).unwrap();
+        launch_and_read(gpu, &mut grad, &mut |g| {
+            ce.forward_backward(
+                gpu,
+                which,
+                &logits_dev,
+                &targets_dev,
+                vocab,
+                opts,
+                &mut scratch,
+                g,
+                &mut loss,
+            )
+        })
+        .unwrap_or_else(|e| panic!("{what}: {e:#}"))
+    };
+    let report = check::compare(
+        &got,
+        &expected.dlogits,
+        &[rows, vocab],
+        tolerance::dlogits(inv),
+    );
+    assert!(report.passed(), "{what}: dlogits {report}");
+    let got_loss = gpu.download(&loss).unwrap();
+    let l = check::compare(&got_loss, &[expected.loss], &[1], tolerance::CE_LOSS);
+    assert!(l.passed(), "{what}: loss {l}");
+}
+
+#[test]
+fn cross_entropy_alone_matches_the_reference() {
+    let Some(gpu) = testing::gpu_or_skip("day19 GPU cross-entropy") else {
+        return;
+    };
+    let ce = CrossEntropy::load(&gpu).unwrap();
+    // Rows of 8 (one pack), 4096 (a cluster slice of 64 packs), 131072 (the cluster's largest),
+    // and vocabularies the cluster kernel refuses but two_pass takes (odd, and over the limit).
+    let shapes = [
+        (1, 1),
+        (3, 7),
+        (17, 8),
+        (5, 4096),
+        (33, 4099),
+        (9, 32000),
+        (4, 131072),
+        (2, 131080),
+        (3, 200_003),
+    ];
+    for &name in CE_VERSIONS {
+        let which = RowKernel::from_name(name).unwrap();
+        for &(rows, vocab) in &shapes {
+            if which.refusal(vocab).is_some() {
+                continue;
+            }
+            for in_place in [false, true] {
+                check_ce_only(
+                    &gpu,
+                    &ce,
+                    which,
+                    rows,
+                    vocab,
+                    &CeOptions::default(),
+                    in_place,
+                );
+            }
+            check_ce_only(&gpu, &ce, which, rows, vocab, &options(0.1, 1e-4), false);
+        }
+    }
+}
+
+#[test]
+fn the_loss_is_deterministic() {
+    let Some(gpu) = testing::gpu_or_skip("day19 GPU determinism") else {
+        return;
+    };
+    let ce = CrossEntropy::load(&gpu).unwrap();
+    let (rows, vocab) = (300, 32000);
+    let logits = gpu
+        .upload(&inputs::logits::<bf16>(rows * vocab, 3))
+        .unwrap();
+    let targets = gpu
+        .upload(&make_targets(rows, vocab, 0.1, IGNORE_INDEX, 3))
+        .unwrap();
+    let opts = CeOptions::default();
+    for &name in CE_VERSIONS {
+        let which = RowKernel::from_name(name).unwrap();
+        let mut scratch = LossScratch::new(&gpu, rows).unwrap();
+        let mut grad = gpu.alloc_poisoned::<bf16>(rows * vocab).unwrap();
+        let mut loss = gpu.alloc_poisoned::<f32>(1).unwrap();
+        let mut bits = Vec::new();
+        for _ in 0..4 {
+            ce.forward_backward(
+                &gpu,
+                which,
+                &logits,
+                &targets,
+                vocab,
+                &opts,
+                &mut scratch,
+                &mut grad,
+                &mut loss,
+            )
+            .unwrap();
+            bits.push(gpu.download(&loss).unwrap()[0].to_bits());
+        }
+        assert!(
+            bits.iter().all(|&b| b == bits[0]),
+            "{name}: loss bits differ: {bits:x?}"
+        );
+    }
+}
+
+#[test]
+fn refusals_are_clear() {
+    let Some(gpu) = testing::gpu_or_skip("day19 GPU refusals") else {
+        return;
+    };
+    let ce = CrossEntropy::load(&gpu).unwrap();
+    let shape = Shape {
+        tokens: 4,
+        hidden: 8,
+        vocab: 10,
+    };
+    let opts = CeOptions::default();
+    assert!(FusedPlan::new(&gpu, shape, 0, &opts).is_err());
+    assert!(FusedPlan::new(&gpu, shape, 2, &options(1.5, 0.0)).is_err());
+    // Naive logits larger than the device: refused, not attempted.
+    let huge = Shape {
+        tokens: 1 << 20,
+        hidden: 8,
+        vocab: 1 << 20,
+    };
+    let err = FusedPlan::new(&gpu, huge, huge.tokens, &opts)
+        .err()
+        .expect("refused");
+    assert!(err.is::<common::session::Refused>(), "{err:#}");
+    // cluster8 on a vocabulary off 16-byte rows.
+    let logits = gpu.upload(&[bf16::ONE; 2 * 31]).unwrap();
+    let targets = gpu.upload(&[0i32, 1]).unwrap();
+    let mut scratch = LossScratch::new(&gpu, 2).unwrap();
+    let mut grad = gpu.alloc_poisoned::<bf16>(2 * 31).unwrap();
+    let mut loss = gpu.alloc_poisoned::<f32>(1).unwrap();
+    let err = ce
+        .forward_backward(
+            &gpu,
+            RowKernel::Cluster8,
+            &logits,
+            &targets,
+            31,
+            &opts,
+            &mut scratch,
+            &mut grad,
+            &mut loss,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("16-byte"), "{err:#}");
+    // Wrong buffer sizes.
+    let mut plan = FusedPlan::new(&gpu, shape, 2, &opts).unwrap();
+    let cublas = Cublas::open(&gpu).unwrap();
+    let h = gpu.upload(&[bf16::ONE; 4 * 8]).unwrap();
+    let w = gpu.upload(&[bf16::ONE; 9 * 8]).unwrap();
+    let t = gpu.upload(&[0i32; 4]).unwrap();
+    let mut grads = gpu.alloc_poisoned::<bf16>(14 * 8).unwrap();
+    let err = plan
+        .run(&gpu, &ce, &cublas, &h, &w, &t, &opts, &mut grads, &mut loss)
+        .unwrap_err();
+    assert!(err.to_string().contains("do not make"), "{err:#}");
+}

@@ -1,0 +1,122 @@
+"""Eager PyTorch and Liger Kernel on day 19's problems: linear + cross-entropy forward and
+backward, and cross-entropy alone on given logits.
+
+    python3 peers/linear_cross_entropy.py --out peers_lce.json
+
+Writes {"torch": version, "device": name, "figures": [{key, peer, median_ms, gb_per_s,
+extra_gib}]} with the day's keys (linear_cross_entropy/bf16/8192x4096x128256,
+cross_entropy/bf16/8192x128256). Times with triton.testing.do_bench (median, L2 cleared).
+
+One timed run is the forward and the backward: the gradients are set to None first, so each
+run allocates them as training does. `extra_gib` is torch.cuda.max_memory_allocated during one
+such run minus what was allocated before it (the inputs): scratch and outputs (dH, dW or
+dlogits) together, the figure GPU_TARGETS.md quotes. The day prints the same sum as "with the
+outputs". Eager torch upcasts the logits to f32 before the loss, as Hugging Face models do.
+Liger is optional: without liger_kernel one line says so and its figures are skipped.
+
+Bytes as the day counts them: fused, H and W read, dH and dW written, targets read, loss
+written; cross-entropy alone, the logits read and the gradient written once.
+"""
+
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import _peer
+
+TOKENS, HIDDEN, VOCAB = 8192, 4096, 128256
+IGNORE_INDEX = -100
+
+
+def extra_gib(fn):
+    """Peak memory of one run of `fn` above what is allocated before it, in GiB."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**30
+
+
+def record(key, peer, fn, nbytes, ops=None):
+    gib = extra_gib(fn)
+    rec = _peer.figure(key, peer, fn, nbytes, ops)
+    rec["extra_gib"] = gib
+    print(f"{'':48s} {peer:30s} extra memory {gib:.2f} GiB", flush=True)
+    return rec
+
+
+def liger():
+    try:
+        from liger_kernel.transformers.cross_entropy import LigerCrossEntropyLoss
+        from liger_kernel.transformers.fused_linear_cross_entropy import (
+            LigerFusedLinearCrossEntropyLoss,
+        )
+    except ImportError as e:
+        print(f"liger_kernel is not installed ({e}); skipping its figures", flush=True)
+        return None
+    return LigerCrossEntropyLoss, LigerFusedLinearCrossEntropyLoss
+
+
+def figures():
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    dt = torch.bfloat16
+    lib = liger()
+
+    # The day's inputs: H in [-1, 1), W in +-6/sqrt(Hd) (logits of standard deviation ~2).
+    scale = 6.0 / HIDDEN**0.5
+    h = ((torch.rand((TOKENS, HIDDEN), device="cuda", generator=gen) * 2 - 1)).to(dt)
+    w = ((torch.rand((VOCAB, HIDDEN), device="cuda", generator=gen) * 2 - 1) * scale).to(dt)
+    t = torch.randint(0, VOCAB, (TOKENS,), device="cuda", generator=gen)
+    h.requires_grad_(True)
+    w.requires_grad_(True)
+    key = f"linear_cross_entropy/bf16/{TOKENS}x{HIDDEN}x{VOCAB}"
+    nbytes = 2 * 2 * (TOKENS + VOCAB) * HIDDEN + 4 * TOKENS + 4
+    ops = 3 * 2 * TOKENS * HIDDEN * VOCAB
+
+    def eager():
+        h.grad, w.grad = None, None
+        loss = F.cross_entropy(F.linear(h, w).float(), t, ignore_index=IGNORE_INDEX)
+        loss.backward()
+
+    yield record(key, "torch eager (F.linear + F.cross_entropy)", eager, nbytes, ops)
+
+    if lib is not None:
+        fused = lib[1](ignore_index=IGNORE_INDEX)
+
+        def liger_fused():
+            h.grad, w.grad = None, None
+            fused(w, h, t).backward()
+
+        yield record(key, "Liger FusedLinearCrossEntropy", liger_fused, nbytes, ops)
+    del h, w
+    torch.cuda.empty_cache()
+
+    # Cross-entropy alone on given bf16 logits.
+    logits = (torch.rand((TOKENS, VOCAB), device="cuda", generator=gen) * 8 - 4).to(dt)
+    logits.requires_grad_(True)
+    key = f"cross_entropy/bf16/{TOKENS}x{VOCAB}"
+    nbytes = 2 * 2 * TOKENS * VOCAB + 4 * TOKENS + 4
+
+    def torch_ce():
+        logits.grad = None
+        F.cross_entropy(logits, t, ignore_index=IGNORE_INDEX).backward()
+
+    yield record(key, "torch F.cross_entropy", torch_ce, nbytes)
+
+    if lib is not None:
+        ce = lib[0](ignore_index=IGNORE_INDEX)
+
+        def liger_ce():
+            logits.grad = None
+            # Liger writes the gradient over its input in the forward; a fresh leaf view each
+            # run keeps autograd from complaining about the in-place change.
+            x = logits.detach().requires_grad_(True)
+            ce(x, t).backward()
+
+        yield record(key, "Liger CrossEntropy", liger_ce, nbytes)
+
+
+if __name__ == "__main__":
+    sys.exit(_peer.main(__doc__, figures))
