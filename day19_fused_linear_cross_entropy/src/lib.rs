@@ -626,17 +626,21 @@ pub fn make_targets(
 pub mod tolerance {
     use common::Tolerance;
 
-    const BF16_HALF_ULP: f64 = 1.0 / 512.0; // 2^-9, relative
+    // bf16's unit roundoff: half an ulp is up to 2^-8 of the value (8 significant bits), not
+    // 2^-9: just above a power of two an ulp is 2^-7 of the value. The first H100 run found
+    // it (-0.27248 correctly rounded to -0.27344 is 3.5e-3 off).
+    const BF16_HALF_ULP: f64 = 1.0 / 256.0;
 
     /// dH or dW of the fused problem, against a reference that rounds the logits and their
     /// gradient to bf16 as the kernels store them (`Rounding::Bf16`). Left: the GEMMs' f32
     /// sums in another order, which can move a logit across a bf16 rounding boundary (one ulp,
     /// 2^-8 relative, on p_j); the bf16 output (half an ulp); dW's accumulation in bf16 over
     /// `chunks` chunks, half an ulp each. Absolute floor: 2^-6 of the largest gradient, for
-    /// elements whose terms cancel.
+    /// elements whose terms cancel, and never below 1e-7: with one vocabulary entry the
+    /// exact gradient is 0 and the f32 sums leave about 5e-9 (seen on the H100).
     pub fn gradient(max_abs: f64, chunks: usize) -> Tolerance {
         let rtol = (4 + chunks) as f64 * BF16_HALF_ULP;
-        Tolerance::new((max_abs / 64.0).max(1e-30), rtol).with_max_rel_l2(1e-2)
+        Tolerance::new((max_abs / 64.0).max(1e-7), rtol).with_max_rel_l2(1e-2)
     }
 
     /// The loss: f32 log-sum-exp per row from bf16 logits, summed in f32; a logit that the
@@ -652,8 +656,11 @@ pub mod tolerance {
         Tolerance::new(3e-5 * inv_count + 1e-30, 1.5 * BF16_HALF_ULP).with_max_rel_l2(3e-3)
     }
 
-    /// The loss of cross-entropy alone: f32 sums of exact bf16 logits.
-    pub const CE_LOSS: Tolerance = Tolerance::new(1e-5, 1e-4);
+    /// The loss of cross-entropy alone: f32 sums of exact bf16 logits. The L2 bound is looser
+    /// than the relative one because a one-row loss can cancel almost to nothing (one
+    /// vocabulary entry with label smoothing leaves only the z-loss term), where the absolute
+    /// term is what bounds it: 1.4e-4 relative was seen on the H100 for that case.
+    pub const CE_LOSS: Tolerance = Tolerance::new(1e-5, 1e-4).with_max_rel_l2(1e-3);
 }
 
 fn gib(bytes: u64) -> f64 {
