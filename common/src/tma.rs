@@ -51,7 +51,7 @@ impl KMajorTiles {
         };
         let elem = T::DTYPE.size();
         let row_bytes = self.inner * elem;
-        if row_bytes % 16 != 0 {
+        if !row_bytes.is_multiple_of(16) {
             bail!(
                 "a TMA row must be a multiple of 16 bytes; {} elements are {row_bytes}",
                 self.inner

@@ -226,7 +226,7 @@ impl TensorCoreGemm {
         if m > i32::MAX as usize || n > i32::MAX as usize || k > i32::MAX as usize {
             bail!(common::UsageError::new("dimensions must be below 2^31"));
         }
-        if version != Version::MmaLdmatrix && k % 8 != 0 {
+        if version != Version::MmaLdmatrix && !k.is_multiple_of(8) {
             return Err(Refused(format!(
                 "{}: k = {k} is not a multiple of 8 (rows must be 16-byte multiples for \
                  cp.async and the TMA)",

@@ -75,7 +75,7 @@ fn check_shape<T: Element>(gpu: &Gpu, cublas: &Cublas, day: &TensorCoreGemm, sha
             // Only the versions that need k % 8 == 0 (or Hopper) refuse.
             let hopper_missing = version.is_hopper_only() && gpu.info.arch != "sm_90";
             assert!(
-                shape.k % 8 != 0 || hopper_missing,
+                !shape.k.is_multiple_of(8) || hopper_missing,
                 "{what} was refused: {e:#}"
             );
             assert_ne!(
