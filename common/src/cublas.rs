@@ -6,10 +6,10 @@
 //! column-major `C^T = B^T A^T`: swap the operands, swap m and n, and no transpose flag is
 //! needed.
 
-use anyhow::{Context, Result, bail};
-use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys};
 use std::sync::Arc;
 
+use anyhow::{Context, Result, bail};
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
 
 use crate::dtype::Dtype;

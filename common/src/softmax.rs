@@ -20,7 +20,7 @@ use crate::dtype::Dtype;
 use crate::element::{Element, as_type, as_type_mut};
 use crate::gpu::Gpu;
 use crate::kernel::{Kernel, LaunchShape};
-use crate::plot::{HLine, LinePlot, Series};
+use crate::plot::{HLine, LinePlot};
 use crate::report::DayReport;
 use crate::session::{Expected, Problem, Session, Version, launch_and_read};
 use crate::{inputs, plot, reference, sweep, testing};
@@ -309,24 +309,9 @@ fn plot_sweep<D: SoftmaxDay>(
     let mut series = sweep::version_series(reports, versions.iter().copied(), cols_of, |row| {
         row.gb_per_s
     });
-    let mut peer_names: Vec<String> = reports
-        .iter()
-        .flat_map(|r| r.peers.iter().map(|p| p.peer.clone()))
-        .collect();
-    peer_names.sort();
-    peer_names.dedup();
-    for peer in &peer_names {
-        series.push(Series {
-            name: peer.clone(),
-            points: reports
-                .iter()
-                .filter_map(|r| {
-                    let f = r.peers.iter().find(|p| &p.peer == peer)?;
-                    Some((cols_of(r), f.gb_per_s))
-                })
-                .collect(),
-        });
-    }
+    series.extend(sweep::peer_series(reports, "", cols_of, |_, f| {
+        Some(f.gb_per_s)
+    }));
     let ceiling = gpu.copy_ceiling_gbs()?;
     let dtype = args.softmax.dtype.unwrap_or(Dtype::F32);
     let title = format!(

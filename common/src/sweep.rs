@@ -3,6 +3,7 @@
 
 use comfy_table::{Table, presets};
 
+use crate::peers::PeerFigure;
 use crate::plot::Series;
 use crate::report::{DayReport, Row};
 
@@ -38,6 +39,51 @@ pub fn version_series<'v>(
                 .collect(),
         })
         .collect()
+}
+
+/// The versions that have a row in any of `reports`, in the order they first appear.
+pub fn row_versions(reports: &[DayReport]) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for row in reports.iter().flat_map(|r| &r.rows) {
+        if !names.contains(&row.version.as_str()) {
+            names.push(&row.version);
+        }
+    }
+    names
+}
+
+/// One series per peer (named `<peer><suffix>`), in the order peers first appear: a point
+/// `(x_of(report), y_of(report, figure))` for every report that has that peer's figure.
+pub fn peer_series(
+    reports: &[DayReport],
+    suffix: &str,
+    x_of: impl Fn(&DayReport) -> f64,
+    y_of: impl Fn(&DayReport, &PeerFigure) -> Option<f64>,
+) -> Vec<Series> {
+    let mut peers: Vec<&str> = Vec::new();
+    for figure in reports.iter().flat_map(|r| &r.peers) {
+        if !peers.contains(&figure.peer.as_str()) {
+            peers.push(&figure.peer);
+        }
+    }
+    peers
+        .into_iter()
+        .map(|peer| Series {
+            name: format!("{peer}{suffix}"),
+            points: reports
+                .iter()
+                .filter_map(|r| {
+                    let figure = r.peers.iter().find(|f| f.peer == peer)?;
+                    Some((x_of(r), y_of(r, figure)?))
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// A peer's TFLOP/s on a report's problem (its flops over the peer's median time).
+pub fn peer_tflops(report: &DayReport, figure: &PeerFigure) -> Option<f64> {
+    Some(report.flops_per_run? as f64 / (figure.median_ms * 1e-3) / 1e12)
 }
 
 /// A table with a row per x of any series and a column per series (`<name> <unit>`), values

@@ -387,37 +387,16 @@ fn plot_sweep(args: &Args, gpu: &Gpu, reports: &[DayReport]) -> Result<()> {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0)
     };
-    let versions: Vec<&str> = reports
-        .iter()
-        .flat_map(|r| r.rows.iter().map(|row| row.version.as_str()))
-        .fold(Vec::new(), |mut names, n| {
-            if !names.contains(&n) {
-                names.push(n);
-            }
-            names
+    let mut series =
+        sweep::version_series(reports, sweep::row_versions(reports), seqlen_of, |row| {
+            row.tflops
         });
-    let mut series = sweep::version_series(reports, versions, seqlen_of, |row| row.tflops);
-    let mut peers: Vec<&str> = Vec::new();
-    for r in reports {
-        for p in &r.peers {
-            if !peers.contains(&p.peer.as_str()) {
-                peers.push(&p.peer);
-            }
-        }
-    }
-    for peer in peers {
-        series.push(plot::Series {
-            name: format!("{peer} (peer)"),
-            points: reports
-                .iter()
-                .filter_map(|r| {
-                    let fig = r.peers.iter().find(|p| p.peer == peer)?;
-                    let flops = r.flops_per_run? as f64;
-                    Some((seqlen_of(r), flops / (fig.median_ms * 1e-3) / 1e12))
-                })
-                .collect(),
-        });
-    }
+    series.extend(sweep::peer_series(
+        reports,
+        " (peer)",
+        seqlen_of,
+        sweep::peer_tflops,
+    ));
     let title = format!(
         "day10 FlashAttention-2 forward: hd{}, hidden {HIDDEN}, {TOKENS} tokens{}, {}, {}",
         args.head_dim,

@@ -242,13 +242,17 @@ impl TensorCoreGemm {
             .get(&format!("gemm_{}_{dtype}", version.name()))?;
         let launch = match version {
             Version::MmaLdmatrix | Version::MmaPipelined => {
-                if batch > 65535 {
-                    return Err(Refused(format!("{}: batch over 65535", version.name())).into());
+                if batch > 65535 || m.div_ceil(MMA_TILE) > 65535 {
+                    return Err(Refused(format!(
+                        "{}: the grid's y (tile rows) and z (batch) stop at 65535",
+                        version.name()
+                    ))
+                    .into());
                 }
                 LaunchShape {
                     grid: (
                         n.div_ceil(MMA_TILE) as u32,
-                        m.div_ceil(MMA_TILE).min(65535) as u32,
+                        m.div_ceil(MMA_TILE) as u32,
                         batch as u32,
                     ),
                     block: (MMA_THREADS, 1, 1),
@@ -288,9 +292,6 @@ impl TensorCoreGemm {
                 launch
             }
         };
-        if !version.is_hopper_only() && m.div_ceil(MMA_TILE) > 65535 {
-            return Err(Refused(format!("{}: m over 65535 tiles", version.name())).into());
-        }
         Ok((kernel, launch))
     }
 

@@ -253,40 +253,18 @@ fn run_problem<T: Element>(
 
 /// TFLOP/s against size for each version and each peer, and the summary table.
 fn plot_sweep(args: &Args, gpu: &Gpu, reports: &[DayReport]) -> Result<()> {
-    let mut versions: Vec<&str> = Vec::new();
-    for r in reports {
-        for row in &r.rows {
-            if !versions.contains(&row.version.as_str()) {
-                versions.push(&row.version);
-            }
-        }
-    }
-    let mut series =
-        sweep::version_series(reports, versions, sweep::last_dimension, |row| row.tflops);
-    let mut peers: Vec<&str> = Vec::new();
-    for r in reports {
-        for p in &r.peers {
-            if !peers.contains(&p.peer.as_str()) {
-                peers.push(&p.peer);
-            }
-        }
-    }
-    for peer in peers {
-        series.push(plot::Series {
-            name: format!("{peer} (peer)"),
-            points: reports
-                .iter()
-                .filter_map(|r| {
-                    let fig = r.peers.iter().find(|p| p.peer == peer)?;
-                    let flops = r.flops_per_run? as f64;
-                    Some((
-                        sweep::last_dimension(r),
-                        flops / (fig.median_ms * 1e-3) / 1e12,
-                    ))
-                })
-                .collect(),
-        });
-    }
+    let mut series = sweep::version_series(
+        reports,
+        sweep::row_versions(reports),
+        sweep::last_dimension,
+        |row| row.tflops,
+    );
+    series.extend(sweep::peer_series(
+        reports,
+        " (peer)",
+        sweep::last_dimension,
+        sweep::peer_tflops,
+    ));
     let title = format!(
         "day18 tensor-core GEMM, C = A B^T, {}, {}",
         args.dtype, gpu.info.name
