@@ -1,5 +1,6 @@
 //! Scaled dot-product attention, forward: `O = softmax(scale * Q K^T + mask) V` and the
 //! log-sum-exp `L` of each query row (what a backward pass needs to rebuild P).
+//! The backward pass ([`attention_backward`]) recomputes P from L and gives dQ, dK, dV.
 //!
 //! Layout, as FlashAttention's variable-length API has it: the sequences of a batch are packed
 //! one after another, `Q` is `[total_q, heads, head_dim]`, `K` and `V` are
@@ -195,6 +196,187 @@ pub fn attention_rows<T: Element>(
     out
 }
 
+/// What the backward pass reads besides Q, K, V: the output gradient `dO` (as Q), and the
+/// forward's `O` and `L` as the backward kernels are given them (the stored 16-bit O and f32
+/// L, widened), so that a kernel is checked against exactly its own inputs.
+#[derive(Debug, Clone, Copy)]
+pub struct BackwardInputs<'a, T> {
+    pub q: &'a [T],
+    pub k: &'a [T],
+    pub v: &'a [T],
+    pub d_o: &'a [T],
+    /// `[total_q, heads, head_dim]`.
+    pub o: &'a [f64],
+    /// `[total_q, heads]`, natural log, -inf for a row that sees no key.
+    pub lse: &'a [f64],
+}
+
+/// `dQ` is `[total_q, heads, head_dim]`; `dK` and `dV` are `[total_k, kv_heads, head_dim]`,
+/// each summed over the query heads of its group.
+#[derive(Debug, Clone)]
+pub struct AttentionGradients {
+    pub dq: Vec<f64>,
+    pub dk: Vec<f64>,
+    pub dv: Vec<f64>,
+}
+
+/// One key (and value) row: `(token, kv_head)` of the packed K.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRow {
+    pub token: usize,
+    pub kv_head: usize,
+}
+
+/// The backward pass of [`attention_forward`] for the loss `sum(dO * O)`:
+///
+/// ```text
+/// P = exp(scale Q K^T - L)     (recomputed from L; 0 where masked)
+/// D = rowsum(dO * O)
+/// dV = P^T dO    dP = dO V^T    dS = P * (dP - D)    dQ = scale dS K    dK = scale dS^T Q
+/// ```
+///
+/// (`D_i = sum_j P_ij dP_ij`, the softmax's Jacobian applied to dP, computed from O in one
+/// pass over d instead of one over the keys.)
+pub fn attention_backward<T: Element>(
+    x: &BackwardInputs<T>,
+    shape: &AttentionShape,
+    scale: f64,
+) -> AttentionGradients {
+    let rows: Vec<QueryRow> = (0..shape.total_q())
+        .flat_map(|token| (0..shape.heads).map(move |head| QueryRow { token, head }))
+        .collect();
+    let keys: Vec<KeyRow> = (0..shape.total_k())
+        .flat_map(|token| (0..shape.kv_heads).map(move |kv_head| KeyRow { token, kv_head }))
+        .collect();
+    let (dk, dv) = attention_backward_dkv(x, shape, scale, &keys);
+    AttentionGradients {
+        dq: attention_backward_dq(x, shape, scale, &rows),
+        dk,
+        dv,
+    }
+}
+
+/// Where the packed tensors of a shape start, with the checks every entry point makes.
+struct Layout {
+    cu_q: Vec<usize>,
+    cu_k: Vec<usize>,
+}
+
+impl Layout {
+    fn new<T: Element>(x: &BackwardInputs<T>, shape: &AttentionShape) -> Self {
+        let d = shape.head_dim;
+        let (q_len, k_len) = (
+            shape.total_q() * shape.heads * d,
+            shape.total_k() * shape.kv_heads * d,
+        );
+        assert!(shape.kv_heads > 0 && shape.heads.is_multiple_of(shape.kv_heads));
+        assert!(x.q.len() == q_len && x.d_o.len() == q_len && x.o.len() == q_len);
+        assert!(
+            x.k.len() == k_len && x.v.len() == k_len,
+            "K and V's lengths"
+        );
+        assert_eq!(x.lse.len(), shape.total_q() * shape.heads, "L's length");
+        Self {
+            cu_q: AttentionShape::cu_seqlens(&shape.seqlens_q),
+            cu_k: AttentionShape::cu_seqlens(&shape.seqlens_k),
+        }
+    }
+}
+
+fn dot<T: Element>(a: &[T], b: &[T]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x.to_f64() * y.to_f64()).sum()
+}
+
+/// `P_ij` and `dS_ij = P_ij (dO_i . v_j - D_i)` of query row `(token, head)` and key row
+/// `(key_token, kv_head)`, both given as offsets of their rows; the caller has checked the
+/// mask.
+#[allow(clippy::too_many_arguments)]
+fn p_and_ds<T: Element>(
+    x: &BackwardInputs<T>,
+    d: usize,
+    scale: f64,
+    q_at: usize,
+    row: usize,
+    k_at: usize,
+) -> (f64, f64) {
+    let p = (scale * dot(&x.q[q_at..][..d], &x.k[k_at..][..d]) - x.lse[row]).exp();
+    let delta: f64 = x.d_o[q_at..][..d]
+        .iter()
+        .zip(&x.o[q_at..][..d])
+        .map(|(g, o)| g.to_f64() * o)
+        .sum();
+    let dp = dot(&x.d_o[q_at..][..d], &x.v[k_at..][..d]);
+    (p, p * (dp - delta))
+}
+
+/// `dQ` at some query rows only (a sampled check): `head_dim` values per row, in the order of
+/// `rows`.
+pub fn attention_backward_dq<T: Element>(
+    x: &BackwardInputs<T>,
+    shape: &AttentionShape,
+    scale: f64,
+    rows: &[QueryRow],
+) -> Vec<f64> {
+    let d = shape.head_dim;
+    let layout = Layout::new(x, shape);
+    let mut out = Vec::with_capacity(rows.len() * d);
+    for r in rows {
+        let seq = layout.cu_q.partition_point(|&start| start <= r.token) - 1;
+        let (lq, lk) = (shape.seqlens_q[seq], shape.seqlens_k[seq]);
+        let i = r.token - layout.cu_q[seq];
+        let kv_head = r.head / shape.group();
+        let row = r.token * shape.heads + r.head;
+        let mut acc = vec![0.0f64; d];
+        for j in 0..shape.key_end(i, lq, lk) {
+            let k_at = ((layout.cu_k[seq] + j) * shape.kv_heads + kv_head) * d;
+            let (_, ds) = p_and_ds(x, d, scale, row * d, row, k_at);
+            for (a, kc) in acc.iter_mut().zip(&x.k[k_at..][..d]) {
+                *a += scale * ds * kc.to_f64();
+            }
+        }
+        out.extend(acc);
+    }
+    out
+}
+
+/// `dK` and `dV` at some key rows only, each summed over the query heads that read its kv
+/// head: `head_dim` values per key, in the order of `keys`.
+pub fn attention_backward_dkv<T: Element>(
+    x: &BackwardInputs<T>,
+    shape: &AttentionShape,
+    scale: f64,
+    keys: &[KeyRow],
+) -> (Vec<f64>, Vec<f64>) {
+    let d = shape.head_dim;
+    let layout = Layout::new(x, shape);
+    let (mut dk, mut dv) = (
+        Vec::with_capacity(keys.len() * d),
+        Vec::with_capacity(keys.len() * d),
+    );
+    for key in keys {
+        let seq = layout.cu_k.partition_point(|&start| start <= key.token) - 1;
+        let (lq, lk) = (shape.seqlens_q[seq], shape.seqlens_k[seq]);
+        let j = key.token - layout.cu_k[seq];
+        let k_at = (key.token * shape.kv_heads + key.kv_head) * d;
+        let (mut acc_k, mut acc_v) = (vec![0.0f64; d], vec![0.0f64; d]);
+        let group = shape.group();
+        for head in key.kv_head * group..(key.kv_head + 1) * group {
+            // Queries that see key j: j < key_end(i), i.e. from i = j + lq - lk on (causal).
+            for i in (0..lq).filter(|&i| j < shape.key_end(i, lq, lk)) {
+                let row = (layout.cu_q[seq] + i) * shape.heads + head;
+                let (p, ds) = p_and_ds(x, d, scale, row * d, row, k_at);
+                for c in 0..d {
+                    acc_v[c] += p * x.d_o[row * d + c].to_f64();
+                    acc_k[c] += scale * ds * x.q[row * d + c].to_f64();
+                }
+            }
+        }
+        dk.extend(acc_k);
+        dv.extend(acc_v);
+    }
+    (dk, dv)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,5 +510,147 @@ mod tests {
         assert_eq!(full.exact_flops(), 4 * 2 * 16 * 3 * 8);
         let causal = AttentionShape::uniform(2, 4, 4, 3, 3, 8, true);
         assert_eq!(causal.exact_flops(), 4 * 2 * 10 * 3 * 8);
+    }
+}
+
+#[cfg(test)]
+mod backward_tests {
+    use super::*;
+    use crate::inputs;
+
+    /// Checks every gradient against central differences of `loss = sum(dO * O)`. The step is
+    /// applied to the f32 inputs, and the difference divides by the step the f32 values
+    /// actually took, so only the O(h^2) truncation remains.
+    fn check_finite_differences(shape: &AttentionShape, seed: u64) {
+        let d = shape.head_dim;
+        let (q_len, k_len) = (
+            shape.total_q() * shape.heads * d,
+            shape.total_k() * shape.kv_heads * d,
+        );
+        let q: Vec<f32> = inputs::uniform(q_len, -1.5, 1.5, seed);
+        let k: Vec<f32> = inputs::uniform(k_len, -1.5, 1.5, seed + 1);
+        let v: Vec<f32> = inputs::uniform(k_len, -1.0, 1.0, seed + 2);
+        let d_o: Vec<f32> = inputs::uniform(q_len, -1.0, 1.0, seed + 3);
+        let scale = 0.7;
+        let fwd = attention_forward(&q, &k, &v, shape, scale);
+        let x = BackwardInputs {
+            q: &q,
+            k: &k,
+            v: &v,
+            d_o: &d_o,
+            o: &fwd.o,
+            lse: &fwd.lse,
+        };
+        let grads = attention_backward(&x, shape, scale);
+        let loss = |q: &[f32], k: &[f32], v: &[f32]| -> f64 {
+            let out = attention_forward(q, k, v, shape, scale);
+            out.o.iter().zip(&d_o).map(|(o, g)| o * g.to_f64()).sum()
+        };
+        let h = 1e-3f32;
+        let check = |which: usize, analytic: &[f64]| {
+            for idx in 0..analytic.len() {
+                let (mut qp, mut kp, mut vp) = (q.clone(), k.clone(), v.clone());
+                let (mut qm, mut km, mut vm) = (q.clone(), k.clone(), v.clone());
+                let (plus, minus) = match which {
+                    0 => (&mut qp[idx], &mut qm[idx]),
+                    1 => (&mut kp[idx], &mut km[idx]),
+                    _ => (&mut vp[idx], &mut vm[idx]),
+                };
+                *plus += h;
+                *minus -= h;
+                let step = (*plus as f64) - (*minus as f64);
+                let numeric = (loss(&qp, &kp, &vp) - loss(&qm, &km, &vm)) / step;
+                let err = (numeric - analytic[idx]).abs();
+                assert!(
+                    err <= 1e-5 + 1e-4 * analytic[idx].abs(),
+                    "{} [{idx}] of {shape:?}: analytic {} numeric {numeric}",
+                    ["dQ", "dK", "dV"][which],
+                    analytic[idx]
+                );
+            }
+        };
+        check(0, &grads.dq);
+        check(1, &grads.dk);
+        check(2, &grads.dv);
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        check_finite_differences(&AttentionShape::uniform(1, 3, 4, 1, 1, 3, false), 1);
+    }
+
+    #[test]
+    fn causal_gradients_match_and_rows_that_see_nothing_get_zero() {
+        // 4 queries on 2 keys: the first two see no key, so their dQ is exactly 0.
+        let shape = AttentionShape::uniform(1, 4, 2, 1, 1, 3, true);
+        check_finite_differences(&shape, 2);
+        let wide = AttentionShape::uniform(1, 2, 5, 1, 1, 3, true);
+        check_finite_differences(&wide, 3);
+
+        let q: Vec<f32> = inputs::uniform(12, -1.0, 1.0, 4);
+        let k: Vec<f32> = inputs::uniform(6, -1.0, 1.0, 5);
+        let fwd = attention_forward(&q, &k, &k, &shape, 0.5);
+        let x = BackwardInputs {
+            q: &q,
+            k: &k,
+            v: &k,
+            d_o: &q,
+            o: &fwd.o,
+            lse: &fwd.lse,
+        };
+        let grads = attention_backward(&x, &shape, 0.5);
+        assert!(grads.dq[..6].iter().all(|&g| g == 0.0));
+        assert!(grads.dq.iter().chain(&grads.dk).all(|g| g.is_finite()));
+    }
+
+    #[test]
+    fn grouped_query_gradients_sum_over_the_group() {
+        // GQA: dK and dV of a kv head gather both of its query heads.
+        check_finite_differences(&AttentionShape::uniform(2, 3, 3, 4, 2, 2, true), 6);
+        check_finite_differences(&AttentionShape::uniform(1, 3, 2, 3, 1, 2, false), 7);
+    }
+
+    #[test]
+    fn packed_batch_gradients_match_finite_differences() {
+        let shape = AttentionShape {
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 2,
+            seqlens_q: vec![1, 3, 2],
+            seqlens_k: vec![2, 1, 3],
+            causal: true,
+        };
+        check_finite_differences(&shape, 8);
+    }
+
+    #[test]
+    fn sampled_gradients_match_the_full_pass() {
+        let shape = AttentionShape::uniform(2, 5, 4, 4, 2, 3, true);
+        let d = 3;
+        let q: Vec<f32> = inputs::uniform(10 * 4 * d, -1.0, 1.0, 9);
+        let k: Vec<f32> = inputs::uniform(8 * 2 * d, -1.0, 1.0, 10);
+        let fwd = attention_forward(&q, &k, &k, &shape, 0.5);
+        let x = BackwardInputs {
+            q: &q,
+            k: &k,
+            v: &k,
+            d_o: &q,
+            o: &fwd.o,
+            lse: &fwd.lse,
+        };
+        let full = attention_backward(&x, &shape, 0.5);
+        let dq = attention_backward_dq(&x, &shape, 0.5, &[QueryRow { token: 7, head: 3 }]);
+        assert_eq!(dq, full.dq[(7 * 4 + 3) * d..][..d]);
+        let (dk, dv) = attention_backward_dkv(
+            &x,
+            &shape,
+            0.5,
+            &[KeyRow {
+                token: 5,
+                kv_head: 1,
+            }],
+        );
+        assert_eq!(dk, full.dk[(5 * 2 + 1) * d..][..d]);
+        assert_eq!(dv, full.dv[(5 * 2 + 1) * d..][..d]);
     }
 }

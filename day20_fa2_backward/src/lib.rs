@@ -1,0 +1,549 @@
+//! Day 20: FlashAttention-2, backward, and the layer that pairs it with day 10's forward.
+//! [`FlashAttention::backward`] computes dQ, dK and dV from Q, K, V, the forward's O and
+//! log-sum-exp L, and dO, with one of three versions (see `attention_bwd.cu`), in a fast mode
+//! (f32 atomics for dQ) or a deterministic one (no float atomics: the same bits every run).
+
+use anyhow::{Result, bail};
+use common::check::Tolerance;
+use common::dtype::Dtype;
+use common::element::Element;
+use common::kernel::KernelSet;
+use common::nvrtc::KernelSource;
+use common::reference::attention::AttentionShape;
+use common::session::Refused;
+use common::{Gpu, Kernel, LaunchShape, UsageError};
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+pub use day10::{DeviceProblem, HEAD_DIMS, NAIVE_MAX_HEAD_DIM, Tensors, validate};
+
+pub const SOURCE: KernelSource = KernelSource {
+    file_name: "attention_bwd.cu",
+    code: include_str!("attention_bwd.cu"),
+};
+
+/// The largest P plus dS the naive version may allocate (two f32 matrices of the scores'
+/// size): day 10's limit for its one matrix.
+pub const NAIVE_MAX_SCORE_BYTES: u64 = day10::NAIVE_MAX_SCORE_BYTES;
+
+/// The versions, in the order the table shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    Naive,
+    Fa2Scalar,
+    Fa2Mma,
+}
+
+impl Version {
+    pub const ALL: [Version; 3] = [Version::Naive, Version::Fa2Scalar, Version::Fa2Mma];
+
+    /// The name `--kernel` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Version::Naive => "naive",
+            Version::Fa2Scalar => "fa2_scalar",
+            Version::Fa2Mma => "fa2_mma",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.name() == name)
+    }
+
+    /// (queries, keys) per tile of the flash versions.
+    fn tiles(self) -> (usize, usize) {
+        match self {
+            Version::Naive => (1, 1),
+            Version::Fa2Scalar => (8, 32),
+            Version::Fa2Mma => (64, 64),
+        }
+    }
+
+    /// Dynamic shared memory of the main kernel and of the deterministic dQ pass.
+    fn shared_bytes(self, d: usize) -> (u32, u32) {
+        match self {
+            // K, V, two Q and two dO tiles (64 rows of d + 8 halves), dS^T (64 x 72 halves),
+            // then L and D of the two query tiles (4 x 64 floats).
+            Version::Fa2Mma => (
+                ((6 * 64 * (d + 8) + 64 * 72) * 2 + 4 * 64 * 4) as u32,
+                (6 * 64 * (d + 8) * 2) as u32,
+            ),
+            _ => (0, 0),
+        }
+    }
+}
+
+/// How dQ, which every key tile contributes to, is summed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// f32 atomics into a dQ accumulator during the key-tile pass (the order, and so the
+    /// last bits, vary between runs).
+    Atomic,
+    /// No float atomics: a second pass, one block per query tile, sums dQ over the key tiles
+    /// in a fixed order (S and dP computed twice). The same bits every run.
+    Deterministic,
+}
+
+/// Every CUDA function of `attention_bwd.cu`.
+pub fn kernel_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for dtype in ["bf16", "f16"] {
+        for step in ["preprocess", "convert_dq", "scores", "dq", "dkv"] {
+            names.push(format!("attention_bwd_{step}_{dtype}"));
+        }
+        for version in ["fa2_scalar", "fa2_mma"] {
+            for pass in ["bwd", "bwd_dq"] {
+                for d in HEAD_DIMS {
+                    names.push(format!("{version}_{pass}_{dtype}_d{d}"));
+                }
+            }
+        }
+    }
+    names
+}
+
+/// A batch's shape on the device for the backward: day 10's [`DeviceProblem`] (the forward
+/// runs on it) and the same offsets again for the backward's kernels, which day 10 keeps to
+/// itself.
+pub struct BackwardProblem {
+    pub forward: DeviceProblem,
+    cu_q: CudaSlice<i32>,
+    cu_k: CudaSlice<i32>,
+    score_offsets: CudaSlice<u64>,
+    score_len: usize,
+    max_q: usize,
+    max_k: usize,
+}
+
+impl BackwardProblem {
+    /// Checks the shape and uploads its offsets.
+    pub fn new(gpu: &Gpu, shape: &AttentionShape) -> Result<Self> {
+        let forward = DeviceProblem::new(gpu, shape)?;
+        let to_i32 = |v: Vec<usize>| -> Vec<i32> { v.into_iter().map(|x| x as i32).collect() };
+        let mut offsets = Vec::with_capacity(shape.batch());
+        let mut score_len = 0usize;
+        for (&lq, &lk) in shape.seqlens_q.iter().zip(&shape.seqlens_k) {
+            offsets.push(score_len as u64);
+            score_len += shape.heads * lq * lk;
+        }
+        Ok(Self {
+            forward,
+            cu_q: gpu.upload(&to_i32(AttentionShape::cu_seqlens(&shape.seqlens_q)))?,
+            cu_k: gpu.upload(&to_i32(AttentionShape::cu_seqlens(&shape.seqlens_k)))?,
+            score_offsets: gpu.stream.clone_htod(&offsets)?,
+            score_len,
+            max_q: shape.seqlens_q.iter().copied().max().unwrap_or(0),
+            max_k: shape.seqlens_k.iter().copied().max().unwrap_or(0),
+        })
+    }
+
+    pub fn shape(&self) -> &AttentionShape {
+        &self.forward.shape
+    }
+
+    /// Bytes of the naive version's P and dS (f32 each).
+    pub fn naive_bytes(&self) -> u64 {
+        self.score_len as u64 * 8
+    }
+
+    /// Elements of Q (and O, dO, dQ) and of K (and V, dK, dV).
+    pub fn lens(&self) -> (usize, usize) {
+        let s = self.shape();
+        (
+            s.total_q() * s.heads * s.head_dim,
+            s.total_k() * s.kv_heads * s.head_dim,
+        )
+    }
+}
+
+/// The f32 scratch of one backward call: D, dQ's accumulator, and the naive version's P and
+/// dS. Allocated once per (version, problem) by [`FlashAttention::workspace`].
+pub struct Workspace {
+    delta: CudaSlice<f32>,
+    dq_accum: CudaSlice<f32>,
+    naive: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
+}
+
+/// The inputs of one backward call; the gradients go to one buffer `[dQ | dK | dV]`.
+pub struct BackwardTensors<'a, T: Element> {
+    pub q: &'a CudaSlice<T>,
+    pub k: &'a CudaSlice<T>,
+    pub v: &'a CudaSlice<T>,
+    pub o: &'a CudaSlice<T>,
+    pub d_o: &'a CudaSlice<T>,
+    pub lse: &'a CudaSlice<f32>,
+}
+
+/// The storage types of attention: f16 and bf16.
+fn dtype_name<T: Element>() -> Result<&'static str> {
+    match T::DTYPE {
+        Dtype::Bf16 | Dtype::F16 => Ok(T::NAME),
+        other => bail!(UsageError::new(format!(
+            "attention runs on bf16 or f16 inputs, not {other}"
+        ))),
+    }
+}
+
+/// Day 10's forward and day 20's backward, compiled and loaded for one GPU.
+pub struct FlashAttention {
+    pub forward_kernels: day10::FlashAttention,
+    kernels: KernelSet,
+}
+
+impl FlashAttention {
+    pub fn load(gpu: &Gpu) -> Result<Self> {
+        Ok(Self {
+            forward_kernels: day10::FlashAttention::load(gpu)?,
+            kernels: KernelSet::load(gpu, &SOURCE, kernel_names())?,
+        })
+    }
+
+    /// Day 10's forward (O and L), on the tensor-core version unless told otherwise.
+    pub fn forward<T: Element>(
+        &self,
+        gpu: &Gpu,
+        version: day10::Version,
+        problem: &BackwardProblem,
+        t: Tensors<'_, T>,
+        o: &mut CudaSlice<T>,
+    ) -> Result<()> {
+        self.forward_kernels
+            .forward(gpu, version, &problem.forward, t, o)
+    }
+
+    /// The kernel that does a version's main work (the naive one's score kernel) and its
+    /// launch shape, for the table; refused where the version cannot take the problem.
+    pub fn plan<T: Element>(
+        &self,
+        version: Version,
+        problem: &BackwardProblem,
+    ) -> Result<(&Kernel, LaunchShape)> {
+        let dtype = dtype_name::<T>()?;
+        let shape = problem.shape();
+        let d = shape.head_dim;
+        match version {
+            Version::Naive => {
+                if problem.naive_bytes() > NAIVE_MAX_SCORE_BYTES {
+                    return Err(Refused(format!(
+                        "naive: P and dS would take {:.1} GiB (over {} GiB): the memory wall \
+                         the flash versions remove",
+                        problem.naive_bytes() as f64 / (1u64 << 30) as f64,
+                        NAIVE_MAX_SCORE_BYTES >> 30
+                    ))
+                    .into());
+                }
+                if shape.heads * shape.batch() > 65535 {
+                    return Err(Refused("naive: heads x batch over 65535".into()).into());
+                }
+                let kernel = self.kernels.get(&format!("attention_bwd_scores_{dtype}"))?;
+                let launch = LaunchShape {
+                    grid: (
+                        problem.max_k.div_ceil(16).max(1) as u32,
+                        problem.max_q.div_ceil(16).max(1) as u32,
+                        (shape.heads * shape.batch()) as u32,
+                    ),
+                    block: (16, 16, 1),
+                    dynamic_shared_bytes: 0,
+                };
+                Ok((kernel, launch))
+            }
+            Version::Fa2Scalar | Version::Fa2Mma => {
+                if !HEAD_DIMS.contains(&d) {
+                    return Err(Refused(format!(
+                        "{}: compiled for head dims {HEAD_DIMS:?}, not {d}",
+                        version.name()
+                    ))
+                    .into());
+                }
+                let kernel = self
+                    .kernels
+                    .get(&format!("{}_bwd_{dtype}_d{d}", version.name()))?;
+                let (_, keys) = version.tiles();
+                let launch = LaunchShape {
+                    grid: (
+                        problem.max_k.div_ceil(keys).max(1) as u32,
+                        shape.kv_heads as u32,
+                        shape.batch() as u32,
+                    ),
+                    block: (128, 1, 1),
+                    dynamic_shared_bytes: version.shared_bytes(d).0,
+                };
+                Ok((kernel, launch))
+            }
+        }
+    }
+
+    /// The scratch a version needs on this problem (checked against the free memory first).
+    pub fn workspace(
+        &self,
+        gpu: &Gpu,
+        version: Version,
+        problem: &BackwardProblem,
+    ) -> Result<Workspace> {
+        let shape = problem.shape();
+        let (q_len, _) = problem.lens();
+        let rows = shape.total_q() * shape.heads;
+        let (accum, naive) = match version {
+            Version::Naive => (1, problem.score_len.max(1)),
+            _ => (q_len, 0),
+        };
+        gpu.check_fits(
+            "the backward's scratch (D, dQ accumulator, naive P and dS)",
+            ((rows + accum + 2 * naive) * 4) as u64,
+        )?;
+        Ok(Workspace {
+            delta: gpu.alloc_poisoned::<f32>(rows)?,
+            dq_accum: gpu.alloc_poisoned::<f32>(accum)?,
+            naive: match version {
+                Version::Naive => Some((
+                    gpu.alloc_poisoned::<f32>(naive)?,
+                    gpu.alloc_poisoned::<f32>(naive)?,
+                )),
+                _ => None,
+            },
+        })
+    }
+
+    /// Enqueues one backward pass on `gpu.stream`: `grads` (`[dQ | dK | dV]`, the lengths
+    /// of Q, K and V) is written whole.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward<T: Element>(
+        &self,
+        gpu: &Gpu,
+        version: Version,
+        mode: Mode,
+        problem: &BackwardProblem,
+        t: BackwardTensors<'_, T>,
+        ws: &mut Workspace,
+        grads: &mut CudaSlice<T>,
+    ) -> Result<()> {
+        let shape = problem.shape();
+        let d = shape.head_dim;
+        let dtype = dtype_name::<T>()?;
+        let (q_len, k_len) = problem.lens();
+        let rows = shape.total_q() * shape.heads;
+        if [t.q, t.o, t.d_o].iter().any(|x| x.len() != q_len) {
+            bail!("attention backward: Q, O and dO must hold {q_len} elements");
+        }
+        if t.k.len() != k_len || t.v.len() != k_len {
+            bail!("attention backward: K and V must hold {k_len} elements");
+        }
+        if t.lse.len() != rows || ws.delta.len() != rows {
+            bail!("attention backward: L must hold total_q x heads floats");
+        }
+        if grads.len() != q_len + 2 * k_len {
+            bail!("attention backward: the gradients buffer must hold dQ, dK and dV back to back");
+        }
+        let (main, launch) = self.plan::<T>(version, problem)?;
+        let atomic = version != Version::Naive && mode == Mode::Atomic;
+        if atomic && ws.dq_accum.len() != q_len {
+            bail!(
+                "attention backward: this workspace is not {}'s",
+                version.name()
+            );
+        }
+        let (heads, kv_heads) = (shape.heads as i32, shape.kv_heads as i32);
+        let causal = i32::from(shape.causal);
+        let scale = shape.default_scale() as f32;
+
+        // D = rowsum(dO * O), and dQ's accumulator zeroed when atomics will add into it.
+        let pre = self
+            .kernels
+            .get(&format!("attention_bwd_preprocess_{dtype}"))?;
+        let pre_shape = LaunchShape {
+            grid: (rows.div_ceil(8).max(1) as u32, 1, 1),
+            block: (256, 1, 1),
+            dynamic_shared_bytes: 0,
+        };
+        let (rows_i32, d_i32, zero) = (rows as i32, d as i32, i32::from(atomic));
+        let mut l = gpu.stream.launch_builder(&pre.func);
+        l.arg(t.o)
+            .arg(t.d_o)
+            .arg(&mut ws.delta)
+            .arg(&mut ws.dq_accum);
+        l.arg(&rows_i32).arg(&d_i32).arg(&zero);
+        // SAFETY: matches attention_bwd_preprocess's signature; one warp per row < rows, each
+        // reading d elements of O and dO (q_len = rows x d, checked) and writing D[row] and,
+        // when zero is set, d floats of dq_accum (whose length q_len is checked above).
+        unsafe { l.launch(pre.config(&pre_shape)?) }?;
+
+        let (mut dq, mut dkv) = grads.split_at_mut(q_len);
+        let (mut dk, mut dv) = dkv.split_at_mut(k_len);
+        match version {
+            Version::Naive => {
+                let Some((probs, dscores)) = ws.naive.as_mut() else {
+                    bail!("the naive version needs its workspace (P and dS)");
+                };
+                if probs.len() < problem.score_len || dscores.len() < problem.score_len {
+                    bail!("the naive workspace must hold {} floats", problem.score_len);
+                }
+                let mut l = gpu.stream.launch_builder(&main.func);
+                l.arg(t.q)
+                    .arg(t.k)
+                    .arg(t.v)
+                    .arg(t.d_o)
+                    .arg(t.lse)
+                    .arg(&ws.delta);
+                l.arg(&mut *probs).arg(&mut *dscores);
+                l.arg(&problem.cu_q)
+                    .arg(&problem.cu_k)
+                    .arg(&problem.score_offsets);
+                l.arg(&heads)
+                    .arg(&kv_heads)
+                    .arg(&d_i32)
+                    .arg(&scale)
+                    .arg(&causal);
+                // SAFETY: matches attention_bwd_scores's signature; every index is bounded by
+                // the cumulative lengths this shape's offsets were built from, and the
+                // buffers' lengths were checked above.
+                unsafe { l.launch(main.config(&launch)?) }?;
+
+                let dq_kernel = self.kernels.get(&format!("attention_bwd_dq_{dtype}"))?;
+                let per_row = LaunchShape {
+                    grid: (
+                        problem.max_q.max(1) as u32,
+                        shape.heads as u32,
+                        shape.batch() as u32,
+                    ),
+                    block: (d as u32, 1, 1),
+                    dynamic_shared_bytes: 0,
+                };
+                let mut l = gpu.stream.launch_builder(&dq_kernel.func);
+                l.arg(&*dscores).arg(t.k).arg(&mut dq);
+                l.arg(&problem.cu_q)
+                    .arg(&problem.cu_k)
+                    .arg(&problem.score_offsets);
+                l.arg(&heads).arg(&kv_heads).arg(&scale);
+                // SAFETY: as above; blockDim.x is the head dim, so the column is < d.
+                unsafe { l.launch(dq_kernel.config(&per_row)?) }?;
+
+                let dkv_kernel = self.kernels.get(&format!("attention_bwd_dkv_{dtype}"))?;
+                let per_key = LaunchShape {
+                    grid: (
+                        problem.max_k.max(1) as u32,
+                        shape.kv_heads as u32,
+                        shape.batch() as u32,
+                    ),
+                    block: (d as u32, 1, 1),
+                    dynamic_shared_bytes: 0,
+                };
+                let mut l = gpu.stream.launch_builder(&dkv_kernel.func);
+                l.arg(&*probs).arg(&*dscores).arg(t.q).arg(t.d_o);
+                l.arg(&mut dk).arg(&mut dv);
+                l.arg(&problem.cu_q)
+                    .arg(&problem.cu_k)
+                    .arg(&problem.score_offsets);
+                l.arg(&heads).arg(&kv_heads).arg(&scale);
+                // SAFETY: as above; one block per key row inside the lengths, one thread per
+                // column.
+                unsafe { l.launch(dkv_kernel.config(&per_key)?) }?;
+            }
+            Version::Fa2Scalar | Version::Fa2Mma => {
+                let mut l = gpu.stream.launch_builder(&main.func);
+                l.arg(t.q)
+                    .arg(t.k)
+                    .arg(t.v)
+                    .arg(t.d_o)
+                    .arg(t.lse)
+                    .arg(&ws.delta);
+                l.arg(&mut ws.dq_accum).arg(&mut dk).arg(&mut dv);
+                l.arg(&problem.cu_q).arg(&problem.cu_k);
+                l.arg(&heads)
+                    .arg(&kv_heads)
+                    .arg(&scale)
+                    .arg(&causal)
+                    .arg(&zero);
+                // SAFETY: matches BWD_KERNELS' signature; the head dim is the kernel's own
+                // (chosen by name), the buffers' lengths were checked above (dq_accum holds
+                // q_len floats when atomic_dq = zero is set; otherwise it is not touched),
+                // and every row and key index is bounded by the cumulative lengths.
+                unsafe { l.launch(main.config(&launch)?) }?;
+                match mode {
+                    Mode::Atomic => {
+                        let convert = self
+                            .kernels
+                            .get(&format!("attention_bwd_convert_dq_{dtype}"))?;
+                        let elems = LaunchShape {
+                            grid: ((q_len.div_ceil(256)).clamp(1, 132 * 16) as u32, 1, 1),
+                            block: (256, 1, 1),
+                            dynamic_shared_bytes: 0,
+                        };
+                        let n = q_len as u64;
+                        let mut l = gpu.stream.launch_builder(&convert.func);
+                        l.arg(&ws.dq_accum).arg(&mut dq).arg(&n).arg(&scale);
+                        // SAFETY: a grid-stride loop over n = q_len elements of both buffers.
+                        unsafe { l.launch(convert.config(&elems)?) }?;
+                    }
+                    Mode::Deterministic => {
+                        let dq_kernel = self
+                            .kernels
+                            .get(&format!("{}_bwd_dq_{dtype}_d{d}", version.name()))?;
+                        let (queries, _) = version.tiles();
+                        let per_tile = LaunchShape {
+                            grid: (
+                                problem.max_q.div_ceil(queries).max(1) as u32,
+                                shape.heads as u32,
+                                shape.batch() as u32,
+                            ),
+                            block: (128, 1, 1),
+                            dynamic_shared_bytes: version.shared_bytes(d).1,
+                        };
+                        let mut l = gpu.stream.launch_builder(&dq_kernel.func);
+                        l.arg(t.q)
+                            .arg(t.k)
+                            .arg(t.v)
+                            .arg(t.d_o)
+                            .arg(t.lse)
+                            .arg(&ws.delta);
+                        l.arg(&mut dq).arg(&problem.cu_q).arg(&problem.cu_k);
+                        l.arg(&heads).arg(&kv_heads).arg(&scale).arg(&causal);
+                        // SAFETY: as the main kernel; one block per query tile of one head of
+                        // one sequence, writing only its own rows of dQ.
+                        unsafe { l.launch(dq_kernel.config(&per_tile)?) }?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Tolerance of one gradient, scaled by its reference's root mean square: the gradients sum
+/// many terms of both signs (dS sums to 0 along a row), so an error is best measured against
+/// their typical size. Every product's 16-bit operand (P, dS, and the stored inputs) is a
+/// relative error of at most 2^-8 (bf16) or 2^-11 (f16) on its term, and the output is
+/// rounded once more; the f32 sums add far less.
+pub fn grad_tolerance(dtype: Dtype, reference: &[f64]) -> Tolerance {
+    let rms = (reference.iter().map(|v| v * v).sum::<f64>() / reference.len().max(1) as f64).sqrt();
+    match dtype {
+        Dtype::F16 => Tolerance::new(4e-3 * rms, 8e-3).with_max_rel_l2(4e-3),
+        _ => Tolerance::new(2.5e-2 * rms, 4e-2).with_max_rel_l2(2e-2),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_compiles_for_sm90_without_spilling() {
+        let names = kernel_names();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &names);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for v in Version::ALL {
+            assert_eq!(Version::from_name(v.name()), Some(v));
+        }
+        assert_eq!(Version::from_name("fa3"), None);
+    }
+
+    #[test]
+    fn the_mma_tiles_fit_two_blocks_per_sm_at_head_dim_128() {
+        // 228 KiB per SM, 1 KiB of it reserved per block.
+        let (main, dq) = Version::Fa2Mma.shared_bytes(128);
+        assert!(2 * (main + 1024) <= 228 * 1024, "{main}");
+        assert!(2 * (dq + 1024) <= 228 * 1024, "{dq}");
+    }
+}

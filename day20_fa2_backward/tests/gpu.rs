@@ -1,0 +1,150 @@
+//! day20 on the GPU: every version, in both modes, against the f64 reference (dQ, dK, dV,
+//! every element, outputs poisoned) over day 10's grid of shapes: sequence lengths that are
+//! not multiples of any tile, both head dims, causal and not, seqlen_q != seqlen_k (rows the
+//! causal mask empties), GQA and MQA, variable lengths; and the deterministic mode's bits
+//! the same over two runs.
+
+use common::check;
+use common::element::Element;
+use common::reference::attention::{
+    AttentionShape, BackwardInputs, attention_backward, attention_forward,
+};
+use common::session::{Refused, launch_and_read};
+use common::{Gpu, inputs, testing};
+use day20::{BackwardProblem, BackwardTensors, FlashAttention, Mode, Version};
+use half::{bf16, f16};
+
+fn shapes() -> Vec<AttentionShape> {
+    let mut shapes = Vec::new();
+    for d in [64, 128] {
+        for causal in [false, true] {
+            for len in [1, 17, 100, 257, 1000] {
+                shapes.push(AttentionShape::uniform(2, len, len, 2, 2, d, causal));
+            }
+            // More queries than keys (causal: the first 157 rows see nothing), and fewer.
+            shapes.push(AttentionShape::uniform(1, 257, 100, 2, 2, d, causal));
+            shapes.push(AttentionShape::uniform(1, 100, 257, 2, 2, d, causal));
+            // GQA (2 query heads per kv head) and MQA: dK and dV summed over the group.
+            shapes.push(AttentionShape::uniform(2, 130, 130, 4, 2, d, causal));
+            shapes.push(AttentionShape::uniform(1, 77, 150, 4, 1, d, causal));
+            // Variable lengths in one batch, one of them with more queries than keys.
+            shapes.push(AttentionShape {
+                heads: 2,
+                kv_heads: 1,
+                head_dim: d,
+                seqlens_q: vec![1, 17, 100, 257, 65],
+                seqlens_k: vec![1, 30, 100, 200, 64],
+                causal,
+            });
+        }
+    }
+    shapes
+}
+
+fn check_shape<T: Element>(gpu: &Gpu, day: &FlashAttention, shape: &AttentionShape, seed: u64) {
+    let d = shape.head_dim;
+    let q_len = shape.total_q() * shape.heads * d;
+    let k_len = shape.total_k() * shape.kv_heads * d;
+    let q: Vec<T> = inputs::uniform(q_len, -2.0, 2.0, seed);
+    let k: Vec<T> = inputs::uniform(k_len, -2.0, 2.0, seed + 1);
+    let v: Vec<T> = inputs::uniform(k_len, -1.0, 1.0, seed + 2);
+    let d_o: Vec<T> = inputs::uniform(q_len, -1.0, 1.0, seed + 3);
+    // The forward from the CPU, stored as the GPU's would be: O in T, L in f32.
+    let fwd = attention_forward(&q, &k, &v, shape, shape.default_scale());
+    let o: Vec<T> = fwd.o.iter().map(|&x| T::from_f64(x)).collect();
+    let lse: Vec<f32> = fwd.lse.iter().map(|&x| x as f32).collect();
+    let o64: Vec<f64> = o.iter().map(|x| x.to_f64()).collect();
+    let lse64: Vec<f64> = lse.iter().map(|&x| x as f64).collect();
+    let x = BackwardInputs {
+        q: &q,
+        k: &k,
+        v: &v,
+        d_o: &d_o,
+        o: &o64,
+        lse: &lse64,
+    };
+    let expected = attention_backward(&x, shape, shape.default_scale());
+
+    let problem = BackwardProblem::new(gpu, shape).unwrap();
+    let up = |x: &[T]| gpu.upload(x).unwrap();
+    let (q_dev, k_dev, v_dev, o_dev, d_o_dev) = (up(&q), up(&k), up(&v), up(&o), up(&d_o));
+    let lse_dev = gpu.upload(&lse).unwrap();
+    for version in Version::ALL {
+        for mode in [Mode::Atomic, Mode::Deterministic] {
+            let what = format!("{} {mode:?} {} on {shape:?}", version.name(), T::NAME);
+            let mut ws = day.workspace(gpu, version, &problem).unwrap();
+            let mut grads = gpu.alloc_poisoned::<T>(q_len + 2 * k_len).unwrap();
+            let mut launch = |g: &mut cudarc::driver::CudaSlice<T>| {
+                let t = BackwardTensors {
+                    q: &q_dev,
+                    k: &k_dev,
+                    v: &v_dev,
+                    o: &o_dev,
+                    d_o: &d_o_dev,
+                    lse: &lse_dev,
+                };
+                day.backward(gpu, version, mode, &problem, t, &mut ws, g)
+            };
+            let got = launch_and_read(gpu, &mut grads, &mut launch)
+                .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+            let parts = [
+                ("dQ", &got[..q_len], &expected.dq),
+                ("dK", &got[q_len..q_len + k_len], &expected.dk),
+                ("dV", &got[q_len + k_len..], &expected.dv),
+            ];
+            for (name, part, reference) in parts {
+                let tolerance = day20::grad_tolerance(T::DTYPE, reference);
+                let report = check::compare(part, reference, &[part.len()], tolerance);
+                assert!(report.passed(), "{what}: {name} {report}");
+            }
+            if mode == Mode::Deterministic {
+                let again = launch_and_read(gpu, &mut grads, &mut launch).unwrap();
+                let bits =
+                    |x: &[T]| -> Vec<u64> { x.iter().map(|v| v.to_f64().to_bits()).collect() };
+                assert!(bits(&got) == bits(&again), "{what}: a rerun changed bits");
+            }
+        }
+    }
+}
+
+#[test]
+fn every_version_and_mode_matches_the_reference_on_odd_shapes() {
+    let Some(gpu) = testing::gpu_or_skip("day20 GPU correctness") else {
+        return;
+    };
+    let day = FlashAttention::load(&gpu).unwrap();
+    for (i, shape) in shapes().iter().enumerate() {
+        check_shape::<bf16>(&gpu, &day, shape, 10 * i as u64);
+        if i % 3 == 0 {
+            check_shape::<f16>(&gpu, &day, shape, 10 * i as u64 + 5);
+        }
+    }
+}
+
+#[test]
+fn sizes_a_version_cannot_take_are_refused() {
+    let Some(gpu) = testing::gpu_or_skip("day20 GPU refusals") else {
+        return;
+    };
+    let day = FlashAttention::load(&gpu).unwrap();
+    // P and dS of 1 x 100000^2 floats each (75 GiB): naive refuses, the flash ones plan.
+    let long = AttentionShape::uniform(1, 100_000, 100_000, 1, 1, 64, false);
+    let problem = BackwardProblem::new(&gpu, &long).unwrap();
+    let Err(err) = day.plan::<bf16>(Version::Naive, &problem) else {
+        panic!("naive planned 75 GiB of P and dS");
+    };
+    assert!(
+        err.is::<Refused>() && err.to_string().contains("memory wall"),
+        "{err}"
+    );
+    assert!(day.plan::<bf16>(Version::Fa2Mma, &problem).is_ok());
+    // Head dim 96: only the naive version is compiled for it.
+    let odd = AttentionShape::uniform(1, 10, 10, 1, 1, 96, false);
+    let problem = BackwardProblem::new(&gpu, &odd).unwrap();
+    assert!(day.plan::<bf16>(Version::Naive, &problem).is_ok());
+    let Err(err) = day.plan::<bf16>(Version::Fa2Scalar, &problem) else {
+        panic!("fa2_scalar planned head dim 96");
+    };
+    assert!(err.is::<Refused>(), "{err}");
+    assert!(day.plan::<f32>(Version::Fa2Mma, &problem).is_err());
+}
