@@ -1,6 +1,7 @@
 //! Comparing a kernel's output with the CPU reference.
 //!
-//! An element passes when `|out - ref| <= atol + rtol * |ref|`, and the whole output passes
+//! An element passes when `|out - ref| <= atol + rtol * |ref|` (plus, with
+//! [`compare_with_slack`], an allowance of its own), and the whole output passes
 //! when every element does and the relative L2 error `||out - ref|| / ||ref||` is at most
 //! `max_rel_l2`. The per-element bound is the worst case of the algorithm's rounding; the L2
 //! bound is what it gives on average, so a kernel slightly wrong everywhere fails too. The
@@ -36,12 +37,12 @@ impl Tolerance {
         Self { max_rel_l2, ..self }
     }
 
-    fn allows(&self, got: f64, expected: f64) -> bool {
+    fn allows(&self, got: f64, expected: f64, slack: f64) -> bool {
         if got == expected {
             // Also equal infinities, which the subtraction below would turn into NaN.
             return true;
         }
-        (got - expected).abs() <= self.atol + self.rtol * expected.abs()
+        (got - expected).abs() <= self.atol + self.rtol * expected.abs() + slack
     }
 }
 
@@ -98,15 +99,20 @@ pub fn compare<T: Element>(
         expected.len(),
         "output and reference lengths differ"
     );
-    compare_pairs(
-        got.iter()
-            .copied()
-            .zip(expected.iter().copied())
-            .enumerate(),
-        got.len(),
-        shape,
-        tolerance,
-    )
+    compare_with_slack(got, expected, &[], shape, tolerance)
+}
+
+/// [`compare`] where element `i` may also err by `slack[i]` (empty: none): an error bound
+/// that differs per element, such as a unit roundoff times the sum of the absolute values of
+/// the terms a 16-bit kernel adds up to that element.
+pub fn compare_with_slack<T: Element>(
+    got: &[T],
+    expected: &[f64],
+    slack: &[f64],
+    shape: &[usize],
+    tolerance: Tolerance,
+) -> CheckReport {
+    compare_at_with_slack(got, None, expected, slack, shape, tolerance)
 }
 
 /// Compares `got` (a whole output, row-major in `shape`) with a reference known only at the
@@ -119,27 +125,57 @@ pub fn compare_at<T: Element>(
     shape: &[usize],
     tolerance: Tolerance,
 ) -> CheckReport {
-    assert_eq!(
-        at.len(),
-        expected.len(),
-        "indices and reference lengths differ"
-    );
-    assert!(
-        at.iter().all(|&i| i < got.len()),
-        "a sampled index is outside the output"
-    );
-    compare_pairs(
-        at.iter().zip(expected).map(|(&i, &e)| (i, (got[i], e))),
-        got.len(),
-        shape,
-        tolerance,
-    )
+    compare_at_with_slack(got, Some(at), expected, &[], shape, tolerance)
 }
 
-/// The comparison itself, over (flat index, (got, expected)) pairs of an output of `len`
+/// [`compare_at`] (`at: None` is every element, in order) with [`compare_with_slack`]'s
+/// per-element allowance; `slack` goes with `expected`.
+pub fn compare_at_with_slack<T: Element>(
+    got: &[T],
+    at: Option<&[usize]>,
+    expected: &[f64],
+    slack: &[f64],
+    shape: &[usize],
+    tolerance: Tolerance,
+) -> CheckReport {
+    assert!(
+        slack.is_empty() || slack.len() == expected.len(),
+        "one slack per reference value"
+    );
+    let slack_of = |n: usize| slack.get(n).copied().unwrap_or(0.0);
+    match at {
+        None => {
+            assert_eq!(
+                got.len(),
+                expected.len(),
+                "output and reference lengths differ"
+            );
+            let pairs = (0..got.len()).map(|i| (i, (got[i], expected[i], slack_of(i))));
+            compare_pairs(pairs, got.len(), shape, tolerance)
+        }
+        Some(at) => {
+            assert_eq!(
+                at.len(),
+                expected.len(),
+                "indices and reference lengths differ"
+            );
+            assert!(
+                at.iter().all(|&i| i < got.len()),
+                "a sampled index is outside the output"
+            );
+            let pairs = at
+                .iter()
+                .enumerate()
+                .map(|(n, &i)| (i, (got[i], expected[n], slack_of(n))));
+            compare_pairs(pairs, got.len(), shape, tolerance)
+        }
+    }
+}
+
+/// The comparison itself, over (flat index, (got, expected, slack)) of an output of `len`
 /// elements laid out in `shape`.
 fn compare_pairs<T: Element>(
-    pairs: impl ExactSizeIterator<Item = (usize, (T, f64))>,
+    pairs: impl ExactSizeIterator<Item = (usize, (T, f64, f64))>,
     len: usize,
     shape: &[usize],
     tolerance: Tolerance,
@@ -162,7 +198,7 @@ fn compare_pairs<T: Element>(
         first: Vec::new(),
     };
     let (mut diff_sq, mut ref_sq) = (0.0f64, 0.0f64);
-    for (i, (g, e)) in pairs {
+    for (i, (g, e, slack)) in pairs {
         let unwritten = g.is_poison();
         let gv = g.to_f64();
         let ok = if unwritten {
@@ -184,7 +220,7 @@ fn compare_pairs<T: Element>(
                 diff_sq += err * err;
                 ref_sq += e * e;
             }
-            tolerance.allows(gv, e)
+            tolerance.allows(gv, e, slack)
         };
         if !ok {
             report.mismatches += 1;
@@ -298,6 +334,18 @@ mod tests {
         let expected = [1000.0, 0.0];
         let got = [1000.0f32 + 0.009, 5e-7];
         assert!(compare(&got, &expected, &[2], TOL).passed());
+    }
+
+    #[test]
+    fn slack_widens_only_its_own_element() {
+        let expected = [1.0, 1.0, 1.0];
+        let got = [1.001f32, 1.001, 1.0];
+        let loose = Tolerance::new(1e-6, 1e-5).with_max_rel_l2(1e-2);
+        let r = compare_with_slack(&got, &expected, &[2e-3, 0.0, 0.0], &[3], loose);
+        assert_eq!(r.mismatches, 1);
+        assert_eq!(r.first[0].index, vec![1]);
+        let r = compare_at_with_slack(&got, Some(&[0, 2]), &[1.0, 1.0], &[2e-3, 0.0], &[3], loose);
+        assert!(r.passed(), "{r}");
     }
 
     #[test]

@@ -520,6 +520,20 @@ pub fn grad_tolerance(dtype: Dtype, reference: &[f64]) -> Tolerance {
     }
 }
 
+/// Each element's own allowance on top of [`grad_tolerance`], from the reference's sum of
+/// the absolute values of its terms (`Terms::Absolute`): a kernel that rounds P or dS to
+/// `dtype` before a product errs by up to the format's unit roundoff times that sum, even
+/// where the terms cancel to a gradient much smaller than the typical one (the early keys of
+/// a causal sequence, which every query sees, are such elements).
+pub fn grad_slack(dtype: Dtype, magnitudes: &[f64]) -> Vec<f64> {
+    let unit_roundoff = match dtype {
+        Dtype::F16 => 2f64.powi(-11),
+        Dtype::Bf16 => 2f64.powi(-8),
+        _ => 2f64.powi(-24),
+    };
+    magnitudes.iter().map(|m| unit_roundoff * m).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

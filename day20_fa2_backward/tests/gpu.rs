@@ -7,7 +7,8 @@
 use common::check;
 use common::element::Element;
 use common::reference::attention::{
-    AttentionShape, BackwardInputs, attention_backward, attention_forward,
+    AttentionShape, BackwardInputs, Terms, attention_backward, attention_backward_terms,
+    attention_forward,
 };
 use common::session::{Refused, launch_and_read};
 use common::{Gpu, inputs, testing};
@@ -41,7 +42,15 @@ fn shapes() -> Vec<AttentionShape> {
     shapes
 }
 
-fn check_shape<T: Element>(gpu: &Gpu, day: &FlashAttention, shape: &AttentionShape, seed: u64) {
+/// Checks every version and mode on one shape; what fails is added to `failures` (the test
+/// goes on, so that one GPU run reports every failing case).
+fn check_shape<T: Element>(
+    gpu: &Gpu,
+    day: &FlashAttention,
+    shape: &AttentionShape,
+    seed: u64,
+    failures: &mut Vec<String>,
+) {
     let d = shape.head_dim;
     let q_len = shape.total_q() * shape.heads * d;
     let k_len = shape.total_k() * shape.kv_heads * d;
@@ -64,6 +73,7 @@ fn check_shape<T: Element>(gpu: &Gpu, day: &FlashAttention, shape: &AttentionSha
         lse: &lse64,
     };
     let expected = attention_backward(&x, shape, shape.default_scale());
+    let magnitudes = attention_backward_terms(&x, shape, shape.default_scale(), Terms::Absolute);
 
     let problem = BackwardProblem::new(gpu, shape).unwrap();
     let up = |x: &[T]| gpu.upload(x).unwrap();
@@ -85,23 +95,39 @@ fn check_shape<T: Element>(gpu: &Gpu, day: &FlashAttention, shape: &AttentionSha
                 };
                 day.backward(gpu, version, mode, &problem, t, &mut ws, g)
             };
-            let got = launch_and_read(gpu, &mut grads, &mut launch)
-                .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+            let got = match launch_and_read(gpu, &mut grads, &mut launch) {
+                Ok(got) => got,
+                Err(e) => {
+                    failures.push(format!("{what}: {e:#}"));
+                    continue;
+                }
+            };
             let parts = [
-                ("dQ", &got[..q_len], &expected.dq),
-                ("dK", &got[q_len..q_len + k_len], &expected.dk),
-                ("dV", &got[q_len + k_len..], &expected.dv),
+                ("dQ", &got[..q_len], &expected.dq, &magnitudes.dq),
+                (
+                    "dK",
+                    &got[q_len..q_len + k_len],
+                    &expected.dk,
+                    &magnitudes.dk,
+                ),
+                ("dV", &got[q_len + k_len..], &expected.dv, &magnitudes.dv),
             ];
-            for (name, part, reference) in parts {
+            for (name, part, reference, magnitude) in parts {
                 let tolerance = day20::grad_tolerance(T::DTYPE, reference);
-                let report = check::compare(part, reference, &[part.len()], tolerance);
-                assert!(report.passed(), "{what}: {name} {report}");
+                let slack = day20::grad_slack(T::DTYPE, magnitude);
+                let report =
+                    check::compare_with_slack(part, reference, &slack, &[part.len()], tolerance);
+                if !report.passed() {
+                    failures.push(format!("{what}: {name} {report}"));
+                }
             }
             if mode == Mode::Deterministic {
                 let again = launch_and_read(gpu, &mut grads, &mut launch).unwrap();
                 let bits =
                     |x: &[T]| -> Vec<u64> { x.iter().map(|v| v.to_f64().to_bits()).collect() };
-                assert!(bits(&got) == bits(&again), "{what}: a rerun changed bits");
+                if bits(&got) != bits(&again) {
+                    failures.push(format!("{what}: a rerun changed bits"));
+                }
             }
         }
     }
@@ -113,12 +139,19 @@ fn every_version_and_mode_matches_the_reference_on_odd_shapes() {
         return;
     };
     let day = FlashAttention::load(&gpu).unwrap();
+    let mut failures = Vec::new();
     for (i, shape) in shapes().iter().enumerate() {
-        check_shape::<bf16>(&gpu, &day, shape, 10 * i as u64);
+        check_shape::<bf16>(&gpu, &day, shape, 10 * i as u64, &mut failures);
         if i % 3 == 0 {
-            check_shape::<f16>(&gpu, &day, shape, 10 * i as u64 + 5);
+            check_shape::<f16>(&gpu, &day, shape, 10 * i as u64 + 5, &mut failures);
         }
     }
+    assert!(
+        failures.is_empty(),
+        "{} failing cases:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]

@@ -227,6 +227,28 @@ pub struct KeyRow {
     pub kv_head: usize,
 }
 
+/// What a reference gradient adds up: its terms, or their absolute values.
+///
+/// The second is the scale of a kernel's rounding error on that element. A kernel that rounds
+/// a factor of every term to 16 bits (P for dV, dS for dQ and dK, as tensor-core kernels do)
+/// errs by up to that format's unit roundoff times the sum of |term|, however much the terms
+/// cancel: an early key of a causal sequence, which every query sees, can sum terms of order
+/// 1 into a gradient of order 1e-3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Terms {
+    Signed,
+    Absolute,
+}
+
+impl Terms {
+    fn of(self, term: f64) -> f64 {
+        match self {
+            Terms::Signed => term,
+            Terms::Absolute => term.abs(),
+        }
+    }
+}
+
 /// The backward pass of [`attention_forward`] for the loss `sum(dO * O)`:
 ///
 /// ```text
@@ -242,15 +264,26 @@ pub fn attention_backward<T: Element>(
     shape: &AttentionShape,
     scale: f64,
 ) -> AttentionGradients {
+    attention_backward_terms(x, shape, scale, Terms::Signed)
+}
+
+/// [`attention_backward`] with each gradient's terms taken as given by `terms`: with
+/// [`Terms::Absolute`], the magnitudes a 16-bit kernel's error scales with.
+pub fn attention_backward_terms<T: Element>(
+    x: &BackwardInputs<T>,
+    shape: &AttentionShape,
+    scale: f64,
+    terms: Terms,
+) -> AttentionGradients {
     let rows: Vec<QueryRow> = (0..shape.total_q())
         .flat_map(|token| (0..shape.heads).map(move |head| QueryRow { token, head }))
         .collect();
     let keys: Vec<KeyRow> = (0..shape.total_k())
         .flat_map(|token| (0..shape.kv_heads).map(move |kv_head| KeyRow { token, kv_head }))
         .collect();
-    let (dk, dv) = attention_backward_dkv(x, shape, scale, &keys);
+    let (dk, dv) = attention_backward_dkv(x, shape, scale, &keys, terms);
     AttentionGradients {
-        dq: attention_backward_dq(x, shape, scale, &rows),
+        dq: attention_backward_dq(x, shape, scale, &rows, terms),
         dk,
         dv,
     }
@@ -316,6 +349,7 @@ pub fn attention_backward_dq<T: Element>(
     shape: &AttentionShape,
     scale: f64,
     rows: &[QueryRow],
+    terms: Terms,
 ) -> Vec<f64> {
     let d = shape.head_dim;
     let layout = Layout::new(x, shape);
@@ -331,7 +365,7 @@ pub fn attention_backward_dq<T: Element>(
             let k_at = ((layout.cu_k[seq] + j) * shape.kv_heads + kv_head) * d;
             let (_, ds) = p_and_ds(x, d, scale, row * d, row, k_at);
             for (a, kc) in acc.iter_mut().zip(&x.k[k_at..][..d]) {
-                *a += scale * ds * kc.to_f64();
+                *a += terms.of(scale * ds * kc.to_f64());
             }
         }
         out.extend(acc);
@@ -346,6 +380,7 @@ pub fn attention_backward_dkv<T: Element>(
     shape: &AttentionShape,
     scale: f64,
     keys: &[KeyRow],
+    terms: Terms,
 ) -> (Vec<f64>, Vec<f64>) {
     let d = shape.head_dim;
     let layout = Layout::new(x, shape);
@@ -366,8 +401,8 @@ pub fn attention_backward_dkv<T: Element>(
                 let row = (layout.cu_q[seq] + i) * shape.heads + head;
                 let (p, ds) = p_and_ds(x, d, scale, row * d, row, k_at);
                 for c in 0..d {
-                    acc_v[c] += p * x.d_o[row * d + c].to_f64();
-                    acc_k[c] += scale * ds * x.q[row * d + c].to_f64();
+                    acc_v[c] += terms.of(p * x.d_o[row * d + c].to_f64());
+                    acc_k[c] += terms.of(scale * ds * x.q[row * d + c].to_f64());
                 }
             }
         }
@@ -639,7 +674,8 @@ mod backward_tests {
             lse: &fwd.lse,
         };
         let full = attention_backward(&x, &shape, 0.5);
-        let dq = attention_backward_dq(&x, &shape, 0.5, &[QueryRow { token: 7, head: 3 }]);
+        let row = [QueryRow { token: 7, head: 3 }];
+        let dq = attention_backward_dq(&x, &shape, 0.5, &row, Terms::Signed);
         assert_eq!(dq, full.dq[(7 * 4 + 3) * d..][..d]);
         let (dk, dv) = attention_backward_dkv(
             &x,
@@ -649,8 +685,55 @@ mod backward_tests {
                 token: 5,
                 kv_head: 1,
             }],
+            Terms::Signed,
         );
         assert_eq!(dk, full.dk[(5 * 2 + 1) * d..][..d]);
         assert_eq!(dv, full.dv[(5 * 2 + 1) * d..][..d]);
+    }
+
+    #[test]
+    fn magnitudes_bound_the_gradients_and_equal_them_when_no_term_is_negative() {
+        let shape = AttentionShape::uniform(2, 5, 4, 4, 2, 3, true);
+        let d = 3;
+        let q: Vec<f32> = inputs::uniform(10 * 4 * d, -1.0, 1.0, 11);
+        let k: Vec<f32> = inputs::uniform(8 * 2 * d, -1.0, 1.0, 12);
+        let fwd = attention_forward(&q, &k, &k, &shape, 0.5);
+        let x = BackwardInputs {
+            q: &q,
+            k: &k,
+            v: &k,
+            d_o: &q,
+            o: &fwd.o,
+            lse: &fwd.lse,
+        };
+        let value = attention_backward(&x, &shape, 0.5);
+        let size = attention_backward_terms(&x, &shape, 0.5, Terms::Absolute);
+        for (v, m) in [
+            (&value.dq, &size.dq),
+            (&value.dk, &size.dk),
+            (&value.dv, &size.dv),
+        ] {
+            assert!(v.iter().zip(m).all(|(v, m)| v.abs() <= m + 1e-15));
+        }
+        // Mixed signs cancel somewhere: the magnitudes are not just |gradient|.
+        assert!(
+            value
+                .dv
+                .iter()
+                .zip(&size.dv)
+                .any(|(v, m)| v.abs() < 0.9 * m)
+        );
+        // dV = P^T dO with dO >= 0: every term is non-negative, so the two agree.
+        let ones = vec![1.0f32; q.len()];
+        let x = BackwardInputs { d_o: &ones, ..x };
+        let value = attention_backward(&x, &shape, 0.5);
+        let size = attention_backward_terms(&x, &shape, 0.5, Terms::Absolute);
+        assert!(
+            value
+                .dv
+                .iter()
+                .zip(&size.dv)
+                .all(|(v, m)| (v - m).abs() <= 1e-12)
+        );
     }
 }
