@@ -511,12 +511,14 @@ impl FlashAttention {
 /// many terms of both signs (dS sums to 0 along a row), so an error is best measured against
 /// their typical size. Every product's 16-bit operand (P, dS, and the stored inputs) is a
 /// relative error of at most 2^-8 (bf16) or 2^-11 (f16) on its term, and the output is
-/// rounded once more; the f32 sums add far less.
+/// rounded once more; the f32 sums add far less. The absolute term never goes below 1e-6:
+/// where a gradient is exactly 0 (one key per row, so dS = P (dP - D) = 0) the f32 sums leave
+/// about 6e-8 (seen on the H100), which says nothing about correctness.
 pub fn grad_tolerance(dtype: Dtype, reference: &[f64]) -> Tolerance {
     let rms = (reference.iter().map(|v| v * v).sum::<f64>() / reference.len().max(1) as f64).sqrt();
     match dtype {
-        Dtype::F16 => Tolerance::new(4e-3 * rms, 8e-3).with_max_rel_l2(4e-3),
-        _ => Tolerance::new(2.5e-2 * rms, 4e-2).with_max_rel_l2(2e-2),
+        Dtype::F16 => Tolerance::new((4e-3 * rms).max(1e-6), 8e-3).with_max_rel_l2(4e-3),
+        _ => Tolerance::new((2.5e-2 * rms).max(1e-6), 4e-2).with_max_rel_l2(2e-2),
     }
 }
 
