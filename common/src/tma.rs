@@ -8,11 +8,12 @@ use cudarc::driver::sys::{
     self, CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave,
     CUtensorMapL2promotion, CUtensorMapSwizzle,
 };
-use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr};
+use cudarc::driver::{DevicePtr, DeviceRepr, DeviceSlice};
 
 use crate::dtype::Dtype;
 use crate::element::Element;
 use crate::gpu::Gpu;
+use crate::session::Refused;
 
 /// The encoded map, aligned as the driver and the kernel parameter require.
 #[repr(C, align(64))]
@@ -24,51 +25,177 @@ pub struct TmaDescriptor {
 // SAFETY: a plain 128-byte value the kernel receives by copy, as cuTensorMapEncodeTiled wrote it.
 unsafe impl DeviceRepr for TmaDescriptor {}
 
-/// A 3-D tensor `[outer][rows][inner]` of 16-bit elements, row-major and contiguous, copied in
-/// boxes of `box_inner x box_rows` (one outer index each) with 128-byte swizzling: the K-major
-/// operand layout `wgmma` reads. The inner dimension is the one that runs along k.
+/// A 3-D tensor `[outer][rows][inner]` of 16-bit elements, rows contiguous, matrices
+/// `outer_stride` elements apart, copied in boxes of `box_inner x box_rows` (one outer index
+/// each) with 128-byte swizzling: the K-major operand layout `wgmma` reads. The inner
+/// dimension is the one that runs along k (A stored `[m, k]`, B stored `[n, k]`).
 #[derive(Debug, Clone, Copy)]
 pub struct KMajorTiles {
     pub inner: usize,
     pub rows: usize,
     pub outer: usize,
+    /// Elements from one matrix to the next (`rows * inner` when back to back; unused when
+    /// `outer` is 1).
+    pub outer_stride: usize,
     pub box_inner: u32,
     pub box_rows: u32,
 }
 
 impl KMajorTiles {
-    /// Encodes the map of `buffer`, which must hold the whole tensor. The TMA needs rows of a
-    /// multiple of 16 bytes and a box row of at most 128 bytes under this swizzle; elements of
-    /// a box past the tensor's edge arrive as zeros.
-    pub fn encode<T: Element>(&self, gpu: &Gpu, buffer: &CudaSlice<T>) -> Result<TmaDescriptor> {
+    /// Encodes the map of `buffer` (a slice or a view), which must hold the whole tensor. The
+    /// TMA needs rows of a multiple of 16 bytes, a 16-byte aligned start and matrix stride,
+    /// and a box row of at most 128 bytes under this swizzle: a tensor that breaks one of
+    /// those is [`Refused`]. Elements of a box past the tensor's edge arrive as zeros.
+    pub fn encode<T, S>(&self, gpu: &Gpu, buffer: &S) -> Result<TmaDescriptor>
+    where
+        T: Element,
+        S: DevicePtr<T> + DeviceSlice<T>,
+    {
+        let layout = Swizzled128 {
+            what: "a K-major operand",
+            inner: self.inner,
+            rows: self.rows,
+            outer: self.outer,
+            outer_stride: self.outer_stride,
+            box_inner: self.box_inner,
+            box_rows: self.box_rows,
+        };
+        layout.encode(gpu, buffer)
+    }
+}
+
+/// An MN-major operand: A stored `[k, m]` or B stored `[k, n]` (row-major, `outer` matrices
+/// `outer_stride` elements apart), the layout `wgmma` reads with its transpose bit set. The
+/// box is [`MnMajorTiles::BOX_MN`] elements (128 bytes) along m or n, the width of one
+/// 128-byte swizzle atom, by `box_k` rows along k; a tile wider than 64 is several boxes side
+/// by side (`hopper.cuh`, `wgmma_descriptor_mn_major_sw128`, draws it).
+#[derive(Debug, Clone, Copy)]
+pub struct MnMajorTiles {
+    /// m (or n): the contiguous dimension, the length of a stored row.
+    pub mn: usize,
+    pub k: usize,
+    pub outer: usize,
+    /// Elements from one matrix to the next (`k * mn` when back to back; unused when `outer`
+    /// is 1).
+    pub outer_stride: usize,
+    pub box_k: u32,
+}
+
+impl MnMajorTiles {
+    /// 64 16-bit elements: one 128-byte swizzle row.
+    pub const BOX_MN: u32 = 64;
+
+    /// Why the TMA cannot take this operand, if it cannot: a stored row is `mn` elements, and
+    /// the TMA's row stride must be a multiple of 16 bytes (mn % 8 == 0 for 16-bit types).
+    pub fn refusal(&self) -> Option<String> {
+        (!self.mn.is_multiple_of(8)).then(|| {
+            format!(
+                "an MN-major operand is stored with rows of m (or n) = {} elements; the TMA \
+                 needs rows of a 16-byte multiple (a multiple of 8 elements)",
+                self.mn
+            )
+        })
+    }
+
+    /// Encodes the map of `buffer` (a slice or a view), which must hold the whole tensor;
+    /// [`Refused`] as [`KMajorTiles::encode`], and for [`MnMajorTiles::refusal`].
+    pub fn encode<T, S>(&self, gpu: &Gpu, buffer: &S) -> Result<TmaDescriptor>
+    where
+        T: Element,
+        S: DevicePtr<T> + DeviceSlice<T>,
+    {
+        if let Some(why) = self.refusal() {
+            return Err(Refused(why).into());
+        }
+        let layout = Swizzled128 {
+            what: "an MN-major operand",
+            inner: self.mn,
+            rows: self.k,
+            outer: self.outer,
+            outer_stride: self.outer_stride,
+            box_inner: Self::BOX_MN,
+            box_rows: self.box_k,
+        };
+        layout.encode(gpu, buffer)
+    }
+}
+
+/// What both operand layouts share: a 3-D `[outer][rows][inner]` tensor of 16-bit elements,
+/// 128-byte swizzled boxes of `box_inner x box_rows x 1`.
+struct Swizzled128 {
+    what: &'static str,
+    inner: usize,
+    rows: usize,
+    outer: usize,
+    outer_stride: usize,
+    box_inner: u32,
+    box_rows: u32,
+}
+
+impl Swizzled128 {
+    fn encode<T, S>(&self, gpu: &Gpu, buffer: &S) -> Result<TmaDescriptor>
+    where
+        T: Element,
+        S: DevicePtr<T> + DeviceSlice<T>,
+    {
+        let what = self.what;
         let data_type = match T::DTYPE {
             Dtype::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
             Dtype::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
             other => bail!(
-                "K-major tensor maps are made for f16 and bf16, not {}",
+                "swizzled operand tensor maps are made for f16 and bf16, not {}",
                 other.name()
             ),
         };
+        if self.inner == 0 || self.rows == 0 || self.outer == 0 {
+            bail!("{what}: an empty tensor ({self:?}) has no tensor map");
+        }
         let elem = T::DTYPE.size();
         let row_bytes = self.inner * elem;
         if !row_bytes.is_multiple_of(16) {
-            bail!(
-                "a TMA row must be a multiple of 16 bytes; {} elements are {row_bytes}",
+            return Err(Refused(format!(
+                "{what}: a TMA row must be a multiple of 16 bytes; {} elements are {row_bytes}",
                 self.inner
-            );
+            ))
+            .into());
+        }
+        if self.outer > 1
+            && (self.outer_stride == 0 || !(self.outer_stride * elem).is_multiple_of(16))
+        {
+            return Err(Refused(format!(
+                "{what}: the TMA needs a batch stride of a nonzero multiple of 16 bytes; {} \
+                 elements are {} bytes",
+                self.outer_stride,
+                self.outer_stride * elem
+            ))
+            .into());
         }
         if self.box_inner as usize * elem > 128 || self.box_rows == 0 || self.box_rows > 256 {
             bail!("a 128-byte-swizzled box is at most 128 bytes wide and 256 rows tall");
         }
-        if buffer.len() < self.inner * self.rows * self.outer {
-            bail!("the buffer is smaller than the tensor its map describes");
+        let matrix = self.inner * self.rows;
+        if buffer.len() < (self.outer - 1) * self.outer_stride + matrix {
+            bail!("{what}: the buffer is smaller than the tensor its map describes");
         }
+        let (address, _record) = buffer.device_ptr(&gpu.stream);
+        if !address.is_multiple_of(16) {
+            return Err(Refused(format!(
+                "{what}: the TMA needs a 16-byte aligned start; this one is {} bytes past a \
+                 16-byte boundary",
+                address % 16
+            ))
+            .into());
+        }
+        let outer_stride = if self.outer > 1 {
+            self.outer_stride
+        } else {
+            matrix
+        };
         let dims = [self.inner as u64, self.rows as u64, self.outer as u64];
         // Byte strides of every dimension but the innermost.
-        let strides = [row_bytes as u64, (row_bytes * self.rows) as u64];
+        let strides = [row_bytes as u64, (outer_stride * elem) as u64];
         let boxes = [self.box_inner, self.box_rows, 1];
         let element_strides = [1u32; 3];
-        let (address, _record) = buffer.device_ptr(&gpu.stream);
         let mut map = TmaDescriptor { opaque: [0; 16] };
         // SAFETY: the map is 64-byte aligned and 128 bytes long, as CUtensorMap is; the arrays
         // have the rank's lengths (3, 2, 3, 3); the address is the live allocation checked to
@@ -90,8 +217,41 @@ impl KMajorTiles {
             )
         };
         if status != sys::CUresult::CUDA_SUCCESS {
-            bail!("cuTensorMapEncodeTiled failed: {status:?} for {self:?}");
+            bail!("cuTensorMapEncodeTiled failed: {status:?} for {what}, {self:?}");
         }
         Ok(map)
+    }
+}
+
+impl std::fmt::Debug for Swizzled128 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "[{}][{}][{}] (matrix stride {}), box {} x {}",
+            self.outer, self.rows, self.inner, self.outer_stride, self.box_inner, self.box_rows
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mn_major_operands_need_rows_of_16_byte_multiples() {
+        let tiles = |mn| MnMajorTiles {
+            mn,
+            k: 40,
+            outer: 1,
+            outer_stride: 0,
+            box_k: 64,
+        };
+        assert!(tiles(4096).refusal().is_none());
+        assert!(tiles(8).refusal().is_none());
+        let why = tiles(1001).refusal().expect("refused");
+        assert!(
+            why.contains("1001") && why.contains("multiple of 8"),
+            "{why}"
+        );
     }
 }

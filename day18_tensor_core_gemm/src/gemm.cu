@@ -1,8 +1,12 @@
 // Day 18: GEMM on tensor cores, bf16 and f16 in, f32 accumulation, the same type out.
 //
-//   C (m x n) = A (m x k) B^T, with B stored [n, k]: the layout of a linear layer (y = x W^T,
-//   W kept as [out, in]), where both operands run along k ("K-major", BLAS "TN"). Each version
-//   also takes a batch (grid z) of such products, `stride_*` elements apart.
+//   C (m x n) = alpha op(A) op(B) + beta C, row-major, with each operand stored as is or
+//   transposed (common::cublas::Stored). The layout of a linear layer, C = A B^T with B stored
+//   [n, k] (y = x W^T, W kept as [out, in]), has both operands running along k ("K-major",
+//   layout "nt": A as is, B transposed); it is the one every version takes. Its backward needs
+//   the others: dX = dY W reads W [k, n] as is ("nn": B MN-major, n running along memory), dW
+//   = dY^T X reads dY [k, m] transposed ("tn": both MN-major). Each version also takes a
+//   batch (grid z, or the persistent tile index) of such products, `stride_*` elements apart.
 //
 //   mma_ldmatrix   mma.sync m16n8k16 from shared memory through ldmatrix: a 128 x 128 tile
 //                  per block of 8 warps, each warp 64 x 32, k in steps of 32. Shared rows are
@@ -18,19 +22,28 @@
 //                  straight from shared memory, accumulators in registers (128 per thread).
 //                  Persistent: one block per SM walks the tiles, so the producer loads the next
 //                  tile while the consumers store the last. Each k step waits for its own
-//                  wgmma before freeing the stage.
+//                  wgmma before freeing the stage. Every layout: an MN-major operand arrives
+//                  as 64-wide TMA boxes and wgmma reads it with its transpose bit set.
 //   wgmma_overlap  the same, but a consumer keeps one k step's wgmma running while it issues
 //                  the next (wgmma.wait_group 1): a stage is freed one step later, and the
-//                  tensor cores no longer drain between steps.
+//                  tensor cores no longer drain between steps. Every layout.
 //   wgmma_cluster  the same in clusters of 2 CTAs on neighbouring tile rows: each loads half of
 //                  the B tile they share and the TMA multicasts it into both, so B crosses
-//                  from L2 once per pair of tiles instead of once per tile.
+//                  from L2 once per pair of tiles instead of once per tile. K-major only.
 //
 //   cargo run --release -p day18 -- --size 4096 --kernel wgmma_tma
+//   cargo run --release -p day18 -- --size 4096 --a transposed --b as-is   (layout "tn")
+//
+// Kernels are named gemm_<version>_<layout>_<dtype>, layout = how A and B are stored: n (as
+// is) or t (transposed). The mma.sync versions and wgmma_cluster exist for "nt" only.
 //
 // Odd sizes: every version takes any m and n (tiles past the edge are zero-filled on the way
 // in and masked on the way out). mma_ldmatrix takes any k; the cp.async and TMA versions need
-// k % 8 == 0 (rows of 16-byte multiples) and the host refuses other k for them.
+// k % 8 == 0 (rows of 16-byte multiples) and the host refuses other k for them; an MN-major
+// operand's rows are m (or n) long, so it needs m % 8 == 0 (n % 8 == 0) in the same way.
+//
+// Epilogue: C = alpha acc + beta C in f32, rounded once to T. C is read only when beta != 0,
+// so with beta = 0 whatever C held (NaN included) never reaches the result.
 #include "common.cuh"
 #include "dtype.cuh"
 #include "mma.cuh"
@@ -45,18 +58,47 @@ __device__ __forceinline__ Batch batch_offsets(index_t stride_a, index_t stride_
     return {z * stride_a, z * stride_b, z * stride_c};
 }
 
-// Writes one m16n8 accumulator fragment (c0, c1 at row g, c2, c3 at row g + 8; columns 2t and
-// 2t + 1) as T, two values per 32-bit store when both are inside and the pair is aligned.
+// alpha and beta of the epilogue, and whether C's rows allow 32-bit stores of two
+// neighbours (n even and C 4-byte aligned: a view of C may start on any element).
+struct Epilogue {
+    float alpha, beta;
+    bool pairs;
+};
+template <typename T>
+__device__ __forceinline__ Epilogue make_epilogue(const T* c, int n, float alpha, float beta) {
+    return {alpha, beta, n % 2 == 0 && reinterpret_cast<unsigned long long>(c) % 4 == 0};
+}
+
+// The two 16-bit values of a 32-bit word (the lower address first), in f32.
+template <typename T> __device__ __forceinline__ void unpack2(unsigned word, float& lo, float& hi) {
+    T l, h;
+    l.bits = (unsigned short)(word & 0xFFFFu);
+    h.bits = (unsigned short)(word >> 16);
+    lo = to_f32(l);
+    hi = to_f32(h);
+}
+
+// Writes two neighbouring outputs of an accumulator fragment (row, col and col + 1) as
+// alpha v + beta C, two values per 32-bit access when both are inside and the pair is
+// aligned; C is read only when beta != 0.
 template <typename T>
 __device__ __forceinline__ void store_fragment_pair(T* c, int m, int n, int row, int col,
-                                                    float v0, float v1) {
+                                                    float v0, float v1, const Epilogue& e) {
     if (row >= m) return;
     T* p = c + (index_t)row * n + col;
-    if (col + 1 < n && (n % 2 == 0)) {
+    v0 *= e.alpha;
+    v1 *= e.alpha;
+    if (col + 1 < n && e.pairs) {
+        if (e.beta != 0.0f) {
+            float c0, c1;
+            unpack2<T>(*reinterpret_cast<const unsigned*>(p), c0, c1);
+            v0 += e.beta * c0;
+            v1 += e.beta * c1;
+        }
         *reinterpret_cast<unsigned*>(p) = pack2<T>(v0, v1);
     } else {
-        if (col < n) p[0] = from_f32<T>(v0);
-        if (col + 1 < n) p[1] = from_f32<T>(v1);
+        if (col < n) p[0] = from_f32<T>(e.beta != 0.0f ? v0 + e.beta * to_f32(p[0]) : v0);
+        if (col + 1 < n) p[1] = from_f32<T>(e.beta != 0.0f ? v1 + e.beta * to_f32(p[1]) : v1);
     }
 }
 
@@ -98,15 +140,15 @@ __device__ __forceinline__ void warp_k16_step(float (&acc)[4][4][4], RowA a_row,
 
 template <typename T>
 __device__ __forceinline__ void store_warp_tile(T* c, int m, int n, int row0, int col0,
-                                                const float (&acc)[4][4][4]) {
+                                                const float (&acc)[4][4][4], const Epilogue& e) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const int row = row0 + i * 16 + g, col = col0 + j * 8 + 2 * t;
-            store_fragment_pair(c, m, n, row, col, acc[i][j][0], acc[i][j][1]);
-            store_fragment_pair(c, m, n, row + 8, col, acc[i][j][2], acc[i][j][3]);
+            store_fragment_pair(c, m, n, row, col, acc[i][j][0], acc[i][j][1], e);
+            store_fragment_pair(c, m, n, row + 8, col, acc[i][j][2], acc[i][j][3], e);
         }
 }
 
@@ -115,17 +157,18 @@ __device__ __forceinline__ void store_warp_tile(T* c, int m, int n, int row0, in
 constexpr int LDM_BK = 32, LDM_STRIDE = LDM_BK + 8;  // +8 halves = 16 bytes of padding
 
 // Copies rows [row0, row0 + 128) x k [k0, k0 + 32) of a [rows, k] matrix into shared memory,
-// zeros outside. 16-byte loads when the chunk is inside and aligned, element loads otherwise.
+// zeros outside. 16-byte loads when the chunk is inside and aligned (`vector`: k % 8 == 0 and
+// the matrix starts on a 16-byte boundary; a view may not), element loads otherwise.
 template <typename T>
 __device__ __forceinline__ void load_tile_guarded(T (*dst)[LDM_STRIDE], const T* src, int rows,
-                                                  int k, int row0, int k0) {
+                                                  int k, int row0, int k0, bool vector) {
     const T zero = from_f32<T>(0.0f);
     for (int chunk = threadIdx.x; chunk < MMA_BM * LDM_BK / 8; chunk += MMA_THREADS) {
         const int r = chunk / (LDM_BK / 8), c = (chunk % (LDM_BK / 8)) * 8;
         const int row = row0 + r, col = k0 + c;
         T* d = &dst[r][c];
         const T* s = src + (index_t)row * k + col;
-        if (row < rows && col + 8 <= k && k % 8 == 0) {
+        if (row < rows && col + 8 <= k && vector) {
             store16(d, load16(s));
         } else {
 #pragma unroll
@@ -137,7 +180,7 @@ __device__ __forceinline__ void load_tile_guarded(T (*dst)[LDM_STRIDE], const T*
 template <typename T>
 __device__ __forceinline__ void gemm_mma_ldmatrix(const T* a, const T* b, T* c, int m, int n,
                                                   int k, index_t stride_a, index_t stride_b,
-                                                  index_t stride_c) {
+                                                  index_t stride_c, float alpha, float beta) {
     __shared__ __align__(16) T sa[MMA_BM][LDM_STRIDE];
     __shared__ __align__(16) T sb[MMA_BN][LDM_STRIDE];
     const Batch z = batch_offsets(stride_a, stride_b, stride_c);
@@ -146,18 +189,21 @@ __device__ __forceinline__ void gemm_mma_ldmatrix(const T* a, const T* b, T* c, 
     c += z.c;
     const int warp = threadIdx.x / 32, wm = warp / 4, wn = warp % 4;
     const int m0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * MMA_BN;
+    const bool a_vector = k % 8 == 0 && reinterpret_cast<unsigned long long>(a) % 16 == 0;
+    const bool b_vector = k % 8 == 0 && reinterpret_cast<unsigned long long>(b) % 16 == 0;
     float acc[4][4][4] = {};
     auto a_row = [&](int r, int chunk) { return &sa[wm * WARP_M + r][chunk * 8]; };
     auto b_row = [&](int r, int chunk) { return &sb[wn * WARP_N + r][chunk * 8]; };
     for (int k0 = 0; k0 < k; k0 += LDM_BK) {
-        load_tile_guarded(sa, a, m, k, m0, k0);
-        load_tile_guarded(sb, b, n, k, n0, k0);
+        load_tile_guarded(sa, a, m, k, m0, k0, a_vector);
+        load_tile_guarded(sb, b, n, k, n0, k0, b_vector);
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < LDM_BK; kk += 16) warp_k16_step<T>(acc, a_row, b_row, kk);
         __syncthreads();
     }
-    store_warp_tile(c, m, n, m0 + wm * WARP_M, n0 + wn * WARP_N, acc);
+    store_warp_tile(c, m, n, m0 + wm * WARP_M, n0 + wn * WARP_N, acc,
+                    make_epilogue(c, n, alpha, beta));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -190,7 +236,7 @@ __device__ __forceinline__ void load_stage_async(T* sa, T* sb, const T* a, const
 template <typename T>
 __device__ __forceinline__ void gemm_mma_pipelined(const T* a, const T* b, T* c, int m, int n,
                                                    int k, index_t stride_a, index_t stride_b,
-                                                   index_t stride_c) {
+                                                   index_t stride_c, float alpha, float beta) {
     extern __shared__ __align__(128) unsigned char pipe_smem[];
     T* sa = reinterpret_cast<T*>(pipe_smem);
     T* sb = sa + PIPE_STAGES * PIPE_TILE;
@@ -231,19 +277,23 @@ __device__ __forceinline__ void gemm_mma_pipelined(const T* a, const T* b, T* c,
         for (int kk = 0; kk < PIPE_BK; kk += 16) warp_k16_step<T>(acc, a_row, b_row, kk);
     }
     cp_async_wait<0>();
-    store_warp_tile(c, m, n, m0 + wm * WARP_M, n0 + wn * WARP_N, acc);
+    store_warp_tile(c, m, n, m0 + wm * WARP_M, n0 + wn * WARP_N, acc,
+                    make_epilogue(c, n, alpha, beta));
 }
 
+// Layout "nt" only: A stored [m, k], B stored [n, k]; the host refuses the others.
 #define MMA_KERNELS(T, NAME)                                                                   \
     KERNEL void __launch_bounds__(MMA_THREADS)                                                 \
-        gemm_mma_ldmatrix_##NAME(const T* a, const T* b, T* c, int m, int n, int k,            \
-                                 index_t sa, index_t sb, index_t sc) {                         \
-        gemm_mma_ldmatrix<T>(a, b, c, m, n, k, sa, sb, sc);                                    \
+        gemm_mma_ldmatrix_nt_##NAME(const T* a, const T* b, T* c, int m, int n, int k,         \
+                                    index_t sa, index_t sb, index_t sc, float alpha,           \
+                                    float beta) {                                              \
+        gemm_mma_ldmatrix<T>(a, b, c, m, n, k, sa, sb, sc, alpha, beta);                       \
     }                                                                                          \
     KERNEL void __launch_bounds__(MMA_THREADS)                                                 \
-        gemm_mma_pipelined_##NAME(const T* a, const T* b, T* c, int m, int n, int k,           \
-                                  index_t sa, index_t sb, index_t sc) {                        \
-        gemm_mma_pipelined<T>(a, b, c, m, n, k, sa, sb, sc);                                   \
+        gemm_mma_pipelined_nt_##NAME(const T* a, const T* b, T* c, int m, int n, int k,        \
+                                     index_t sa, index_t sb, index_t sc, float alpha,          \
+                                     float beta) {                                             \
+        gemm_mma_pipelined<T>(a, b, c, m, n, k, sa, sb, sc, alpha, beta);                      \
     }
 
 MMA_KERNELS(bf16_t, bf16)
@@ -287,17 +337,59 @@ __device__ __forceinline__ TilePlace tile_place(int t, int tiles_m, int tiles_n,
     return p;
 }
 
+// ---- operand layouts in the stage -----------------------------------------------------------
+// K-major (A stored [m][k], B stored [n][k]): one TMA box of 64 k x ROWS rows; each row is the
+// 64 k of one m (or n), 128 bytes, swizzled. A k16 step is 32 bytes further along the row.
+// MN-major (A stored [k][m], B stored [k][n]): ROWS / 64 boxes of 64 m-or-n x 64 k, side by
+// side; each box row is the 64 m (or n) of one k. A k16 step is 16 rows (2048 bytes) down.
+// Either way a tile holds ROWS x 64 elements and consumer c's 64 rows of A start 64 x 64
+// elements in: the stage sizes and offsets are the same, only the TMA boxes and the wgmma
+// descriptor differ (hopper.cuh draws the MN-major one).
+constexpr int WG_MN_BOX = 64;  // elements of one 128-byte swizzle row
+constexpr unsigned WG_MN_BOX_BYTES = WG_MN_BOX * WG_BK * 2;  // LBO: box to box along m or n
+
+// The stage's tile of one operand: rows [row0, row0 + ROWS) (m or n) x k [k0, k0 + 64) of
+// product z. The map of a K-major operand is [batch][rows][k], of an MN-major one
+// [batch][k][rows]; coordinates are given innermost first.
+template <typename T, bool MN_MAJOR, int ROWS>
+__device__ __forceinline__ void tma_load_operand(T* dst, const TmaDescriptor* map,
+                                                 unsigned long long* bar, int k0, int row0,
+                                                 int z) {
+    if constexpr (MN_MAJOR) {
+#pragma unroll
+        for (int box = 0; box < ROWS / WG_MN_BOX; ++box)
+            tma_load_3d(dst + box * WG_MN_BOX * WG_BK, map, bar, row0 + box * WG_MN_BOX, k0, z);
+    } else {
+        tma_load_3d(dst, map, bar, k0, row0, z);
+    }
+}
+
+// The wgmma descriptor of k16 step `kk` of a tile (or of consumer's 64-row slice of it).
+template <typename T, bool MN_MAJOR>
+__device__ __forceinline__ unsigned long long operand_descriptor(const T* tile, int kk) {
+    if constexpr (MN_MAJOR) {
+        return wgmma_descriptor_mn_major_sw128(tile + kk * 16 * WG_MN_BOX, WG_MN_BOX_BYTES);
+    } else {
+        return wgmma_descriptor_k_major_sw128(tile + kk * 16);
+    }
+}
+
 // grid(min(tiles, SMs)) (a multiple of CLUSTER), block(384), dynamic shared 4 x 48 KiB + 1 KiB
-// for alignment. The tensor maps cover A as [batch][m][k] and B as [batch][n][k], boxes 64 (k)
-// x 128 rows for A and 64 x 256 / CLUSTER rows for B, 128-byte swizzle.
+// for alignment. The tensor maps cover A as [batch][m][k] (A_MN: [batch][k][m]) and B as
+// [batch][n][k] (B_MN: [batch][k][n]), 128-byte swizzle; K-major boxes are 64 (k) x 128 rows
+// for A and 64 x 256 / CLUSTER rows for B, MN-major boxes 64 (m or n) x 64 (k). C is
+// [batch][m][n] with products `stride_c` apart.
 //
 // CLUSTER = 2: each CTA loads its own A tile and half of the shared B tile, multicast into
 // both CTAs' shared memory; a stage may be refilled only when the consumers of both CTAs have
 // freed it, so every consumer arrives on the `empty` barrier of each CTA of the cluster.
-template <typename T, int IN_FLIGHT, int CLUSTER>
+// K-major operands only.
+template <typename T, int IN_FLIGHT, int CLUSTER, bool A_MN, bool B_MN>
 __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                                                const TmaDescriptor* map_b, T* c, int m, int n,
-                                               int k, int batch) {
+                                               int k, int batch, index_t stride_c, float alpha,
+                                               float beta) {
+    static_assert(CLUSTER == 1 || (!A_MN && !B_MN), "the cluster version is K-major only");
     extern __shared__ unsigned char wg_smem_raw[];
     // The 128-byte swizzle pattern repeats every 1024 bytes: tiles start on that boundary.
     unsigned char* base = reinterpret_cast<unsigned char*>(
@@ -338,11 +430,13 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                     mbarrier_wait(&empty[stage], phase ^ 1);
                     mbarrier_arrive_expect_tx(&full[stage],
                                               (WG_A_TILE + WG_B_TILE) * (unsigned)sizeof(T));
-                    tma_load_3d(sa + stage * WG_A_TILE, map_a, &full[stage], step * WG_BK,
-                                p.tm * WG_BM, p.z);
+                    tma_load_operand<T, A_MN, WG_BM>(sa + stage * WG_A_TILE, map_a,
+                                                     &full[stage], step * WG_BK, p.tm * WG_BM,
+                                                     p.z);
                     if (CLUSTER == 1) {
-                        tma_load_3d(sb + stage * WG_B_TILE, map_b, &full[stage], step * WG_BK,
-                                    p.tn * WG_BN, p.z);
+                        tma_load_operand<T, B_MN, WG_BN>(sb + stage * WG_B_TILE, map_b,
+                                                         &full[stage], step * WG_BK,
+                                                         p.tn * WG_BN, p.z);
                     } else {
                         constexpr int HALF = WG_BN / CLUSTER;
                         tma_load_3d_multicast(sb + stage * WG_B_TILE + rank * HALF * WG_BK, map_b,
@@ -384,9 +478,9 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < WG_BK / 16; ++kk) {
-                    wgmma_m64k16<WG_BN, T>(d, wgmma_descriptor_k_major_sw128(ta + kk * 16),
-                                           wgmma_descriptor_k_major_sw128(tb + kk * 16),
-                                           step > 0 || kk > 0);
+                    wgmma_m64k16<WG_BN, T, A_MN, B_MN>(d, operand_descriptor<T, A_MN>(ta, kk),
+                                                       operand_descriptor<T, B_MN>(tb, kk),
+                                                       step > 0 || kk > 0);
                 }
                 wgmma_commit();
                 // IN_FLIGHT = 0: wait for this step's products, then free its stage; the tensor
@@ -411,14 +505,15 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
             // Epilogue straight from registers: the accumulator layout is mma.m16n8's, one
             // 16-row slice per warp. Rows past m (a cluster's second tile row past the end
             // included) are masked.
-            T* cz = c + (index_t)p.z * m * n;
+            T* cz = c + (index_t)p.z * stride_c;
+            const Epilogue e = make_epilogue(cz, n, alpha, beta);
             const int row = p.tm * WG_BM + consumer * 64 + warp_in_group * 16 + lane / 4;
             const int col0 = p.tn * WG_BN + 2 * (lane % 4);
 #pragma unroll
             for (int j = 0; j < WG_BN / 8; ++j) {
-                store_fragment_pair(cz, m, n, row, col0 + 8 * j, d[4 * j], d[4 * j + 1]);
+                store_fragment_pair(cz, m, n, row, col0 + 8 * j, d[4 * j], d[4 * j + 1], e);
                 store_fragment_pair(cz, m, n, row + 8, col0 + 8 * j, d[4 * j + 2],
-                                    d[4 * j + 3]);
+                                    d[4 * j + 3], e);
             }
         }
     }
@@ -429,21 +524,32 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
 
 // The cluster shape is compiled in (`__cluster_dims__`), so a plain launch forms the clusters;
 // the other versions carry no cluster attribute at all (a cluster of 1 is still a cluster
-// launch, scheduled under the cluster rules).
-#define WGMMA_KERNEL(T, NAME, VERSION, IN_FLIGHT, CLUSTER, ATTRIBUTES)                         \
+// launch, scheduled under the cluster rules). LAYOUT names how A and B are stored (n: as is,
+// t: transposed); A_MN = (A transposed), B_MN = (B as is).
+#define WGMMA_KERNEL(T, NAME, VERSION, LAYOUT, IN_FLIGHT, CLUSTER, A_MN, B_MN, ATTRIBUTES)     \
     KERNEL void __launch_bounds__(WG_THREADS, 1) ATTRIBUTES                                    \
-        gemm_##VERSION##_##NAME(const __grid_constant__ TmaDescriptor map_a,                   \
-                                const __grid_constant__ TmaDescriptor map_b, T* c, int m,      \
-                                int n, int k, int batch) {                                     \
-        gemm_wgmma_tma<T, IN_FLIGHT, CLUSTER>(&map_a, &map_b, c, m, n, k, batch);              \
+        gemm_##VERSION##_##LAYOUT##_##NAME(                                                    \
+            const __grid_constant__ TmaDescriptor map_a,                                       \
+            const __grid_constant__ TmaDescriptor map_b, T* c, int m, int n, int k, int batch, \
+            index_t stride_c, float alpha, float beta) {                                       \
+        gemm_wgmma_tma<T, IN_FLIGHT, CLUSTER, A_MN, B_MN>(&map_a, &map_b, c, m, n, k, batch,   \
+                                                          stride_c, alpha, beta);              \
     }
 #define NO_ATTRIBUTES
 #define CLUSTER_OF_2 __cluster_dims__(2, 1, 1)
 
-WGMMA_KERNEL(bf16_t, bf16, wgmma_tma, 0, 1, NO_ATTRIBUTES)
-WGMMA_KERNEL(f16_t, f16, wgmma_tma, 0, 1, NO_ATTRIBUTES)
-WGMMA_KERNEL(bf16_t, bf16, wgmma_overlap, 1, 1, NO_ATTRIBUTES)
-WGMMA_KERNEL(f16_t, f16, wgmma_overlap, 1, 1, NO_ATTRIBUTES)
-WGMMA_KERNEL(bf16_t, bf16, wgmma_cluster, 1, 2, CLUSTER_OF_2)
-WGMMA_KERNEL(f16_t, f16, wgmma_cluster, 1, 2, CLUSTER_OF_2)
+// wgmma_tma and wgmma_overlap in the four layouts: nt (both K-major, today's linear layer),
+// nn (B MN-major), tn (both MN-major), tt (A MN-major).
+#define WGMMA_LAYOUTS(T, NAME, VERSION, IN_FLIGHT)                                             \
+    WGMMA_KERNEL(T, NAME, VERSION, nt, IN_FLIGHT, 1, false, false, NO_ATTRIBUTES)              \
+    WGMMA_KERNEL(T, NAME, VERSION, nn, IN_FLIGHT, 1, false, true, NO_ATTRIBUTES)               \
+    WGMMA_KERNEL(T, NAME, VERSION, tn, IN_FLIGHT, 1, true, true, NO_ATTRIBUTES)                \
+    WGMMA_KERNEL(T, NAME, VERSION, tt, IN_FLIGHT, 1, true, false, NO_ATTRIBUTES)
+
+WGMMA_LAYOUTS(bf16_t, bf16, wgmma_tma, 0)
+WGMMA_LAYOUTS(f16_t, f16, wgmma_tma, 0)
+WGMMA_LAYOUTS(bf16_t, bf16, wgmma_overlap, 1)
+WGMMA_LAYOUTS(f16_t, f16, wgmma_overlap, 1)
+WGMMA_KERNEL(bf16_t, bf16, wgmma_cluster, nt, 1, 2, false, false, CLUSTER_OF_2)
+WGMMA_KERNEL(f16_t, f16, wgmma_cluster, nt, 1, 2, false, false, CLUSTER_OF_2)
 #endif

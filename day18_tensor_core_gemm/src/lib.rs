@@ -1,26 +1,108 @@
-//! Day 18: GEMM on tensor cores. [`TensorCoreGemm::gemm`] computes `C = A B^T` (B stored
-//! `[n, k]`, a linear layer's weight layout) in bf16 or f16 with f32 accumulation, by one of
-//! the versions of `gemm.cu`: `mma.sync` from padded shared memory, the same fed by a cp.async
-//! pipeline through swizzled shared memory, and the Hopper path (TMA + wgmma, warp
-//! specialized, persistent). cuBLAS (`common::cublas`) is the ceiling and runs the same
-//! problem.
+//! Day 18: GEMM on tensor cores. [`TensorCoreGemm::gemm`] computes row-major
+//! `C = alpha op(A) op(B) + beta C` ([`GemmEx`], cuBLAS's contract) in bf16 or f16 with f32
+//! accumulation, by one of the versions of `gemm.cu`: `mma.sync` from padded shared memory, the
+//! same fed by a cp.async pipeline through swizzled shared memory, and the Hopper path (TMA +
+//! wgmma, warp specialized, persistent), which takes each operand stored as is or transposed.
+//! [`Gemm`] is the library face later days call: the fastest version that takes a problem.
+//! cuBLAS (`common::cublas`) is the ceiling and runs the same problems.
 
 use std::sync::Arc;
 
 use anyhow::{Result, bail};
+pub use common::cublas::{GemmEx, Stored};
 use common::dtype::Dtype;
 use common::element::Element;
 use common::kernel::KernelSet;
 use common::nvrtc::KernelSource;
 use common::session::Refused;
-use common::tma::KMajorTiles;
+use common::tma::{KMajorTiles, MnMajorTiles, TmaDescriptor};
 use common::{Gpu, Kernel, LaunchShape};
-use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, PushKernelArg};
 
 pub const SOURCE: KernelSource = KernelSource {
     file_name: "gemm.cu",
     code: include_str!("gemm.cu"),
 };
+
+/// How A and B of a row-major `C = op(A) op(B)` are stored, named as BLAS does by the storage
+/// of A then B: `n` as is (A `[m, k]`, B `[k, n]`), `t` transposed (A `[k, m]`, B `[n, k]`).
+/// An operand is K-major when k runs along its rows (A as is, B transposed) and MN-major
+/// otherwise: `nt` is the linear layer's `x W^T`, both K-major.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub a: Stored,
+    pub b: Stored,
+}
+
+impl Layout {
+    /// A `[m, k]`, B `[n, k]`: both K-major, the layout every version takes.
+    pub const NT: Layout = Layout {
+        a: Stored::AsIs,
+        b: Stored::Transposed,
+    };
+    pub const ALL: [Layout; 4] = [
+        Layout::NT,
+        Layout {
+            a: Stored::AsIs,
+            b: Stored::AsIs,
+        },
+        Layout {
+            a: Stored::Transposed,
+            b: Stored::AsIs,
+        },
+        Layout {
+            a: Stored::Transposed,
+            b: Stored::Transposed,
+        },
+    ];
+
+    pub fn of(g: &GemmEx) -> Self {
+        Self { a: g.a, b: g.b }
+    }
+
+    /// `nt`, `nn`, `tn` or `tt`: the kernels' layout suffix.
+    pub fn name(self) -> &'static str {
+        match (self.a, self.b) {
+            (Stored::AsIs, Stored::Transposed) => "nt",
+            (Stored::AsIs, Stored::AsIs) => "nn",
+            (Stored::Transposed, Stored::AsIs) => "tn",
+            (Stored::Transposed, Stored::Transposed) => "tt",
+        }
+    }
+
+    /// A stored `[k, m]`: m runs along memory.
+    pub fn a_mn_major(self) -> bool {
+        self.a == Stored::Transposed
+    }
+
+    /// B stored `[k, n]`: n runs along memory.
+    pub fn b_mn_major(self) -> bool {
+        self.b == Stored::AsIs
+    }
+
+    /// The formula with the stored shapes: `C = A B^T (A [m, k], B [n, k])`.
+    pub fn describe(self) -> String {
+        let a = match self.a {
+            Stored::AsIs => "A",
+            Stored::Transposed => "A^T",
+        };
+        let b = match self.b {
+            Stored::AsIs => "B",
+            Stored::Transposed => "B^T",
+        };
+        let a_shape = if self.a_mn_major() {
+            "[k, m]"
+        } else {
+            "[m, k]"
+        };
+        let b_shape = if self.b_mn_major() {
+            "[k, n]"
+        } else {
+            "[n, k]"
+        };
+        format!("C = {a} {b} (A {a_shape}, B {b_shape})")
+    }
+}
 
 /// The versions, in the order the table shows them (cuBLAS, the ceiling, comes first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +123,7 @@ impl Version {
         Version::WgmmaCluster,
     ];
 
-    /// The name `--kernel` takes, and the kernel's name without its dtype.
+    /// The name `--kernel` takes, and the kernel's name without its layout and dtype.
     pub fn name(self) -> &'static str {
         match self {
             Version::MmaLdmatrix => "mma_ldmatrix",
@@ -64,20 +146,34 @@ impl Version {
         )
     }
 
+    /// The layouts this version has kernels for: every one for the single-CTA Hopper
+    /// versions, the K-major `nt` for the others.
+    pub fn layouts(self) -> &'static [Layout] {
+        match self {
+            Version::WgmmaTma | Version::WgmmaOverlap => &Layout::ALL,
+            _ => &Layout::ALL[..1],
+        }
+    }
+
+    fn uses_tma(self) -> bool {
+        self.is_hopper_only()
+    }
+
     /// CTAs per thread-block cluster (they share B's tile through TMA multicast).
     fn cluster(self) -> usize {
         if self == Version::WgmmaCluster { 2 } else { 1 }
     }
 }
 
-/// One problem: `batch` products `C (m x n) = A (m x k) B^T`, B stored `[n, k]`, each operand's
-/// matrices back to back.
+/// One problem of the CLI and the tests: `batch` products `C (m x n) = op(A) op(B)`, each
+/// operand's matrices back to back, alpha = 1, beta = 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemmShape {
     pub m: usize,
     pub n: usize,
     pub k: usize,
     pub batch: usize,
+    pub layout: Layout,
 }
 
 impl GemmShape {
@@ -87,6 +183,7 @@ impl GemmShape {
             n: size,
             k: size,
             batch: 1,
+            layout: Layout::NT,
         }
     }
 
@@ -97,29 +194,46 @@ impl GemmShape {
             String::new()
         };
         format!(
-            "{batch}{} x {} x {} (m x n x k), C = A B^T, {}",
+            "{batch}{} x {} x {} (m x n x k), {}, {}",
             self.m,
             self.n,
             self.k,
+            self.layout.describe(),
             dtype.name()
         )
     }
 
-    /// The key peers and reports share: `gemm/bf16/4096x4096x4096`, with a `8x` batch prefix
-    /// on the sizes when batched.
+    /// The key peers and reports share: `gemm/bf16/4096x4096x4096` for the linear layer's
+    /// layout, `gemm_tn/bf16/...` for another, with a `8x` batch prefix on the sizes when
+    /// batched.
     pub fn key(&self, dtype: Dtype) -> String {
         let batch = if self.batch > 1 {
             format!("{}x", self.batch)
         } else {
             String::new()
         };
+        let op = if self.layout == Layout::NT {
+            "gemm".to_string()
+        } else {
+            format!("gemm_{}", self.layout.name())
+        };
         format!(
-            "gemm/{}/{batch}{}x{}x{}",
+            "{op}/{}/{batch}{}x{}x{}",
             dtype.name(),
             self.m,
             self.n,
             self.k
         )
+    }
+
+    /// The [`GemmEx`] of this problem: `C = op(A) op(B)`, matrices back to back.
+    pub fn gemm_ex(&self) -> GemmEx {
+        GemmEx {
+            a: self.layout.a,
+            b: self.layout.b,
+            batch: self.batch,
+            ..GemmEx::new(self.m, self.n, self.k)
+        }
     }
 
     pub fn a_len(&self) -> usize {
@@ -143,13 +257,20 @@ impl GemmShape {
     }
 }
 
+/// The CUDA function of a version, layout and dtype: `gemm_wgmma_tma_tn_bf16`.
+fn kernel_name(version: Version, layout: Layout, dtype: &str) -> String {
+    format!("gemm_{}_{}_{dtype}", version.name(), layout.name())
+}
+
 /// Every CUDA function of `gemm.cu` that exists when compiled for `hopper` (sm_90a) or not.
 pub fn kernel_names(hopper: bool) -> Vec<String> {
     let mut names = Vec::new();
     for dtype in ["bf16", "f16"] {
         for v in Version::ALL {
             if hopper || !v.is_hopper_only() {
-                names.push(format!("gemm_{}_{dtype}", v.name()));
+                for &layout in v.layouts() {
+                    names.push(kernel_name(v, layout, dtype));
+                }
             }
         }
     }
@@ -164,6 +285,10 @@ fn dtype_name<T: Element>() -> Result<&'static str> {
             "the tensor-core GEMM runs on bf16 or f16, not {other}"
         ))),
     }
+}
+
+fn refused(version: Version, why: impl std::fmt::Display) -> anyhow::Error {
+    Refused(format!("{}: {why}", version.name())).into()
 }
 
 // Tiles and resources of each kernel, as gemm.cu defines them.
@@ -187,10 +312,14 @@ pub struct TensorCoreGemm {
     stream: Arc<CudaStream>,
 }
 
-/// The operands of one call.
-pub struct Operands<'a, T: Element> {
-    pub a: &'a CudaSlice<T>,
-    pub b: &'a CudaSlice<T>,
+/// Elements each operand must hold: the last matrix's offset plus one matrix.
+fn needs(g: &GemmEx) -> (usize, usize, usize) {
+    let last = g.batch.saturating_sub(1);
+    (
+        last * g.stride_a + g.m * g.k,
+        last * g.stride_b + g.k * g.n,
+        last * g.stride_c + g.m * g.n,
+    )
 }
 
 impl TensorCoreGemm {
@@ -209,45 +338,104 @@ impl TensorCoreGemm {
         })
     }
 
-    /// The kernel a version runs and its launch shape, for the table; [`Refused`] where the
-    /// version cannot take the problem.
-    pub fn plan<T: Element>(
-        &self,
-        version: Version,
-        shape: &GemmShape,
-    ) -> Result<(&Kernel, LaunchShape)> {
-        let dtype = dtype_name::<T>()?;
-        let GemmShape { m, n, k, batch } = *shape;
+    /// Whether the Hopper versions were compiled (the GPU is an sm_90).
+    pub fn is_hopper(&self) -> bool {
+        self.hopper
+    }
+
+    /// Why `version` cannot take `g` (a [`Refused`]), or a [`common::UsageError`] for a
+    /// problem no version takes; `Ok` where it can, as far as the sizes tell (the operands'
+    /// addresses are checked at launch).
+    pub fn check<T: Element>(&self, version: Version, g: &GemmEx) -> Result<()> {
+        dtype_name::<T>()?;
+        let GemmEx { m, n, k, batch, .. } = *g;
         if m == 0 || n == 0 || k == 0 || batch == 0 {
             bail!(common::UsageError::new(
                 "m, n, k and the batch must be at least 1"
             ));
         }
-        if m > i32::MAX as usize || n > i32::MAX as usize || k > i32::MAX as usize {
+        if [m, n, k, batch].iter().any(|&d| d > i32::MAX as usize) {
             bail!(common::UsageError::new("dimensions must be below 2^31"));
         }
-        if version != Version::MmaLdmatrix && !k.is_multiple_of(8) {
-            return Err(Refused(format!(
-                "{}: k = {k} is not a multiple of 8 (rows must be 16-byte multiples for \
-                 cp.async and the TMA)",
-                version.name()
-            ))
-            .into());
+        let layout = Layout::of(g);
+        if !version.layouts().contains(&layout) {
+            return Err(refused(
+                version,
+                format!(
+                    "takes K-major operands only (layout nt: A stored [m, k], B stored [n, k]); \
+                     this is layout {}: {}",
+                    layout.name(),
+                    layout.describe()
+                ),
+            ));
+        }
+        // A K-major operand's rows are k long; an MN-major one's m or n. cp.async and the TMA
+        // move 16-byte pieces of rows: a row must be a multiple of 8 elements.
+        let k_major_operand = !layout.a_mn_major() || !layout.b_mn_major();
+        if version != Version::MmaLdmatrix && k_major_operand && !k.is_multiple_of(8) {
+            return Err(refused(
+                version,
+                format!(
+                    "k = {k} is not a multiple of 8 (rows must be 16-byte multiples for \
+                     cp.async and the TMA)"
+                ),
+            ));
+        }
+        for (mn_major, name, extent, stored) in [
+            (layout.a_mn_major(), "m", m, "A stored [k, m]"),
+            (layout.b_mn_major(), "n", n, "B stored [k, n]"),
+        ] {
+            if mn_major && !extent.is_multiple_of(8) {
+                return Err(refused(
+                    version,
+                    format!(
+                        "{name} = {extent} is not a multiple of 8: {stored} has rows of {name} \
+                         elements, and the TMA needs rows of 16-byte multiples"
+                    ),
+                ));
+            }
         }
         if version.is_hopper_only() && !self.hopper {
-            return Err(Refused(format!("{}: needs an sm_90 GPU (Hopper)", version.name())).into());
+            return Err(refused(version, "needs an sm_90 GPU (Hopper)"));
         }
+        if batch > 1 {
+            let aligned = |s: usize| s.is_multiple_of(8) && (s > 0 || !version.uses_tma());
+            if version != Version::MmaLdmatrix && !(aligned(g.stride_a) && aligned(g.stride_b)) {
+                return Err(refused(
+                    version,
+                    format!(
+                        "batch strides of A and B ({} and {}) must be multiples of 8 elements \
+                         (16 bytes){}",
+                        g.stride_a,
+                        g.stride_b,
+                        if version.uses_tma() {
+                            ", and not 0 (the TMA has no broadcast dimension)"
+                        } else {
+                            ""
+                        }
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The kernel a version runs and its launch shape, for the table; [`Refused`] where the
+    /// version cannot take the problem.
+    pub fn plan<T: Element>(&self, version: Version, g: &GemmEx) -> Result<(&Kernel, LaunchShape)> {
+        self.check::<T>(version, g)?;
+        let dtype = dtype_name::<T>()?;
+        let GemmEx { m, n, batch, .. } = *g;
         let kernel = self
             .kernels
-            .get(&format!("gemm_{}_{dtype}", version.name()))?;
+            .get(&kernel_name(version, Layout::of(g), dtype))?;
         let launch = match version {
             Version::MmaLdmatrix | Version::MmaPipelined => {
                 if batch > 65535 || m.div_ceil(MMA_TILE) > 65535 {
-                    return Err(Refused(format!(
-                        "{}: the grid's y (tile rows) and z (batch) stop at 65535",
-                        version.name()
-                    ))
-                    .into());
+                    return Err(refused(
+                        version,
+                        "the grid's y (tile rows) and z (batch) stop at 65535",
+                    ));
                 }
                 LaunchShape {
                     grid: (
@@ -270,7 +458,7 @@ impl TensorCoreGemm {
                     * (m.div_ceil(WG_BM) as u64).div_ceil(cluster)
                     * n.div_ceil(WG_BN) as u64;
                 if tiles * cluster > i32::MAX as u64 {
-                    return Err(Refused(format!("{}: more than 2^31 tiles", version.name())).into());
+                    return Err(refused(version, "more than 2^31 tiles"));
                 }
                 let mut launch = LaunchShape {
                     grid: (0, 1, 1),
@@ -295,63 +483,197 @@ impl TensorCoreGemm {
         Ok((kernel, launch))
     }
 
-    /// Enqueues `C = A B^T` for every product of the batch on `gpu.stream`.
-    pub fn gemm<T: Element>(
+    /// Enqueues `g` on `gpu.stream`: `C = alpha op(A) op(B) + beta C` for every product of
+    /// the batch, C read only where beta != 0. The operands may be slices or views; a view
+    /// that starts off a 16-byte boundary is [`Refused`] by the versions that copy 16-byte
+    /// pieces (mma_ldmatrix then takes it with element loads).
+    pub fn gemm<T, A, B, C>(
         &self,
         gpu: &Gpu,
         version: Version,
-        shape: &GemmShape,
-        ops: Operands<'_, T>,
-        c: &mut CudaSlice<T>,
-    ) -> Result<()> {
-        if ops.a.len() != shape.a_len() || ops.b.len() != shape.b_len() || c.len() != shape.c_len()
-        {
+        g: &GemmEx,
+        a: &A,
+        b: &B,
+        c: &mut C,
+    ) -> Result<()>
+    where
+        T: Element,
+        A: DevicePtr<T> + DeviceSlice<T>,
+        B: DevicePtr<T> + DeviceSlice<T>,
+        C: DevicePtrMut<T> + DeviceSlice<T>,
+    {
+        let (need_a, need_b, need_c) = needs(g);
+        if a.len() < need_a || b.len() < need_b || c.len() < need_c {
             bail!(
-                "gemm: A, B and C must hold {}, {} and {} elements for {shape:?}",
-                shape.a_len(),
-                shape.b_len(),
-                shape.c_len()
+                "gemm: A, B and C hold {}, {} and {} elements; {g:?} needs {need_a}, {need_b} \
+                 and {need_c}",
+                a.len(),
+                b.len(),
+                c.len()
             );
         }
-        let (kernel, launch_shape) = self.plan::<T>(version, shape)?;
-        let (m, n, k) = (shape.m as i32, shape.n as i32, shape.k as i32);
-        let mut l = gpu.stream.launch_builder(&kernel.func);
+        let (kernel, launch_shape) = self.plan::<T>(version, g)?;
+        let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
+        let (alpha, beta) = (g.alpha, g.beta);
+        let stream = &gpu.stream;
+        let mut l = stream.launch_builder(&kernel.func);
         match version {
             Version::MmaLdmatrix | Version::MmaPipelined => {
-                let strides =
-                    [shape.m * shape.k, shape.n * shape.k, shape.m * shape.n].map(|s| s as u64);
-                l.arg(ops.a).arg(ops.b).arg(&mut *c).arg(&m).arg(&n).arg(&k);
+                let (a_ptr, _a_record) = a.device_ptr(stream);
+                let (b_ptr, _b_record) = b.device_ptr(stream);
+                if version == Version::MmaPipelined
+                    && !(a_ptr.is_multiple_of(16) && b_ptr.is_multiple_of(16))
+                {
+                    return Err(refused(
+                        version,
+                        "cp.async needs A and B to start on 16-byte boundaries",
+                    ));
+                }
+                let (c_ptr, _c_record) = c.device_ptr_mut(stream);
+                let strides = [g.stride_a, g.stride_b, g.stride_c].map(|s| s as u64);
+                l.arg(&a_ptr)
+                    .arg(&b_ptr)
+                    .arg(&c_ptr)
+                    .arg(&m)
+                    .arg(&n)
+                    .arg(&k);
                 l.arg(&strides[0]).arg(&strides[1]).arg(&strides[2]);
+                l.arg(&alpha).arg(&beta);
                 // SAFETY: matches MMA_KERNELS' signature; the lengths were checked above for
-                // these sizes and strides, and every load and store is bounded by m, n, k.
+                // these sizes and strides, every load and store is bounded by m, n, k, and
+                // 16-byte loads happen only from 16-byte aligned starts (checked above for
+                // mma_pipelined, in the kernel for mma_ldmatrix). The records outlive the launch.
                 unsafe { l.launch(kernel.config(&launch_shape)?) }?;
             }
             Version::WgmmaTma | Version::WgmmaOverlap | Version::WgmmaCluster => {
-                let tiles = |rows: usize, box_rows: usize| KMajorTiles {
-                    inner: shape.k,
-                    rows,
-                    outer: shape.batch,
-                    box_inner: WG_BK,
-                    box_rows: box_rows as u32,
-                };
-                let map_a = tiles(shape.m, WG_BM).encode(gpu, ops.a)?;
+                let layout = Layout::of(g);
+                let map_a = operand_map(gpu, a, layout.a_mn_major(), g.m, g, g.stride_a, WG_BM)?;
                 // With clusters each CTA loads (and multicasts) its share of B's tile rows.
-                let map_b = tiles(shape.n, WG_BN / version.cluster()).encode(gpu, ops.b)?;
-                let batch = shape.batch as i32;
-                l.arg(&map_a)
-                    .arg(&map_b)
-                    .arg(&mut *c)
-                    .arg(&m)
-                    .arg(&n)
-                    .arg(&k)
-                    .arg(&batch);
+                let box_b = WG_BN / version.cluster();
+                let map_b = operand_map(gpu, b, layout.b_mn_major(), g.n, g, g.stride_b, box_b)?;
+                let batch = g.batch as i32;
+                let stride_c = g.stride_c as u64;
+                let (c_ptr, _c_record) = c.device_ptr_mut(stream);
+                l.arg(&map_a).arg(&map_b).arg(&c_ptr);
+                l.arg(&m).arg(&n).arg(&k).arg(&batch).arg(&stride_c);
+                l.arg(&alpha).arg(&beta);
                 // SAFETY: matches WGMMA_KERNEL's signature; the maps describe A and B exactly
                 // (the TMA never reads outside them), and C's stores are bounded by m and n
-                // within `batch` products whose length was checked above.
+                // within `batch` products `stride_c` apart, whose extent was checked above.
                 unsafe { l.launch(kernel.config(&launch_shape)?) }?;
             }
         }
         Ok(())
+    }
+}
+
+/// The tensor map of one operand: K-major `[batch][rows][k]` in boxes of 64 k x `box_rows`,
+/// or MN-major `[batch][k][rows]` in boxes of 64 rows x 64 k (`rows` is m for A, n for B).
+fn operand_map<T, S>(
+    gpu: &Gpu,
+    buffer: &S,
+    mn_major: bool,
+    rows: usize,
+    g: &GemmEx,
+    stride: usize,
+    box_rows: usize,
+) -> Result<TmaDescriptor>
+where
+    T: Element,
+    S: DevicePtr<T> + DeviceSlice<T>,
+{
+    if mn_major {
+        MnMajorTiles {
+            mn: rows,
+            k: g.k,
+            outer: g.batch,
+            outer_stride: stride,
+            box_k: WG_BK,
+        }
+        .encode(gpu, buffer)
+    } else {
+        KMajorTiles {
+            inner: g.k,
+            rows,
+            outer: g.batch,
+            outer_stride: stride,
+            box_inner: WG_BK,
+            box_rows: box_rows as u32,
+        }
+        .encode(gpu, buffer)
+    }
+}
+
+/// Day 18's GEMM as a library: the fastest version that takes each problem. Later days (19's
+/// fused cross-entropy) call this instead of cuBLAS.
+pub struct Gemm {
+    day: TensorCoreGemm,
+}
+
+impl Gemm {
+    /// Versions in order of preference. `wgmma_overlap` and `wgmma_tma` measured level;
+    /// `wgmma_cluster` half as fast, so never chosen. The mma.sync versions take what the
+    /// Hopper path cannot (k % 8 != 0, unaligned views in layout nt) or GPUs before Hopper.
+    pub const PREFERENCE: [Version; 3] = [
+        Version::WgmmaOverlap,
+        Version::MmaPipelined,
+        Version::MmaLdmatrix,
+    ];
+
+    pub fn load(gpu: &Gpu) -> Result<Self> {
+        Ok(Self {
+            day: TensorCoreGemm::load(gpu)?,
+        })
+    }
+
+    /// The versions underneath, for a table of each.
+    pub fn versions(&self) -> &TensorCoreGemm {
+        &self.day
+    }
+
+    /// The version [`Gemm::run`] tries first for `g`, or the best version's refusal when none
+    /// takes its sizes.
+    pub fn choose<T: Element>(&self, g: &GemmEx) -> Result<Version> {
+        let mut first_refusal = None;
+        for v in Self::PREFERENCE {
+            match self.day.check::<T>(v, g) {
+                Ok(()) => return Ok(v),
+                Err(e) if e.is::<Refused>() => {
+                    first_refusal.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(first_refusal.expect("PREFERENCE is not empty"))
+    }
+
+    /// Enqueues `g` with the first version of [`Gemm::PREFERENCE`] that takes it (sizes, then
+    /// the operands' alignment); [`Refused`] with the best version's reason when none does.
+    pub fn run<T, A, B, C>(&self, gpu: &Gpu, g: &GemmEx, a: &A, b: &B, c: &mut C) -> Result<()>
+    where
+        T: Element,
+        A: DevicePtr<T> + DeviceSlice<T>,
+        B: DevicePtr<T> + DeviceSlice<T>,
+        C: DevicePtrMut<T> + DeviceSlice<T>,
+    {
+        let mut first_refusal = None;
+        for v in Self::PREFERENCE {
+            if let Err(e) = self.day.check::<T>(v, g) {
+                if !e.is::<Refused>() {
+                    return Err(e);
+                }
+                first_refusal.get_or_insert(e);
+                continue;
+            }
+            // A refusal here comes before anything is enqueued (an operand's alignment).
+            match self.day.gemm::<T, A, B, C>(gpu, v, g, a, b, c) {
+                Err(e) if e.is::<Refused>() => {
+                    first_refusal.get_or_insert(e);
+                }
+                done => return done,
+            }
+        }
+        Err(first_refusal.expect("PREFERENCE is not empty"))
     }
 }
 
@@ -384,5 +706,33 @@ mod tests {
         let b = GemmShape { batch: 8, ..s };
         assert_eq!(b.key(Dtype::F16), "gemm/f16/8x4096x4096x4096");
         assert_eq!(b.flops(), 8 * 2 * 4096u64.pow(3));
+        let tn = GemmShape {
+            layout: Layout::ALL[2],
+            ..s
+        };
+        assert_eq!(tn.key(Dtype::Bf16), "gemm_tn/bf16/4096x4096x4096");
+    }
+
+    #[test]
+    fn layouts_name_their_storage_and_major_ness() {
+        let names: Vec<&str> = Layout::ALL.iter().map(|l| l.name()).collect();
+        assert_eq!(names, ["nt", "nn", "tn", "tt"]);
+        assert!(!Layout::NT.a_mn_major() && !Layout::NT.b_mn_major());
+        let tn = Layout::ALL[2];
+        assert!(tn.a_mn_major() && tn.b_mn_major());
+        assert_eq!(tn.describe(), "C = A^T B (A [k, m], B [k, n])");
+        assert_eq!(Layout::NT.describe(), "C = A B^T (A [m, k], B [n, k])");
+        // Every version has the linear layer's layout; only wgmma_tma/overlap all four.
+        for v in Version::ALL {
+            assert_eq!(v.layouts()[0], Layout::NT);
+        }
+        assert_eq!(Version::WgmmaOverlap.layouts().len(), 4);
+        assert_eq!(Version::WgmmaCluster.layouts().len(), 1);
+        let names = kernel_names(true);
+        assert!(names.contains(&"gemm_wgmma_overlap_tn_bf16".to_string()));
+        assert!(names.contains(&"gemm_mma_ldmatrix_nt_f16".to_string()));
+        assert!(!names.contains(&"gemm_wgmma_cluster_tn_bf16".to_string()));
+        assert_eq!(names.len(), 2 * (1 + 1 + 4 + 4 + 1));
+        assert_eq!(kernel_names(false).len(), 2 * 2);
     }
 }

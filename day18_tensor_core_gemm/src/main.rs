@@ -1,14 +1,15 @@
 //! `cargo run --release -p day18`: cuBLAS and every tensor-core GEMM version on the day's
 //! problems (bf16 4096 and 8192, and an odd shape), checked against an f64 CPU reference and
-//! timed; `--sweep` plots TFLOP/s against size beside torch.
+//! timed; `--a` / `--b` choose how the operands are stored; `--sweep` plots TFLOP/s against
+//! size beside torch.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
-use common::cublas::{Cublas, GemmEx, Stored};
+use common::cublas::{Cublas, Stored};
 use common::dtype::Dtype;
 use common::element::Element;
 use common::matmul::SWEEP_SIZES;
@@ -17,10 +18,11 @@ use common::reference::matmul as reference;
 use common::report::DayReport;
 use common::session::{Expected, Problem, Refused, Session, Version as RunVersion};
 use common::{Gpu, UsageError, inputs, sweep};
-use day18::{GemmShape, Operands, TensorCoreGemm, Version};
+use day18::{GemmShape, Layout, TensorCoreGemm, Version};
 use half::{bf16, f16};
 
-/// Day 18: GEMM on tensor cores, C = A B^T (B stored [n, k]), bf16 or f16.
+/// Day 18: GEMM on tensor cores, C = op(A) op(B) (by default A B^T, B stored [n, k]), bf16
+/// or f16.
 #[derive(Parser)]
 #[command(version, about)]
 struct Args {
@@ -30,7 +32,7 @@ struct Args {
     /// Rows of A and C (with --n and --k).
     #[arg(long, requires_all = ["n", "k"])]
     m: Option<usize>,
-    /// Rows of B (it is stored [n, k]) and columns of C.
+    /// Columns of op(B) and of C.
     #[arg(long, requires_all = ["m", "k"])]
     n: Option<usize>,
     /// The length of each dot product.
@@ -41,6 +43,13 @@ struct Args {
     batch: usize,
     #[arg(long, value_enum, default_value_t = Dtype::Bf16)]
     dtype: Dtype,
+    /// How A is stored: as-is ([m, k], K-major) or transposed ([k, m], M-major).
+    #[arg(long, value_enum, default_value_t = StoredArg::AsIs)]
+    a: StoredArg,
+    /// How B is stored: as-is ([k, n], N-major) or transposed ([n, k], K-major: a linear
+    /// layer's weight, the default).
+    #[arg(long, value_enum, default_value_t = StoredArg::Transposed)]
+    b: StoredArg,
     /// Square sizes 256 to 8192, plotted to --plot.
     #[arg(long, conflicts_with_all = ["size", "m", "n", "k"])]
     sweep: bool,
@@ -48,6 +57,22 @@ struct Args {
     plot: PathBuf,
     #[command(flatten)]
     common: CommonArgs,
+}
+
+/// `common::cublas::Stored` on the command line.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum StoredArg {
+    AsIs,
+    Transposed,
+}
+
+impl From<StoredArg> for Stored {
+    fn from(s: StoredArg) -> Self {
+        match s {
+            StoredArg::AsIs => Stored::AsIs,
+            StoredArg::Transposed => Stored::Transposed,
+        }
+    }
 }
 
 /// The ceiling row.
@@ -61,12 +86,21 @@ fn main() -> ExitCode {
 
 fn problems(args: &Args) -> Result<Vec<GemmShape>> {
     let batch = args.batch;
+    let layout = Layout {
+        a: args.a.into(),
+        b: args.b.into(),
+    };
     let shapes = if args.sweep {
         SWEEP_SIZES.iter().map(|&s| GemmShape::square(s)).collect()
     } else if let Some(s) = args.size {
         vec![GemmShape::square(s)]
     } else if let (Some(m), Some(n), Some(k)) = (args.m, args.n, args.k) {
-        vec![GemmShape { m, n, k, batch: 1 }]
+        vec![GemmShape {
+            m,
+            n,
+            k,
+            ..GemmShape::square(1)
+        }]
     } else {
         // GPU_TARGETS.md's two sizes, and an odd one whose k no cp.async/TMA version takes.
         vec![
@@ -76,13 +110,13 @@ fn problems(args: &Args) -> Result<Vec<GemmShape>> {
                 m: 1000,
                 n: 1001,
                 k: 999,
-                batch: 1,
+                ..GemmShape::square(1)
             },
         ]
     };
     let shapes: Vec<GemmShape> = shapes
         .into_iter()
-        .map(|s| GemmShape { batch, ..s })
+        .map(|s| GemmShape { batch, layout, ..s })
         .collect();
     for s in &shapes {
         if s.m == 0 || s.n == 0 || s.k == 0 || s.batch == 0 {
@@ -140,7 +174,7 @@ fn run(args: Args) -> Result<()> {
 /// The outputs checked: all of them for small problems; otherwise the edges and random
 /// outputs of the first and the last product.
 fn checked_outputs(shape: &GemmShape, seed: u64) -> Option<Vec<usize>> {
-    let GemmShape { m, n, k, batch } = *shape;
+    let GemmShape { m, n, k, batch, .. } = *shape;
     if batch * m * n * k <= FULL_CHECK_MACS {
         return None;
     }
@@ -164,12 +198,12 @@ fn run_problem<T: Element>(
     let a: Vec<T> = inputs::uniform(shape.a_len(), -1.0, 1.0, seed);
     let b: Vec<T> = inputs::uniform(shape.b_len(), -1.0, 1.0, seed.wrapping_add(1));
     let at = checked_outputs(shape, seed.wrapping_add(2));
-    let dims = (shape.batch, shape.m, shape.n, shape.k);
+    let g = shape.gemm_ex();
     let expected_values = match &at {
-        Some(at) => reference::matmul_bt_at(&a, &b, dims, at),
+        Some(at) => reference::gemm_ex_at(&a, &b, None, &g, at),
         None => {
             let all: Vec<usize> = (0..shape.c_len()).collect();
-            reference::matmul_bt_at(&a, &b, dims, &all)
+            reference::gemm_ex_at(&a, &b, None, &g, &all)
         }
     };
     let unit_roundoff = match T::DTYPE {
@@ -203,19 +237,24 @@ fn run_problem<T: Element>(
     if args.sweep {
         session = session.quiet();
     }
-    session.save_input("a", &[shape.batch, shape.m, shape.k], &a)?;
-    session.save_input("b", &[shape.batch, shape.n, shape.k], &b)?;
+    let (a_rows, a_cols) = if shape.layout.a_mn_major() {
+        (shape.k, shape.m)
+    } else {
+        (shape.m, shape.k)
+    };
+    let (b_rows, b_cols) = if shape.layout.b_mn_major() {
+        (shape.k, shape.n)
+    } else {
+        (shape.n, shape.k)
+    };
+    session.save_input("a", &[shape.batch, a_rows, a_cols], &a)?;
+    session.save_input("b", &[shape.batch, b_rows, b_cols], &b)?;
     let (a_dev, b_dev) = (gpu.upload(&a)?, gpu.upload(&b)?);
     drop((a, b));
     let mut c = gpu.alloc_poisoned::<T>(shape.c_len())?;
 
     if selected.contains(&CUBLAS) {
-        // B is stored [n, k]: the transposed right operand of a row-major product.
-        let g = GemmEx {
-            b: Stored::Transposed,
-            batch: shape.batch,
-            ..GemmEx::new(shape.m, shape.n, shape.k)
-        };
+        // The same layout (by default B stored [n, k]: the transposed right operand).
         let run = RunVersion {
             name: CUBLAS,
             kernel: None,
@@ -227,7 +266,7 @@ fn run_problem<T: Element>(
     }
     for &name in selected.iter().filter(|&&n| n != CUBLAS) {
         let version = Version::from_name(name).expect("selected from Version::ALL");
-        let (kernel, launch) = match day.plan::<T>(version, shape) {
+        let (kernel, launch) = match day.plan::<T>(version, &g) {
             Ok(plan) => plan,
             Err(e) if e.is::<Refused>() => {
                 session.skip_version(name, &e.to_string());
@@ -241,11 +280,7 @@ fn run_problem<T: Element>(
             global_bytes: None,
         };
         session.run_version(run, &mut c, &expected, |c| {
-            let ops = Operands {
-                a: &a_dev,
-                b: &b_dev,
-            };
-            day.gemm(gpu, version, shape, ops, c)
+            day.gemm(gpu, version, &g, &a_dev, &b_dev, c)
         })?;
     }
     Ok(session.finish())
@@ -266,8 +301,14 @@ fn plot_sweep(args: &Args, gpu: &Gpu, reports: &[DayReport]) -> Result<()> {
         sweep::peer_tflops,
     ));
     let title = format!(
-        "day18 tensor-core GEMM, C = A B^T, {}, {}",
-        args.dtype, gpu.info.name
+        "day18 tensor-core GEMM, {}, {}, {}",
+        Layout {
+            a: args.a.into(),
+            b: args.b.into()
+        }
+        .describe(),
+        args.dtype,
+        gpu.info.name
     );
     plot::write_svg(
         &args.plot,

@@ -1,7 +1,10 @@
-//! day18 on the GPU: every version (and cuBLAS through `gemm_ex`) against the f64 reference,
-//! every output, over sizes that are not multiples of any tile (1, primes, one past a tile),
-//! k not a multiple of 8 (refused by the cp.async and TMA versions, taken by mma_ldmatrix),
-//! batches, bf16 and f16; outputs poisoned before each run.
+//! day18 on the GPU: every version (and cuBLAS through `gemm_ex`) in every operand layout
+//! against the f64 reference, every output, over sizes that are not multiples of any tile (1,
+//! primes, one past a tile), k not a multiple of 8 or of 64, batches, bf16 and f16; outputs
+//! poisoned before each run. Each version takes a shape or refuses it exactly as the rules
+//! say (k % 8 for K-major operands, m % 8 / n % 8 for MN-major ones, nt only for the
+//! mma.sync versions and wgmma_cluster). Then alpha and beta with padded batch strides, views
+//! at odd offsets through `Gemm::run`, and the refusals' wording.
 
 use common::check;
 use common::cublas::{Cublas, GemmEx, Stored};
@@ -9,22 +12,33 @@ use common::element::Element;
 use common::reference::matmul as reference;
 use common::session::{Refused, launch_and_read};
 use common::{Gpu, inputs, testing};
-use day18::{GemmShape, Operands, TensorCoreGemm, Version};
+use cudarc::driver::CudaSlice;
+use day18::{Gemm, GemmShape, Layout, TensorCoreGemm, Version};
 use half::{bf16, f16};
 
 fn shapes() -> Vec<GemmShape> {
     let mut shapes = Vec::new();
-    let one = |m, n, k| GemmShape { m, n, k, batch: 1 };
+    let one = |m, n, k| GemmShape {
+        m,
+        n,
+        k,
+        ..GemmShape::square(1)
+    };
     for (m, n, k) in [
         (1, 1, 8),
         (1, 1, 1),
+        (8, 8, 1),
         (17, 31, 40),
+        (24, 40, 13),
         (128, 256, 64),
         (129, 257, 72),
-        (200, 300, 1000),
+        (136, 264, 72),
+        (200, 312, 1000),
         (300, 200, 999),
         (513, 97, 264),
+        (520, 96, 264),
         (1000, 1001, 1024),
+        (1000, 1000, 1000),
         (64, 1536, 128),
     ] {
         shapes.push(one(m, n, k));
@@ -34,6 +48,14 @@ fn shapes() -> Vec<GemmShape> {
         n: 270,
         k: 136,
         batch: 3,
+        ..GemmShape::square(1)
+    });
+    shapes.push(GemmShape {
+        m: 136,
+        n: 272,
+        k: 200,
+        batch: 2,
+        ..GemmShape::square(1)
     });
     shapes
 }
@@ -45,52 +67,52 @@ fn unit_roundoff<T: Element>() -> f64 {
     }
 }
 
+/// Whether `version` should refuse `g`, by the rules the README states.
+fn should_refuse(version: Version, g: &GemmEx, hopper: bool) -> bool {
+    let layout = Layout::of(g);
+    let k_major_operand = !layout.a_mn_major() || !layout.b_mn_major();
+    !version.layouts().contains(&layout)
+        || (version != Version::MmaLdmatrix && k_major_operand && !g.k.is_multiple_of(8))
+        || (layout.a_mn_major() && !g.m.is_multiple_of(8))
+        || (layout.b_mn_major() && !g.n.is_multiple_of(8))
+        || (version.is_hopper_only() && !hopper)
+}
+
 fn check_shape<T: Element>(gpu: &Gpu, cublas: &Cublas, day: &TensorCoreGemm, shape: &GemmShape) {
     let seed = (shape.m * 31 + shape.n * 7 + shape.k) as u64;
     let a: Vec<T> = inputs::uniform(shape.a_len(), -1.0, 1.0, seed);
     let b: Vec<T> = inputs::uniform(shape.b_len(), -1.0, 1.0, seed + 1);
+    let g = shape.gemm_ex();
     let all: Vec<usize> = (0..shape.c_len()).collect();
-    let expected = reference::matmul_bt_at(&a, &b, (shape.batch, shape.m, shape.n, shape.k), &all);
+    let expected = reference::gemm_ex_at(&a, &b, None, &g, &all);
     let tolerance = reference::tolerance_stored_in(shape.k, unit_roundoff::<T>());
     let out_shape = [shape.batch, shape.m, shape.n];
     let (a_dev, b_dev) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
     let mut c = gpu.alloc_poisoned::<T>(shape.c_len()).unwrap();
+    let layout = shape.layout.name();
 
-    let g = GemmEx {
-        b: Stored::Transposed,
-        batch: shape.batch,
-        ..GemmEx::new(shape.m, shape.n, shape.k)
-    };
     let got = launch_and_read(gpu, &mut c, &mut |c| {
         cublas.gemm_ex::<T, T, _, _, _>(&g, &a_dev, &b_dev, c)
     })
     .unwrap();
     let report = check::compare(&got, &expected, &out_shape, tolerance);
-    assert!(report.passed(), "cublas {shape:?} {}: {report}", T::NAME);
+    assert!(
+        report.passed(),
+        "cublas {layout} {shape:?} {}: {report}",
+        T::NAME
+    );
 
     for version in Version::ALL {
-        let what = format!("{} {shape:?} {}", version.name(), T::NAME);
-        if let Err(e) = day.plan::<T>(version, shape) {
+        let what = format!("{} {layout} {shape:?} {}", version.name(), T::NAME);
+        let refuse = should_refuse(version, &g, day.is_hopper());
+        if let Err(e) = day.plan::<T>(version, &g) {
             assert!(e.is::<Refused>(), "{what}: {e:#}");
-            // Only the versions that need k % 8 == 0 (or Hopper) refuse.
-            let hopper_missing = version.is_hopper_only() && gpu.info.arch != "sm_90";
-            assert!(
-                !shape.k.is_multiple_of(8) || hopper_missing,
-                "{what} was refused: {e:#}"
-            );
-            assert_ne!(
-                version,
-                Version::MmaLdmatrix,
-                "{what}: mma_ldmatrix takes every shape"
-            );
+            assert!(refuse, "{what} was refused: {e:#}");
             continue;
         }
+        assert!(!refuse, "{what} was taken, but the rules refuse it");
         let got = launch_and_read(gpu, &mut c, &mut |c| {
-            let ops = Operands {
-                a: &a_dev,
-                b: &b_dev,
-            };
-            day.gemm(gpu, version, shape, ops, c)
+            day.gemm(gpu, version, &g, &a_dev, &b_dev, c)
         })
         .unwrap_or_else(|e| panic!("{what}: {e:#}"));
         let report = check::compare(&got, &expected, &out_shape, tolerance);
@@ -99,43 +121,252 @@ fn check_shape<T: Element>(gpu: &Gpu, cublas: &Cublas, day: &TensorCoreGemm, sha
 }
 
 #[test]
-fn every_version_matches_the_reference_on_odd_shapes() {
+fn every_version_and_layout_matches_the_reference_on_odd_shapes() {
     let Some(gpu) = testing::gpu_or_skip("day18 GPU test") else {
         return;
     };
     let cublas = Cublas::open(&gpu).unwrap();
     let day = TensorCoreGemm::load(&gpu).unwrap();
-    for shape in shapes() {
-        check_shape::<bf16>(&gpu, &cublas, &day, &shape);
-        check_shape::<f16>(&gpu, &cublas, &day, &shape);
+    // The linear layer's layout first: if the MN-major descriptor is wrong, nt still passes
+    // and the failure names the layout.
+    for layout in Layout::ALL {
+        for shape in shapes() {
+            let shape = GemmShape { layout, ..shape };
+            check_shape::<bf16>(&gpu, &cublas, &day, &shape);
+            check_shape::<f16>(&gpu, &cublas, &day, &shape);
+        }
     }
 }
 
+/// `C = alpha op(A) op(B) + beta C` with every stride padded: A and B matrices 8 elements
+/// further apart than their size (the gaps hold data that must not be read), C 3 elements
+/// further (odd: the second product's rows start off a 4-byte boundary, so the epilogue's
+/// paired stores must fall back to single ones; the gaps must stay as they were).
+fn check_alpha_beta<T: Element>(
+    gpu: &Gpu,
+    cublas: &Cublas,
+    day: &TensorCoreGemm,
+    layout: Layout,
+    alpha: f32,
+    beta: f32,
+) {
+    let (batch, m, n, k) = (2, 136, 264, 200);
+    let g = GemmEx {
+        a: layout.a,
+        b: layout.b,
+        alpha,
+        beta,
+        batch,
+        stride_a: m * k + 8,
+        stride_b: k * n + 8,
+        stride_c: m * n + 3,
+        ..GemmEx::new(m, n, k)
+    };
+    let a: Vec<T> = inputs::uniform(batch * g.stride_a, -1.0, 1.0, 11);
+    let b: Vec<T> = inputs::uniform(batch * g.stride_b, -1.0, 1.0, 12);
+    let c0: Vec<T> = inputs::uniform(batch * g.stride_c, -1.0, 1.0, 13);
+    let all: Vec<usize> = (0..batch * m * n).collect();
+    let products = reference::gemm_ex_at(&a, &b, Some(&c0), &g, &all);
+    // The whole C buffer: products where they go, the gaps untouched.
+    let mut expected: Vec<f64> = c0.iter().map(|v| v.to_f64()).collect();
+    for (flat, v) in products.iter().enumerate() {
+        let (z, ij) = (flat / (m * n), flat % (m * n));
+        expected[z * g.stride_c + ij] = *v;
+    }
+    let tolerance = reference::tolerance_stored_in(k, unit_roundoff::<T>());
+    let (a_dev, b_dev) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
+    let run = |name: &str, launch: &mut dyn FnMut(&mut CudaSlice<T>) -> anyhow::Result<()>| {
+        // beta = 0: C poisoned (NaN), which must never be read; otherwise C holds c0.
+        let mut c = if beta == 0.0 {
+            gpu.alloc_poisoned::<T>(c0.len()).unwrap()
+        } else {
+            gpu.upload(&c0).unwrap()
+        };
+        launch(&mut c).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        gpu.synchronize().unwrap();
+        let got = gpu.download(&c).unwrap();
+        let got = if beta == 0.0 {
+            // The gaps were poisoned, not c0: compare the products only.
+            let mut kept = Vec::with_capacity(batch * m * n);
+            for z in 0..batch {
+                kept.extend_from_slice(&got[z * g.stride_c..z * g.stride_c + m * n]);
+            }
+            (kept, products.clone())
+        } else {
+            (got, expected.clone())
+        };
+        let report = check::compare(&got.0, &got.1, &[got.1.len()], tolerance);
+        assert!(report.passed(), "{name}: {report}");
+    };
+    let what = format!("{} alpha {alpha} beta {beta} {}", layout.name(), T::NAME);
+    run(&format!("cublas {what}"), &mut |c| {
+        cublas.gemm_ex::<T, T, _, _, _>(&g, &a_dev, &b_dev, c)
+    });
+    for version in Version::ALL {
+        if day.plan::<T>(version, &g).is_err() {
+            assert!(
+                should_refuse(version, &g, day.is_hopper()),
+                "{} {what} refused",
+                version.name()
+            );
+            continue;
+        }
+        run(&format!("{} {what}", version.name()), &mut |c| {
+            day.gemm(gpu, version, &g, &a_dev, &b_dev, c)
+        });
+    }
+}
+
+#[test]
+fn alpha_beta_and_padded_strides_in_every_layout() {
+    let Some(gpu) = testing::gpu_or_skip("day18 GPU alpha/beta") else {
+        return;
+    };
+    let cublas = Cublas::open(&gpu).unwrap();
+    let day = TensorCoreGemm::load(&gpu).unwrap();
+    for layout in Layout::ALL {
+        for (alpha, beta) in [(-0.75, 0.5), (2.0, 0.0), (1.0, 1.0)] {
+            check_alpha_beta::<bf16>(&gpu, &cublas, &day, layout, alpha, beta);
+        }
+        check_alpha_beta::<f16>(&gpu, &cublas, &day, layout, 0.5, -1.0);
+    }
+}
+
+/// [`Gemm::run`] on views that start `offset` elements into their buffers: 8 (16 bytes, every
+/// version may take it), 3 (off 16 bytes: the TMA and cp.async refuse, so layout nt falls back
+/// to mma_ldmatrix and the MN-major layouts are refused).
+#[test]
+fn the_library_entry_point_takes_views_and_refuses_what_it_must() {
+    let Some(gpu) = testing::gpu_or_skip("day18 GPU Gemm::run") else {
+        return;
+    };
+    let gemm = Gemm::load(&gpu).unwrap();
+    let (m, n, k) = (72, 80, 96);
+    for layout in Layout::ALL {
+        for offset in [8usize, 3] {
+            let what = format!("{} offset {offset}", layout.name());
+            let g = GemmEx {
+                a: layout.a,
+                b: layout.b,
+                alpha: 1.5,
+                beta: 0.25,
+                ..GemmEx::new(m, n, k)
+            };
+            let a: Vec<bf16> = inputs::uniform(offset + m * k, -1.0, 1.0, 21);
+            let b: Vec<bf16> = inputs::uniform(offset + k * n, -1.0, 1.0, 22);
+            let c0: Vec<bf16> = inputs::uniform(offset + m * n, -1.0, 1.0, 23);
+            let all: Vec<usize> = (0..m * n).collect();
+            let expected =
+                reference::gemm_ex_at(&a[offset..], &b[offset..], Some(&c0[offset..]), &g, &all);
+            let (a_dev, b_dev) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
+            let mut c = gpu.upload(&c0).unwrap();
+            let result = {
+                let (a_view, b_view) = (a_dev.slice(offset..), b_dev.slice(offset..));
+                let mut c_view = c.slice_mut(offset..);
+                gemm.run::<bf16, _, _, _>(&gpu, &g, &a_view, &b_view, &mut c_view)
+            };
+            let aligned = offset.is_multiple_of(8);
+            if !aligned && layout != Layout::NT {
+                let e = result.expect_err(&what);
+                assert!(
+                    e.is::<Refused>() && e.to_string().contains("16-byte"),
+                    "{what}: {e:#}"
+                );
+                continue;
+            }
+            result.unwrap_or_else(|e| panic!("{what}: {e:#}"));
+            gpu.synchronize().unwrap();
+            let got = gpu.download(&c).unwrap();
+            assert_eq!(
+                got[..offset],
+                c0[..offset],
+                "{what}: C before the view was written"
+            );
+            let tolerance = reference::tolerance_stored_in(k, unit_roundoff::<bf16>());
+            let report = check::compare(&got[offset..], &expected, &[m, n], tolerance);
+            assert!(report.passed(), "{what}: {report}");
+        }
+    }
+    // Which version it picks: wgmma_overlap for every layout on Hopper when sizes allow.
+    if gemm.versions().is_hopper() {
+        for layout in Layout::ALL {
+            let g = GemmEx {
+                a: layout.a,
+                b: layout.b,
+                ..GemmEx::new(128, 256, 64)
+            };
+            assert_eq!(gemm.choose::<bf16>(&g).unwrap(), Version::WgmmaOverlap);
+        }
+        // k = 30 in layout nt: only mma_ldmatrix takes it.
+        let odd_k = GemmEx {
+            b: Stored::Transposed,
+            ..GemmEx::new(64, 64, 30)
+        };
+        assert_eq!(gemm.choose::<bf16>(&odd_k).unwrap(), Version::MmaLdmatrix);
+    }
+}
+
+/// The sizes each rule refuses, with its reason in the message.
 #[test]
 fn refusals_are_refusals() {
     let Some(gpu) = testing::gpu_or_skip("day18 refusal test") else {
         return;
     };
     let day = TensorCoreGemm::load(&gpu).unwrap();
-    let odd_k = GemmShape {
-        m: 64,
-        n: 64,
-        k: 30,
-        batch: 1,
+    let nt = |m, n, k| GemmEx {
+        b: Stored::Transposed,
+        ..GemmEx::new(m, n, k)
     };
+    let refusal = |v: Version, g: &GemmEx| -> String {
+        let Err(e) = day.plan::<bf16>(v, g) else {
+            panic!("{} took {g:?}", v.name());
+        };
+        assert!(e.is::<Refused>(), "{e:#}");
+        e.to_string()
+    };
+    let odd_k = nt(64, 64, 30);
     for v in [
         Version::MmaPipelined,
         Version::WgmmaTma,
         Version::WgmmaOverlap,
     ] {
-        let Err(e) = day.plan::<bf16>(v, &odd_k) else {
-            panic!("{} took k = 30", v.name());
-        };
-        assert!(
-            e.is::<Refused>() && e.to_string().contains("multiple of 8"),
-            "{e:#}"
-        );
+        assert!(refusal(v, &odd_k).contains("multiple of 8"));
     }
     assert!(day.plan::<bf16>(Version::MmaLdmatrix, &odd_k).is_ok());
     assert!(day.plan::<f32>(Version::MmaLdmatrix, &odd_k).is_err());
+    if !day.is_hopper() {
+        return;
+    }
+    // MN-major A with m = 1001, MN-major B with n = 1001 (rows of 2002 bytes).
+    let tn = |m, n, k| GemmEx {
+        a: Stored::Transposed,
+        ..GemmEx::new(m, n, k)
+    };
+    let why = refusal(Version::WgmmaOverlap, &tn(1001, 64, 64));
+    assert!(why.contains("m = 1001") && why.contains("[k, m]"), "{why}");
+    let why = refusal(Version::WgmmaTma, &GemmEx::new(64, 1001, 64));
+    assert!(why.contains("n = 1001") && why.contains("[k, n]"), "{why}");
+    // Both MN-major: k is the number of rows, any k goes.
+    assert!(
+        day.plan::<bf16>(Version::WgmmaOverlap, &tn(64, 64, 30))
+            .is_ok()
+    );
+    // K-major only versions name the layout.
+    for v in [
+        Version::MmaLdmatrix,
+        Version::MmaPipelined,
+        Version::WgmmaCluster,
+    ] {
+        let why = refusal(v, &tn(64, 64, 64));
+        assert!(why.contains("K-major") && why.contains("tn"), "{why}");
+    }
+    // A batch stride the TMA cannot take: 0 (broadcast) and not a multiple of 16 bytes.
+    for stride_b in [0, 64 * 64 + 4] {
+        let g = GemmEx {
+            batch: 2,
+            stride_b,
+            ..nt(64, 64, 64)
+        };
+        assert!(refusal(Version::WgmmaOverlap, &g).contains("batch strides"));
+    }
 }

@@ -1,8 +1,8 @@
 //! Day 19: fused linear + cross-entropy with its backward, in chunks of tokens (Liger Kernel's
 //! FusedLinearCrossEntropy, in our own code). The cross-entropy kernels are in
 //! `cross_entropy.cu` ([`CrossEntropy`]); the three GEMMs per chunk go through a
-//! [`GemmBackend`] (cuBLAS here; a later day plugs its own GEMM in with a few lines); the
-//! chunked loop is [`FusedPlan::run`].
+//! [`GemmBackend`]: cuBLAS (`chunked_cublas`) or day 18's own tensor-core GEMM
+//! ([`Day18Gemm`], `chunked_day18`); the chunked loop is [`FusedPlan::run`].
 
 use anyhow::{Result, bail};
 use common::cublas::{Cublas, GemmEx, Stored};
@@ -22,7 +22,7 @@ pub const SOURCE: KernelSource = KernelSource {
 };
 
 /// Versions of the fused problem, in table order.
-pub const FUSED_VERSIONS: &[&str] = &["naive", "chunked_cublas"];
+pub const FUSED_VERSIONS: &[&str] = &["naive", "chunked_cublas", "chunked_day18"];
 /// Versions of cross-entropy alone on given logits.
 pub const CE_VERSIONS: &[&str] = &["two_pass", "cluster8"];
 
@@ -368,11 +368,16 @@ impl CrossEntropy {
 
 /// A bf16 GEMM with f32 accumulation, [`Cublas::gemm_ex`]'s contract: row-major
 /// `C (m x n) = alpha op(A) op(B) + beta C`, one matrix (batch 1), views as operands. The
-/// chunked loop asks for nothing else, so another GEMM (a later day's own) plugs in by
+/// chunked loop asks for nothing else, so another GEMM (day 18's own) plugs in by
 /// implementing this.
 pub trait GemmBackend {
-    /// For the version's name: `cublas`.
+    /// For the version's name: `cublas`, `day18`.
     fn name(&self) -> &str;
+    /// [`Refused`] when the backend cannot take `g`'s sizes, asked before anything is
+    /// enqueued. Takes everything unless the backend says otherwise.
+    fn check(&self, _g: &GemmEx) -> Result<()> {
+        Ok(())
+    }
     fn gemm(
         &self,
         g: &GemmEx,
@@ -395,6 +400,46 @@ impl GemmBackend for Cublas {
         c: &mut CudaViewMut<bf16>,
     ) -> Result<()> {
         self.gemm_ex::<bf16, bf16, _, _, _>(g, a, b, c)
+    }
+}
+
+/// Day 18's GEMM (`wgmma_overlap` in every layout on Hopper; see `day18::Gemm`) on the GPU it
+/// was loaded for. Its TMA path needs 16-byte rows: an MN-major operand's m or n, and a
+/// K-major operand's k, a multiple of 8. In the chunked loop that is V and Hd (dH reads W
+/// `[V, Hd]` as is, dW reads dz `[chunk, V]` transposed and H `[chunk, Hd]` as is): other
+/// sizes are refused.
+pub struct Day18Gemm<'g> {
+    gpu: &'g Gpu,
+    gemm: day18::Gemm,
+}
+
+impl<'g> Day18Gemm<'g> {
+    /// Compiles day 18's kernels for `gpu` (sm_90a on Hopper).
+    pub fn load(gpu: &'g Gpu) -> Result<Self> {
+        Ok(Self {
+            gpu,
+            gemm: day18::Gemm::load(gpu)?,
+        })
+    }
+}
+
+impl GemmBackend for Day18Gemm<'_> {
+    fn name(&self) -> &str {
+        "day18"
+    }
+
+    fn check(&self, g: &GemmEx) -> Result<()> {
+        self.gemm.choose::<bf16>(g).map(|_| ())
+    }
+
+    fn gemm(
+        &self,
+        g: &GemmEx,
+        a: &CudaView<bf16>,
+        b: &CudaView<bf16>,
+        c: &mut CudaViewMut<bf16>,
+    ) -> Result<()> {
+        self.gemm.run::<bf16, _, _, _>(self.gpu, g, a, b, c)
     }
 }
 
@@ -480,6 +525,46 @@ impl FusedPlan {
         })
     }
 
+    /// The three GEMMs of a chunk of `rows` tokens, in the order [`FusedPlan::run`] enqueues
+    /// them: logits = H W^T, dH = dz W, dW (+)= dz^T H.
+    fn chunk_gemms(&self, rows: usize, accumulate: bool) -> [GemmEx; 3] {
+        let Shape { hidden, vocab, .. } = self.shape;
+        [
+            // logits (rows x V) = H_chunk (rows x Hd) W^T, W stored V x Hd.
+            gemm(rows, vocab, hidden, Stored::AsIs, Stored::Transposed, false),
+            // dH_chunk (rows x Hd) = dlogits (rows x V) W (V x Hd).
+            gemm(rows, hidden, vocab, Stored::AsIs, Stored::AsIs, false),
+            // dW (V x Hd) += dlogits^T (V x rows) H_chunk (rows x Hd).
+            gemm(
+                vocab,
+                hidden,
+                rows,
+                Stored::Transposed,
+                Stored::AsIs,
+                accumulate,
+            ),
+        ]
+    }
+
+    /// [`Refused`] when `backend` cannot take one of the GEMMs of this plan (the full chunk
+    /// and the ragged last one), before anything is enqueued.
+    pub fn check_backend(&self, backend: &dyn GemmBackend) -> Result<()> {
+        let tokens = self.shape.tokens;
+        let last = tokens - (tokens - 1) / self.chunk * self.chunk;
+        for rows in [self.chunk, last] {
+            for g in self.chunk_gemms(rows, true) {
+                backend.check(&g).map_err(|e| {
+                    if e.is::<Refused>() {
+                        Refused(format!("{} GEMM {}: {e}", backend.name(), describe(&g))).into()
+                    } else {
+                        e
+                    }
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// Device memory this plan holds beyond the inputs and outputs.
     pub fn scratch_bytes(&self) -> u64 {
         2 * self.logits.len() as u64 + self.loss_scratch.bytes()
@@ -519,16 +604,17 @@ impl FusedPlan {
                 grads.len()
             );
         }
+        self.check_backend(backend)?;
         ce.count_valid(gpu, targets, vocab, opts, &mut self.loss_scratch)?;
         let (mut dh, mut dw) = grads.split_at_mut(tokens * hidden);
         let w_view = w.as_view();
         for start in (0..tokens).step_by(self.chunk) {
             let rows = self.chunk.min(tokens - start);
             let h_chunk = h.slice(start * hidden..(start + rows) * hidden);
+            // The first chunk overwrites dW, so dW needs no zeroing (its poison is never read).
+            let [logits_gemm, dh_gemm, dw_gemm] = self.chunk_gemms(rows, start > 0);
             let mut logits = self.logits.slice_mut(..rows * vocab);
-            // logits (rows x V) = H_chunk (rows x Hd) W^T, W stored V x Hd.
-            let g = gemm(rows, vocab, hidden, Stored::AsIs, Stored::Transposed, false);
-            backend.gemm(&g, &h_chunk, &w_view, &mut logits)?;
+            backend.gemm(&logits_gemm, &h_chunk, &w_view, &mut logits)?;
             ce.rows_in_place(
                 gpu,
                 self.row_kernel,
@@ -540,21 +626,9 @@ impl FusedPlan {
                 opts,
             )?;
             let dlogits = self.logits.slice(..rows * vocab);
-            // dH_chunk (rows x Hd) = dlogits (rows x V) W (V x Hd).
-            let g = gemm(rows, hidden, vocab, Stored::AsIs, Stored::AsIs, false);
             let mut dh_chunk = dh.slice_mut(start * hidden..(start + rows) * hidden);
-            backend.gemm(&g, &dlogits, &w_view, &mut dh_chunk)?;
-            // dW (V x Hd) += dlogits^T (V x rows) H_chunk (rows x Hd); the first chunk
-            // overwrites, so dW needs no zeroing (and its poison is never read).
-            let g = gemm(
-                vocab,
-                hidden,
-                rows,
-                Stored::Transposed,
-                Stored::AsIs,
-                start > 0,
-            );
-            backend.gemm(&g, &dlogits, &h_chunk, &mut dw)?;
+            backend.gemm(&dh_gemm, &dlogits, &w_view, &mut dh_chunk)?;
+            backend.gemm(&dw_gemm, &dlogits, &h_chunk, &mut dw)?;
         }
         ce.mean_loss(gpu, tokens, &self.loss_scratch, loss)
     }
@@ -661,6 +735,22 @@ pub mod tolerance {
     /// vocabulary entry with label smoothing leaves only the z-loss term), where the absolute
     /// term is what bounds it: 1.4e-4 relative was seen on the H100 for that case.
     pub const CE_LOSS: Tolerance = Tolerance::new(1e-5, 1e-4).with_max_rel_l2(1e-3);
+}
+
+/// `m x n x k, A as-is, B transposed` for a refusal's message.
+fn describe(g: &GemmEx) -> String {
+    let stored = |s: Stored| match s {
+        Stored::AsIs => "as-is",
+        Stored::Transposed => "transposed",
+    };
+    format!(
+        "{} x {} x {} (m x n x k), A {}, B {}",
+        g.m,
+        g.n,
+        g.k,
+        stored(g.a),
+        stored(g.b)
+    )
 }
 
 fn gib(bytes: u64) -> f64 {

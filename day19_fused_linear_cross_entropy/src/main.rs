@@ -14,8 +14,9 @@ use common::report::DayReport;
 use common::session::{Expected, Problem, Refused, Session, Version};
 use common::{Gpu, UsageError, inputs};
 use day19::{
-    CE_VERSIONS, CrossEntropy, FUSED_VERSIONS, FusedPlan, LossScratch, RowKernel, Shape,
-    default_chunk, make_inputs, make_targets, output_bytes, planned_scratch_bytes, tolerance,
+    CE_VERSIONS, CrossEntropy, Day18Gemm, FUSED_VERSIONS, FusedPlan, GemmBackend, LossScratch,
+    RowKernel, Shape, default_chunk, make_inputs, make_targets, output_bytes,
+    planned_scratch_bytes, tolerance,
 };
 use half::bf16;
 
@@ -32,7 +33,7 @@ struct Args {
     /// Vocabulary V (rows of W, columns of the logits).
     #[arg(long, default_value_t = 128256, value_parser = clap::value_parser!(u64).range(1..))]
     vocab: u64,
-    /// Tokens per chunk of chunked_cublas (default: the logits chunk about 4x the size of H,
+    /// Tokens per chunk of chunked_cublas and chunked_day18 (default: the logits chunk about 4x the size of H,
     /// a power of two, at least 128 rows).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     chunk: Option<u64>,
@@ -230,6 +231,12 @@ fn run_fused(
     session.save_input("targets", &[tokens], &targets)?;
 
     let cublas = Cublas::open(gpu)?;
+    // Day 18's kernels are compiled only when its version runs (tens of seconds of NVRTC).
+    let day18 = if versions.contains(&"chunked_day18") {
+        Some(Day18Gemm::load(gpu)?)
+    } else {
+        None
+    };
     let (h_dev, w_dev, t_dev) = (gpu.upload(&h)?, gpu.upload(&w)?, gpu.upload(&targets)?);
     drop((h, w));
     let mut grads = gpu.alloc_poisoned::<bf16>(grads_len)?;
@@ -246,6 +253,17 @@ fn run_fused(
             }
             Err(e) => return Err(e),
         };
+        let backend: &dyn GemmBackend = match (name, &day18) {
+            ("chunked_day18", Some(day18)) => day18,
+            _ => &cublas,
+        };
+        if let Err(e) = plan.check_backend(backend) {
+            if e.is::<Refused>() {
+                session.skip_version(name, &e.to_string());
+                continue;
+            }
+            return Err(e);
+        }
         let chunks = tokens.div_ceil(plan.chunk);
         let row_kernel = ce.row_kernel(plan.row_kernel)?;
         let row_shape = plan.row_kernel.shape(plan.chunk);
@@ -316,7 +334,7 @@ fn run_fused(
             report
         };
         session.run_version_checked(version, &mut grads, &grads_shape, check, |g| {
-            plan.run(gpu, ce, &cublas, &h_dev, &w_dev, &t_dev, opts, g, &mut loss)
+            plan.run(gpu, ce, backend, &h_dev, &w_dev, &t_dev, opts, g, &mut loss)
         })?;
         print_memory(
             name,

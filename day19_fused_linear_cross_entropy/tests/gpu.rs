@@ -2,14 +2,17 @@
 //! against the f64 reference over T of 1, 17, 100 and V of 1, 31, 1000, 4099 (odd V: rows off
 //! 16-byte boundaries), with ignored targets (all of them too: loss 0, no NaN), label
 //! smoothing and z-loss; cross-entropy alone, both row kernels, out of place and in place.
+//! `chunked_day18` (day 18's GEMM as the backend) on the vocabularies it takes (V and Hd
+//! multiples of 8), and its refusal of the others before anything runs.
 
 use common::cublas::Cublas;
 use common::reference::cross_entropy::{self as reference, CeOptions, IGNORE_INDEX, Rounding};
+use common::session::Refused;
 use common::session::launch_and_read;
 use common::{Gpu, check, inputs, testing};
 use day19::{
-    CE_VERSIONS, CrossEntropy, FusedPlan, LossScratch, RowKernel, Shape, make_inputs, make_targets,
-    tolerance,
+    CE_VERSIONS, CrossEntropy, Day18Gemm, FusedPlan, GemmBackend, LossScratch, RowKernel, Shape,
+    make_inputs, make_targets, tolerance,
 };
 use half::bf16;
 
@@ -29,13 +32,16 @@ fn options(eps: f64, z: f64) -> CeOptions {
 fn check_fused(
     gpu: &Gpu,
     ce: &CrossEntropy,
-    cublas: &Cublas,
+    backend: &dyn GemmBackend,
     shape: Shape,
     chunk: usize,
     opts: &CeOptions,
     ignore_fraction: f64,
 ) {
-    let what = format!("fused {shape:?} chunk {chunk} {opts:?} ignore {ignore_fraction}");
+    let what = format!(
+        "fused ({}) {shape:?} chunk {chunk} {opts:?} ignore {ignore_fraction}",
+        backend.name()
+    );
     let seed = (shape.tokens * 7919 + shape.vocab * 31 + chunk) as u64;
     let (h, w, targets) = make_inputs(shape, ignore_fraction, opts.ignore_index, seed);
     let expected = reference::linear_cross_entropy(&h, &w, &targets, shape, opts, Rounding::Bf16);
@@ -52,7 +58,7 @@ fn check_fused(
         .unwrap();
     let mut loss = gpu.alloc_poisoned::<f32>(1).unwrap();
     let got = launch_and_read(gpu, &mut grads, &mut |g| {
-        plan.run(gpu, ce, cublas, &h_dev, &w_dev, &t_dev, opts, g, &mut loss)
+        plan.run(gpu, ce, backend, &h_dev, &w_dev, &t_dev, opts, g, &mut loss)
     })
     .unwrap_or_else(|e| panic!("{what}: {e:#}"));
     let split = shape.tokens * shape.hidden;
@@ -97,6 +103,110 @@ fn fused_versions_match_the_reference_on_odd_shapes() {
             check_fused(&gpu, &ce, &cublas, shape, 16, &options(0.1, 1e-3), 0.25);
         }
     }
+}
+
+/// V that day 18's TMA path takes (multiples of 8) and Hd = 72: 1, several and ragged chunks.
+const DAY18_VOCABS: &[usize] = &[8, 1000, 4096];
+
+#[test]
+fn chunked_day18_matches_the_reference() {
+    let Some(gpu) = testing::gpu_or_skip("day19 GPU chunked_day18") else {
+        return;
+    };
+    let ce = CrossEntropy::load(&gpu).unwrap();
+    let day18 = Day18Gemm::load(&gpu).unwrap();
+    if !gpu_is_hopper(&gpu) {
+        eprintln!("SKIPPED chunked_day18 correctness: day 18's MN-major GEMMs need an sm_90 GPU");
+        return;
+    }
+    for &tokens in TOKENS {
+        for &vocab in DAY18_VOCABS {
+            let shape = Shape {
+                tokens,
+                hidden: HIDDEN,
+                vocab,
+            };
+            for chunk in [tokens, 16, 7] {
+                check_fused(&gpu, &ce, &day18, shape, chunk, &CeOptions::default(), 0.0);
+            }
+            check_fused(&gpu, &ce, &day18, shape, 16, &options(0.1, 1e-3), 0.25);
+        }
+    }
+    // Everything ignored, and the cluster kernel's long rows.
+    let shape = Shape {
+        tokens: 17,
+        hidden: 40,
+        vocab: 1000,
+    };
+    check_fused(&gpu, &ce, &day18, shape, 5, &options(0.1, 1e-2), 1.0);
+    let shape = Shape {
+        tokens: 33,
+        hidden: 64,
+        vocab: 32768,
+    };
+    check_fused(&gpu, &ce, &day18, shape, 8, &options(0.05, 1e-4), 0.1);
+}
+
+fn gpu_is_hopper(gpu: &Gpu) -> bool {
+    gpu.info.arch == "sm_90"
+}
+
+/// V or Hd off a multiple of 8: day 18's dH and dW GEMMs read W and H along V and Hd (MN-major
+/// operands), and refuse; the version is refused before anything is enqueued, with the GEMM
+/// and the reason in the message.
+#[test]
+fn chunked_day18_refuses_what_day18_refuses() {
+    let Some(gpu) = testing::gpu_or_skip("day19 GPU chunked_day18 refusals") else {
+        return;
+    };
+    let day18 = Day18Gemm::load(&gpu).unwrap();
+    let opts = CeOptions::default();
+    for (hidden, vocab) in [(72, 31), (72, 4099), (13, 1000)] {
+        let shape = Shape {
+            tokens: 17,
+            hidden,
+            vocab,
+        };
+        let plan = FusedPlan::new(&gpu, shape, 16, &opts).unwrap();
+        let err = plan
+            .check_backend(&day18)
+            .expect_err("day18 took V or Hd off a multiple of 8");
+        assert!(err.is::<Refused>(), "{err:#}");
+        let text = err.to_string();
+        assert!(
+            text.contains("day18 GEMM") && text.contains("multiple of 8"),
+            "{text}"
+        );
+        // run() refuses the same way, with the outputs untouched.
+        let ce = CrossEntropy::load(&gpu).unwrap();
+        let (h, w, targets) = make_inputs(shape, 0.0, opts.ignore_index, 5);
+        let (h, w, t) = (
+            gpu.upload(&h).unwrap(),
+            gpu.upload(&w).unwrap(),
+            gpu.upload(&targets).unwrap(),
+        );
+        let mut plan = plan;
+        let mut grads = gpu.alloc_poisoned::<bf16>((17 + vocab) * hidden).unwrap();
+        let mut loss = gpu.alloc_poisoned::<f32>(1).unwrap();
+        let err = plan
+            .run(&gpu, &ce, &day18, &h, &w, &t, &opts, &mut grads, &mut loss)
+            .unwrap_err();
+        assert!(err.is::<Refused>(), "{err:#}");
+    }
+    // cuBLAS takes all of them.
+    let cublas = Cublas::open(&gpu).unwrap();
+    let plan = FusedPlan::new(
+        &gpu,
+        Shape {
+            tokens: 17,
+            hidden: 13,
+            vocab: 31,
+        },
+        16,
+        &opts,
+    )
+    .unwrap();
+    assert!(plan.check_backend(&cublas).is_ok());
 }
 
 #[test]

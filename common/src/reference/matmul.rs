@@ -5,6 +5,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::check::Tolerance;
+use crate::cublas::{GemmEx, Stored};
 use crate::element::Element;
 
 /// Problems up to this many multiply-adds get a full reference (about a second of CPU in a
@@ -77,6 +78,66 @@ pub fn matmul_bt_at<T: Element>(
                 .zip(b_row)
                 .map(|(x, y)| x.to_f64() * y.to_f64())
                 .sum()
+        })
+        .collect()
+}
+
+/// The general row-major product of [`GemmEx`]: `C = alpha op(A) op(B) + beta C`, each operand
+/// stored as is or transposed (A as `[m, k]` or `[k, m]`, B as `[k, n]` or `[n, k]`), `batch`
+/// products whose matrices are `stride_*` elements apart. Returns the elements at the flat
+/// indices `at` of the logical `[batch, m, n]` output (`z m n + i n + j`, whatever
+/// `stride_c`). `c` is C before the product, read only where `beta != 0` (as the kernels do:
+/// with beta = 0 whatever C held, NaN included, does not matter); `None` reads as zeros.
+pub fn gemm_ex_at<T: Element>(
+    a: &[T],
+    b: &[T],
+    c: Option<&[T]>,
+    g: &GemmEx,
+    at: &[usize],
+) -> Vec<f64> {
+    let GemmEx { m, n, k, batch, .. } = *g;
+    let last = batch.saturating_sub(1);
+    assert!(
+        a.len() >= last * g.stride_a + m * k,
+        "A holds {} elements, not {batch} matrices {} apart",
+        a.len(),
+        g.stride_a
+    );
+    assert!(
+        b.len() >= last * g.stride_b + k * n,
+        "B holds {} elements, not {batch} matrices {} apart",
+        b.len(),
+        g.stride_b
+    );
+    if let Some(c) = c {
+        assert!(
+            c.len() >= last * g.stride_c + m * n,
+            "C is too short for {g:?}"
+        );
+    }
+    let a_at = |z: usize, i: usize, l: usize| match g.a {
+        Stored::AsIs => a[z * g.stride_a + i * k + l],
+        Stored::Transposed => a[z * g.stride_a + l * m + i],
+    };
+    let b_at = |z: usize, l: usize, j: usize| match g.b {
+        Stored::AsIs => b[z * g.stride_b + l * n + j],
+        Stored::Transposed => b[z * g.stride_b + j * k + l],
+    };
+    at.iter()
+        .map(|&flat| {
+            let (z, i, j) = (flat / (m * n), flat / n % m, flat % n);
+            assert!(
+                z < batch,
+                "index {flat} is outside a {batch} x {m} x {n} output"
+            );
+            let dot: f64 = (0..k)
+                .map(|l| a_at(z, i, l).to_f64() * b_at(z, l, j).to_f64())
+                .sum();
+            let before = match c {
+                Some(c) if g.beta != 0.0 => c[z * g.stride_c + i * n + j].to_f64(),
+                _ => 0.0,
+            };
+            f64::from(g.alpha) * dot + f64::from(g.beta) * before
         })
         .collect()
 }
@@ -164,6 +225,73 @@ mod tests {
                 approx::assert_relative_eq!(*w, *g, max_relative = 1e-12);
             }
         }
+    }
+
+    /// `x` (rows x cols, row-major) transposed.
+    fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+        (0..rows * cols)
+            .map(|f| x[(f % rows) * cols + f / rows])
+            .collect()
+    }
+
+    #[test]
+    fn every_layout_alpha_beta_and_batch_stride_match_the_plain_product() {
+        let (batch, m, n, k) = (2, 5, 3, 4);
+        // Matrices 7 elements further apart than their size: the gaps must not be read.
+        let (sa, sb, sc) = (m * k + 7, k * n + 7, m * n + 7);
+        let a: Vec<f32> = crate::inputs::uniform(batch * sa, -1.0, 1.0, 6);
+        let b: Vec<f32> = crate::inputs::uniform(batch * sb, -1.0, 1.0, 7);
+        let c: Vec<f32> = crate::inputs::uniform(batch * sc, -1.0, 1.0, 8);
+        let all: Vec<usize> = (0..batch * m * n).collect();
+        for a_stored in [Stored::AsIs, Stored::Transposed] {
+            for b_stored in [Stored::AsIs, Stored::Transposed] {
+                let g = GemmEx {
+                    a: a_stored,
+                    b: b_stored,
+                    alpha: -0.75,
+                    beta: 0.5,
+                    batch,
+                    stride_a: sa,
+                    stride_b: sb,
+                    stride_c: sc,
+                    ..GemmEx::new(m, n, k)
+                };
+                let got = gemm_ex_at(&a, &b, Some(&c), &g, &all);
+                for z in 0..batch {
+                    // The stored matrices, brought back to A [m, k] and B [k, n].
+                    let az = &a[z * sa..z * sa + m * k];
+                    let bz = &b[z * sb..z * sb + k * n];
+                    let a_mk = match a_stored {
+                        Stored::AsIs => az.to_vec(),
+                        Stored::Transposed => transpose(az, k, m),
+                    };
+                    let b_kn = match b_stored {
+                        Stored::AsIs => bz.to_vec(),
+                        Stored::Transposed => transpose(bz, n, k),
+                    };
+                    let product = matmul(&a_mk, &b_kn, m, n, k);
+                    for (f, p) in product.iter().enumerate() {
+                        let want = -0.75 * p + 0.5 * f64::from(c[z * sc + f]);
+                        approx::assert_relative_eq!(want, got[z * m * n + f], max_relative = 1e-12);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn beta_zero_never_reads_c() {
+        let g = GemmEx {
+            b: Stored::Transposed,
+            ..GemmEx::new(2, 2, 3)
+        };
+        let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let b = [1.0f32, 0.0, 0.0, 0.0, 1.0, 0.0];
+        let poison = [f32::NAN; 4];
+        let got = gemm_ex_at(&a, &b, Some(&poison), &g, &[0, 1, 2, 3]);
+        assert_eq!(got, vec![1.0, 2.0, 4.0, 5.0]);
+        // The K-major layout is matmul_bt_at's.
+        assert_eq!(got, matmul_bt_at(&a, &b, (1, 2, 2, 3), &[0, 1, 2, 3]));
     }
 
     #[test]
