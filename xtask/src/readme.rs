@@ -193,6 +193,17 @@ fn run_line(results: &RunResults, report: &DayReport) -> String {
     )
 }
 
+/// What the run says of the day's GPU tests (`dayNN-test-*` executables; a failing one
+/// stops the report before this): the claim is made only when they ran.
+fn tests_line(results: &RunResults, day: &str) -> &'static str {
+    let prefix = format!("{day}-test-");
+    if results.tests.iter().any(|t| t.name.starts_with(&prefix)) {
+        "Every GPU test passed in the same run."
+    } else {
+        "The day's GPU tests were not part of this run."
+    }
+}
+
 /// The text a day's README gets: where and when, then a table per problem, then the plots.
 fn day_block(
     reports: &[&DayReport],
@@ -232,8 +243,9 @@ fn day_block(
         )
     };
     let mut out = format!(
-        "Measured on {}. {what} Every GPU test passed in the same run.\n",
+        "Measured on {}. {what} {}\n",
         run_line(results, first),
+        tests_line(results, &first.day),
     );
     for report in reports {
         out += &format!("\n**{}**\n\n{}\n", report.problem, report.markdown_table());
@@ -426,6 +438,24 @@ fn replace_between(text: &str, begin: &str, end: &str, body: &str) -> Result<Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tests_claim_is_made_only_when_the_days_gpu_tests_ran() {
+        let results: RunResults = serde_json::from_str(
+            r#"{"commit": "abc", "dirty": false, "run_at": "2026-11-22", "days": [],
+                "tests": [{"name": "day18-lib", "passed": true},
+                          {"name": "day20-test-gpu", "passed": true}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            tests_line(&results, "day20"),
+            "Every GPU test passed in the same run."
+        );
+        assert_eq!(
+            tests_line(&results, "day18"),
+            "The day's GPU tests were not part of this run."
+        );
+    }
 
     #[test]
     fn replaces_only_between_the_markers() {
