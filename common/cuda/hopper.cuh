@@ -1,7 +1,7 @@
 // Hopper (sm_90a) building blocks: the Tensor Memory Accelerator (TMA) copying a tile of a
 // tensor into shared memory on its own, the mbarrier that tells consumers the bytes arrived,
 // and the warpgroup matrix multiply (`wgmma`) reading both operands straight from shared
-// memory. Used by the tensor-core GEMM (day 18); the attention days can reuse it.
+// memory. Used by the tensor-core GEMM (day 18) and FlashAttention on Hopper (day 10).
 //
 // How they fit together in a warp-specialized kernel:
 //   producer (one thread):  wait empty[s] -> expect_tx(full[s], bytes) -> TMA A, B into stage s
@@ -185,16 +185,29 @@ template <int R> __device__ __forceinline__ void wgmma_fence_operands(float (&d)
 #pragma unroll
     for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+// The same for register A operands (RS): they must not be overwritten while a wgmma reads them.
+template <int R> __device__ __forceinline__ void wgmma_fence_operands(unsigned (&a)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
 
-// D (64 x N, f32) (+)= A (64 x 16) B (16 x N), each operand read from shared memory through
-// its descriptor. TRANS_A / TRANS_B are the instruction's imm-trans-a / imm-trans-b: 0 reads
-// the operand K-major (`wgmma_descriptor_k_major_sw128`), 1 MN-major
-// (`wgmma_descriptor_mn_major_sw128`); the transposed forms exist for f16 and bf16 only.
-// `accumulate` = 0 overwrites D (the first k-step of a tile). The accumulator layout of
-// thread t of the warpgroup (warp w = t / 32, lane l) repeats mma.m16n8's C layout: for each
-// 8-column block j, d[4j], d[4j+1] = D[16w + l/4][8j + 2(l%4), +1] and d[4j+2], d[4j+3] the
-// same columns 8 rows lower.
+// D (64 x N, f32) (+)= A (64 x 16) B (16 x N). B is read from shared memory through its
+// descriptor; A either from shared memory too (`wgmma_m64k16`, "SS") or from registers
+// (`wgmma_m64k16_rs`, "RS": an operand just computed, such as attention's probabilities, needs
+// no trip through shared memory). TRANS_A / TRANS_B are the instruction's imm-trans-a /
+// imm-trans-b: 0 reads the operand K-major (`wgmma_descriptor_k_major_sw128`), 1 MN-major
+// (`wgmma_descriptor_mn_major_sw128`); the transposed forms exist for f16 and bf16 only, and a
+// register A has no transpose. `accumulate` = 0 overwrites D (the first k-step of a tile).
+//
+// The accumulator layout of thread t of the warpgroup (warp w = t / 32, lane l) repeats
+// mma.m16n8's C layout: for each 8-column block j, d[4j], d[4j+1] = D[16w + l/4][8j + 2(l%4),
+// +1] and d[4j+2], d[4j+3] the same columns 8 rows lower. A register A fragment is
+// mma.m16n8k16's A fragment of the warp's 16 rows: a[0] = (row l/4, k 2(l%4), +1), a[1] = 8
+// rows lower, a[2] and a[3] the same 8 columns further; each register two 16-bit values, the
+// lower k in the low half. So two adjacent 8-column blocks of an accumulator, rounded to 16
+// bits, are one k16 step of a register A operand.
 template <int N, typename T> struct WgmmaM64K16;
+template <int N, typename T> struct WgmmaM64K16Rs;
 
 template <int N, typename T, int TRANS_A = 0, int TRANS_B = 0>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], unsigned long long desc_a,
@@ -204,63 +217,88 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], unsigned long lo
     WgmmaM64K16<N, T>::template run<TRANS_A, TRANS_B>(d, desc_a, desc_b, accumulate);
 }
 
-// The instruction's 128 accumulator operands, written once for both input types; the
-// transpose immediates are "n" operands (%131, %132), so each (TRANS_A, TRANS_B) pair is its
-// own instruction with no run-time choice. Other n (8 to 256 in steps of 8) would be
-// specializations of the same form; day 18 needs 256 only.
-#define WGMMA_M64N256K16(T, PTX_TYPE)                                                              \
-    template <> struct WgmmaM64K16<256, T> {                                                       \
+template <int N, typename T, int TRANS_B = 0>
+__device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const unsigned (&a)[4],
+                                                unsigned long long desc_b, int accumulate) {
+    static_assert(TRANS_B == 0 || TRANS_B == 1, "imm-trans-b is 0 (K-major) or 1 (MN-major)");
+    WgmmaM64K16Rs<N, T>::template run<TRANS_B>(d, a, desc_b, accumulate);
+}
+
+// The accumulator operands: N / 2 f32 registers "+f"(d[0]) ... bound to %0 ... in order.
+#define WGMMA_D8(d, o)                                                                             \
+    "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]),    \
+        "+f"(d[o + 6]), "+f"(d[o + 7])
+#define WGMMA_D32(d, o) WGMMA_D8(d, o), WGMMA_D8(d, o + 8), WGMMA_D8(d, o + 16), WGMMA_D8(d, o + 24)
+#define WGMMA_D64(d, o) WGMMA_D32(d, o), WGMMA_D32(d, o + 32)
+#define WGMMA_D128(d, o) WGMMA_D64(d, o), WGMMA_D64(d, o + 64)
+#define WGMMA_D32_LIST \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+#define WGMMA_D64_LIST \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define WGMMA_D128_LIST \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63," \
+    "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79," \
+    "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95," \
+    "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111," \
+    "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+
+// One specialization per (N, type): the transpose immediates are "n" operands, so each
+// (TRANS_A, TRANS_B) pair is its own instruction with no run-time choice. R = N / 2
+// accumulators take %0 .. %R-1; the operands after them are numbered from R, written out as
+// literals in each use below (the PTX string cannot compute them).
+#define WGMMA_SS(N, R, T, PTX_TYPE, TAIL)                                                          \
+    template <> struct WgmmaM64K16<N, T> {                                                         \
         template <int TRANS_A, int TRANS_B>                                                        \
-        static __device__ __forceinline__ void run(float(&d)[128], unsigned long long desc_a,      \
+        static __device__ __forceinline__ void run(float(&d)[R], unsigned long long desc_a,        \
                                                    unsigned long long desc_b, int accumulate) {    \
-            asm volatile(                                                                          \
-                "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                      \
-                "wgmma.mma_async.sync.aligned.m64n256k16.f32." PTX_TYPE "." PTX_TYPE " {"          \
-                "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                           \
-                "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"                 \
-                "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"                 \
-                "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"                 \
-                "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"                 \
-                "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"                 \
-                "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"     \
-                "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"  \
-                "}, %128, %129, p, 1, 1, %131, %132;\n}\n"                                         \
-                :                                                                                  \
-                    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),                                \
-                    "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),                                \
-                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),                              \
-                    "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),                            \
-                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),                            \
-                    "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),                            \
-                    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),                            \
-                    "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),                            \
-                    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),                            \
-                    "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),                            \
-                    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),                            \
-                    "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),                            \
-                    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),                            \
-                    "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),                            \
-                    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),                            \
-                    "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),                            \
-                    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]),                            \
-                    "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),                            \
-                    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]),                            \
-                    "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),                            \
-                    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),                            \
-                    "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),                            \
-                    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),                            \
-                    "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),                            \
-                    "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),                            \
-                    "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),                        \
-                    "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),                        \
-                    "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),                        \
-                    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),                        \
-                    "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),                        \
-                    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]),                        \
-                    "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])                         \
-                : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B));          \
+            asm volatile("{\n.reg .pred p;\n" TAIL(                                               \
+                             "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_TYPE            \
+                             "." PTX_TYPE " {" WGMMA_D##R##_LIST "}, ")                            \
+                         : WGMMA_D##R(d, 0)                                                        \
+                         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_A),                \
+                           "n"(TRANS_B));                                                          \
         }                                                                                          \
     };
+#define WGMMA_RS(N, R, T, PTX_TYPE, TAIL)                                                          \
+    template <> struct WgmmaM64K16Rs<N, T> {                                                       \
+        template <int TRANS_B>                                                                     \
+        static __device__ __forceinline__ void run(float(&d)[R], const unsigned(&a)[4],            \
+                                                   unsigned long long desc_b, int accumulate) {    \
+            asm volatile("{\n.reg .pred p;\n" TAIL(                                               \
+                             "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_TYPE            \
+                             "." PTX_TYPE " {" WGMMA_D##R##_LIST "}, ")                            \
+                         : WGMMA_D##R(d, 0)                                                        \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b),                \
+                           "r"(accumulate), "n"(TRANS_B));                                         \
+        }                                                                                          \
+    };
+// SS: desc_a = %R, desc_b = %R+1, accumulate = %R+2, trans-a = %R+3, trans-b = %R+4.
+#define WGMMA_SS_TAIL_32(MMA) "setp.ne.b32 p, %34, 0;\n" MMA "%32, %33, p, 1, 1, %35, %36;\n}\n"
+#define WGMMA_SS_TAIL_64(MMA) "setp.ne.b32 p, %66, 0;\n" MMA "%64, %65, p, 1, 1, %67, %68;\n}\n"
+#define WGMMA_SS_TAIL_128(MMA)                                                                     \
+    "setp.ne.b32 p, %130, 0;\n" MMA "%128, %129, p, 1, 1, %131, %132;\n}\n"
+// RS: a = %R .. %R+3, desc_b = %R+4, accumulate = %R+5, trans-b = %R+6.
+#define WGMMA_RS_TAIL_32(MMA)                                                                      \
+    "setp.ne.b32 p, %37, 0;\n" MMA "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+#define WGMMA_RS_TAIL_64(MMA)                                                                      \
+    "setp.ne.b32 p, %69, 0;\n" MMA "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
 
-WGMMA_M64N256K16(bf16_t, "bf16")
-WGMMA_M64N256K16(f16_t, "f16")
+// Day 18's GEMM tile is n256; attention's S = Q K^T is n128 (keys) and O += P V n64 or n128
+// (the head dim).
+WGMMA_SS(256, 128, bf16_t, "bf16", WGMMA_SS_TAIL_128)
+WGMMA_SS(256, 128, f16_t, "f16", WGMMA_SS_TAIL_128)
+WGMMA_SS(128, 64, bf16_t, "bf16", WGMMA_SS_TAIL_64)
+WGMMA_SS(128, 64, f16_t, "f16", WGMMA_SS_TAIL_64)
+WGMMA_SS(64, 32, bf16_t, "bf16", WGMMA_SS_TAIL_32)
+WGMMA_SS(64, 32, f16_t, "f16", WGMMA_SS_TAIL_32)
+WGMMA_RS(128, 64, bf16_t, "bf16", WGMMA_RS_TAIL_64)
+WGMMA_RS(128, 64, f16_t, "f16", WGMMA_RS_TAIL_64)
+WGMMA_RS(64, 32, bf16_t, "bf16", WGMMA_RS_TAIL_32)
+WGMMA_RS(64, 32, f16_t, "f16", WGMMA_RS_TAIL_32)

@@ -22,6 +22,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("mma.cuh", include_str!("../cuda/mma.cuh")),
     ("norm.cuh", include_str!("../cuda/norm.cuh")),
     ("hopper.cuh", include_str!("../cuda/hopper.cuh")),
+    ("attention.cuh", include_str!("../cuda/attention.cuh")),
 ];
 
 /// A day's kernel file: its name (for error messages) and its text (`include_str!`).

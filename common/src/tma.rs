@@ -55,6 +55,7 @@ impl KMajorTiles {
             what: "a K-major operand",
             inner: self.inner,
             rows: self.rows,
+            row_stride: self.inner,
             outer: self.outer,
             outer_stride: self.outer_stride,
             box_inner: self.box_inner,
@@ -111,6 +112,7 @@ impl MnMajorTiles {
             what: "an MN-major operand",
             inner: self.mn,
             rows: self.k,
+            row_stride: self.mn,
             outer: self.outer,
             outer_stride: self.outer_stride,
             box_inner: Self::BOX_MN,
@@ -120,12 +122,56 @@ impl MnMajorTiles {
     }
 }
 
-/// What both operand layouts share: a 3-D `[outer][rows][inner]` tensor of 16-bit elements,
-/// 128-byte swizzled boxes of `box_inner x box_rows x 1`.
+/// Attention's packed tensors: `[tokens][heads][dim]` (Q, K, V and O of every sequence of a
+/// batch one after another), copied in boxes of 64 dims (128 bytes, one swizzle row) x
+/// `box_tokens` consecutive tokens of one head. In shared memory a box is `box_tokens` rows of
+/// 128 bytes: the K-major layout of Q and K (`S = Q K^T` contracts over the dims) and the
+/// MN-major layout of V (`O = P V` contracts over the tokens), so one map shape serves all
+/// three. A head dim over 64 is several boxes side by side; coordinates are (dim, token, head).
+#[derive(Debug, Clone, Copy)]
+pub struct HeadTiles {
+    pub tokens: usize,
+    pub heads: usize,
+    pub dim: usize,
+    pub box_tokens: u32,
+}
+
+impl HeadTiles {
+    /// 64 16-bit elements: one 128-byte swizzle row.
+    pub const BOX_DIM: u32 = 64;
+
+    /// Encodes the map of `buffer`, which must hold `tokens x heads x dim` elements;
+    /// [`Refused`] as [`KMajorTiles::encode`] (a head dim that is not a multiple of 8, or an
+    /// unaligned start).
+    pub fn encode<T, S>(&self, gpu: &Gpu, buffer: &S) -> Result<TmaDescriptor>
+    where
+        T: Element,
+        S: DevicePtr<T> + DeviceSlice<T>,
+    {
+        let layout = Swizzled128 {
+            what: "an attention tensor",
+            // [heads][tokens][dim] with tokens heads x dim apart and heads dim apart: the
+            // same bytes as [tokens][heads][dim], the head made the outer index.
+            inner: self.dim,
+            rows: self.tokens,
+            row_stride: self.heads * self.dim,
+            outer: self.heads,
+            outer_stride: self.dim,
+            box_inner: Self::BOX_DIM.min(self.dim as u32),
+            box_rows: self.box_tokens,
+        };
+        layout.encode(gpu, buffer)
+    }
+}
+
+/// What the layouts share: a 3-D `[outer][rows][inner]` tensor of 16-bit elements, rows
+/// `row_stride` elements apart (`inner` when contiguous), 128-byte swizzled boxes of
+/// `box_inner x box_rows x 1`.
 struct Swizzled128 {
     what: &'static str,
     inner: usize,
     rows: usize,
+    row_stride: usize,
     outer: usize,
     outer_stride: usize,
     box_inner: u32,
@@ -151,11 +197,12 @@ impl Swizzled128 {
             bail!("{what}: an empty tensor ({self:?}) has no tensor map");
         }
         let elem = T::DTYPE.size();
-        let row_bytes = self.inner * elem;
-        if !row_bytes.is_multiple_of(16) {
+        let row_bytes = self.row_stride * elem;
+        if !(self.inner * elem).is_multiple_of(16) || !row_bytes.is_multiple_of(16) {
             return Err(Refused(format!(
-                "{what}: a TMA row must be a multiple of 16 bytes; {} elements are {row_bytes}",
-                self.inner
+                "{what}: a TMA row must be a multiple of 16 bytes, and rows 16-byte multiples \
+                 apart; rows of {} elements {} apart are not",
+                self.inner, self.row_stride
             ))
             .into());
         }
@@ -173,7 +220,7 @@ impl Swizzled128 {
         if self.box_inner as usize * elem > 128 || self.box_rows == 0 || self.box_rows > 256 {
             bail!("a 128-byte-swizzled box is at most 128 bytes wide and 256 rows tall");
         }
-        let matrix = self.inner * self.rows;
+        let matrix = (self.rows - 1) * self.row_stride + self.inner;
         if buffer.len() < (self.outer - 1) * self.outer_stride + matrix {
             bail!("{what}: the buffer is smaller than the tensor its map describes");
         }
@@ -189,7 +236,7 @@ impl Swizzled128 {
         let outer_stride = if self.outer > 1 {
             self.outer_stride
         } else {
-            matrix
+            self.rows * self.row_stride
         };
         let dims = [self.inner as u64, self.rows as u64, self.outer as u64];
         // Byte strides of every dimension but the innermost.
@@ -227,8 +274,14 @@ impl std::fmt::Debug for Swizzled128 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "[{}][{}][{}] (matrix stride {}), box {} x {}",
-            self.outer, self.rows, self.inner, self.outer_stride, self.box_inner, self.box_rows
+            "[{}][{}][{}] (row stride {}, matrix stride {}), box {} x {}",
+            self.outer,
+            self.rows,
+            self.inner,
+            self.row_stride,
+            self.outer_stride,
+            self.box_inner,
+            self.box_rows
         )
     }
 }

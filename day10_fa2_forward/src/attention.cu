@@ -22,25 +22,7 @@
 #include "dtype.cuh"
 #include "mma.cuh"
 #include "reduce.cuh"
-
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
-
-struct Sequence {
-    int q0, lq;  // first token and length of the queries
-    int k0, lk;  // and of the keys
-};
-
-__device__ __forceinline__ Sequence sequence(const int* cu_q, const int* cu_k, int b) {
-    return {cu_q[b], cu_q[b + 1] - cu_q[b], cu_k[b], cu_k[b + 1] - cu_k[b]};
-}
-
-// The keys query i sees are 0 .. key_end - 1.
-__device__ __forceinline__ int key_end(int i, const Sequence& s, int causal) {
-    if (!causal) return s.lk;
-    const int end = i + 1 + s.lk - s.lq;
-    return end < 0 ? 0 : (end > s.lk ? s.lk : end);
-}
+#include "attention.cuh"  // Sequence, key_end
 
 // ---------------------------------------------------------------------------------------------
 // naive, step 1: S[b, h, i, j] = scale * q_i . k_j, or -inf where the mask hides key j.

@@ -1,8 +1,9 @@
 //! Day 10: FlashAttention-2, forward, as a layer other days call (day 20's backward builds on
 //! it). [`FlashAttention::forward`] computes `O = softmax(scale Q K^T + mask) V` and the
-//! per-row log-sum-exp `L` with one of three versions (see `attention.cu`); [`DeviceProblem`]
-//! carries a batch's shape to the GPU (cumulative sequence lengths, so variable-length batches
-//! cost no padding).
+//! per-row log-sum-exp `L` with one of four versions (three in `attention.cu`, the Hopper one
+//! in `fa_hopper.cu`); [`FlashAttention::fastest`] names the best one this GPU has.
+//! [`DeviceProblem`] carries a batch's shape to the GPU (cumulative sequence lengths, so
+//! variable-length batches cost no padding).
 
 use anyhow::{Result, bail};
 use common::dtype::Dtype;
@@ -11,6 +12,7 @@ use common::kernel::KernelSet;
 use common::nvrtc::KernelSource;
 use common::reference::attention::AttentionShape;
 use common::session::Refused;
+use common::tma::HeadTiles;
 use common::{Gpu, Kernel, LaunchShape, UsageError};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
@@ -18,6 +20,18 @@ pub const SOURCE: KernelSource = KernelSource {
     file_name: "attention.cu",
     code: include_str!("attention.cu"),
 };
+
+/// The Hopper version, compiled for `sm_90a` (wgmma, TMA, setmaxnreg) on Hopper GPUs only.
+pub const HOPPER_SOURCE: KernelSource = KernelSource {
+    file_name: "fa_hopper.cu",
+    code: include_str!("fa_hopper.cu"),
+};
+
+/// `fa_hopper`'s tiles: query rows per block (two consumer warpgroups of 64) and keys per
+/// tile, with its ring of two K/V stages; as `fa_hopper.cu` has them.
+const HOPPER_BLOCK_ROWS: usize = 128;
+const HOPPER_KEYS: usize = 128;
+const HOPPER_STAGES: usize = 2;
 
 /// Head dimensions the flash kernels are compiled for (the naive version takes any up to
 /// [`NAIVE_MAX_HEAD_DIM`]).
@@ -33,10 +47,17 @@ pub enum Version {
     Naive,
     Fa2Scalar,
     Fa2Mma,
+    /// sm_90a only: wgmma, TMA and warp specialisation (FlashAttention-3's design).
+    FaHopper,
 }
 
 impl Version {
-    pub const ALL: [Version; 3] = [Version::Naive, Version::Fa2Scalar, Version::Fa2Mma];
+    pub const ALL: [Version; 4] = [
+        Version::Naive,
+        Version::Fa2Scalar,
+        Version::Fa2Mma,
+        Version::FaHopper,
+    ];
 
     /// The name `--kernel` takes.
     pub fn name(self) -> &'static str {
@@ -44,6 +65,7 @@ impl Version {
             Version::Naive => "naive",
             Version::Fa2Scalar => "fa2_scalar",
             Version::Fa2Mma => "fa2_mma",
+            Version::FaHopper => "fa_hopper",
         }
     }
 
@@ -57,6 +79,7 @@ impl Version {
             Version::Naive => 1,
             Version::Fa2Scalar => 16,
             Version::Fa2Mma => 64,
+            Version::FaHopper => HOPPER_BLOCK_ROWS,
         }
     }
 }
@@ -75,6 +98,24 @@ pub fn kernel_names() -> Vec<String> {
     }
     names.push("attention_softmax_rows".to_string());
     names
+}
+
+/// Every CUDA function of `fa_hopper.cu`.
+pub fn hopper_kernel_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for dtype in ["bf16", "f16"] {
+        for d in HEAD_DIMS {
+            names.push(format!("fa_hopper_{dtype}_d{d}"));
+        }
+    }
+    names
+}
+
+/// `fa_hopper`'s dynamic shared memory: Q, two stages of K and of V, 9 barriers, and 1024
+/// bytes of slack to align the tiles to the swizzle's 1024-byte period.
+fn hopper_shared_bytes(d: usize) -> u32 {
+    let tiles = (HOPPER_BLOCK_ROWS + 2 * HOPPER_STAGES * HOPPER_KEYS) * d * 2;
+    (tiles + 8 * (1 + 4 * HOPPER_STAGES) + 1024) as u32
 }
 
 /// A batch's shape on the device: the cumulative lengths the kernels index with, and where
@@ -157,9 +198,10 @@ fn dtype_name<T: Element>() -> Result<&'static str> {
     }
 }
 
-/// The day's kernels, compiled and loaded for one GPU.
+/// The day's kernels, compiled and loaded for one GPU: `fa_hopper` only on Hopper.
 pub struct FlashAttention {
     kernels: KernelSet,
+    hopper: Option<KernelSet>,
 }
 
 /// The tensors of one forward call.
@@ -175,9 +217,27 @@ pub struct Tensors<'a, T: Element> {
 
 impl FlashAttention {
     pub fn load(gpu: &Gpu) -> Result<Self> {
+        let hopper = match gpu.info.arch.as_str() {
+            "sm_90" => Some(KernelSet::load_for_arch(
+                gpu,
+                &HOPPER_SOURCE,
+                "sm_90a",
+                hopper_kernel_names(),
+            )?),
+            _ => None,
+        };
         Ok(Self {
             kernels: KernelSet::load(gpu, &SOURCE, kernel_names())?,
+            hopper,
         })
+    }
+
+    /// The fastest version this GPU runs: `fa_hopper` on Hopper, `fa2_mma` elsewhere.
+    pub fn fastest(&self) -> Version {
+        match self.hopper {
+            Some(_) => Version::FaHopper,
+            None => Version::Fa2Mma,
+        }
     }
 
     /// The kernel a version runs (the first of the naive three) and its launch shape, for the
@@ -214,6 +274,33 @@ impl FlashAttention {
                     ),
                     block: (16, 16, 1),
                     dynamic_shared_bytes: 0,
+                };
+                Ok((kernel, launch))
+            }
+            Version::FaHopper => {
+                let Some(hopper) = &self.hopper else {
+                    return Err(Refused(
+                        "fa_hopper: needs sm_90a (wgmma, TMA), a Hopper GPU; fa2_mma is this \
+                         GPU's fastest version"
+                            .into(),
+                    )
+                    .into());
+                };
+                if !HEAD_DIMS.contains(&d) {
+                    return Err(Refused(format!(
+                        "fa_hopper: compiled for head dims {HEAD_DIMS:?}, not {d}"
+                    ))
+                    .into());
+                }
+                let kernel = hopper.get(&format!("fa_hopper_{dtype}_d{d}"))?;
+                let launch = LaunchShape {
+                    grid: (
+                        problem.max_q.div_ceil(HOPPER_BLOCK_ROWS).max(1) as u32,
+                        heads,
+                        batch,
+                    ),
+                    block: (384, 1, 1),
+                    dynamic_shared_bytes: hopper_shared_bytes(d),
                 };
                 Ok((kernel, launch))
             }
@@ -349,6 +436,32 @@ impl FlashAttention {
                 // and key index is bounded by the cumulative lengths of this shape.
                 unsafe { l.launch(kernel.config(&launch_shape)?) }?;
             }
+            Version::FaHopper => {
+                let scale_log2 = scale * std::f32::consts::LOG2_E;
+                let tiles = |tokens: usize, heads: usize, box_tokens: usize| HeadTiles {
+                    tokens,
+                    heads,
+                    dim: d,
+                    box_tokens: box_tokens as u32,
+                };
+                let q_tiles = tiles(shape.total_q(), shape.heads, HOPPER_BLOCK_ROWS);
+                let kv_tiles = tiles(shape.total_k(), shape.kv_heads, HOPPER_KEYS);
+                let map_q = q_tiles.encode(gpu, t.q)?;
+                let map_k = kv_tiles.encode(gpu, t.k)?;
+                let map_v = kv_tiles.encode(gpu, t.v)?;
+                let mut l = gpu.stream.launch_builder(&kernel.func);
+                l.arg(&map_q).arg(&map_k).arg(&map_v);
+                l.arg(&mut *o).arg(&mut *t.lse);
+                l.arg(&problem.cu_q)
+                    .arg(&problem.cu_k)
+                    .arg(&heads)
+                    .arg(&kv_heads);
+                l.arg(&scale_log2).arg(&causal);
+                // SAFETY: matches FA_HOPPER_KERNEL's signature; the maps describe exactly Q,
+                // K and V (lengths checked above) and the TMA zero-fills past their ends; O
+                // and L are written only at rows inside the cumulative lengths.
+                unsafe { l.launch(kernel.config(&launch_shape)?) }?;
+            }
         }
         Ok(())
     }
@@ -363,6 +476,20 @@ mod tests {
         let names = kernel_names();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &names);
+    }
+
+    #[test]
+    fn the_hopper_version_compiles_for_sm90a_without_spilling() {
+        let names = hopper_kernel_names();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        common::testing::assert_compiles_without_spills(&HOPPER_SOURCE, "sm_90a", &names);
+    }
+
+    #[test]
+    fn hopper_shared_memory_fits_an_h100() {
+        // 227 KiB of dynamic shared memory per block on sm_90.
+        assert!(hopper_shared_bytes(128) <= 227 * 1024);
+        assert_eq!(hopper_shared_bytes(64) % 8, 0);
     }
 
     #[test]

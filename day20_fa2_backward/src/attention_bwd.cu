@@ -29,36 +29,7 @@
 #include "dtype.cuh"
 #include "mma.cuh"
 #include "reduce.cuh"
-
-#define LOG2E 1.4426950408889634f
-
-struct Sequence {
-    int q0, lq;  // first token and length of the queries
-    int k0, lk;  // and of the keys
-};
-
-__device__ __forceinline__ Sequence sequence(const int* cu_q, const int* cu_k, int b) {
-    return {cu_q[b], cu_q[b + 1] - cu_q[b], cu_k[b], cu_k[b + 1] - cu_k[b]};
-}
-
-// The keys query i sees are 0 .. key_end - 1.
-__device__ __forceinline__ int key_end(int i, const Sequence& s, int causal) {
-    if (!causal) return s.lk;
-    const int end = i + 1 + s.lk - s.lq;
-    return end < 0 ? 0 : (end > s.lk ? s.lk : end);
-}
-
-// Whether query i of the sequence sees key j (both possibly past the ends of their tiles).
-__device__ __forceinline__ bool visible(int i, int j, const Sequence& s, int causal) {
-    return i < s.lq && j < key_end(i, s, causal);
-}
-
-// The first query that sees key j: keys are hidden from queries i < j + lq - lk (causal).
-__device__ __forceinline__ int first_query(int j, const Sequence& s, int causal) {
-    if (!causal) return 0;
-    const int i = j + s.lq - s.lk;
-    return i < 0 ? 0 : i;
-}
+#include "attention.cuh"  // Sequence, key_end, visible, first_query
 
 // ---------------------------------------------------------------------------------------------
 // preprocess: D[row] = dO[row] . O[row] (f32), and dq_accum[row] = 0 when zero_dq.

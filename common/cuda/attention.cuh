@@ -1,0 +1,40 @@
+// The packed-batch layout and the causal mask of the attention days (10 forward, 20
+// backward): forward and backward must agree on which keys a query sees, so the rule lives
+// here once.
+//
+// Sequences are packed one after another: cu_q / cu_k hold where each starts (batch + 1
+// entries). The causal mask is aligned bottom-right, as FlashAttention 2.1 and later: query i
+// of a sequence of lq queries and lk keys sees keys j < i + 1 + lk - lq, so the last query
+// sees every key; when lq > lk the first lq - lk queries see none.
+#pragma once
+
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+struct Sequence {
+    int q0, lq;  // first token and length of the queries
+    int k0, lk;  // and of the keys
+};
+
+__device__ __forceinline__ Sequence sequence(const int* cu_q, const int* cu_k, int b) {
+    return {cu_q[b], cu_q[b + 1] - cu_q[b], cu_k[b], cu_k[b + 1] - cu_k[b]};
+}
+
+// The keys query i sees are 0 .. key_end - 1.
+__device__ __forceinline__ int key_end(int i, const Sequence& s, int causal) {
+    if (!causal) return s.lk;
+    const int end = i + 1 + s.lk - s.lq;
+    return end < 0 ? 0 : (end > s.lk ? s.lk : end);
+}
+
+// Whether query i of the sequence sees key j (both possibly past the ends of their tiles).
+__device__ __forceinline__ bool visible(int i, int j, const Sequence& s, int causal) {
+    return i < s.lq && j < key_end(i, s, causal);
+}
+
+// The first query that sees key j: keys are hidden from queries i < j + lq - lk (causal).
+__device__ __forceinline__ int first_query(int j, const Sequence& s, int causal) {
+    if (!causal) return 0;
+    const int i = j + s.lq - s.lk;
+    return i < 0 ? 0 : i;
+}
