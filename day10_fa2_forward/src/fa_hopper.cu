@@ -6,19 +6,24 @@
 //   - the TMA copies Q once and K, V tile by tile into 128-byte-swizzled shared memory, each
 //     copy counted on an mbarrier: no thread computes an address or waits on a load;
 //   - warp specialisation: warpgroup 0 is the producer (one thread issues every copy, the
-//     rest give their registers back); warpgroups 1 and 2 are consumers, 64 query rows each;
+//     rest give their registers back); the others are consumers, 64 query rows each (two
+//     for head dim 128, three for 64);
 //   - wgmma: S = Q K^T reads both operands from shared memory (64 x 128 per instruction, the
 //     whole warpgroup), O += P V takes P from registers (the S accumulators rounded to 16
 //     bits are already a register A operand) and V from shared memory, MN-major;
 //   - overlap inside a warpgroup: while O += P_{n-1} V_{n-1} runs on the tensor cores, the
-//     warpgroup is already computing S_n's softmax; the two consumer warpgroups interleave as
-//     well, one's exponentials under the other's matrix products.
+//     warpgroup is already computing S_n's softmax; the consumer warpgroups interleave as
+//     well, one's exponentials under another's matrix products;
+//   - persistent blocks (without a mask): one block per SM walks a share of the work items
+//     (query tile, head, sequence); the producer loads the next item's Q and K, V while the
+//     consumers finish and store the last.
 //
-// Per CTA: 128 query rows of one head of one sequence (grid(ceil(max lq / 128), heads,
-// batch), block 384). Key tiles of 128 keys in a ring of 2 stages:
+// Per block: 64 query rows per consumer warpgroup, block 128 x (1 + consumers). Key tiles of
+// 128 keys in a ring of 2 stages; Q is freed (q_empty) after an item's last S product:
 //
-//   producer:   Q -> q_full;  for each tile n: wait k_empty[s] -> TMA K -> k_full[s]
-//                                              wait v_empty[s] -> TMA V -> v_full[s]
+//   producer:   per item: wait q_empty -> TMA Q -> q_full;
+//               per key tile n: wait k_empty[s] -> TMA K -> k_full[s]
+//                               wait v_empty[s] -> TMA V -> v_full[s]
 //   consumer:   wait k_full[s_n]; issue S_n = Q K_n^T; wait v_full[s_{n-1}];
 //               issue O += P_{n-1} V_{n-1}; wait for S_n -> free k_empty[s_n];
 //               softmax(S_n) (exp2 under the P V product); wait for P V -> free v_empty;
@@ -36,22 +41,33 @@
 #include "attention.cuh"  // Sequence, key_end
 #include "hopper.cuh"
 
-constexpr int FH_BM = 128;         // query rows per CTA
 constexpr int FH_BN = 128;         // keys per tile
-constexpr int FH_STAGES = 2;       // K/V tiles in flight
-constexpr int FH_CONSUMERS = 2;    // warpgroups of 64 query rows
-constexpr int FH_THREADS = 128 * (1 + FH_CONSUMERS);
 constexpr int FH_BOX = 64;         // head-dim elements of one 128-byte swizzle row
 
+// Consumer warpgroups (64 query rows each) and the register split. Head dim 64 halves the
+// matrix work per key tile but not the softmax's, so it takes three consumers (192 rows) to
+// keep more exponentials in flight under the products; head dim 128 needs the registers for
+// its O accumulators (64 per thread) and takes two. The register file (64 K per SM) is
+// shared as producer 24 + consumers 240 (2 consumers) or 160 (3): setmaxnreg moves them.
+template <int D> struct FhConfig {
+    static constexpr int CONSUMERS = D == 64 ? 3 : 2;
+    static constexpr int BM = 64 * CONSUMERS;  // query rows per CTA
+    static constexpr int THREADS = 128 * (1 + CONSUMERS);
+    static constexpr int CONSUMER_REGISTERS = CONSUMERS == 3 ? 160 : 240;
+    // K/V tiles in flight. Three fit in shared memory for both head dims and measured no
+    // faster (the producer is never the one waiting).
+    static constexpr int STAGES = 2;
+};
+
 // Shared memory, from a 1024-byte aligned base (the swizzle pattern repeats every 1024 bytes):
-// Q as D / 64 boxes of [128 rows][64], then the K ring and the V ring, each stage D / 64 boxes
+// Q as D / 64 boxes of [BM rows][64], then the K ring and the V ring, each stage D / 64 boxes
 // of [128 keys][64], then the barriers. The host adds the same 1024 bytes of alignment slack.
 template <int D> struct FhLayout {
     static constexpr int BOXES = D / FH_BOX;
-    static constexpr int Q_ELEMS = FH_BM * D, KV_ELEMS = FH_BN * D;
+    static constexpr int Q_ELEMS = FhConfig<D>::BM * D, KV_ELEMS = FH_BN * D;
     static constexpr int K_OFFSET = Q_ELEMS * 2;
-    static constexpr int V_OFFSET = K_OFFSET + FH_STAGES * KV_ELEMS * 2;
-    static constexpr int BARRIER_OFFSET = V_OFFSET + FH_STAGES * KV_ELEMS * 2;
+    static constexpr int V_OFFSET = K_OFFSET + FhConfig<D>::STAGES * KV_ELEMS * 2;
+    static constexpr int BARRIER_OFFSET = V_OFFSET + FhConfig<D>::STAGES * KV_ELEMS * 2;
 };
 
 __device__ __forceinline__ float exp2_approx(float x) {
@@ -60,12 +76,41 @@ __device__ __forceinline__ float exp2_approx(float x) {
     return y;
 }
 
+// A block's work item: query tile `tile` of head `h` of sequence `b`. Items are numbered with
+// the query tile fastest, so the blocks running at once read the K and V of a few heads (which
+// stay in L2). Causal: the tiles of a head are numbered last row first, the longest first.
+struct WorkItem {
+    int tile, h, b;
+};
+__device__ __forceinline__ WorkItem work_item(int w, int q_tiles, int heads, int causal) {
+    const int in_head = w % q_tiles, hb = w / q_tiles;
+    return {causal ? q_tiles - 1 - in_head : in_head, hb % heads, hb / heads};
+}
+
+// A position in the K/V ring: which stage, and the parity of the phase it is in. Producer and
+// consumers walk the same tiles of the same items, so each counts its own and they agree.
+struct Ring {
+    int stage = 0;
+    unsigned phase = 0;
+    __device__ __forceinline__ void advance(int stages) {
+        if (++stage == stages) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+};
+
+// grid(min(items, SMs)) persistent blocks, or grid(items) (one item each); either way block w
+// takes items w, w + gridDim.x, ... of the q_tiles x heads x batch items.
 template <typename T, int D>
 __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaDescriptor* map_k,
                                           const TmaDescriptor* map_v, T* o, float* lse,
                                           const int* cu_q, const int* cu_k, int heads,
-                                          int kv_heads, float scale_log2, int causal) {
+                                          int kv_heads, float scale_log2, int causal,
+                                          int q_tiles, int items) {
     using L = FhLayout<D>;
+    using C = FhConfig<D>;
+    constexpr int FH_BM = C::BM, STAGES = C::STAGES;
     static_assert(D % FH_BOX == 0, "the head dim is a whole number of 64-element boxes");
     extern __shared__ unsigned char fh_smem_raw[];
     unsigned char* base = reinterpret_cast<unsigned char*>(
@@ -74,84 +119,78 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     T* sk = reinterpret_cast<T*>(base + L::K_OFFSET);
     T* sv = reinterpret_cast<T*>(base + L::V_OFFSET);
     unsigned long long* q_full = reinterpret_cast<unsigned long long*>(base + L::BARRIER_OFFSET);
-    unsigned long long* k_full = q_full + 1;
-    unsigned long long* v_full = k_full + FH_STAGES;
-    unsigned long long* k_empty = v_full + FH_STAGES;
-    unsigned long long* v_empty = k_empty + FH_STAGES;
-
-    const Sequence s = sequence(cu_q, cu_k, blockIdx.z);
-    // Causal blocks further down a sequence have more keys to visit: start those first.
-    const int tile = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int i0 = tile * FH_BM;
-    if (i0 >= s.lq) return;  // the whole block leaves, before any barrier exists
-    const int h = blockIdx.y, kvh = h / (heads / kv_heads);
-    // Both consumers walk every tile any row of the block sees: they share the ring.
-    const int keys = key_end(min(i0 + FH_BM, s.lq) - 1, s, causal);
-    const int tiles = (keys + FH_BN - 1) / FH_BN;
+    unsigned long long* q_empty = q_full + 1;
+    unsigned long long* k_full = q_empty + 1;
+    unsigned long long* v_full = k_full + STAGES;
+    unsigned long long* k_empty = v_full + STAGES;
+    unsigned long long* v_empty = k_empty + STAGES;
 
     if (threadIdx.x == 0) {
-        mbarrier_init(q_full, 1);
-        for (int st = 0; st < FH_STAGES; ++st) {
-            mbarrier_init(&k_full[st], 1);  // the producer's arrival (+ the TMA's bytes)
+        mbarrier_init(q_full, 1);  // the producer's arrival (+ the TMA's bytes)
+        mbarrier_init(q_empty, C::CONSUMERS);  // one arrival per consumer warpgroup
+        for (int st = 0; st < STAGES; ++st) {
+            mbarrier_init(&k_full[st], 1);
             mbarrier_init(&v_full[st], 1);
-            mbarrier_init(&k_empty[st], FH_CONSUMERS);  // one arrival per consumer warpgroup
-            mbarrier_init(&v_empty[st], FH_CONSUMERS);
+            mbarrier_init(&k_empty[st], C::CONSUMERS);
+            mbarrier_init(&v_empty[st], C::CONSUMERS);
         }
         fence_barrier_init();
     }
     __syncthreads();
 
     if (threadIdx.x < 128) {
-        // ---- producer ----
+        // ---- producer: while the consumers finish an item, it already loads the next ----
         warpgroup_registers_release<24>();
-        if (threadIdx.x == 0) {
-            constexpr unsigned TILE_BYTES = L::KV_ELEMS * sizeof(T);
+        if (threadIdx.x != 0) return;
+        constexpr unsigned TILE_BYTES = L::KV_ELEMS * sizeof(T);
+        Ring ring;
+        unsigned q_phase = 0;
+        for (int w = blockIdx.x; w < items; w += gridDim.x) {
+            const WorkItem item = work_item(w, q_tiles, heads, causal);
+            const Sequence s = sequence(cu_q, cu_k, item.b);
+            const int i0 = item.tile * FH_BM;
+            if (i0 >= s.lq) continue;
+            const int kvh = item.h / (heads / kv_heads);
+            const int keys = key_end(min(i0 + FH_BM, s.lq) - 1, s, causal);
+            const int tiles = (keys + FH_BN - 1) / FH_BN;
+            mbarrier_wait(q_empty, q_phase ^ 1);  // the previous item's S products are done
             mbarrier_arrive_expect_tx(q_full, L::Q_ELEMS * sizeof(T));
 #pragma unroll
             for (int box = 0; box < L::BOXES; ++box)
-                tma_load_3d(sq + box * FH_BM * FH_BOX, map_q, q_full, box * FH_BOX, s.q0 + i0, h);
-            int stage = 0;
-            unsigned phase = 0;
+                tma_load_3d(sq + box * FH_BM * FH_BOX, map_q, q_full, box * FH_BOX, s.q0 + i0,
+                            item.h);
+            q_phase ^= 1;
             for (int n = 0; n < tiles; ++n) {
-                const int key0 = s.k0 + n * FH_BN;
-                mbarrier_wait(&k_empty[stage], phase ^ 1);
-                mbarrier_arrive_expect_tx(&k_full[stage], TILE_BYTES);
+                const int key0 = s.k0 + n * FH_BN, st = ring.stage;
+                mbarrier_wait(&k_empty[st], ring.phase ^ 1);
+                mbarrier_arrive_expect_tx(&k_full[st], TILE_BYTES);
 #pragma unroll
                 for (int box = 0; box < L::BOXES; ++box)
-                    tma_load_3d(sk + stage * L::KV_ELEMS + box * FH_BN * FH_BOX, map_k,
-                                &k_full[stage], box * FH_BOX, key0, kvh);
-                mbarrier_wait(&v_empty[stage], phase ^ 1);
-                mbarrier_arrive_expect_tx(&v_full[stage], TILE_BYTES);
+                    tma_load_3d(sk + st * L::KV_ELEMS + box * FH_BN * FH_BOX, map_k, &k_full[st],
+                                box * FH_BOX, key0, kvh);
+                mbarrier_wait(&v_empty[st], ring.phase ^ 1);
+                mbarrier_arrive_expect_tx(&v_full[st], TILE_BYTES);
 #pragma unroll
                 for (int box = 0; box < L::BOXES; ++box)
-                    tma_load_3d(sv + stage * L::KV_ELEMS + box * FH_BN * FH_BOX, map_v,
-                                &v_full[stage], box * FH_BOX, key0, kvh);
-                if (++stage == FH_STAGES) {
-                    stage = 0;
-                    phase ^= 1;
-                }
+                    tma_load_3d(sv + st * L::KV_ELEMS + box * FH_BN * FH_BOX, map_v, &v_full[st],
+                                box * FH_BOX, key0, kvh);
+                ring.advance(STAGES);
             }
         }
         return;
     }
 
     // ---- consumers ----
-    warpgroup_registers_claim<240>();
+    warpgroup_registers_claim<C::CONSUMER_REGISTERS>();
     const int consumer = threadIdx.x / 128 - 1;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    // This thread's two rows of S and O: row0 and row0 + 8 (the accumulator layout).
-    const int row0 = i0 + consumer * 64 + warp * 16 + g;
-    const int end[2] = {key_end(row0, s, causal), key_end(row0 + 8, s, causal)};
-    // Keys every row of this warpgroup sees: tiles before them need no mask.
-    const int unmasked = key_end(i0 + consumer * 64, s, causal);
     const T* q_rows = sq + consumer * 64 * FH_BOX;  // this warpgroup's rows of each Q box
 
-    float acc[D / 2];      // O, 64 x D per warpgroup
-    float sc[FH_BN / 2];   // S, then P in f32, 64 x 128
+    float acc[D / 2];           // O, 64 x D per warpgroup
+    float sc[FH_BN / 2];        // S, then P in f32, 64 x 128
     unsigned p[FH_BN / 16][4];  // P in 16 bits: one register A operand per 16 keys
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
-    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}, alpha[2];
+    float m[2], l[2], alpha[2];
+    int end[2], unmasked;
 
     // S = Q K^T over the head dim: k16 steps 32 bytes apart inside a 64-wide box.
     auto issue_scores = [&](int stage) {
@@ -189,10 +228,12 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            float mx = m[r];
+            // Four independent chains, not one of 32 dependent maxima.
+            float part[4] = {m[r], NEG_INF, NEG_INF, NEG_INF};
 #pragma unroll
             for (int j = 0; j < FH_BN / 8; ++j)
-                mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * r], sc[4 * j + 2 * r + 1]));
+                part[j % 4] = fmaxf(part[j % 4], fmaxf(sc[4 * j + 2 * r], sc[4 * j + 2 * r + 1]));
+            float mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
             mx = fmaxf(mx, __shfl_xor_sync(FULL_WARP, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(FULL_WARP, mx, 2));
             // Scores stay unscaled; exp2 takes scale * log2(e) * (s - max) as one FMA. While
@@ -200,13 +241,14 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
             const float base = mx == NEG_INF ? 0.0f : mx * scale_log2;
             alpha[r] = exp2_approx(m[r] * scale_log2 - base);  // 0 while m was -inf
             m[r] = mx;
-            float sum = 0.0f;
+            float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int j = 0; j < FH_BN / 8; ++j) {
                 sc[4 * j + 2 * r] = exp2_approx(fmaf(sc[4 * j + 2 * r], scale_log2, -base));
                 sc[4 * j + 2 * r + 1] = exp2_approx(fmaf(sc[4 * j + 2 * r + 1], scale_log2, -base));
-                sum += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
+                sums[j % 4] += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
             }
+            const float sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);
             // This lane's share of the row sum; the 4 lanes of a row add theirs at the end.
             l[r] = l[r] * alpha[r] + sum;
         }
@@ -232,75 +274,103 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
         if (tid == 0) mbarrier_arrive(bar);
     };
 
-    mbarrier_wait(q_full, 0);
-    if (tiles > 0) {
-        mbarrier_wait(&k_full[0], 0);
-        wgmma_fence();
-        issue_scores(0);
-        wgmma_wait<0>();
-        wgmma_fence_operands(sc);
-        release(&k_empty[0]);
-        softmax(0);
-        rescale_and_pack();
-    }
-    for (int n = 1; n < tiles; ++n) {
-        const int stage = n % FH_STAGES, before = (n - 1) % FH_STAGES;
-        const unsigned phase = (n / FH_STAGES) & 1, phase_before = ((n - 1) / FH_STAGES) & 1;
-        mbarrier_wait(&k_full[stage], phase);
-        wgmma_fence();
-        issue_scores(stage);
-        mbarrier_wait(&v_full[before], phase_before);
-        issue_pv(before);
-        wgmma_wait<1>();  // S_n is done; P_{n-1} V_{n-1} may still run
-        wgmma_fence_operands(sc);
-        release(&k_empty[stage]);
-        softmax(n);
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc);
+    Ring ring;  // the stage of the item's first tile
+    unsigned q_phase = 0;
+    for (int w = blockIdx.x; w < items; w += gridDim.x) {
+        const WorkItem item = work_item(w, q_tiles, heads, causal);
+        const Sequence s = sequence(cu_q, cu_k, item.b);
+        const int i0 = item.tile * FH_BM;
+        if (i0 >= s.lq) continue;
+        // Every consumer walks every tile any row of the block sees: they share the ring.
+        const int keys = key_end(min(i0 + FH_BM, s.lq) - 1, s, causal);
+        const int tiles = (keys + FH_BN - 1) / FH_BN;
+        // This thread's two rows of S and O: row0 and row0 + 8 (the accumulator layout).
+        const int row0 = i0 + consumer * 64 + warp * 16 + g;
+        end[0] = key_end(row0, s, causal);
+        end[1] = key_end(row0 + 8, s, causal);
+        // Keys every row of this warpgroup sees: tiles before them need no mask.
+        unmasked = key_end(i0 + consumer * 64, s, causal);
 #pragma unroll
-        for (int kk = 0; kk < FH_BN / 16; ++kk) wgmma_fence_operands(p[kk]);
-        release(&v_empty[before]);
-        rescale_and_pack();
-    }
-    if (tiles > 0) {
-        const int last = (tiles - 1) % FH_STAGES;
-        mbarrier_wait(&v_full[last], ((tiles - 1) / FH_STAGES) & 1);
-        wgmma_fence();
-        issue_pv(last);
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc);
-        release(&v_empty[last]);
-    }
+        for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
+        m[0] = m[1] = NEG_INF;
+        l[0] = l[1] = 0.0f;
 
-    // O = acc / l, straight from the accumulators: thread holds columns 8j + 2t, +1 of its
-    // two rows. Rows past the sequence's end are not stored.
+        mbarrier_wait(q_full, q_phase);
+        q_phase ^= 1;
+        if (tiles == 0) release(q_empty);
+        Ring before = ring;  // the stage of tile n - 1 in the loop
+        if (tiles > 0) {
+            mbarrier_wait(&k_full[ring.stage], ring.phase);
+            wgmma_fence();
+            issue_scores(ring.stage);
+            wgmma_wait<0>();
+            wgmma_fence_operands(sc);
+            release(&k_empty[ring.stage]);
+            if (tiles == 1) release(q_empty);
+            softmax(0);
+            rescale_and_pack();
+            ring.advance(STAGES);
+        }
+        for (int n = 1; n < tiles; ++n) {
+            mbarrier_wait(&k_full[ring.stage], ring.phase);
+            wgmma_fence();
+            issue_scores(ring.stage);
+            mbarrier_wait(&v_full[before.stage], before.phase);
+            issue_pv(before.stage);
+            wgmma_wait<1>();  // S_n is done; P_{n-1} V_{n-1} may still run
+            wgmma_fence_operands(sc);
+            release(&k_empty[ring.stage]);
+            if (n == tiles - 1) release(q_empty);  // the producer may load the next Q
+            softmax(n);
+            wgmma_wait<0>();
+            wgmma_fence_operands(acc);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l[r] += __shfl_xor_sync(FULL_WARP, l[r], 1);
-        l[r] += __shfl_xor_sync(FULL_WARP, l[r], 2);
-        const int i = row0 + 8 * r;
-        if (i >= s.lq) continue;
-        const index_t token = (index_t)(s.q0 + i) * heads + h;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-        unsigned* out = reinterpret_cast<unsigned*>(o + token * D);
+            for (int kk = 0; kk < FH_BN / 16; ++kk) wgmma_fence_operands(p[kk]);
+            release(&v_empty[before.stage]);
+            rescale_and_pack();
+            before.advance(STAGES);
+            ring.advance(STAGES);
+        }
+        if (tiles > 0) {
+            mbarrier_wait(&v_full[before.stage], before.phase);
+            wgmma_fence();
+            issue_pv(before.stage);
+            wgmma_wait<0>();
+            wgmma_fence_operands(acc);
+            release(&v_empty[before.stage]);
+        }
+
+        // O = acc / l, straight from the accumulators: thread holds columns 8j + 2t, +1 of
+        // its two rows. Rows past the sequence's end are not stored.
 #pragma unroll
-        for (int j = 0; j < D / 8; ++j)
-            out[4 * j + t] = pack2<T>(acc[4 * j + 2 * r] * inv, acc[4 * j + 2 * r + 1] * inv);
-        if (t == 0) lse[token] = l[r] > 0.0f ? (m[r] * scale_log2 + log2f(l[r])) * LN2 : NEG_INF;
+        for (int r = 0; r < 2; ++r) {
+            l[r] += __shfl_xor_sync(FULL_WARP, l[r], 1);
+            l[r] += __shfl_xor_sync(FULL_WARP, l[r], 2);
+            const int i = row0 + 8 * r;
+            if (i >= s.lq) continue;
+            const index_t token = (index_t)(s.q0 + i) * heads + item.h;
+            const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+            unsigned* out = reinterpret_cast<unsigned*>(o + token * D);
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j)
+                out[4 * j + t] = pack2<T>(acc[4 * j + 2 * r] * inv, acc[4 * j + 2 * r + 1] * inv);
+            if (t == 0)
+                lse[token] = l[r] > 0.0f ? (m[r] * scale_log2 + log2f(l[r])) * LN2 : NEG_INF;
+        }
     }
 }
 
 // One extern "C" entry per (dtype, head dim); the launcher picks by name. The maps are
 // kernel parameters (`__grid_constant__`) so the TMA reads them from parameter space.
 #define FA_HOPPER_KERNEL(T, name, D)                                                            \
-    KERNEL void __launch_bounds__(FH_THREADS, 1)                                                \
+    KERNEL void __launch_bounds__(FhConfig<D>::THREADS, 1)                                      \
         fa_hopper_##name##_d##D(const __grid_constant__ TmaDescriptor map_q,                    \
                                 const __grid_constant__ TmaDescriptor map_k,                    \
                                 const __grid_constant__ TmaDescriptor map_v, T* o, float* lse,  \
                                 const int* cu_q, const int* cu_k, int heads, int kv_heads,      \
-                                float scale_log2, int causal) {                                 \
+                                float scale_log2, int causal, int q_tiles, int items) {         \
         fa_hopper<T, D>(&map_q, &map_k, &map_v, o, lse, cu_q, cu_k, heads, kv_heads,            \
-                        scale_log2, causal);                                                    \
+                        scale_log2, causal, q_tiles, items);                                    \
     }
 
 FA_HOPPER_KERNEL(bf16_t, bf16, 64)

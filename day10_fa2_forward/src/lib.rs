@@ -27,11 +27,15 @@ pub const HOPPER_SOURCE: KernelSource = KernelSource {
     code: include_str!("fa_hopper.cu"),
 };
 
-/// `fa_hopper`'s tiles: query rows per block (two consumer warpgroups of 64) and keys per
-/// tile, with its ring of two K/V stages; as `fa_hopper.cu` has them.
-const HOPPER_BLOCK_ROWS: usize = 128;
+/// `fa_hopper`'s keys per tile and its ring of K/V stages, as `fa_hopper.cu` has them.
 const HOPPER_KEYS: usize = 128;
 const HOPPER_STAGES: usize = 2;
+
+/// `fa_hopper`'s consumer warpgroups (64 query rows each) for a head dim, as `FhConfig` in
+/// `fa_hopper.cu`: three for head dim 64, two for 128.
+fn hopper_consumers(d: usize) -> usize {
+    if d == 64 { 3 } else { 2 }
+}
 
 /// Head dimensions the flash kernels are compiled for (the naive version takes any up to
 /// [`NAIVE_MAX_HEAD_DIM`]).
@@ -74,12 +78,12 @@ impl Version {
     }
 
     /// Query rows per block of the flash versions.
-    fn block_rows(self) -> usize {
+    fn block_rows(self, head_dim: usize) -> usize {
         match self {
             Version::Naive => 1,
             Version::Fa2Scalar => 16,
             Version::Fa2Mma => 64,
-            Version::FaHopper => HOPPER_BLOCK_ROWS,
+            Version::FaHopper => 64 * hopper_consumers(head_dim),
         }
     }
 }
@@ -111,11 +115,21 @@ pub fn hopper_kernel_names() -> Vec<String> {
     names
 }
 
-/// `fa_hopper`'s dynamic shared memory: Q, two stages of K and of V, 9 barriers, and 1024
+/// `fa_hopper`'s query tiles per sequence (of the longest) and work items (query tiles x
+/// heads x sequences).
+fn hopper_items(problem: &DeviceProblem, d: usize) -> usize {
+    let q_tiles = problem
+        .max_q
+        .div_ceil(Version::FaHopper.block_rows(d))
+        .max(1);
+    q_tiles * problem.shape.heads * problem.shape.batch()
+}
+
+/// `fa_hopper`'s dynamic shared memory: Q, two stages of K and of V, 10 barriers, and 1024
 /// bytes of slack to align the tiles to the swizzle's 1024-byte period.
 fn hopper_shared_bytes(d: usize) -> u32 {
-    let tiles = (HOPPER_BLOCK_ROWS + 2 * HOPPER_STAGES * HOPPER_KEYS) * d * 2;
-    (tiles + 8 * (1 + 4 * HOPPER_STAGES) + 1024) as u32
+    let tiles = (64 * hopper_consumers(d) + 2 * HOPPER_STAGES * HOPPER_KEYS) * d * 2;
+    (tiles + 8 * (2 + 4 * HOPPER_STAGES) + 1024) as u32
 }
 
 /// A batch's shape on the device: the cumulative lengths the kernels index with, and where
@@ -202,6 +216,7 @@ fn dtype_name<T: Element>() -> Result<&'static str> {
 pub struct FlashAttention {
     kernels: KernelSet,
     hopper: Option<KernelSet>,
+    sms: usize,
 }
 
 /// The tensors of one forward call.
@@ -229,6 +244,7 @@ impl FlashAttention {
         Ok(Self {
             kernels: KernelSet::load(gpu, &SOURCE, kernel_names())?,
             hopper,
+            sms: gpu.info.sms as usize,
         })
     }
 
@@ -293,13 +309,27 @@ impl FlashAttention {
                     .into());
                 }
                 let kernel = hopper.get(&format!("fa_hopper_{dtype}_d{d}"))?;
+                let consumers = hopper_consumers(d);
+                let items = hopper_items(problem, d);
+                if items > i32::MAX as usize {
+                    return Err(Refused(format!(
+                        "fa_hopper: {items} query tiles x heads x sequences are over 2^31"
+                    ))
+                    .into());
+                }
+                // Without a mask every item costs the same: one block per SM walks its share,
+                // loading the next item while it stores the last (measured: +3% at 4096, +12%
+                // at 1024). Causal items differ (the longest first): one block each, handed out
+                // by the hardware as SMs free up; a fixed share per block measured up to 40%
+                // slower (a block's items can all be long ones).
+                let blocks = if shape.causal {
+                    items
+                } else {
+                    items.min(self.sms)
+                };
                 let launch = LaunchShape {
-                    grid: (
-                        problem.max_q.div_ceil(HOPPER_BLOCK_ROWS).max(1) as u32,
-                        heads,
-                        batch,
-                    ),
-                    block: (384, 1, 1),
+                    grid: (blocks.max(1) as u32, 1, 1),
+                    block: (128 * (1 + consumers) as u32, 1, 1),
                     dynamic_shared_bytes: hopper_shared_bytes(d),
                 };
                 Ok((kernel, launch))
@@ -315,7 +345,7 @@ impl FlashAttention {
                 let kernel = self
                     .kernels
                     .get(&format!("{}_{dtype}_d{d}", version.name()))?;
-                let rows = version.block_rows();
+                let rows = version.block_rows(d);
                 let dynamic_shared_bytes = match version {
                     // Q tile, then two K and two V tiles, 64 rows of d + 8 halves each.
                     Version::Fa2Mma => (5 * 64 * (d + 8) * 2) as u32,
@@ -444,7 +474,7 @@ impl FlashAttention {
                     dim: d,
                     box_tokens: box_tokens as u32,
                 };
-                let q_tiles = tiles(shape.total_q(), shape.heads, HOPPER_BLOCK_ROWS);
+                let q_tiles = tiles(shape.total_q(), shape.heads, version.block_rows(d));
                 let kv_tiles = tiles(shape.total_k(), shape.kv_heads, HOPPER_KEYS);
                 let map_q = q_tiles.encode(gpu, t.q)?;
                 let map_k = kv_tiles.encode(gpu, t.k)?;
@@ -456,7 +486,9 @@ impl FlashAttention {
                     .arg(&problem.cu_k)
                     .arg(&heads)
                     .arg(&kv_heads);
-                l.arg(&scale_log2).arg(&causal);
+                let q_tiles = problem.max_q.div_ceil(version.block_rows(d)).max(1) as i32;
+                let items = hopper_items(problem, d) as i32;
+                l.arg(&scale_log2).arg(&causal).arg(&q_tiles).arg(&items);
                 // SAFETY: matches FA_HOPPER_KERNEL's signature; the maps describe exactly Q,
                 // K and V (lengths checked above) and the TMA zero-fills past their ends; O
                 // and L are written only at rows inside the cumulative lengths.
