@@ -85,6 +85,48 @@ __device__ __forceinline__ void tma_load_3d_multicast(void* dst, const TmaDescri
                  : "memory");
 }
 
+// The reverse direction: adds the box at `src` (shared memory) into the tensor at (x, y, z),
+// element by element (`.add`; f32 adds are atomic per element in L2), rows and columns past
+// the tensor's edge skipped. Completion is tracked per issuing thread in bulk groups
+// (`bulk_commit` / `bulk_wait_read` / `bulk_wait`), not on an mbarrier. The shared memory
+// must have been written through the generic proxy and then `fence_proxy_async_shared`.
+__device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* map, const void* src,
+                                                  int x, int y, int z) {
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
+                 " [%0, {%1, %2, %3}], [%4];\n" ::"l"(map), "r"(x), "r"(y), "r"(z),
+                 "r"(smem_u32(src))
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Until this thread's bulk groups have finished reading their shared-memory source (the
+// buffer may be rewritten), at most N left.
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Until this thread's bulk groups are complete: their writes to global memory are done.
+template <int N> __device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Orders this thread's ordinary shared-memory writes before later reads by the async proxy
+// (wgmma operands, TMA stores): each writing thread fences, then the threads synchronise.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// The same between the async proxy's global writes (a completed TMA reduce) and this
+// thread's ordinary global accesses (a flag that publishes them), and the other way round.
+__device__ __forceinline__ void fence_proxy_async_global() {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+// A named barrier (ids 1..15; 0 is __syncthreads) for `threads` threads, a multiple of 32:
+// synchronises some warpgroups of a block without the others.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- thread-block clusters -------------------------------------------------------------------
 
 __device__ __forceinline__ unsigned cluster_rank() {

@@ -60,6 +60,7 @@ impl KMajorTiles {
             outer_stride: self.outer_stride,
             box_inner: self.box_inner,
             box_rows: self.box_rows,
+            swizzle: true,
         };
         layout.encode(gpu, buffer)
     }
@@ -117,6 +118,7 @@ impl MnMajorTiles {
             outer_stride: self.outer_stride,
             box_inner: Self::BOX_MN,
             box_rows: self.box_k,
+            swizzle: true,
         };
         layout.encode(gpu, buffer)
     }
@@ -159,14 +161,80 @@ impl HeadTiles {
             outer_stride: self.dim,
             box_inner: Self::BOX_DIM.min(self.dim as u32),
             box_rows: self.box_tokens,
+            swizzle: true,
         };
         layout.encode(gpu, buffer)
     }
 }
 
-/// What the layouts share: a 3-D `[outer][rows][inner]` tensor of 16-bit elements, rows
-/// `row_stride` elements apart (`inner` when contiguous), 128-byte swizzled boxes of
-/// `box_inner x box_rows x 1`.
+/// An f32 attention tensor `[tokens][heads][dim]` (day 20's dQ accumulator), covered like
+/// [`HeadTiles`] but in boxes of 32 floats (128 bytes, one swizzle row) x `box_tokens`: the
+/// tile a kernel adds into it with the TMA's reduce-add, written 128-byte swizzled in shared
+/// memory so that the writes of a warp spread over the banks.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadTilesF32 {
+    pub tokens: usize,
+    pub heads: usize,
+    pub dim: usize,
+    pub box_tokens: u32,
+}
+
+impl HeadTilesF32 {
+    /// 32 floats: one 128-byte swizzle row.
+    pub const BOX_DIM: u32 = 32;
+
+    pub fn encode<S>(&self, gpu: &Gpu, buffer: &S) -> Result<TmaDescriptor>
+    where
+        S: DevicePtr<f32> + DeviceSlice<f32>,
+    {
+        let layout = Swizzled128 {
+            what: "an f32 attention tensor",
+            inner: self.dim,
+            rows: self.tokens,
+            row_stride: self.heads * self.dim,
+            outer: self.heads,
+            outer_stride: self.dim,
+            box_inner: Self::BOX_DIM.min(self.dim as u32),
+            box_rows: self.box_tokens,
+            swizzle: true,
+        };
+        layout.encode(gpu, buffer)
+    }
+}
+
+/// Rows of f32 `[rows][len]` (len contiguous, rows `pitch` floats apart), copied in unswizzled
+/// boxes of `box_len` consecutive floats of one row: day 20's per-query L and D, transposed so
+/// that a query tile's values are one box. `pitch` must be a multiple of 4 (16 bytes).
+#[derive(Debug, Clone, Copy)]
+pub struct RowSpans {
+    pub rows: usize,
+    pub pitch: usize,
+    pub box_len: u32,
+}
+
+impl RowSpans {
+    pub fn encode<S>(&self, gpu: &Gpu, buffer: &S) -> Result<TmaDescriptor>
+    where
+        S: DevicePtr<f32> + DeviceSlice<f32>,
+    {
+        let layout = Swizzled128 {
+            what: "f32 rows",
+            inner: self.pitch,
+            rows: self.rows,
+            row_stride: self.pitch,
+            outer: 1,
+            outer_stride: 0,
+            box_inner: self.box_len,
+            box_rows: 1,
+            swizzle: false,
+        };
+        layout.encode(gpu, buffer)
+    }
+}
+
+/// What the layouts share: a 3-D `[outer][rows][inner]` tensor of 16-bit or f32 elements, rows
+/// `row_stride` elements apart (`inner` when contiguous), boxes of `box_inner x box_rows x 1`,
+/// 128-byte swizzled (every operand layout) or not (`swizzle: false`, plain rows).
 struct Swizzled128 {
     what: &'static str,
     inner: usize,
@@ -176,6 +244,7 @@ struct Swizzled128 {
     outer_stride: usize,
     box_inner: u32,
     box_rows: u32,
+    swizzle: bool,
 }
 
 impl Swizzled128 {
@@ -188,8 +257,9 @@ impl Swizzled128 {
         let data_type = match T::DTYPE {
             Dtype::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
             Dtype::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            Dtype::F32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
             other => bail!(
-                "swizzled operand tensor maps are made for f16 and bf16, not {}",
+                "tensor maps are made for f16, bf16 and f32, not {}",
                 other.name()
             ),
         };
@@ -217,8 +287,17 @@ impl Swizzled128 {
             ))
             .into());
         }
-        if self.box_inner as usize * elem > 128 || self.box_rows == 0 || self.box_rows > 256 {
-            bail!("a 128-byte-swizzled box is at most 128 bytes wide and 256 rows tall");
+        let widest = if self.swizzle { 128 } else { 256 * elem };
+        if self.box_inner == 0
+            || self.box_inner as usize * elem > widest
+            || !(self.box_inner as usize * elem).is_multiple_of(16)
+            || self.box_rows == 0
+            || self.box_rows > 256
+        {
+            bail!(
+                "{what}: a box row is 16 to {widest} bytes (a multiple of 16) and at most 256 \
+                 rows tall"
+            );
         }
         let matrix = (self.rows - 1) * self.row_stride + self.inner;
         if buffer.len() < (self.outer - 1) * self.outer_stride + matrix {
@@ -258,7 +337,11 @@ impl Swizzled128 {
                 boxes.as_ptr(),
                 element_strides.as_ptr(),
                 CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+                if self.swizzle {
+                    CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B
+                } else {
+                    CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE
+                },
                 CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
             )

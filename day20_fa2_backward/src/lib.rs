@@ -1,7 +1,8 @@
 //! Day 20: FlashAttention-2, backward, and the layer that pairs it with day 10's forward.
 //! [`FlashAttention::backward`] computes dQ, dK and dV from Q, K, V, the forward's O and
-//! log-sum-exp L, and dO, with one of three versions (see `attention_bwd.cu`), in a fast mode
-//! (f32 atomics for dQ) or a deterministic one (no float atomics: the same bits every run).
+//! log-sum-exp L, and dO, with one of four versions (three in `attention_bwd.cu`, the Hopper
+//! one in `fa_hopper_bwd.cu`), in a fast mode (f32 atomics for dQ) or a deterministic one (the
+//! same bits every run). [`FlashAttention::fastest`] names the best pair this GPU has.
 
 use anyhow::{Result, bail};
 use common::check::Tolerance;
@@ -11,6 +12,7 @@ use common::kernel::KernelSet;
 use common::nvrtc::KernelSource;
 use common::reference::attention::AttentionShape;
 use common::session::Refused;
+use common::tma::{HeadTiles, HeadTilesF32, RowSpans};
 use common::{Gpu, Kernel, LaunchShape, UsageError};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
@@ -20,6 +22,43 @@ pub const SOURCE: KernelSource = KernelSource {
     file_name: "attention_bwd.cu",
     code: include_str!("attention_bwd.cu"),
 };
+
+/// The Hopper version, compiled for `sm_90a` (wgmma, TMA, setmaxnreg) on Hopper GPUs only.
+pub const HOPPER_SOURCE: KernelSource = KernelSource {
+    file_name: "fa_hopper_bwd.cu",
+    code: include_str!("fa_hopper_bwd.cu"),
+};
+
+/// `fa_hopper`'s keys per block (64 per consumer warpgroup), its threads (a producer and two
+/// consumer warpgroups) and its query-tile ring, as `fa_hopper_bwd.cu` has them (`BH_BN`,
+/// `BH_THREADS`, `BH_STAGES`); the kernel traps if launched with less shared memory than its
+/// layout needs, so a drift between the two shows at once.
+const HOPPER_KEYS: usize = 128;
+const HOPPER_THREADS: u32 = 384;
+const HOPPER_STAGES: usize = 2;
+
+/// `fa_hopper`'s queries per step (`BhConfig::BM`): 128 at head dim 64, 64 at 128 (dK and dV
+/// of 64 x 128 per consumer fill the registers).
+fn hopper_queries(d: usize) -> usize {
+    if d == 64 { 128 } else { 64 }
+}
+
+/// `fa_hopper`'s dynamic shared memory, `BhLayout` in `fa_hopper_bwd.cu`: K and V, the ring of
+/// Q and dO, dS^T, two consumers' f32 dQ half tiles, the ring of L and D, 5 barriers, and 1024
+/// bytes of slack to align the tiles to the swizzle's period.
+fn hopper_shared_bytes(d: usize) -> u32 {
+    let bm = hopper_queries(d);
+    let halves = 2 * HOPPER_KEYS * d + 2 * HOPPER_STAGES * bm * d + HOPPER_KEYS * bm;
+    let floats = 2 * 2 * 32 * 64 + 2 * HOPPER_STAGES * bm;
+    (halves * 2 + floats * 4 + 8 * (1 + 2 * HOPPER_STAGES) + 1024) as u32
+}
+
+/// Floats per row (one head of one sequence) of the transposed L and D: the longest sequence
+/// rounded up to 16 bytes, so that every row, and every query tile in it, starts 16-byte
+/// aligned (the TMA requires it of a box's innermost coordinate).
+fn hopper_pitch(max_q: usize) -> usize {
+    max_q.div_ceil(4).max(1) * 4
+}
 
 /// The largest P plus dS the naive version may allocate (two f32 matrices of the scores'
 /// size): day 10's limit for its one matrix.
@@ -31,10 +70,17 @@ pub enum Version {
     Naive,
     Fa2Scalar,
     Fa2Mma,
+    /// sm_90a only: wgmma, TMA and warp specialisation (FlashAttention-3's design).
+    FaHopper,
 }
 
 impl Version {
-    pub const ALL: [Version; 3] = [Version::Naive, Version::Fa2Scalar, Version::Fa2Mma];
+    pub const ALL: [Version; 4] = [
+        Version::Naive,
+        Version::Fa2Scalar,
+        Version::Fa2Mma,
+        Version::FaHopper,
+    ];
 
     /// The name `--kernel` takes.
     pub fn name(self) -> &'static str {
@@ -42,6 +88,7 @@ impl Version {
             Version::Naive => "naive",
             Version::Fa2Scalar => "fa2_scalar",
             Version::Fa2Mma => "fa2_mma",
+            Version::FaHopper => "fa_hopper",
         }
     }
 
@@ -55,6 +102,7 @@ impl Version {
             Version::Naive => (1, 1),
             Version::Fa2Scalar => (8, 32),
             Version::Fa2Mma => (64, 64),
+            Version::FaHopper => (64, HOPPER_KEYS),
         }
     }
 
@@ -96,6 +144,19 @@ pub fn kernel_names() -> Vec<String> {
                     names.push(format!("{version}_{pass}_{dtype}_d{d}"));
                 }
             }
+        }
+    }
+    names
+}
+
+/// Every CUDA function of `fa_hopper_bwd.cu`.
+pub fn hopper_kernel_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for dtype in ["bf16", "f16"] {
+        names.push(format!("fa_hopper_bwd_preprocess_{dtype}"));
+        names.push(format!("fa_hopper_bwd_convert_dq_{dtype}"));
+        for d in HEAD_DIMS {
+            names.push(format!("fa_hopper_bwd_{dtype}_d{d}"));
         }
     }
     names
@@ -158,9 +219,18 @@ impl BackwardProblem {
 /// The f32 scratch of one backward call: D, dQ's accumulator, and the naive version's P and
 /// dS. Allocated once per (version, problem) by [`FlashAttention::workspace`].
 pub struct Workspace {
+    /// D per (token, head) row; `fa_hopper` keeps it transposed, `[heads][pitch]`.
     delta: CudaSlice<f32>,
     dq_accum: CudaSlice<f32>,
     naive: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
+    hopper: Option<HopperScratch>,
+}
+
+/// `fa_hopper`'s own scratch: L in log2 units transposed like D, and the deterministic mode's
+/// counters (one per query tile, head and sequence).
+struct HopperScratch {
+    lse2: CudaSlice<f32>,
+    semaphores: CudaSlice<i32>,
 }
 
 /// The inputs of one backward call; the gradients go to one buffer `[dQ | dK | dV]`.
@@ -183,18 +253,39 @@ fn dtype_name<T: Element>() -> Result<&'static str> {
     }
 }
 
-/// Day 10's forward and day 20's backward, compiled and loaded for one GPU.
+/// Day 10's forward and day 20's backward, compiled and loaded for one GPU: `fa_hopper` only
+/// on Hopper.
 pub struct FlashAttention {
     pub forward_kernels: day10::FlashAttention,
     kernels: KernelSet,
+    hopper: Option<KernelSet>,
 }
 
 impl FlashAttention {
     pub fn load(gpu: &Gpu) -> Result<Self> {
+        let hopper = match gpu.info.arch.as_str() {
+            "sm_90" => Some(KernelSet::load_for_arch(
+                gpu,
+                &HOPPER_SOURCE,
+                "sm_90a",
+                hopper_kernel_names(),
+            )?),
+            _ => None,
+        };
         Ok(Self {
             forward_kernels: day10::FlashAttention::load(gpu)?,
             kernels: KernelSet::load(gpu, &SOURCE, kernel_names())?,
+            hopper,
         })
+    }
+
+    /// The fastest forward and backward this GPU runs: `fa_hopper` for both on Hopper,
+    /// `fa2_mma` elsewhere.
+    pub fn fastest(&self) -> (day10::Version, Version) {
+        match self.hopper {
+            Some(_) => (self.forward_kernels.fastest(), Version::FaHopper),
+            None => (self.forward_kernels.fastest(), Version::Fa2Mma),
+        }
     }
 
     /// Day 10's forward (O and L), on the tensor-core version unless told otherwise.
@@ -246,6 +337,33 @@ impl FlashAttention {
                 };
                 Ok((kernel, launch))
             }
+            Version::FaHopper => {
+                let Some(hopper) = &self.hopper else {
+                    return Err(Refused(
+                        "fa_hopper: needs sm_90a (wgmma, TMA), a Hopper GPU; fa2_mma is this \
+                         GPU's fastest version"
+                            .into(),
+                    )
+                    .into());
+                };
+                if !HEAD_DIMS.contains(&d) {
+                    return Err(Refused(format!(
+                        "fa_hopper: compiled for head dims {HEAD_DIMS:?}, not {d}"
+                    ))
+                    .into());
+                }
+                let kernel = hopper.get(&format!("fa_hopper_bwd_{dtype}_d{d}"))?;
+                let launch = LaunchShape {
+                    grid: (
+                        problem.max_k.div_ceil(HOPPER_KEYS).max(1) as u32,
+                        shape.kv_heads as u32,
+                        shape.batch() as u32,
+                    ),
+                    block: (HOPPER_THREADS, 1, 1),
+                    dynamic_shared_bytes: hopper_shared_bytes(d),
+                };
+                Ok((kernel, launch))
+            }
             Version::Fa2Scalar | Version::Fa2Mma => {
                 if !HEAD_DIMS.contains(&d) {
                     return Err(Refused(format!(
@@ -286,18 +404,41 @@ impl FlashAttention {
             Version::Naive => (1, problem.score_len.max(1)),
             _ => (q_len, 0),
         };
+        // fa_hopper: D and L transposed (a padded row per head and sequence), and a counter per
+        // query tile.
+        let transposed = shape.heads * shape.batch() * hopper_pitch(problem.max_q);
+        let counters = problem.max_q.div_ceil(hopper_queries(shape.head_dim)).max(1)
+            * shape.heads
+            * shape.batch();
+        let (delta_len, hopper_floats) = match version {
+            Version::FaHopper => (transposed, transposed + counters),
+            _ => (rows, 0),
+        };
         gpu.check_fits(
             "the backward's scratch (D, dQ accumulator, naive P and dS)",
-            ((rows + accum + 2 * naive) * 4) as u64,
+            ((delta_len + accum + 2 * naive + hopper_floats) * 4) as u64,
         )?;
+        // fa_hopper's transposed D and L are read a whole query tile at a time, past the last
+        // token up to the padded pitch: that padding must hold numbers (zeros), not poison.
+        let delta = match version {
+            Version::FaHopper => gpu.stream.alloc_zeros::<f32>(delta_len)?,
+            _ => gpu.alloc_poisoned::<f32>(delta_len)?,
+        };
         Ok(Workspace {
-            delta: gpu.alloc_poisoned::<f32>(rows)?,
+            delta,
             dq_accum: gpu.alloc_poisoned::<f32>(accum)?,
             naive: match version {
                 Version::Naive => Some((
                     gpu.alloc_poisoned::<f32>(naive)?,
                     gpu.alloc_poisoned::<f32>(naive)?,
                 )),
+                _ => None,
+            },
+            hopper: match version {
+                Version::FaHopper => Some(HopperScratch {
+                    lse2: gpu.stream.alloc_zeros::<f32>(transposed)?,
+                    semaphores: gpu.stream.alloc_zeros::<i32>(counters)?,
+                }),
                 _ => None,
             },
         })
@@ -327,7 +468,7 @@ impl FlashAttention {
         if t.k.len() != k_len || t.v.len() != k_len {
             bail!("attention backward: K and V must hold {k_len} elements");
         }
-        if t.lse.len() != rows || ws.delta.len() != rows {
+        if t.lse.len() != rows {
             bail!("attention backward: L must hold total_q x heads floats");
         }
         if grads.len() != q_len + 2 * k_len {
@@ -336,6 +477,15 @@ impl FlashAttention {
         let (main, launch) = self.plan::<T>(version, problem)?;
         let atomic = version != Version::Naive && mode == Mode::Atomic;
         if atomic && ws.dq_accum.len() != q_len {
+            bail!(
+                "attention backward: this workspace is not {}'s",
+                version.name()
+            );
+        }
+        if version == Version::FaHopper {
+            return self.backward_hopper(gpu, mode, problem, t, ws, grads, (main, launch));
+        }
+        if ws.delta.len() != rows {
             bail!(
                 "attention backward: this workspace is not {}'s",
                 version.name()
@@ -437,6 +587,7 @@ impl FlashAttention {
                 // column.
                 unsafe { l.launch(dkv_kernel.config(&per_key)?) }?;
             }
+            Version::FaHopper => unreachable!("fa_hopper returned above"),
             Version::Fa2Scalar | Version::Fa2Mma => {
                 let mut l = gpu.stream.launch_builder(&main.func);
                 l.arg(t.q)
@@ -507,6 +658,136 @@ impl FlashAttention {
     }
 }
 
+impl FlashAttention {
+    /// `fa_hopper`'s backward: D and L transposed (and dQ's accumulator zeroed), the main
+    /// kernel (dK, dV written, dQ added into the accumulator by TMA reduce-adds, ordered by
+    /// key tile in the deterministic mode), then dQ converted.
+    #[allow(clippy::too_many_arguments)]
+    fn backward_hopper<T: Element>(
+        &self,
+        gpu: &Gpu,
+        mode: Mode,
+        problem: &BackwardProblem,
+        t: BackwardTensors<'_, T>,
+        ws: &mut Workspace,
+        grads: &mut CudaSlice<T>,
+        (main, launch): (&Kernel, LaunchShape),
+    ) -> Result<()> {
+        let shape = problem.shape();
+        let d = shape.head_dim;
+        let dtype = dtype_name::<T>()?;
+        let (q_len, k_len) = problem.lens();
+        let Some(hopper) = &self.hopper else {
+            bail!("fa_hopper: not loaded on this GPU");
+        };
+        let pitch = hopper_pitch(problem.max_q);
+        let spans = shape.heads * shape.batch();
+        let bm = hopper_queries(d);
+        let q_tiles = problem.max_q.div_ceil(bm).max(1);
+        let Some(scratch) = ws.hopper.as_mut() else {
+            bail!("attention backward: this workspace is not fa_hopper's");
+        };
+        if ws.delta.len() != spans * pitch
+            || scratch.lse2.len() != spans * pitch
+            || scratch.semaphores.len() != q_tiles * shape.heads * shape.batch()
+            || ws.dq_accum.len() != q_len
+        {
+            bail!("attention backward: this workspace was made for another problem");
+        }
+        let (heads, kv_heads) = (shape.heads as i32, shape.kv_heads as i32);
+        let causal = i32::from(shape.causal);
+        let scale = shape.default_scale() as f32;
+
+        let pre = hopper.get(&format!("fa_hopper_bwd_preprocess_{dtype}"))?;
+        let pre_shape = LaunchShape {
+            grid: (
+                problem.max_q.div_ceil(8).max(1) as u32,
+                shape.heads as u32,
+                shape.batch() as u32,
+            ),
+            block: (256, 1, 1),
+            dynamic_shared_bytes: 0,
+        };
+        let (d_i32, pitch_i32) = (d as i32, pitch as i32);
+        let mut l = gpu.stream.launch_builder(&pre.func);
+        l.arg(t.o).arg(t.d_o).arg(t.lse);
+        l.arg(&mut ws.delta)
+            .arg(&mut scratch.lse2)
+            .arg(&mut ws.dq_accum);
+        l.arg(&problem.cu_q).arg(&d_i32).arg(&pitch_i32);
+        // SAFETY: matches fa_hopper_bwd_preprocess's signature; one warp per query row i < lq
+        // of each (head, sequence), reading d elements of O and dO and one of L at that row
+        // (lengths checked by `backward`), writing d floats of dq_accum (q_len) and one float
+        // of D and L2 at (head x batch + sequence) x pitch + i (i < max_q <= pitch; the lengths
+        // were checked above).
+        unsafe { l.launch(pre.config(&pre_shape)?) }?;
+        let ordered = i32::from(mode == Mode::Deterministic);
+        if ordered == 1 {
+            gpu.stream.memset_zeros(&mut scratch.semaphores)?;
+        }
+
+        let heads_tiles = |tokens, heads, box_tokens: usize| HeadTiles {
+            tokens,
+            heads,
+            dim: d,
+            box_tokens: box_tokens as u32,
+        };
+        let q_tiles_map = heads_tiles(shape.total_q(), shape.heads, bm);
+        let kv_tiles_map = heads_tiles(shape.total_k(), shape.kv_heads, HOPPER_KEYS);
+        let map_q = q_tiles_map.encode(gpu, t.q)?;
+        let map_do = q_tiles_map.encode(gpu, t.d_o)?;
+        let map_k = kv_tiles_map.encode(gpu, t.k)?;
+        let map_v = kv_tiles_map.encode(gpu, t.v)?;
+        let rows_map = RowSpans {
+            rows: spans,
+            pitch,
+            box_len: bm as u32,
+        };
+        let map_lse2 = rows_map.encode(gpu, &scratch.lse2)?;
+        let map_delta = rows_map.encode(gpu, &ws.delta)?;
+        let map_dq = HeadTilesF32 {
+            tokens: shape.total_q(),
+            heads: shape.heads,
+            dim: d,
+            box_tokens: 64,
+        }
+        .encode(gpu, &ws.dq_accum)?;
+
+        let (mut dq, mut dkv) = grads.split_at_mut(q_len);
+        let (mut dk, mut dv) = dkv.split_at_mut(k_len);
+        let q_tiles_i32 = q_tiles as i32;
+        let mut l = gpu.stream.launch_builder(&main.func);
+        l.arg(&map_q).arg(&map_k).arg(&map_v).arg(&map_do);
+        l.arg(&map_lse2).arg(&map_delta).arg(&map_dq);
+        l.arg(&mut dk).arg(&mut dv).arg(&mut scratch.semaphores);
+        l.arg(&ordered).arg(&problem.cu_q).arg(&problem.cu_k);
+        l.arg(&heads)
+            .arg(&kv_heads)
+            .arg(&scale)
+            .arg(&causal)
+            .arg(&q_tiles_i32);
+        // SAFETY: matches FA_HOPPER_BWD_KERNEL's signature. The maps describe exactly Q, dO,
+        // K, V (lengths checked by `backward`), the transposed L and D (heads x pitch) and the
+        // dQ accumulator (q_len floats); the TMA zero-fills loads and skips adds past their
+        // ends. dK and dV are written only at keys inside the cumulative lengths; the counters
+        // hold q_tiles x heads x batch ints, indexed by (sequence, head, query tile < q_tiles).
+        unsafe { l.launch(main.config(&launch)?) }?;
+
+        let convert = hopper.get(&format!("fa_hopper_bwd_convert_dq_{dtype}"))?;
+        let elems = LaunchShape {
+            grid: ((q_len.div_ceil(256)).clamp(1, 132 * 16) as u32, 1, 1),
+            block: (256, 1, 1),
+            dynamic_shared_bytes: 0,
+        };
+        let n = q_len as u64;
+        let mut l = gpu.stream.launch_builder(&convert.func);
+        l.arg(&ws.dq_accum).arg(&mut dq).arg(&n).arg(&scale);
+        // SAFETY: a grid-stride loop over n = q_len elements of both buffers.
+        unsafe { l.launch(convert.config(&elems)?) }?;
+        Ok(())
+    }
+}
+
 /// Tolerance of one gradient, scaled by its reference's root mean square: the gradients sum
 /// many terms of both signs (dS sums to 0 along a row), so an error is best measured against
 /// their typical size. Every product's 16-bit operand (P, dS, and the stored inputs) is a
@@ -545,6 +826,21 @@ mod tests {
         let names = kernel_names();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &names);
+    }
+
+    #[test]
+    fn the_hopper_version_compiles_for_sm90a_without_spilling() {
+        let names = hopper_kernel_names();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        common::testing::assert_compiles_without_spills(&HOPPER_SOURCE, "sm_90a", &names);
+    }
+
+    #[test]
+    fn hopper_shared_memory_fits_an_h100() {
+        // 227 KiB of dynamic shared memory per block on sm_90.
+        for d in HEAD_DIMS {
+            assert!(hopper_shared_bytes(d) <= 227 * 1024, "{d}");
+        }
     }
 
     #[test]

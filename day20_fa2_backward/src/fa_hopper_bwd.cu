@@ -1,0 +1,501 @@
+// Day 20, fa_hopper: the FlashAttention backward on Hopper's own path (sm_90a only; the host
+// compiles this file for sm_90a on an H100 and refuses the version elsewhere). The algorithm
+// is attention_bwd.cu's fa2 one (a block owns a key tile, keeps its dK and dV in registers,
+// and walks the query tiles that see it, rebuilding P from L); what changes is day 10's
+// fa_hopper toolbox:
+//
+//   - the TMA copies K and V once, then Q, dO, L and D query tile by query tile through a ring
+//     of 2 stages, each copy counted on an mbarrier;
+//   - warp specialisation: warpgroup 0 is the producer (one thread issues every copy), the
+//     other two are consumers, 64 of the block's 128 keys each;
+//   - all five products on wgmma, transposed so that every operand is either in shared memory
+//     as the TMA wrote it or in registers as the previous product left it:
+//       S^T  = K Q^T      (64 keys x BM queries; A = K rows, B = Q, both K-major)
+//       dP^T = V dO^T     (the same with V and dO)
+//       dV  += P^T dO     (A = P^T from S^T's accumulators, B = dO MN-major)
+//       dK  += dS^T Q     (A = dS^T from dP^T's accumulators, B = Q MN-major)
+//       dQ   = dS K       (A = dS: dS^T written to shared memory by both consumers, read
+//                          MN-major; B = K MN-major); each consumer makes half of the tile
+//   - dQ leaves through shared memory: each consumer writes its f32 half tile there and one
+//     thread adds it into the f32 accumulator in global memory with a TMA reduce-add (one
+//     instruction per 32 x 64 box, no per-element atomics issued by the math warps).
+//
+// Tiles: 128 keys per block; BM = 64 queries per step at head dim 128 (the register file holds
+// dK and dV of 64 x 128 per consumer), 128 at head dim 64. Per query tile, per consumer:
+//
+//   wait q_full[s] -> issue S^T, dP^T -> wait S^T: P = exp2(S scale log2e - L log2e) (masked)
+//   -> wait dP^T: dS = P (dP - D) -> issue dV += P^T dO, dK += dS^T Q -> dS^T to shared memory
+//   -> both consumers meet -> issue dQ = dS K -> wait all -> free q_empty[s] -> dQ to shared
+//   memory -> TMA reduce-add into dq_accum
+//
+// Deterministic mode: the reduce-adds into one dQ tile are ordered by key tile. A counter per
+// (query tile, head, sequence) says how many key-tile halves have added theirs; key tile n
+// adds after the counter reaches 2n and bumps it once its add is complete. Blocks are numbered
+// key tile fastest, so the tiles a block waits for were scheduled before it.
+//
+// Layouts as attention_bwd.cu: Q, dO [total_q, heads, D] (maps [heads][tokens][D], boxes of 64
+// dims x BM tokens), K, V [total_k, kv_heads, D] (boxes of 64 dims x 128 tokens); dq_accum
+// [total_q, heads, D] f32 (boxes of 32 floats x 64 tokens); L and D transposed by the
+// preprocessing kernel to [heads][pitch] f32, L already in log2 units (boxes of BM tokens).
+// Copies past a sequence's end read the next sequence's rows (zeros past the tensor): those
+// keys and queries are masked (P = 0, so their dS, dQ rows and dK, dV terms are exactly 0).
+#include "common.cuh"
+#include "dtype.cuh"
+#include "mma.cuh"        // pack2
+#include "reduce.cuh"     // warp_sum
+#include "attention.cuh"  // Sequence, key_end, visible, first_query
+#include "hopper.cuh"
+
+constexpr int BH_BN = 128;     // keys per block, 64 per consumer warpgroup
+constexpr int BH_BOX = 64;     // head-dim elements of one 128-byte swizzle row
+constexpr int BH_DQ_BOX = 32;  // f32 columns of one 128-byte swizzle row of the dQ tile
+constexpr int BH_STAGES = 2;   // query tiles in flight
+constexpr int BH_THREADS = 384;  // producer + 2 consumer warpgroups
+// Named barriers (0 is __syncthreads): both consumers, then each consumer alone.
+constexpr int BH_BAR_CONSUMERS = 1, BH_BAR_WG = 2;
+
+template <int D> struct BhConfig {
+    // Queries per step: the consumer holds dK and dV (D / 2 + D / 2 f32 per thread) across the
+    // loop and S^T, dP^T (BM / 2 each) per step; at head dim 128 BM = 64 keeps that at 192.
+    static constexpr int BM = D == 64 ? 128 : 64;
+    static_assert(D % BH_BOX == 0, "the head dim is a whole number of 64-element boxes");
+};
+
+// Shared memory from a 1024-byte aligned base (the swizzle repeats every 1024 bytes). Every
+// tile offset is a multiple of 1024; the host adds the same 1024 bytes of alignment slack.
+template <int D> struct BhLayout {
+    static constexpr int BM = BhConfig<D>::BM;
+    static constexpr int KV_ELEMS = BH_BN * D, Q_ELEMS = BM * D;
+    static constexpr int K_OFFSET = 0;
+    static constexpr int V_OFFSET = K_OFFSET + KV_ELEMS * 2;
+    static constexpr int Q_OFFSET = V_OFFSET + KV_ELEMS * 2;
+    static constexpr int DO_OFFSET = Q_OFFSET + BH_STAGES * Q_ELEMS * 2;
+    static constexpr int DS_OFFSET = DO_OFFSET + BH_STAGES * Q_ELEMS * 2;  // dS^T, 128 x BM
+    static constexpr int DQ_OFFSET = DS_OFFSET + BH_BN * BM * 2;
+    static constexpr int DQ_WG_FLOATS = 2 * BH_DQ_BOX * 64;  // two 32 x 64 boxes a consumer
+    static constexpr int L_OFFSET = DQ_OFFSET + 2 * DQ_WG_FLOATS * 4;
+    static constexpr int DELTA_OFFSET = L_OFFSET + BH_STAGES * BM * 4;
+    static constexpr int BARRIER_OFFSET = DELTA_OFFSET + BH_STAGES * BM * 4;
+    static constexpr int BYTES = BARRIER_OFFSET + 8 * (1 + 2 * BH_STAGES);
+};
+
+// wgmma descriptors as hopper.cuh builds them (128-byte swizzle, 8-row groups 1024 bytes
+// apart), made from one 32-bit register: every tile sits at a constant offset from the
+// 1024-byte aligned base, so a descriptor is that base (in 16-byte units) plus immediates.
+// K-major tiles take leading offset 1 (unused), MN-major ones the distance between their
+// 64-element boxes. Built inside the loop from an opaque base (`bh_fresh`): otherwise the
+// compiler hoists every k-step's 64-bit descriptor out of the loop and spills them.
+__device__ __forceinline__ unsigned long long bh_desc(unsigned base16, int byte_offset,
+                                                      int leading_bytes) {
+    const unsigned lo = base16 + (unsigned)(byte_offset >> 4) + ((unsigned)(leading_bytes >> 4) << 16);
+    const unsigned hi = (1024u >> 4) | (1u << 30);  // stride offset 1024; swizzle mode 1 (bit 62)
+    return ((unsigned long long)hi << 32) | lo;
+}
+__device__ __forceinline__ unsigned bh_fresh(unsigned v) {
+    asm volatile("" : "+r"(v));
+    return v;
+}
+
+// Shared-memory accesses by 32-bit address: the aligned base is computed through an integer,
+// which leaves plain pointers generic (64-bit addresses, and the compiler keeps a dozen of
+// them live and spills).
+__device__ __forceinline__ void bh_st_u32(unsigned address, unsigned v) {
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(address), "r"(v) : "memory");
+}
+__device__ __forceinline__ void bh_st_f32x2(unsigned address, float a, float b) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ float2 bh_ld_f32x2(unsigned address) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(address) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ float bh_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// ---------------------------------------------------------------------------------------------
+// preprocess: D = rowsum(dO * O) and L log2 e, both transposed to [heads][batch][pitch] (a
+// row per head and sequence, pitch = the longest sequence rounded up to 4): a query tile's
+// values are one TMA box, and its start is 16-byte aligned, as the TMA requires of a box's
+// innermost coordinate. A row that sees no key (L = -inf) gets L2 = +inf, so that
+// exp2(s - L2) = 0 without a test. dq_accum zeroed (every mode adds into it).
+// grid(ceil(max lq / 8), heads, batch), block(256): one warp per query row.
+template <typename T>
+__device__ __forceinline__ void bh_preprocess(const T* o, const T* d_o, const float* lse,
+                                              float* delta_t, float* lse2_t, float* dq_accum,
+                                              const int* cu_q, int d, int pitch) {
+    const int b = blockIdx.z, h = blockIdx.y, heads = gridDim.y;
+    const int i = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int q0 = cu_q[b];
+    if (i >= cu_q[b + 1] - q0) return;
+    const index_t row = (index_t)(q0 + i) * heads + h;
+    const index_t at = row * d;
+    float acc = 0.0f;
+    for (int c = lane; c < d; c += 32) {
+        acc += to_f32(o[at + c]) * to_f32(d_o[at + c]);
+        dq_accum[at + c] = 0.0f;
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) {
+        const index_t t_at = ((index_t)h * gridDim.z + b) * pitch + i;
+        delta_t[t_at] = acc;
+        const float l = lse[row];
+        lse2_t[t_at] = l == NEG_INF ? POS_INF : l * LOG2E;
+    }
+}
+
+#define BH_PREPROCESS(T, name)                                                                  \
+    KERNEL void fa_hopper_bwd_preprocess_##name(const T* o, const T* d_o, const float* lse,     \
+                                                float* delta_t, float* lse2_t,                  \
+                                                float* dq_accum, const int* cu_q, int d,        \
+                                                int pitch) {                                     \
+        bh_preprocess(o, d_o, lse, delta_t, lse2_t, dq_accum, cu_q, d, pitch);                  \
+    }
+BH_PREPROCESS(bf16_t, bf16)
+BH_PREPROCESS(f16_t, f16)
+
+// ---------------------------------------------------------------------------------------------
+// The main kernel. grid(ceil(max lk / 128), kv_heads, batch), block(384).
+
+// A position in the query-tile ring (stage, and the parity of its phase); producer and
+// consumers walk the same tiles and count their own.
+struct BhRing {
+    int stage = 0;
+    unsigned phase = 0;
+    __device__ __forceinline__ void advance() {
+        if (++stage == BH_STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+};
+
+// The query tiles key tile j0 contributes to: from the first query that sees key j0 (causal)
+// to the end of the sequence. A key tile n visits a prefix of the tiles key tile n + 1 visits,
+// so every query tile's contributors are key tiles 0 .. some n (the deterministic order).
+__device__ __forceinline__ int bh_first_tile(int j0, const Sequence& s, int causal, int bm) {
+    return first_query(j0, s, causal) / bm;
+}
+
+template <typename T, int D>
+__device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
+                                              const TmaDescriptor* map_k,
+                                              const TmaDescriptor* map_v,
+                                              const TmaDescriptor* map_do,
+                                              const TmaDescriptor* map_lse2,
+                                              const TmaDescriptor* map_delta,
+                                              const TmaDescriptor* map_dq, T* dk, T* dv,
+                                              int* semaphores, int ordered, const int* cu_q,
+                                              const int* cu_k,
+                                              int heads, int kv_heads, float scale,
+                                              int causal, int q_tiles) {
+    using L = BhLayout<D>;
+    constexpr int BM = BhConfig<D>::BM, BOXES = D / BH_BOX;
+    extern __shared__ unsigned char bh_smem_raw[];
+    unsigned char* base = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<unsigned long long>(bh_smem_raw) + 1023) & ~1023ull);
+    T* sk = reinterpret_cast<T*>(base + L::K_OFFSET);
+    T* sv = reinterpret_cast<T*>(base + L::V_OFFSET);
+    T* sq = reinterpret_cast<T*>(base + L::Q_OFFSET);
+    T* sdo = reinterpret_cast<T*>(base + L::DO_OFFSET);
+    float* sdq = reinterpret_cast<float*>(base + L::DQ_OFFSET);
+    unsigned long long* kv_full = reinterpret_cast<unsigned long long*>(base + L::BARRIER_OFFSET);
+    unsigned long long* q_full = kv_full + 1;
+    unsigned long long* q_empty = q_full + BH_STAGES;
+
+    // The host sizes shared memory and the block from its own copy of these constants: a
+    // drift between the two stops here rather than corrupting memory.
+    unsigned dynamic_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
+    if (dynamic_bytes < L::BYTES + 1024 || blockDim.x != BH_THREADS) __trap();
+
+    const Sequence s = sequence(cu_q, cu_k, blockIdx.z);
+    const int j0 = blockIdx.x * BH_BN;
+    if (j0 >= s.lk) return;  // the whole block: no barrier has been used yet
+    const int kvh = blockIdx.y, group = heads / kv_heads;
+    const int m_first = bh_first_tile(j0, s, causal, BM);
+    const int m_end = (s.lq + BM - 1) / BM;
+
+    if (threadIdx.x == 0) {
+        mbarrier_init(kv_full, 1);
+        for (int st = 0; st < BH_STAGES; ++st) {
+            mbarrier_init(&q_full[st], 1);   // the producer's arrival (+ the TMA's bytes)
+            mbarrier_init(&q_empty[st], 2);  // one arrival per consumer
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+
+    if (threadIdx.x < 128) {
+        // ---- producer ----
+        warpgroup_registers_release<24>();
+        if (threadIdx.x != 0) return;
+        mbarrier_arrive_expect_tx(kv_full, 2 * L::KV_ELEMS * sizeof(T));
+#pragma unroll
+        for (int box = 0; box < BOXES; ++box) {
+            tma_load_3d(sk + box * BH_BN * BH_BOX, map_k, kv_full, box * BH_BOX, s.k0 + j0, kvh);
+            tma_load_3d(sv + box * BH_BN * BH_BOX, map_v, kv_full, box * BH_BOX, s.k0 + j0, kvh);
+        }
+        constexpr unsigned STAGE_BYTES = 2 * L::Q_ELEMS * sizeof(T) + 2 * BM * sizeof(float);
+        BhRing ring;
+        for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+            for (int m = m_first; m < m_end; ++m) {
+                const int st = ring.stage, row0 = s.q0 + m * BM;
+                mbarrier_wait(&q_empty[st], ring.phase ^ 1);
+                mbarrier_arrive_expect_tx(&q_full[st], STAGE_BYTES);
+#pragma unroll
+                for (int box = 0; box < BOXES; ++box) {
+                    tma_load_3d(sq + st * L::Q_ELEMS + box * BM * BH_BOX, map_q, &q_full[st],
+                                box * BH_BOX, row0, h);
+                    tma_load_3d(sdo + st * L::Q_ELEMS + box * BM * BH_BOX, map_do, &q_full[st],
+                                box * BH_BOX, row0, h);
+                }
+                const int span = h * gridDim.z + blockIdx.z;  // L, D row of (head, sequence)
+                tma_load_3d(base + L::L_OFFSET + st * BM * 4, map_lse2, &q_full[st], m * BM, span,
+                            0);
+                tma_load_3d(base + L::DELTA_OFFSET + st * BM * 4, map_delta, &q_full[st], m * BM,
+                            span, 0);
+                ring.advance();
+            }
+        }
+        return;
+    }
+
+    // ---- consumers ----
+    warpgroup_registers_claim<240>();
+    const int wg = threadIdx.x / 128 - 1;
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const float scale_log2 = scale * LOG2E;
+    // This thread's two keys (accumulator rows) of S^T, dP^T, dV and dK.
+    const int key0 = j0 + wg * 64 + warp * 16 + g;
+    // Keys of this consumer that every query of a tile starting at i0 sees: no mask needed.
+    const int wg_key_end = j0 + wg * 64 + 64;
+
+    float dv_acc[D / 2], dk_acc[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dv_acc[i] = dk_acc[i] = 0.0f;
+
+    const unsigned base32 = smem_u32(base), base16 = (base32 & 0x3FFFF) >> 4;
+    constexpr int A_BOX = BM == 128 ? 1 : 0, B_BOX = D == 128 ? 1 : 0;
+    constexpr int K_ROWS = L::K_OFFSET + 0, V_ROWS = L::V_OFFSET;  // + this consumer's keys
+    const int wg_rows = wg * 64 * 128;  // 64 key rows of 128 bytes into each K or V box
+
+    mbarrier_wait(kv_full, 0);
+    BhRing ring;
+    for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+        for (int m = m_first; m < m_end; ++m) {
+            const int st = ring.stage, i0 = m * BM;
+            float sc[BM / 2], dp[BM / 2];
+            mbarrier_wait(&q_full[st], ring.phase);
+
+            // S^T = K Q^T and dP^T = V dO^T over the head dim: k16 steps 32 bytes apart
+            // inside a 64-wide box, the boxes 128 (keys) or BM (queries) rows of 128 bytes apart.
+            const unsigned b16 = bh_fresh(base16);
+            const int q_at = L::Q_OFFSET + st * L::Q_ELEMS * 2, do_at = L::DO_OFFSET + st * L::Q_ELEMS * 2;
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+                const int box = kk / 4, within = (kk % 4) * 32;
+                wgmma_m64k16<BM, T>(sc, bh_desc(b16, K_ROWS + wg_rows + box * BH_BN * 128 + within, 16),
+                                    bh_desc(b16, q_at + box * BM * 128 + within, 16), kk > 0);
+            }
+            wgmma_commit();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+                const int box = kk / 4, within = (kk % 4) * 32;
+                wgmma_m64k16<BM, T>(dp, bh_desc(b16, V_ROWS + wg_rows + box * BH_BN * 128 + within, 16),
+                                    bh_desc(b16, do_at + box * BM * 128 + within, 16), kk > 0);
+            }
+            wgmma_commit();
+
+            // P = exp2(S scale log2 e - L log2 e), 0 where masked, while dP^T runs. Element e
+            // of 8-column block j: key key0 + 8 (e / 2), query i0 + 8j + 2t + e % 2.
+            const unsigned b32 = bh_fresh(base32);
+            const unsigned l2 = b32 + L::L_OFFSET + st * BM * 4 + 8 * t;
+            const unsigned dl = b32 + L::DELTA_OFFSET + st * BM * 4 + 8 * t;
+            const bool needs_mask =
+                i0 + BM > s.lq || wg_key_end > key_end(i0, s, causal);
+            wgmma_wait<1>();
+            wgmma_fence_operands(sc);
+#pragma unroll
+            for (int j = 0; j < BM / 8; ++j) {
+                const float2 lse2 = bh_ld_f32x2(l2 + 32 * j);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float p = bh_exp2(fmaf(sc[4 * j + e], scale_log2, -(e % 2 ? lse2.y : lse2.x)));
+                    const int i = i0 + 8 * j + 2 * t + e % 2, key = key0 + 8 * (e / 2);
+                    sc[4 * j + e] = !needs_mask || visible(i, key, s, causal) ? p : 0.0f;
+                }
+            }
+            wgmma_wait<0>();
+            wgmma_fence_operands(dp);
+#pragma unroll
+            for (int j = 0; j < BM / 8; ++j) {
+                const float2 delta = bh_ld_f32x2(dl + 32 * j);
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    dp[4 * j + e] = sc[4 * j + e] * (dp[4 * j + e] - (e % 2 ? delta.y : delta.x));
+            }
+            // P^T and dS^T as 16-bit A operands: two 8-query accumulator blocks are one k16
+            // step (register x: key + 8 (x % 2), queries 16kk + 8 (x / 2) + 2t, +1).
+            unsigned pa[BM / 16][4], da[BM / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; ++kk)
+#pragma unroll
+                for (int x = 0; x < 4; ++x) {
+                    pa[kk][x] = pack2<T>(sc[8 * kk + 2 * x], sc[8 * kk + 2 * x + 1]);
+                    da[kk][x] = pack2<T>(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1]);
+                }
+
+            // dV += P^T dO and dK += dS^T Q: B is MN-major (dims along memory), a k16 step is
+            // 16 query rows (2048 bytes) down, the 64-dim boxes BM x 128 bytes apart.
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; ++kk)
+                wgmma_m64k16_rs<D, T, 1>(dv_acc, pa[kk], bh_desc(b16, do_at + kk * 2048, BM * 128), 1);
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; ++kk)
+                wgmma_m64k16_rs<D, T, 1>(dk_acc, da[kk], bh_desc(b16, q_at + kk * 2048, BM * 128), 1);
+            wgmma_commit();
+
+            // dS^T to shared memory as the MN-major A operand of dQ = dS K: key rows of 128
+            // bytes (64 queries, one box per 64 queries), 16-byte chunks swizzled by key % 8.
+            // The other consumer's dQ product of the last step must be done reading it.
+            named_barrier_sync(BH_BAR_CONSUMERS, 256);
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; ++kk)
+#pragma unroll
+                for (int x = 0; x < 4; ++x) {
+                    const int key = wg * 64 + warp * 16 + g + 8 * (x % 2);
+                    const int q = 16 * kk + 8 * (x / 2) + 2 * t, box = q / 64, qq = q % 64;
+                    const int at = box * BH_BN * 128 + (key / 8) * 1024 + (key % 8) * 128 +
+                                   (((qq / 8) ^ (key % 8)) * 16) + (qq % 8) * 2;
+                    bh_st_u32(b32 + L::DS_OFFSET + at, da[kk][x]);
+                }
+            fence_proxy_async_shared();
+            named_barrier_sync(BH_BAR_CONSUMERS, 256);
+
+            // dQ = dS K over the block's 128 keys. Head dim 128: this consumer's 64 columns
+            // (K box wg) of all 64 queries; head dim 64: all 64 columns of its 64 queries (dS
+            // box wg). Both operands MN-major, k16 steps 16 key rows down.
+            float dq[32];
+            const int ds_at = L::DS_OFFSET + A_BOX * wg * BH_BN * 128;
+            const int k_at = L::K_OFFSET + B_BOX * wg * BH_BN * 128;
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BH_BN / 16; ++kk)
+                wgmma_m64k16<64, T, 1, 1>(dq, bh_desc(b16, ds_at + kk * 2048, BH_BN * 128),
+                                          bh_desc(b16, k_at + kk * 2048, BH_BN * 128), kk > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operands(dq);
+            wgmma_fence_operands(dv_acc);
+            wgmma_fence_operands(dk_acc);
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; ++kk) {
+                wgmma_fence_operands(pa[kk]);
+                wgmma_fence_operands(da[kk]);
+            }
+            if (tid == 0) mbarrier_arrive(&q_empty[st]);  // Q, dO, L, D of this stage are read
+
+            // dQ to shared memory (two 32-column boxes of 64 rows, 128-byte swizzled), then one
+            // thread adds them into dq_accum. Its previous add must have read the buffer.
+            const unsigned my_dq = b32 + L::DQ_OFFSET + wg * L::DQ_WG_FLOATS * 4;
+            if (tid == 0) bulk_wait_read<0>();
+            named_barrier_sync(BH_BAR_WG + wg, 128);
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int row = warp * 16 + g + 8 * r, c = 8 * (j % 4) + 2 * t;
+                    const unsigned at = my_dq + ((j / 4) * BH_DQ_BOX * 64 + row * BH_DQ_BOX) * 4 +
+                                        (((c / 4) ^ (row % 8)) * 16) + (c % 4) * 4;
+                    bh_st_f32x2(at, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+                }
+            fence_proxy_async_shared();
+            named_barrier_sync(BH_BAR_WG + wg, 128);
+            if (tid == 0) {
+                const int x0 = D == 128 ? wg * 64 : 0;
+                const int y0 = s.q0 + i0 + (BM == 128 ? wg * 64 : 0);
+                int* counter = semaphores + ((index_t)blockIdx.z * heads + h) * q_tiles + m;
+                if (ordered) {
+                    const int before = 2 * blockIdx.x;  // both halves of key tiles 0 .. n-1
+                    int seen;
+                    do {
+                        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n"
+                                     : "=r"(seen)
+                                     : "l"(counter)
+                                     : "memory");
+                    } while (seen < before);
+                    fence_proxy_async_global();
+                }
+                float* dq_tile = sdq + wg * L::DQ_WG_FLOATS;
+                tma_reduce_add_3d(map_dq, dq_tile, x0, y0, h);
+                tma_reduce_add_3d(map_dq, dq_tile + BH_DQ_BOX * 64, x0 + BH_DQ_BOX, y0, h);
+                bulk_commit();
+                if (ordered) {
+                    bulk_wait<0>();  // the adds are in global memory
+                    fence_proxy_async_global();
+                    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter)
+                                 : "memory");
+                }
+            }
+            ring.advance();
+        }
+    }
+    if (tid == 0) bulk_wait<0>();  // shared memory must outlive the last add's reads
+
+    // dK = scale dS^T Q and dV, this thread's two keys, straight from the accumulators.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int key = key0 + 8 * r;
+        if (key >= s.lk) continue;
+        const index_t token = (index_t)(s.k0 + key) * kv_heads + kvh;
+        unsigned* out_k = reinterpret_cast<unsigned*>(dk + token * D);
+        unsigned* out_v = reinterpret_cast<unsigned*>(dv + token * D);
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+            out_k[4 * j + t] = pack2<T>(dk_acc[4 * j + 2 * r] * scale, dk_acc[4 * j + 2 * r + 1] * scale);
+            out_v[4 * j + t] = pack2<T>(dv_acc[4 * j + 2 * r], dv_acc[4 * j + 2 * r + 1]);
+        }
+    }
+}
+
+// One extern "C" entry per (dtype, head dim); the maps are `__grid_constant__` parameters.
+#define FA_HOPPER_BWD_KERNEL(T, name, D)                                                        \
+    KERNEL void __launch_bounds__(BH_THREADS, 1) fa_hopper_bwd_##name##_d##D(                   \
+        const __grid_constant__ TmaDescriptor map_q, const __grid_constant__ TmaDescriptor map_k, \
+        const __grid_constant__ TmaDescriptor map_v,                                            \
+        const __grid_constant__ TmaDescriptor map_do,                                           \
+        const __grid_constant__ TmaDescriptor map_lse2,                                         \
+        const __grid_constant__ TmaDescriptor map_delta,                                        \
+        const __grid_constant__ TmaDescriptor map_dq, T* dk, T* dv, int* semaphores,            \
+        int ordered, const int* cu_q, const int* cu_k, int heads, int kv_heads, float scale,    \
+        int causal, int q_tiles) {                                                              \
+        fa_hopper_bwd<T, D>(&map_q, &map_k, &map_v, &map_do, &map_lse2, &map_delta, &map_dq, dk, \
+                            dv, semaphores, ordered, cu_q, cu_k, heads, kv_heads, scale, causal, \
+                            q_tiles);                                                           \
+    }
+
+FA_HOPPER_BWD_KERNEL(bf16_t, bf16, 64)
+FA_HOPPER_BWD_KERNEL(bf16_t, bf16, 128)
+FA_HOPPER_BWD_KERNEL(f16_t, f16, 64)
+FA_HOPPER_BWD_KERNEL(f16_t, f16, 128)
+
+// dQ = scale * dq_accum in the storage type. grid-stride, any launch.
+template <typename T>
+__device__ __forceinline__ void bh_convert_dq(const float* dq_accum, T* dq, index_t n, float scale) {
+    for (index_t e = blockIdx.x * (index_t)blockDim.x + threadIdx.x; e < n;
+         e += (index_t)gridDim.x * blockDim.x)
+        dq[e] = from_f32<T>(dq_accum[e] * scale);
+}
+KERNEL void fa_hopper_bwd_convert_dq_bf16(const float* dq_accum, bf16_t* dq, index_t n, float scale) {
+    bh_convert_dq(dq_accum, dq, n, scale);
+}
+KERNEL void fa_hopper_bwd_convert_dq_f16(const float* dq_accum, f16_t* dq, index_t n, float scale) {
+    bh_convert_dq(dq_accum, dq, n, scale);
+}
