@@ -16,17 +16,18 @@
 //       dK  += dS^T Q     (A = dS^T from dP^T's accumulators, B = Q MN-major)
 //       dQ   = dS K       (A = dS: dS^T written to shared memory by both consumers, read
 //                          MN-major; B = K MN-major); each consumer makes half of the tile
-//   - dQ leaves through shared memory: each consumer writes its f32 half tile there and one
-//     thread adds it into the f32 accumulator in global memory with a TMA reduce-add (one
-//     instruction per 32 x 64 box, no per-element atomics issued by the math warps).
+//   - dQ leaves through shared memory: each consumer writes its f32 half tile there and a dQ
+//     writer thread of the producer warpgroup adds it into the f32 accumulator in global
+//     memory with TMA reduce-adds (one instruction per 32 x 64 box, no per-element atomics
+//     issued by the math warps, and no wait for them either).
 //
 // Tiles: 128 keys per block; BM = 64 queries per step at head dim 128 (the register file holds
 // dK and dV of 64 x 128 per consumer), 128 at head dim 64. Per query tile, per consumer:
 //
 //   wait q_full[s] -> issue S^T, dP^T -> wait S^T: P = exp2(S scale log2e - L log2e) (masked)
 //   -> wait dP^T: dS = P (dP - D) -> issue dV += P^T dO, dK += dS^T Q -> dS^T to shared memory
-//   -> both consumers meet -> issue dQ = dS K -> wait all -> free q_empty[s] -> dQ to shared
-//   memory -> TMA reduce-add into dq_accum
+//   -> both consumers meet -> issue dQ = dS K -> wait all -> free q_empty[s] -> wait
+//   dq_empty -> dQ to shared memory -> dq_full (the writer's TMA reduce-add into dq_accum)
 //
 // Deterministic mode: the reduce-adds into one dQ tile are ordered by key tile. A counter per
 // (query tile, head, sequence) says how many key-tile halves have added theirs; key tile n
@@ -51,8 +52,8 @@ constexpr int BH_BOX = 64;     // head-dim elements of one 128-byte swizzle row
 constexpr int BH_DQ_BOX = 32;  // f32 columns of one 128-byte swizzle row of the dQ tile
 constexpr int BH_STAGES = 2;   // query tiles in flight
 constexpr int BH_THREADS = 384;  // producer + 2 consumer warpgroups
-// Named barriers (0 is __syncthreads): both consumers, then each consumer alone.
-constexpr int BH_BAR_CONSUMERS = 1, BH_BAR_WG = 2;
+// The named barrier (0 is __syncthreads) where the two consumers meet around dS^T.
+constexpr int BH_BAR_CONSUMERS = 1;
 
 template <int D> struct BhConfig {
     // Queries per step: the consumer holds dK and dV (D / 2 + D / 2 f32 per thread) across the
@@ -76,7 +77,7 @@ template <int D> struct BhLayout {
     static constexpr int L_OFFSET = DQ_OFFSET + 2 * DQ_WG_FLOATS * 4;
     static constexpr int DELTA_OFFSET = L_OFFSET + BH_STAGES * BM * 4;
     static constexpr int BARRIER_OFFSET = DELTA_OFFSET + BH_STAGES * BM * 4;
-    static constexpr int BYTES = BARRIER_OFFSET + 8 * (1 + 2 * BH_STAGES);
+    static constexpr int BYTES = BARRIER_OFFSET + 8 * (1 + 2 * BH_STAGES + 4);
 };
 
 // wgmma descriptors as hopper.cuh builds them (128-byte swizzle, 8-row groups 1024 bytes
@@ -181,6 +182,57 @@ __device__ __forceinline__ int bh_first_tile(int j0, const Sequence& s, int caus
     return first_query(j0, s, causal) / bm;
 }
 
+// The dQ writer (one thread of the producer warpgroup): for every step of the block, for
+// each consumer, waits for its dQ half tile in shared memory, adds it into dq_accum with TMA
+// reduce-adds (head dim 128: the consumer's 64 columns of the 64 queries; 64: all columns of
+// its 64 queries), and hands the buffer back once the TMA has read it. Deterministic mode:
+// first waits until key tiles 0 .. n-1 have added theirs into this query tile (the counter
+// at 2n), and bumps the counter once its own adds are complete in global memory. Only this
+// thread waits on other blocks; the consumers go on with the next step meanwhile.
+__device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq,
+                                             unsigned long long* dq_full,
+                                             unsigned long long* dq_empty, const float* sdq,
+                                             int* semaphores, int ordered, const Sequence& s,
+                                             int kvh, int group, int heads, int m_first,
+                                             int m_end, int q_tiles, int bm, int d) {
+    unsigned phase = 0;
+    for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+        for (int m = m_first; m < m_end; ++m) {
+            int* counter = semaphores + ((index_t)blockIdx.z * heads + h) * q_tiles + m;
+            for (int wg = 0; wg < 2; ++wg) {
+                mbarrier_wait(&dq_full[wg], phase);
+                if (ordered) {
+                    int seen;
+                    do {
+                        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n"
+                                     : "=r"(seen)
+                                     : "l"(counter)
+                                     : "memory");
+                    } while (seen < 2 * (int)blockIdx.x);  // both halves of key tiles 0 .. n-1
+                    fence_proxy_async_global();
+                }
+                const int x0 = d == 128 ? wg * 64 : 0;
+                const int y0 = s.q0 + m * bm + (bm == 128 ? wg * 64 : 0);
+                const float* tile = sdq + wg * 2 * BH_DQ_BOX * 64;
+                tma_reduce_add_3d(map_dq, tile, x0, y0, h);
+                tma_reduce_add_3d(map_dq, tile + BH_DQ_BOX * 64, x0 + BH_DQ_BOX, y0, h);
+                bulk_commit();
+                if (ordered) {
+                    bulk_wait<0>();  // the adds are in global memory
+                    fence_proxy_async_global();
+                    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter)
+                                 : "memory");
+                } else {
+                    bulk_wait_read<0>();
+                }
+                mbarrier_arrive(&dq_empty[wg]);
+            }
+            phase ^= 1;
+        }
+    }
+    bulk_wait<0>();  // shared memory must outlive the last add's reads
+}
+
 template <typename T, int D>
 __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                                               const TmaDescriptor* map_k,
@@ -206,6 +258,8 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
     unsigned long long* kv_full = reinterpret_cast<unsigned long long*>(base + L::BARRIER_OFFSET);
     unsigned long long* q_full = kv_full + 1;
     unsigned long long* q_empty = q_full + BH_STAGES;
+    unsigned long long* dq_full = q_empty + BH_STAGES;  // [consumer]: its dQ half is written
+    unsigned long long* dq_empty = dq_full + 2;         // [consumer]: the TMA has read it
 
     // The host sizes shared memory and the block from its own copy of these constants: a
     // drift between the two stops here rather than corrupting memory.
@@ -226,13 +280,22 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
             mbarrier_init(&q_full[st], 1);   // the producer's arrival (+ the TMA's bytes)
             mbarrier_init(&q_empty[st], 2);  // one arrival per consumer
         }
+        for (int wg = 0; wg < 2; ++wg) {
+            mbarrier_init(&dq_full[wg], 128);  // every thread of the consumer, after its writes
+            mbarrier_init(&dq_empty[wg], 1);   // the dQ writer, once the TMA has read them
+        }
         fence_barrier_init();
     }
     __syncthreads();
 
     if (threadIdx.x < 128) {
         // ---- producer ----
-        warpgroup_registers_release<24>();
+        warpgroup_registers_release<40>();
+        if (threadIdx.x == 32) {
+            bh_dq_writer(map_dq, dq_full, dq_empty, sdq, semaphores, ordered, s, kvh, group, heads,
+                         m_first, m_end, q_tiles, BM, D);
+            return;
+        }
         if (threadIdx.x != 0) return;
         mbarrier_arrive_expect_tx(kv_full, 2 * L::KV_ELEMS * sizeof(T));
 #pragma unroll
@@ -266,7 +329,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
     }
 
     // ---- consumers ----
-    warpgroup_registers_claim<240>();
+    warpgroup_registers_claim<232>();
     const int wg = threadIdx.x / 128 - 1;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const float scale_log2 = scale * LOG2E;
@@ -274,6 +337,15 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
     const int key0 = j0 + wg * 64 + warp * 16 + g;
     // Keys of this consumer that every query of a tile starting at i0 sees: no mask needed.
     const int wg_key_end = j0 + wg * 64 + 64;
+    // The first query that sees each of the thread's two keys (lq: none does), so that the
+    // mask is two compares: query i sees key j iff seen_from[j] <= i < lq (attention.cuh's
+    // rule, bottom-right causal; without the mask every query sees every key < lk).
+    int seen_from[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int key = key0 + 8 * r;
+        seen_from[r] = key < s.lk ? first_query(key, s, causal) : s.lq;
+    }
 
     float dv_acc[D / 2], dk_acc[D / 2];
 #pragma unroll
@@ -286,6 +358,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
 
     mbarrier_wait(kv_full, 0);
     BhRing ring;
+    unsigned dq_phase = 0;
     for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
         for (int m = m_first; m < m_end; ++m) {
             const int st = ring.stage, i0 = m * BM;
@@ -327,8 +400,8 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const float p = bh_exp2(fmaf(sc[4 * j + e], scale_log2, -(e % 2 ? lse2.y : lse2.x)));
-                    const int i = i0 + 8 * j + 2 * t + e % 2, key = key0 + 8 * (e / 2);
-                    sc[4 * j + e] = !needs_mask || visible(i, key, s, causal) ? p : 0.0f;
+                    const int i = i0 + 8 * j + 2 * t + e % 2;
+                    sc[4 * j + e] = !needs_mask || (i >= seen_from[e / 2] && i < s.lq) ? p : 0.0f;
                 }
             }
             wgmma_wait<0>();
@@ -402,11 +475,10 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
             }
             if (tid == 0) mbarrier_arrive(&q_empty[st]);  // Q, dO, L, D of this stage are read
 
-            // dQ to shared memory (two 32-column boxes of 64 rows, 128-byte swizzled), then one
-            // thread adds them into dq_accum. Its previous add must have read the buffer.
+            // dQ to shared memory (two 32-column boxes of 64 rows, 128-byte swizzled) once the
+            // dQ writer's TMA has read the last one; the writer adds it into dq_accum.
             const unsigned my_dq = b32 + L::DQ_OFFSET + wg * L::DQ_WG_FLOATS * 4;
-            if (tid == 0) bulk_wait_read<0>();
-            named_barrier_sync(BH_BAR_WG + wg, 128);
+            mbarrier_wait(&dq_empty[wg], dq_phase ^ 1);
 #pragma unroll
             for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -417,37 +489,11 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                     bh_st_f32x2(at, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
                 }
             fence_proxy_async_shared();
-            named_barrier_sync(BH_BAR_WG + wg, 128);
-            if (tid == 0) {
-                const int x0 = D == 128 ? wg * 64 : 0;
-                const int y0 = s.q0 + i0 + (BM == 128 ? wg * 64 : 0);
-                int* counter = semaphores + ((index_t)blockIdx.z * heads + h) * q_tiles + m;
-                if (ordered) {
-                    const int before = 2 * blockIdx.x;  // both halves of key tiles 0 .. n-1
-                    int seen;
-                    do {
-                        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n"
-                                     : "=r"(seen)
-                                     : "l"(counter)
-                                     : "memory");
-                    } while (seen < before);
-                    fence_proxy_async_global();
-                }
-                float* dq_tile = sdq + wg * L::DQ_WG_FLOATS;
-                tma_reduce_add_3d(map_dq, dq_tile, x0, y0, h);
-                tma_reduce_add_3d(map_dq, dq_tile + BH_DQ_BOX * 64, x0 + BH_DQ_BOX, y0, h);
-                bulk_commit();
-                if (ordered) {
-                    bulk_wait<0>();  // the adds are in global memory
-                    fence_proxy_async_global();
-                    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter)
-                                 : "memory");
-                }
-            }
+            mbarrier_arrive(&dq_full[wg]);
+            dq_phase ^= 1;
             ring.advance();
         }
     }
-    if (tid == 0) bulk_wait<0>();  // shared memory must outlive the last add's reads
 
     // dK = scale dS^T Q and dV, this thread's two keys, straight from the accumulators.
 #pragma unroll

@@ -44,13 +44,14 @@ fn hopper_queries(d: usize) -> usize {
 }
 
 /// `fa_hopper`'s dynamic shared memory, `BhLayout` in `fa_hopper_bwd.cu`: K and V, the ring of
-/// Q and dO, dS^T, two consumers' f32 dQ half tiles, the ring of L and D, 5 barriers, and 1024
-/// bytes of slack to align the tiles to the swizzle's period.
+/// Q and dO, dS^T, two consumers' f32 dQ half tiles, the ring of L and D, the barriers (K/V,
+/// full and empty per stage, dQ full and empty per consumer), and 1024 bytes of slack to align
+/// the tiles to the swizzle's period.
 fn hopper_shared_bytes(d: usize) -> u32 {
     let bm = hopper_queries(d);
     let halves = 2 * HOPPER_KEYS * d + 2 * HOPPER_STAGES * bm * d + HOPPER_KEYS * bm;
     let floats = 2 * 2 * 32 * 64 + 2 * HOPPER_STAGES * bm;
-    (halves * 2 + floats * 4 + 8 * (1 + 2 * HOPPER_STAGES) + 1024) as u32
+    (halves * 2 + floats * 4 + 8 * (1 + 2 * HOPPER_STAGES + 4) + 1024) as u32
 }
 
 /// Floats per row (one head of one sequence) of the transposed L and D: the longest sequence
