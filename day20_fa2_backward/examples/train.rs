@@ -3,7 +3,8 @@
 //! The task: a "teacher" attention with random Q, K, V produces the target outputs; the
 //! student's own Q, K and V (the parameters, f32 master copies) start elsewhere and learn to
 //! reproduce them under the loss `0.5 |O - O*|^2 / n`, so `dO = (O - O*) / n`. Each step runs
-//! day 10's forward and day 20's backward (`fa2_mma`) on the GPU in bf16; the loss, dO and the
+//! the fastest forward and backward the GPU has (`fa_hopper` for both on an H100, `fa2_mma`
+//! elsewhere: [`FlashAttention::fastest`]) in bf16; the loss, dO and the
 //! Adam update are small and done on the CPU. The first step's gradients are checked against
 //! the naive backward, and the loss must fall: otherwise the example exits with an error.
 
@@ -76,6 +77,12 @@ fn train() -> Result<()> {
     let rows = shape.total_q() * shape.heads;
     let gpu = Gpu::open(0)?;
     let day = FlashAttention::load(&gpu)?;
+    let (fwd_version, bwd_version) = day.fastest();
+    println!(
+        "forward {}, backward {} (this GPU's fastest)",
+        fwd_version.name(),
+        bwd_version.name()
+    );
     let problem = BackwardProblem::new(&gpu, &shape)?;
 
     // O on the host, and the device tensors the backward reads.
@@ -94,7 +101,7 @@ fn train() -> Result<()> {
             lse: &mut lse,
             scores: None,
         };
-        day.forward(&gpu, day10::Version::Fa2Mma, &problem, t, &mut o)?;
+        day.forward(&gpu, fwd_version, &problem, t, &mut o)?;
         let host: Vec<f32> = gpu.download(&o)?.iter().map(|x| x.to_f32()).collect();
         Ok((host, Device { q, k, v, o, lse }))
     };
@@ -111,7 +118,7 @@ fn train() -> Result<()> {
         inputs::uniform(k_len, -1.0, 1.0, 13),
     ];
     let mut adam: Vec<Adam> = params.iter().map(|p| Adam::new(p.len())).collect();
-    let mut ws = day.workspace(&gpu, Version::Fa2Mma, &problem)?;
+    let mut ws = day.workspace(&gpu, bwd_version, &problem)?;
     let mut grads_dev = gpu.alloc_poisoned::<bf16>(q_len + 2 * k_len)?;
     let n = q_len as f32;
     let mut first_loss = None;
@@ -144,7 +151,7 @@ fn train() -> Result<()> {
             day.backward(&gpu, version, Mode::Atomic, &problem, t, ws, g)
         };
         let grads = launch_and_read(&gpu, &mut grads_dev, &mut |g| {
-            launch(Version::Fa2Mma, &mut ws, g)
+            launch(bwd_version, &mut ws, g)
         })?;
         if step == 1 {
             // The tensor-core backward against the naive one (P and dS through memory).
@@ -162,9 +169,12 @@ fn train() -> Result<()> {
                 let tolerance = day20::grad_tolerance(common::dtype::Dtype::Bf16, reference);
                 let report =
                     check::compare(&grads[range], reference, &[reference.len()], tolerance);
-                println!("step 1 {name}: fa2_mma vs naive: {report}");
+                println!("step 1 {name}: {} vs naive: {report}", bwd_version.name());
                 if !report.passed() {
-                    bail!("fa2_mma's {name} differs from the naive backward's");
+                    bail!(
+                        "{}'s {name} differs from the naive backward's",
+                        bwd_version.name()
+                    );
                 }
             }
         }

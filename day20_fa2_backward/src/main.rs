@@ -54,7 +54,8 @@ struct Args {
     causal: bool,
     #[arg(long, value_enum, default_value_t = Dtype::Bf16)]
     dtype: Dtype,
-    /// No float atomics: dQ by a second pass, the same bits every run (keys end in `-det`).
+    /// The same bits every run (keys end in `-det`): dQ by a second pass without float atomics
+    /// (fa2_*), or by adds ordered by key tile (fa_hopper).
     #[arg(long)]
     deterministic: bool,
     /// Sequence lengths 512 to 16384 at 16384 tokens, hidden 2048; plotted to --plot.
