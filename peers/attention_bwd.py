@@ -24,9 +24,10 @@ import _peer
 
 TOKENS, HIDDEN = 16384, 2048
 
-# day20's default problems, then its --sweep (hd128, not causal, 512 to 16384).
+# day20's default problems, then its --sweep (512 to 16384) for both head dims, with and
+# without the causal mask.
 PROBLEMS = [(4096, 128, False), (4096, 64, False), (4096, 128, True)] + [
-    (1 << p, 128, False) for p in range(9, 15)
+    (1 << p, d, causal) for causal in (False, True) for d in (128, 64) for p in range(9, 15)
 ]
 BACKENDS = [("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)]
 
