@@ -6,8 +6,8 @@
 //
 //   - the TMA copies K and V once, then Q, dO, L and D query tile by query tile through a ring
 //     of 2 stages, each copy counted on an mbarrier;
-//   - warp specialisation: warpgroup 0 is the producer (one thread issues every copy), the
-//     other two are consumers, 64 of the block's 128 keys each;
+//   - warp specialisation: warpgroup 0 is the producer (one thread issues every copy, another
+//     is the dQ writer below), the other two are consumers, 64 of the block's 128 keys each;
 //   - all five products on wgmma, transposed so that every operand is either in shared memory
 //     as the TMA wrote it or in registers as the previous product left it:
 //       S^T  = K Q^T      (64 keys x BM queries; A = K rows, B = Q, both K-major)
@@ -37,7 +37,7 @@
 // Layouts as attention_bwd.cu: Q, dO [total_q, heads, D] (maps [heads][tokens][D], boxes of 64
 // dims x BM tokens), K, V [total_k, kv_heads, D] (boxes of 64 dims x 128 tokens); dq_accum
 // [total_q, heads, D] f32 (boxes of 32 floats x 64 tokens); L and D transposed by the
-// preprocessing kernel to [heads][pitch] f32, L already in log2 units (boxes of BM tokens).
+// preprocessing kernel to [heads][batch][pitch] f32, L already in log2 units (boxes of BM).
 // Copies past a sequence's end read the next sequence's rows (zeros past the tensor): those
 // keys and queries are masked (P = 0, so their dS, dQ rows and dK, dV terms are exactly 0).
 #include "common.cuh"

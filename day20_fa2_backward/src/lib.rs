@@ -222,7 +222,7 @@ impl BackwardProblem {
 /// The f32 scratch of one backward call: D, dQ's accumulator, and the naive version's P and
 /// dS. Allocated once per (version, problem) by [`FlashAttention::workspace`].
 pub struct Workspace {
-    /// D per (token, head) row; `fa_hopper` keeps it transposed, `[heads][pitch]`.
+    /// D per (token, head) row; `fa_hopper` keeps it transposed, `[heads][batch][pitch]`.
     delta: CudaSlice<f32>,
     dq_accum: CudaSlice<f32>,
     naive: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
