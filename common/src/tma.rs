@@ -125,11 +125,14 @@ impl MnMajorTiles {
 }
 
 /// Attention's packed tensors: `[tokens][heads][dim]` (Q, K, V and O of every sequence of a
-/// batch one after another), copied in boxes of 64 dims (128 bytes, one swizzle row) x
-/// `box_tokens` consecutive tokens of one head. In shared memory a box is `box_tokens` rows of
-/// 128 bytes: the K-major layout of Q and K (`S = Q K^T` contracts over the dims) and the
-/// MN-major layout of V (`O = P V` contracts over the tokens), so one map shape serves all
-/// three. A head dim over 64 is several boxes side by side; coordinates are (dim, token, head).
+/// batch one after another), copied in boxes of 128 bytes of dims (one swizzle row: 64 16-bit
+/// elements, or 32 floats) x `box_tokens` consecutive tokens of one head. In shared memory a
+/// 16-bit box is `box_tokens` rows of 128 bytes: the K-major layout of Q and K (`S = Q K^T`
+/// contracts over the dims) and the MN-major layout of V (`O = P V` contracts over the
+/// tokens), so one map shape serves all three; an f32 map (day 20's dQ accumulator) takes the
+/// TMA's reduce-adds of a tile written swizzled, so that a warp's writes spread over the
+/// banks. A head dim over one box is several boxes side by side; coordinates are (dim, token,
+/// head).
 #[derive(Debug, Clone, Copy)]
 pub struct HeadTiles {
     pub tokens: usize,
@@ -139,8 +142,8 @@ pub struct HeadTiles {
 }
 
 impl HeadTiles {
-    /// 64 16-bit elements: one 128-byte swizzle row.
-    pub const BOX_DIM: u32 = 64;
+    /// Bytes of dims per box: one 128-byte swizzle row.
+    pub const BOX_BYTES: usize = 128;
 
     /// Encodes the map of `buffer`, which must hold `tokens x heads x dim` elements;
     /// [`Refused`] as [`KMajorTiles::encode`] (a head dim that is not a multiple of 8, or an
@@ -159,42 +162,7 @@ impl HeadTiles {
             row_stride: self.heads * self.dim,
             outer: self.heads,
             outer_stride: self.dim,
-            box_inner: Self::BOX_DIM.min(self.dim as u32),
-            box_rows: self.box_tokens,
-            swizzle: true,
-        };
-        layout.encode(gpu, buffer)
-    }
-}
-
-/// An f32 attention tensor `[tokens][heads][dim]` (day 20's dQ accumulator), covered like
-/// [`HeadTiles`] but in boxes of 32 floats (128 bytes, one swizzle row) x `box_tokens`: the
-/// tile a kernel adds into it with the TMA's reduce-add, written 128-byte swizzled in shared
-/// memory so that the writes of a warp spread over the banks.
-#[derive(Debug, Clone, Copy)]
-pub struct HeadTilesF32 {
-    pub tokens: usize,
-    pub heads: usize,
-    pub dim: usize,
-    pub box_tokens: u32,
-}
-
-impl HeadTilesF32 {
-    /// 32 floats: one 128-byte swizzle row.
-    pub const BOX_DIM: u32 = 32;
-
-    pub fn encode<S>(&self, gpu: &Gpu, buffer: &S) -> Result<TmaDescriptor>
-    where
-        S: DevicePtr<f32> + DeviceSlice<f32>,
-    {
-        let layout = Swizzled128 {
-            what: "an f32 attention tensor",
-            inner: self.dim,
-            rows: self.tokens,
-            row_stride: self.heads * self.dim,
-            outer: self.heads,
-            outer_stride: self.dim,
-            box_inner: Self::BOX_DIM.min(self.dim as u32),
+            box_inner: (Self::BOX_BYTES / T::DTYPE.size()).min(self.dim) as u32,
             box_rows: self.box_tokens,
             swizzle: true,
         };

@@ -531,17 +531,3 @@ FA_HOPPER_BWD_KERNEL(bf16_t, bf16, 64)
 FA_HOPPER_BWD_KERNEL(bf16_t, bf16, 128)
 FA_HOPPER_BWD_KERNEL(f16_t, f16, 64)
 FA_HOPPER_BWD_KERNEL(f16_t, f16, 128)
-
-// dQ = scale * dq_accum in the storage type. grid-stride, any launch.
-template <typename T>
-__device__ __forceinline__ void bh_convert_dq(const float* dq_accum, T* dq, index_t n, float scale) {
-    for (index_t e = blockIdx.x * (index_t)blockDim.x + threadIdx.x; e < n;
-         e += (index_t)gridDim.x * blockDim.x)
-        dq[e] = from_f32<T>(dq_accum[e] * scale);
-}
-KERNEL void fa_hopper_bwd_convert_dq_bf16(const float* dq_accum, bf16_t* dq, index_t n, float scale) {
-    bh_convert_dq(dq_accum, dq, n, scale);
-}
-KERNEL void fa_hopper_bwd_convert_dq_f16(const float* dq_accum, f16_t* dq, index_t n, float scale) {
-    bh_convert_dq(dq_accum, dq, n, scale);
-}

@@ -12,9 +12,9 @@ use common::kernel::KernelSet;
 use common::nvrtc::KernelSource;
 use common::reference::attention::AttentionShape;
 use common::session::Refused;
-use common::tma::{HeadTiles, HeadTilesF32, RowSpans};
+use common::tma::{HeadTiles, RowSpans};
 use common::{Gpu, Kernel, LaunchShape, UsageError};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaViewMut, PushKernelArg};
 
 pub use day10::{DeviceProblem, HEAD_DIMS, NAIVE_MAX_HEAD_DIM, Tensors, validate};
 
@@ -157,7 +157,6 @@ pub fn hopper_kernel_names() -> Vec<String> {
     let mut names = Vec::new();
     for dtype in ["bf16", "f16"] {
         names.push(format!("fa_hopper_bwd_preprocess_{dtype}"));
-        names.push(format!("fa_hopper_bwd_convert_dq_{dtype}"));
         for d in HEAD_DIMS {
             names.push(format!("fa_hopper_bwd_{dtype}_d{d}"));
         }
@@ -615,21 +614,7 @@ impl FlashAttention {
                 // and every row and key index is bounded by the cumulative lengths.
                 unsafe { l.launch(main.config(&launch)?) }?;
                 match mode {
-                    Mode::Atomic => {
-                        let convert = self
-                            .kernels
-                            .get(&format!("attention_bwd_convert_dq_{dtype}"))?;
-                        let elems = LaunchShape {
-                            grid: ((q_len.div_ceil(256)).clamp(1, 132 * 16) as u32, 1, 1),
-                            block: (256, 1, 1),
-                            dynamic_shared_bytes: 0,
-                        };
-                        let n = q_len as u64;
-                        let mut l = gpu.stream.launch_builder(&convert.func);
-                        l.arg(&ws.dq_accum).arg(&mut dq).arg(&n).arg(&scale);
-                        // SAFETY: a grid-stride loop over n = q_len elements of both buffers.
-                        unsafe { l.launch(convert.config(&elems)?) }?;
-                    }
+                    Mode::Atomic => self.convert_dq(gpu, &ws.dq_accum, &mut dq, scale)?,
                     Mode::Deterministic => {
                         let dq_kernel = self
                             .kernels
@@ -751,7 +736,7 @@ impl FlashAttention {
         };
         let map_lse2 = rows_map.encode(gpu, &scratch.lse2)?;
         let map_delta = rows_map.encode(gpu, &ws.delta)?;
-        let map_dq = HeadTilesF32 {
+        let map_dq = HeadTiles {
             tokens: shape.total_q(),
             heads: shape.heads,
             dim: d,
@@ -779,16 +764,33 @@ impl FlashAttention {
         // hold q_tiles x heads x batch ints, indexed by (sequence, head, query tile < q_tiles).
         unsafe { l.launch(main.config(&launch)?) }?;
 
-        let convert = hopper.get(&format!("fa_hopper_bwd_convert_dq_{dtype}"))?;
+        self.convert_dq(gpu, &ws.dq_accum, &mut dq, scale)
+    }
+
+    /// dQ = scale * dq_accum in the storage type, after the f32 adds of a flash kernel
+    /// (`attention_bwd_convert_dq`, shared by `fa2_*` and `fa_hopper`).
+    fn convert_dq<T: Element>(
+        &self,
+        gpu: &Gpu,
+        dq_accum: &CudaSlice<f32>,
+        dq: &mut CudaViewMut<'_, T>,
+        scale: f32,
+    ) -> Result<()> {
+        if dq_accum.len() != dq.len() {
+            bail!("attention backward: dQ's accumulator and dQ differ in length");
+        }
+        let convert = self
+            .kernels
+            .get(&format!("attention_bwd_convert_dq_{}", dtype_name::<T>()?))?;
         let elems = LaunchShape {
-            grid: ((q_len.div_ceil(256)).clamp(1, 132 * 16) as u32, 1, 1),
+            grid: ((dq.len().div_ceil(256)).clamp(1, 132 * 16) as u32, 1, 1),
             block: (256, 1, 1),
             dynamic_shared_bytes: 0,
         };
-        let n = q_len as u64;
+        let n = dq.len() as u64;
         let mut l = gpu.stream.launch_builder(&convert.func);
-        l.arg(&ws.dq_accum).arg(&mut dq).arg(&n).arg(&scale);
-        // SAFETY: a grid-stride loop over n = q_len elements of both buffers.
+        l.arg(dq_accum).arg(dq).arg(&n).arg(&scale);
+        // SAFETY: a grid-stride loop over n elements of both buffers (lengths checked equal).
         unsafe { l.launch(convert.config(&elems)?) }?;
         Ok(())
     }

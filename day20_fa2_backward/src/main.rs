@@ -70,9 +70,11 @@ struct Args {
 /// FlashAttention's benchmark: batch x seqlen = 16384 tokens, hidden 2048.
 const TOKENS: usize = 16384;
 const HIDDEN: usize = 2048;
-/// Query rows (for dQ) and key rows (for dK, dV) checked on large problems.
-const SAMPLED_ROWS: usize = 256;
-const SAMPLED_KEYS: usize = 64;
+/// On large problems, one query row (for dQ) and one key row (for dK, dV) is checked in every
+/// tile of this many rows of every head of every sequence: the smallest tiles of any version
+/// (`fa2_mma`'s 64 x 64), so every block of every version, the second and later waves of a
+/// grid included, has checked outputs.
+const SAMPLED_TILE: usize = 64;
 const FULL_CHECK_WORK: usize = 1 << 27;
 
 fn main() -> ExitCode {
@@ -233,6 +235,8 @@ fn run(args: Args) -> Result<()> {
 struct Expected {
     parts: [(Vec<usize>, Vec<f64>, Vec<f64>); 3],
     full: bool,
+    /// Query rows and key rows checked.
+    checked: (usize, usize),
 }
 
 impl Expected {
@@ -253,12 +257,21 @@ fn expected_gradients<T: Element>(
     let (q_len, k_len) = (x.q.len(), x.k.len());
     let (rows, keys) = checked_rows(shape, seed);
     let full = rows.len() == shape.total_q() * shape.heads;
+    let checked = (rows.len(), keys.len());
     let scale = shape.default_scale();
-    let dq = reference::attention_backward_dq(x, shape, scale, &rows, Terms::Signed);
-    let (dk, dv) = reference::attention_backward_dkv(x, shape, scale, &keys, Terms::Signed);
-    let dq_size = reference::attention_backward_dq(x, shape, scale, &rows, Terms::Absolute);
-    let (dk_size, dv_size) =
-        reference::attention_backward_dkv(x, shape, scale, &keys, Terms::Absolute);
+    // The f64 reference over thousands of sampled rows: chunks on every host core, in order.
+    let dq_of = |terms| {
+        in_parallel(&rows, |chunk| {
+            reference::attention_backward_dq(x, shape, scale, chunk, terms)
+        })
+    };
+    let dkv_of = |terms| {
+        in_parallel_pairs(&keys, |chunk| {
+            reference::attention_backward_dkv(x, shape, scale, chunk, terms)
+        })
+    };
+    let (dq, dq_size) = (dq_of(Terms::Signed), dq_of(Terms::Absolute));
+    let ((dk, dv), (dk_size, dv_size)) = (dkv_of(Terms::Signed), dkv_of(Terms::Absolute));
     let q_at: Vec<usize> = rows
         .iter()
         .flat_map(|r| (0..d).map(move |c| (r.token * shape.heads + r.head) * d + c))
@@ -277,6 +290,7 @@ fn expected_gradients<T: Element>(
             (k_at(q_len + k_len), dv, dv_size),
         ],
         full,
+        checked,
     }
 }
 
@@ -356,7 +370,10 @@ fn run_problem<T: Element>(
     let (description, key) = describe(shape, T::DTYPE, args.deterministic);
     let checked = match expected.full {
         true => "every gradient checked".to_string(),
-        false => format!("{SAMPLED_ROWS} query rows and {SAMPLED_KEYS} keys checked"),
+        false => format!(
+            "{} query rows and {} keys checked, one in every {SAMPLED_TILE}-row tile",
+            expected.checked.0, expected.checked.1
+        ),
     };
     let mut session = Session::new(
         gpu,
@@ -455,33 +472,58 @@ fn checked_rows(shape: &AttentionShape, seed: u64) -> (Vec<QueryRow>, Vec<KeyRow
                 .collect(),
         );
     }
+    // A random row in every tile of SAMPLED_TILE rows of every (head, sequence), queries and
+    // keys, plus the very first and last.
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
-    let mut rows = vec![
-        QueryRow { token: 0, head: 0 },
-        QueryRow {
-            token: total_q - 1,
-            head: heads - 1,
-        },
-    ];
-    rows.extend((2..SAMPLED_ROWS).map(|_| QueryRow {
-        token: rng.random_range(0..total_q),
-        head: rng.random_range(0..heads),
-    }));
-    let mut keys = vec![
-        KeyRow {
-            token: 0,
-            kv_head: 0,
-        },
-        KeyRow {
-            token: total_k - 1,
-            kv_head: kv_heads - 1,
-        },
-    ];
-    keys.extend((2..SAMPLED_KEYS).map(|_| KeyRow {
-        token: rng.random_range(0..total_k),
-        kv_head: rng.random_range(0..kv_heads),
-    }));
+    let mut in_each_tile = |lens: &[usize], heads: usize| -> Vec<(usize, usize)> {
+        let starts = AttentionShape::cu_seqlens(lens);
+        let mut picked = vec![(0, 0), (starts[lens.len()] - 1, heads - 1)];
+        for (&start, &len) in starts.iter().zip(lens) {
+            for head in 0..heads {
+                for tile in (0..len).step_by(SAMPLED_TILE) {
+                    let end = (tile + SAMPLED_TILE).min(len);
+                    picked.push((start + rng.random_range(tile..end), head));
+                }
+            }
+        }
+        picked
+    };
+    let rows = in_each_tile(&shape.seqlens_q, heads)
+        .into_iter()
+        .map(|(token, head)| QueryRow { token, head })
+        .collect();
+    let keys = in_each_tile(&shape.seqlens_k, kv_heads)
+        .into_iter()
+        .map(|(token, kv_head)| KeyRow { token, kv_head })
+        .collect();
     (rows, keys)
+}
+
+/// `f` over chunks of `items` on every host core, the results concatenated in order.
+fn in_parallel<I: Sync, F: Fn(&[I]) -> Vec<f64> + Sync>(items: &[I], f: F) -> Vec<f64> {
+    in_parallel_pairs(items, |chunk| (f(chunk), Vec::new())).0
+}
+
+/// [`in_parallel`] for a function that returns two vectors (dK and dV).
+fn in_parallel_pairs<I: Sync, F: Fn(&[I]) -> (Vec<f64>, Vec<f64>) + Sync>(
+    items: &[I],
+    f: F,
+) -> (Vec<f64>, Vec<f64>) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = items.len().div_ceil(threads).max(1);
+    let parts: Vec<(Vec<f64>, Vec<f64>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = items.chunks(chunk).map(|c| scope.spawn(|| f(c))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a reference thread panicked"))
+            .collect()
+    });
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for (x, y) in parts {
+        a.extend(x);
+        b.extend(y);
+    }
+    (a, b)
 }
 
 /// TFLOP/s against sequence length for each version and each peer, and the summary table.
@@ -545,4 +587,58 @@ fn plot_sweep(args: &Args, gpu: &Gpu, reports: &[DayReport]) -> Result<()> {
     let table = sweep::summary_table("seqlen", "TFLOP/s", 1, &series);
     println!("{title}\n{table}\nplot: {}", args.plot.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampled_checks_touch_every_tile_of_every_head_and_sequence() {
+        let shape = AttentionShape {
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 128,
+            seqlens_q: vec![4096, 1000, 65],
+            seqlens_k: vec![4096, 3000, 130],
+            causal: true,
+        };
+        let (rows, keys) = checked_rows(&shape, 7);
+        assert!(
+            rows.len() < shape.total_q() * shape.heads,
+            "this shape is sampled"
+        );
+        let covers = |lens: &[usize], heads: usize, picked: &[(usize, usize)]| {
+            let starts = AttentionShape::cu_seqlens(lens);
+            for (&start, &len) in starts.iter().zip(lens) {
+                for head in 0..heads {
+                    for tile in (0..len).step_by(SAMPLED_TILE) {
+                        let end = (tile + SAMPLED_TILE).min(len);
+                        assert!(
+                            picked.iter().any(
+                                |&(t, h)| h == head && (start + tile..start + end).contains(&t)
+                            ),
+                            "no checked row in tokens {}..{} of head {head}",
+                            start + tile,
+                            start + end
+                        );
+                    }
+                }
+            }
+        };
+        let rows: Vec<_> = rows.iter().map(|r| (r.token, r.head)).collect();
+        let keys: Vec<_> = keys.iter().map(|k| (k.token, k.kv_head)).collect();
+        covers(&shape.seqlens_q, shape.heads, &rows);
+        covers(&shape.seqlens_k, shape.kv_heads, &keys);
+    }
+
+    #[test]
+    fn the_parallel_reference_keeps_the_order() {
+        let items: Vec<usize> = (0..1001).collect();
+        let doubled = in_parallel(&items, |c| c.iter().map(|&i| 2.0 * i as f64).collect());
+        assert_eq!(
+            doubled,
+            (0..1001).map(|i| 2.0 * i as f64).collect::<Vec<_>>()
+        );
+    }
 }

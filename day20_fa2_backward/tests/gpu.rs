@@ -28,6 +28,11 @@ fn shapes() -> Vec<AttentionShape> {
             // GQA (2 query heads per kv head) and MQA: dK and dV summed over the group.
             shapes.push(AttentionShape::uniform(2, 130, 130, 4, 2, d, causal));
             shapes.push(AttentionShape::uniform(1, 77, 150, 4, 1, d, causal));
+            // More blocks than the H100 has SMs (132), fully checked: fa_hopper runs 5 key
+            // tiles x 8 heads x 4 sequences = 160 blocks, fa2_mma 320, so the blocks of the
+            // second wave (and, deterministic, the ordered dQ adds across waves) are checked
+            // element by element, not only sampled.
+            shapes.push(AttentionShape::uniform(4, 600, 600, 8, 8, d, causal));
             // Variable lengths in one batch, one of them with more queries than keys.
             shapes.push(AttentionShape {
                 heads: 2,
