@@ -59,3 +59,61 @@ pub fn assert_compiles_without_spills(source: &KernelSource, arch: &str, functio
         );
     }
 }
+
+/// Prints `SKIPPED <what>: <why>` on the test's own output for a part of a test that cannot
+/// run on this GPU (a version that needs sm_90a on an older GPU), so a passing test still
+/// says what it did not check. Unlike [`gpu_or_skip`], `REQUIRE_GPU=1` does not turn it into
+/// a failure: the GPU is there, it is only not the one that version needs.
+pub fn note_skip(what: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIPPED {what}: {why}");
+}
+
+/// Where a day's binary is, for tests that run it: cargo's `CARGO_BIN_EXE_<name>` path
+/// (`built_at`) when it exists; in the GPU-host bundle, where test executables sit in
+/// `tests/` beside `bin/`, the binary of that name in `../bin/`. Panics when neither exists,
+/// so a test of the binary cannot pass without running it.
+pub fn day_binary(built_at: &str) -> std::path::PathBuf {
+    let built = std::path::PathBuf::from(built_at);
+    if built.exists() {
+        return built;
+    }
+    let name = built.file_name().expect("a binary path has a file name");
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|t| Some(t.parent()?.parent()?.join("bin").join(name)));
+    match beside {
+        Some(path) if path.exists() => path,
+        _ => panic!("the binary {built_at} is not there (nor in the bundle's bin/)"),
+    }
+}
+
+/// Runs `binary` with `args` and asserts what bad input must give: exit code 2, exactly one
+/// line starting `error: ` on stderr (clap adds its usage lines below its own), `expect` in
+/// the output, and no panic. The input must be refused before any GPU is opened, so the check
+/// holds on machines without one (where the "no GPU" error would also exit 2: `expect` tells
+/// them apart).
+pub fn assert_refused(binary: &std::path::Path, args: &[&str], expect: &str) {
+    let out = std::process::Command::new(binary)
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", binary.display()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let shown = format!(
+        "{} {}: exit {:?}, stderr:\n{stderr}",
+        binary.display(),
+        args.join(" "),
+        out.status.code()
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+        "a panic instead of an error: {shown}"
+    );
+    assert_eq!(out.status.code(), Some(2), "bad input must exit 2: {shown}");
+    let errors = stderr.lines().filter(|l| l.starts_with("error: ")).count();
+    assert_eq!(errors, 1, "bad input must give one `error:` line: {shown}");
+    assert!(
+        stderr.contains(expect),
+        "the error should say `{expect}`: {shown}"
+    );
+}
