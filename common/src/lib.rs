@@ -25,6 +25,7 @@ pub mod report;
 pub mod roofline;
 pub mod save;
 pub mod session;
+pub mod sizes;
 pub mod softmax;
 pub mod sweep;
 pub mod testing;
