@@ -42,6 +42,11 @@ impl Tolerance {
             // Also equal infinities, which the subtraction below would turn into NaN.
             return true;
         }
+        if !expected.is_finite() {
+            // An infinite reference (the log-sum-exp of a row that sees no key) would make
+            // `rtol * |ref|` infinite and let any finite output through: it is matched exactly.
+            return false;
+        }
         (got - expected).abs() <= self.atol + self.rtol * expected.abs() + slack
     }
 }
@@ -81,8 +86,10 @@ pub struct CheckReport {
 }
 
 impl CheckReport {
+    /// Every element within the tolerance, the L2 bound met, and at least one element
+    /// compared: a check of nothing is not a pass.
     pub fn passed(&self) -> bool {
-        self.mismatches == 0 && self.rel_l2_err <= self.tolerance.max_rel_l2
+        self.elements > 0 && self.mismatches == 0 && self.rel_l2_err <= self.tolerance.max_rel_l2
     }
 }
 
@@ -254,6 +261,9 @@ fn unflatten(mut flat: usize, shape: &[usize]) -> Vec<usize> {
 impl fmt::Display for CheckReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = self.tolerance;
+        if self.elements == 0 {
+            return writeln!(f, "FAIL: nothing was compared (no reference values)");
+        }
         if self.passed() {
             return write!(
                 f,
@@ -364,6 +374,32 @@ mod tests {
         let expected = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
         assert!(compare(&got, &expected, &[3], TOL).passed());
         assert!(!compare(&[f32::INFINITY], &[1.0], &[1], TOL).passed());
+    }
+
+    #[test]
+    fn an_infinite_reference_is_matched_exactly_not_within_an_infinite_bound() {
+        // rtol * |-inf| is infinite: before, any finite output passed here.
+        let r = compare(
+            &[0.0f32, 1e30],
+            &[f64::NEG_INFINITY, f64::INFINITY],
+            &[2],
+            TOL,
+        );
+        assert_eq!(r.mismatches, 2, "{r}");
+        let slack = [1.0];
+        let r = compare_with_slack(&[f32::INFINITY], &[f64::NEG_INFINITY], &slack, &[1], TOL);
+        assert!(!r.passed());
+        // A NaN reference is met only by NaN.
+        assert!(!compare(&[0.0f32], &[f64::NAN], &[1], TOL).passed());
+    }
+
+    #[test]
+    fn a_check_of_nothing_fails() {
+        let r = compare::<f32>(&[], &[], &[0], TOL);
+        assert!(!r.passed());
+        assert!(r.to_string().contains("nothing was compared"), "{r}");
+        let r = compare_at(&[1.0f32], &[], &[], &[1], TOL);
+        assert!(!r.passed());
     }
 
     #[test]

@@ -89,6 +89,9 @@ pub fn finish_reports(
             std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
         }
     }
+    if let Some(err) = nothing_ran(reports) {
+        return Err(err.into());
+    }
     let failed: usize = reports
         .iter()
         .map(|r| r.rows.iter().filter(|row| !row.check.passed()).count())
@@ -97,6 +100,30 @@ pub fn finish_reports(
         return Err(crate::error::CheckFailed { failed }.into());
     }
     Ok(())
+}
+
+/// A run that checked nothing is not a success: no problem at all, or a problem on which
+/// every selected version was refused (a `--kernel` that needs another GPU, a size no version
+/// takes). Exit 2, like any request that cannot run.
+fn nothing_ran(reports: &[crate::report::DayReport]) -> Option<UsageError> {
+    if reports.is_empty() {
+        return Some(UsageError::new("nothing ran: there was no problem to run"));
+    }
+    let empty = reports.iter().find(|r| r.rows.is_empty())?;
+    let why: Vec<String> = empty
+        .refused
+        .iter()
+        .map(|r| format!("{}: {}", r.version, r.why))
+        .collect();
+    Some(UsageError::new(format!(
+        "nothing ran on {}: {}",
+        empty.problem,
+        if why.is_empty() {
+            "no version was selected".to_string()
+        } else {
+            format!("every selected version refused it ({})", why.join("; "))
+        }
+    )))
 }
 
 /// `count` elements of `elem_bytes` each, in bytes, or a clear error if that overflows.
@@ -209,6 +236,31 @@ mod tests {
         assert_eq!(exit_code_for(&SetupError::NoDriver.into()), 2);
         assert_eq!(exit_code_for(&UsageError::new("bad").into()), 2);
         assert_eq!(exit_code_for(&anyhow::anyhow!("driver failed")), 1);
+    }
+
+    /// A report of no rows with these refused versions.
+    fn refused_report(refused: &[&str]) -> crate::report::DayReport {
+        let json = serde_json::json!({
+            "day": "day00", "title": "t", "problem": "p", "key": "k",
+            "device": {"name": "gpu", "ordinal": 0, "arch": "sm_80", "sms": 1, "l2_bytes": 1,
+                       "memory_bytes": 1, "max_threads_per_sm": 1,
+                       "max_shared_per_block_optin": 1, "driver_cuda_version": 13000},
+            "copy_ceiling_gbs": 1.0, "bytes_per_run": 1, "baseline": null, "rows": [],
+            "refused": refused.iter()
+                .map(|v| serde_json::json!({"version": v, "why": "needs sm_90a"}))
+                .collect::<Vec<_>>(),
+        });
+        serde_json::from_value(json).expect("a valid report")
+    }
+
+    #[test]
+    fn a_run_where_nothing_ran_is_refused_with_the_reasons() {
+        let args = parse(&[]).unwrap();
+        let err = finish_reports(&args, &[]).unwrap_err();
+        assert_eq!(exit_code_for(&err), 2);
+        let err = finish_reports(&args, &[refused_report(&["fa_hopper"])]).unwrap_err();
+        assert_eq!(exit_code_for(&err), 2);
+        assert!(err.to_string().contains("fa_hopper: needs sm_90a"), "{err}");
     }
 
     #[test]

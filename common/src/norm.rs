@@ -528,7 +528,7 @@ impl<D: NormDay> Run<'_, D> {
                 let mut out = self.gpu.alloc_poisoned::<T>(rows * cols)?;
                 let out_shape = [rows, cols];
                 for name in versions {
-                    let Some(mut plan) = self.plan::<T>(&session, name, rows, cols)? else {
+                    let Some(mut plan) = self.plan::<T>(&mut session, name, rows, cols)? else {
                         continue;
                     };
                     let tolerance = reference::forward_tolerance::<T>(&reference, plan.row_terms);
@@ -552,7 +552,7 @@ impl<D: NormDay> Run<'_, D> {
                 let mut out = self.gpu.alloc_poisoned::<T>(len)?;
                 let out_shape = [len / cols, cols];
                 for name in versions {
-                    let Some(mut plan) = self.plan::<T>(&session, name, rows, cols)? else {
+                    let Some(mut plan) = self.plan::<T>(&mut session, name, rows, cols)? else {
                         continue;
                     };
                     let tolerances =
@@ -577,7 +577,7 @@ impl<D: NormDay> Run<'_, D> {
     /// The version's plan, or None (said on the console) when it refuses the shape.
     fn plan<T: Element>(
         &self,
-        session: &Session,
+        session: &mut Session,
         name: &str,
         rows: usize,
         cols: usize,

@@ -34,6 +34,10 @@ pub struct DayReport {
     /// The row the speedup column divides by (the first of the day's own versions run).
     pub baseline: Option<String>,
     pub rows: Vec<Row>,
+    /// Versions that did not run on this problem, and why (a size they cannot take, a GPU
+    /// without what they need): listed under the table, never counted as run.
+    #[serde(default)]
+    pub refused: Vec<RefusedVersion>,
     /// What the peers (PyTorch, ...) measured on the same problem in the same run.
     #[serde(default)]
     pub peers: Vec<PeerFigure>,
@@ -67,9 +71,26 @@ pub struct Row {
     pub speedup_vs_baseline: Option<f64>,
 }
 
+/// A version that refused the problem.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RefusedVersion {
+    pub version: String,
+    pub why: String,
+}
+
 impl DayReport {
+    /// At least one version ran, and every version that ran passed its check: a problem on
+    /// which nothing ran is not a pass.
     pub fn passed(&self) -> bool {
-        self.rows.iter().all(|r| r.check.passed())
+        !self.rows.is_empty() && self.rows.iter().all(|r| r.check.passed())
+    }
+
+    /// One line per refused version, for under the table (empty when none).
+    pub fn refused_lines(&self) -> String {
+        self.refused
+            .iter()
+            .map(|r| format!("{}: not run ({})\n", r.version, r.why))
+            .collect()
     }
 
     /// The fastest of the day's own versions (not the ceiling) that passed its check.
@@ -116,7 +137,9 @@ impl DayReport {
     pub fn console_table(&self) -> String {
         let mut table = self.table();
         table.load_preset(presets::UTF8_FULL_CONDENSED);
-        format!("{}\n{table}", self.heading())
+        format!("{}\n{table}\n{}", self.heading(), self.refused_lines())
+            .trim_end()
+            .to_string()
     }
 
     /// The same table in Markdown, for READMEs.

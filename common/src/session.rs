@@ -14,7 +14,7 @@ use crate::cli::CommonArgs;
 use crate::element::Element;
 use crate::gpu::Gpu;
 use crate::kernel::{Kernel, LaunchShape};
-use crate::report::{DayReport, Row};
+use crate::report::{DayReport, RefusedVersion, Row};
 use crate::{peers, save};
 
 /// A version cannot take this problem (a size it does not handle): it is skipped, not failed.
@@ -107,6 +107,7 @@ impl<'g> Session<'g> {
             ceiling: None,
             baseline: None,
             rows: Vec::new(),
+            refused: Vec::new(),
             peers,
         };
         eprintln!("{}", report.heading());
@@ -131,11 +132,16 @@ impl<'g> Session<'g> {
     }
 
     /// Tells the table that `version` did not run on this problem, and why (a size it cannot
-    /// take). Printed, not a failure.
-    pub fn skip_version(&self, version: &str, why: &str) {
+    /// take). Printed and listed under the table as not run; not a failure by itself, but a
+    /// problem on which every version was refused fails ([`DayReport::passed`]).
+    pub fn skip_version(&mut self, version: &str, why: &str) {
         if !self.quiet {
             eprintln!("{version:>12}  skipped: {why}");
         }
+        self.report.refused.push(RefusedVersion {
+            version: version.to_string(),
+            why: why.to_string(),
+        });
     }
 
     /// Saves an input array when `--save DIR` was given.
