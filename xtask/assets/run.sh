@@ -3,29 +3,38 @@
 # REQUIRE_NVRTC=1, then every day's default benchmark, and writes DIR/results.json for
 # `cargo xtask report`. The host needs the NVIDIA driver and NVRTC (CUDA 13), not Rust.
 #
-#   run.sh --out DIR [--days day06,day09] [--peers-from FILE]
+#   run.sh --out DIR [--days day06,day09] [--parts tests,bench,sweeps] [--jobs N]
+#          [--peers-from FILE]
 #
 # --days runs only those days' test executables, benchmarks and sweeps (the peers still run
-# whole); results.json then holds only them. --peers-from takes the peers' figures from the
-# peers.json of an earlier run on the same host instead of running peers/*.py again (a run
-# split over several calls times the peers once).
+# whole); results.json then holds only them. --parts runs only some of the three parts (the
+# peers run with bench or sweeps). --jobs runs that many test executables side by side (8 by
+# default: they spend most of their time compiling kernels on the CPU). --peers-from takes the
+# peers' figures from the peers.json of an earlier run on the same host instead of running
+# peers/*.py again (a run split over several calls times the peers once).
 #
 # First the peers (peers/*.py, when python3 has torch and a GPU) into DIR/peers.json, which
 # every day then gets as --peers. Writes DIR/tests.log, DIR/peers.log, DIR/bench.log,
-# DIR/results.json and DIR/plots/dayNN.svg (the sweeps). Exits 1 if any test or check
-# failed, 2 on bad arguments.
+# DIR/results.json and DIR/plots/dayNN.svg (the sweeps). results.json records every test
+# executable (passed or not, and the SKIPPED lines it printed) and the exit code of every
+# benchmark and sweep, so `cargo xtask report` can refuse a run in which anything failed.
+# Exits 1 if any test, check, benchmark or sweep failed, 2 on bad arguments.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 
-usage() { echo "usage: $0 --out DIR [--days dayNN,dayMM] [--peers-from FILE]" >&2; }
+usage() { echo "usage: $0 --out DIR [--days dayNN,dayMM] [--parts tests,bench,sweeps] [--jobs N] [--peers-from FILE]" >&2; }
 out=""
 days=""
+parts_wanted=",tests,bench,sweeps,"
+jobs=8
 peers_from=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) [ $# -ge 2 ] || { usage; exit 2; }; out=$2; shift 2 ;;
     --peers-from) [ $# -ge 2 ] || { usage; exit 2; }; peers_from=$2; shift 2 ;;
     --days) [ $# -ge 2 ] || { usage; exit 2; }; days=",$2,"; shift 2 ;;
+    --parts) [ $# -ge 2 ] || { usage; exit 2; }; parts_wanted=",$2,"; shift 2 ;;
+    --jobs) [ $# -ge 2 ] && [ "$2" -ge 1 ] 2>/dev/null || { usage; exit 2; }; jobs=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1" >&2; usage; exit 2 ;;
   esac
@@ -54,6 +63,13 @@ note() { summary="$summary$(printf '%-6s %-28s %s' "$1" "$2" "$3")"$'\n'; }
 
 # Whether a test executable or binary named NAME (day06, day06-lib, ...) is selected.
 selected() { [ -z "$days" ] || case "$days" in *",${1%%-*},"*) true ;; *) false ;; esac; }
+# Whether the part NAME (tests, bench, sweeps) is to run.
+part() { case "$parts_wanted" in *",$1,"*) true ;; *) false ;; esac; }
+# A string as a JSON string literal (backslashes and quotes escaped, tabs as spaces).
+json_string() { printf '"%s"' "$(printf '%s' "$1" | tr '\t' ' ' | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
+runs_json=""
+# Records the exit code of one benchmark or sweep in results.json.
+record_run() { runs_json="$runs_json${runs_json:+,}{\"name\":\"$1\",\"kind\":\"$2\",\"exit\":$3}"; }
 
 parts=$(mktemp -d)
 trap 'rm -rf "$parts"' EXIT
@@ -66,19 +82,32 @@ tar -xJf "$here/executables.tar.xz" -C "$exe" 2>/dev/null \
   || python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
        "$here/executables.tar.xz" "$exe" \
   || { echo "cannot unpack $here/executables.tar.xz (needs tar with xz, or python3)" >&2; exit 2; }
-echo "== tests (log: $out/tests.log)"
-: > "$out/tests.log"
 tests_json=""
-for t in "$exe"/tests/*; do
-  name=$(basename "$t")
-  selected "$name" || continue
-  if "$t" > "$parts/test.log" 2>&1; then status=ok; else status=FAILED; failed=1; fi
-  { echo "---- $name"; cat "$parts/test.log"; } >> "$out/tests.log"
-  counts=$(grep -E '^test result:' "$parts/test.log" | tail -n 1 | sed -E 's/.*ok\. |.*FAILED\. //; s/; [0-9]+ ignored.*//')
-  [ -n "$counts" ] || counts="no test summary: crashed?"
-  note test "$name" "$status ($counts)"
-  tests_json="$tests_json${tests_json:+,}{\"name\":\"$name\",\"passed\":$([ $status = ok ] && echo true || echo false)}"
-done
+if part tests; then
+  echo "== tests, $jobs side by side (log: $out/tests.log)"
+  : > "$out/tests.log"
+  # Each executable writes its own log and exit code; they are gathered in name order below.
+  for t in "$exe"/tests/*; do selected "$(basename "$t")" && printf '%s\0' "$t"; done \
+    | xargs -0 -r -P "$jobs" -I{} sh -c 't="$1"; n=$(basename "$t"); "$t" > "$2/test-$n.log" 2>&1; echo $? > "$2/test-$n.rc"' _ {} "$parts"
+  for t in "$exe"/tests/*; do
+    name=$(basename "$t")
+    selected "$name" || continue
+    log="$parts/test-$name.log"
+    rc=$(cat "$parts/test-$name.rc" 2>/dev/null || echo missing)
+    if [ "$rc" = 0 ]; then status=ok; else status=FAILED; failed=1; fi
+    { echo "---- $name (exit $rc)"; cat "$log" 2>/dev/null; } >> "$out/tests.log"
+    counts=$(grep -E '^test result:' "$log" 2>/dev/null | tail -n 1 | sed -E 's/.*ok\. |.*FAILED\. //; s/; [0-9]+ ignored.*//')
+    [ -n "$counts" ] || counts="no test summary: crashed?"
+    skips=$(grep -c '^SKIPPED' "$log" 2>/dev/null)
+    [ "${skips:-0}" = 0 ] || counts="$counts; $skips SKIPPED lines"
+    note test "$name" "$status ($counts)"
+    skipped_json=""
+    while IFS= read -r line; do
+      skipped_json="$skipped_json${skipped_json:+,}$(json_string "$line")"
+    done < <(grep '^SKIPPED' "$log" 2>/dev/null)
+    tests_json="$tests_json${tests_json:+,}{\"name\":\"$name\",\"passed\":$([ $status = ok ] && echo true || echo false),\"skipped\":[$skipped_json]}"
+  done
+fi
 printf '%s' "$summary"
 
 peers_args=()
@@ -86,6 +115,8 @@ if [ -n "$peers_from" ]; then
   cp "$peers_from" "$out/peers.json" || { echo "cannot read $peers_from" >&2; exit 2; }
   echo "== peers: from $peers_from"
   peers_args=(--peers "$out/peers.json")
+elif ! part bench && ! part sweeps; then
+  echo "== peers: not needed (no benchmarks or sweeps in this run)"
 elif [ -d "$here/peers" ] && python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "== peers (log: $out/peers.log)"
   : > "$out/peers.log"
@@ -110,10 +141,11 @@ else
   echo "== peers: skipped (no python3 with torch and a CUDA device)"
 fi
 
-echo "== benchmarks (log: $out/bench.log)"
-: > "$out/bench.log"
+touch "$out/bench.log"
 mkdir -p "$out/plots"
+part bench && echo "== benchmarks (log: $out/bench.log)"
 for b in "$exe"/bin/day*; do
+  part bench || break
   name=$(basename "$b")
   selected "$name" || continue
   echo "---- $name" | tee -a "$out/bench.log"
@@ -124,23 +156,26 @@ for b in "$exe"/bin/day*; do
   fi
   "$b" --json "$parts/$name.json" "${peers_args[@]}" "${extra[@]}" 2>&1 | tee -a "$out/bench.log"
   rc=${PIPESTATUS[0]}
+  record_run "$name" bench "$rc"
   if [ "$rc" = 0 ]; then note bench "$name" ok; else note bench "$name" "FAILED (exit $rc)"; failed=1; fi
 done
 
-echo "== sweeps (plots: $out/plots/)"
+part sweeps && echo "== sweeps (plots: $out/plots/)"
 for b in "$exe"/bin/day*; do
+  part sweeps || break
   "$b" --help 2>/dev/null | grep -q -- '--sweep' || continue
   name=$(basename "$b")
   selected "$name" || continue
   echo "---- $name --sweep" | tee -a "$out/bench.log"
   "$b" --sweep --iters 20 --warmup 3 --plot "$out/plots/$name.svg" "${peers_args[@]}" 2>&1 | tee -a "$out/bench.log"
   rc=${PIPESTATUS[0]}
+  record_run "$name" sweep "$rc"
   if [ "$rc" = 0 ]; then note sweep "$name" ok; else note sweep "$name" "FAILED (exit $rc)"; failed=1; fi
 done
 
 {
-  printf '{"commit":"%s","dirty":%s,"built_at":"%s","run_at":"%s","tests":[%s],"days":[' \
-    "$COMMIT" "$DIRTY" "$BUILT_AT" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$tests_json"
+  printf '{"commit":"%s","dirty":%s,"built_at":"%s","run_at":"%s","tests":[%s],"runs":[%s],"days":[' \
+    "$COMMIT" "$DIRTY" "$BUILT_AT" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$tests_json" "$runs_json"
   first=1
   for f in "$parts"/day*.json; do
     [ -e "$f" ] || continue

@@ -18,6 +18,9 @@ struct RunResults {
     dirty: bool,
     run_at: String,
     tests: Vec<TestOutcome>,
+    /// The exit code of every benchmark and sweep run.sh started.
+    #[serde(default)]
+    runs: Vec<RunOutcome>,
     /// One list per day binary: a report per problem it ran.
     days: Vec<Vec<DayReport>>,
 }
@@ -36,6 +39,17 @@ impl RunResults {
 struct TestOutcome {
     name: String,
     passed: bool,
+    /// The `SKIPPED ...` lines it printed (parts that did not run on this machine).
+    #[serde(default)]
+    skipped: Vec<String>,
+}
+
+/// One benchmark (`dayNN`) or sweep (`dayNN --sweep`) started by run.sh.
+#[derive(Debug, Deserialize)]
+struct RunOutcome {
+    name: String,
+    kind: String,
+    exit: i32,
 }
 
 /// A day's package folder: `day01_naive_softmax/` holds package `day01`, topic "naive softmax".
@@ -95,6 +109,7 @@ fn merge(runs: Vec<RunResults>) -> Result<RunResults> {
         merged.dirty |= run.dirty;
         merged.run_at = merged.run_at.max(run.run_at);
         merged.tests.extend(run.tests);
+        merged.runs.extend(run.runs);
         merged.days.extend(run.days);
     }
     Ok(merged)
@@ -114,21 +129,11 @@ pub fn report(root: &Path, results_paths: &[PathBuf], allow_dirty: bool) -> Resu
             results.commit
         );
     }
-    let failed_tests: Vec<&str> = results
-        .tests
-        .iter()
-        .filter(|t| !t.passed)
-        .map(|t| t.name.as_str())
-        .collect();
-    let failed_days: Vec<&str> = results
-        .reports()
-        .filter(|d| !d.passed())
-        .map(|d| d.day.as_str())
-        .collect();
-    if !failed_tests.is_empty() || !failed_days.is_empty() {
+    let failures = failures(&results);
+    if !failures.is_empty() {
         bail!(
-            "the run had failures (tests: {failed_tests:?}, checks: {failed_days:?}); the READMEs \
-             only carry runs where everything passed"
+            "the run had failures, and the READMEs only carry runs where everything passed:\n  {}",
+            failures.join("\n  ")
         );
     }
 
@@ -169,6 +174,42 @@ pub fn report(root: &Path, results_paths: &[PathBuf], allow_dirty: bool) -> Resu
     Ok(())
 }
 
+/// Everything in a run that failed or did not run: a failed or crashed test executable, a
+/// benchmark or sweep that exited non-zero, a day's problem that failed its check or on which
+/// no version ran, a benchmark that wrote no report, and a run with nothing in it.
+fn failures(results: &RunResults) -> Vec<String> {
+    let mut out: Vec<String> = results
+        .tests
+        .iter()
+        .filter(|t| !t.passed)
+        .map(|t| format!("test {} failed", t.name))
+        .collect();
+    for run in results.runs.iter().filter(|r| r.exit != 0) {
+        out.push(format!("{} {} exited {}", run.kind, run.name, run.exit));
+    }
+    for report in results.reports().filter(|r| !r.passed()) {
+        let why = if report.rows.is_empty() {
+            "no version ran"
+        } else {
+            "a check failed"
+        };
+        out.push(format!("{} on {}: {why}", report.day, report.problem));
+    }
+    for run in results
+        .runs
+        .iter()
+        .filter(|r| r.kind == "bench" && r.exit == 0)
+    {
+        if results.reports_of(&run.name).next().is_none() {
+            out.push(format!("bench {} wrote no report", run.name));
+        }
+    }
+    if results.tests.is_empty() && results.days.iter().all(|d| d.is_empty()) {
+        out.push("nothing ran: no test and no benchmark report".to_string());
+    }
+    out
+}
+
 /// Copies `plots/<package><suffix>.svg` (from whichever plots folder has it) into the day's
 /// folder as `name`, if the run drew it.
 fn copy_plot(plot_dirs: &[PathBuf], day: &DayFolder, suffix: &str, name: &str) -> Result<bool> {
@@ -194,13 +235,30 @@ fn run_line(results: &RunResults, report: &DayReport) -> String {
 }
 
 /// What the run says of the day's GPU tests (`dayNN-test-*` executables; a failing one
-/// stops the report before this): the claim is made only when they ran.
-fn tests_line(results: &RunResults, day: &str) -> &'static str {
+/// stops the report before this): the claim is made only when they ran, and names what they
+/// skipped (versions that need a GPU the run did not have).
+fn tests_line(results: &RunResults, day: &str) -> String {
     let prefix = format!("{day}-test-");
-    if results.tests.iter().any(|t| t.name.starts_with(&prefix)) {
-        "Every GPU test passed in the same run."
+    let tests: Vec<&TestOutcome> = results
+        .tests
+        .iter()
+        .filter(|t| t.name.starts_with(&prefix))
+        .collect();
+    if tests.is_empty() {
+        return "The day's GPU tests were not part of this run.".to_string();
+    }
+    let skipped: Vec<&str> = tests
+        .iter()
+        .flat_map(|t| &t.skipped)
+        .map(|line| line.trim_start_matches("SKIPPED ").trim())
+        .collect();
+    if skipped.is_empty() {
+        "Every GPU test passed in the same run.".to_string()
     } else {
-        "The day's GPU tests were not part of this run."
+        format!(
+            "Every GPU test passed in the same run, except what they skipped there: {}.",
+            skipped.join("; ")
+        )
     }
 }
 
@@ -249,6 +307,9 @@ fn day_block(
     );
     for report in reports {
         out += &format!("\n**{}**\n\n{}\n", report.problem, report.markdown_table());
+        for refused in &report.refused {
+            out += &format!("\nNot run: `{}` ({}).\n", refused.version, refused.why);
+        }
     }
     if has_roofline {
         out += &format!(
@@ -451,10 +512,47 @@ mod tests {
             tests_line(&results, "day20"),
             "Every GPU test passed in the same run."
         );
+        let with_skip: RunResults = serde_json::from_str(
+            r#"{"commit": "abc", "dirty": false, "run_at": "2026-11-22", "days": [],
+                "tests": [{"name": "day10-test-gpu", "passed": true,
+                           "skipped": ["SKIPPED fa_hopper: needs sm_90a"]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            tests_line(&with_skip, "day10"),
+            "Every GPU test passed in the same run, except what they skipped there: \
+             fa_hopper: needs sm_90a."
+        );
         assert_eq!(
             tests_line(&results, "day18"),
             "The day's GPU tests were not part of this run."
         );
+    }
+
+    #[test]
+    fn failed_crashed_or_empty_runs_are_refused() {
+        let run = |tests: &str, runs: &str| -> RunResults {
+            serde_json::from_str(&format!(
+                r#"{{"commit": "abc", "dirty": false, "run_at": "2026-11-22", "days": [],
+                    "tests": [{tests}], "runs": [{runs}]}}"#
+            ))
+            .unwrap()
+        };
+        assert_eq!(
+            failures(&run("", "")),
+            ["nothing ran: no test and no benchmark report"]
+        );
+        let ok = r#"{"name": "day05-test-gpu", "passed": true}"#;
+        assert!(failures(&run(ok, "")).is_empty());
+        let f = failures(&run(
+            ok,
+            r#"{"name": "day05", "kind": "sweep", "exit": 139}"#,
+        ));
+        assert_eq!(f, ["sweep day05 exited 139"]);
+        let f = failures(&run(ok, r#"{"name": "day05", "kind": "bench", "exit": 0}"#));
+        assert_eq!(f, ["bench day05 wrote no report"]);
+        let f = failures(&run(r#"{"name": "day05-test-gpu", "passed": false}"#, ""));
+        assert_eq!(f, ["test day05-test-gpu failed"]);
     }
 
     #[test]
