@@ -63,7 +63,9 @@ impl Cublas {
         b: &CudaSlice<f32>,
         c: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        if a.len() != m * k || b.len() != k * n || c.len() != m * n {
+        // Checked: a product that wraps (release builds) could match a small buffer.
+        let holds = |len: usize, rows: usize, cols: usize| rows.checked_mul(cols) == Some(len);
+        if !(holds(a.len(), m, k) && holds(b.len(), k, n) && holds(c.len(), m, n)) {
             bail!(
                 "sgemm: buffers of {}, {} and {} elements do not hold {m} x {k}, {k} x {n} and \
                  {m} x {n}",
@@ -123,7 +125,8 @@ pub struct GemmEx {
 }
 
 impl GemmEx {
-    /// `C = A B`, both stored as is, one matrix.
+    /// `C = A B`, both stored as is, one matrix. (Strides that overflow saturate, and
+    /// [`GemmEx::needs`] then refuses them.)
     pub fn new(m: usize, n: usize, k: usize) -> Self {
         Self {
             m,
@@ -134,20 +137,26 @@ impl GemmEx {
             alpha: 1.0,
             beta: 0.0,
             batch: 1,
-            stride_a: m * k,
-            stride_b: k * n,
-            stride_c: m * n,
+            stride_a: m.saturating_mul(k),
+            stride_b: k.saturating_mul(n),
+            stride_c: m.saturating_mul(n),
         }
     }
 
-    /// Elements each operand must hold: the last matrix's offset plus one matrix.
-    fn needs(&self) -> (usize, usize, usize) {
+    /// Elements each operand must hold: the last matrix's offset plus one matrix; None when
+    /// one of them overflows `usize` (unchecked, a release build would wrap it to a small
+    /// length that passes the buffer checks).
+    pub fn needs(&self) -> Option<(usize, usize, usize)> {
         let last = self.batch.saturating_sub(1);
-        (
-            last * self.stride_a + self.m * self.k,
-            last * self.stride_b + self.k * self.n,
-            last * self.stride_c + self.m * self.n,
-        )
+        let need = |stride: usize, rows: usize, cols: usize| {
+            last.checked_mul(stride)?
+                .checked_add(rows.checked_mul(cols)?)
+        };
+        Some((
+            need(self.stride_a, self.m, self.k)?,
+            need(self.stride_b, self.k, self.n)?,
+            need(self.stride_c, self.m, self.n)?,
+        ))
     }
 }
 
@@ -177,7 +186,9 @@ impl Cublas {
         B: DevicePtr<T> + DeviceSlice<T>,
         C: DevicePtrMut<O> + DeviceSlice<O>,
     {
-        let (need_a, need_b, need_c) = g.needs();
+        let Some((need_a, need_b, need_c)) = g.needs() else {
+            bail!("gemm_ex: the operands of {g:?} are too large to address");
+        };
         if g.batch == 0 || a.len() < need_a || b.len() < need_b || c.len() < need_c {
             bail!(
                 "gemm_ex: buffers of {}, {} and {} elements do not hold {} products of {} x {} \
@@ -239,5 +250,28 @@ impl Cublas {
         }
         .context("cublasGemmStridedBatchedEx")?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operand_lengths_that_overflow_are_refused_not_wrapped() {
+        let g = GemmEx::new(2, 3, 4);
+        assert_eq!(g.needs(), Some((8, 12, 6)));
+        let batched = GemmEx { batch: 3, ..g };
+        assert_eq!(batched.needs(), Some((24, 36, 18)));
+        // 2^40 matrices of 2^24 elements: 2^64 wraps to 0 unchecked.
+        let huge = GemmEx {
+            batch: 1 << 40,
+            ..GemmEx::new(1 << 12, 1 << 12, 1 << 12)
+        };
+        assert_eq!(huge.needs(), None);
+        // m k itself overflowing saturates the stride instead of wrapping.
+        let wide = GemmEx::new(usize::MAX / 2, 1, 3);
+        assert_eq!(wide.stride_a, usize::MAX);
+        assert_eq!(wide.needs(), None);
     }
 }

@@ -66,6 +66,42 @@ mod tests {
         assert_eq!(DotVersion::from_name("nope"), None);
     }
 
+    /// The old check covered every output with one `atol + rtol |ref|` (at 2^28, an atol of
+    /// about 6.6e4 on every output). An error ten times below that atol must now fail: on the
+    /// default quarter inputs every output is exact, and on general floats an early output is
+    /// held to its own bound.
+    #[test]
+    fn a_scan_error_well_below_the_old_covering_bound_now_fails() {
+        use common::check;
+        use common::reference::reduce as reference;
+        let n = 1 << 22;
+        let version = ScanVersion::DecoupledLookback;
+        let depth = |i| Scans::depth(version, n, i);
+        for (x, at) in [
+            (scan::quarter_inputs(n, 1), n / 2),
+            (common::inputs::uniform::<f32>(n, -0.5, 1.5, 2), 100),
+        ] {
+            let reference = scan::ScanReference::new(&x);
+            let prefix = &reference.prefix;
+            let (_, abs) = reference::inclusive_scan(&x);
+            let old = reference::covering_tolerance_by(prefix, &abs, depth);
+            let mut got: Vec<f32> = prefix.iter().map(|&p| p as f32).collect();
+            let error = old.atol / 10.0;
+            assert!(error >= 0.25, "{old:?}");
+            got[at] += error as f32;
+            let shape = [n];
+            assert!(check::compare(&got, prefix, &shape, old).passed());
+            let report = reference.check(&got, version);
+            assert!(!report.passed(), "{report}");
+            assert_eq!(report.mismatches, 1, "{report}");
+        }
+        // On the quarters the exact scan must be matched everywhere.
+        let x = scan::quarter_inputs(n, 1);
+        let reference = scan::ScanReference::new(&x);
+        assert_eq!(reference.exact_len(), n);
+        assert!(x.iter().all(|&v| v != 0.0 && (v * 4.0).fract() == 0.0));
+    }
+
     #[test]
     fn scan_depth_grows_with_the_tile_for_chained_versions_only() {
         let n = 1 << 28;

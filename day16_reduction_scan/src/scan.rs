@@ -1,7 +1,9 @@
 //! The launchers of `scan.cu`: the inclusive prefix sum of f32 or i32, three ways and a faster look-back.
 
 use anyhow::{Result, bail};
+use common::check::{self, CheckReport};
 use common::nvrtc::KernelSource;
+use common::reference::reduce as reference;
 use common::{Element, Gpu, Kernel, LaunchShape};
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
@@ -280,4 +282,61 @@ impl Scans {
         unsafe { launch.launch(add.config(&LaunchShape::linear(tiles as u32 - 1, THREADS))?) }?;
         Ok(())
     }
+}
+
+/// The f64 reference of one scan input and each version's check against it: exact where the
+/// scan cannot round (integers; f32 inputs on a grid while the prefixes stay small, see
+/// `common::reference::reduce::exact_scan_len`), and elsewhere each output within its own
+/// bound `gamma(depth(i)) * sum_(j <= i) |x_j|`, not a tolerance that covers the largest.
+pub struct ScanReference {
+    pub prefix: Vec<f64>,
+    abs: Vec<f64>,
+    exact_len: usize,
+}
+
+impl ScanReference {
+    pub fn new<T: ScanElement>(x: &[T]) -> Self {
+        let (prefix, abs) = reference::inclusive_scan(x);
+        let exact_len = if T::DTYPE.is_integer() {
+            x.len()
+        } else {
+            reference::exact_scan_len(x, &prefix)
+        };
+        Self {
+            prefix,
+            abs,
+            exact_len,
+        }
+    }
+
+    /// Outputs that must match exactly, from the first.
+    pub fn exact_len(&self) -> usize {
+        self.exact_len
+    }
+
+    /// `got` (the output of `version`) against the reference.
+    pub fn check<T: Element>(&self, got: &[T], version: ScanVersion) -> CheckReport {
+        let n = self.prefix.len();
+        if self.exact_len == n {
+            return check::compare(got, &self.prefix, &[n], reference::EXACT);
+        }
+        let bounds =
+            reference::scan_bounds(&self.abs, self.exact_len, |i| Scans::depth(version, n, i));
+        let tolerance = reference::slack_tolerance(&self.prefix, &bounds);
+        check::compare_with_slack(got, &self.prefix, &bounds, &[n], tolerance)
+    }
+}
+
+/// The f32 scan's default inputs: quarters `+-0.25 .. +-2`, never 0, mean 0, so that the
+/// prefixes wander like a random walk (about 1.3 sqrt(n): 2e4 at 2^28) and every partial sum
+/// stays an exact f32: every output of every version must match the exact scan bit for bit,
+/// and one element lost or counted twice is off by at least 0.25.
+pub fn quarter_inputs(n: usize, seed: u64) -> Vec<f32> {
+    let k: Vec<i32> = common::inputs::uniform(n, 0.51, 16.49, seed);
+    k.into_iter()
+        .map(|k| {
+            let q = if k <= 8 { -k } else { k - 8 };
+            q as f32 / 4.0
+        })
+        .collect()
 }

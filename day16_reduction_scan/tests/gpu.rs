@@ -4,7 +4,7 @@
 use common::reference::reduce as reference;
 use common::session::launch_and_read;
 use common::{Gpu, Tolerance, check, inputs, testing};
-use day16::scan::{FAST_TILE, ScanElement, TILE};
+use day16::scan::{FAST_TILE, ScanElement, ScanReference, TILE, quarter_inputs};
 use day16::{CountVersion, DotVersion, Reductions, ScanVersion, Scans, SegmentVersion, SumVersion};
 
 /// 1, 2, primes and odd sizes around the warp, the float4 and the tile; 2^20 + 3; and a size
@@ -155,12 +155,14 @@ fn segment_sums_match_for_aligned_and_unaligned_lengths() {
     }
 }
 
-fn check_scans<T: ScanElement>(gpu: &Gpu, day: &Scans, x: &[T], what: &str) {
+/// Every scan version on `x`, each output exact where the scan cannot round and otherwise
+/// within its own bound (`ScanReference`); counts into `ran` (per version) what ran.
+fn check_scans<T: ScanElement>(gpu: &Gpu, day: &Scans, x: &[T], what: &str, ran: &mut [usize]) {
     let n = x.len();
-    let (prefix, abs) = reference::inclusive_scan(x);
+    let reference = ScanReference::new(x);
     let x_dev = gpu.upload(x).unwrap();
     let mut scratch = day.scratch::<T>(gpu, n).unwrap();
-    for &version in ScanVersion::ALL {
+    for (v, &version) in ScanVersion::ALL.iter().enumerate() {
         // The single block walks every tile alone: keep its test sizes moderate.
         if version == ScanVersion::SingleBlock && n > (1 << 22) {
             continue;
@@ -172,14 +174,11 @@ fn check_scans<T: ScanElement>(gpu: &Gpu, day: &Scans, x: &[T], what: &str) {
                 day.scan(gpu, version, &x_dev, out, &mut scratch)
             })
             .unwrap();
-            let tol = if T::DTYPE.is_integer() {
-                reference::EXACT
-            } else {
-                reference::covering_tolerance_by(&prefix, &abs, |i| Scans::depth(version, n, i))
-            };
+            let report = reference.check(&got, version);
             let what = format!("scan {} {what} n={n} run {run}", version.name());
-            assert_passes(&got, &prefix, tol, &what);
+            assert!(report.passed(), "{what}: {report}");
         }
+        ran[v] += 1;
     }
 }
 
@@ -197,10 +196,24 @@ fn scans_match_the_reference_on_sizes_that_are_not_whole_tiles() {
     // Around decoupled_lookback_fast's tile of 8192: one element short, whole, one over, and
     // a partial fourth tile that is not a multiple of 4.
     sizes.extend([FAST_TILE - 1, FAST_TILE, FAST_TILE + 1, 3 * FAST_TILE + 5]);
+    let mut ran = vec![0; ScanVersion::ALL.len()];
     for (i, &n) in sizes.iter().enumerate() {
-        check_scans(&gpu, &day, &floats(n, 300 + i as u64), "f32");
+        // Floats of a positive mean (each output within its own rounding bound), quarters
+        // (the default run's inputs: exact), integers (exact).
+        check_scans(&gpu, &day, &floats(n, 300 + i as u64), "f32", &mut ran);
+        check_scans(
+            &gpu,
+            &day,
+            &quarter_inputs(n, 500 + i as u64),
+            "f32 quarters",
+            &mut ran,
+        );
         let ints: Vec<i32> = inputs::uniform(n, -2.49, 4.49, 400 + i as u64);
-        check_scans(&gpu, &day, &ints, "i32");
+        check_scans(&gpu, &day, &ints, "i32", &mut ran);
+    }
+    // A version that ran no shape would pass the loop above without a check.
+    for (version, ran) in ScanVersion::ALL.iter().zip(&ran) {
+        assert!(*ran > 0, "scan {} ran no shape", version.name());
     }
 }
 

@@ -236,6 +236,21 @@ impl GemmShape {
         }
     }
 
+    /// Every size this shape derives (the operands' lengths, their bytes, the work), each
+    /// checked: a product that overflows `usize` is a [`common::UsageError`] here, not a small
+    /// number after a wrap in a release build. Call it before using the lengths below.
+    pub fn check_sizes(&self, dtype: Dtype) -> Result<(), common::UsageError> {
+        use common::sizes::{product, sum};
+        let GemmShape { m, n, k, batch, .. } = *self;
+        let a = product("A (batch x m x k)", &[batch, m, k])?;
+        let b = product("B (batch x k x n)", &[batch, k, n])?;
+        let c = product("C (batch x m x n)", &[batch, m, n])?;
+        let all = sum("A + B + C", &[a, b, c])?;
+        product("the matrices' bytes", &[all, dtype.size()])?;
+        product("the work (2 batch m n k)", &[2, batch, m, n, k])?;
+        Ok(())
+    }
+
     pub fn a_len(&self) -> usize {
         self.batch * self.m * self.k
     }
@@ -312,14 +327,25 @@ pub struct TensorCoreGemm {
     stream: Arc<CudaStream>,
 }
 
-/// Elements each operand must hold: the last matrix's offset plus one matrix.
-fn needs(g: &GemmEx) -> (usize, usize, usize) {
+/// Elements each operand must hold: the last matrix's offset plus one matrix; an error when
+/// one of them overflows (release builds would wrap it to a small length that passes the
+/// buffer checks).
+fn needs(g: &GemmEx) -> Result<(usize, usize, usize)> {
     let last = g.batch.saturating_sub(1);
-    (
-        last * g.stride_a + g.m * g.k,
-        last * g.stride_b + g.k * g.n,
-        last * g.stride_c + g.m * g.n,
-    )
+    let need = |stride: usize, rows: usize, cols: usize| {
+        last.checked_mul(stride)
+            .and_then(|offset| offset.checked_add(rows.checked_mul(cols)?))
+    };
+    match (
+        need(g.stride_a, g.m, g.k),
+        need(g.stride_b, g.k, g.n),
+        need(g.stride_c, g.m, g.n),
+    ) {
+        (Some(a), Some(b), Some(c)) => Ok((a, b, c)),
+        _ => bail!(common::UsageError::new(format!(
+            "gemm: the operands of {g:?} are too large to address"
+        ))),
+    }
 }
 
 impl TensorCoreGemm {
@@ -454,10 +480,11 @@ impl TensorCoreGemm {
             Version::WgmmaTma | Version::WgmmaOverlap | Version::WgmmaCluster => {
                 // A cluster's CTAs take neighbouring tile rows: tiles are counted per cluster.
                 let cluster = version.cluster() as u64;
-                let tiles = batch as u64
-                    * (m.div_ceil(WG_BM) as u64).div_ceil(cluster)
-                    * n.div_ceil(WG_BN) as u64;
-                if tiles * cluster > i32::MAX as u64 {
+                let tiles = (batch as u64)
+                    .checked_mul((m.div_ceil(WG_BM) as u64).div_ceil(cluster))
+                    .and_then(|t| t.checked_mul(n.div_ceil(WG_BN) as u64))
+                    .unwrap_or(u64::MAX);
+                if tiles.saturating_mul(cluster) > i32::MAX as u64 {
                     return Err(refused(version, "more than 2^31 tiles"));
                 }
                 let mut launch = LaunchShape {
@@ -502,7 +529,7 @@ impl TensorCoreGemm {
         B: DevicePtr<T> + DeviceSlice<T>,
         C: DevicePtrMut<T> + DeviceSlice<T>,
     {
-        let (need_a, need_b, need_c) = needs(g);
+        let (need_a, need_b, need_c) = needs(g)?;
         if a.len() < need_a || b.len() < need_b || c.len() < need_c {
             bail!(
                 "gemm: A, B and C hold {}, {} and {} elements; {g:?} needs {need_a}, {need_b} \
@@ -689,6 +716,28 @@ mod tests {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             common::testing::assert_compiles_without_spills(&SOURCE, arch, &names);
         }
+    }
+
+    #[test]
+    fn sizes_that_overflow_are_usage_errors_not_wraps() {
+        let big = GemmShape {
+            m: i32::MAX as usize,
+            n: i32::MAX as usize,
+            k: i32::MAX as usize,
+            batch: i32::MAX as usize,
+            layout: Layout::NT,
+        };
+        let err = big.check_sizes(Dtype::Bf16).unwrap_err();
+        assert!(err.to_string().contains("too large to address"), "{err}");
+        assert!(GemmShape::square(8192).check_sizes(Dtype::Bf16).is_ok());
+        // The launcher's length guard: batch x stride wraps in release builds without checks.
+        let g = GemmEx {
+            batch: 1 << 40,
+            ..GemmEx::new(1 << 12, 1 << 12, 1 << 12)
+        };
+        let err = needs(&g).unwrap_err();
+        assert!(err.is::<common::UsageError>(), "{err:#}");
+        assert_eq!(needs(&GemmEx::new(2, 3, 4)).unwrap(), (8, 12, 6));
     }
 
     #[test]

@@ -128,11 +128,20 @@ fn problems(args: &Args) -> Result<Vec<GemmShape>> {
         {
             return Err(UsageError::new("dimensions must be below 2^31").into());
         }
+        // batch x m x k and the rest: checked, before any of them is used.
+        s.check_sizes(args.dtype)?;
     }
     Ok(shapes)
 }
 
 fn run(args: Args) -> Result<()> {
+    if !matches!(args.dtype, Dtype::Bf16 | Dtype::F16) {
+        return Err(UsageError::new(format!(
+            "the tensor-core GEMM takes bf16 or f16, not {}",
+            args.dtype
+        ))
+        .into());
+    }
     let mut names = vec![CUBLAS];
     names.extend(Version::ALL.iter().map(|v| v.name()));
     let selected = args.common.select_versions(&names)?;
@@ -156,12 +165,7 @@ fn run(args: Args) -> Result<()> {
         let report = match args.dtype {
             Dtype::Bf16 => run_problem::<bf16>(&gpu, &cublas, &day, &args, shape, &selected)?,
             Dtype::F16 => run_problem::<f16>(&gpu, &cublas, &day, &args, shape, &selected)?,
-            other => {
-                return Err(UsageError::new(format!(
-                    "the tensor-core GEMM takes bf16 or f16, not {other}"
-                ))
-                .into());
-            }
+            other => unreachable!("{other} was refused before the GPU was opened"),
         };
         reports.push(report);
     }
@@ -172,7 +176,10 @@ fn run(args: Args) -> Result<()> {
 }
 
 /// The outputs checked: all of them for small problems; otherwise the edges and random
-/// outputs of the first and the last product.
+/// outputs of the first and the last product (`sample_outputs`), and in every product two
+/// outputs of every 128 x 128 output tile (a random one and the tile's last): every tile of
+/// every version (128 x 128 for mma.sync, 128 x 256 for wgmma, whichever wave of a persistent
+/// kernel computes it) is looked at.
 fn checked_outputs(shape: &GemmShape, seed: u64) -> Option<Vec<usize>> {
     let GemmShape { m, n, k, batch, .. } = *shape;
     if batch * m * n * k <= FULL_CHECK_MACS {
@@ -183,7 +190,35 @@ fn checked_outputs(shape: &GemmShape, seed: u64) -> Option<Vec<usize>> {
     if batch > 1 {
         at.extend(one.iter().map(|i| i + (batch - 1) * m * n));
     }
+    at.extend(per_tile_outputs(shape, seed.wrapping_add(1)));
+    at.sort_unstable();
+    at.dedup();
     Some(at)
+}
+
+/// The output tiles' side: 128 x 128 divides both tile shapes (mma.sync's 128 x 128 and
+/// wgmma's 128 x 256).
+const CHECK_TILE: usize = 128;
+
+/// Two flat outputs in every `CHECK_TILE` square tile of every product: one at random in the
+/// tile, and the tile's last (its bottom-right corner, clipped to the matrix).
+fn per_tile_outputs(shape: &GemmShape, seed: u64) -> Vec<usize> {
+    use rand::{Rng, SeedableRng};
+    let GemmShape { m, n, batch, .. } = *shape;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut at = Vec::new();
+    for z in 0..batch {
+        for i0 in (0..m).step_by(CHECK_TILE) {
+            let i1 = (i0 + CHECK_TILE).min(m);
+            for j0 in (0..n).step_by(CHECK_TILE) {
+                let j1 = (j0 + CHECK_TILE).min(n);
+                let (i, j) = (rng.random_range(i0..i1), rng.random_range(j0..j1));
+                at.push(z * m * n + i * n + j);
+                at.push(z * m * n + (i1 - 1) * n + j1 - 1);
+            }
+        }
+    }
+    at
 }
 
 fn run_problem<T: Element>(
@@ -324,4 +359,38 @@ fn plot_sweep(args: &Args, gpu: &Gpu, reports: &[DayReport]) -> Result<()> {
     let table = sweep::summary_table("size", "TFLOP/s", 1, &series);
     println!("{title}\n{table}\nplot: {}", args.plot.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sampled check looks at every output tile of every product, whatever the wave of a
+    /// persistent kernel that computes it: 8192^2 is 64 x 32 = 2048 wgmma tiles (15.5 waves of
+    /// 132 SMs), which 4096 random samples alone leave some of unchecked.
+    #[test]
+    fn the_sampled_check_covers_every_output_tile() {
+        for shape in [
+            GemmShape::square(8192),
+            GemmShape {
+                m: 1000,
+                n: 3001,
+                k: 999,
+                batch: 3,
+                layout: day18::Layout::NT,
+            },
+        ] {
+            let at = checked_outputs(&shape, 7).expect("sampled at this size");
+            let GemmShape { m, n, batch, .. } = shape;
+            let (rows, cols) = (m.div_ceil(128), n.div_ceil(256));
+            let mut seen = vec![false; batch * rows * cols];
+            for &flat in &at {
+                let (z, i, j) = (flat / (m * n), flat / n % m, flat % n);
+                seen[(z * rows + i / 128) * cols + j / 256] = true;
+            }
+            let missing = seen.iter().filter(|s| !**s).count();
+            assert_eq!(missing, 0, "{shape:?}: {missing} tiles never sampled");
+            assert!(at.windows(2).all(|w| w[0] < w[1]), "sorted and unique");
+        }
+    }
 }

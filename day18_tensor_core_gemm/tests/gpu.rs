@@ -78,7 +78,15 @@ fn should_refuse(version: Version, g: &GemmEx, hopper: bool) -> bool {
         || (version.is_hopper_only() && !hopper)
 }
 
-fn check_shape<T: Element>(gpu: &Gpu, cublas: &Cublas, day: &TensorCoreGemm, shape: &GemmShape) {
+/// cuBLAS and every version on `shape`, every output checked; adds one to `ran[v]` for each
+/// version `Version::ALL[v]` that ran (was not refused).
+fn check_shape<T: Element>(
+    gpu: &Gpu,
+    cublas: &Cublas,
+    day: &TensorCoreGemm,
+    shape: &GemmShape,
+    ran: &mut [usize],
+) {
     let seed = (shape.m * 31 + shape.n * 7 + shape.k) as u64;
     let a: Vec<T> = inputs::uniform(shape.a_len(), -1.0, 1.0, seed);
     let b: Vec<T> = inputs::uniform(shape.b_len(), -1.0, 1.0, seed + 1);
@@ -102,7 +110,7 @@ fn check_shape<T: Element>(gpu: &Gpu, cublas: &Cublas, day: &TensorCoreGemm, sha
         T::NAME
     );
 
-    for version in Version::ALL {
+    for (v, version) in Version::ALL.into_iter().enumerate() {
         let what = format!("{} {layout} {shape:?} {}", version.name(), T::NAME);
         let refuse = should_refuse(version, &g, day.is_hopper());
         if let Err(e) = day.plan::<T>(version, &g) {
@@ -117,6 +125,25 @@ fn check_shape<T: Element>(gpu: &Gpu, cublas: &Cublas, day: &TensorCoreGemm, sha
         .unwrap_or_else(|e| panic!("{what}: {e:#}"));
         let report = check::compare(&got, &expected, &out_shape, tolerance);
         assert!(report.passed(), "{what}: {report}");
+        ran[v] += 1;
+    }
+}
+
+/// Fails for a version that ran on none of the shapes (a version that refused everything
+/// would otherwise pass); the Hopper versions on another GPU say so in one line instead.
+fn assert_every_version_ran(test: &str, day: &TensorCoreGemm, ran: &[usize]) {
+    for (version, &count) in Version::ALL.iter().zip(ran) {
+        if count > 0 {
+            continue;
+        }
+        if version.is_hopper_only() && !day.is_hopper() {
+            testing::note_skip(
+                &format!("{test}: {}", version.name()),
+                "needs an sm_90 GPU (sm_90a kernels)",
+            );
+        } else {
+            panic!("{test}: {} ran on no shape", version.name());
+        }
     }
 }
 
@@ -129,11 +156,74 @@ fn every_version_and_layout_matches_the_reference_on_odd_shapes() {
     let day = TensorCoreGemm::load(&gpu).unwrap();
     // The linear layer's layout first: if the MN-major descriptor is wrong, nt still passes
     // and the failure names the layout.
+    let mut ran = [0; Version::ALL.len()];
     for layout in Layout::ALL {
         for shape in shapes() {
             let shape = GemmShape { layout, ..shape };
-            check_shape::<bf16>(&gpu, &cublas, &day, &shape);
-            check_shape::<f16>(&gpu, &cublas, &day, &shape);
+            check_shape::<bf16>(&gpu, &cublas, &day, &shape, &mut ran);
+            check_shape::<f16>(&gpu, &cublas, &day, &shape, &mut ran);
+        }
+    }
+    assert_every_version_ran("day18 odd shapes", &day, &ran);
+}
+
+/// Shapes with more output tiles than three waves of the H100's 132 SMs (396), every output
+/// checked: a persistent kernel (the wgmma versions) computes most tiles after its first
+/// wave, which the default run's sampled check sees only at samples. Sizes off every tile
+/// (m = 2600 is 20 tile rows and 40; n = 5000 is 19 tile columns of 256 and 136; k = 72 is
+/// one k-tile of 64 and 8) but multiples of 8, so every layout's TMA takes them; and a batch
+/// whose tiles run across products (6 x 8 x 9 = 432 tiles).
+fn multi_wave_shapes() -> Vec<GemmShape> {
+    let tiles = |s: &GemmShape| s.batch * s.m.div_ceil(128) * s.n.div_ceil(256);
+    let shapes = vec![
+        GemmShape {
+            m: 2600,
+            n: 5000,
+            k: 72,
+            ..GemmShape::square(1)
+        },
+        GemmShape {
+            m: 1000,
+            n: 2056,
+            k: 24,
+            batch: 6,
+            ..GemmShape::square(1)
+        },
+    ];
+    for s in &shapes {
+        assert!(tiles(s) > 3 * 132, "{s:?}: only {} tiles", tiles(s));
+        // wgmma_cluster counts tiles per cluster of two tile rows.
+        assert!(
+            s.batch * s.m.div_ceil(256) * s.n.div_ceil(256) > 132,
+            "{s:?}"
+        );
+    }
+    shapes
+}
+
+#[test]
+fn persistent_versions_are_checked_in_full_over_several_waves() {
+    let Some(gpu) = testing::gpu_or_skip("day18 GPU multi-wave") else {
+        return;
+    };
+    let cublas = Cublas::open(&gpu).unwrap();
+    let day = TensorCoreGemm::load(&gpu).unwrap();
+    let mut ran = [0; Version::ALL.len()];
+    for layout in Layout::ALL {
+        for shape in multi_wave_shapes() {
+            let shape = GemmShape { layout, ..shape };
+            check_shape::<bf16>(&gpu, &cublas, &day, &shape, &mut ran);
+            if layout == Layout::NT {
+                check_shape::<f16>(&gpu, &cublas, &day, &shape, &mut ran);
+            }
+        }
+    }
+    assert_every_version_ran("day18 multi-wave", &day, &ran);
+    // Every persistent version took every shape in each of its layouts (none refused).
+    for (version, &count) in Version::ALL.iter().zip(&ran) {
+        if version.is_hopper_only() && day.is_hopper() {
+            let expected = version.layouts().len() * 2 + 2;
+            assert_eq!(count, expected, "{} ran {count} shapes", version.name());
         }
     }
 }
@@ -149,6 +239,7 @@ fn check_alpha_beta<T: Element>(
     layout: Layout,
     alpha: f32,
     beta: f32,
+    ran: &mut [usize],
 ) {
     let (batch, m, n, k) = (2, 136, 264, 200);
     let g = GemmEx {
@@ -202,7 +293,7 @@ fn check_alpha_beta<T: Element>(
     run(&format!("cublas {what}"), &mut |c| {
         cublas.gemm_ex::<T, T, _, _, _>(&g, &a_dev, &b_dev, c)
     });
-    for version in Version::ALL {
+    for (v, version) in Version::ALL.into_iter().enumerate() {
         if day.plan::<T>(version, &g).is_err() {
             assert!(
                 should_refuse(version, &g, day.is_hopper()),
@@ -214,6 +305,7 @@ fn check_alpha_beta<T: Element>(
         run(&format!("{} {what}", version.name()), &mut |c| {
             day.gemm(gpu, version, &g, &a_dev, &b_dev, c)
         });
+        ran[v] += 1;
     }
 }
 
@@ -224,12 +316,14 @@ fn alpha_beta_and_padded_strides_in_every_layout() {
     };
     let cublas = Cublas::open(&gpu).unwrap();
     let day = TensorCoreGemm::load(&gpu).unwrap();
+    let mut ran = [0; Version::ALL.len()];
     for layout in Layout::ALL {
         for (alpha, beta) in [(-0.75, 0.5), (2.0, 0.0), (1.0, 1.0)] {
-            check_alpha_beta::<bf16>(&gpu, &cublas, &day, layout, alpha, beta);
+            check_alpha_beta::<bf16>(&gpu, &cublas, &day, layout, alpha, beta, &mut ran);
         }
-        check_alpha_beta::<f16>(&gpu, &cublas, &day, layout, 0.5, -1.0);
+        check_alpha_beta::<f16>(&gpu, &cublas, &day, layout, 0.5, -1.0, &mut ran);
     }
+    assert_every_version_ran("day18 alpha/beta", &day, &ran);
 }
 
 /// [`Gemm::run`] on views that start `offset` elements into their buffers: 8 (16 bytes, every

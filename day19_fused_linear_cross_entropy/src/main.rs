@@ -6,13 +6,13 @@ use anyhow::Result;
 use clap::Parser;
 use common::check::{self, CheckReport};
 use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
-use common::cublas::Cublas;
+use common::cublas::{Cublas, GemmEx, Stored};
 use common::reference::cross_entropy::{
     self as reference, CeOptions, IGNORE_INDEX, LinearCeShape, Rounding,
 };
 use common::report::DayReport;
 use common::session::{Expected, Problem, Refused, Session, Version};
-use common::{Gpu, UsageError, inputs};
+use common::{Gpu, UsageError, inputs, sizes};
 use day19::{
     CE_VERSIONS, CrossEntropy, Day18Gemm, FUSED_VERSIONS, FusedPlan, GemmBackend, LossScratch,
     RowKernel, Shape, default_chunk, make_inputs, make_targets, output_bytes,
@@ -50,10 +50,15 @@ struct Args {
 }
 
 /// Problems whose full f64 reference (about 2 T V Hd multiply-adds) is cheap enough; larger
-/// ones are checked on sampled dH rows, and the chunked version against the naive one.
-const FULL_CHECK_WORK: u64 = 1 << 31;
+/// ones are checked at samples against the f64 reference of [`SampledReference`], and every
+/// version after the first also against the first that passed, in full.
+const FULL_CHECK_WORK: usize = 1 << 31;
 /// dH rows of the sampled check (one thread each, about a second each at the default size).
 const SAMPLED_TOKENS: usize = 4;
+/// dW rows (vocabulary entries) of the sampled check: `T x Hd` multiply-adds each.
+const SAMPLED_DW_ROWS: usize = 64;
+/// Rows of the reference's logits computed per cuBLAS call (f32, at most 1 GiB at a time).
+const LOGITS_BLOCK_BYTES: usize = 1 << 30;
 
 fn main() -> std::process::ExitCode {
     run_main(|| run(Args::parse()))
@@ -77,6 +82,16 @@ fn run(args: Args) -> Result<()> {
     if shape.vocab > i32::MAX as usize {
         return Err(UsageError::new("targets are i32: V must be below 2^31").into());
     }
+    // cuBLAS takes dimensions below 2^31; the cluster kernel launches 8 blocks per row.
+    sizes::at_most("--hidden", shape.hidden, i32::MAX as usize)?;
+    sizes::at_most("--tokens", shape.tokens, i32::MAX as usize / 8)?;
+    // Every size the run derives, checked once here: T Hd, V Hd, T V and the work T Hd V.
+    sizes::product("T x V", &[shape.tokens, shape.vocab])?;
+    sizes::product("(T + V) x Hd", &[shape.tokens + shape.vocab, shape.hidden])?;
+    sizes::product(
+        "T x Hd x V x 6",
+        &[shape.tokens, shape.hidden, shape.vocab, 6],
+    )?;
     let all: Vec<&str> = FUSED_VERSIONS.iter().chain(CE_VERSIONS).copied().collect();
     let selected = args.common.select_versions(&all)?;
     let fused: Vec<&str> = selected
@@ -94,10 +109,12 @@ fn run(args: Args) -> Result<()> {
     let h_w = bytes_for("(T + V) x Hd", t.saturating_add(v), hd)?;
     let logits = bytes_for("T x V", t, v)?;
     // Host: H, W and the gradients in bf16, W (sampled check) or the naive output (the
-    // chunked check) in f64; the CE-only logits in bf16 with their f64 reference.
+    // chunked check) in f64, the reference's logits in bf16; the CE-only logits in bf16 with
+    // their f64 reference.
     check_host_fits(
         "the inputs and references",
-        h_w.saturating_mul(2 + 2 + 8) + logits.saturating_mul(2 + 2 + 8),
+        h_w.saturating_mul(2 + 2 + 8)
+            .saturating_add(logits.saturating_mul(2 + 2 + 8)),
     )?;
     let gpu = Gpu::open(args.common.device)?;
     let ce = CrossEntropy::load(&gpu)?;
@@ -174,39 +191,23 @@ fn run_fused(
         .collect();
     let grads_len = (tokens + vocab) * hidden;
     let grads_shape = [grads_len];
-    let full = (tokens * hidden * vocab) as u64 <= FULL_CHECK_WORK;
-
-    // The f64 reference: everything on small problems; sampled dH rows on large ones.
+    let full = tokens * hidden * vocab <= FULL_CHECK_WORK;
     let lce_shape = LinearCeShape {
         tokens,
         hidden,
         vocab,
     };
-    let (reference, sampled) = if full {
-        let r = reference::linear_cross_entropy(&h, &w, &targets, lce_shape, opts, Rounding::Bf16);
-        (Some(r), None)
-    } else {
-        let rows = sampled_tokens(&targets, opts.ignore_index);
-        let (values, max_abs_logit) = reference::linear_cross_entropy_dh_rows(
-            &h,
-            &w,
-            &targets,
-            lce_shape,
-            opts,
-            Rounding::Bf16,
-            &rows,
-        );
-        let at: Vec<usize> = rows
-            .iter()
-            .flat_map(|&t| t * hidden..(t + 1) * hidden)
-            .collect();
-        eprintln!("sampled dH rows {rows:?}: largest |logit| {max_abs_logit:.2}");
-        (None, Some((values, at)))
-    };
+    let samples = Samples::choose(&targets, lce_shape, opts.ignore_index, seed);
     let checked = if full {
         "every output checked".to_string()
     } else {
-        format!("{SAMPLED_TOKENS} dH rows checked in f64; chunked checked against naive in full")
+        format!(
+            "loss, {} dH rows, {} dW rows and {} dW columns checked in f64; every version \
+             after the first also against the first in full",
+            samples.dh_tokens.len(),
+            samples.dw_rows.len(),
+            samples.dw_columns.len()
+        )
     };
     let mut session = Session::new(
         gpu,
@@ -238,11 +239,47 @@ fn run_fused(
         None
     };
     let (h_dev, w_dev, t_dev) = (gpu.upload(&h)?, gpu.upload(&w)?, gpu.upload(&targets)?);
+    // The f64 reference: everything on small problems; the loss and sampled dH and dW on
+    // large ones, from logits a plain cuBLAS GEMM computes (checked at the sampled tokens).
+    let reference = if full {
+        Reference::Full(reference::linear_cross_entropy(
+            &h,
+            &w,
+            &targets,
+            lce_shape,
+            opts,
+            Rounding::Bf16,
+        ))
+    } else {
+        let logits = reference_logits(gpu, &cublas, &h_dev, &w_dev, lce_shape)?;
+        check_reference_logits(&h, &w, &logits, lce_shape, &samples.dh_tokens)?;
+        let sampled = reference::linear_cross_entropy_sampled(
+            &h,
+            &w,
+            &targets,
+            &logits,
+            lce_shape,
+            opts,
+            Rounding::Bf16,
+            (&samples.dh_tokens, &samples.dw_rows, &samples.dw_columns),
+        );
+        eprintln!(
+            "f64 reference: loss {:.6}, {} dH rows, {} dW rows, {} dW columns (largest |logit| \
+             {:.2})",
+            sampled.loss,
+            samples.dh_tokens.len(),
+            samples.dw_rows.len(),
+            samples.dw_columns.len(),
+            sampled.max_abs_logit
+        );
+        Reference::Sampled(samples.flatten(&sampled, lce_shape))
+    };
     drop((h, w));
     let mut grads = gpu.alloc_poisoned::<bf16>(grads_len)?;
     let mut loss = gpu.alloc_poisoned::<f32>(1)?;
-    // The first version that passes becomes the reference of the others on large problems.
-    let mut first_passed: Option<(Vec<f64>, f64)> = None;
+    // On large problems the first version that passes is also the reference of the others,
+    // in full.
+    let mut first_passed: Option<Vec<f64>> = None;
     for &name in versions {
         let free_before = free_bytes(gpu)?;
         let mut plan = match FusedPlan::new(gpu, shape, chunk_of(name), opts) {
@@ -276,54 +313,16 @@ fn run_fused(
             global_bytes: None,
         };
         gpu.poison(&mut loss)?;
-        let (check_grads, loss_expected): (GradientCheck, Option<f64>) =
-            match (&reference, &sampled, &first_passed) {
-                (Some(r), _, _) => {
-                    let all = r.concatenated_gradients();
-                    let (dh_max, dw_max) = (max_abs(&r.dh), max_abs(&r.dw));
-                    let split = tokens * hidden;
-                    (
-                        Box::new(move |got: &[bf16]| {
-                            worse(
-                                check::compare(
-                                    &got[..split],
-                                    &all[..split],
-                                    &[tokens, hidden],
-                                    tolerance::gradient(dh_max, chunks),
-                                ),
-                                check::compare(
-                                    &got[split..],
-                                    &all[split..],
-                                    &[vocab, hidden],
-                                    tolerance::gradient(dw_max, chunks),
-                                ),
-                            )
-                        }),
-                        Some(r.loss),
-                    )
+        let check_grads = |got: &[bf16]| -> CheckReport {
+            let against_f64 = reference.check(got, lce_shape, chunks);
+            match &first_passed {
+                Some(prev) => {
+                    let tol = tolerance::gradient_against_version(max_abs(prev), chunks);
+                    worse(against_f64, check::compare(got, prev, &[prev.len()], tol))
                 }
-                (None, _, Some((prev, prev_loss))) => {
-                    let prev = prev.clone();
-                    let tol = tolerance::gradient(max_abs(&prev), chunks);
-                    (
-                        Box::new(move |got: &[bf16]| {
-                            check::compare(got, &prev, &[prev.len()], tol)
-                        }),
-                        Some(*prev_loss),
-                    )
-                }
-                (None, Some((values, at)), None) => {
-                    let (values, at) = (values.clone(), at.clone());
-                    let tol = tolerance::gradient(max_abs(&values), chunks);
-                    (
-                        Box::new(move |got: &[bf16]| {
-                            check::compare_at(got, &at, &values, &[got.len()], tol)
-                        }),
-                        None,
-                    )
-                }
-                (None, None, None) => unreachable!("one reference is always made"),
-            };
+                None => against_f64,
+            }
+        };
         // Keeps a passing output as the reference of later versions on large problems.
         let keep = std::cell::RefCell::new(None);
         let check = |got: &[bf16]| {
@@ -344,27 +343,212 @@ fn run_fused(
             outputs,
         );
         let got_loss = gpu.download(&loss)?;
-        if let Some(expected) = loss_expected {
-            let report = check::compare(&got_loss, &[expected], &[1], tolerance::LOSS);
-            session.check_also(name, "loss", report);
-        } else {
-            eprintln!(
-                "{name:>14}  loss {:.6} (not checked: no f64 loss at this size)",
-                got_loss[0]
-            );
-        }
+        let report = check::compare(&got_loss, &[reference.loss()], &[1], tolerance::LOSS);
+        let loss_passed = report.passed();
+        session.check_also(name, "loss", report);
         if let Some(values) = keep.into_inner()
-            && got_loss[0].is_finite()
+            && loss_passed
         {
-            first_passed = Some((values, got_loss[0] as f64));
+            first_passed = Some(values);
         }
         drop(plan);
     }
     Ok(session.finish())
 }
 
-/// Compares a version's dH and dW (back to back) with whatever reference the size allows.
-type GradientCheck = Box<dyn Fn(&[bf16]) -> CheckReport>;
+/// The f64 reference of the fused problem.
+enum Reference {
+    /// Every output.
+    Full(reference::LinearCeOutput),
+    /// At sampled places of the `[dH | dW]` buffer.
+    Sampled(SampledValues),
+}
+
+/// A sampled reference laid out for `check::compare_at_with_slack`.
+struct SampledValues {
+    loss: f64,
+    at: Vec<usize>,
+    values: Vec<f64>,
+    terms: Vec<f64>,
+    /// Where the dW samples start in `at` (dH's come first).
+    dw_from: usize,
+}
+
+impl Reference {
+    fn loss(&self) -> f64 {
+        match self {
+            Reference::Full(r) => r.loss,
+            Reference::Sampled(s) => s.loss,
+        }
+    }
+
+    /// dH and dW (back to back in `got`) against the f64 values, each element within the
+    /// bf16 tolerance plus its own allowance from its terms; the worse of the two parts.
+    fn check(&self, got: &[bf16], shape: LinearCeShape, chunks: usize) -> CheckReport {
+        let tol = tolerance::gradient();
+        let split = shape.tokens * shape.hidden;
+        match self {
+            Reference::Full(r) => worse(
+                check::compare_with_slack(
+                    &got[..split],
+                    &r.dh,
+                    &tolerance::gradient_slack(&r.dh_terms, chunks),
+                    &[shape.tokens, shape.hidden],
+                    tol,
+                ),
+                check::compare_with_slack(
+                    &got[split..],
+                    &r.dw,
+                    &tolerance::gradient_slack(&r.dw_terms, chunks),
+                    &[shape.vocab, shape.hidden],
+                    tol,
+                ),
+            ),
+            Reference::Sampled(s) => {
+                let slack = tolerance::gradient_slack(&s.terms, chunks);
+                let part = |range: std::ops::Range<usize>| {
+                    check::compare_at_with_slack(
+                        got,
+                        Some(&s.at[range.clone()]),
+                        &s.values[range.clone()],
+                        &slack[range],
+                        &[got.len()],
+                        tol,
+                    )
+                };
+                worse(part(0..s.dw_from), part(s.dw_from..s.at.len()))
+            }
+        }
+    }
+}
+
+/// Where the sampled reference looks.
+struct Samples {
+    dh_tokens: Vec<usize>,
+    dw_rows: Vec<usize>,
+    dw_columns: Vec<usize>,
+}
+
+impl Samples {
+    /// dH rows of [`sampled_tokens`]; dW rows: the first and last vocabulary entries, the
+    /// targets of the sampled tokens (whose dW rows hold the `-1` of the one-hot), and random
+    /// ones; dW columns: the first, middle and last hidden index (each crosses every
+    /// vocabulary tile of the dW GEMM).
+    fn choose(targets: &[i32], shape: LinearCeShape, ignore_index: i32, seed: u64) -> Self {
+        use rand::{Rng, SeedableRng};
+        let dh_tokens = sampled_tokens(targets, ignore_index);
+        let v = shape.vocab;
+        let mut dw_rows = vec![0, v - 1];
+        dw_rows.extend(
+            dh_tokens
+                .iter()
+                .filter_map(|&t| usize::try_from(targets[t]).ok()),
+        );
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(3));
+        while dw_rows.len() < SAMPLED_DW_ROWS.min(v) {
+            dw_rows.push(rng.random_range(0..v));
+            dw_rows.sort_unstable();
+            dw_rows.dedup();
+        }
+        dw_rows.sort_unstable();
+        dw_rows.dedup();
+        let mut dw_columns = vec![0, shape.hidden / 2, shape.hidden - 1];
+        dw_columns.dedup();
+        Self {
+            dh_tokens,
+            dw_rows,
+            dw_columns,
+        }
+    }
+
+    /// The sampled values at their flat indices of the `[dH | dW]` buffer.
+    fn flatten(&self, r: &reference::SampledLinearCe, shape: LinearCeShape) -> SampledValues {
+        let (hd, v) = (shape.hidden, shape.vocab);
+        let dw_base = shape.tokens * hd;
+        let mut at: Vec<usize> = self
+            .dh_tokens
+            .iter()
+            .flat_map(|&t| t * hd..(t + 1) * hd)
+            .collect();
+        let dw_from = at.len();
+        at.extend(
+            self.dw_rows
+                .iter()
+                .flat_map(|&row| dw_base + row * hd..dw_base + (row + 1) * hd),
+        );
+        at.extend(
+            self.dw_columns
+                .iter()
+                .flat_map(|&c| (0..v).map(move |row| dw_base + row * hd + c)),
+        );
+        let values = [&r.dh[..], &r.dw_rows, &r.dw_columns].concat();
+        let terms = [&r.dh_terms[..], &r.dw_row_terms, &r.dw_column_terms].concat();
+        assert_eq!(at.len(), values.len(), "one index per sampled value");
+        SampledValues {
+            loss: r.loss,
+            at,
+            values,
+            terms,
+            dw_from,
+        }
+    }
+}
+
+/// The logits `H W^T` of the whole problem, for the sampled reference: a plain cuBLAS GEMM
+/// (not the versions' chunked code) with an f32 output, `LOGITS_BLOCK_BYTES` of rows at a
+/// time, rounded to bf16 on the host as the reference rounds its logits.
+fn reference_logits(
+    gpu: &Gpu,
+    cublas: &Cublas,
+    h: &cudarc::driver::CudaSlice<bf16>,
+    w: &cudarc::driver::CudaSlice<bf16>,
+    shape: LinearCeShape,
+) -> Result<Vec<bf16>> {
+    let LinearCeShape {
+        tokens,
+        hidden,
+        vocab,
+    } = shape;
+    let rows = (LOGITS_BLOCK_BYTES / (4 * vocab)).clamp(1, tokens);
+    let mut block = gpu.alloc_poisoned::<f32>(rows * vocab)?;
+    let mut logits = Vec::with_capacity(tokens * vocab);
+    for start in (0..tokens).step_by(rows) {
+        let n = rows.min(tokens - start);
+        let g = GemmEx {
+            b: Stored::Transposed,
+            ..GemmEx::new(n, vocab, hidden)
+        };
+        let h_rows = h.slice(start * hidden..(start + n) * hidden);
+        let mut out = block.slice_mut(..n * vocab);
+        cublas.gemm_ex::<bf16, f32, _, _, _>(&g, &h_rows, w, &mut out)?;
+        gpu.synchronize()?;
+        let got = gpu.download(&block)?;
+        logits.extend(got[..n * vocab].iter().map(|&x| bf16::from_f32(x)));
+    }
+    Ok(logits)
+}
+
+/// The reference's logits at `tokens` against the exact f64 products rounded to bf16: each
+/// within one bf16 ulp (2^-7 relative; the f32 sums may round a product near a rounding
+/// boundary the other way) plus 1e-3 for f32 sums that cancel. A failure is an error of the
+/// reference, not of a version.
+fn check_reference_logits(
+    h: &[bf16],
+    w: &[bf16],
+    logits: &[bf16],
+    shape: LinearCeShape,
+    tokens: &[usize],
+) -> Result<()> {
+    let exact = reference::logits_rows(h, w, shape, Rounding::Bf16, tokens);
+    let v = shape.vocab;
+    let at: Vec<usize> = tokens.iter().flat_map(|&t| t * v..(t + 1) * v).collect();
+    let tol = common::Tolerance::new(1e-3, 1.0 / 128.0).with_max_rel_l2(1e-2);
+    let report = check::compare_at(logits, &at, &exact, &[logits.len()], tol);
+    if !report.passed() {
+        anyhow::bail!("the reference's cuBLAS logits disagree with the f64 products: {report}");
+    }
+    Ok(())
+}
 
 fn max_abs(v: &[f64]) -> f64 {
     v.iter().fold(0.0f64, |m, x| m.max(x.abs()))

@@ -19,6 +19,20 @@
 //! Everything is f64 from the stored values. A GPU implementation keeps the logits and their
 //! gradient in 16 bits between its GEMMs (as torch and Liger do); [`Rounding`] lets the
 //! reference round them the same way, so that a comparison sees only the kernels' own error.
+//!
+//! Each gradient element also comes with the sum of its terms' magnitudes
+//! (`sum_v m_tv |W_vc|` for dH, `sum_t m_tv |H_tc|` for dW, with `m_tv = |dz_tv| + p_tv (1 +
+//! 2 zc lse_t) |z_tv| / N`): a rounding of the stored dz by a relative `u` moves an element by
+//! at most `u` times that sum, and so does a stored logit rounded to its other bf16 neighbour
+//! (which moves `z` by at most `2^-7 |z|`, and `p` by that relative amount), however much the
+//! terms cancel. A check derives a per-element allowance from it that holds for small
+//! gradients as for large ones.
+//!
+//! A problem too large for the full reference (8192 tokens x 128256 x 4096 is 4e12
+//! multiply-adds) is checked at samples by [`linear_cross_entropy_sampled`], from logits the
+//! caller supplies (computed on the GPU by a GEMM independent of the versions checked, and
+//! themselves checked against [`logits_rows`] at sampled tokens): the exact loss, dH rows,
+//! and dW rows and columns, which need every token's log-sum-exp.
 
 use crate::element::Element;
 
@@ -185,6 +199,10 @@ pub struct LinearCeOutput {
     pub dh: Vec<f64>,
     /// `[V, Hd]`.
     pub dw: Vec<f64>,
+    /// Each dH element's sum of its terms' magnitudes (see the module's notes), `[T, Hd]`.
+    pub dh_terms: Vec<f64>,
+    /// Each dW element's, `[V, Hd]`.
+    pub dw_terms: Vec<f64>,
     /// The largest |logit|, for tolerances.
     pub max_abs_logit: f64,
     /// The largest |lse| over tokens, for the z-loss's share of the tolerance.
@@ -198,6 +216,13 @@ impl LinearCeOutput {
         all.extend_from_slice(&self.dw);
         all
     }
+
+    /// The terms' magnitudes in the same layout.
+    pub fn concatenated_terms(&self) -> Vec<f64> {
+        let mut all = self.dh_terms.clone();
+        all.extend_from_slice(&self.dw_terms);
+        all
+    }
 }
 
 /// One token's logits `z_v = h . w_v`, rounded as the implementation stores them.
@@ -207,7 +232,49 @@ fn logits_row(h: &[f64], w: &[f64], hidden: usize, rounding: Rounding) -> Vec<f6
         .collect()
 }
 
-/// One token through the whole pipeline: (its loss unscaled, its lse, its max |logit|, dz).
+/// One token's results: its loss (unscaled by 1/N), lse, largest |logit|, the gradient of its
+/// logits `dz` (rounded as stored) and the magnitude `m_v` of each (see the module's notes).
+struct TokenOut {
+    loss: f64,
+    lse: f64,
+    max_abs: f64,
+    dz: Vec<f64>,
+    magnitude: Vec<f64>,
+}
+
+/// Cross-entropy of one token from its (stored) logits `z`.
+fn token_from_logits(
+    z: Vec<f64>,
+    y: Option<usize>,
+    opts: &CeOptions,
+    inv_n: f64,
+    rounding: Rounding,
+) -> TokenOut {
+    let max_abs = z.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let mut dz = z.clone();
+    let (loss, lse) = ce_row(&mut dz, y, opts, inv_n);
+    for g in &mut dz {
+        *g = rounding.apply(*g);
+    }
+    let magnitude = if y.is_some() {
+        let scale = (1.0 + 2.0 * opts.z_loss * lse).abs() * inv_n;
+        z.iter()
+            .zip(&dz)
+            .map(|(&x, g)| g.abs() + (x - lse).exp() * scale * x.abs())
+            .collect()
+    } else {
+        vec![0.0; z.len()]
+    };
+    TokenOut {
+        loss,
+        lse,
+        max_abs,
+        dz,
+        magnitude,
+    }
+}
+
+/// One token through the whole pipeline.
 fn token(
     h: &[f64],
     w: &[f64],
@@ -216,27 +283,24 @@ fn token(
     opts: &CeOptions,
     inv_n: f64,
     rounding: Rounding,
-) -> (f64, f64, f64, Vec<f64>) {
-    let mut z = logits_row(h, w, shape.hidden, rounding);
-    let max_abs = z.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let (loss, lse) = ce_row(&mut z, target_of(y, shape.vocab, opts), opts, inv_n);
-    for g in &mut z {
-        *g = rounding.apply(*g);
-    }
-    (loss, lse, max_abs, z)
+) -> TokenOut {
+    let z = logits_row(h, w, shape.hidden, rounding);
+    token_from_logits(z, target_of(y, shape.vocab, opts), opts, inv_n, rounding)
 }
 
-/// `dh_t = dz_t W` for one token.
-fn dh_row(dz: &[f64], w: &[f64], hidden: usize) -> Vec<f64> {
+/// `dh_t = dz_t W` for one token, and `sum_v m_v |W_v|` beside it.
+fn dh_row(dz: &[f64], magnitude: &[f64], w: &[f64], hidden: usize) -> (Vec<f64>, Vec<f64>) {
     let mut dh = vec![0.0; hidden];
-    for (g, wv) in dz.iter().zip(w.chunks_exact(hidden)) {
-        if *g != 0.0 {
-            for (d, x) in dh.iter_mut().zip(wv) {
+    let mut terms = vec![0.0; hidden];
+    for ((g, m), wv) in dz.iter().zip(magnitude).zip(w.chunks_exact(hidden)) {
+        if *m != 0.0 {
+            for ((d, s), x) in dh.iter_mut().zip(terms.iter_mut()).zip(wv) {
                 *d += g * x;
+                *s += m * x.abs();
             }
         }
     }
-    dh
+    (dh, terms)
 }
 
 fn check_shapes(h: usize, w: usize, targets: usize, shape: LinearCeShape) {
@@ -267,20 +331,29 @@ pub fn linear_cross_entropy_f64(
         loss: 0.0,
         dh: Vec::with_capacity(h.len()),
         dw: vec![0.0; w.len()],
+        dh_terms: Vec::with_capacity(h.len()),
+        dw_terms: vec![0.0; w.len()],
         max_abs_logit: 0.0,
         max_abs_lse: 0.0,
     };
     let mut total = 0.0;
     for (ht, &y) in h.chunks_exact(hidden).zip(targets) {
-        let (loss, lse, max_abs, dz) = token(ht, w, y, shape, opts, inv_n, rounding);
-        total += loss;
-        out.max_abs_logit = out.max_abs_logit.max(max_abs);
-        out.max_abs_lse = out.max_abs_lse.max(lse.abs());
-        out.dh.extend(dh_row(&dz, w, hidden));
-        for (g, dwv) in dz.iter().zip(out.dw.chunks_exact_mut(hidden)) {
-            if *g != 0.0 {
-                for (d, x) in dwv.iter_mut().zip(ht) {
+        let t = token(ht, w, y, shape, opts, inv_n, rounding);
+        total += t.loss;
+        out.max_abs_logit = out.max_abs_logit.max(t.max_abs);
+        out.max_abs_lse = out.max_abs_lse.max(t.lse.abs());
+        let (dh, terms) = dh_row(&t.dz, &t.magnitude, w, hidden);
+        out.dh.extend(dh);
+        out.dh_terms.extend(terms);
+        let rows = out
+            .dw
+            .chunks_exact_mut(hidden)
+            .zip(out.dw_terms.chunks_exact_mut(hidden));
+        for ((g, m), (dwv, sv)) in t.dz.iter().zip(&t.magnitude).zip(rows) {
+            if *m != 0.0 {
+                for ((d, s), x) in dwv.iter_mut().zip(sv.iter_mut()).zip(ht) {
                     *d += g * x;
+                    *s += m * x.abs();
                 }
             }
         }
@@ -305,33 +378,144 @@ pub fn linear_cross_entropy<T: Element>(
     linear_cross_entropy_f64(&to_f64(h), &to_f64(w), targets, shape, opts, rounding)
 }
 
-/// dH rows of a problem too large for the full reference (a row costs `V * Hd` products
-/// twice, and N is only a count): the rows of `tokens` (indices into T), concatenated, plus
-/// the largest |logit| among them. The loss and dW need every token and are not given.
-pub fn linear_cross_entropy_dh_rows<T: Element>(
+/// The logits of `tokens` (indices into T), each row `[V]` rounded as stored, concatenated:
+/// the exact values a GEMM's output should round to, to check logits computed elsewhere. One
+/// thread per token (a row costs `V * Hd` products).
+pub fn logits_rows<T: Element>(
     h: &[T],
     w: &[T],
-    targets: &[i32],
     shape: LinearCeShape,
-    opts: &CeOptions,
     rounding: Rounding,
     tokens: &[usize],
-) -> (Vec<f64>, f64) {
-    check_shapes(h.len(), w.len(), targets.len(), shape);
+) -> Vec<f64> {
     let hidden = shape.hidden;
-    let inv_n = inverse_count(count_valid(targets, shape.vocab, opts));
+    assert_eq!(h.len(), shape.tokens * hidden, "H is not T x Hd");
+    assert_eq!(w.len(), shape.vocab * hidden, "W is not V x Hd");
     let w = to_f64(w);
-    // Each sampled row is independent and costs about a second: one thread each.
-    let rows: Vec<(Vec<f64>, f64)> = std::thread::scope(|s| {
+    let rows: Vec<Vec<f64>> = std::thread::scope(|s| {
         let handles: Vec<_> = tokens
             .iter()
             .map(|&t| {
                 let w = &w;
                 let ht = to_f64(&h[t * hidden..(t + 1) * hidden]);
+                s.spawn(move || logits_row(&ht, w, hidden, rounding))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a reference thread panicked"))
+            .collect()
+    });
+    rows.concat()
+}
+
+/// What [`linear_cross_entropy_sampled`] gives: the loss, and gradients at sampled places
+/// with their terms' magnitudes.
+#[derive(Debug, Clone)]
+pub struct SampledLinearCe {
+    pub loss: f64,
+    /// dH rows of the sampled tokens, concatenated (`[tokens, Hd]`).
+    pub dh: Vec<f64>,
+    pub dh_terms: Vec<f64>,
+    /// dW rows of the sampled vocabulary entries (`[rows, Hd]`).
+    pub dw_rows: Vec<f64>,
+    pub dw_row_terms: Vec<f64>,
+    /// dW columns of the sampled hidden indices, each `[V]` (`[columns, V]`).
+    pub dw_columns: Vec<f64>,
+    pub dw_column_terms: Vec<f64>,
+    /// The largest |logit|.
+    pub max_abs_logit: f64,
+}
+
+/// Sampled places of the fused problem from `logits` `[T, V]` supplied as stored (already
+/// rounded as the implementation keeps them; `rounding` then applies to dz): the loss (every
+/// token), the dH rows of `dh_tokens`, the dW rows `dw_rows` and the dW columns `dw_columns`
+/// (sums over every token). Two passes over the logits, each split over the host's cores:
+/// every token's lse, loss and gradient row, then the sums into the sampled dW places.
+#[allow(clippy::too_many_arguments)]
+pub fn linear_cross_entropy_sampled<T: Element, L: Element>(
+    h: &[T],
+    w: &[T],
+    targets: &[i32],
+    logits: &[L],
+    shape: LinearCeShape,
+    opts: &CeOptions,
+    rounding: Rounding,
+    (dh_tokens, dw_rows, dw_columns): (&[usize], &[usize], &[usize]),
+) -> SampledLinearCe {
+    check_shapes(h.len(), w.len(), targets.len(), shape);
+    let LinearCeShape {
+        tokens,
+        hidden,
+        vocab,
+    } = shape;
+    assert_eq!(logits.len(), tokens * vocab, "logits are not T x V");
+    assert!(dh_tokens.iter().all(|&t| t < tokens), "a dH row past T");
+    assert!(dw_rows.iter().all(|&v| v < vocab), "a dW row past V");
+    assert!(
+        dw_columns.iter().all(|&c| c < hidden),
+        "a dW column past Hd"
+    );
+    let inv_n = inverse_count(count_valid(targets, vocab, opts));
+    let row = |t: usize| -> TokenOut {
+        let z: Vec<f64> = logits[t * vocab..(t + 1) * vocab]
+            .iter()
+            .map(|v| v.to_f64())
+            .collect();
+        token_from_logits(z, target_of(targets[t], vocab, opts), opts, inv_n, rounding)
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, tokens);
+    let per_thread = tokens.div_ceil(threads);
+    let (nr, nc) = (dw_rows.len(), dw_columns.len());
+    // Per thread, over its tokens in order: (loss, max |logit|, dW rows and their terms, dW
+    // columns and their terms); summed across threads in thread order (deterministic).
+    type Part = (f64, f64, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
+    let parts: Vec<Part> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let row = &row;
                 s.spawn(move || {
-                    let (_, _, max_abs, dz) =
-                        token(&ht, w, targets[t], shape, opts, inv_n, rounding);
-                    (dh_row(&dz, w, hidden), max_abs)
+                    let mut part: Part = (
+                        0.0,
+                        0.0,
+                        vec![0.0; nr * hidden],
+                        vec![0.0; nr * hidden],
+                        vec![0.0; nc * vocab],
+                        vec![0.0; nc * vocab],
+                    );
+                    let end = ((i + 1) * per_thread).min(tokens);
+                    for t in (i * per_thread).min(end)..end {
+                        let out = row(t);
+                        part.0 += out.loss;
+                        part.1 = part.1.max(out.max_abs);
+                        let ht = &h[t * hidden..(t + 1) * hidden];
+                        for (r, &v) in dw_rows.iter().enumerate() {
+                            let (g, m) = (out.dz[v], out.magnitude[v]);
+                            if m == 0.0 {
+                                continue;
+                            }
+                            let dst = r * hidden..(r + 1) * hidden;
+                            let terms = part.3[dst.clone()].iter_mut();
+                            for ((d, s), x) in part.2[dst].iter_mut().zip(terms).zip(ht) {
+                                let x = x.to_f64();
+                                *d += g * x;
+                                *s += m * x.abs();
+                            }
+                        }
+                        for (k, &c) in dw_columns.iter().enumerate() {
+                            let x = ht[c].to_f64();
+                            let dst = k * vocab..(k + 1) * vocab;
+                            let terms = part.5[dst.clone()].iter_mut();
+                            let sums = part.4[dst].iter_mut().zip(terms);
+                            for ((d, s), (g, m)) in sums.zip(out.dz.iter().zip(&out.magnitude)) {
+                                *d += g * x;
+                                *s += m * x.abs();
+                            }
+                        }
+                    }
+                    part
                 })
             })
             .collect();
@@ -340,8 +524,49 @@ pub fn linear_cross_entropy_dh_rows<T: Element>(
             .map(|h| h.join().expect("a reference thread panicked"))
             .collect()
     });
-    let max_abs = rows.iter().fold(0.0f64, |m, r| m.max(r.1));
-    (rows.into_iter().flat_map(|r| r.0).collect(), max_abs)
+    let mut out = SampledLinearCe {
+        loss: 0.0,
+        dh: Vec::new(),
+        dh_terms: Vec::new(),
+        dw_rows: vec![0.0; nr * hidden],
+        dw_row_terms: vec![0.0; nr * hidden],
+        dw_columns: vec![0.0; nc * vocab],
+        dw_column_terms: vec![0.0; nc * vocab],
+        max_abs_logit: 0.0,
+    };
+    let add = |dst: &mut [f64], src: &[f64]| dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+    for part in &parts {
+        out.loss += part.0;
+        out.max_abs_logit = out.max_abs_logit.max(part.1);
+        add(&mut out.dw_rows, &part.2);
+        add(&mut out.dw_row_terms, &part.3);
+        add(&mut out.dw_columns, &part.4);
+        add(&mut out.dw_column_terms, &part.5);
+    }
+    out.loss *= inv_n;
+    // dH rows: `V * Hd` products each, one thread per row.
+    let w64 = to_f64(w);
+    let rows: Vec<(Vec<f64>, Vec<f64>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = dh_tokens
+            .iter()
+            .map(|&t| {
+                let (w64, row) = (&w64, &row);
+                s.spawn(move || {
+                    let out = row(t);
+                    dh_row(&out.dz, &out.magnitude, w64, hidden)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a reference thread panicked"))
+            .collect()
+    });
+    for (dh, terms) in rows {
+        out.dh.extend(dh);
+        out.dh_terms.extend(terms);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -458,17 +683,70 @@ mod tests {
         let dh10: f64 = (0..5).map(|v| ce.dlogits[5 + v] * w[v * 3]).sum();
         assert_relative_eq!(fused.dh[3], dh10, max_relative = 1e-12);
         assert!(fused.dh[6..9].iter().all(|&g| g == 0.0), "ignored token");
-        let rows = linear_cross_entropy_dh_rows(
-            &h.iter().map(|&v| v as f32).collect::<Vec<_>>(),
-            &w.iter().map(|&v| v as f32).collect::<Vec<_>>(),
+        // The sampled reference from the same stored (bf16) logits gives the same numbers.
+        let (h32, w32): (Vec<f32>, Vec<f32>) = (
+            h.iter().map(|&v| v as f32).collect(),
+            w.iter().map(|&v| v as f32).collect(),
+        );
+        let fused = linear_cross_entropy(&h32, &w32, &targets, SHAPE, &o, Rounding::Bf16);
+        let stored: Vec<half::bf16> = h32
+            .chunks(3)
+            .flat_map(|ht| logits_row(&to_f64(ht), &to_f64(&w32), 3, Rounding::Bf16))
+            .map(half::bf16::from_f64)
+            .collect();
+        let sampled = linear_cross_entropy_sampled(
+            &h32,
+            &w32,
             &targets,
+            &stored,
             SHAPE,
             &o,
-            Rounding::None,
-            &[3, 1],
+            Rounding::Bf16,
+            (&[3, 1], &[4, 0], &[2]),
         );
-        assert_relative_eq!(rows.0[3], fused.dh[3], max_relative = 1e-6);
-        assert_relative_eq!(rows.0[0], fused.dh[9], max_relative = 1e-6);
+        assert_relative_eq!(sampled.loss, fused.loss, max_relative = 1e-13);
+        for (i, &t) in [3usize, 1].iter().enumerate() {
+            for c in 0..3 {
+                assert_relative_eq!(sampled.dh[i * 3 + c], fused.dh[t * 3 + c], epsilon = 1e-15);
+                let terms = sampled.dh_terms[i * 3 + c];
+                assert_relative_eq!(terms, fused.dh_terms[t * 3 + c], max_relative = 1e-12);
+            }
+        }
+        for (i, &v) in [4usize, 0].iter().enumerate() {
+            for c in 0..3 {
+                let (got, want) = (sampled.dw_rows[i * 3 + c], fused.dw[v * 3 + c]);
+                assert_relative_eq!(got, want, epsilon = 1e-15, max_relative = 1e-12);
+            }
+        }
+        for v in 0..5 {
+            let (got, want) = (sampled.dw_columns[v], fused.dw[v * 3 + 2]);
+            assert_relative_eq!(got, want, epsilon = 1e-15, max_relative = 1e-12);
+            let (got, want) = (sampled.dw_column_terms[v], fused.dw_terms[v * 3 + 2]);
+            assert_relative_eq!(got, want, max_relative = 1e-12);
+        }
+        let exact = logits_rows(&h32, &w32, SHAPE, Rounding::Bf16, &[1]);
+        let stored_row: Vec<f64> = stored[5..10].iter().map(|v| v.to_f64()).collect();
+        assert_eq!(exact, stored_row);
+    }
+
+    #[test]
+    fn each_gradient_is_within_its_terms_magnitude_and_they_see_ignored_tokens() {
+        let h = wave(12, 0.4, 1.2);
+        let w = wave(15, 2.0, 1.7);
+        let targets = [0, IGNORE_INDEX, 1, 2];
+        let o = opts(0.1, 0.02);
+        let out = linear_cross_entropy_f64(&h, &w, &targets, SHAPE, &o, Rounding::None);
+        for (g, m) in out
+            .dh
+            .iter()
+            .zip(&out.dh_terms)
+            .chain(out.dw.iter().zip(&out.dw_terms))
+        {
+            assert!(g.abs() <= m * (1.0 + 1e-12), "{g} > {m}");
+        }
+        // The ignored token's dH row has no terms at all.
+        assert!(out.dh_terms[3..6].iter().all(|&m| m == 0.0));
+        assert!(out.dh_terms[..3].iter().all(|&m| m > 0.0));
     }
 
     fn numeric_gradient(v: &[f64], mut loss_at: impl FnMut(&[f64]) -> f64) -> Vec<f64> {

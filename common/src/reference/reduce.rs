@@ -162,6 +162,75 @@ pub fn covering_tolerance_by(
 /// Exact comparison, for integer results (counts, integer scans).
 pub const EXACT: Tolerance = Tolerance::new(0.0, 0.0);
 
+/// The largest power of two that every element of `x` is a multiple of (the grid the inputs
+/// lie on: 0.25 for quarters, 1 for integers), or None when all are zero.
+pub fn grid_of<T: Element>(x: &[T]) -> Option<f64> {
+    x.iter()
+        .map(|v| v.to_f64())
+        .filter(|v| *v != 0.0 && v.is_finite())
+        .map(|v| {
+            let bits = v.to_bits();
+            let field = ((bits >> 52) & 0x7ff) as i32;
+            let fraction = bits & ((1u64 << 52) - 1);
+            let (mantissa, exponent) = if field == 0 {
+                (fraction, -1074)
+            } else {
+                (fraction | (1u64 << 52), field - 1075)
+            };
+            exponent + mantissa.trailing_zeros() as i32
+        })
+        .min()
+        .map(|e| 2f64.powi(e))
+}
+
+/// How many leading outputs of an f32 inclusive scan of `x` are exact whatever the order of
+/// its additions. A scan only ever adds neighbouring ranges (`x_a + ... + x_b`), each
+/// `prefix_b - prefix_(a-1)`, so every partial sum on the way to output `i` is at most
+/// `2 max_(j <= i) |prefix_j|` in magnitude, and a multiple of the inputs' grid
+/// ([`grid_of`]); while that is at most `2^24` grids it is an f32, and every addition is
+/// exact. `prefix` is [`inclusive_scan`]'s.
+pub fn exact_scan_len<T: Element>(x: &[T], prefix: &[f64]) -> usize {
+    assert_eq!(x.len(), prefix.len(), "one prefix per input");
+    let Some(grid) = grid_of(x) else {
+        return x.len();
+    };
+    let limit = grid * (1u64 << 24) as f64;
+    let mut largest = 0.0f64;
+    prefix
+        .iter()
+        .take_while(|p| {
+            largest = largest.max(p.abs());
+            2.0 * largest <= limit
+        })
+        .count()
+}
+
+/// Per-output bounds of an f32 inclusive scan, for `check::compare_with_slack`:
+/// `gamma(depth(i)) * abs_sums[i]` (each output's own, not a cover of all of them), and 0 for
+/// the first `exact_len` outputs ([`exact_scan_len`]), which must match exactly.
+pub fn scan_bounds(abs_sums: &[f64], exact_len: usize, depth: impl Fn(usize) -> u64) -> Vec<f64> {
+    abs_sums
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            if i < exact_len {
+                0.0
+            } else {
+                gamma(depth(i)) * a
+            }
+        })
+        .collect()
+}
+
+/// The tolerance to go with per-element `bounds` as slack: nothing beyond them per element,
+/// and a relative L2 error of at most `||bounds|| / ||reference||`.
+pub fn slack_tolerance(reference: &[f64], bounds: &[f64]) -> Tolerance {
+    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let r = norm(reference);
+    let l2 = if r > 0.0 { norm(bounds) / r } else { 0.0 };
+    Tolerance::new(0.0, 0.0).with_max_rel_l2(l2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +316,29 @@ mod tests {
         let sequential: f32 = x.iter().sum();
         let tol = covering_tolerance(&[sum(&x)], &[abs_sum(&x)], (1 << 16) - 1);
         assert!(crate::check::compare(&[sequential], &[sum(&x)], &[1], tol).passed());
+    }
+
+    #[test]
+    fn grids_and_exact_scans() {
+        assert_eq!(grid_of(&[0.25f32, -1.5, 3.0]), Some(0.25));
+        assert_eq!(grid_of(&[2i32, 4, -6]), Some(2.0));
+        assert_eq!(grid_of(&[0.0f32; 3]), None);
+        assert_eq!(grid_of(&[1.0f32 + f32::EPSILON]), Some(f32::EPSILON as f64));
+        // Quarters whose prefixes stay small: every output exact.
+        let x = [0.25f32, -0.5, 1.75, -2.0];
+        let (prefix, abs) = inclusive_scan(&x);
+        assert_eq!(exact_scan_len(&x, &prefix), 4);
+        assert_eq!(scan_bounds(&abs, 4, |_| 64), vec![0.0; 4]);
+        // Integers past 2^23 in the prefix: from there a partial sum may exceed 2^24.
+        let big = [(1 << 22) as f32, (1 << 22) as f32, 1.0, 1.0];
+        let (prefix, abs) = inclusive_scan(&big);
+        assert_eq!(exact_scan_len(&big, &prefix), 2);
+        let bounds = scan_bounds(&abs, 1, |_| 10);
+        assert_eq!(bounds[0], 0.0);
+        assert_eq!(bounds[3], gamma(10) * abs[3]);
+        let tol = slack_tolerance(&prefix, &bounds);
+        assert_eq!((tol.atol, tol.rtol), (0.0, 0.0));
+        assert!(tol.max_rel_l2 > 0.0);
     }
 
     #[test]
