@@ -6,14 +6,15 @@
 //! variable-length batches cost no padding).
 
 use anyhow::{Result, bail};
+use common::check::{self, CheckReport, Tolerance};
 use common::dtype::Dtype;
 use common::element::Element;
 use common::kernel::KernelSet;
 use common::nvrtc::KernelSource;
-use common::reference::attention::AttentionShape;
+use common::reference::attention::{self as reference, AttentionShape, QueryRow, Terms};
 use common::session::Refused;
 use common::tma::HeadTiles;
-use common::{Gpu, Kernel, LaunchShape, UsageError};
+use common::{Gpu, Kernel, LaunchShape, UsageError, sizes};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 pub const SOURCE: KernelSource = KernelSource {
@@ -77,6 +78,15 @@ impl Version {
         Self::ALL.into_iter().find(|v| v.name() == name)
     }
 
+    /// Whether this version is compiled for (or takes any) head dim `d`: the flash versions
+    /// for [`HEAD_DIMS`], the naive one for 1 to [`NAIVE_MAX_HEAD_DIM`] (a thread per column).
+    pub fn takes_head_dim(self, d: usize) -> bool {
+        match self {
+            Version::Naive => (1..=NAIVE_MAX_HEAD_DIM).contains(&d),
+            _ => HEAD_DIMS.contains(&d),
+        }
+    }
+
     /// Query rows per block of the flash versions.
     fn block_rows(self, head_dim: usize) -> usize {
         match self {
@@ -115,14 +125,15 @@ pub fn hopper_kernel_names() -> Vec<String> {
     names
 }
 
-/// `fa_hopper`'s query tiles per sequence (of the longest) and work items (query tiles x
-/// heads x sequences).
-fn hopper_items(problem: &DeviceProblem, d: usize) -> usize {
-    let q_tiles = problem
-        .max_q
-        .div_ceil(Version::FaHopper.block_rows(d))
+/// `fa_hopper`'s work items: query tiles of the longest sequence x heads x sequences. Its
+/// persistent grid (one block per SM without a mask) walks them in waves; items past a
+/// shorter sequence's end are skipped.
+pub fn hopper_work_items(shape: &AttentionShape) -> usize {
+    let max_q = shape.seqlens_q.iter().copied().max().unwrap_or(0);
+    let q_tiles = max_q
+        .div_ceil(Version::FaHopper.block_rows(shape.head_dim))
         .max(1);
-    q_tiles * problem.shape.heads * problem.shape.batch()
+    q_tiles * shape.heads * shape.batch()
 }
 
 /// `fa_hopper`'s dynamic shared memory: Q, two stages of K and of V, 10 barriers, and 1024
@@ -174,32 +185,158 @@ impl DeviceProblem {
     }
 }
 
-/// Refuses shapes no version can take, with a message that says why.
+/// Refuses shapes no version can take, with a message that says why. Every size is checked
+/// with checked arithmetic, so a shape from absurd flags is refused rather than wrapped
+/// around to a small one.
 pub fn validate(shape: &AttentionShape) -> Result<(), UsageError> {
     let fail = |m: String| Err(UsageError::new(m));
     if shape.seqlens_q.is_empty() || shape.seqlens_q.len() != shape.seqlens_k.len() {
         return fail("a batch needs at least one sequence, with a key length for each".into());
     }
-    if shape.heads == 0 || shape.kv_heads == 0 || !shape.heads.is_multiple_of(shape.kv_heads) {
+    let d = shape.head_dim;
+    if d == 0 || d > NAIVE_MAX_HEAD_DIM {
+        return fail(format!(
+            "--head-dim is {d}: it must be 1..={NAIVE_MAX_HEAD_DIM} (the flash versions take \
+             {HEAD_DIMS:?})"
+        ));
+    }
+    if shape.heads == 0 || shape.kv_heads == 0 {
+        return fail("--heads and --kv-heads must be at least 1".into());
+    }
+    if !shape.heads.is_multiple_of(shape.kv_heads) {
         return fail(format!(
             "--kv-heads ({}) must divide --heads ({}): each kv head serves a whole group",
             shape.kv_heads, shape.heads
         ));
     }
-    if shape.head_dim == 0 || shape.head_dim > NAIVE_MAX_HEAD_DIM {
-        return fail(format!("--head-dim must be 1..={NAIVE_MAX_HEAD_DIM}"));
-    }
     if shape.heads > 65535 || shape.batch() > 65535 {
         return fail("at most 65535 heads and 65535 sequences (grid limits)".into());
     }
-    let elems = |t: usize, h: usize| (t as u64) * (h as u64) * (shape.head_dim as u64);
-    if elems(shape.total_q(), shape.heads) > i32::MAX as u64
-        || elems(shape.total_k(), shape.kv_heads) > i32::MAX as u64
-        || shape.total_q() > i32::MAX as usize
-    {
-        return fail("tensors over 2^31 elements are not supported".into());
+    let total_q = sizes::sum("the query lengths", &shape.seqlens_q)?;
+    let total_k = sizes::sum("the key lengths", &shape.seqlens_k)?;
+    let q_elems = sizes::product("Q (tokens x heads x head dim)", &[total_q, shape.heads, d])?;
+    let k_elems = sizes::product(
+        "K (tokens x kv heads x head dim)",
+        &[total_k, shape.kv_heads, d],
+    )?;
+    if q_elems > i32::MAX as usize || k_elems > i32::MAX as usize {
+        return fail(format!(
+            "Q has {q_elems} and K {k_elems} elements: tensors over 2^31 elements are not \
+             supported"
+        ));
     }
     Ok(())
+}
+
+/// Refuses, before any GPU work, a head dim that none of `versions` takes (`--kernel
+/// fa2_mma --head-dim 96`, or a sweep, which leaves the naive version out).
+pub fn check_head_dim(head_dim: usize, versions: &[Version]) -> Result<(), UsageError> {
+    if versions.iter().any(|v| v.takes_head_dim(head_dim)) {
+        return Ok(());
+    }
+    let names: Vec<&str> = versions.iter().map(|v| v.name()).collect();
+    Err(UsageError::new(format!(
+        "--head-dim {head_dim}: none of {} takes it (the flash versions are compiled for head \
+         dims {HEAD_DIMS:?}; naive takes 1..={NAIVE_MAX_HEAD_DIM})",
+        names.join(", ")
+    )))
+}
+
+/// Refuses a storage type that is not an attention dtype, before any GPU work.
+pub fn check_dtype(dtype: Dtype) -> Result<(), UsageError> {
+    match dtype {
+        Dtype::Bf16 | Dtype::F16 => Ok(()),
+        other => Err(UsageError::new(format!(
+            "--dtype {other}: attention runs on bf16 or f16 inputs"
+        ))),
+    }
+}
+
+/// The unit roundoff of a storage type: 2^-8 for bf16, 2^-11 for f16 (2^-24 for f32).
+fn unit_roundoff(dtype: Dtype) -> f64 {
+    match dtype {
+        Dtype::Bf16 => 2f64.powi(-8),
+        Dtype::F16 => 2f64.powi(-11),
+        _ => 2f64.powi(-24),
+    }
+}
+
+/// What the f32 parts of a kernel add, relative to the magnitudes: scores summed over the
+/// head dim in f32, f32 (or `ex2.approx`) exponentials, the online softmax's rescaling, and
+/// the f32 sums of `P V` over the keys. Each is a relative error of a few 2^-24 per term
+/// times a count that grows (at random) with d or the keys; 2^-12 leaves room for that up to
+/// millions of keys, and is still 16 times below bf16's unit roundoff.
+const O_F32_PARTS: f64 = 1.0 / 4096.0;
+
+/// The per-element tolerance of O, the part that scales with the output itself: `2 u |O|`,
+/// `u` the storage type's unit roundoff, for O's own rounding when it is stored and for a
+/// row sum taken over the unrounded P while `P V` used the rounded one; and an absolute
+/// floor of 1e-5 for the f32 sums. The relative L2 error may be at most `2 u` (random
+/// rounding of this kind gives about `0.6 u`). [`o_slack`] adds each element's own share.
+pub fn o_tolerance(dtype: Dtype) -> Tolerance {
+    let u = unit_roundoff(dtype);
+    Tolerance::new(1e-5, 2.0 * u).with_max_rel_l2(2.0 * u)
+}
+
+/// Each element's own allowance on top of [`o_tolerance`], from `m = sum_j P_ij |V_jc|` (the
+/// reference with `Terms::Absolute`): a kernel that rounds P to 16 bits before `P V`
+/// (`fa2_mma`, `fa_hopper`) errs by up to `u m` on that element however much the values
+/// cancel, and the f32 parts add [`O_F32_PARTS`] `m`. Dropping a key of weight `w` moves an
+/// element by about `w |V_jc - O_ic|`: a wrong mask or a lost tile shows, where a tolerance of
+/// 1.6e-2 + 3e-2 |O| (70 times the measured error) let the last 64 keys of a row go.
+pub fn o_slack(dtype: Dtype, magnitudes: &[f64]) -> Vec<f64> {
+    let per_unit = unit_roundoff(dtype) + O_F32_PARTS;
+    magnitudes.iter().map(|m| per_unit * m).collect()
+}
+
+/// L is computed from f32 scores of the stored inputs (exact products, f32 sums over d) and
+/// f32 exponentials; no 16-bit rounding enters it.
+pub const L_TOLERANCE: Tolerance = Tolerance::new(2e-4, 2e-5);
+
+/// The reference at some query rows (every row: [`AttentionShape::all_query_rows`]), computed
+/// on every host core: O and L as [`reference::attention_rows`] gives them, and each O
+/// element's magnitude for [`o_slack`].
+pub struct ExpectedO {
+    pub o: Vec<f64>,
+    pub lse: Vec<f64>,
+    pub magnitudes: Vec<f64>,
+}
+
+impl ExpectedO {
+    pub fn at_rows<T: Element>(
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        shape: &AttentionShape,
+        rows: &[QueryRow],
+    ) -> Self {
+        let scale = shape.default_scale();
+        let (o, lse) = reference::in_parallel_pairs(rows, |chunk| {
+            let out = reference::attention_rows(q, k, v, shape, scale, chunk);
+            (out.o, out.lse)
+        });
+        let magnitudes = reference::in_parallel(rows, |chunk| {
+            reference::attention_rows_terms(q, k, v, shape, scale, chunk, Terms::Absolute).o
+        });
+        Self { o, lse, magnitudes }
+    }
+
+    /// Checks O, a whole `[total_q, heads, head_dim]` output, at the flat indices `at` of
+    /// the reference's values (None: the reference has every element, in order).
+    pub fn check_o<T: Element>(
+        &self,
+        got: &[T],
+        at: Option<&[usize]>,
+        shape: &[usize],
+    ) -> CheckReport {
+        let slack = o_slack(T::DTYPE, &self.magnitudes);
+        check::compare_at_with_slack(got, at, &self.o, &slack, shape, o_tolerance(T::DTYPE))
+    }
+
+    /// Checks L, a whole `[total_q, heads]` output, likewise.
+    pub fn check_lse(&self, got: &[f32], at: Option<&[usize]>, shape: &[usize]) -> CheckReport {
+        check::compare_at_with_slack(got, at, &self.lse, &[], shape, L_TOLERANCE)
+    }
 }
 
 /// The storage types of attention: f16 and bf16.
@@ -310,7 +447,7 @@ impl FlashAttention {
                 }
                 let kernel = hopper.get(&format!("fa_hopper_{dtype}_d{d}"))?;
                 let consumers = hopper_consumers(d);
-                let items = hopper_items(problem, d);
+                let items = hopper_work_items(&problem.shape);
                 if items > i32::MAX as usize {
                     return Err(Refused(format!(
                         "fa_hopper: {items} query tiles x heads x sequences are over 2^31"
@@ -487,7 +624,7 @@ impl FlashAttention {
                     .arg(&heads)
                     .arg(&kv_heads);
                 let q_tiles = problem.max_q.div_ceil(version.block_rows(d)).max(1) as i32;
-                let items = hopper_items(problem, d) as i32;
+                let items = hopper_work_items(shape) as i32;
                 l.arg(&scale_log2).arg(&causal).arg(&q_tiles).arg(&items);
                 // SAFETY: matches FA_HOPPER_KERNEL's signature; the maps describe exactly Q,
                 // K and V (lengths checked above) and the TMA zero-fills past their ends; O
@@ -530,6 +667,186 @@ mod tests {
             assert_eq!(Version::from_name(v.name()), Some(v));
         }
         assert_eq!(Version::from_name("fa3"), None);
+    }
+
+    /// What `fa2_mma` and `fa_hopper` do to one row, in f32 on the CPU: scores of the stored
+    /// inputs, P = exp(s - max) rounded to `T` before `P V`, the row sum over the unrounded
+    /// (or, `rounded_sum`, the rounded) P, and O rounded to `T` when stored.
+    fn emulate_16_bit_kernel<T: Element>(
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        shape: &AttentionShape,
+        rounded_sum: bool,
+    ) -> Vec<T> {
+        let (d, kv) = (shape.head_dim, shape.kv_heads);
+        let lk = shape.seqlens_k[0];
+        let scale = shape.default_scale() as f32;
+        let mut o = Vec::with_capacity(q.len());
+        for row in shape.all_query_rows() {
+            let q_row = &q[(row.token * shape.heads + row.head) * d..][..d];
+            let at = |j: usize| (j * kv + row.head / shape.group()) * d;
+            let s: Vec<f32> = (0..lk)
+                .map(|j| {
+                    let k_row = &k[at(j)..][..d];
+                    let dot: f32 = q_row
+                        .iter()
+                        .zip(k_row)
+                        .map(|(a, b)| a.to_f64() as f32 * b.to_f64() as f32)
+                        .sum();
+                    dot * scale
+                })
+                .collect();
+            let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let p: Vec<f32> = s.iter().map(|x| (x - max).exp()).collect();
+            let p16: Vec<f32> = p
+                .iter()
+                .map(|&x| T::from_f64(x as f64).to_f64() as f32)
+                .collect();
+            let sum: f32 = if rounded_sum { &p16 } else { &p }.iter().sum();
+            for c in 0..d {
+                let acc: f32 = (0..lk).map(|j| p16[j] * v[at(j) + c].to_f64() as f32).sum();
+                o.push(T::from_f64((acc / sum) as f64));
+            }
+        }
+        o
+    }
+
+    /// The O check on the CPU, where a wrong answer can be made on purpose: a row that lost
+    /// its last 64 of 4096 keys (a dropped key tile, renormalized) fails it, while the
+    /// reference rounded to the storage type and a CPU emulation of the 16-bit kernels'
+    /// rounding pass.
+    fn the_o_check_tells_a_lost_key_tile_from_rounding<T: Element>(seed: u64) {
+        use common::inputs;
+        const KEYS: usize = 4096;
+        let shape = AttentionShape::uniform(1, 16, KEYS, 2, 1, 64, false);
+        let d = shape.head_dim;
+        let (q_len, k_len) = (shape.total_q() * shape.heads * d, shape.total_k() * d);
+        let q: Vec<T> = inputs::uniform(q_len, -2.0, 2.0, seed);
+        let k: Vec<T> = inputs::uniform(k_len, -2.0, 2.0, seed + 1);
+        let v: Vec<T> = inputs::uniform(k_len, -1.0, 1.0, seed + 2);
+        let expected = ExpectedO::at_rows(&q, &k, &v, &shape, &shape.all_query_rows());
+        let o_shape = [shape.total_q(), shape.heads, d];
+        let what = T::NAME;
+
+        let stored: Vec<T> = expected.o.iter().map(|&x| T::from_f64(x)).collect();
+        let report = expected.check_o(&stored, None, &o_shape);
+        assert!(report.passed(), "{what}: the rounded reference: {report}");
+        for rounded_sum in [false, true] {
+            let emulated = emulate_16_bit_kernel(&q, &k, &v, &shape, rounded_sum);
+            let report = expected.check_o(&emulated, None, &o_shape);
+            assert!(report.passed(), "{what}: the emulated kernel: {report}");
+        }
+
+        // Row (token 11, head 1) without its last 64 keys, every other row right.
+        let short = AttentionShape::uniform(1, 16, KEYS - 64, 2, 1, 64, false);
+        let row = [QueryRow { token: 11, head: 1 }];
+        let cut = (KEYS - 64) * d;
+        let lost = reference::attention_rows(
+            &q,
+            &k[..cut],
+            &v[..cut],
+            &short,
+            shape.default_scale(),
+            &row,
+        );
+        let mut wrong = stored.clone();
+        let at = (11 * shape.heads + 1) * d;
+        for (slot, &x) in wrong[at..at + d].iter_mut().zip(&lost.o) {
+            *slot = T::from_f64(x);
+        }
+        let report = expected.check_o(&wrong, None, &o_shape);
+        assert!(
+            !report.passed(),
+            "{what}: a row lost 64 keys and passed: {report}"
+        );
+        assert!(
+            report.first.iter().all(|m| m.index[..2] == [11, 1]),
+            "{what}: only the short row fails: {report}"
+        );
+        if T::DTYPE == Dtype::Bf16 {
+            // The per-element bound this replaced let every element of it through (only the
+            // L2 bound of so small a problem noticed; among thousands of rows it would not).
+            let old = Tolerance::new(1.6e-2, 3e-2).with_max_rel_l2(1e-2);
+            let report = check::compare(&wrong, &expected.o, &o_shape, old);
+            assert_eq!(report.mismatches, 0, "{report}");
+        }
+    }
+
+    #[test]
+    fn the_o_check_fails_a_lost_key_tile_and_passes_rounding() {
+        the_o_check_tells_a_lost_key_tile_from_rounding::<half::bf16>(10);
+        the_o_check_tells_a_lost_key_tile_from_rounding::<half::f16>(20);
+    }
+
+    #[test]
+    fn the_o_allowance_follows_the_terms_not_a_fixed_floor() {
+        // An output near 0 whose terms are large gets their allowance; one with small terms
+        // gets little. 2^-8 + 2^-12 per unit of magnitude in bf16, 2^-11 + 2^-12 in f16.
+        let slack = o_slack(Dtype::Bf16, &[0.5, 1e-3]);
+        assert!((slack[0] - 0.5 * (2f64.powi(-8) + 2f64.powi(-12))).abs() < 1e-15);
+        assert!(slack[1] < 5e-6);
+        assert!(o_slack(Dtype::F16, &[0.5])[0] < slack[0] / 4.0);
+        let t = o_tolerance(Dtype::Bf16);
+        assert!(t.atol <= 1e-5 && t.rtol < 1e-2 && t.max_rel_l2 < 1e-2);
+    }
+
+    #[test]
+    fn head_dims_and_dtypes_no_selected_version_takes_are_refused() {
+        assert!(check_head_dim(96, &Version::ALL).is_ok());
+        let flash = [Version::Fa2Mma, Version::FaHopper];
+        assert!(check_head_dim(128, &flash).is_ok());
+        let err = check_head_dim(96, &flash).unwrap_err().to_string();
+        assert!(
+            err.contains("--head-dim 96") && err.contains("fa2_mma"),
+            "{err}"
+        );
+        assert!(check_head_dim(2048, &Version::ALL).is_err());
+        assert!(check_dtype(Dtype::Bf16).is_ok() && check_dtype(Dtype::F16).is_ok());
+        assert!(check_dtype(Dtype::F32).is_err());
+    }
+
+    #[test]
+    fn hopper_work_items_count_query_tiles_heads_and_sequences() {
+        // 128 query rows per item at head dim 128, 192 at 64.
+        let shape = AttentionShape::uniform(3, 300, 10, 5, 5, 128, false);
+        assert_eq!(hopper_work_items(&shape), 3 * 5 * 3);
+        let shape = AttentionShape::uniform(3, 300, 10, 5, 5, 64, true);
+        assert_eq!(hopper_work_items(&shape), 2 * 5 * 3);
+    }
+
+    #[test]
+    fn sizes_that_overflow_are_refused_not_wrapped() {
+        let huge = AttentionShape {
+            heads: 2,
+            kv_heads: 2,
+            head_dim: 64,
+            seqlens_q: vec![usize::MAX, 1],
+            seqlens_k: vec![1, 1],
+            causal: false,
+        };
+        assert!(
+            validate(&huge)
+                .unwrap_err()
+                .to_string()
+                .contains("too large")
+        );
+        let wide = AttentionShape::uniform(1, 1 << 60, 1, 64, 64, 64, false);
+        assert!(
+            validate(&wide)
+                .unwrap_err()
+                .to_string()
+                .contains("too large")
+        );
+        let big = AttentionShape::uniform(1, 1 << 26, 1, 1, 1, 64, false);
+        assert!(validate(&big).unwrap_err().to_string().contains("2^31"));
+        let no_heads = AttentionShape::uniform(1, 4, 4, 0, 1, 64, false);
+        assert!(
+            validate(&no_heads)
+                .unwrap_err()
+                .to_string()
+                .contains("at least 1")
+        );
     }
 
     #[test]

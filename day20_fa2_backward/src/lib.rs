@@ -16,7 +16,7 @@ use common::tma::{HeadTiles, RowSpans};
 use common::{Gpu, Kernel, LaunchShape, UsageError};
 use cudarc::driver::{CudaSlice, CudaViewMut, PushKernelArg};
 
-pub use day10::{DeviceProblem, HEAD_DIMS, NAIVE_MAX_HEAD_DIM, Tensors, validate};
+pub use day10::{DeviceProblem, HEAD_DIMS, NAIVE_MAX_HEAD_DIM, Tensors, check_dtype, validate};
 
 pub const SOURCE: KernelSource = KernelSource {
     file_name: "attention_bwd.cu",
@@ -97,6 +97,16 @@ impl Version {
         Self::ALL.into_iter().find(|v| v.name() == name)
     }
 
+    /// Whether this version is compiled for (or takes any) head dim `d`: the flash versions
+    /// for [`HEAD_DIMS`], the naive one for 1 to [`NAIVE_MAX_HEAD_DIM`] (a thread per column;
+    /// the CLI then runs day 10's naive forward for O and L).
+    pub fn takes_head_dim(self, d: usize) -> bool {
+        match self {
+            Version::Naive => (1..=NAIVE_MAX_HEAD_DIM).contains(&d),
+            _ => HEAD_DIMS.contains(&d),
+        }
+    }
+
     /// (queries, keys) per tile of the flash versions.
     fn tiles(self) -> (usize, usize) {
         match self {
@@ -132,6 +142,31 @@ pub enum Mode {
     /// `fa_hopper`: the key tiles' TMA reduce-adds into each dQ tile wait for one another and
     /// land in key-tile order (a counter per query tile), so the f32 sums are always the same.
     Deterministic,
+}
+
+/// Refuses, before any GPU work, a head dim that none of `versions` takes (`--kernel
+/// fa2_mma --head-dim 96`, or a sweep, which leaves the naive version out).
+pub fn check_head_dim(head_dim: usize, versions: &[Version]) -> Result<(), UsageError> {
+    if versions.iter().any(|v| v.takes_head_dim(head_dim)) {
+        return Ok(());
+    }
+    let names: Vec<&str> = versions.iter().map(|v| v.name()).collect();
+    Err(UsageError::new(format!(
+        "--head-dim {head_dim}: none of {} takes it (the flash versions are compiled for head \
+         dims {HEAD_DIMS:?}; naive takes 1..={NAIVE_MAX_HEAD_DIM})",
+        names.join(", ")
+    )))
+}
+
+/// `fa_hopper`'s grid: a block per key tile of the longest sequence, kv head and sequence
+/// (each walks the query tiles of its sequence).
+pub fn hopper_grid(shape: &AttentionShape) -> (u32, u32, u32) {
+    let max_k = shape.seqlens_k.iter().copied().max().unwrap_or(0);
+    (
+        max_k.div_ceil(HOPPER_KEYS).max(1) as u32,
+        shape.kv_heads as u32,
+        shape.batch() as u32,
+    )
 }
 
 /// Every CUDA function of `attention_bwd.cu`.
@@ -356,11 +391,7 @@ impl FlashAttention {
                 }
                 let kernel = hopper.get(&format!("fa_hopper_bwd_{dtype}_d{d}"))?;
                 let launch = LaunchShape {
-                    grid: (
-                        problem.max_k.div_ceil(HOPPER_KEYS).max(1) as u32,
-                        shape.kv_heads as u32,
-                        shape.batch() as u32,
-                    ),
+                    grid: hopper_grid(shape),
                     block: (HOPPER_THREADS, 1, 1),
                     dynamic_shared_bytes: hopper_shared_bytes(d),
                 };
@@ -881,6 +912,27 @@ mod tests {
         for d in HEAD_DIMS {
             assert!(hopper_shared_bytes(d) <= 227 * 1024, "{d}");
         }
+    }
+
+    #[test]
+    fn head_dims_no_selected_version_takes_are_refused() {
+        assert!(check_head_dim(96, &Version::ALL).is_ok());
+        let flash = [Version::Fa2Scalar, Version::Fa2Mma, Version::FaHopper];
+        assert!(check_head_dim(64, &flash).is_ok());
+        let err = check_head_dim(96, &flash).unwrap_err().to_string();
+        assert!(
+            err.contains("--head-dim 96") && err.contains("fa_hopper"),
+            "{err}"
+        );
+        assert!(check_head_dim(1025, &[Version::Naive]).is_err());
+    }
+
+    #[test]
+    fn hopper_grid_has_a_block_per_key_tile_kv_head_and_sequence() {
+        let shape = AttentionShape::uniform(4, 600, 600, 8, 8, 128, true);
+        assert_eq!(hopper_grid(&shape), (5, 8, 4));
+        let mqa = AttentionShape::uniform(3, 10, 129, 4, 1, 64, false);
+        assert_eq!(hopper_grid(&mqa), (2, 1, 3));
     }
 
     #[test]

@@ -14,41 +14,43 @@ use common::dtype::Dtype;
 use common::element::Element;
 use common::plot::{self, LinePlot};
 use common::reference::attention::{
-    self as reference, AttentionShape, BackwardInputs, KeyRow, QueryRow, Terms,
+    self as reference, AttentionShape, BackwardInputs, KeyRow, QueryRow, Terms, in_parallel,
+    in_parallel_pairs,
 };
 use common::report::DayReport;
 use common::session::{Problem, Refused, Session, Version as RunVersion};
-use common::{Gpu, UsageError, inputs, sweep};
+use common::sizes::positive;
+use common::{Gpu, UsageError, inputs, sizes, sweep};
 use day20::{BackwardProblem, BackwardTensors, FlashAttention, Mode, Tensors, Version};
 use half::{bf16, f16};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 /// Day 20: FlashAttention-2 backward (bf16/f16, causal or not, GQA, variable lengths).
 #[derive(Parser)]
 #[command(version, about)]
 struct Args {
     /// Query length of every sequence (default: the FlashAttention benchmark shapes at 4096).
-    #[arg(long)]
+    #[arg(long, value_parser = positive)]
     seqlen: Option<usize>,
     /// Key length, when it differs from the query length.
-    #[arg(long)]
+    #[arg(long, value_parser = positive)]
     seqlen_k: Option<usize>,
     /// Sequences in the batch (default: 16384 tokens / seqlen).
-    #[arg(long)]
+    #[arg(long, value_parser = positive)]
     batch: Option<usize>,
     /// Variable lengths in one batch, instead of --seqlen/--batch: `--varlen 1,17,1000`
     /// (keys as long as queries unless --seqlen-k).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = positive)]
     varlen: Vec<usize>,
     /// Query heads (default: hidden 2048 / head dim).
-    #[arg(long)]
+    #[arg(long, value_parser = positive)]
     heads: Option<usize>,
     /// Key/value heads (grouped-query attention; 1 = multi-query). Default: --heads.
-    #[arg(long)]
+    #[arg(long, value_parser = positive)]
     kv_heads: Option<usize>,
-    #[arg(long, default_value_t = 128)]
-    head_dim: usize,
+    /// Head dimension (default 128; given alone, the benchmark shape at 4096 with this head
+    /// dim and hidden 2048).
+    #[arg(long, value_parser = positive)]
+    head_dim: Option<usize>,
     /// Bottom-right aligned causal mask.
     #[arg(long)]
     causal: bool,
@@ -76,13 +78,22 @@ const HIDDEN: usize = 2048;
 /// grid included, has checked outputs.
 const SAMPLED_TILE: usize = 64;
 const FULL_CHECK_WORK: usize = 1 << 27;
+/// The most sequences a batch can have (the grid's limit), checked before the lengths are
+/// built.
+const MAX_BATCH: usize = 65535;
 
 fn main() -> ExitCode {
     run_main(|| run(Args::parse()))
 }
 
+impl Args {
+    fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(128)
+    }
+}
+
 fn benchmark_shape(seqlen: usize, head_dim: usize, causal: bool) -> AttentionShape {
-    let heads = HIDDEN / head_dim;
+    let heads = (HIDDEN / head_dim).max(1);
     AttentionShape::uniform(
         TOKENS / seqlen,
         seqlen,
@@ -97,7 +108,7 @@ fn benchmark_shape(seqlen: usize, head_dim: usize, causal: bool) -> AttentionSha
 fn problems(args: &Args) -> Result<Vec<AttentionShape>> {
     if args.sweep {
         return Ok((9..=14)
-            .map(|p| benchmark_shape(1 << p, args.head_dim, args.causal))
+            .map(|p| benchmark_shape(1 << p, args.head_dim(), args.causal))
             .collect());
     }
     let custom = args.seqlen.is_some()
@@ -105,7 +116,8 @@ fn problems(args: &Args) -> Result<Vec<AttentionShape>> {
         || args.heads.is_some()
         || args.batch.is_some()
         || args.kv_heads.is_some()
-        || args.seqlen_k.is_some();
+        || args.seqlen_k.is_some()
+        || args.head_dim.is_some();
     if !custom {
         // The targets of GPU_TARGETS.md: hd128 and hd64 at 4096, and hd128 causal.
         return Ok(vec![
@@ -117,11 +129,12 @@ fn problems(args: &Args) -> Result<Vec<AttentionShape>> {
         .take(if args.causal { 2 } else { 3 })
         .collect());
     }
-    let heads = args.heads.unwrap_or((HIDDEN / args.head_dim).max(1));
+    let heads = args.heads.unwrap_or((HIDDEN / args.head_dim()).max(1));
     let kv_heads = args.kv_heads.unwrap_or(heads);
     let shape = if args.varlen.is_empty() {
         let seqlen = args.seqlen.unwrap_or(4096);
         let batch = args.batch.unwrap_or((TOKENS / seqlen).max(1));
+        sizes::at_most("--batch", batch, MAX_BATCH)?;
         let seqlen_k = args.seqlen_k.unwrap_or(seqlen);
         AttentionShape::uniform(
             batch,
@@ -129,13 +142,14 @@ fn problems(args: &Args) -> Result<Vec<AttentionShape>> {
             seqlen_k,
             heads,
             kv_heads,
-            args.head_dim,
+            args.head_dim(),
             args.causal,
         )
     } else {
         if args.seqlen.is_some() || args.batch.is_some() {
             return Err(UsageError::new("--varlen replaces --seqlen and --batch").into());
         }
+        sizes::at_most("the sequences of --varlen", args.varlen.len(), MAX_BATCH)?;
         let keys = match args.seqlen_k {
             Some(k) => vec![k; args.varlen.len()],
             None => args.varlen.clone(),
@@ -143,7 +157,7 @@ fn problems(args: &Args) -> Result<Vec<AttentionShape>> {
         AttentionShape {
             heads,
             kv_heads,
-            head_dim: args.head_dim,
+            head_dim: args.head_dim(),
             seqlens_q: args.varlen.clone(),
             seqlens_k: keys,
             causal: args.causal,
@@ -204,9 +218,17 @@ fn run(args: Args) -> Result<()> {
         // The naive version's P and dS are the point of the default run, not of the sweep.
         selected.retain(|&v| v != "naive");
     }
+    // Everything a user can get wrong is refused here, before the GPU is opened: the same
+    // error on a machine without one.
+    day20::check_dtype(args.dtype)?;
     let shapes = problems(&args)?;
+    let versions: Vec<Version> = selected
+        .iter()
+        .filter_map(|n| Version::from_name(n))
+        .collect();
     for shape in &shapes {
         day20::validate(shape)?;
+        day20::check_head_dim(shape.head_dim, &versions)?;
     }
     let gpu = Gpu::open(args.common.device)?;
     let day = FlashAttention::load(&gpu)?;
@@ -455,75 +477,21 @@ fn run_problem<T: Element>(
     Ok(session.finish())
 }
 
-/// Every query row and key when the reference is cheap; otherwise samples that always hold
-/// the first and last row (and key) of the batch, and random ones between.
+/// Every query row and key when the reference is cheap; otherwise a random query row and a
+/// random key in every [`SAMPLED_TILE`]-row tile of every head of every sequence, and the
+/// first and last of each.
 fn checked_rows(shape: &AttentionShape, seed: u64) -> (Vec<QueryRow>, Vec<KeyRow>) {
-    let (total_q, heads) = (shape.total_q(), shape.heads);
-    let (total_k, kv_heads) = (shape.total_k(), shape.kv_heads);
-    let work =
-        total_q * heads * shape.seqlens_k.iter().max().copied().unwrap_or(0) * shape.head_dim;
+    let max_k = shape.seqlens_k.iter().max().copied().unwrap_or(0);
+    let work = (shape.total_q() * shape.heads)
+        .saturating_mul(max_k)
+        .saturating_mul(shape.head_dim);
     if work <= FULL_CHECK_WORK {
-        return (
-            (0..total_q)
-                .flat_map(|token| (0..heads).map(move |head| QueryRow { token, head }))
-                .collect(),
-            (0..total_k)
-                .flat_map(|token| (0..kv_heads).map(move |kv_head| KeyRow { token, kv_head }))
-                .collect(),
-        );
+        return (shape.all_query_rows(), shape.all_key_rows());
     }
-    // A random row in every tile of SAMPLED_TILE rows of every (head, sequence), queries and
-    // keys, plus the very first and last.
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
-    let mut in_each_tile = |lens: &[usize], heads: usize| -> Vec<(usize, usize)> {
-        let starts = AttentionShape::cu_seqlens(lens);
-        let mut picked = vec![(0, 0), (starts[lens.len()] - 1, heads - 1)];
-        for (&start, &len) in starts.iter().zip(lens) {
-            for head in 0..heads {
-                for tile in (0..len).step_by(SAMPLED_TILE) {
-                    let end = (tile + SAMPLED_TILE).min(len);
-                    picked.push((start + rng.random_range(tile..end), head));
-                }
-            }
-        }
-        picked
-    };
-    let rows = in_each_tile(&shape.seqlens_q, heads)
-        .into_iter()
-        .map(|(token, head)| QueryRow { token, head })
-        .collect();
-    let keys = in_each_tile(&shape.seqlens_k, kv_heads)
-        .into_iter()
-        .map(|(token, kv_head)| KeyRow { token, kv_head })
-        .collect();
-    (rows, keys)
-}
-
-/// `f` over chunks of `items` on every host core, the results concatenated in order.
-fn in_parallel<I: Sync, F: Fn(&[I]) -> Vec<f64> + Sync>(items: &[I], f: F) -> Vec<f64> {
-    in_parallel_pairs(items, |chunk| (f(chunk), Vec::new())).0
-}
-
-/// [`in_parallel`] for a function that returns two vectors (dK and dV).
-fn in_parallel_pairs<I: Sync, F: Fn(&[I]) -> (Vec<f64>, Vec<f64>) + Sync>(
-    items: &[I],
-    f: F,
-) -> (Vec<f64>, Vec<f64>) {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let chunk = items.len().div_ceil(threads).max(1);
-    let parts: Vec<(Vec<f64>, Vec<f64>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = items.chunks(chunk).map(|c| scope.spawn(|| f(c))).collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("a reference thread panicked"))
-            .collect()
-    });
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for (x, y) in parts {
-        a.extend(x);
-        b.extend(y);
-    }
-    (a, b)
+    (
+        shape.sampled_query_rows(SAMPLED_TILE, seed),
+        shape.sampled_key_rows(SAMPLED_TILE, seed),
+    )
 }
 
 /// TFLOP/s against sequence length for each version and each peer, and the summary table.
@@ -568,7 +536,7 @@ fn plot_sweep(args: &Args, gpu: &Gpu, reports: &[DayReport]) -> Result<()> {
     }
     let title = format!(
         "day20 FlashAttention-2 backward: hd{}, hidden {HIDDEN}, {TOKENS} tokens{}, {}, {}",
-        args.head_dim,
+        args.head_dim(),
         if args.causal { ", causal" } else { "" },
         args.dtype,
         gpu.info.name
@@ -594,51 +562,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sampled_checks_touch_every_tile_of_every_head_and_sequence() {
-        let shape = AttentionShape {
-            heads: 4,
-            kv_heads: 2,
-            head_dim: 128,
-            seqlens_q: vec![4096, 1000, 65],
-            seqlens_k: vec![4096, 3000, 130],
-            causal: true,
-        };
-        let (rows, keys) = checked_rows(&shape, 7);
-        assert!(
-            rows.len() < shape.total_q() * shape.heads,
-            "this shape is sampled"
-        );
-        let covers = |lens: &[usize], heads: usize, picked: &[(usize, usize)]| {
-            let starts = AttentionShape::cu_seqlens(lens);
-            for (&start, &len) in starts.iter().zip(lens) {
-                for head in 0..heads {
-                    for tile in (0..len).step_by(SAMPLED_TILE) {
-                        let end = (tile + SAMPLED_TILE).min(len);
-                        assert!(
-                            picked.iter().any(
-                                |&(t, h)| h == head && (start + tile..start + end).contains(&t)
-                            ),
-                            "no checked row in tokens {}..{} of head {head}",
-                            start + tile,
-                            start + end
-                        );
-                    }
-                }
-            }
-        };
-        let rows: Vec<_> = rows.iter().map(|r| (r.token, r.head)).collect();
-        let keys: Vec<_> = keys.iter().map(|k| (k.token, k.kv_head)).collect();
-        covers(&shape.seqlens_q, shape.heads, &rows);
-        covers(&shape.seqlens_k, shape.kv_heads, &keys);
-    }
-
-    #[test]
-    fn the_parallel_reference_keeps_the_order() {
-        let items: Vec<usize> = (0..1001).collect();
-        let doubled = in_parallel(&items, |c| c.iter().map(|&i| 2.0 * i as f64).collect());
-        assert_eq!(
-            doubled,
-            (0..1001).map(|i| 2.0 * i as f64).collect::<Vec<_>>()
-        );
+    fn small_problems_check_every_row_and_large_ones_one_in_every_tile() {
+        let small = AttentionShape::uniform(2, 100, 100, 2, 2, 64, true);
+        assert_eq!(checked_rows(&small, 1).0.len(), 2 * 100 * 2);
+        let large = benchmark_shape(4096, 128, false);
+        let (rows, keys) = checked_rows(&large, 1);
+        // 64 tiles x 16 heads x 4 sequences, and the first and last.
+        assert_eq!(rows.len(), 64 * 16 * 4 + 2);
+        assert_eq!(rows, large.sampled_query_rows(SAMPLED_TILE, 1));
+        assert_eq!(keys, large.sampled_key_rows(SAMPLED_TILE, 1));
     }
 }

@@ -13,6 +13,9 @@
 //! sees every key. When `lq > lk` the first `lq - lk` queries see none: their output is
 //! defined as 0 and their `L` as -inf.
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
 use crate::element::Element;
 
 /// The shape of one attention problem: a batch of sequences of possibly different lengths.
@@ -95,13 +98,107 @@ impl AttentionShape {
     /// Multiply-adds of Q K^T and P V that the mask leaves, times 2: the FLOPs of the
     /// forward pass counted exactly (FlashAttention's benchmarks use 4 b h s^2 d, halved for
     /// a causal mask; for square causal problems the two differ by the diagonal only).
+    /// Saturates at `u64::MAX` rather than wrapping on absurd shapes.
     pub fn exact_flops(&self) -> u64 {
         let mut pairs: u64 = 0;
         for (&lq, &lk) in self.seqlens_q.iter().zip(&self.seqlens_k) {
-            pairs += (0..lq).map(|i| self.key_end(i, lq, lk) as u64).sum::<u64>();
+            let seen = (0..lq).map(|i| self.key_end(i, lq, lk) as u64).sum::<u64>();
+            pairs = pairs.saturating_add(seen);
         }
-        4 * pairs * (self.heads * self.head_dim) as u64
+        pairs
+            .saturating_mul(4)
+            .saturating_mul(self.heads as u64)
+            .saturating_mul(self.head_dim as u64)
     }
+
+    /// Every query row, token-major: what a full check compares.
+    pub fn all_query_rows(&self) -> Vec<QueryRow> {
+        let heads = self.heads;
+        (0..self.total_q())
+            .flat_map(|token| (0..heads).map(move |head| QueryRow { token, head }))
+            .collect()
+    }
+
+    /// Every key row, token-major.
+    pub fn all_key_rows(&self) -> Vec<KeyRow> {
+        let kv_heads = self.kv_heads;
+        (0..self.total_k())
+            .flat_map(|token| (0..kv_heads).map(move |kv_head| KeyRow { token, kv_head }))
+            .collect()
+    }
+
+    /// The query rows a sampled check of a large problem compares: the very first and last,
+    /// and one random row in every tile of `tile` rows of every head of every sequence. With
+    /// `tile` the smallest query tile of any kernel, every block of every version (the
+    /// second and later waves of a grid, and every work item of a persistent kernel,
+    /// included) writes checked outputs; a sample of a few hundred random rows does not.
+    pub fn sampled_query_rows(&self, tile: usize, seed: u64) -> Vec<QueryRow> {
+        one_in_each_tile(&self.seqlens_q, self.heads, tile, seed)
+            .into_iter()
+            .map(|(token, head)| QueryRow { token, head })
+            .collect()
+    }
+
+    /// [`Self::sampled_query_rows`] for the keys (and values) of each kv head: what a sampled
+    /// check of dK and dV compares.
+    pub fn sampled_key_rows(&self, tile: usize, seed: u64) -> Vec<KeyRow> {
+        // A seed of its own, so that query and key samples are not the same positions.
+        let seed = seed ^ 0x6b65_7973;
+        one_in_each_tile(&self.seqlens_k, self.kv_heads, tile, seed)
+            .into_iter()
+            .map(|(token, kv_head)| KeyRow { token, kv_head })
+            .collect()
+    }
+}
+
+/// `(token, head)` pairs: the first and last of the packed batch, then a random token in every
+/// tile of `tile` tokens of every head of every sequence of lengths `lens`.
+fn one_in_each_tile(lens: &[usize], heads: usize, tile: usize, seed: u64) -> Vec<(usize, usize)> {
+    assert!(tile > 0, "a sampled check needs a tile of at least one row");
+    let starts = AttentionShape::cu_seqlens(lens);
+    let total = starts[lens.len()];
+    if total == 0 || heads == 0 {
+        return Vec::new();
+    }
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
+    let mut picked = vec![(0, 0), (total - 1, heads - 1)];
+    for (&start, &len) in starts.iter().zip(lens) {
+        for head in 0..heads {
+            for first in (0..len).step_by(tile) {
+                let end = (first + tile).min(len);
+                picked.push((start + rng.random_range(first..end), head));
+            }
+        }
+    }
+    picked
+}
+
+/// `f` over chunks of `items` on every host core, the results concatenated in order: the f64
+/// references over thousands of sampled rows (or a whole test shape) in seconds, not minutes.
+pub fn in_parallel<I: Sync, F: Fn(&[I]) -> Vec<f64> + Sync>(items: &[I], f: F) -> Vec<f64> {
+    in_parallel_pairs(items, |chunk| (f(chunk), Vec::new())).0
+}
+
+/// [`in_parallel`] for a function that returns two vectors (O and L, or dK and dV).
+pub fn in_parallel_pairs<I: Sync, F: Fn(&[I]) -> (Vec<f64>, Vec<f64>) + Sync>(
+    items: &[I],
+    f: F,
+) -> (Vec<f64>, Vec<f64>) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = items.len().div_ceil(threads).max(1);
+    let parts: Vec<(Vec<f64>, Vec<f64>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = items.chunks(chunk).map(|c| scope.spawn(|| f(c))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a reference thread panicked"))
+            .collect()
+    });
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for (x, y) in parts {
+        a.extend(x);
+        b.extend(y);
+    }
+    (a, b)
 }
 
 /// The reference's outputs: `o` is `[total_q, heads, head_dim]`, `lse` is `[total_q, heads]`
@@ -127,10 +224,7 @@ pub fn attention_forward<T: Element>(
     shape: &AttentionShape,
     scale: f64,
 ) -> AttentionOutput {
-    let rows: Vec<QueryRow> = (0..shape.total_q())
-        .flat_map(|token| (0..shape.heads).map(move |head| QueryRow { token, head }))
-        .collect();
-    attention_rows(q, k, v, shape, scale, &rows)
+    attention_rows(q, k, v, shape, scale, &shape.all_query_rows())
 }
 
 /// The forward pass at some query rows only (a sampled check of a large problem): `o` holds
@@ -142,6 +236,23 @@ pub fn attention_rows<T: Element>(
     shape: &AttentionShape,
     scale: f64,
     rows: &[QueryRow],
+) -> AttentionOutput {
+    attention_rows_terms(q, k, v, shape, scale, rows, Terms::Signed)
+}
+
+/// [`attention_rows`] with the terms of `O_ic = sum_j P_ij V_jc` taken as `terms` gives them:
+/// with [`Terms::Absolute`], `o` holds `sum_j P_ij |V_jc|`, the scale of a 16-bit kernel's
+/// rounding error on that element (a kernel that rounds P to 16 bits before `P V` errs by up
+/// to the format's unit roundoff times it, however much the values cancel). `lse` is the
+/// same either way.
+pub fn attention_rows_terms<T: Element>(
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    shape: &AttentionShape,
+    scale: f64,
+    rows: &[QueryRow],
+    terms: Terms,
 ) -> AttentionOutput {
     let d = shape.head_dim;
     assert!(shape.kv_heads > 0 && shape.heads.is_multiple_of(shape.kv_heads));
@@ -187,7 +298,7 @@ pub fn attention_rows<T: Element>(
             let acc: f64 = weights
                 .iter()
                 .enumerate()
-                .map(|(j, w)| w * v[key_at(j) + c].to_f64())
+                .map(|(j, w)| terms.of(w * v[key_at(j) + c].to_f64()))
                 .sum();
             out.o.push(acc / sum);
         }
@@ -275,12 +386,7 @@ pub fn attention_backward_terms<T: Element>(
     scale: f64,
     terms: Terms,
 ) -> AttentionGradients {
-    let rows: Vec<QueryRow> = (0..shape.total_q())
-        .flat_map(|token| (0..shape.heads).map(move |head| QueryRow { token, head }))
-        .collect();
-    let keys: Vec<KeyRow> = (0..shape.total_k())
-        .flat_map(|token| (0..shape.kv_heads).map(move |kv_head| KeyRow { token, kv_head }))
-        .collect();
+    let (rows, keys) = (shape.all_query_rows(), shape.all_key_rows());
     let (dk, dv) = attention_backward_dkv(x, shape, scale, &keys, terms);
     AttentionGradients {
         dq: attention_backward_dq(x, shape, scale, &rows, terms),
@@ -537,6 +643,85 @@ mod tests {
         let some = attention_rows(&q, &k, &v, &shape, 0.5, &rows);
         assert_eq!(some.o[..4], full.o[(7 * 2 + 1) * 4..][..4]);
         assert_eq!(some.lse, vec![full.lse[7 * 2 + 1], full.lse[0]]);
+    }
+
+    #[test]
+    fn sampled_checks_touch_every_tile_of_every_head_and_sequence() {
+        let shape = AttentionShape {
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 128,
+            seqlens_q: vec![4096, 1000, 65, 1],
+            seqlens_k: vec![4096, 3000, 130, 64],
+            causal: true,
+        };
+        let tile = 64;
+        let rows = shape.sampled_query_rows(tile, 7);
+        let keys = shape.sampled_key_rows(tile, 7);
+        assert!(rows.len() < shape.total_q() * shape.heads / 8, "a sample");
+        let covers = |lens: &[usize], heads: usize, picked: &[(usize, usize)]| {
+            let starts = AttentionShape::cu_seqlens(lens);
+            let total = starts[lens.len()];
+            assert!(picked.contains(&(0, 0)) && picked.contains(&(total - 1, heads - 1)));
+            assert!(picked.iter().all(|&(t, h)| t < total && h < heads));
+            for (&start, &len) in starts.iter().zip(lens) {
+                for head in 0..heads {
+                    for first in (0..len).step_by(tile) {
+                        let tokens = start + first..start + (first + tile).min(len);
+                        assert!(
+                            picked
+                                .iter()
+                                .any(|&(t, h)| h == head && tokens.contains(&t)),
+                            "no checked row in tokens {tokens:?} of head {head}"
+                        );
+                    }
+                }
+            }
+        };
+        let rows: Vec<_> = rows.iter().map(|r| (r.token, r.head)).collect();
+        let keys: Vec<_> = keys.iter().map(|k| (k.token, k.kv_head)).collect();
+        covers(&shape.seqlens_q, shape.heads, &rows);
+        covers(&shape.seqlens_k, shape.kv_heads, &keys);
+        // The same seed gives the same sample; the rows of a tile are not always its first.
+        assert_eq!(
+            shape.sampled_query_rows(tile, 7),
+            shape.sampled_query_rows(tile, 7)
+        );
+        assert!(rows.iter().any(|&(t, _)| t % tile != 0));
+        assert_eq!(shape.all_query_rows().len(), shape.total_q() * shape.heads);
+        assert_eq!(shape.all_key_rows().len(), shape.total_k() * shape.kv_heads);
+    }
+
+    #[test]
+    fn the_parallel_reference_keeps_the_order() {
+        let items: Vec<usize> = (0..1001).collect();
+        let doubled = in_parallel(&items, |c| c.iter().map(|&i| 2.0 * i as f64).collect());
+        assert_eq!(
+            doubled,
+            (0..1001).map(|i| 2.0 * i as f64).collect::<Vec<_>>()
+        );
+        let (a, b) = in_parallel_pairs(&items[..3], |c| {
+            (c.iter().map(|&i| i as f64).collect(), vec![c.len() as f64])
+        });
+        assert_eq!(a, vec![0.0, 1.0, 2.0]);
+        assert_eq!(b.iter().sum::<f64>(), 3.0);
+        assert!(in_parallel(&items[..0], |c| vec![0.0; c.len()]).is_empty());
+    }
+
+    #[test]
+    fn output_magnitudes_bound_o_and_equal_it_for_non_negative_values() {
+        let shape = AttentionShape::uniform(2, 9, 7, 4, 2, 5, true);
+        let (q, k, v) = random(&shape, 13);
+        let rows = shape.all_query_rows();
+        let o = attention_rows(&q, &k, &v, &shape, 0.4, &rows);
+        let size = attention_rows_terms(&q, &k, &v, &shape, 0.4, &rows, Terms::Absolute);
+        assert_eq!(o.lse, size.lse);
+        assert!(o.o.iter().zip(&size.o).all(|(o, m)| o.abs() <= m + 1e-15));
+        assert!(o.o.iter().zip(&size.o).any(|(o, m)| o.abs() < 0.5 * m));
+        let positive: Vec<f32> = v.iter().map(|x| x.abs()).collect();
+        let o = attention_rows(&q, &k, &positive, &shape, 0.4, &rows);
+        let size = attention_rows_terms(&q, &k, &positive, &shape, 0.4, &rows, Terms::Absolute);
+        assert!(o.o.iter().zip(&size.o).all(|(o, m)| (o - m).abs() <= 1e-12));
     }
 
     #[test]
