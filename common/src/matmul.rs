@@ -26,7 +26,7 @@ use crate::reference::matmul as reference;
 use crate::report::DayReport;
 use crate::roofline::{Roofline, RooflinePoint};
 use crate::session::{Expected, Problem, Refused, Session, Version, launch_and_read};
-use crate::{inputs, plot, roofline, sweep, testing};
+use crate::{inputs, plot, roofline, sizes, sweep, testing};
 
 /// The ceiling row's name.
 pub const CEILING: &str = "cublas";
@@ -167,14 +167,19 @@ pub fn main<D: MatmulDay>() -> ExitCode {
 fn run<D: MatmulDay>(args: &Args) -> Result<()> {
     let versions = args.common.select_versions(D::VERSIONS)?;
     let shapes = problems::<D>(&args.matmul)?;
+    // Every size is checked here, before the GPU is opened: the elements of A, B and C, and
+    // the 2 m n k FLOPs and tiled traffic the table reports.
+    let mut device_bytes = Vec::with_capacity(shapes.len());
     for shape in &shapes {
-        // A, B and C as f32, plus C's f64 reference, on the host.
         let elements = element_count(shape)?;
+        sizes::product("2 m n k", &[2, shape.m, shape.n, shape.k])?;
+        // A, B and C as f32, plus C's f64 reference, on the host.
         check_host_fits(&shape.describe(), bytes_for("the matrices", elements, 12)?)?;
+        device_bytes.push(bytes_for("the matrices", elements, 4)?);
     }
     let gpu = Gpu::open(args.common.device)?;
-    for shape in &shapes {
-        gpu.check_fits(&shape.describe(), 4 * element_count(shape)?)?;
+    for (shape, &device) in shapes.iter().zip(&device_bytes) {
+        gpu.check_fits(&shape.describe(), device)?;
     }
     let cublas = Cublas::open(&gpu)?;
     let day = D::load(&gpu)?;
@@ -205,19 +210,25 @@ fn run<D: MatmulDay>(args: &Args) -> Result<()> {
 
 /// Elements of A, B and C together, refusing sizes whose count overflows.
 fn element_count(shape: &Shape) -> Result<u64> {
-    let (m, n, k) = (shape.m as u64, shape.n as u64, shape.k as u64);
-    let sum = bytes_for("m x k", m, k)?
-        .checked_add(bytes_for("k x n", k, n)?)
-        .and_then(|s| s.checked_add(m.checked_mul(n)?));
-    sum.ok_or_else(|| crate::UsageError::new("the matrices are too large to count").into())
+    let Shape { m, n, k } = *shape;
+    let total = sizes::sum(
+        "m x k + k x n + m x n",
+        &[
+            sizes::product("m x k", &[m, k])?,
+            sizes::product("k x n", &[k, n])?,
+            sizes::product("m x n", &[m, n])?,
+        ],
+    )?;
+    Ok(total as u64)
 }
 
 /// The shapes to run: the sweep, the one given, or the day's defaults.
 fn problems<D: MatmulDay>(args: &MatmulArgs) -> Result<Vec<Shape>> {
-    let size = |v: u64| -> Result<usize> {
+    let size = |flag: &str, v: u64| -> Result<usize> {
         if v > i32::MAX as u64 {
             return Err(crate::UsageError::new(format!(
-                "{v} is too large: dimensions must be below 2^31 (cuBLAS takes 32-bit sizes)"
+                "{flag} {v} is too large: dimensions must be below 2^31 (cuBLAS takes 32-bit \
+                 sizes)"
             ))
             .into());
         }
@@ -227,10 +238,14 @@ fn problems<D: MatmulDay>(args: &MatmulArgs) -> Result<Vec<Shape>> {
         return Ok(SWEEP_SIZES.iter().map(|&s| Shape::square(s)).collect());
     }
     if let Some(s) = args.size {
-        return Ok(vec![Shape::square(size(s)?)]);
+        return Ok(vec![Shape::square(size("--size", s)?)]);
     }
     if let (Some(m), Some(n), Some(k)) = (args.m, args.n, args.k) {
-        return Ok(vec![Shape::new(size(m)?, size(n)?, size(k)?)]);
+        return Ok(vec![Shape::new(
+            size("--m", m)?,
+            size("--n", n)?,
+            size("--k", k)?,
+        )]);
     }
     Ok(D::DEFAULT_PROBLEMS.to_vec())
 }

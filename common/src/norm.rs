@@ -29,7 +29,7 @@ use crate::kernel::{Kernel, LaunchShape};
 use crate::reference::norm::{self as reference, Forward, Gradients};
 use crate::report::DayReport;
 use crate::session::{Expected, Problem, Session, Version, launch_and_read};
-use crate::{inputs, testing};
+use crate::{inputs, sizes, testing};
 
 /// Forward or backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -248,17 +248,35 @@ fn run<D: NormDay>(args: &Args) -> Result<()> {
                 .any(|v| versions.contains(v))
         })
         .collect();
+    if shapes.is_empty() {
+        // Only --pass and --kernel can empty the list: the versions chosen are all of the
+        // other pass.
+        let chosen = versions.join(",");
+        let msg = match args.norm.pass {
+            Some(Pass::Forward) => format!("--kernel {chosen} has no version of the forward pass"),
+            Some(Pass::Backward) => {
+                format!("--kernel {chosen} has no version of the backward pass")
+            }
+            None => format!("--kernel {chosen} runs none of {}'s problems", D::DAY),
+        };
+        return Err(crate::UsageError::new(msg).into());
+    }
+    // Every size is checked here, before the GPU is opened.
+    let mut device_bytes = Vec::with_capacity(shapes.len());
     for shape in &shapes {
         let what = "--rows x --cols";
-        let elements = bytes_for(what, shape.rows as u64, shape.cols as u64)?;
+        let elements = sizes::product(what, &[shape.rows, shape.cols])? as u64;
+        // The backward's output holds dweight (and dbias) after dx.
+        sizes::product(what, &[sizes::sum(what, &[shape.rows, 2])?, shape.cols])?;
         // Inputs and output in T, the reference (and its f64 copies of the inputs).
         let host = bytes_for(what, elements, 4 * shape.dtype.size() as u64 + 4 * 8)?;
         check_host_fits(&shape.describe(), host)?;
+        // x, dy and the output, plus small vectors and partial sums.
+        let device = bytes_for(what, elements, 3 * shape.dtype.size() as u64)?;
+        device_bytes.push(device.saturating_add(64 << 20));
     }
     let gpu = Gpu::open(args.common.device)?;
-    for shape in &shapes {
-        // x, dy and the output, plus small vectors and partial sums.
-        let device = 3 * (shape.elements() * shape.dtype.size()) as u64 + (64 << 20);
+    for (shape, &device) in shapes.iter().zip(&device_bytes) {
         gpu.check_fits(&shape.describe(), device)?;
     }
     let day = D::load(&gpu)?;
@@ -286,7 +304,7 @@ fn eps_of<D: NormDay>(args: &NormArgs) -> Result<f32> {
     let eps = args.eps.unwrap_or(D::DEFAULT_EPS);
     if !(eps.is_finite() && eps >= 0.0 && eps <= f32::MAX as f64) {
         return Err(crate::UsageError::new(format!(
-            "--eps {eps}: must be a finite f32, at least 0"
+            "--eps {eps:?}: must be a finite f32, at least 0"
         ))
         .into());
     }

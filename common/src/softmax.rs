@@ -23,7 +23,7 @@ use crate::kernel::{Kernel, LaunchShape};
 use crate::plot::{HLine, LinePlot};
 use crate::report::DayReport;
 use crate::session::{Expected, Problem, Session, Version, launch_and_read};
-use crate::{inputs, plot, reference, sweep, testing};
+use crate::{inputs, plot, reference, sizes, sweep, testing};
 
 /// The key peers and reports share: `softmax/f32/32768x4096`.
 pub fn key(dtype: Dtype, rows: usize, cols: usize) -> String {
@@ -104,6 +104,11 @@ pub trait SoftmaxDay: Sized {
     const DEFAULT_PROBLEMS: &'static [Shape];
     /// The storage types the day's kernels take.
     const DTYPES: &'static [Dtype];
+    /// Versions that take f32 only (yesterday's f32 kernel in a table of several dtypes,
+    /// planned with [`Plan::f32_only`]): they run no other dtype's problems, and the GPU test
+    /// lets them refuse every shape of the other dtypes. Every other version must run every
+    /// dtype of [`Self::DTYPES`].
+    const F32_ONLY: &'static [&'static str] = &[];
 
     fn load(gpu: &Gpu) -> Result<Self>;
 
@@ -140,20 +145,19 @@ pub fn main<D: SoftmaxDay>() -> ExitCode {
 
 fn run<D: SoftmaxDay>(args: &Args) -> Result<()> {
     let versions = args.common.select_versions(D::VERSIONS)?;
-    let shapes = problems::<D>(&args.softmax)?;
+    let shapes = problems::<D>(&args.softmax, &versions)?;
+    // Every size is checked here, before the GPU is opened: the device bytes of each shape.
+    let mut device_bytes = Vec::with_capacity(shapes.len());
     for shape in &shapes {
-        let elements = bytes_for("--rows x --cols", shape.rows as u64, shape.cols as u64)?;
+        let what = "--rows x --cols";
+        let elements = sizes::product(what, &[shape.rows, shape.cols])? as u64;
         // Input and output on the host, the f64 reference.
-        let host = bytes_for(
-            "--rows x --cols",
-            elements,
-            2 * shape.dtype.size() as u64 + 8,
-        )?;
+        let host = bytes_for(what, elements, 2 * shape.dtype.size() as u64 + 8)?;
         check_host_fits(&shape.describe(), host)?;
+        device_bytes.push(bytes_for(what, elements, 2 * shape.dtype.size() as u64)?);
     }
     let gpu = Gpu::open(args.common.device)?;
-    for shape in &shapes {
-        let device = (shape.rows * shape.cols * shape.dtype.size() * 2) as u64;
+    for (shape, &device) in shapes.iter().zip(&device_bytes) {
         gpu.check_fits(&shape.describe(), device)?;
     }
     let day = D::load(&gpu)?;
@@ -183,19 +187,39 @@ fn run<D: SoftmaxDay>(args: &Args) -> Result<()> {
     finish_reports(&args.common, &reports)
 }
 
-/// The shapes to run: the sweep, the one given, or the day's defaults (in `--dtype` if given).
-fn problems<D: SoftmaxDay>(args: &SoftmaxArgs) -> Result<Vec<Shape>> {
+/// The shapes to run: the sweep, the one given, or the day's defaults (in `--dtype` if given),
+/// less those no selected version takes (an f32-only baseline on its own runs no f16 problem).
+/// A dtype the day has no kernels for, or a `--kernel` choice that leaves nothing to run, is
+/// refused here, before the GPU is opened.
+fn problems<D: SoftmaxDay>(args: &SoftmaxArgs, versions: &[&str]) -> Result<Vec<Shape>> {
+    let names = |dtypes: &[Dtype]| {
+        dtypes
+            .iter()
+            .map(|d| d.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     if let Some(dtype) = args.dtype
         && !D::DTYPES.contains(&dtype)
     {
         return Err(crate::UsageError::new(format!(
             "{} has no {dtype} kernels; it takes: {}",
             D::DAY,
-            D::DTYPES
-                .iter()
-                .map(|d| d.name())
-                .collect::<Vec<_>>()
-                .join(", ")
+            names(D::DTYPES)
+        ))
+        .into());
+    }
+    let takes = |dtype: Dtype| {
+        versions
+            .iter()
+            .any(|v| dtype == Dtype::F32 || !D::F32_ONLY.contains(v))
+    };
+    if let Some(dtype) = args.dtype
+        && !takes(dtype)
+    {
+        return Err(crate::UsageError::new(format!(
+            "--kernel {} takes f32 only, not {dtype}",
+            versions.join(",")
         ))
         .into());
     }
@@ -214,6 +238,15 @@ fn problems<D: SoftmaxDay>(args: &SoftmaxArgs) -> Result<Vec<Shape>> {
     if let Some(dtype) = args.dtype {
         shapes.iter_mut().for_each(|s| s.dtype = dtype);
         shapes.dedup();
+    }
+    shapes.retain(|s| takes(s.dtype));
+    if shapes.is_empty() {
+        return Err(crate::UsageError::new(format!(
+            "--kernel {} takes none of {}'s default problems; give --dtype f32",
+            versions.join(","),
+            D::DAY
+        ))
+        .into());
     }
     Ok(shapes)
 }
@@ -499,34 +532,54 @@ pub const TEST_SHAPES: &[(usize, usize)] = &[
 /// The GPU test of a softmax day: every version, every dtype it takes, every test shape it
 /// does not refuse, against the reference; rows 1 of each matrix has every third entry at
 /// -inf and the last row (when there are 3 or more) is all -inf, defined as zeros.
+///
+/// A version must run on at least 3 test shapes of every dtype, except that one of
+/// [`SoftmaxDay::F32_ONLY`] runs only f32: a version that refused every shape (a planning
+/// mistake, a name the plan does not know) fails instead of passing unchecked.
 pub fn test_every_version<D: SoftmaxDay>() {
     let Some(gpu) = testing::gpu_or_skip(&format!("{} GPU correctness", D::DAY)) else {
         return;
     };
+    assert!(!D::VERSIONS.is_empty() && !D::DTYPES.is_empty());
     let day = D::load(&gpu).expect("kernels load");
     for &dtype in D::DTYPES {
         for &version in D::VERSIONS {
-            let ran = match dtype {
+            let (ran, refusals) = match dtype {
                 Dtype::F32 => test_version::<f32, D>(&gpu, &day, version),
                 Dtype::F16 => test_version::<f16, D>(&gpu, &day, version),
                 Dtype::Bf16 => test_version::<bf16, D>(&gpu, &day, version),
                 integer => panic!("{}: softmax has no {integer} version", D::DAY),
             };
-            // A version that refuses the dtype entirely (a f32-only baseline) runs nothing;
-            // any other must have run on most shapes.
-            if ran > 0 {
-                assert!(ran >= 3, "{version} {dtype}: ran on only {ran} test shapes");
+            if dtype != Dtype::F32 && D::F32_ONLY.contains(&version) {
+                assert_eq!(ran, 0, "{version} is f32-only but ran on {dtype}");
+                continue;
             }
+            assert!(
+                ran >= 3,
+                "{} {version} {dtype}: ran on only {ran} of {} test shapes; refused: {}",
+                D::DAY,
+                TEST_SHAPES.len(),
+                refusals.join("; ")
+            );
         }
     }
 }
 
-fn test_version<T: Element, D: SoftmaxDay>(gpu: &Gpu, day: &D, version: &str) -> usize {
+/// Runs `version` on every test shape it takes: how many it ran, and why it refused the rest.
+fn test_version<T: Element, D: SoftmaxDay>(
+    gpu: &Gpu,
+    day: &D,
+    version: &str,
+) -> (usize, Vec<String>) {
     let mut ran = 0;
+    let mut refusals = Vec::new();
     for (i, &(rows, cols)) in TEST_SHAPES.iter().enumerate() {
         let plan = match day.plan::<T>(gpu, version, rows, cols) {
             Ok(plan) => plan,
-            Err(e) if e.is::<Refused>() => continue,
+            Err(e) if e.is::<Refused>() => {
+                refusals.push(format!("{rows}x{cols}: {e}"));
+                continue;
+            }
             Err(e) => panic!("{version} {} {rows}x{cols}: {e:#}", T::NAME),
         };
         let mut x: Vec<T> = inputs::logits(rows * cols, i as u64);
@@ -552,7 +605,7 @@ fn test_version<T: Element, D: SoftmaxDay>(gpu: &Gpu, day: &D, version: &str) ->
         );
         ran += 1;
     }
-    ran
+    (ran, refusals)
 }
 
 #[cfg(test)]

@@ -99,6 +99,7 @@ impl SoftmaxDay for Day03 {
         Shape::new(32768, 4096, Dtype::Bf16),
     ];
     const DTYPES: &'static [Dtype] = DTYPES;
+    const F32_ONLY: &'static [&'static str] = &["day02_warp"];
 
     fn load(gpu: &Gpu) -> Result<Self> {
         Ok(Self {

@@ -7,7 +7,7 @@ use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_ma
 use common::dtype::Dtype;
 use common::report::DayReport;
 use common::session::{Expected, Problem, Refused, Session, Version};
-use common::{Element, Gpu, UsageError};
+use common::{Element, Gpu, UsageError, sizes};
 use day13::problem::{HostInputs, bytes_per_run, key};
 use day13::{Activations, DTYPES, Op, VERSIONS};
 use half::{bf16, f16};
@@ -54,21 +54,44 @@ fn run(args: Args) -> Result<()> {
     {
         return Err(UsageError::new(format!("day13 has no {dtype} kernels")).into());
     }
-    let ops = if args.op.is_empty() {
-        DEFAULT_OPS.to_vec()
+    // A --kernel choice must leave each op asked for something to run; the default ops it
+    // leaves nothing are dropped.
+    let has_selected = |op: &Op| selected.iter().any(|v| op.versions().contains(v));
+    let ops: Vec<Op> = if args.op.is_empty() {
+        DEFAULT_OPS.into_iter().filter(has_selected).collect()
     } else {
         args.op.clone()
     };
-    let elements = bytes_for("--rows x --cols", args.rows, args.cols)?;
+    if let Some(op) = args.op.iter().find(|op| !has_selected(op)) {
+        return Err(UsageError::new(format!(
+            "--kernel {}: {} has none of these versions; it has: {}",
+            selected.join(","),
+            op.name(),
+            op.versions().join(", ")
+        ))
+        .into());
+    }
+    if ops.is_empty() {
+        return Err(UsageError::new(format!(
+            "--kernel {} runs none of the default ops; name one with --op",
+            selected.join(",")
+        ))
+        .into());
+    }
+    // Every size is checked here, before the GPU is opened.
+    let what = "--rows x --cols";
+    let elements = sizes::product(what, &[args.rows as usize, args.cols as usize])? as u64;
     let mut problems = Vec::new();
     for &op in &ops {
         let dtype = args.dtype.unwrap_or_else(|| op.default_dtype());
         let size = dtype.size() as u64;
         let tensors = (op.inputs().len() + op.outputs()) as u64;
         // Inputs and outputs on the host, the f64 reference.
-        let host = bytes_for("--rows x --cols", elements, tensors * size + 8 * 2 + 1)?;
+        let host = bytes_for(what, elements, tensors * size + 8 * 2 + 1)?;
         check_host_fits(op.name(), host)?;
-        problems.push((op, dtype, elements * (tensors + 1) * size + elements));
+        // Inputs, outputs and the output's copy, and the dropout mask (a byte per element).
+        let device = bytes_for(what, elements, (tensors + 1) * size + 1)?;
+        problems.push((op, dtype, device));
     }
     let gpu = Gpu::open(args.common.device)?;
     for &(op, _, device_bytes) in &problems {

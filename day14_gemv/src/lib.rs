@@ -83,15 +83,15 @@ impl Gemv {
         })
     }
 
-    /// How `version` runs on an `m x n` A, or [`Refused`] (`split_row` beyond 268M columns).
+    /// How `version` runs on an `m x n` A, or [`Refused`] (`split_row` beyond 268M columns, a
+    /// grid past 2^31 - 1 blocks).
     pub fn plan<'a>(&'a self, gpu: &'a Gpu, version: &str, m: usize, n: usize) -> Result<Plan<'a>> {
         if m == 0 || n == 0 {
             bail!("gemv: A is {m} x {n}; both must be at least 1");
         }
-        let blocks = |count: usize| count.min(i32::MAX as usize) as u32;
         let one_kernel = |name: &str, rows_per_block: usize, chain: usize| -> Result<Plan<'a>> {
             let kernel = self.kernels.get(name)?;
-            let shape = LaunchShape::linear(blocks(m.div_ceil(rows_per_block)), THREADS as u32);
+            let shape = LaunchShape::linear(grid_x(m.div_ceil(rows_per_block))?, THREADS as u32);
             Ok(Plan {
                 kernel,
                 shape,
@@ -135,18 +135,12 @@ impl Gemv {
             .into());
         }
         let shape = LaunchShape {
-            grid: (
-                m.div_ceil(SPLIT_ROWS).min(i32::MAX as usize) as u32,
-                column_blocks as u32,
-                1,
-            ),
+            grid: (grid_x(m.div_ceil(SPLIT_ROWS))?, column_blocks as u32, 1),
             block: (THREADS as u32, 1, 1),
             dynamic_shared_bytes: 0,
         };
-        let reduce_shape = LaunchShape::linear(
-            m.div_ceil(WARPS_PER_BLOCK).min(i32::MAX as usize) as u32,
-            THREADS as u32,
-        );
+        let reduce_shape =
+            LaunchShape::linear(grid_x(m.div_ceil(WARPS_PER_BLOCK))?, THREADS as u32);
         // SAFETY: the partial kernel writes every (row, part) before the reduce kernel, later
         // on the same stream, reads it.
         let mut partial = unsafe { gpu.stream.alloc::<f32>(m * parts) }?;
@@ -175,6 +169,15 @@ impl Gemv {
     }
 }
 
+/// `blocks` as a grid's x, or [`Refused`] past its 2^31 - 1 (clamping would leave rows
+/// unwritten).
+fn grid_x(blocks: usize) -> Result<u32> {
+    u32::try_from(blocks)
+        .ok()
+        .filter(|&b| b <= i32::MAX as u32)
+        .ok_or_else(|| Refused(format!("{blocks} blocks exceed the grid's 2^31 - 1 in x")).into())
+}
+
 fn check_sizes(
     a: &CudaSlice<f32>,
     x: &CudaSlice<f32>,
@@ -182,7 +185,7 @@ fn check_sizes(
     m: usize,
     n: usize,
 ) -> Result<()> {
-    if a.len() != m * n || x.len() != n || y.len() != m {
+    if m.checked_mul(n) != Some(a.len()) || x.len() != n || y.len() != m {
         bail!(
             "gemv: A of {}, x of {} and y of {} floats do not make a {m} x {n} product",
             a.len(),

@@ -3,10 +3,10 @@
 
 use anyhow::Result;
 use clap::Parser;
-use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
+use common::cli::{CommonArgs, check_host_fits, finish_reports, run_main};
 use common::report::DayReport;
 use common::session::{Expected, Problem, Refused, Session, Version};
-use common::{Gpu, inputs, reference};
+use common::{Gpu, inputs, reference, sizes};
 use day14::{Gemv, VERSIONS};
 
 /// Day 14: f32 GEMV, y = A x, A row-major m x n.
@@ -50,19 +50,29 @@ fn run(args: Args) -> Result<()> {
             .map(|&(m, n)| (m as u64, n as u64))
             .collect(),
     };
+    // Every size is checked here, before the GPU is opened.
+    let mut device_bytes = Vec::with_capacity(shapes.len());
     for &(m, n) in &shapes {
-        let elements = bytes_for("--m x --n", m, n)?;
+        let (m, n) = (m as usize, n as usize);
+        let what = "--m x --n";
+        let elements = sizes::product(what, &[m, n])?;
         // A and x as f32 on the host; y, its reference and magnitudes as f64.
-        let host = bytes_for("--m x --n", elements + n, 4)? + bytes_for("--m", m, 3 * 8)?;
-        check_host_fits(&format!("{m} x {n}"), host)?;
+        let host = sizes::sum(
+            what,
+            &[
+                sizes::product(what, &[m, n, 4])?,
+                sizes::product("--n", &[n, 4])?,
+                sizes::product("--m", &[m, 3 * 8])?,
+            ],
+        )?;
+        check_host_fits(&format!("{m} x {n}"), host as u64)?;
+        // A, x, y and split_row's partial sums (m * n / 512): twice the least traffic.
+        let traffic = sizes::sum(what, &[elements, n, m])?;
+        device_bytes.push(sizes::product(what, &[traffic, 4, 2])? as u64);
     }
     let gpu = Gpu::open(args.common.device)?;
-    for &(m, n) in &shapes {
-        // A, x, y and split_row's partial sums (m * n / 512).
-        gpu.check_fits(
-            &format!("{m} x {n}"),
-            bytes_per_run(m as usize, n as usize) * 2,
-        )?;
+    for (&(m, n), &device) in shapes.iter().zip(&device_bytes) {
+        gpu.check_fits(&format!("{m} x {n}"), device)?;
     }
     let day = Gemv::load(&gpu)?;
     let mut reports = Vec::new();

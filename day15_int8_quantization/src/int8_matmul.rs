@@ -73,7 +73,34 @@ impl Shape {
                 65535 * NAIVE_BLOCK
             ));
         }
+        if common::sizes::product("int8_matmul: 2 m n k", &[2, m, n, k]).is_err() {
+            return err(format!(
+                "int8_matmul: {m} x {n} x {k} is too large to count its 2 m n k operations"
+            ));
+        }
         Ok(())
+    }
+
+    /// Host bytes of a run of `main`: A and B, C as downloaded for the check, and the
+    /// reference (every output below `FULL_REFERENCE_MAX_MACS` multiply-adds, as i64 and f64,
+    /// else a few sampled ones). Call after [`Shape::validate`].
+    pub fn host_bytes(&self) -> Result<u64, common::UsageError> {
+        use common::reference::matmul::FULL_REFERENCE_MAX_MACS;
+        use common::sizes::{product, sum};
+        let Shape { m, n, k } = *self;
+        let what = "int8_matmul: --m --n --k";
+        let full = product(what, &[m, n, k])? <= FULL_REFERENCE_MAX_MACS;
+        let reference = if full { product(what, &[m, n, 16])? } else { 0 };
+        let total = sum(
+            what,
+            &[
+                product(what, &[m, k])?,
+                product(what, &[n, k])?,
+                product(what, &[m, n, 4])?,
+                reference,
+            ],
+        )?;
+        Ok(total as u64)
     }
 
     /// Multiply-adds x 2, as for float matmuls (one dp4a is 8 operations).

@@ -10,7 +10,7 @@ use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_ma
 use common::reference::quantize::{self as qref, QuantParams};
 use common::report::DayReport;
 use common::session::{Expected, Problem, Session, Version as RunVersion};
-use common::{Element, Gpu, Tolerance, UsageError, inputs};
+use common::{Element, Gpu, Tolerance, UsageError, inputs, sizes};
 use cudarc::driver::CudaSlice;
 use day15::int8_matmul::{self, Int8Matmul, Shape};
 use day15::poison_check;
@@ -71,37 +71,79 @@ fn run(args: Args) -> Result<()> {
     let selected =
         |name: &str| args.common.kernel.is_empty() || args.common.kernel.iter().any(|k| k == name);
 
-    let n = bytes_for("--rows x --cols", args.rows, args.cols)? as usize;
-    // x (f32), q, y, the f64 reference and the check's index lists (two u64 per element).
-    check_host_fits(
-        "--rows x --cols",
-        bytes_for("--rows x --cols", n as u64, 4 + 1 + 4 + 8 + 16)?,
-    )?;
+    // A --kernel choice must leave each op asked for something to run.
+    let quantize_versions: Vec<&str> = Version::ALL.iter().map(|v| v.name()).collect();
+    let matmul_versions: Vec<&str> = int8_matmul::Version::ALL.iter().map(|v| v.name()).collect();
+    let versions_of = |op: &str| -> Vec<&str> {
+        match op {
+            "dequantize" => vec![DEQUANTIZE_VERSION],
+            "int8_matmul" => matmul_versions.clone(),
+            _ => quantize_versions.clone(),
+        }
+    };
+    let runs = |op: &str| wants(op) && versions_of(op).iter().any(|v| selected(v));
+    for op in &args.op {
+        if !runs(op) {
+            return Err(UsageError::new(format!(
+                "--kernel {}: {op} has none of these versions; it has: {}",
+                args.common.kernel.join(","),
+                versions_of(op).join(", ")
+            ))
+            .into());
+        }
+    }
+    let elementwise = ["quantize_sym", "quantize_asym", "dequantize"]
+        .into_iter()
+        .any(runs);
+
+    // Every size is checked here, before the GPU is opened.
+    if !(-128..=127).contains(&args.za) || !(-128..=127).contains(&args.zb) {
+        bail!(UsageError::new(
+            "--za and --zb must be in the int8 range -128..=127"
+        ));
+    }
+    let (rows, cols) = (args.rows as usize, args.cols as usize);
+    // The elements of the quantize problems (none when only the matmul runs).
+    let n = if elementwise {
+        sizes::product("--rows x --cols", &[rows, cols])?
+    } else {
+        0
+    };
+    if elementwise {
+        // x (f32), q, y, the f64 reference and the check's index lists (two u64 per element).
+        check_host_fits(
+            "--rows x --cols",
+            bytes_for("--rows x --cols", n as u64, 4 + 1 + 4 + 8 + 16)?,
+        )?;
+    }
     let shape = Shape {
         m: args.m as usize,
         n: args.n as usize,
         k: args.k as usize,
     };
-    if wants("int8_matmul") {
+    if runs("int8_matmul") {
         shape.validate()?;
-        if !(-128..=127).contains(&args.za) || !(-128..=127).contains(&args.zb) {
-            bail!(UsageError::new(
-                "--za and --zb must be in the int8 range -128..=127"
-            ));
-        }
+        check_host_fits("--m --n --k", shape.host_bytes()?)?;
     }
 
     let gpu = Gpu::open(args.common.device)?;
-    // x, q and y of the elementwise problems at once.
-    gpu.check_fits(
-        "--rows x --cols",
-        bytes_for("--rows x --cols", n as u64, 4 + 1 + 4)?,
-    )?;
+    if elementwise {
+        // x, q and y of the elementwise problems at once.
+        gpu.check_fits(
+            "--rows x --cols",
+            bytes_for("--rows x --cols", n as u64, 4 + 1 + 4)?,
+        )?;
+    }
+    if runs("int8_matmul") {
+        gpu.check_fits("--m --n --k", shape.bytes())?;
+    }
     let day = Quantize::load(&gpu)?;
-    let rows = args.rows as usize;
-    let cols = args.cols as usize;
     let mut reports = Vec::new();
-    let x: Vec<f32> = inputs::uniform(n, -3.0, 5.0, args.common.seed);
+    let x: Vec<f32> = if elementwise {
+        inputs::uniform(n, -3.0, 5.0, args.common.seed)
+    } else {
+        Vec::new()
+    };
 
     for scheme in Scheme::ALL {
         let op = format!("quantize_{}", scheme.name());
@@ -112,6 +154,9 @@ fn run(args: Args) -> Result<()> {
             .into_iter()
             .filter(|v| selected(v.name()))
             .collect();
+        if versions.is_empty() {
+            continue;
+        }
         let report = match scheme {
             Scheme::Sym => {
                 let (p, q) = qref::quantize_sym(&x);
@@ -324,7 +369,6 @@ fn matmul_problem(
 ) -> Result<DayReport> {
     use common::reference::matmul::{FULL_REFERENCE_MAX_MACS, RANDOM_SAMPLES, sample_outputs};
     let Shape { m, n, k } = s;
-    gpu.check_fits("--m --n --k", s.bytes())?;
     let seed = args.common.seed;
     let a: Vec<i8> = inputs::uniform(m * k, -128.0, 127.0, seed.wrapping_add(10));
     let b_t: Vec<i8> = inputs::uniform(n * k, -128.0, 127.0, seed.wrapping_add(11));

@@ -49,6 +49,21 @@ impl Transpose {
         }
     }
 
+    /// Why this version cannot transpose a `rows x cols` x, if it cannot: the kernels index
+    /// with int, and a grid takes at most 65535 blocks of tile rows in y. Known without a GPU,
+    /// so `main` refuses such a shape before opening one.
+    pub fn check_shape(self, rows: usize, cols: usize) -> Result<(), String> {
+        let (_, (tile_rows, _)) = self.geometry();
+        let max_rows = 65535 * tile_rows;
+        if rows > max_rows || cols > i32::MAX as usize {
+            return Err(format!(
+                "{rows} x {cols}: `{}` indexes with int and takes at most {max_rows} rows",
+                self.name()
+            ));
+        }
+        Ok(())
+    }
+
     /// (block, rows and columns of x one block covers).
     fn geometry(self) -> ((u32, u32, u32), (usize, usize)) {
         match self {
@@ -162,17 +177,14 @@ impl Day17 {
         rows: usize,
         cols: usize,
     ) -> Result<(&Kernel, LaunchShape)> {
+        version.check_shape(rows, cols).map_err(Refused)?;
         let (block, (tile_rows, tile_cols)) = version.geometry();
-        let grid_y = rows.div_ceil(tile_rows);
-        if rows > i32::MAX as usize || cols > i32::MAX as usize || grid_y > 65535 {
-            return Err(Refused(format!(
-                "{rows} x {cols}: the kernels index with int and take at most {} rows",
-                65535 * tile_rows
-            ))
-            .into());
-        }
         let shape = LaunchShape {
-            grid: (blocks_for_tiles(cols, tile_cols), grid_y as u32, 1),
+            grid: (
+                blocks_for_tiles(cols, tile_cols),
+                rows.div_ceil(tile_rows) as u32,
+                1,
+            ),
             block,
             dynamic_shared_bytes: 0,
         };

@@ -9,7 +9,7 @@ use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_ma
 use common::reference::transpose as reference;
 use common::report::DayReport;
 use common::session::{Expected, Problem, Refused, Session, Version as RunVersion};
-use common::{Gpu, Tolerance, UsageError, inputs};
+use common::{Gpu, Tolerance, UsageError, inputs, sizes};
 use day17::{COPY_VERSION, Day17, Reverse, Transpose};
 
 const OPS: &[&str] = &["copy", "transpose", "reverse"];
@@ -60,58 +60,95 @@ fn run(args: Args) -> Result<()> {
     let selected =
         |name: &str| args.common.kernel.is_empty() || args.common.kernel.iter().any(|k| k == name);
 
-    let matrix = bytes_for("--rows x --cols", args.rows, args.cols)?;
+    // What runs: each op asked for with the versions --kernel leaves it.
+    let copy = wants("copy") && selected(COPY_VERSION);
+    let transposes: Vec<Transpose> = Transpose::ALL
+        .into_iter()
+        .filter(|v| wants("transpose") && selected(v.name()))
+        .collect();
+    let reversals: Vec<Reverse> = Reverse::ALL
+        .into_iter()
+        .filter(|v| wants("reverse") && selected(v.name()))
+        .collect();
+    for (op, runs, has) in [
+        ("copy", copy, vec![COPY_VERSION]),
+        (
+            "transpose",
+            !transposes.is_empty(),
+            Transpose::ALL.iter().map(|v| v.name()).collect(),
+        ),
+        (
+            "reverse",
+            !reversals.is_empty(),
+            Reverse::ALL.iter().map(|v| v.name()).collect(),
+        ),
+    ] {
+        if args.op.iter().any(|o| o == op) && !runs {
+            return Err(UsageError::new(format!(
+                "--kernel {}: {op} has none of these versions; it has: {}",
+                args.common.kernel.join(","),
+                has.join(", ")
+            ))
+            .into());
+        }
+    }
+
+    // Every size is checked here, before the GPU is opened.
     let (rows, cols, n) = (args.rows as usize, args.cols as usize, args.n as usize);
-    // x and the output as f32, the f64 reference.
-    if wants("copy") || wants("transpose") {
+    let matrix = if copy || !transposes.is_empty() {
+        let matrix = sizes::product("--rows x --cols", &[rows, cols])? as u64;
+        // x and the output as f32, the f64 reference.
         check_host_fits(
             "--rows x --cols",
             bytes_for("--rows x --cols", matrix, 4 + 4 + 8)?,
         )?;
+        Some(bytes_for("--rows x --cols", matrix, 8)?)
+    } else {
+        None
+    };
+    if !transposes.is_empty()
+        && transposes
+            .iter()
+            .all(|v| v.check_shape(rows, cols).is_err())
+    {
+        let why = transposes[0].check_shape(rows, cols).unwrap_err();
+        return Err(UsageError::new(format!("no transpose version takes {why}")).into());
     }
-    if wants("reverse") {
+    let reverse = if reversals.is_empty() {
+        None
+    } else {
         check_host_fits("--n", bytes_for("--n", args.n, 4 + 4 + 8)?)?;
-    }
+        Some(bytes_for("--n", args.n, 8)?)
+    };
+
     let gpu = Gpu::open(args.common.device)?;
-    if wants("copy") || wants("transpose") {
-        gpu.check_fits("--rows x --cols", bytes_for("--rows x --cols", matrix, 8)?)?;
+    if let Some(bytes) = matrix {
+        gpu.check_fits("--rows x --cols", bytes)?;
     }
-    if wants("reverse") {
-        gpu.check_fits("--n", bytes_for("--n", args.n, 8)?)?;
+    if let Some(bytes) = reverse {
+        gpu.check_fits("--n", bytes)?;
     }
     let day = Day17::load(&gpu)?;
     let mut reports = Vec::new();
-    if (wants("copy") && selected(COPY_VERSION)) || wants("transpose") {
+    if matrix.is_some() {
         let x: Vec<f32> = inputs::uniform(rows * cols, -1.0, 1.0, args.common.seed);
-        if wants("copy") && selected(COPY_VERSION) {
+        if copy {
             reports.push(copy_problem(&gpu, &args.common, &day, &x, rows, cols)?);
         }
-        if wants("transpose") {
-            let versions: Vec<Transpose> = Transpose::ALL
-                .into_iter()
-                .filter(|v| selected(v.name()))
-                .collect();
-            if !versions.is_empty() {
-                reports.push(transpose_problem(
-                    &gpu,
-                    &args.common,
-                    &day,
-                    &x,
-                    rows,
-                    cols,
-                    &versions,
-                )?);
-            }
+        if !transposes.is_empty() {
+            reports.push(transpose_problem(
+                &gpu,
+                &args.common,
+                &day,
+                &x,
+                rows,
+                cols,
+                &transposes,
+            )?);
         }
     }
-    if wants("reverse") {
-        let versions: Vec<Reverse> = Reverse::ALL
-            .into_iter()
-            .filter(|v| selected(v.name()))
-            .collect();
-        if !versions.is_empty() {
-            reports.push(reverse_problem(&gpu, &args.common, &day, n, &versions)?);
-        }
+    if !reversals.is_empty() {
+        reports.push(reverse_problem(&gpu, &args.common, &day, n, &reversals)?);
     }
     finish_reports(&args.common, &reports)
 }

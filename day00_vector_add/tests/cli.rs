@@ -1,0 +1,27 @@
+//! day00's command line: each bad request below is refused with exit 2 and one `error:` line
+//! saying why, before any GPU is opened (so this runs, and must pass, on machines without one).
+
+use common::testing::{assert_refused, day_binary};
+
+/// (arguments separated by spaces, what the error must say).
+const REFUSED: &[(&str, &str)] = &[
+    ("--n 0", "invalid value '0' for '--n"),
+    ("--n 12abc", "invalid value '12abc'"),
+    (
+        "--n 18446744073709551615",
+        "--n: 18446744073709551615 elements is too many to address",
+    ),
+    ("--n 2305843009213693952", "too many to address"),
+    ("--n 1000000000000000", "of host memory"),
+    ("--n 5 --kernel nope", "there is no kernel `nope` here"),
+    ("--n 5 --iters 0", "invalid value '0' for '--iters"),
+];
+
+#[test]
+fn bad_requests_are_refused_before_the_gpu() {
+    let binary = day_binary(env!("CARGO_BIN_EXE_day00"));
+    for (args, expect) in REFUSED {
+        let args: Vec<&str> = args.split_whitespace().collect();
+        assert_refused(&binary, &args, expect);
+    }
+}
