@@ -40,9 +40,22 @@ pub struct CommonArgs {
     /// Which GPU to use.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// Compile every kernel now instead of loading it from the kernel cache (which lives in
+    /// $DAYS_OF_GPU_KERNEL_CACHE, else the platform's cache folder).
+    #[arg(long)]
+    pub no_kernel_cache: bool,
 }
 
 impl CommonArgs {
+    /// Opens `--device`, with the kernel cache off when `--no-kernel-cache` asks so. Every
+    /// day opens its GPU through this, after its sizes are checked.
+    pub fn open_gpu(&self) -> anyhow::Result<crate::gpu::Gpu> {
+        if self.no_kernel_cache {
+            crate::kernel_cache::disable();
+        }
+        crate::gpu::Gpu::open(self.device)
+    }
+
     pub fn timing(&self) -> TimingOptions {
         TimingOptions {
             warmup: self.warmup as usize,

@@ -15,6 +15,7 @@ pub mod error;
 pub mod gpu;
 pub mod inputs;
 pub mod kernel;
+pub mod kernel_cache;
 pub mod matmul;
 pub mod norm;
 pub mod nvrtc;

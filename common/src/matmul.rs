@@ -177,7 +177,7 @@ fn run<D: MatmulDay>(args: &Args) -> Result<()> {
         check_host_fits(&shape.describe(), bytes_for("the matrices", elements, 12)?)?;
         device_bytes.push(bytes_for("the matrices", elements, 4)?);
     }
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = args.common.open_gpu()?;
     for (shape, &device) in shapes.iter().zip(&device_bytes) {
         gpu.check_fits(&shape.describe(), device)?;
     }

@@ -275,7 +275,7 @@ fn run<D: NormDay>(args: &Args) -> Result<()> {
         let device = bytes_for(what, elements, 3 * shape.dtype.size() as u64)?;
         device_bytes.push(device.saturating_add(64 << 20));
     }
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = args.common.open_gpu()?;
     for (shape, &device) in shapes.iter().zip(&device_bytes) {
         gpu.check_fits(&shape.describe(), device)?;
     }

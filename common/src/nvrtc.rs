@@ -5,14 +5,20 @@
 //! which the driver's attributes do not. The headers in `common/cuda/` are handed to NVRTC from
 //! memory, so `#include "common.cuh"` works on a machine that has none of this source tree.
 //! Set `NVRTC_LOG=1` to see the compiler's full report on stderr.
+//!
+//! A compilation is done once: its CUBIN and report go into the on-disk
+//! [`crate::kernel_cache`] and, for the rest of the process, into memory, so later runs and
+//! later tests of the same source load what is there.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CStr, CString, c_char};
+use std::sync::{Mutex, OnceLock};
 
 use anyhow::{Context, Result, bail};
 use cudarc::nvrtc::{result as nvrtc_result, sys};
 
 use crate::error::SetupError;
+use crate::kernel_cache::{self, Entry, KernelCache};
 
 /// The headers every kernel file may include, by the name it includes them under.
 pub const HEADERS: &[(&str, &str)] = &[
@@ -40,6 +46,21 @@ pub struct Compiled {
     pub log: String,
     /// Spill bytes (stores + loads) per kernel, read from the ptxas report.
     pub spills: BTreeMap<String, u32>,
+    /// Taken from the kernel cache (disk or this process's memory), not compiled now.
+    pub from_cache: bool,
+}
+
+impl Compiled {
+    fn from_entry(entry: Entry, from_cache: bool) -> Self {
+        let spills = parse_spills(&entry.log);
+        Self {
+            arch: entry.arch,
+            cubin: entry.cubin,
+            log: entry.log,
+            spills,
+            from_cache,
+        }
+    }
 }
 
 /// Fails with [`SetupError::NoNvrtc`] when libnvrtc cannot be loaded.
@@ -52,9 +73,102 @@ pub fn ensure_available() -> Result<(), SetupError> {
     }
 }
 
-/// Compiles `source` for `arch` (e.g. `sm_90`, `sm_90a`), with `extra_options` after ours.
-pub fn compile(source: &KernelSource, arch: &str, extra_options: &[&str]) -> Result<Compiled> {
+/// NVRTC's (major, minor) version, part of every cache key.
+pub fn version() -> Result<(i32, i32)> {
     ensure_available()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two valid out-pointers.
+    unsafe { sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| anyhow::anyhow!("nvrtcVersion failed: {e:?}"))?;
+    Ok((major, minor))
+}
+
+/// Compiles `source` for `arch` (e.g. `sm_90`, `sm_90a`), with `extra_options` after ours:
+/// from this process's memory or the on-disk cache ([`KernelCache::from_env`]) when they
+/// have it.
+pub fn compile(source: &KernelSource, arch: &str, extra_options: &[&str]) -> Result<Compiled> {
+    compile_with_cache(
+        source,
+        arch,
+        extra_options,
+        KernelCache::from_env().as_ref(),
+    )
+}
+
+/// [`compile`] with the on-disk cache given (None: no disk cache; this process's memory is
+/// still used unless the cache is off).
+pub fn compile_with_cache(
+    source: &KernelSource,
+    arch: &str,
+    extra_options: &[&str],
+    cache: Option<&KernelCache>,
+) -> Result<Compiled> {
+    ensure_available()?;
+    let options = options(arch, extra_options);
+    let key = kernel_cache::key(source, &options, version()?);
+    // Keyed by folder too, so a test with its own cache folder is not answered from memory.
+    let memo_key = (cache.map(|c| c.dir().to_path_buf()), key.clone());
+    static MEMO: OnceLock<Mutex<HashMap<MemoKey, Entry>>> = OnceLock::new();
+    let memo = MEMO.get_or_init(Default::default);
+    if cache.is_some()
+        && let Some(entry) = memo.lock().expect("kernel memo").get(&memo_key)
+    {
+        return Ok(Compiled::from_entry(entry.clone(), true));
+    }
+    let compiled = match cache.and_then(|c| c.get(&key)) {
+        Some(entry) => Compiled::from_entry(entry, true),
+        None => {
+            let compiled = compile_now(source, arch, &options)?;
+            if let Some(cache) = cache {
+                let entry = Entry {
+                    arch: compiled.arch.clone(),
+                    cubin: compiled.cubin.clone(),
+                    log: compiled.log.clone(),
+                };
+                // A cache that cannot be written (a read-only home) only costs time.
+                if let Err(e) = cache.put(&key, &entry) {
+                    warn_once(&format!("{e:#}; compiling without it"));
+                }
+            }
+            compiled
+        }
+    };
+    if std::env::var_os("NVRTC_LOG").is_some() {
+        let from = if compiled.from_cache {
+            " (kernel cache)"
+        } else {
+            ""
+        };
+        eprintln!(
+            "NVRTC log of {} for {arch}{from}:\n{}",
+            source.file_name, compiled.log
+        );
+    }
+    if cache.is_some() {
+        let entry = Entry {
+            arch: compiled.arch.clone(),
+            cubin: compiled.cubin.clone(),
+            log: compiled.log.clone(),
+        };
+        memo.lock().expect("kernel memo").insert(memo_key, entry);
+    }
+    Ok(compiled)
+}
+
+/// This process's compilations: (the disk cache's folder, the key).
+type MemoKey = (Option<std::path::PathBuf>, String);
+
+/// Prints `warning: <text>` once per process.
+fn warn_once(text: &str) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("warning: {text}");
+    }
+}
+
+/// Our NVRTC options for `arch`, then `extra_options`.
+fn options(arch: &str, extra_options: &[&str]) -> Vec<String> {
     let mut options = vec![
         format!("--gpu-architecture={arch}"),
         "--std=c++17".to_string(),
@@ -63,15 +177,19 @@ pub fn compile(source: &KernelSource, arch: &str, extra_options: &[&str]) -> Res
         "--ptxas-options=-v".to_string(),
         // Where a driver is installed, NVRTC 13 keeps compiled programs in the driver's compute
         // cache (~/.nv/ComputeCache); a cache hit skips ptxas, and with it the report above, so
-        // the second run of a day would not know its spill bytes. Compiling a day's file takes
-        // tens of milliseconds: always compile.
+        // the second run of a day would not know its spill bytes. Our own cache keeps the
+        // report beside the CUBIN instead.
         "--no-cache".to_string(),
     ];
     options.extend(extra_options.iter().map(|s| s.to_string()));
+    options
+}
 
+/// Runs NVRTC.
+fn compile_now(source: &KernelSource, arch: &str, options: &[String]) -> Result<Compiled> {
     let program = Program::new(source)?;
     // SAFETY: `program.0` is a live program created above; options are plain strings.
-    let compiled = unsafe { nvrtc_result::compile_program(program.0, &options) };
+    let compiled = unsafe { nvrtc_result::compile_program(program.0, options) };
     let log = program.log()?;
     if let Err(e) = compiled {
         bail!(
@@ -82,16 +200,12 @@ pub fn compile(source: &KernelSource, arch: &str, extra_options: &[&str]) -> Res
     let cubin = program
         .cubin()
         .with_context(|| format!("reading the CUBIN of {}", source.file_name))?;
-    if std::env::var_os("NVRTC_LOG").is_some() {
-        eprintln!("NVRTC log of {} for {arch}:\n{log}", source.file_name);
-    }
-    let spills = parse_spills(&log);
-    Ok(Compiled {
+    let entry = Entry {
         arch: arch.to_string(),
         cubin,
         log,
-        spills,
-    })
+    };
+    Ok(Compiled::from_entry(entry, false))
 }
 
 /// An NVRTC program, destroyed on drop. Keeps the C strings it was made from alive.
@@ -237,6 +351,44 @@ KERNEL void probe(const bf16_t* in, f16_t* out, float* x, index_t n) {
             "log:\n{}",
             compiled.log
         );
+    }
+
+    #[test]
+    fn a_second_compile_comes_from_the_cache_with_its_ptxas_report() {
+        if !crate::testing::nvrtc_or_skip("common: kernel cache") {
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("days-of-gpu-nvrtc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let source = KernelSource {
+            file_name: "cached.cu",
+            code: "#include \"common.cuh\"\nKERNEL void cached(float* x) { x[threadIdx.x] = 1.0f; }",
+        };
+        // A fresh cache object each time, as a second process would have.
+        let first =
+            compile_with_cache(&source, "sm_90", &[], Some(&KernelCache::at(&dir))).unwrap();
+        assert!(!first.from_cache);
+        let disk = KernelCache::at(&dir);
+        let key = kernel_cache::key(&source, &options("sm_90", &[]), version().unwrap());
+        assert!(
+            disk.get(&key).is_some(),
+            "the first compile filled the cache"
+        );
+        let second = compile_with_cache(&source, "sm_90", &[], Some(&disk)).unwrap();
+        assert!(second.from_cache);
+        assert_eq!(second.cubin, first.cubin);
+        assert_eq!(second.spills, first.spills);
+        assert_eq!(second.spills.get("cached"), Some(&0));
+        // Other options are another entry.
+        let other = compile_with_cache(&source, "sm_90", &["-DX=1"], Some(&disk)).unwrap();
+        assert!(!other.from_cache);
+        // Without a cache, NVRTC runs every time.
+        assert!(
+            !compile_with_cache(&source, "sm_90", &[], None)
+                .unwrap()
+                .from_cache
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -156,7 +156,7 @@ fn run<D: SoftmaxDay>(args: &Args) -> Result<()> {
         check_host_fits(&shape.describe(), host)?;
         device_bytes.push(bytes_for(what, elements, 2 * shape.dtype.size() as u64)?);
     }
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = args.common.open_gpu()?;
     for (shape, &device) in shapes.iter().zip(&device_bytes) {
         gpu.check_fits(&shape.describe(), device)?;
     }

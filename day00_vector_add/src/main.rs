@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Parser;
 use common::cli::{CommonArgs, bytes_for, check_host_fits, run_main};
 use common::session::{Expected, Problem, Session, Version as RunVersion};
-use common::{Gpu, Tolerance, inputs, reference};
+use common::{Tolerance, inputs, reference};
 use day00::{VectorAdd, Version};
 
 /// Day 0: vector addition, out = a + b, f32.
@@ -37,7 +37,7 @@ fn run(args: Args) -> Result<()> {
     // a, b and one output as f32, and the f64 reference.
     check_host_fits("--n", bytes_for("--n", n, 3 * 4 + 8)?)?;
 
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = args.common.open_gpu()?;
     gpu.check_fits("--n", device_bytes)?;
     let day = VectorAdd::load(&gpu)?;
 

@@ -217,7 +217,7 @@ fn run(args: Args) -> Result<()> {
         day10::validate(shape)?;
         day10::check_head_dim(shape.head_dim, &versions)?;
     }
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = args.common.open_gpu()?;
     let day = FlashAttention::load(&gpu)?;
     let mut reports = Vec::new();
     for shape in &shapes {

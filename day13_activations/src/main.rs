@@ -93,7 +93,7 @@ fn run(args: Args) -> Result<()> {
         let device = bytes_for(what, elements, (tensors + 1) * size + 1)?;
         problems.push((op, dtype, device));
     }
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = args.common.open_gpu()?;
     for &(op, _, device_bytes) in &problems {
         gpu.check_fits(op.name(), device_bytes)?;
     }

@@ -70,7 +70,7 @@ fn run(args: Args) -> Result<()> {
         let traffic = sizes::sum(what, &[elements, n, m])?;
         device_bytes.push(sizes::product(what, &[traffic, 4, 2])? as u64);
     }
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = args.common.open_gpu()?;
     for (&(m, n), &device) in shapes.iter().zip(&device_bytes) {
         gpu.check_fits(&format!("{m} x {n}"), device)?;
     }

@@ -126,7 +126,7 @@ fn run(args: Args) -> Result<()> {
         check_host_fits("--m --n --k", shape.host_bytes()?)?;
     }
 
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = args.common.open_gpu()?;
     if elementwise {
         // x, q and y of the elementwise problems at once.
         gpu.check_fits(

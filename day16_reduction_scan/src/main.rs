@@ -109,7 +109,7 @@ fn run(args: Args) -> Result<()> {
     bytes_for("--n", args.n, 8)?;
     check_host_fits("--n", bytes_for("--n", args.n, 4 + 8 + 8 + 4 + 8)?)?;
 
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = args.common.open_gpu()?;
     gpu.check_fits("--n", bytes_for("--n", args.n, 8)?)?;
     let reductions = Reductions::load(&gpu)?;
     let scans = Scans::load(&gpu)?;

@@ -121,7 +121,7 @@ fn run(args: Args) -> Result<()> {
         Some(bytes_for("--n", args.n, 8)?)
     };
 
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = args.common.open_gpu()?;
     if let Some(bytes) = matrix {
         gpu.check_fits("--rows x --cols", bytes)?;
     }

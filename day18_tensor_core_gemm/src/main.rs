@@ -154,7 +154,7 @@ fn run(args: Args) -> Result<()> {
             bytes_for("the matrices", elements, elem)?,
         )?;
     }
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = args.common.open_gpu()?;
     for s in &shapes {
         gpu.check_fits(&s.describe(args.dtype), s.min_bytes(args.dtype))?;
     }

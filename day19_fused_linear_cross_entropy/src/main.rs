@@ -116,7 +116,7 @@ fn run(args: Args) -> Result<()> {
         h_w.saturating_mul(2 + 2 + 8)
             .saturating_add(logits.saturating_mul(2 + 2 + 8)),
     )?;
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = args.common.open_gpu()?;
     let ce = CrossEntropy::load(&gpu)?;
     let mut reports = Vec::new();
     if !fused.is_empty() {

@@ -230,7 +230,7 @@ fn run(args: Args) -> Result<()> {
         day20::validate(shape)?;
         day20::check_head_dim(shape.head_dim, &versions)?;
     }
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = args.common.open_gpu()?;
     let day = FlashAttention::load(&gpu)?;
     let mut reports = Vec::new();
     for shape in &shapes {
