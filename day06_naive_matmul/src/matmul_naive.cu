@@ -8,6 +8,7 @@
 // Threads along x take consecutive *rows*. At each step l a warp reads A[row][l] for 32 rows
 // (32 lines k floats apart), the same B[l][col] (one broadcast), and at the end writes 32 C
 // values n floats apart: every access of the warp touches 32 different cache lines.
+// grid(ceil(m / 32), ceil(n / 32)), block(32, 32): x runs down the rows of C
 KERNEL void matmul_naive_uncoalesced(const float* A, const float* B, float* C, int m, int n,
                                      int k) {
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
@@ -22,6 +23,7 @@ KERNEL void matmul_naive_uncoalesced(const float* A, const float* B, float* C, i
 // Threads along x take consecutive *columns*. At each step a warp reads one A[row][l] (a
 // broadcast) and B[l][col..col+31], 128 consecutive bytes: one line. The writes are one line
 // too. Same arithmetic, same instructions; only the mapping changed.
+// grid(ceil(n / 32), ceil(m / 32)), block(32, 32): x runs along the columns of C
 KERNEL void matmul_naive_coalesced(const float* A, const float* B, float* C, int m, int n,
                                    int k) {
     const int col = blockIdx.x * blockDim.x + threadIdx.x;

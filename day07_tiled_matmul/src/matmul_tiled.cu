@@ -34,6 +34,7 @@ __device__ __forceinline__ void matmul_tiled(const float* A, const float* B, flo
     if (row < m && col < n) C[(index_t)row * n + col] = acc;
 }
 
+// grid(ceil(n / T), ceil(m / T)), block(T, T): one output of C per thread, T = 8, 16, 32
 #define TILED(T)                                                                              \
     KERNEL void __launch_bounds__(T * T)                                                      \
         matmul_tiled_##T(const float* A, const float* B, float* C, int m, int n, int k) {     \

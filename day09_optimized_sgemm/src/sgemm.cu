@@ -59,6 +59,7 @@ __device__ __forceinline__ float load1(const float* M, int rows, int cols, int r
 // v1: 1D block tiling. A 64 x 64 tile of C per block of 512 threads; each thread keeps 8
 // outputs of one column in registers. Per step of k, a thread loads one value of B from shared
 // memory and reuses it for 8 multiply-adds (day 7 loaded 2 values per multiply-add).
+// grid(ceil(n / 64), ceil(m / 64)), block(512): a 64 x 64 tile of C, 8 outputs per thread
 KERNEL void __launch_bounds__(512) sgemm_tile1d(const float* A, const float* B, float* C, int m,
                                                 int n, int k) {
     constexpr int BM = 64, BN = 64, BK = 8, TM = 8;
@@ -96,6 +97,7 @@ KERNEL void __launch_bounds__(512) sgemm_tile1d(const float* A, const float* B, 
 // v2: 2D block tiling. A 128 x 128 tile per block of 256 threads; each thread an 8 x 8 block of
 // outputs. Per step of k it loads 8 values of A and 8 of B into registers and does 64
 // multiply-adds with them: 16 shared loads per 64 FMAs instead of 9 per 8.
+// grid(ceil(n / 128), ceil(m / 128)), block(256): a 128 x 128 tile of C, 8 x 8 per thread
 KERNEL void __launch_bounds__(256) sgemm_tile2d(const float* A, const float* B, float* C, int m,
                                                 int n, int k) {
     constexpr int BM = 128, BN = 128, BK = 8, TM = 8, TN = 8, THREADS = 256;
@@ -522,6 +524,7 @@ __device__ __forceinline__ void sgemm_multistage(const float* A, const float* B,
 // ---------------------------------------------------------------------------------------------
 // The extern "C" entry points, `_v` (16-byte accesses) and `_s` (4-byte) of each.
 
+// grid(ceil(n / 128), ceil(m / 128)), block(256): a 128 x 128 tile of C, 8 x 8 per thread
 #define BOTH_FORMS(name, threads, min_blocks)                                                  \
     KERNEL void __launch_bounds__(threads, min_blocks)                                         \
         name##_v(const float* A, const float* B, float* C, int m, int n, int k) {              \
@@ -540,6 +543,7 @@ BOTH_FORMS(sgemm_double_buffer, 256, 2)
 // 32 per warp. The first is the `warptile` version; `autotuned` times them all on the problem
 // and keeps the fastest. MIN_BLOCKS asks ptxas to fit that many blocks per SM (registers capped
 // to match).
+// grid(ceil(n / BN), ceil(m / BM)), block(THREADS): a BM x BN tile of C, a WM x WN tile per warp
 #define WARPTILE(BM, BN, BK, WM, WN, LM, THREADS, MIN_BLOCKS)                                  \
     KERNEL void __launch_bounds__(THREADS, MIN_BLOCKS)                                         \
         sgemm_warptile_##BM##x##BN##x##BK##_w##WM##x##WN##_l##LM##_v(                          \
@@ -568,6 +572,8 @@ WARPTILE(128, 128, 8, 64, 64, 4, 128, 2)
 
 // Multi-stage configurations: as WARPTILE, plus STAGES tiles in flight (dynamic shared memory
 // of STAGES x the tile pair, set by the launcher).
+// grid(ceil(n / BN), ceil(m / BM)), block(THREADS), dynamic shared memory STAGES x (A and B
+// tiles): a BM x BN tile of C, a WM x WN tile per warp
 #define MULTISTAGE(BM, BN, BK, WM, WN, LM, THREADS, STAGES, MIN_BLOCKS)                        \
     KERNEL void __launch_bounds__(THREADS, MIN_BLOCKS)                                         \
         sgemm_multistage_##BM##x##BN##x##BK##_w##WM##x##WN##_l##LM##_s##STAGES##_v(            \
