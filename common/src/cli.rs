@@ -180,6 +180,34 @@ pub fn exit_code_for(err: &anyhow::Error) -> u8 {
     }
 }
 
+/// A family day's flags: the family's own (`A`) beside the common ones.
+#[derive(clap::Parser)]
+pub struct FamilyArgs<A: clap::Args> {
+    #[command(flatten)]
+    pub family: A,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// The whole `main` of a day that a family runner drives (softmax, matmul, norm): parses the
+/// family's flags and the common ones under the day's name and title, then `run`s them
+/// through [`run_main`].
+pub fn family_main<A: clap::Args>(
+    day: &'static str,
+    title: &str,
+    run: impl FnOnce(&A, &CommonArgs) -> anyhow::Result<()>,
+) -> ExitCode {
+    use clap::{CommandFactory, FromArgMatches};
+    let command = FamilyArgs::<A>::command()
+        .name(day)
+        .about(format!("{day}: {title}"));
+    let args = match FamilyArgs::<A>::from_arg_matches(&command.get_matches()) {
+        Ok(args) => args,
+        Err(e) => e.exit(),
+    };
+    run_main(|| run(&args.family, &args.common))
+}
+
 /// Runs a day's `main`, turning an error into one `error:` line and its exit code: no panic
 /// backtraces for things a user can fix.
 pub fn run_main(body: impl FnOnce() -> anyhow::Result<()>) -> ExitCode {

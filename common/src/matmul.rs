@@ -12,12 +12,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{CommandFactory, FromArgMatches};
 use cudarc::driver::CudaSlice;
 use cudarc::driver::PushKernelArg;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
+use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
 use crate::cublas::Cublas;
 use crate::gpu::Gpu;
 use crate::kernel::{Kernel, LaunchShape};
@@ -144,29 +143,14 @@ pub trait MatmulDay: Sized {
     fn plan<'a>(&'a self, gpu: &'a Gpu, version: &str, shape: Shape) -> Result<Plan<'a>>;
 }
 
-#[derive(clap::Parser)]
-struct Args {
-    #[command(flatten)]
-    matmul: MatmulArgs,
-    #[command(flatten)]
-    common: CommonArgs,
-}
-
 /// The whole `main` of a matmul day.
 pub fn main<D: MatmulDay>() -> ExitCode {
-    let command = Args::command()
-        .name(D::DAY)
-        .about(format!("{}: {}", D::DAY, D::TITLE));
-    let args = match Args::from_arg_matches(&command.get_matches()) {
-        Ok(args) => args,
-        Err(e) => e.exit(),
-    };
-    run_main(|| run::<D>(&args))
+    family_main(D::DAY, D::TITLE, run::<D>)
 }
 
-fn run<D: MatmulDay>(args: &Args) -> Result<()> {
-    let versions = args.common.select_versions(D::VERSIONS)?;
-    let shapes = problems::<D>(&args.matmul)?;
+fn run<D: MatmulDay>(family: &MatmulArgs, common: &CommonArgs) -> Result<()> {
+    let versions = common.select_versions(D::VERSIONS)?;
+    let shapes = problems::<D>(family)?;
     // Every size is checked here, before the GPU is opened: the elements of A, B and C, and
     // the 2 m n k FLOPs and tiled traffic the table reports.
     let mut device_bytes = Vec::with_capacity(shapes.len());
@@ -177,18 +161,18 @@ fn run<D: MatmulDay>(args: &Args) -> Result<()> {
         check_host_fits(&shape.describe(), bytes_for("the matrices", elements, 12)?)?;
         device_bytes.push(bytes_for("the matrices", elements, 4)?);
     }
-    let gpu = args.common.open_gpu()?;
+    let gpu = common.open_gpu()?;
     for (shape, &device) in shapes.iter().zip(&device_bytes) {
         gpu.check_fits(&shape.describe(), device)?;
     }
     let cublas = Cublas::open(&gpu)?;
     let day = D::load(&gpu)?;
-    let quiet = args.matmul.sweep;
+    let quiet = family.sweep;
     let progress = progress_bar(quiet, shapes.len() * (versions.len() + 1));
     let run = Run {
         gpu: &gpu,
         cublas: &cublas,
-        common: &args.common,
+        common,
         day: &day,
         versions: &versions,
         quiet,
@@ -199,13 +183,13 @@ fn run<D: MatmulDay>(args: &Args) -> Result<()> {
         .map(|shape| run.problem(*shape))
         .collect::<Result<Vec<_>>>()?;
     progress.finish_and_clear();
-    if args.matmul.sweep {
-        plot_sweep::<D>(&args.matmul, &gpu, &versions, &reports)?;
+    if family.sweep {
+        plot_sweep::<D>(family, &gpu, &versions, &reports)?;
     }
-    if let (Some(path), Some(first)) = (&args.matmul.roofline, reports.first()) {
+    if let (Some(path), Some(first)) = (&family.roofline, reports.first()) {
         plot_roofline::<D>(path, &gpu, first)?;
     }
-    finish_reports(&args.common, &reports)
+    finish_reports(common, &reports)
 }
 
 /// Elements of A, B and C together, refusing sizes whose count overflows.

@@ -13,7 +13,6 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::{CommandFactory, FromArgMatches};
 use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
 
@@ -21,7 +20,7 @@ pub use crate::reference::norm::Kind;
 pub use crate::session::Refused;
 
 use crate::check::{self, CheckReport, Tolerance};
-use crate::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
+use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
 use crate::dtype::Dtype;
 use crate::element::Element;
 use crate::gpu::Gpu;
@@ -216,31 +215,16 @@ pub struct NormArgs {
     pub eps: Option<f64>,
 }
 
-#[derive(clap::Parser)]
-struct Args {
-    #[command(flatten)]
-    norm: NormArgs,
-    #[command(flatten)]
-    common: CommonArgs,
-}
-
-/// The whole `main` of a normalization day.
+/// The whole `main` of a norm day.
 pub fn main<D: NormDay>() -> ExitCode {
-    let command = Args::command()
-        .name(D::DAY)
-        .about(format!("{}: {}", D::DAY, D::TITLE));
-    let args = match Args::from_arg_matches(&command.get_matches()) {
-        Ok(args) => args,
-        Err(e) => e.exit(),
-    };
-    run_main(|| run::<D>(&args))
+    family_main(D::DAY, D::TITLE, run::<D>)
 }
 
-fn run<D: NormDay>(args: &Args) -> Result<()> {
+fn run<D: NormDay>(family: &NormArgs, common: &CommonArgs) -> Result<()> {
     let all: Vec<&'static str> = [D::FORWARD_VERSIONS, D::BACKWARD_VERSIONS].concat();
-    let versions = args.common.select_versions(&all)?;
-    let eps = eps_of::<D>(&args.norm)?;
-    let shapes: Vec<Shape> = problems::<D>(&args.norm)?
+    let versions = common.select_versions(&all)?;
+    let eps = eps_of::<D>(family)?;
+    let shapes: Vec<Shape> = problems::<D>(family)?
         .into_iter()
         .filter(|s| {
             versions_of::<D>(s.pass)
@@ -252,7 +236,7 @@ fn run<D: NormDay>(args: &Args) -> Result<()> {
         // Only --pass and --kernel can empty the list: the versions chosen are all of the
         // other pass.
         let chosen = versions.join(",");
-        let msg = match args.norm.pass {
+        let msg = match family.pass {
             Some(Pass::Forward) => format!("--kernel {chosen} has no version of the forward pass"),
             Some(Pass::Backward) => {
                 format!("--kernel {chosen} has no version of the backward pass")
@@ -275,7 +259,7 @@ fn run<D: NormDay>(args: &Args) -> Result<()> {
         let device = bytes_for(what, elements, 3 * shape.dtype.size() as u64)?;
         device_bytes.push(device.saturating_add(64 << 20));
     }
-    let gpu = args.common.open_gpu()?;
+    let gpu = common.open_gpu()?;
     for (shape, &device) in shapes.iter().zip(&device_bytes) {
         gpu.check_fits(&shape.describe(), device)?;
     }
@@ -284,7 +268,7 @@ fn run<D: NormDay>(args: &Args) -> Result<()> {
     for shape in &shapes {
         let run = Run {
             gpu: &gpu,
-            common: &args.common,
+            common: common,
             day: &day,
             versions: &versions,
             eps,
@@ -296,7 +280,7 @@ fn run<D: NormDay>(args: &Args) -> Result<()> {
             integer => unreachable!("normalizations take float dtypes only, not {integer}"),
         });
     }
-    finish_reports(&args.common, &reports)
+    finish_reports(common, &reports)
 }
 
 /// `--eps`, rounded to the f32 the kernels get, or the day's default.

@@ -9,13 +9,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::{CommandFactory, FromArgMatches};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use half::{bf16, f16};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::check::{self, Tolerance};
-use crate::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
+use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
 use crate::dtype::Dtype;
 use crate::element::{Element, as_type, as_type_mut};
 use crate::gpu::Gpu;
@@ -123,29 +122,14 @@ pub trait SoftmaxDay: Sized {
     ) -> Result<Plan<'a, T>>;
 }
 
-#[derive(clap::Parser)]
-struct Args {
-    #[command(flatten)]
-    softmax: SoftmaxArgs,
-    #[command(flatten)]
-    common: CommonArgs,
-}
-
 /// The whole `main` of a softmax day.
 pub fn main<D: SoftmaxDay>() -> ExitCode {
-    let command = Args::command()
-        .name(D::DAY)
-        .about(format!("{}: {}", D::DAY, D::TITLE));
-    let args = match Args::from_arg_matches(&command.get_matches()) {
-        Ok(args) => args,
-        Err(e) => e.exit(),
-    };
-    run_main(|| run::<D>(&args))
+    family_main(D::DAY, D::TITLE, run::<D>)
 }
 
-fn run<D: SoftmaxDay>(args: &Args) -> Result<()> {
-    let versions = args.common.select_versions(D::VERSIONS)?;
-    let shapes = problems::<D>(&args.softmax, &versions)?;
+fn run<D: SoftmaxDay>(family: &SoftmaxArgs, common: &CommonArgs) -> Result<()> {
+    let versions = common.select_versions(D::VERSIONS)?;
+    let shapes = problems::<D>(family, &versions)?;
     // Every size is checked here, before the GPU is opened: the device bytes of each shape.
     let mut device_bytes = Vec::with_capacity(shapes.len());
     for shape in &shapes {
@@ -156,18 +140,18 @@ fn run<D: SoftmaxDay>(args: &Args) -> Result<()> {
         check_host_fits(&shape.describe(), host)?;
         device_bytes.push(bytes_for(what, elements, 2 * shape.dtype.size() as u64)?);
     }
-    let gpu = args.common.open_gpu()?;
+    let gpu = common.open_gpu()?;
     for (shape, &device) in shapes.iter().zip(&device_bytes) {
         gpu.check_fits(&shape.describe(), device)?;
     }
     let day = D::load(&gpu)?;
-    let quiet = args.softmax.sweep;
+    let quiet = family.sweep;
     let progress = progress_bar(quiet, shapes.len() * versions.len());
     let mut reports = Vec::new();
     for shape in &shapes {
         let run = Run {
             gpu: &gpu,
-            common: &args.common,
+            common: common,
             day: &day,
             versions: &versions,
             quiet,
@@ -181,10 +165,10 @@ fn run<D: SoftmaxDay>(args: &Args) -> Result<()> {
         });
     }
     progress.finish_and_clear();
-    if args.softmax.sweep {
-        plot_sweep::<D>(args, &gpu, &versions, &reports)?;
+    if family.sweep {
+        plot_sweep::<D>(family, &gpu, &versions, &reports)?;
     }
-    finish_reports(&args.common, &reports)
+    finish_reports(common, &reports)
 }
 
 /// The shapes to run: the sweep, the one given, or the day's defaults (in `--dtype` if given),
@@ -333,7 +317,7 @@ impl<D: SoftmaxDay> Run<'_, D> {
 /// The sweep's plot (GB/s against columns, one line per version, the peers and the copy
 /// ceiling) and a summary table on stdout.
 fn plot_sweep<D: SoftmaxDay>(
-    args: &Args,
+    family: &SoftmaxArgs,
     gpu: &Gpu,
     versions: &[&str],
     reports: &[DayReport],
@@ -346,7 +330,7 @@ fn plot_sweep<D: SoftmaxDay>(
         Some(f.gb_per_s)
     }));
     let ceiling = gpu.copy_ceiling_gbs()?;
-    let dtype = args.softmax.dtype.unwrap_or(Dtype::F32);
+    let dtype = family.dtype.unwrap_or(Dtype::F32);
     let title = format!(
         "{} {}: {dtype}, 2^26 elements per point, {}",
         D::DAY,
@@ -354,7 +338,7 @@ fn plot_sweep<D: SoftmaxDay>(
         gpu.info.name
     );
     plot::write_svg(
-        &args.softmax.plot,
+        &family.plot,
         &LinePlot {
             title: &title,
             x_label: "columns per row",
@@ -368,7 +352,7 @@ fn plot_sweep<D: SoftmaxDay>(
         },
     )?;
     let table = sweep::summary_table("columns", "GB/s", 0, &series);
-    println!("{title}\n{table}\nplot: {}", args.softmax.plot.display());
+    println!("{title}\n{table}\nplot: {}", family.plot.display());
     Ok(())
 }
 
