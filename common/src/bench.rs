@@ -157,6 +157,20 @@ pub(crate) fn measure_copy_bandwidth(gpu: &Gpu) -> Result<f64> {
     Ok(gb_per_s(2 * bytes as u64, timing.median_ms))
 }
 
+/// The copy ceiling, here beside the measurement it runs, so that `gpu` needs nothing of
+/// `bench`.
+impl Gpu {
+    /// Device-to-device copy bandwidth in GB/s (bytes read + bytes written), measured once per
+    /// process: the ceiling for memory-bound kernels in every table.
+    pub fn copy_ceiling_gbs(&self) -> Result<f64> {
+        if let Some(v) = self.copy_ceiling_gbs.get() {
+            return Ok(*v);
+        }
+        let v = measure_copy_bandwidth(self)?;
+        Ok(*self.copy_ceiling_gbs.get_or_init(|| v))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,5 @@
 //! The two kinds of error a user can cause, kept apart from internal failures so that `main`
-//! can print one clear line and choose the exit code (see [`crate::cli::exit_code_for`]).
+//! can print one clear line and choose the exit code (`cli::exit_code_for`).
 
 use thiserror::Error;
 
@@ -45,3 +45,9 @@ impl UsageError {
 pub struct CheckFailed {
     pub failed: usize,
 }
+
+/// A version cannot take this problem (a size it does not handle, a GPU without what it
+/// needs): it is skipped and listed as not run, not failed.
+#[derive(Debug, Error)]
+#[error("{0}")]
+pub struct Refused(pub String);

@@ -2,16 +2,14 @@
 
 use std::sync::{Arc, OnceLock};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use cudarc::driver::{
-    CudaContext, CudaModule, CudaSlice, CudaStream, DevicePtrMut, sys, sys::CUdevice_attribute,
+    CudaContext, CudaSlice, CudaStream, DevicePtrMut, sys, sys::CUdevice_attribute,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::element::Element;
 use crate::error::{SetupError, UsageError};
-use crate::kernel::Kernel;
-use crate::nvrtc::{self, Compiled, KernelSource};
 
 /// What the report says about the device a run used.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -70,7 +68,8 @@ pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub info: DeviceInfo,
-    copy_ceiling_gbs: OnceLock<f64>,
+    /// The copy ceiling, measured once per process by [`crate::bench`].
+    pub(crate) copy_ceiling_gbs: OnceLock<f64>,
 }
 
 /// Counts the CUDA devices, or says what is missing. Never panics without a driver: cudarc
@@ -119,27 +118,6 @@ impl Gpu {
             info,
             copy_ceiling_gbs: OnceLock::new(),
         })
-    }
-
-    /// Compiles a day's kernel file for this device and loads it.
-    pub fn load(&self, source: &KernelSource) -> Result<Module> {
-        self.load_for_arch(source, &self.info.arch.clone(), &[])
-    }
-
-    /// Like [`Gpu::load`] with an explicit target (`sm_90a` for wgmma) and extra NVRTC options.
-    pub fn load_for_arch(
-        &self,
-        source: &KernelSource,
-        arch: &str,
-        extra_options: &[&str],
-    ) -> Result<Module> {
-        let compiled = nvrtc::compile(source, arch, extra_options)?;
-        let image = cudarc::nvrtc::Ptx::from_binary(compiled.cubin.clone());
-        let module = self
-            .ctx
-            .load_module(image)
-            .with_context(|| format!("loading the CUBIN of {}", source.file_name))?;
-        Ok(Module { module, compiled })
     }
 
     /// Refuses, before anything is allocated, a problem whose buffers do not fit in the free
@@ -198,16 +176,6 @@ impl Gpu {
         Ok(())
     }
 
-    /// Device-to-device copy bandwidth in GB/s (bytes read + bytes written), measured once per
-    /// process: the ceiling for memory-bound kernels in every table.
-    pub fn copy_ceiling_gbs(&self) -> Result<f64> {
-        if let Some(v) = self.copy_ceiling_gbs.get() {
-            return Ok(*v);
-        }
-        let v = crate::bench::measure_copy_bandwidth(self)?;
-        Ok(*self.copy_ceiling_gbs.get_or_init(|| v))
-    }
-
     pub fn synchronize(&self) -> Result<()> {
         Ok(self.stream.synchronize()?)
     }
@@ -245,21 +213,4 @@ fn read_device_info(ctx: &Arc<CudaContext>, ordinal: usize) -> Result<DeviceInfo
         driver_cuda_version,
         clock_khz: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)? as u32,
     })
-}
-
-/// A loaded kernel file: the driver module and what the compiler said.
-pub struct Module {
-    pub module: Arc<CudaModule>,
-    pub compiled: Compiled,
-}
-
-impl Module {
-    /// Looks up a kernel by its `extern "C"` name and reads its attributes.
-    pub fn kernel(&self, gpu: &Gpu, name: &str) -> Result<Kernel> {
-        let func = self
-            .module
-            .load_function(name)
-            .with_context(|| format!("kernel `{name}` is not in {}", self.compiled.arch))?;
-        Kernel::new(gpu, name, func, self.compiled.spills.get(name).copied())
-    }
 }

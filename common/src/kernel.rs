@@ -2,11 +2,14 @@
 
 use std::fmt;
 
-use anyhow::{Result, bail};
-use cudarc::driver::{CudaFunction, LaunchConfig, sys::CUfunction_attribute};
+use anyhow::{Context, Result, bail};
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, sys::CUfunction_attribute};
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::Gpu;
+use crate::nvrtc::{self, Compiled, KernelSource};
 
 /// What the compiler gave a kernel: the resources that decide how many of its blocks share
 /// an SM.
@@ -205,6 +208,48 @@ impl KernelSet {
         self.kernels
             .get(name)
             .ok_or_else(|| anyhow::anyhow!("kernel `{name}` was not loaded"))
+    }
+}
+
+/// Loading kernel files: here, above the device layer, so that `gpu` needs nothing of
+/// `kernel` or `nvrtc`.
+impl Gpu {
+    /// Compiles a day's kernel file for this device and loads it.
+    pub fn load(&self, source: &KernelSource) -> Result<Module> {
+        self.load_for_arch(source, &self.info.arch.clone(), &[])
+    }
+
+    /// Like [`Gpu::load`] with an explicit target (`sm_90a` for wgmma) and extra NVRTC options.
+    pub fn load_for_arch(
+        &self,
+        source: &KernelSource,
+        arch: &str,
+        extra_options: &[&str],
+    ) -> Result<Module> {
+        let compiled = nvrtc::compile(source, arch, extra_options)?;
+        let image = cudarc::nvrtc::Ptx::from_binary(compiled.cubin.clone());
+        let module = self
+            .ctx
+            .load_module(image)
+            .with_context(|| format!("loading the CUBIN of {}", source.file_name))?;
+        Ok(Module { module, compiled })
+    }
+}
+
+/// A loaded kernel file: the driver module and what the compiler said.
+pub struct Module {
+    pub module: Arc<CudaModule>,
+    pub compiled: Compiled,
+}
+
+impl Module {
+    /// Looks up a kernel by its `extern "C"` name and reads its attributes.
+    pub fn kernel(&self, gpu: &Gpu, name: &str) -> Result<Kernel> {
+        let func = self
+            .module
+            .load_function(name)
+            .with_context(|| format!("kernel `{name}` is not in {}", self.compiled.arch))?;
+        Kernel::new(gpu, name, func, self.compiled.spills.get(name).copied())
     }
 }
 

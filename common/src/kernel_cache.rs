@@ -22,8 +22,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
-use crate::nvrtc::{HEADERS, KernelSource};
-
 /// The environment variable that moves the cache (a folder) or turns it off (`off`).
 pub const CACHE_ENV: &str = "DAYS_OF_GPU_KERNEL_CACHE";
 
@@ -45,9 +43,15 @@ pub struct Entry {
     pub log: String,
 }
 
-/// The key of a compilation: hex SHA-256 of the source, the headers, the options and the
-/// NVRTC version, each length-prefixed so that no two different inputs run together.
-pub fn key(source: &KernelSource, options: &[String], nvrtc_version: (i32, i32)) -> String {
+/// The key of a compilation: hex SHA-256 of the kernel file (`file_name`, `code`), the
+/// `headers` it may include (name, text), the options and the NVRTC version, each
+/// length-prefixed so that no two different inputs run together.
+pub fn key(
+    (file_name, code): (&str, &str),
+    headers: &[(&str, &str)],
+    options: &[String],
+    nvrtc_version: (i32, i32),
+) -> String {
     let mut hash = Sha256::new();
     let mut part = |bytes: &[u8]| {
         hash.update((bytes.len() as u64).to_le_bytes());
@@ -55,9 +59,9 @@ pub fn key(source: &KernelSource, options: &[String], nvrtc_version: (i32, i32))
     };
     part(MAGIC);
     part(format!("nvrtc {}.{}", nvrtc_version.0, nvrtc_version.1).as_bytes());
-    part(source.file_name.as_bytes());
-    part(source.code.as_bytes());
-    for (name, text) in HEADERS {
+    part(file_name.as_bytes());
+    part(code.as_bytes());
+    for (name, text) in headers {
         part(name.as_bytes());
         part(text.as_bytes());
     }
@@ -200,10 +204,8 @@ mod tests {
         }
     }
 
-    const SOURCE: KernelSource = KernelSource {
-        file_name: "a.cu",
-        code: "KERNEL void a() {}",
-    };
+    const SOURCE: (&str, &str) = ("a.cu", "KERNEL void a() {}");
+    const HEADERS: &[(&str, &str)] = &[("common.cuh", "#define KERNEL")];
 
     #[test]
     fn an_entry_comes_back_as_it_was_stored() {
@@ -266,21 +268,27 @@ mod tests {
     #[test]
     fn the_key_changes_with_the_source_the_options_and_nvrtc() {
         let options = vec!["--gpu-architecture=sm_90".to_string()];
-        let base = key(&SOURCE, &options, (13, 0));
+        let base = key(SOURCE, HEADERS, &options, (13, 0));
         assert_eq!(base.len(), 64);
-        assert_eq!(key(&SOURCE, &options, (13, 0)), base);
-        let other_code = KernelSource {
-            code: "KERNEL void b() {}",
-            ..SOURCE
-        };
-        assert_ne!(key(&other_code, &options, (13, 0)), base);
-        let sm90a = vec!["--gpu-architecture=sm_90a".to_string()];
-        assert_ne!(key(&SOURCE, &sm90a, (13, 0)), base);
-        assert_ne!(key(&SOURCE, &options, (13, 1)), base);
-        // Options are hashed one by one: ["ab"] and ["a", "b"] differ.
-        let joined = key(&SOURCE, &["ab".to_string()], (13, 0));
+        assert_eq!(key(SOURCE, HEADERS, &options, (13, 0)), base);
         assert_ne!(
-            key(&SOURCE, &["a".to_string(), "b".to_string()], (13, 0)),
+            key(("a.cu", "KERNEL void b() {}"), HEADERS, &options, (13, 0)),
+            base
+        );
+        let other_header = [("common.cuh", "#define KERNEL extern")];
+        assert_ne!(key(SOURCE, &other_header, &options, (13, 0)), base);
+        let sm90a = vec!["--gpu-architecture=sm_90a".to_string()];
+        assert_ne!(key(SOURCE, HEADERS, &sm90a, (13, 0)), base);
+        assert_ne!(key(SOURCE, HEADERS, &options, (13, 1)), base);
+        // Options are hashed one by one: ["ab"] and ["a", "b"] differ.
+        let joined = key(SOURCE, HEADERS, &["ab".to_string()], (13, 0));
+        assert_ne!(
+            key(
+                SOURCE,
+                HEADERS,
+                &["a".to_string(), "b".to_string()],
+                (13, 0)
+            ),
             joined
         );
     }

@@ -106,7 +106,12 @@ pub fn compile_with_cache(
 ) -> Result<Compiled> {
     ensure_available()?;
     let options = options(arch, extra_options);
-    let key = kernel_cache::key(source, &options, version()?);
+    let key = kernel_cache::key(
+        (source.file_name, source.code),
+        HEADERS,
+        &options,
+        version()?,
+    );
     // Keyed by folder too, so a test with its own cache folder is not answered from memory.
     let memo_key = (cache.map(|c| c.dir().to_path_buf()), key.clone());
     static MEMO: OnceLock<Mutex<HashMap<MemoKey, Entry>>> = OnceLock::new();
@@ -369,7 +374,13 @@ KERNEL void probe(const bf16_t* in, f16_t* out, float* x, index_t n) {
             compile_with_cache(&source, "sm_90", &[], Some(&KernelCache::at(&dir))).unwrap();
         assert!(!first.from_cache);
         let disk = KernelCache::at(&dir);
-        let key = kernel_cache::key(&source, &options("sm_90", &[]), version().unwrap());
+        let source_pair = (source.file_name, source.code);
+        let key = kernel_cache::key(
+            source_pair,
+            HEADERS,
+            &options("sm_90", &[]),
+            version().unwrap(),
+        );
         assert!(
             disk.get(&key).is_some(),
             "the first compile filled the cache"

@@ -17,10 +17,8 @@ use crate::kernel::{Kernel, LaunchShape};
 use crate::report::{DayReport, RefusedVersion, Row};
 use crate::{peers, save};
 
-/// A version cannot take this problem (a size it does not handle): it is skipped, not failed.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Refused(pub String);
+/// Kept here too, where the days plan their versions; it lives with the other errors.
+pub use crate::error::Refused;
 
 /// What a day is measuring, for the table's heading and the bandwidth column.
 pub struct Problem {

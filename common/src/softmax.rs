@@ -151,7 +151,7 @@ fn run<D: SoftmaxDay>(family: &SoftmaxArgs, common: &CommonArgs) -> Result<()> {
     for shape in &shapes {
         let run = Run {
             gpu: &gpu,
-            common: common,
+            common,
             day: &day,
             versions: &versions,
             quiet,

@@ -12,8 +12,8 @@ use cudarc::driver::{DevicePtr, DeviceRepr, DeviceSlice};
 
 use crate::dtype::Dtype;
 use crate::element::Element;
+use crate::error::Refused;
 use crate::gpu::Gpu;
-use crate::session::Refused;
 
 /// The encoded map, aligned as the driver and the kernel parameter require.
 #[repr(C, align(64))]

@@ -1,0 +1,104 @@
+//! The GPU test every normalization day runs.
+
+use super::*;
+
+/// Rows of the GPU tests: one, a few (not a multiple of the rows per block), many.
+pub const TEST_ROWS: &[usize] = &[1, 3, 17, 1000];
+/// Widths of the GPU tests: 1, primes and widths no pack divides, exactly one warp's pack,
+/// the default 4096 and one past it, the backward's register limit (8192) and one past it.
+pub const TEST_COLS: &[usize] = &[1, 7, 127, 128, 1000, 4096, 4097, 8192, 8193];
+/// Widths at the forward's register limit and one past it, with fewer rows (the f64
+/// reference of 1000 x 32769 would dominate the test's time).
+pub const TEST_WIDE: &[(usize, usize)] = &[(1, 32768), (3, 32769), (17, 32768), (17, 32769)];
+
+fn test_shapes() -> Vec<(usize, usize)> {
+    let mut shapes: Vec<(usize, usize)> = TEST_ROWS
+        .iter()
+        .flat_map(|&r| TEST_COLS.iter().map(move |&c| (r, c)))
+        .collect();
+    shapes.extend_from_slice(TEST_WIDE);
+    shapes
+}
+
+/// The GPU test of a normalization day: every version of both passes, every dtype, every
+/// test shape it does not refuse, against the reference, each backward part (dx, dweight,
+/// dbias) against its own tolerance; outputs poisoned before each launch.
+pub fn test_every_version<D: NormDay>() {
+    let Some(gpu) = testing::gpu_or_skip(&format!("{} GPU correctness", D::DAY)) else {
+        return;
+    };
+    let day = D::load(&gpu).expect("kernels load");
+    for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+        match dtype {
+            Dtype::F32 => test_dtype::<f32, D>(&gpu, &day),
+            Dtype::F16 => test_dtype::<f16, D>(&gpu, &day),
+            _ => test_dtype::<bf16, D>(&gpu, &day),
+        }
+    }
+}
+
+fn test_dtype<T: Element, D: NormDay>(gpu: &Gpu, day: &D) {
+    let eps = D::DEFAULT_EPS as f32;
+    let mut ran: std::collections::BTreeMap<&str, usize> = Default::default();
+    for (i, (rows, cols)) in test_shapes().into_iter().enumerate() {
+        let host = HostInputs::<T>::new(rows, cols, 100 + i as u64);
+        for pass in [Pass::Forward, Pass::Backward] {
+            let inputs = host.upload(gpu, D::KIND, pass).expect("upload");
+            let (forward, grads) = match pass {
+                Pass::Forward => (Some(host.forward(D::KIND, rows, cols, eps)), None),
+                Pass::Backward => (None, Some(host.backward(D::KIND, rows, cols, eps))),
+            };
+            let len = match pass {
+                Pass::Forward => rows * cols,
+                Pass::Backward => backward_len(D::KIND, rows, cols),
+            };
+            let mut out = gpu.alloc_poisoned::<T>(len).expect("alloc");
+            for &version in versions_of::<D>(pass) {
+                let what = format!("{version} {} {rows} x {cols}", T::NAME);
+                let mut plan = match day.plan::<T>(gpu, version, rows, cols, eps) {
+                    Ok(plan) => plan,
+                    Err(e) if e.is::<Refused>() => continue,
+                    Err(e) => panic!("{what}: {e:#}"),
+                };
+                let got = launch_and_read(gpu, &mut out, &mut |out| (plan.launch)(&inputs, out))
+                    .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+                let report = match (&forward, &grads) {
+                    (Some(f), _) => check::compare(
+                        &got,
+                        &f.y,
+                        &[rows, cols],
+                        reference::forward_tolerance::<T>(f, plan.row_terms),
+                    ),
+                    (_, Some(g)) => {
+                        let tols =
+                            reference::backward_tolerances::<T>(g, plan.row_terms, plan.col_terms);
+                        check_backward(&got, g, cols, tols)
+                    }
+                    _ => unreachable!(),
+                };
+                assert!(report.passed(), "{what}: {report}");
+                *ran.entry(version).or_insert(0) += 1;
+            }
+        }
+    }
+    for &version in D::FORWARD_VERSIONS.iter().chain(D::BACKWARD_VERSIONS) {
+        let n = ran.get(version).copied().unwrap_or(0);
+        assert!(
+            n >= 10,
+            "{version} {}: ran on only {n} test shapes",
+            T::NAME
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_shapes_reach_past_both_register_limits() {
+        let shapes = test_shapes();
+        assert!(shapes.contains(&(1000, 8193)) && shapes.contains(&(17, 32769)));
+        assert!(shapes.contains(&(1, 1)));
+    }
+}

@@ -1,0 +1,207 @@
+//! What the normalization days' launchers share: size checks, the register tiers, grids and
+//! the column sums of the backward.
+
+use super::*;
+
+/// Checks the sizes of a launch: non-empty, x (and dy) `rows x cols`, the parameters `cols`,
+/// the output `out_expected` elements (`rows x cols`, or [`backward_len`]).
+pub fn check_sizes<T>(
+    inputs: &Inputs<T>,
+    out_len: usize,
+    rows: usize,
+    cols: usize,
+    out_expected: usize,
+) -> Result<()> {
+    if rows == 0 || cols == 0 {
+        anyhow::bail!("normalization: {rows} x {cols} is empty; rows and columns must be >= 1");
+    }
+    let n = rows
+        .checked_mul(cols)
+        .ok_or_else(|| anyhow::anyhow!("normalization: {rows} x {cols} overflows"))?;
+    let bad_dy = inputs.dy.as_ref().is_some_and(|dy| dy.len() != n);
+    let bad_bias = inputs.bias.as_ref().is_some_and(|b| b.len() != cols);
+    if inputs.x.len() != n || inputs.weight.len() != cols || bad_dy || bad_bias {
+        anyhow::bail!("normalization: the inputs do not hold {rows} x {cols}");
+    }
+    if out_len != out_expected {
+        anyhow::bail!(
+            "normalization: an output of {out_len} elements, not {out_expected}, for {rows} x {cols}"
+        );
+    }
+    Ok(())
+}
+
+/// Elements in one 16-byte pack of `dtype`.
+pub fn pack(dtype: Dtype) -> usize {
+    16 / dtype.size()
+}
+
+/// `v` (16-byte loads) when every row starts on a 16-byte boundary, i.e. the width is a
+/// multiple of the pack; `s` (scalar loads) otherwise.
+pub fn load_suffix(dtype: Dtype, cols: usize) -> &'static str {
+    if cols.is_multiple_of(pack(dtype)) {
+        "v"
+    } else {
+        "s"
+    }
+}
+
+/// The forward register tiers (threads per row, elements per thread), smallest first, as
+/// day05's: a row takes the first whose capacity (the product) holds it.
+pub fn forward_tiers(dtype: Dtype) -> [(usize, usize); 6] {
+    [
+        (32, pack(dtype)),
+        (32, 16),
+        (128, 32),
+        (256, 32),
+        (512, 32),
+        (1024, 32),
+    ]
+}
+
+/// The widest row the forward register kernels take: 32 elements in each of 1024 threads.
+pub const MAX_REGISTER_ROW: usize = 32 * 1024;
+
+/// The backward register tiers: x, dy, the weight and the weight gradients' accumulators all
+/// live in registers, and blocks are sized for 1024 threads per SM (64 registers each), so a
+/// thread holds 8 elements (16 spilled).
+pub fn backward_tiers(dtype: Dtype) -> [(usize, usize); 4] {
+    [(32, pack(dtype)), (256, 8), (512, 8), (1024, 8)]
+}
+
+/// The widest row the backward register kernels take.
+pub const MAX_BACKWARD_REGISTER_ROW: usize = 1024 * 8;
+
+/// The first tier of `tiers` that holds `cols`.
+pub fn tier_for(tiers: &[(usize, usize)], cols: usize) -> Option<(usize, usize)> {
+    tiers.iter().copied().find(|(g, e)| g * e >= cols)
+}
+
+/// A grid of one block per row must fit the grid's 2^31 - 1 blocks.
+pub fn block_per_row_grid(rows: usize) -> Result<u32> {
+    u32::try_from(rows)
+        .ok()
+        .filter(|&r| r <= i32::MAX as u32)
+        .ok_or_else(|| Refused(format!("{rows} rows exceed the grid's 2^31 - 1 blocks")).into())
+}
+
+/// Terms of a block-per-row sum over blocks of `threads`: each thread's strided share, then
+/// the tree (10 levels at most).
+pub fn block_terms(cols: usize, threads: u32) -> usize {
+    cols.div_ceil(threads as usize) + 10
+}
+
+/// The forward register tier for rows of `cols` and its launch shape (a warp per row and 8
+/// rows per block for the warp tiers, a block per row otherwise), or a refusal naming the
+/// versions that take longer rows.
+pub fn forward_register_plan(
+    dtype: Dtype,
+    rows: usize,
+    cols: usize,
+    longer_rows: &str,
+) -> Result<((usize, usize), LaunchShape)> {
+    let Some((group, ept)) = tier_for(&forward_tiers(dtype), cols) else {
+        return Err(Refused(format!(
+            "rows of {cols} exceed the {MAX_REGISTER_ROW} elements kept in registers \
+             ({longer_rows} take them)"
+        ))
+        .into());
+    };
+    let shape = if group == 32 {
+        LaunchShape::linear(block_per_row_grid(rows.div_ceil(8))?, 256)
+    } else {
+        LaunchShape::linear(block_per_row_grid(rows)?, group as u32)
+    };
+    Ok(((group, ept), shape))
+}
+
+/// The backward register tier for rows of `cols`, or a refusal naming the version that takes
+/// longer rows.
+pub fn backward_register_tier(
+    dtype: Dtype,
+    cols: usize,
+    longer_rows: &str,
+) -> Result<(usize, usize)> {
+    tier_for(&backward_tiers(dtype), cols).ok_or_else(|| {
+        Refused(format!(
+            "rows of {cols} exceed the {MAX_BACKWARD_REGISTER_ROW} elements the backward keeps \
+             in registers ({longer_rows} takes them)"
+        ))
+        .into()
+    })
+}
+
+/// Blocks for a kernel whose blocks loop over rows: as many as the GPU holds at once (so each
+/// SM keeps its blocks for the whole run), at most one per row.
+pub fn resident_blocks(kernel: &Kernel, threads: u32, sms: usize, rows: usize) -> Result<usize> {
+    let per_sm = kernel
+        .func
+        .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)?
+        as usize;
+    Ok((per_sm.max(1) * sms).min(rows).max(1))
+}
+
+/// The launch shape of `column_sums_<T>`: 32 columns per block, `COLUMN_SLICES` = 8 threads
+/// per column.
+pub fn column_sums_shape(cols: usize) -> LaunchShape {
+    LaunchShape {
+        grid: (cols.div_ceil(32) as u32, 1, 1),
+        block: (32, 8, 1),
+        dynamic_shared_bytes: 0,
+    }
+}
+
+/// The longest chain of additions in a two-stage column sum: `rows_per_chunk` in the first
+/// stage, then `chunks / 8 + 8` in `column_sums`.
+pub fn column_terms(rows_per_chunk: usize, chunks: usize) -> usize {
+    rows_per_chunk + chunks.div_ceil(8) + 8
+}
+
+/// Enqueues `column_sums_<T>(partials, out, chunks, cols)`: `out[c]` = the sum of column `c`
+/// of the `chunks x cols` partial sums, in a fixed order.
+pub fn launch_column_sums<T: Element>(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    partials: &CudaSlice<f32>,
+    out: &mut cudarc::driver::CudaViewMut<'_, T>,
+    chunks: usize,
+    cols: usize,
+) -> Result<()> {
+    use cudarc::driver::PushKernelArg;
+    if partials.len() < chunks * cols || out.len() != cols {
+        anyhow::bail!("column_sums: buffers do not hold {chunks} x {cols} partials");
+    }
+    let (chunks, cols64) = (chunks as u64, cols as u64);
+    let mut launch = gpu.stream.launch_builder(&kernel.func);
+    launch.arg(partials).arg(out).arg(&chunks).arg(&cols64);
+    // SAFETY: column_sums_<T>(const float* partials, T* out, index_t chunks, index_t cols),
+    // with partials holding chunks x cols floats and out cols elements, checked above.
+    unsafe { launch.launch(kernel.config(&column_sums_shape(cols))?) }?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiers_grow_and_end_at_the_register_limits() {
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+            let caps: Vec<usize> = forward_tiers(dtype).iter().map(|(g, e)| g * e).collect();
+            assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
+            assert_eq!(*caps.last().unwrap(), MAX_REGISTER_ROW);
+            let caps: Vec<usize> = backward_tiers(dtype).iter().map(|(g, e)| g * e).collect();
+            assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
+            assert_eq!(*caps.last().unwrap(), MAX_BACKWARD_REGISTER_ROW);
+        }
+        // The default problem's tiers: 128 threads x 32 forward, 512 x 8 backward.
+        assert_eq!(tier_for(&forward_tiers(Dtype::Bf16), 4096), Some((128, 32)));
+        assert_eq!(tier_for(&backward_tiers(Dtype::Bf16), 4096), Some((512, 8)));
+        assert_eq!(
+            tier_for(&forward_tiers(Dtype::F32), MAX_REGISTER_ROW + 1),
+            None
+        );
+        assert!(forward_register_plan(Dtype::F32, 4, MAX_REGISTER_ROW + 1, "x").is_err());
+        assert!(backward_register_tier(Dtype::F32, MAX_BACKWARD_REGISTER_ROW + 1, "x").is_err());
+    }
+}

@@ -1,0 +1,236 @@
+//! What the normalization days share (day11 RMSNorm, day12 LayerNorm): the problems (forward
+//! and backward, keys, bytes), their flags, the runner that checks and times a day's versions,
+//! the check of a backward output made of parts (dx, then dweight, then dbias), and the GPU
+//! test every normalization day runs.
+//!
+//! A day implements [`NormDay`] and its `main` is `common::norm::main::<DayNN>()`.
+//!
+//! Buffers: the forward reads `x` (`rows x cols`), `weight` (and LayerNorm's `bias`,
+//! `cols` each) and writes `y`. The backward reads `x`, `weight` and `dy` and writes one
+//! buffer holding `dx` (`rows x cols`), then `dweight` (`cols`), then LayerNorm's `dbias`
+//! (`cols`): the table's check covers all of it, each part against its own tolerance.
+//!
+//! The module's files, by role: this one the problem and the trait; `runner` the command
+//! line and the run over a day's problems; `host_inputs` the random inputs; `backward_check`
+//! the check of a backward output made of parts; `launch` what the days' launchers share
+//! (size checks, register tiers, grids); `gpu_test` the GPU test.
+
+mod backward_check;
+mod gpu_test;
+mod host_inputs;
+mod launch;
+mod runner;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use cudarc::driver::CudaSlice;
+use half::{bf16, f16};
+
+pub use crate::reference::norm::Kind;
+pub use crate::session::Refused;
+pub use backward_check::check_backward;
+pub use gpu_test::{TEST_COLS, TEST_ROWS, TEST_WIDE, test_every_version};
+pub use host_inputs::HostInputs;
+pub use launch::*;
+pub use runner::{NormArgs, main};
+
+use crate::check::{self, CheckReport, Tolerance};
+use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
+use crate::dtype::Dtype;
+use crate::element::Element;
+use crate::gpu::Gpu;
+use crate::kernel::{Kernel, LaunchShape};
+use crate::reference::norm::{self as reference, Forward, Gradients};
+use crate::report::DayReport;
+use crate::session::{Expected, Problem, Session, Version, launch_and_read};
+use crate::{inputs, sizes, testing};
+
+/// Forward or backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Pass {
+    Forward,
+    Backward,
+}
+
+/// One problem: `rows` normalizations of `cols` elements of `dtype`, one pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub pass: Pass,
+    pub rows: usize,
+    pub cols: usize,
+    pub dtype: Dtype,
+}
+
+impl Shape {
+    pub const fn new(pass: Pass, rows: usize, cols: usize, dtype: Dtype) -> Self {
+        Self {
+            pass,
+            rows,
+            cols,
+            dtype,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        let pass = match self.pass {
+            Pass::Forward => "forward",
+            Pass::Backward => "backward",
+        };
+        format!("{pass}, {} x {}, {}", self.rows, self.cols, self.dtype)
+    }
+
+    fn elements(&self) -> usize {
+        self.rows * self.cols
+    }
+}
+
+/// `rmsnorm`, `layernorm`.
+pub fn op_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Rms => "rmsnorm",
+        Kind::Layer => "layernorm",
+    }
+}
+
+/// The key peers and reports share: `rmsnorm/bf16/16384x4096`, `rmsnorm_bwd/bf16/16384x4096`.
+pub fn key(kind: Kind, shape: &Shape) -> String {
+    let suffix = match shape.pass {
+        Pass::Forward => "",
+        Pass::Backward => "_bwd",
+    };
+    format!(
+        "{}{suffix}/{}/{}x{}",
+        op_name(kind),
+        shape.dtype.name(),
+        shape.rows,
+        shape.cols
+    )
+}
+
+/// Weight-like vectors of `cols` the op has: the weight, and LayerNorm's bias.
+fn params(kind: Kind) -> usize {
+    match kind {
+        Kind::Rms => 1,
+        Kind::Layer => 2,
+    }
+}
+
+/// Elements of the backward's output: dx, then one gradient per parameter vector.
+pub fn backward_len(kind: Kind, rows: usize, cols: usize) -> usize {
+    (rows + params(kind)) * cols
+}
+
+/// Least traffic of one run. Forward: x read, y written, the parameters read. Backward: x and
+/// dy read, dx written, the weight read, a gradient per parameter written (the per-row
+/// statistics are recomputed from x, not read; the column sums' partials stay in L2 and are
+/// not counted). `peers/norm.py` counts the same bytes for torch.
+pub fn bytes_per_run(kind: Kind, shape: &Shape) -> u64 {
+    let (n, c) = (shape.elements() as u64, shape.cols as u64);
+    let p = params(kind) as u64;
+    let elements = match shape.pass {
+        Pass::Forward => 2 * n + p * c,
+        Pass::Backward => 3 * n + (1 + p) * c,
+    };
+    elements * shape.dtype.size() as u64
+}
+
+/// The inputs of one launch; `bias` only for the LayerNorm forward, `dy` only for backward.
+pub struct Inputs<T> {
+    pub x: CudaSlice<T>,
+    pub weight: CudaSlice<T>,
+    pub bias: Option<CudaSlice<T>>,
+    pub dy: Option<CudaSlice<T>>,
+}
+
+impl<T> Inputs<T> {
+    /// The bias, which a LayerNorm forward needs.
+    pub fn bias(&self) -> Result<&CudaSlice<T>> {
+        self.bias
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("this launch needs a bias"))
+    }
+
+    /// The upstream gradient, which a backward needs.
+    pub fn dy(&self) -> Result<&CudaSlice<T>> {
+        self.dy
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("a backward launch needs dy"))
+    }
+}
+
+/// Enqueues one run: the forward's `y`, or the backward's dx | dweight [| dbias].
+pub type Launch<'a, T> = Box<dyn FnMut(&Inputs<T>, &mut CudaSlice<T>) -> Result<()> + 'a>;
+
+/// How one version runs on one shape.
+pub struct Plan<'a, T: Element> {
+    /// The kernel whose attributes the table shows (the main one, if there are several).
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    /// Longest chain of sequential f32 additions in a row's statistics (a thread's share plus
+    /// the tree): sets the tolerance, see `reference::norm`.
+    pub row_terms: usize,
+    /// Longest chain in a column sum of the backward (0 for the forward).
+    pub col_terms: usize,
+    pub launch: Launch<'a, T>,
+}
+
+/// A normalization day: its versions and how each launches.
+pub trait NormDay: Sized {
+    /// Package name, `day11`.
+    const DAY: &'static str;
+    const TITLE: &'static str;
+    const KIND: Kind;
+    /// Version names (`--kernel`), in table order, of each pass.
+    const FORWARD_VERSIONS: &'static [&'static str];
+    const BACKWARD_VERSIONS: &'static [&'static str];
+    /// What `cargo run -p dayNN` runs without --rows/--cols.
+    const DEFAULT_PROBLEMS: &'static [Shape];
+    /// `--eps` when not given.
+    const DEFAULT_EPS: f64;
+
+    fn load(gpu: &Gpu) -> Result<Self>;
+
+    /// How `version` runs on `rows x cols` of `T` with this `eps`, or an error: [`Refused`]
+    /// for a shape it does not take, anything else for a real failure.
+    fn plan<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        version: &str,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+    ) -> Result<Plan<'a, T>>;
+}
+
+fn versions_of<D: NormDay>(pass: Pass) -> &'static [&'static str] {
+    match pass {
+        Pass::Forward => D::FORWARD_VERSIONS,
+        Pass::Backward => D::BACKWARD_VERSIONS,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_op_pass_dtype_and_shape() {
+        let fwd = Shape::new(Pass::Forward, 16384, 4096, Dtype::Bf16);
+        let bwd = Shape::new(Pass::Backward, 16384, 4096, Dtype::Bf16);
+        assert_eq!(key(Kind::Rms, &fwd), "rmsnorm/bf16/16384x4096");
+        assert_eq!(key(Kind::Rms, &bwd), "rmsnorm_bwd/bf16/16384x4096");
+        assert_eq!(key(Kind::Layer, &bwd), "layernorm_bwd/bf16/16384x4096");
+    }
+
+    #[test]
+    fn bytes_count_each_input_and_output_once() {
+        let fwd = Shape::new(Pass::Forward, 4, 8, Dtype::Bf16);
+        let bwd = Shape::new(Pass::Backward, 4, 8, Dtype::F32);
+        assert_eq!(bytes_per_run(Kind::Rms, &fwd), (2 * 32 + 8) * 2);
+        assert_eq!(bytes_per_run(Kind::Layer, &fwd), (2 * 32 + 16) * 2);
+        assert_eq!(bytes_per_run(Kind::Rms, &bwd), (3 * 32 + 16) * 4);
+        assert_eq!(bytes_per_run(Kind::Layer, &bwd), (3 * 32 + 24) * 4);
+        assert_eq!(backward_len(Kind::Layer, 4, 8), 48);
+    }
+}
