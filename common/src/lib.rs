@@ -48,6 +48,7 @@ pub mod testing;
 pub mod softmax;
 pub mod matmul;
 pub mod norm;
+pub mod attention;
 
 #[cfg(test)]
 mod layers;

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use common::attention;
 use common::element::Element;
 use common::reference::attention::AttentionShape;
 use common::session::{Refused, launch_and_read};
@@ -39,32 +40,15 @@ fn multi_wave_shapes(d: usize, causal: bool) -> Vec<AttentionShape> {
     ]
 }
 
+/// The odd shapes both attention days check (`common::attention`), with this day's multi-wave
+/// shapes in each block of head dim and mask.
 fn shapes() -> Vec<AttentionShape> {
-    let mut shapes = Vec::new();
-    for d in [64, 128] {
-        for causal in [false, true] {
-            for len in [1, 17, 100, 257, 1000] {
-                shapes.push(AttentionShape::uniform(2, len, len, 2, 2, d, causal));
-            }
-            // More queries than keys (causal: the first 157 rows see nothing), and fewer.
-            shapes.push(AttentionShape::uniform(1, 257, 100, 2, 2, d, causal));
-            shapes.push(AttentionShape::uniform(1, 100, 257, 2, 2, d, causal));
-            // GQA (2 query heads per kv head) and MQA.
-            shapes.push(AttentionShape::uniform(2, 130, 130, 4, 2, d, causal));
-            shapes.push(AttentionShape::uniform(1, 77, 150, 4, 1, d, causal));
-            // Variable lengths in one batch, one of them with more queries than keys.
-            shapes.push(AttentionShape {
-                heads: 2,
-                kv_heads: 1,
-                head_dim: d,
-                seqlens_q: vec![1, 17, 100, 257, 65],
-                seqlens_k: vec![1, 30, 100, 200, 64],
-                causal,
-            });
-            shapes.extend(multi_wave_shapes(d, causal));
-        }
-    }
-    shapes
+    attention::test_grid(|d, causal| {
+        let mut shapes = attention::odd_test_shapes(d, causal);
+        shapes.push(attention::varlen_test_shape(d, causal));
+        shapes.extend(multi_wave_shapes(d, causal));
+        shapes
+    })
 }
 
 /// Checks every version on one shape. What fails goes to `failures` (the test goes on, so one

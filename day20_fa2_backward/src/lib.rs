@@ -5,12 +5,15 @@
 //! same bits every run). [`FlashAttention::fastest`] names the best pair this GPU has.
 
 use anyhow::{Result, bail};
-use common::check::Tolerance;
+use common::check::{self, CheckReport, Tolerance};
 use common::dtype::Dtype;
 use common::element::Element;
 use common::kernel::KernelSet;
 use common::nvrtc::KernelSource;
-use common::reference::attention::AttentionShape;
+use common::reference::attention::{
+    self as reference, AttentionGradients, AttentionShape, BackwardInputs, KeyRow, QueryRow, Terms,
+    in_parallel, in_parallel_pairs,
+};
 use common::session::Refused;
 use common::tma::{HeadTiles, RowSpans};
 use common::{Gpu, Kernel, LaunchShape, UsageError};
@@ -856,6 +859,83 @@ pub fn grad_slack(dtype: Dtype, magnitudes: &[f64]) -> Vec<f64> {
     magnitudes.iter().map(|m| unit_roundoff * m).collect()
 }
 
+/// One of the three gradients, as the checks name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gradient {
+    Dq,
+    Dk,
+    Dv,
+}
+
+impl Gradient {
+    pub const ALL: [Gradient; 3] = [Gradient::Dq, Gradient::Dk, Gradient::Dv];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Gradient::Dq => "dQ",
+            Gradient::Dk => "dK",
+            Gradient::Dv => "dV",
+        }
+    }
+
+    fn of(self, g: &AttentionGradients) -> &[f64] {
+        match self {
+            Gradient::Dq => &g.dq,
+            Gradient::Dk => &g.dk,
+            Gradient::Dv => &g.dv,
+        }
+    }
+}
+
+/// The reference gradients at some query rows (dQ) and keys (dK, dV), every one of them when
+/// given [`AttentionShape::all_query_rows`] and [`AttentionShape::all_key_rows`], computed on
+/// every host core (thousands of sampled rows, or a whole test shape, in seconds); with the
+/// sums of their terms' absolute values, each element's own allowance ([`grad_slack`]).
+pub struct ExpectedGradients {
+    pub values: AttentionGradients,
+    pub magnitudes: AttentionGradients,
+}
+
+impl ExpectedGradients {
+    pub fn at<T: Element>(
+        x: &BackwardInputs<T>,
+        shape: &AttentionShape,
+        rows: &[QueryRow],
+        keys: &[KeyRow],
+    ) -> Self {
+        let scale = shape.default_scale();
+        let gradients = |terms| {
+            let dq = in_parallel(rows, |chunk| {
+                reference::attention_backward_dq(x, shape, scale, chunk, terms)
+            });
+            let (dk, dv) = in_parallel_pairs(keys, |chunk| {
+                reference::attention_backward_dkv(x, shape, scale, chunk, terms)
+            });
+            AttentionGradients { dq, dk, dv }
+        };
+        Self {
+            values: gradients(Terms::Signed),
+            magnitudes: gradients(Terms::Absolute),
+        }
+    }
+
+    /// Checks one gradient with [`grad_tolerance`] and [`grad_slack`]: `got` is a whole
+    /// output of `shape`, and the reference's values sit at its flat indices `at` (None: every
+    /// element, in order).
+    pub fn check<T: Element>(
+        &self,
+        which: Gradient,
+        got: &[T],
+        at: Option<&[usize]>,
+        shape: &[usize],
+    ) -> CheckReport {
+        let values = which.of(&self.values);
+        let tolerance = grad_tolerance(T::DTYPE, values);
+        let slack = grad_slack(T::DTYPE, which.of(&self.magnitudes));
+        check::compare_at_with_slack(got, at, values, &slack, shape, tolerance)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -933,6 +1013,44 @@ mod tests {
         assert_eq!(hopper_grid(&shape), (5, 8, 4));
         let mqa = AttentionShape::uniform(3, 10, 129, 4, 1, 64, false);
         assert_eq!(hopper_grid(&mqa), (2, 1, 3));
+    }
+
+    #[test]
+    fn the_expected_gradients_at_every_row_are_the_full_pass() {
+        let shape = AttentionShape::uniform(2, 9, 7, 4, 2, 8, true);
+        let (q_len, k_len) = (shape.total_q() * 4 * 8, shape.total_k() * 2 * 8);
+        let q: Vec<f32> = common::inputs::uniform(q_len, -2.0, 2.0, 1);
+        let k: Vec<f32> = common::inputs::uniform(k_len, -2.0, 2.0, 2);
+        let v: Vec<f32> = common::inputs::uniform(k_len, -1.0, 1.0, 3);
+        let d_o: Vec<f32> = common::inputs::uniform(q_len, -1.0, 1.0, 4);
+        let fwd = reference::attention_forward(&q, &k, &v, &shape, shape.default_scale());
+        let x = BackwardInputs {
+            q: &q,
+            k: &k,
+            v: &v,
+            d_o: &d_o,
+            o: &fwd.o,
+            lse: &fwd.lse,
+        };
+        let expected =
+            ExpectedGradients::at(&x, &shape, &shape.all_query_rows(), &shape.all_key_rows());
+        let full = reference::attention_backward(&x, &shape, shape.default_scale());
+        assert_eq!(expected.values.dq, full.dq);
+        assert_eq!(expected.values.dk, full.dk);
+        assert_eq!(expected.values.dv, full.dv);
+        // The reference itself, stored as f32, passes; a gradient off by a lot fails.
+        let dk: Vec<f32> = full.dk.iter().map(|&g| g as f32).collect();
+        assert!(
+            expected
+                .check(Gradient::Dk, &dk, None, &[dk.len()])
+                .passed()
+        );
+        let wrong: Vec<f32> = dk.iter().map(|g| g + 1.0).collect();
+        assert!(
+            !expected
+                .check(Gradient::Dk, &wrong, None, &[dk.len()])
+                .passed()
+        );
     }
 
     #[test]

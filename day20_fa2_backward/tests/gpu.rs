@@ -6,15 +6,14 @@
 
 use std::collections::BTreeMap;
 
-use common::check;
+use common::attention;
 use common::element::Element;
-use common::reference::attention::{
-    AttentionGradients, AttentionShape, BackwardInputs, Terms, attention_backward_dkv,
-    attention_backward_dq, attention_forward, in_parallel, in_parallel_pairs,
-};
+use common::reference::attention::{AttentionShape, BackwardInputs, attention_forward};
 use common::session::{Refused, launch_and_read};
 use common::{Gpu, inputs, testing};
-use day20::{BackwardProblem, BackwardTensors, FlashAttention, Mode, Version};
+use day20::{
+    BackwardProblem, BackwardTensors, ExpectedGradients, FlashAttention, Gradient, Mode, Version,
+};
 use half::{bf16, f16};
 
 /// The H100's SMs.
@@ -28,49 +27,15 @@ fn multi_wave_shape(d: usize, causal: bool) -> AttentionShape {
     AttentionShape::uniform(4, 600, 600, 8, 8, d, causal)
 }
 
+/// The odd shapes both attention days check (`common::attention`), with this day's multi-wave
+/// shape in each block of head dim and mask.
 fn shapes() -> Vec<AttentionShape> {
-    let mut shapes = Vec::new();
-    for d in [64, 128] {
-        for causal in [false, true] {
-            for len in [1, 17, 100, 257, 1000] {
-                shapes.push(AttentionShape::uniform(2, len, len, 2, 2, d, causal));
-            }
-            // More queries than keys (causal: the first 157 rows see nothing), and fewer.
-            shapes.push(AttentionShape::uniform(1, 257, 100, 2, 2, d, causal));
-            shapes.push(AttentionShape::uniform(1, 100, 257, 2, 2, d, causal));
-            // GQA (2 query heads per kv head) and MQA: dK and dV summed over the group.
-            shapes.push(AttentionShape::uniform(2, 130, 130, 4, 2, d, causal));
-            shapes.push(AttentionShape::uniform(1, 77, 150, 4, 1, d, causal));
-            shapes.push(multi_wave_shape(d, causal));
-            // Variable lengths in one batch, one of them with more queries than keys.
-            shapes.push(AttentionShape {
-                heads: 2,
-                kv_heads: 1,
-                head_dim: d,
-                seqlens_q: vec![1, 17, 100, 257, 65],
-                seqlens_k: vec![1, 30, 100, 200, 64],
-                causal,
-            });
-        }
-    }
-    shapes
-}
-
-/// The reference gradients of every row and key (`attention_backward_terms`), on every host
-/// core: the multi-wave shapes take minutes on one.
-fn gradients<T: Element>(
-    x: &BackwardInputs<T>,
-    shape: &AttentionShape,
-    terms: Terms,
-) -> AttentionGradients {
-    let scale = shape.default_scale();
-    let dq = in_parallel(&shape.all_query_rows(), |rows| {
-        attention_backward_dq(x, shape, scale, rows, terms)
-    });
-    let (dk, dv) = in_parallel_pairs(&shape.all_key_rows(), |keys| {
-        attention_backward_dkv(x, shape, scale, keys, terms)
-    });
-    AttentionGradients { dq, dk, dv }
+    attention::test_grid(|d, causal| {
+        let mut shapes = attention::odd_test_shapes(d, causal);
+        shapes.push(multi_wave_shape(d, causal));
+        shapes.push(attention::varlen_test_shape(d, causal));
+        shapes
+    })
 }
 
 /// Checks every version and mode on one shape; what fails is added to `failures` (the test
@@ -105,8 +70,8 @@ fn check_shape<T: Element>(
         o: &o64,
         lse: &lse64,
     };
-    let expected = gradients(&x, shape, Terms::Signed);
-    let magnitudes = gradients(&x, shape, Terms::Absolute);
+    // Every row and key, with each element's allowance: what the CLI checks at its samples.
+    let expected = ExpectedGradients::at(&x, shape, &shape.all_query_rows(), &shape.all_key_rows());
 
     let problem = BackwardProblem::new(gpu, shape).unwrap();
     let up = |x: &[T]| gpu.upload(x).unwrap();
@@ -145,22 +110,14 @@ fn check_shape<T: Element>(
             };
             launched = true;
             let parts = [
-                ("dQ", &got[..q_len], &expected.dq, &magnitudes.dq),
-                (
-                    "dK",
-                    &got[q_len..q_len + k_len],
-                    &expected.dk,
-                    &magnitudes.dk,
-                ),
-                ("dV", &got[q_len + k_len..], &expected.dv, &magnitudes.dv),
+                (Gradient::Dq, &got[..q_len]),
+                (Gradient::Dk, &got[q_len..q_len + k_len]),
+                (Gradient::Dv, &got[q_len + k_len..]),
             ];
-            for (name, part, reference, magnitude) in parts {
-                let tolerance = day20::grad_tolerance(T::DTYPE, reference);
-                let slack = day20::grad_slack(T::DTYPE, magnitude);
-                let report =
-                    check::compare_with_slack(part, reference, &slack, &[part.len()], tolerance);
+            for (which, part) in parts {
+                let report = expected.check(which, part, None, &[part.len()]);
                 if !report.passed() {
-                    failures.push(format!("{what}: {name} {report}"));
+                    failures.push(format!("{what}: {} {report}", which.name()));
                 }
             }
             if mode == Mode::Deterministic {

@@ -1,0 +1,72 @@
+//! What the FlashAttention days (10: forward, 20: backward) share: their problem flags, the
+//! benchmark shapes, the problems built from the flags and refused before the GPU opens, the
+//! problem in words and as the peers' key, the rows a check of a large problem compares, the
+//! runner that drives a day over its problems and plots its sweep, and the GPU tests' grid of
+//! shapes.
+//!
+//! A day implements [`AttentionDay`] (its checks before the GPU opens, and how it checks and
+//! times its versions on one problem); its `main` flattens [`AttentionArgs`] beside
+//! `CommonArgs` and hands both to [`run`].
+//!
+//! Its files: `problems` (the flags, the benchmark shapes, the problems and the rows to
+//! check), `runner` (a day over its problems, and the sweep's plot), `test_grid` (the GPU
+//! tests' shapes).
+
+mod problems;
+mod runner;
+mod test_grid;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use half::{bf16, f16};
+
+use crate::cli::{CommonArgs, finish_reports};
+use crate::dtype::Dtype;
+use crate::element::Element;
+use crate::gpu::Gpu;
+use crate::plot::{self, LinePlot};
+use crate::reference::attention::{AttentionShape, KeyRow, QueryRow};
+use crate::report::DayReport;
+use crate::session::{Problem, Session};
+use crate::sizes::{self, positive};
+use crate::{UsageError, sweep};
+
+pub use problems::*;
+pub use runner::*;
+pub use test_grid::*;
+
+/// FlashAttention's benchmark: batch x seqlen = 16384 tokens, hidden 2048.
+pub const TOKENS: usize = 16384;
+pub const HIDDEN: usize = 2048;
+/// The most sequences a batch can have (the grid's limit), checked before the lengths are
+/// built.
+pub const MAX_BATCH: usize = 65535;
+/// On large problems, one query row (and, for dK and dV, one key row) is checked in every tile
+/// of this many rows of every head of every sequence: the smallest tiles of any version of
+/// either day (`fa2_mma`'s 64, 64 x 64 backward), so every block of every version, the second
+/// and later waves of a grid and every work item of `fa_hopper`'s persistent grid included,
+/// has checked outputs.
+pub const SAMPLED_TILE: usize = 64;
+
+/// An attention day: what it refuses before the GPU opens, and how it checks and times its
+/// versions on one problem. The runner ([`run`]) does the rest.
+pub trait AttentionDay: Sized {
+    /// Package name, `day10`.
+    const DAY: &'static str;
+    const TITLE: &'static str;
+    /// How the TFLOP/s count (the y axis of the sweep's plot).
+    const FLOPS: &'static str;
+
+    /// Version names (`--kernel`), in table order.
+    fn versions() -> Vec<&'static str>;
+
+    /// Refuses a storage type the day has no kernels for; before the problems are built.
+    fn check_dtype(dtype: Dtype) -> Result<()>;
+
+    /// Refuses a problem none of `versions` can take; for every problem, before the GPU opens.
+    fn check_shape(shape: &AttentionShape, versions: &[&str]) -> Result<()>;
+
+    /// Checks and times every version of `run` on one problem stored as `T`.
+    fn run_problem<T: Element>(&self, run: &Run, shape: &AttentionShape) -> Result<DayReport>;
+}

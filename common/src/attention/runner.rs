@@ -1,0 +1,119 @@
+//! A day over its problems: sizes checked, the GPU opened, each problem run in bf16 or f16,
+//! the sweep plotted, the reports finished.
+
+use super::*;
+
+/// What [`AttentionDay::run_problem`] is given besides its problem.
+pub struct Run<'a> {
+    pub gpu: &'a Gpu,
+    pub common: &'a CommonArgs,
+    /// The versions to run, in table order.
+    pub versions: &'a [&'a str],
+    sweep: bool,
+}
+
+impl<'a> Run<'a> {
+    /// A session for one problem; quiet in a sweep, whose plot and table say it all.
+    pub fn session(&self, problem: Problem) -> Result<Session<'a>> {
+        let session = Session::new(self.gpu, self.common, problem)?;
+        Ok(if self.sweep { session.quiet() } else { session })
+    }
+}
+
+/// A day's whole run: its versions on every problem the flags ask for, then the sweep's plot
+/// and the reports. Everything a user can get wrong is refused before `load` opens the GPU
+/// (the same error on a machine without one).
+pub fn run<D: AttentionDay>(
+    args: &AttentionArgs,
+    common: &CommonArgs,
+    load: impl FnOnce(&Gpu) -> Result<D>,
+) -> Result<()> {
+    let names = D::versions();
+    let mut versions = common.select_versions(&names)?;
+    if args.sweep && common.kernel.is_empty() {
+        // The naive version's score matrices are the point of the default run, not of the
+        // sweep's longer sequences.
+        versions.retain(|&v| v != "naive");
+    }
+    D::check_dtype(args.dtype)?;
+    let shapes = args.problems()?;
+    for shape in &shapes {
+        D::check_shape(shape, &versions)?;
+    }
+    let gpu = common.open_gpu()?;
+    let day = load(&gpu)?;
+    let run = Run {
+        gpu: &gpu,
+        common,
+        versions: &versions,
+        sweep: args.sweep,
+    };
+    let mut reports = Vec::new();
+    for shape in &shapes {
+        let report = match args.dtype {
+            Dtype::Bf16 => day.run_problem::<bf16>(&run, shape)?,
+            Dtype::F16 => day.run_problem::<f16>(&run, shape)?,
+            other => {
+                return Err(
+                    UsageError::new(format!("attention takes bf16 or f16, not {other}")).into(),
+                );
+            }
+        };
+        reports.push(report);
+    }
+    if args.sweep {
+        plot_sweep::<D>(args, &gpu, &reports)?;
+    }
+    finish_reports(common, &reports)
+}
+
+/// The query length of a report's key (`...-q4096-k4096`): the x of a sweep point.
+fn seqlen_of(report: &DayReport) -> f64 {
+    report
+        .key
+        .split('-')
+        .find_map(|part| part.strip_prefix('q'))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// TFLOP/s against sequence length for each version and each peer, and the summary table.
+fn plot_sweep<D: AttentionDay>(
+    args: &AttentionArgs,
+    gpu: &Gpu,
+    reports: &[DayReport],
+) -> Result<()> {
+    let mut series =
+        sweep::version_series(reports, sweep::row_versions(reports), seqlen_of, |row| {
+            row.tflops
+        });
+    series.extend(sweep::peer_series(
+        reports,
+        " (peer)",
+        seqlen_of,
+        sweep::peer_tflops,
+    ));
+    let title = format!(
+        "{} {}: hd{}, hidden {HIDDEN}, {TOKENS} tokens{}, {}, {}",
+        D::DAY,
+        D::TITLE,
+        args.head_dim(),
+        if args.causal { ", causal" } else { "" },
+        args.dtype,
+        gpu.info.name
+    );
+    plot::write_svg(
+        &args.plot,
+        &LinePlot {
+            title: &title,
+            x_label: "sequence length",
+            y_label: D::FLOPS,
+            log2_x: true,
+            series: &series,
+            hlines: &[],
+        },
+    )?;
+    let table = sweep::summary_table("seqlen", "TFLOP/s", 1, &series);
+    println!("{title}\n{table}\nplot: {}", args.plot.display());
+    Ok(())
+}
