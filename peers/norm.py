@@ -8,7 +8,7 @@ rmsnorm_bwd/bf16/16384x4096, layernorm/..., layernorm_bwd/...), for `--peers FIL
 `cargo xtask report`. Times with triton.testing.do_bench (median, L2 cleared between runs)
 when Triton is there, else with CUDA events after writing a buffer of twice the L2 size.
 
-Bytes are counted as the days count them (common/src/norm.rs, bytes_per_run): forward, x read
+Bytes are counted as the days count them (common/src/family/norm/mod.rs, bytes_per_run): forward, x read
 and y written once plus the weight (and bias) read; backward, x and dy read, dx written, the
 weight read and one gradient per parameter written. The backward figure times only the
 backward: the forward runs once, outside the timing, and each timed run is

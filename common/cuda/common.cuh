@@ -2,7 +2,7 @@
 //
 // NVRTC compiles without the host's headers (no <cmath>, <cfloat>, <cstdint>), so the few
 // constants and types kernels need are defined here. The Rust side embeds this file in every
-// binary (common/src/nvrtc.rs), so a day's kernels compile on a host that has only the driver
+// binary (common/src/gpu/nvrtc.rs), so a day's kernels compile on a host that has only the driver
 // and NVRTC.
 #pragma once
 

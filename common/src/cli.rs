@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::bench::TimingOptions;
 use crate::error::{SetupError, UsageError};
+use crate::measure::bench::TimingOptions;
 
 /// About how long one version's timed runs may take: a fast kernel gets all `--iters`, a
 /// naive matmul at 8192 gets a few seconds' worth (at least three runs).
@@ -51,7 +51,7 @@ impl CommonArgs {
     /// day opens its GPU through this, after its sizes are checked.
     pub fn open_gpu(&self) -> anyhow::Result<crate::gpu::Gpu> {
         if self.no_kernel_cache {
-            crate::kernel_cache::disable();
+            crate::gpu::kernel_cache::disable();
         }
         crate::gpu::Gpu::open(self.device)
     }
@@ -88,7 +88,7 @@ impl CommonArgs {
 /// day's `main` ends with this, after one [`crate::session::Session`] per problem.
 pub fn finish_reports(
     args: &CommonArgs,
-    reports: &[crate::report::DayReport],
+    reports: &[crate::measure::report::DayReport],
 ) -> anyhow::Result<()> {
     use anyhow::Context;
     if let Some(path) = args.json.as_deref() {
@@ -118,7 +118,7 @@ pub fn finish_reports(
 /// A run that checked nothing is not a success: no problem at all, or a problem on which
 /// every selected version was refused (a `--kernel` that needs another GPU, a size no version
 /// takes). Exit 2, like any request that cannot run.
-fn nothing_ran(reports: &[crate::report::DayReport]) -> Option<UsageError> {
+fn nothing_ran(reports: &[crate::measure::report::DayReport]) -> Option<UsageError> {
     if reports.is_empty() {
         return Some(UsageError::new("nothing ran: there was no problem to run"));
     }
@@ -280,7 +280,7 @@ mod tests {
     }
 
     /// A report of no rows with these refused versions.
-    fn refused_report(refused: &[&str]) -> crate::report::DayReport {
+    fn refused_report(refused: &[&str]) -> crate::measure::report::DayReport {
         let json = serde_json::json!({
             "day": "day00", "title": "t", "problem": "p", "key": "k",
             "device": {"name": "gpu", "ordinal": 0, "arch": "sm_80", "sms": 1, "l2_bytes": 1,

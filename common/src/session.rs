@@ -8,14 +8,14 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use cudarc::driver::CudaSlice;
 
-use crate::bench::{self, gb_per_s};
-use crate::check::{self, CheckReport, Tolerance};
 use crate::cli::CommonArgs;
 use crate::element::Element;
 use crate::gpu::Gpu;
-use crate::kernel::{Kernel, LaunchShape};
-use crate::report::{DayReport, RefusedVersion, Row};
-use crate::{peers, save};
+use crate::gpu::kernel::{Kernel, LaunchShape};
+use crate::measure::bench::{self, gb_per_s};
+use crate::measure::check::{self, CheckReport, Tolerance};
+use crate::measure::report::{DayReport, RefusedVersion, Row};
+use crate::{measure::peers, measure::save};
 
 /// Kept here too, where the days plan their versions; it lives with the other errors.
 pub use crate::error::Refused;

@@ -6,7 +6,7 @@ use std::io::Write;
 
 use crate::error::SetupError;
 use crate::gpu::Gpu;
-use crate::nvrtc::{self, KernelSource};
+use crate::gpu::nvrtc::{self, KernelSource};
 
 /// Opens GPU 0 for a test, or prints `SKIPPED <what>: <why>` and returns None.
 /// Panics instead of skipping when `REQUIRE_GPU=1`.

@@ -1,7 +1,7 @@
 //! `cargo bench -p day00`: criterion statistics for each vector-add version, timed on the GPU
 //! with CUDA events (`iter_custom`), throughput in bytes. Skips with one line without a GPU.
 
-use common::{bench, inputs, testing};
+use common::{measure::bench, measure::inputs, testing};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use day00::{VectorAdd, Version};
 

@@ -2,7 +2,7 @@
 //! configuration (step 1 of the lesson) and a typed, size-checked launch (step 2).
 
 use anyhow::{Result, bail};
-use common::nvrtc::KernelSource;
+use common::gpu::nvrtc::KernelSource;
 use common::{Gpu, Kernel, LaunchShape};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 

@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Parser;
 use common::cli::{CommonArgs, bytes_for, check_host_fits, run_main};
 use common::session::{Expected, Problem, Session, Version as RunVersion};
-use common::{Tolerance, inputs, reference};
+use common::{Tolerance, measure::inputs, reference};
 use day00::{VectorAdd, Version};
 
 /// Day 0: vector addition, out = a + b, f32.

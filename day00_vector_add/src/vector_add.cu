@@ -5,7 +5,7 @@
 //   1. launch configuration: how many blocks of how many threads cover the data (below, above
 //      each kernel, and in src/lib.rs where the numbers are chosen);
 //   2. launcher: a typed Rust function that checks sizes and launches (src/lib.rs);
-//   3. build: NVRTC compiles this file at run time for the GPU it finds (common/src/nvrtc.rs);
+//   3. build: NVRTC compiles this file at run time for the GPU it finds (common/src/gpu/nvrtc.rs);
 //   4. verify: the output is compared with an f64 CPU reference before anything is timed.
 //
 // Versions:

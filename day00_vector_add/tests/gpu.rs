@@ -2,7 +2,7 @@
 //! multiples of the block, of the float4, or of the grid-stride sweep.
 
 use common::session::launch_and_read;
-use common::{Tolerance, check, inputs, reference, testing};
+use common::{Tolerance, measure::check, measure::inputs, reference, testing};
 use day00::{VectorAdd, Version};
 
 const SIZES: &[usize] = &[

@@ -2,8 +2,8 @@
 
 use anyhow::Result;
 use common::dtype::Dtype;
-use common::nvrtc::KernelSource;
-use common::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes};
+use common::family::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes};
+use common::gpu::nvrtc::KernelSource;
 use common::{Element, Gpu, Kernel, LaunchShape, Tolerance};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 

@@ -4,5 +4,5 @@
 //! (`common::softmax`).
 
 fn main() -> std::process::ExitCode {
-    common::softmax::main::<day01::Day01>()
+    common::family::softmax::main::<day01::Day01>()
 }

@@ -6,7 +6,7 @@ use day01::{Day01, NaiveSoftmax};
 
 #[test]
 fn every_version_matches_the_reference() {
-    common::softmax::test_every_version::<Day01>();
+    common::family::softmax::test_every_version::<Day01>();
 }
 
 #[test]

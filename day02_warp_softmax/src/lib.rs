@@ -3,9 +3,9 @@
 
 use anyhow::Result;
 use common::dtype::Dtype;
-use common::nvrtc::KernelSource;
+use common::family::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes};
+use common::gpu::nvrtc::KernelSource;
 use common::reference::softmax::tolerance_for;
-use common::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes};
 use common::{Element, Gpu, Kernel, LaunchShape, Tolerance};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use day01::NaiveSoftmax;

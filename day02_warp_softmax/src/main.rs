@@ -4,5 +4,5 @@
 //! (`common::softmax`).
 
 fn main() -> std::process::ExitCode {
-    common::softmax::main::<day02::Day02>()
+    common::family::softmax::main::<day02::Day02>()
 }

@@ -4,5 +4,5 @@
 
 #[test]
 fn every_version_matches_the_reference() {
-    common::softmax::test_every_version::<day02::Day02>();
+    common::family::softmax::test_every_version::<day02::Day02>();
 }

@@ -3,10 +3,10 @@
 
 use anyhow::Result;
 use common::dtype::Dtype;
-use common::kernel::KernelSet;
-use common::nvrtc::KernelSource;
+use common::family::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes};
+use common::gpu::kernel::KernelSet;
+use common::gpu::nvrtc::KernelSource;
 use common::reference::softmax::tolerance_for;
-use common::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes};
 use common::{Element, Gpu, LaunchShape, Tolerance};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use day02::WarpSoftmax;

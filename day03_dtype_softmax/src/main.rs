@@ -4,5 +4,5 @@
 //! (`common::softmax`).
 
 fn main() -> std::process::ExitCode {
-    common::softmax::main::<day03::Day03>()
+    common::family::softmax::main::<day03::Day03>()
 }

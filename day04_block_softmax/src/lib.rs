@@ -3,10 +3,12 @@
 
 use anyhow::Result;
 use common::dtype::Dtype;
-use common::kernel::KernelSet;
-use common::nvrtc::KernelSource;
+use common::family::softmax::{
+    Plan, Refused, Shape, SoftmaxDay, plan_block_per_row, plan_split_rows,
+};
+use common::gpu::kernel::KernelSet;
+use common::gpu::nvrtc::KernelSource;
 use common::reference::softmax::tolerance_for;
-use common::softmax::{Plan, Refused, Shape, SoftmaxDay, plan_block_per_row, plan_split_rows};
 use common::{Element, Gpu, Kernel};
 use day03::DtypeSoftmax;
 

@@ -4,5 +4,5 @@
 //! (`common::softmax`).
 
 fn main() -> std::process::ExitCode {
-    common::softmax::main::<day04::Day04>()
+    common::family::softmax::main::<day04::Day04>()
 }

@@ -4,13 +4,13 @@
 
 use anyhow::Result;
 use common::dtype::Dtype;
-use common::kernel::KernelSet;
-use common::nvrtc::KernelSource;
-use common::reference::softmax::tolerance_for;
-use common::softmax::{
+use common::family::softmax::{
     Plan, Refused, Shape, SoftmaxDay, check_sizes, plan_block_per_row, plan_split_rows,
     split_chunks,
 };
+use common::gpu::kernel::KernelSet;
+use common::gpu::nvrtc::KernelSource;
+use common::reference::softmax::tolerance_for;
 use common::{Element, Gpu, Kernel, LaunchShape};
 use cudarc::driver::PushKernelArg;
 use day04::BlockSoftmax;

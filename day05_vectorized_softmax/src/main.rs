@@ -4,5 +4,5 @@
 //! (`common::softmax`).
 
 fn main() -> std::process::ExitCode {
-    common::softmax::main::<day05::Day05>()
+    common::family::softmax::main::<day05::Day05>()
 }

@@ -4,5 +4,5 @@
 
 #[test]
 fn every_version_matches_the_reference() {
-    common::softmax::test_every_version::<day05::Day05>();
+    common::family::softmax::test_every_version::<day05::Day05>();
 }

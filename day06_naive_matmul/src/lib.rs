@@ -2,8 +2,8 @@
 //! a warp on consecutive rows (uncoalesced) or on consecutive columns (coalesced).
 
 use anyhow::Result;
-use common::matmul::{MatmulDay, Plan, Shape, plan_kernel};
-use common::nvrtc::KernelSource;
+use common::family::matmul::{MatmulDay, Plan, Shape, plan_kernel};
+use common::gpu::nvrtc::KernelSource;
 use common::{Gpu, Kernel};
 
 pub const SOURCE: KernelSource = KernelSource {

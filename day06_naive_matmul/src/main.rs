@@ -4,5 +4,5 @@
 //! (`common::matmul`).
 
 fn main() -> std::process::ExitCode {
-    common::matmul::main::<day06::Day06>()
+    common::family::matmul::main::<day06::Day06>()
 }

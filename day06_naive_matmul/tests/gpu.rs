@@ -3,5 +3,5 @@
 
 #[test]
 fn every_version_matches_the_reference() {
-    common::matmul::test_every_version::<day06::Day06>();
+    common::family::matmul::test_every_version::<day06::Day06>();
 }

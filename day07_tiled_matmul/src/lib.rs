@@ -3,8 +3,8 @@
 //! baseline.
 
 use anyhow::Result;
-use common::matmul::{MatmulDay, Plan, Shape, plan_kernel};
-use common::nvrtc::KernelSource;
+use common::family::matmul::{MatmulDay, Plan, Shape, plan_kernel};
+use common::gpu::nvrtc::KernelSource;
 use common::{Gpu, Kernel};
 use day06::NaiveMatmul;
 

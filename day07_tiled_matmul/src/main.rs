@@ -3,5 +3,5 @@
 //! The flags and the run are shared by the matmul days (`common::matmul`).
 
 fn main() -> std::process::ExitCode {
-    common::matmul::main::<day07::Day07>()
+    common::family::matmul::main::<day07::Day07>()
 }

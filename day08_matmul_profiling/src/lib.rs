@@ -6,7 +6,7 @@
 
 use anyhow::Result;
 use common::Gpu;
-use common::matmul::{MatmulDay, Plan, Shape};
+use common::family::matmul::{MatmulDay, Plan, Shape};
 use day06::NaiveMatmul;
 use day07::{TILED_VERSIONS, TILES, TiledMatmul};
 

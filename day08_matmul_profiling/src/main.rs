@@ -4,5 +4,5 @@
 //! (`common::matmul`).
 
 fn main() -> std::process::ExitCode {
-    common::matmul::main::<day08::Day08>()
+    common::family::matmul::main::<day08::Day08>()
 }

@@ -3,5 +3,5 @@
 
 #[test]
 fn every_version_matches_the_reference() {
-    common::matmul::test_every_version::<day08::Day08>();
+    common::family::matmul::test_every_version::<day08::Day08>();
 }

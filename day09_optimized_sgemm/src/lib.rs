@@ -6,10 +6,10 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use anyhow::Result;
-use common::bench::{self, TimingOptions};
-use common::kernel::KernelSet;
-use common::matmul::{MatmulDay, Plan, Shape, plan_kernel};
-use common::nvrtc::KernelSource;
+use common::family::matmul::{MatmulDay, Plan, Shape, plan_kernel};
+use common::gpu::kernel::KernelSet;
+use common::gpu::nvrtc::KernelSource;
+use common::measure::bench::{self, TimingOptions};
 use common::session::Refused;
 use common::{Gpu, Kernel};
 use day07::TiledMatmul;

@@ -4,5 +4,5 @@
 //! (`common::matmul`).
 
 fn main() -> std::process::ExitCode {
-    common::matmul::main::<day09::Day09>()
+    common::family::matmul::main::<day09::Day09>()
 }

@@ -3,5 +3,5 @@
 
 #[test]
 fn every_version_matches_the_reference() {
-    common::matmul::test_every_version::<day09::Day09>();
+    common::family::matmul::test_every_version::<day09::Day09>();
 }

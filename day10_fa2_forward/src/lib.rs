@@ -6,14 +6,14 @@
 //! variable-length batches cost no padding).
 
 use anyhow::{Result, bail};
-use common::check::{self, CheckReport, Tolerance};
 use common::dtype::Dtype;
 use common::element::Element;
-use common::kernel::KernelSet;
-use common::nvrtc::KernelSource;
+use common::gpu::kernel::KernelSet;
+use common::gpu::nvrtc::KernelSource;
+use common::gpu::tma::HeadTiles;
+use common::measure::check::{self, CheckReport, Tolerance};
 use common::reference::attention::{self as reference, AttentionShape, QueryRow, Terms};
 use common::session::Refused;
-use common::tma::HeadTiles;
 use common::{Gpu, Kernel, LaunchShape, UsageError, sizes};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
@@ -717,7 +717,7 @@ mod tests {
     /// reference rounded to the storage type and a CPU emulation of the 16-bit kernels'
     /// rounding pass.
     fn the_o_check_tells_a_lost_key_tile_from_rounding<T: Element>(seed: u64) {
-        use common::inputs;
+        use common::measure::inputs;
         const KEYS: usize = 4096;
         let shape = AttentionShape::uniform(1, 16, KEYS, 2, 1, 64, false);
         let d = shape.head_dim;

@@ -6,14 +6,14 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Parser;
-use common::attention::{self, AttentionArgs, AttentionDay, Run, SAMPLED_TILE};
 use common::cli::{CommonArgs, check_host_fits, run_main};
 use common::dtype::Dtype;
 use common::element::Element;
+use common::family::attention::{self, AttentionArgs, AttentionDay, Run, SAMPLED_TILE};
+use common::measure::report::DayReport;
 use common::reference::attention::AttentionShape;
-use common::report::DayReport;
 use common::session::{Problem, Refused, Version as RunVersion};
-use common::{inputs, sizes};
+use common::{measure::inputs, sizes};
 use day10::{DeviceProblem, ExpectedO, FlashAttention, Tensors, Version};
 
 /// Day 10: FlashAttention-2 forward (bf16/f16, causal or not, GQA, variable lengths).

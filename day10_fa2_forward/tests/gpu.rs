@@ -6,11 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use common::attention;
 use common::element::Element;
+use common::family::attention;
 use common::reference::attention::AttentionShape;
 use common::session::{Refused, launch_and_read};
-use common::{Gpu, inputs, testing};
+use common::{Gpu, measure::inputs, testing};
 use day10::{DeviceProblem, ExpectedO, FlashAttention, Tensors, Version};
 use half::{bf16, f16};
 

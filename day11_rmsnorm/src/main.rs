@@ -4,5 +4,5 @@
 //! (`common::norm`).
 
 fn main() -> std::process::ExitCode {
-    common::norm::main::<day11::Day11>()
+    common::family::norm::main::<day11::Day11>()
 }

@@ -2,13 +2,13 @@
 //! shapes (rows 1, 3, 17, 1000; widths 1, 7, 127, 128, 1000, 4096, 4097, 8192, 8193 and the
 //! register limits 32768 / 32769), against the f64 reference, with poisoned outputs.
 
-use common::norm::{NormDay, Refused};
+use common::family::norm::{NormDay, Refused};
 use common::testing::gpu_or_skip;
 use day11::{Day11, MAX_BACKWARD_REGISTER_ROW, MAX_REGISTER_ROW};
 
 #[test]
 fn every_version_matches_the_reference() {
-    common::norm::test_every_version::<Day11>();
+    common::family::norm::test_every_version::<Day11>();
 }
 
 /// The register versions refuse rows one past their widest tier instead of writing garbage.

@@ -5,17 +5,17 @@
 
 use anyhow::Result;
 use common::dtype::Dtype;
-use common::kernel::KernelSet;
-use common::norm::{
+use common::family::norm::{
     Inputs, Kind, NormDay, Pass, Plan, Refused, Shape, backward_len, backward_register_tier,
     backward_tiers, block_per_row_grid, block_terms, check_sizes, column_terms,
     forward_register_plan, forward_tiers, launch_column_sums, load_suffix, resident_blocks,
 };
-use common::nvrtc::KernelSource;
+use common::gpu::kernel::KernelSet;
+use common::gpu::nvrtc::KernelSource;
 use common::{Element, Gpu, Kernel, LaunchShape};
 use cudarc::driver::PushKernelArg;
 
-pub use common::norm::{MAX_BACKWARD_REGISTER_ROW, MAX_REGISTER_ROW};
+pub use common::family::norm::{MAX_BACKWARD_REGISTER_ROW, MAX_REGISTER_ROW};
 
 pub const SOURCE: KernelSource = KernelSource {
     file_name: "layernorm.cu",

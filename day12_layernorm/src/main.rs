@@ -4,5 +4,5 @@
 //! (`common::norm`).
 
 fn main() -> std::process::ExitCode {
-    common::norm::main::<day12::Day12>()
+    common::family::norm::main::<day12::Day12>()
 }

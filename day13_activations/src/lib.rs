@@ -7,8 +7,8 @@ pub mod problem;
 
 use anyhow::{Result, bail};
 use common::dtype::Dtype;
-use common::kernel::KernelSet;
-use common::nvrtc::KernelSource;
+use common::gpu::kernel::KernelSet;
+use common::gpu::nvrtc::KernelSource;
 use common::reference::activation::tolerance_for;
 use common::session::Refused;
 use common::{Element, Gpu, Kernel, LaunchShape, Tolerance};

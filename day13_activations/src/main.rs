@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::Parser;
 use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
 use common::dtype::Dtype;
-use common::report::DayReport;
+use common::measure::report::DayReport;
 use common::session::{Expected, Problem, Refused, Session, Version};
 use common::{Element, Gpu, UsageError, sizes};
 use day13::problem::{HostInputs, bytes_per_run, key};

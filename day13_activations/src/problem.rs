@@ -4,7 +4,7 @@
 
 use anyhow::{Result, bail};
 use common::reference::activation as reference;
-use common::{Element, Gpu, inputs};
+use common::{Element, Gpu, measure::inputs};
 use cudarc::driver::CudaSlice;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

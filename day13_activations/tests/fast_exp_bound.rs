@@ -6,7 +6,7 @@
 //! when f32 does.
 
 use common::reference::activation::{erf, gelu_erf_grad, gelu_tanh, gelu_tanh_grad, tolerance_for};
-use common::{Tolerance, check};
+use common::{Tolerance, measure::check};
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_CUBIC: f32 = 0.044715;

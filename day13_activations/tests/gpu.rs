@@ -5,7 +5,7 @@
 //! GELU ops' `vec_fast` runs over the same shapes and all three storage types.
 
 use common::session::{Refused, launch_and_read};
-use common::{Element, Gpu, check, testing};
+use common::{Element, Gpu, measure::check, testing};
 use day13::{Activations, HostInputs, Op};
 use half::{bf16, f16};
 

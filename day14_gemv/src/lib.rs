@@ -3,8 +3,8 @@
 //! pass for few wide rows.
 
 use anyhow::{Result, bail};
-use common::kernel::KernelSet;
-use common::nvrtc::KernelSource;
+use common::gpu::kernel::KernelSet;
+use common::gpu::nvrtc::KernelSource;
 use common::reference::gemv::tolerance_f32;
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape, Tolerance};

@@ -4,9 +4,9 @@
 use anyhow::Result;
 use clap::Parser;
 use common::cli::{CommonArgs, check_host_fits, finish_reports, run_main};
-use common::report::DayReport;
+use common::measure::report::DayReport;
 use common::session::{Expected, Problem, Refused, Session, Version};
-use common::{Gpu, inputs, reference, sizes};
+use common::{Gpu, measure::inputs, reference, sizes};
 use day14::{Gemv, VERSIONS};
 
 /// Day 14: f32 GEMV, y = A x, A row-major m x n.

@@ -3,7 +3,7 @@
 //! tail paths), plus shapes where split_row has several column blocks and a last partial one.
 
 use common::session::launch_and_read;
-use common::{check, inputs, reference, testing};
+use common::{measure::check, measure::inputs, reference, testing};
 use day14::{Gemv, VERSIONS};
 
 const SIZES: &[usize] = &[1, 3, 33, 1000, 4097];

@@ -5,7 +5,7 @@
 pub mod int8_matmul;
 pub mod quantize;
 
-use common::nvrtc::KernelSource;
+use common::gpu::nvrtc::KernelSource;
 
 pub const QUANTIZE_SOURCE: KernelSource = KernelSource {
     file_name: "quantize.cu",

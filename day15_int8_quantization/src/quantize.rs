@@ -2,7 +2,7 @@
 //! quantization in three versions, and dequantization.
 
 use anyhow::{Result, bail};
-use common::kernel::KernelSet;
+use common::gpu::kernel::KernelSet;
 use common::session::Refused;
 use common::{Element, Gpu, Kernel, LaunchShape};
 use cudarc::driver::{CudaSlice, PushKernelArg};

@@ -3,7 +3,7 @@
 
 use common::reference::quantize as qref;
 use common::session::launch_and_read;
-use common::{Element, Gpu, Tolerance, check, inputs, testing};
+use common::{Element, Gpu, Tolerance, measure::check, measure::inputs, testing};
 use cudarc::driver::CudaSlice;
 use day15::int8_matmul::{self, Int8Matmul, Shape};
 use day15::poison_check;

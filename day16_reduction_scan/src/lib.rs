@@ -72,14 +72,17 @@ mod tests {
     /// held to its own bound.
     #[test]
     fn a_scan_error_well_below_the_old_covering_bound_now_fails() {
-        use common::check;
+        use common::measure::check;
         use common::reference::reduce as reference;
         let n = 1 << 22;
         let version = ScanVersion::DecoupledLookback;
         let depth = |i| Scans::depth(version, n, i);
         for (x, at) in [
             (scan::quarter_inputs(n, 1), n / 2),
-            (common::inputs::uniform::<f32>(n, -0.5, 1.5, 2), 100),
+            (
+                common::measure::inputs::uniform::<f32>(n, -0.5, 1.5, 2),
+                100,
+            ),
         ] {
             let reference = scan::ScanReference::new(&x);
             let prefix = &reference.prefix;

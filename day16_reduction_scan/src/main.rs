@@ -4,10 +4,10 @@
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
 use common::cli::{CommonArgs, bytes_for, check_host_fits, run_main};
+use common::measure::report::DayReport;
 use common::reference::reduce as reference;
-use common::report::DayReport;
 use common::session::{Expected, Problem, Session, Version as RunVersion};
-use common::{Gpu, UsageError, inputs};
+use common::{Gpu, UsageError, measure::inputs};
 use day16::scan::{ScanElement, ScanReference, ScanScratch, quarter_inputs};
 use day16::{
     CountVersion, DotVersion, Reductions, ScanVersion, Scans, SegmentVersion, SumVersion, keys,

@@ -3,7 +3,7 @@
 //! `common::reference::reduce`).
 
 use anyhow::{Result, bail};
-use common::nvrtc::KernelSource;
+use common::gpu::nvrtc::KernelSource;
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape};
 use cudarc::driver::{CudaSlice, PushKernelArg};

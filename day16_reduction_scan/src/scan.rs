@@ -1,8 +1,8 @@
 //! The launchers of `scan.cu`: the inclusive prefix sum of f32 or i32, three ways and a faster look-back.
 
 use anyhow::{Result, bail};
-use common::check::{self, CheckReport};
-use common::nvrtc::KernelSource;
+use common::gpu::nvrtc::KernelSource;
+use common::measure::check::{self, CheckReport};
 use common::reference::reduce as reference;
 use common::{Element, Gpu, Kernel, LaunchShape};
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
@@ -108,13 +108,13 @@ pub struct ScanScratch<T> {
 
 /// The scan kernels, compiled and loaded for one GPU.
 pub struct Scans {
-    kernels: common::kernel::KernelSet,
+    kernels: common::gpu::kernel::KernelSet,
 }
 
 impl Scans {
     pub fn load(gpu: &Gpu) -> Result<Self> {
         Ok(Self {
-            kernels: common::kernel::KernelSet::load(gpu, &SOURCE, functions())?,
+            kernels: common::gpu::kernel::KernelSet::load(gpu, &SOURCE, functions())?,
         })
     }
 
@@ -332,7 +332,7 @@ impl ScanReference {
 /// stays an exact f32: every output of every version must match the exact scan bit for bit,
 /// and one element lost or counted twice is off by at least 0.25.
 pub fn quarter_inputs(n: usize, seed: u64) -> Vec<f32> {
-    let k: Vec<i32> = common::inputs::uniform(n, 0.51, 16.49, seed);
+    let k: Vec<i32> = common::measure::inputs::uniform(n, 0.51, 16.49, seed);
     k.into_iter()
         .map(|k| {
             let q = if k <= 8 { -k } else { k - 8 };

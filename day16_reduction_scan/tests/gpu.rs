@@ -3,7 +3,7 @@
 
 use common::reference::reduce as reference;
 use common::session::launch_and_read;
-use common::{Gpu, Tolerance, check, inputs, testing};
+use common::{Gpu, Tolerance, measure::check, measure::inputs, testing};
 use day16::scan::{FAST_TILE, ScanElement, ScanReference, TILE, quarter_inputs};
 use day16::{CountVersion, DotVersion, Reductions, ScanVersion, Scans, SegmentVersion, SumVersion};
 

@@ -2,7 +2,7 @@
 //! transposes from naive to float4 on both sides, and array reversal out of place and in place.
 
 use anyhow::{Result, bail};
-use common::nvrtc::KernelSource;
+use common::gpu::nvrtc::KernelSource;
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape};
 use cudarc::driver::{CudaSlice, PushKernelArg};
@@ -131,13 +131,13 @@ fn blocks_for(threads: usize) -> u32 {
 }
 
 pub struct Day17 {
-    kernels: common::kernel::KernelSet,
+    kernels: common::gpu::kernel::KernelSet,
 }
 
 impl Day17 {
     pub fn load(gpu: &Gpu) -> Result<Self> {
         Ok(Self {
-            kernels: common::kernel::KernelSet::load(
+            kernels: common::gpu::kernel::KernelSet::load(
                 gpu,
                 &SOURCE,
                 all_functions().into_iter().map(String::from),

@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Parser;
 use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
+use common::measure::report::DayReport;
 use common::reference::transpose as reference;
-use common::report::DayReport;
 use common::session::{Expected, Problem, Refused, Session, Version as RunVersion};
-use common::{Gpu, Tolerance, UsageError, inputs, sizes};
+use common::{Gpu, Tolerance, UsageError, measure::inputs, sizes};
 use day17::{COPY_VERSION, Day17, Reverse, Transpose};
 
 const OPS: &[&str] = &["copy", "transpose", "reverse"];

@@ -4,7 +4,7 @@
 
 use common::reference::transpose as reference;
 use common::session::launch_and_read;
-use common::{Tolerance, check, inputs, testing};
+use common::{Tolerance, measure::check, measure::inputs, testing};
 use day17::{Day17, Reverse, Transpose};
 
 const EXACT: Tolerance = Tolerance::new(0.0, 0.0);

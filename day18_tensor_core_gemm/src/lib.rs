@@ -9,13 +9,13 @@
 use std::sync::Arc;
 
 use anyhow::{Result, bail};
-pub use common::cublas::{GemmEx, Stored};
 use common::dtype::Dtype;
 use common::element::Element;
-use common::kernel::KernelSet;
-use common::nvrtc::KernelSource;
+pub use common::gpu::cublas::{GemmEx, Stored};
+use common::gpu::kernel::KernelSet;
+use common::gpu::nvrtc::KernelSource;
+use common::gpu::tma::{KMajorTiles, MnMajorTiles, TmaDescriptor};
 use common::session::Refused;
-use common::tma::{KMajorTiles, MnMajorTiles, TmaDescriptor};
 use common::{Gpu, Kernel, LaunchShape};
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, PushKernelArg};
 

@@ -9,15 +9,15 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
 use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
-use common::cublas::{Cublas, Stored};
 use common::dtype::Dtype;
 use common::element::Element;
-use common::matmul::SWEEP_SIZES;
-use common::plot::{self, LinePlot};
+use common::family::matmul::SWEEP_SIZES;
+use common::gpu::cublas::{Cublas, Stored};
+use common::measure::plot::{self, LinePlot};
+use common::measure::report::DayReport;
 use common::reference::matmul as reference;
-use common::report::DayReport;
 use common::session::{Expected, Problem, Refused, Session, Version as RunVersion};
-use common::{Gpu, UsageError, inputs, sweep};
+use common::{Gpu, UsageError, measure::inputs, measure::sweep};
 use day18::{GemmShape, Layout, TensorCoreGemm, Version};
 use half::{bf16, f16};
 
@@ -59,7 +59,7 @@ struct Args {
     common: CommonArgs,
 }
 
-/// `common::cublas::Stored` on the command line.
+/// `common::gpu::cublas::Stored` on the command line.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum StoredArg {
     AsIs,

@@ -6,12 +6,12 @@
 //! mma.sync versions and wgmma_cluster). Then alpha and beta with padded batch strides, views
 //! at odd offsets through `Gemm::run`, and the refusals' wording.
 
-use common::check;
-use common::cublas::{Cublas, GemmEx, Stored};
 use common::element::Element;
+use common::gpu::cublas::{Cublas, GemmEx, Stored};
+use common::measure::check;
 use common::reference::matmul as reference;
 use common::session::{Refused, launch_and_read};
-use common::{Gpu, inputs, testing};
+use common::{Gpu, measure::inputs, testing};
 use cudarc::driver::CudaSlice;
 use day18::{Gemm, GemmShape, Layout, TensorCoreGemm, Version};
 use half::{bf16, f16};

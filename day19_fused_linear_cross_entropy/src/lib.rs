@@ -5,9 +5,9 @@
 //! ([`Day18Gemm`], `chunked_day18`); the chunked loop is [`FusedPlan::run`].
 
 use anyhow::{Result, bail};
-use common::cublas::{Cublas, GemmEx, Stored};
-use common::kernel::KernelSet;
-use common::nvrtc::KernelSource;
+use common::gpu::cublas::{Cublas, GemmEx, Stored};
+use common::gpu::kernel::KernelSet;
+use common::gpu::nvrtc::KernelSource;
 use common::reference::cross_entropy::CeOptions;
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape};
@@ -656,8 +656,8 @@ pub fn make_inputs(
     seed: u64,
 ) -> (Vec<bf16>, Vec<bf16>, Vec<i32>) {
     let w_scale = 6.0 / (shape.hidden as f64).sqrt();
-    let h = common::inputs::uniform(shape.tokens * shape.hidden, -1.0, 1.0, seed);
-    let w = common::inputs::uniform(
+    let h = common::measure::inputs::uniform(shape.tokens * shape.hidden, -1.0, 1.0, seed);
+    let w = common::measure::inputs::uniform(
         shape.vocab * shape.hidden,
         -w_scale,
         w_scale,
@@ -804,7 +804,7 @@ mod tests {
     /// gradient ten times too large passed. Its own allowance, from its terms, fails it.
     #[test]
     fn a_wrong_small_gradient_fails_its_element_wise_bound() {
-        use common::check;
+        use common::measure::check;
         let expected = [1e-2, 1e-5];
         let terms = [1.2e-2, 2e-5];
         let got = [bf16::from_f64(1e-2), bf16::from_f64(1e-4)];

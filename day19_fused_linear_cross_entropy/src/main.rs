@@ -4,15 +4,15 @@
 
 use anyhow::Result;
 use clap::Parser;
-use common::check::{self, CheckReport};
 use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
-use common::cublas::{Cublas, GemmEx, Stored};
+use common::gpu::cublas::{Cublas, GemmEx, Stored};
+use common::measure::check::{self, CheckReport};
+use common::measure::report::DayReport;
 use common::reference::cross_entropy::{
     self as reference, CeOptions, IGNORE_INDEX, LinearCeShape, Rounding,
 };
-use common::report::DayReport;
 use common::session::{Expected, Problem, Refused, Session, Version};
-use common::{Gpu, UsageError, inputs, sizes};
+use common::{Gpu, UsageError, measure::inputs, sizes};
 use day19::{
     CE_VERSIONS, CrossEntropy, Day18Gemm, FUSED_VERSIONS, FusedPlan, GemmBackend, LossScratch,
     RowKernel, Shape, default_chunk, make_inputs, make_targets, output_bytes,

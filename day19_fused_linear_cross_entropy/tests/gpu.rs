@@ -5,11 +5,11 @@
 //! `chunked_day18` (day 18's GEMM as the backend) on the vocabularies it takes (V and Hd
 //! multiples of 8), and its refusal of the others before anything runs.
 
-use common::cublas::Cublas;
+use common::gpu::cublas::Cublas;
 use common::reference::cross_entropy::{self as reference, CeOptions, IGNORE_INDEX, Rounding};
 use common::session::Refused;
 use common::session::launch_and_read;
-use common::{Gpu, check, inputs, testing};
+use common::{Gpu, measure::check, measure::inputs, testing};
 use day19::{
     CE_VERSIONS, CrossEntropy, Day18Gemm, FusedPlan, GemmBackend, LossScratch, RowKernel, Shape,
     make_inputs, make_targets, tolerance,

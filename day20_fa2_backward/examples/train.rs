@@ -11,11 +11,11 @@
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use common::check;
 use common::cli::run_main;
+use common::measure::check;
 use common::reference::attention::AttentionShape;
 use common::session::launch_and_read;
-use common::{Gpu, inputs};
+use common::{Gpu, measure::inputs};
 use cudarc::driver::CudaSlice;
 use day20::{BackwardProblem, BackwardTensors, FlashAttention, Mode, Tensors, Version};
 use half::bf16;

@@ -5,17 +5,17 @@
 //! same bits every run). [`FlashAttention::fastest`] names the best pair this GPU has.
 
 use anyhow::{Result, bail};
-use common::check::{self, CheckReport, Tolerance};
 use common::dtype::Dtype;
 use common::element::Element;
-use common::kernel::KernelSet;
-use common::nvrtc::KernelSource;
+use common::gpu::kernel::KernelSet;
+use common::gpu::nvrtc::KernelSource;
+use common::gpu::tma::{HeadTiles, RowSpans};
+use common::measure::check::{self, CheckReport, Tolerance};
 use common::reference::attention::{
     self as reference, AttentionGradients, AttentionShape, BackwardInputs, KeyRow, QueryRow, Terms,
     in_parallel, in_parallel_pairs,
 };
 use common::session::Refused;
-use common::tma::{HeadTiles, RowSpans};
 use common::{Gpu, Kernel, LaunchShape, UsageError};
 use cudarc::driver::{CudaSlice, CudaViewMut, PushKernelArg};
 
@@ -965,7 +965,7 @@ mod tests {
         if !common::testing::nvrtc_or_skip("NVRTC compile of fa_hopper_bwd.cu for sm_90a") {
             return;
         }
-        let compiled = common::nvrtc::compile(&HOPPER_SOURCE, "sm_90a", &[]).unwrap();
+        let compiled = common::gpu::nvrtc::compile(&HOPPER_SOURCE, "sm_90a", &[]).unwrap();
         // ptxas's C7512: "wgmma.mma_async instructions are serialized due to insufficient
         // register resources". Every product then waits for the one before: issuing dV before
         // computing dS (more registers live under an in-flight wgmma) did that and measured
@@ -1019,10 +1019,10 @@ mod tests {
     fn the_expected_gradients_at_every_row_are_the_full_pass() {
         let shape = AttentionShape::uniform(2, 9, 7, 4, 2, 8, true);
         let (q_len, k_len) = (shape.total_q() * 4 * 8, shape.total_k() * 2 * 8);
-        let q: Vec<f32> = common::inputs::uniform(q_len, -2.0, 2.0, 1);
-        let k: Vec<f32> = common::inputs::uniform(k_len, -2.0, 2.0, 2);
-        let v: Vec<f32> = common::inputs::uniform(k_len, -1.0, 1.0, 3);
-        let d_o: Vec<f32> = common::inputs::uniform(q_len, -1.0, 1.0, 4);
+        let q: Vec<f32> = common::measure::inputs::uniform(q_len, -2.0, 2.0, 1);
+        let k: Vec<f32> = common::measure::inputs::uniform(k_len, -2.0, 2.0, 2);
+        let v: Vec<f32> = common::measure::inputs::uniform(k_len, -1.0, 1.0, 3);
+        let d_o: Vec<f32> = common::measure::inputs::uniform(q_len, -1.0, 1.0, 4);
         let fwd = reference::attention_forward(&q, &k, &v, &shape, shape.default_scale());
         let x = BackwardInputs {
             q: &q,

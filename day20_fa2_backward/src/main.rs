@@ -7,14 +7,14 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Parser;
-use common::attention::{self, AttentionArgs, AttentionDay, Run, SAMPLED_TILE};
-use common::check::CheckReport;
 use common::cli::{CommonArgs, check_host_fits, run_main};
 use common::dtype::Dtype;
 use common::element::Element;
-use common::inputs;
+use common::family::attention::{self, AttentionArgs, AttentionDay, Run, SAMPLED_TILE};
+use common::measure::check::CheckReport;
+use common::measure::inputs;
+use common::measure::report::DayReport;
 use common::reference::attention::{AttentionShape, BackwardInputs};
-use common::report::DayReport;
 use common::session::{Problem, Refused, Version as RunVersion};
 use day20::{
     BackwardProblem, BackwardTensors, ExpectedGradients, FlashAttention, Gradient, Mode, Tensors,

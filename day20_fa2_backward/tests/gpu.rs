@@ -6,11 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use common::attention;
 use common::element::Element;
+use common::family::attention;
 use common::reference::attention::{AttentionShape, BackwardInputs, attention_forward};
 use common::session::{Refused, launch_and_read};
-use common::{Gpu, inputs, testing};
+use common::{Gpu, measure::inputs, testing};
 use day20::{
     BackwardProblem, BackwardTensors, ExpectedGradients, FlashAttention, Gradient, Mode, Version,
 };

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use common::report::DayReport;
+use common::measure::report::DayReport;
 use serde::Deserialize;
 
 /// What run.sh writes.
@@ -386,7 +386,7 @@ fn index_block(days: &[DayFolder], results: &RunResults, previous: &str) -> Stri
                         Some(flops) => format!("{:.1} TFLOP/s", flops as f64 / (ms * 1e9)),
                         None => format!(
                             "{:.0} GB/s",
-                            common::bench::gb_per_s(report.bytes_per_run, ms)
+                            common::measure::bench::gb_per_s(report.bytes_per_run, ms)
                         ),
                     };
                     // Compute-bound days without a ceiling row (attention) are measured

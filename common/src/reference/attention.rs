@@ -521,7 +521,7 @@ pub fn attention_backward_dkv<T: Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inputs;
+    use crate::measure::inputs;
 
     fn random(shape: &AttentionShape, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let d = shape.head_dim;
@@ -736,7 +736,7 @@ mod tests {
 #[cfg(test)]
 mod backward_tests {
     use super::*;
-    use crate::inputs;
+    use crate::measure::inputs;
 
     /// Checks every gradient against central differences of `loss = sum(dO * O)`. The step is
     /// applied to the f32 inputs, and the difference divides by the step the f32 values

@@ -10,8 +10,8 @@
 //! not `k`, so on average the error is far below the bound; the relative L2 error must stay
 //! under 1e-5.
 
-use crate::check::Tolerance;
 use crate::element::Element;
+use crate::measure::check::Tolerance;
 
 /// `y = A x` in f64, and for each row `sum_j |a_ij x_j|` (what the error bound scales with).
 pub fn gemv<T: Element>(a: &[T], x: &[T], m: usize, n: usize) -> (Vec<f64>, Vec<f64>) {

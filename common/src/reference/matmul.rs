@@ -4,9 +4,9 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::check::Tolerance;
-use crate::cublas::{GemmEx, Stored};
 use crate::element::Element;
+use crate::gpu::cublas::{GemmEx, Stored};
+use crate::measure::check::Tolerance;
 
 /// Problems up to this many multiply-adds get a full reference (about a second of CPU in a
 /// release build); larger ones a sampled one.
@@ -200,8 +200,8 @@ mod tests {
     #[test]
     fn sampled_values_equal_the_full_product() {
         let (m, n, k) = (17, 13, 9);
-        let a: Vec<f32> = crate::inputs::uniform(m * k, -1.0, 1.0, 1);
-        let b: Vec<f32> = crate::inputs::uniform(k * n, -1.0, 1.0, 2);
+        let a: Vec<f32> = crate::measure::inputs::uniform(m * k, -1.0, 1.0, 1);
+        let b: Vec<f32> = crate::measure::inputs::uniform(k * n, -1.0, 1.0, 2);
         let full = matmul(&a, &b, m, n, k);
         let at = sample_outputs(m, n, 20, 3);
         let sampled = matmul_at(&a, &b, m, n, k, &at);
@@ -213,8 +213,8 @@ mod tests {
     #[test]
     fn the_transposed_layout_equals_the_product_with_b_transposed() {
         let (batch, m, n, k) = (2, 5, 3, 4);
-        let a: Vec<f32> = crate::inputs::uniform(batch * m * k, -1.0, 1.0, 4);
-        let b: Vec<f32> = crate::inputs::uniform(batch * n * k, -1.0, 1.0, 5);
+        let a: Vec<f32> = crate::measure::inputs::uniform(batch * m * k, -1.0, 1.0, 4);
+        let b: Vec<f32> = crate::measure::inputs::uniform(batch * n * k, -1.0, 1.0, 5);
         let all: Vec<usize> = (0..batch * m * n).collect();
         let got = matmul_bt_at(&a, &b, (batch, m, n, k), &all);
         for z in 0..batch {
@@ -239,9 +239,9 @@ mod tests {
         let (batch, m, n, k) = (2, 5, 3, 4);
         // Matrices 7 elements further apart than their size: the gaps must not be read.
         let (sa, sb, sc) = (m * k + 7, k * n + 7, m * n + 7);
-        let a: Vec<f32> = crate::inputs::uniform(batch * sa, -1.0, 1.0, 6);
-        let b: Vec<f32> = crate::inputs::uniform(batch * sb, -1.0, 1.0, 7);
-        let c: Vec<f32> = crate::inputs::uniform(batch * sc, -1.0, 1.0, 8);
+        let a: Vec<f32> = crate::measure::inputs::uniform(batch * sa, -1.0, 1.0, 6);
+        let b: Vec<f32> = crate::measure::inputs::uniform(batch * sb, -1.0, 1.0, 7);
+        let c: Vec<f32> = crate::measure::inputs::uniform(batch * sc, -1.0, 1.0, 8);
         let all: Vec<usize> = (0..batch * m * n).collect();
         for a_stored in [Stored::AsIs, Stored::Transposed] {
             for b_stored in [Stored::AsIs, Stored::Transposed] {

@@ -39,9 +39,9 @@
 //! [`super::softmax::tolerance_for`]. On average errors are far below these bounds, so the
 //! relative L2 error must stay under 1e-5 (f32), 1e-3 (f16), 5e-3 (bf16) whatever the bound.
 
-use crate::check::Tolerance;
 use crate::dtype::Dtype;
 use crate::element::Element;
+use crate::measure::check::Tolerance;
 
 /// Which normalization.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

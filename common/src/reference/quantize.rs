@@ -242,7 +242,7 @@ mod tests {
 
     #[test]
     fn round_trip_error_is_at_most_half_a_step() {
-        let x: Vec<f32> = crate::inputs::uniform(10_000, -3.0, 5.0, 4);
+        let x: Vec<f32> = crate::measure::inputs::uniform(10_000, -3.0, 5.0, 4);
         let (ps, qs) = quantize_sym(&x);
         let (pa, qa) = quantize_asym(&x);
         for (xs, p, back) in [(&x, ps, dequantize(&qs, ps)), (&x, pa, dequantize(&qa, pa))] {

@@ -22,8 +22,8 @@
 //! among them (uniform in [-0.5, 1.5): `sum |x| = 1.25 |sum x|` for long sums), so the bound is
 //! a meaningful relative error and a lost sign still fails.
 
-use crate::check::Tolerance;
 use crate::element::Element;
+use crate::measure::check::Tolerance;
 
 /// The unit roundoff of f32: half the distance from 1 to the next float.
 pub const F32_UNIT_ROUNDOFF: f64 = 1.0 / (1u64 << 24) as f64;
@@ -275,7 +275,7 @@ mod tests {
 
     #[test]
     fn the_scan_ends_at_the_sum_and_segments_add_up() {
-        let x: Vec<f32> = crate::inputs::uniform(1000, -0.5, 1.5, 3);
+        let x: Vec<f32> = crate::measure::inputs::uniform(1000, -0.5, 1.5, 3);
         let (scan, _) = inclusive_scan(&x);
         assert!((scan[999] - sum(&x)).abs() < 1e-12);
         let (segments, abs) = segment_sums(&x, 100);
@@ -300,7 +300,7 @@ mod tests {
     #[test]
     fn a_real_f32_tree_sum_is_within_its_bound() {
         // Pairwise f32 sum of 2^16 terms: depth 16.
-        let x: Vec<f32> = crate::inputs::uniform(1 << 16, -0.5, 1.5, 9);
+        let x: Vec<f32> = crate::measure::inputs::uniform(1 << 16, -0.5, 1.5, 9);
         fn pairwise(x: &[f32]) -> f32 {
             if x.len() == 1 {
                 x[0]
@@ -310,12 +310,12 @@ mod tests {
             }
         }
         let tol = covering_tolerance(&[sum(&x)], &[abs_sum(&x)], 16);
-        let report = crate::check::compare(&[pairwise(&x)], &[sum(&x)], &[1], tol);
+        let report = crate::measure::check::compare(&[pairwise(&x)], &[sum(&x)], &[1], tol);
         assert!(report.passed(), "{report}");
         // A sequential f32 sum is depth n - 1: it needs the bound of its own order.
         let sequential: f32 = x.iter().sum();
         let tol = covering_tolerance(&[sum(&x)], &[abs_sum(&x)], (1 << 16) - 1);
-        assert!(crate::check::compare(&[sequential], &[sum(&x)], &[1], tol).passed());
+        assert!(crate::measure::check::compare(&[sequential], &[sum(&x)], &[1], tol).passed());
     }
 
     #[test]
@@ -343,7 +343,7 @@ mod tests {
 
     #[test]
     fn the_covering_tolerance_admits_every_bound_and_an_off_by_one_fails_integers() {
-        let x: Vec<f32> = crate::inputs::uniform(5000, -0.5, 1.5, 4);
+        let x: Vec<f32> = crate::measure::inputs::uniform(5000, -0.5, 1.5, 4);
         let (scan, abs) = inclusive_scan(&x);
         let depth = 40;
         let tol = covering_tolerance(&scan, &abs, depth);
@@ -356,7 +356,7 @@ mod tests {
         // Integers: exact, and one element off fails.
         let ints = [1i32, 2, 3];
         let (iscan, _) = inclusive_scan(&ints);
-        assert!(crate::check::compare(&[1i32, 3, 6], &iscan, &[3], EXACT).passed());
-        assert!(!crate::check::compare(&[1i32, 3, 5], &iscan, &[3], EXACT).passed());
+        assert!(crate::measure::check::compare(&[1i32, 3, 6], &iscan, &[3], EXACT).passed());
+        assert!(!crate::measure::check::compare(&[1i32, 3, 5], &iscan, &[3], EXACT).passed());
     }
 }

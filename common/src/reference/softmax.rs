@@ -7,9 +7,9 @@
 //! all zeros, the convention attention kernels use for fully masked rows, and every softmax
 //! kernel must produce exactly that (PyTorch gives NaN there).
 
-use crate::check::Tolerance;
 use crate::dtype::Dtype;
 use crate::element::Element;
+use crate::measure::check::Tolerance;
 
 /// The tolerance for an f32 softmax whose longest chain of sequential f32 additions (in the
 /// row sum) has `sequential_terms` terms.

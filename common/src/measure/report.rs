@@ -3,11 +3,11 @@
 use comfy_table::{Cell, CellAlignment, Table, presets};
 use serde::{Deserialize, Serialize};
 
-use crate::bench::Timing;
-use crate::check::CheckReport;
 use crate::gpu::DeviceInfo;
-use crate::kernel::KernelAttrs;
-use crate::peers::PeerFigure;
+use crate::gpu::kernel::KernelAttrs;
+use crate::measure::bench::Timing;
+use crate::measure::check::CheckReport;
+use crate::measure::peers::PeerFigure;
 
 /// One day's run: the problem, the device and one row per kernel version.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -153,7 +153,7 @@ impl DayReport {
     fn throughput(&self, ms: f64) -> f64 {
         match self.flops_per_run {
             Some(flops) => flops as f64 / (ms * 1e-3) / 1e12,
-            None => crate::bench::gb_per_s(self.bytes_per_run, ms),
+            None => crate::measure::bench::gb_per_s(self.bytes_per_run, ms),
         }
     }
 

@@ -25,12 +25,12 @@ use crate::cli::{CommonArgs, finish_reports};
 use crate::dtype::Dtype;
 use crate::element::Element;
 use crate::gpu::Gpu;
-use crate::plot::{self, LinePlot};
+use crate::measure::plot::{self, LinePlot};
+use crate::measure::report::DayReport;
 use crate::reference::attention::{AttentionShape, KeyRow, QueryRow};
-use crate::report::DayReport;
 use crate::session::{Problem, Session};
 use crate::sizes::{self, positive};
-use crate::{UsageError, sweep};
+use crate::{UsageError, measure::sweep};
 
 pub use problems::*;
 pub use runner::*;

@@ -18,17 +18,17 @@ use anyhow::{Context, Result, bail};
 use cudarc::nvrtc::{result as nvrtc_result, sys};
 
 use crate::error::SetupError;
-use crate::kernel_cache::{self, Entry, KernelCache};
+use crate::gpu::kernel_cache::{self, Entry, KernelCache};
 
 /// The headers every kernel file may include, by the name it includes them under.
 pub const HEADERS: &[(&str, &str)] = &[
-    ("common.cuh", include_str!("../cuda/common.cuh")),
-    ("dtype.cuh", include_str!("../cuda/dtype.cuh")),
-    ("reduce.cuh", include_str!("../cuda/reduce.cuh")),
-    ("mma.cuh", include_str!("../cuda/mma.cuh")),
-    ("norm.cuh", include_str!("../cuda/norm.cuh")),
-    ("hopper.cuh", include_str!("../cuda/hopper.cuh")),
-    ("attention.cuh", include_str!("../cuda/attention.cuh")),
+    ("common.cuh", include_str!("../../cuda/common.cuh")),
+    ("dtype.cuh", include_str!("../../cuda/dtype.cuh")),
+    ("reduce.cuh", include_str!("../../cuda/reduce.cuh")),
+    ("mma.cuh", include_str!("../../cuda/mma.cuh")),
+    ("norm.cuh", include_str!("../../cuda/norm.cuh")),
+    ("hopper.cuh", include_str!("../../cuda/hopper.cuh")),
+    ("attention.cuh", include_str!("../../cuda/attention.cuh")),
 ];
 
 /// A day's kernel file: its name (for error messages) and its text (`include_str!`).

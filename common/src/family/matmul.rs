@@ -17,15 +17,15 @@ use cudarc::driver::PushKernelArg;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
-use crate::cublas::Cublas;
 use crate::gpu::Gpu;
-use crate::kernel::{Kernel, LaunchShape};
-use crate::plot::{HLine, LinePlot};
+use crate::gpu::cublas::Cublas;
+use crate::gpu::kernel::{Kernel, LaunchShape};
+use crate::measure::plot::{HLine, LinePlot};
+use crate::measure::report::DayReport;
+use crate::measure::roofline::{Roofline, RooflinePoint};
 use crate::reference::matmul as reference;
-use crate::report::DayReport;
-use crate::roofline::{Roofline, RooflinePoint};
 use crate::session::{Expected, Problem, Refused, Session, Version, launch_and_read};
-use crate::{inputs, plot, roofline, sizes, sweep, testing};
+use crate::{measure::inputs, measure::plot, measure::roofline, measure::sweep, sizes, testing};
 
 /// The ceiling row's name.
 pub const CEILING: &str = "cublas";

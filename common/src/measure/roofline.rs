@@ -10,7 +10,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::plot::{FONT, REFERENCE, marker, number_label, write_file};
+use crate::measure::plot::{FONT, REFERENCE, marker, number_label, write_file};
 
 /// One kernel on the roofline.
 #[derive(Debug, Clone)]

@@ -3,9 +3,9 @@
 
 use comfy_table::{Table, presets};
 
-use crate::peers::PeerFigure;
-use crate::plot::Series;
-use crate::report::{DayReport, Row};
+use crate::measure::peers::PeerFigure;
+use crate::measure::plot::Series;
+use crate::measure::report::{DayReport, Row};
 
 /// The last dimension of a report's key (`softmax/f32/8x1048576` -> 1048576; the k of a
 /// matmul's `m x n x k`): the x of a sweep point.

@@ -35,16 +35,16 @@ pub use host_inputs::HostInputs;
 pub use launch::*;
 pub use runner::{NormArgs, main};
 
-use crate::check::{self, CheckReport, Tolerance};
 use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
 use crate::dtype::Dtype;
 use crate::element::Element;
 use crate::gpu::Gpu;
-use crate::kernel::{Kernel, LaunchShape};
+use crate::gpu::kernel::{Kernel, LaunchShape};
+use crate::measure::check::{self, CheckReport, Tolerance};
+use crate::measure::report::DayReport;
 use crate::reference::norm::{self as reference, Forward, Gradients};
-use crate::report::DayReport;
 use crate::session::{Expected, Problem, Session, Version, launch_and_read};
-use crate::{inputs, sizes, testing};
+use crate::{measure::inputs, sizes, testing};
 
 /// Forward or backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -9,7 +9,7 @@ use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, sys::CUfunction_att
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::Gpu;
-use crate::nvrtc::{self, Compiled, KernelSource};
+use crate::gpu::nvrtc::{self, Compiled, KernelSource};
 
 /// What the compiler gave a kernel: the resources that decide how many of its blocks share
 /// an SM.
@@ -182,7 +182,7 @@ impl KernelSet {
     /// Compiles `source` for `gpu` and loads each of `names`.
     pub fn load(
         gpu: &Gpu,
-        source: &crate::nvrtc::KernelSource,
+        source: &crate::gpu::nvrtc::KernelSource,
         names: impl IntoIterator<Item = String>,
     ) -> Result<Self> {
         Self::load_for_arch(gpu, source, &gpu.info.arch.clone(), names)
@@ -191,7 +191,7 @@ impl KernelSet {
     /// [`KernelSet::load`] for an explicit target: `sm_90a` for the Hopper-only instructions.
     pub fn load_for_arch(
         gpu: &Gpu,
-        source: &crate::nvrtc::KernelSource,
+        source: &crate::gpu::nvrtc::KernelSource,
         arch: &str,
         names: impl IntoIterator<Item = String>,
     ) -> Result<Self> {

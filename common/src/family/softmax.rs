@@ -13,16 +13,16 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 use half::{bf16, f16};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::check::{self, Tolerance};
 use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
 use crate::dtype::Dtype;
 use crate::element::{Element, as_type, as_type_mut};
 use crate::gpu::Gpu;
-use crate::kernel::{Kernel, LaunchShape};
-use crate::plot::{HLine, LinePlot};
-use crate::report::DayReport;
+use crate::gpu::kernel::{Kernel, LaunchShape};
+use crate::measure::check::{self, Tolerance};
+use crate::measure::plot::{HLine, LinePlot};
+use crate::measure::report::DayReport;
 use crate::session::{Expected, Problem, Session, Version, launch_and_read};
-use crate::{inputs, plot, reference, sizes, sweep, testing};
+use crate::{measure::inputs, measure::plot, measure::sweep, reference, sizes, testing};
 
 /// The key peers and reports share: `softmax/f32/32768x4096`.
 pub fn key(dtype: Dtype, rows: usize, cols: usize) -> String {
