@@ -6,7 +6,7 @@
 //! 2. [`gpu`]: the device and its memory, [`gpu::nvrtc`] and [`gpu::kernel_cache`], loaded
 //!    kernels ([`gpu::kernel`]), TMA descriptors, cuBLAS;
 //! 3. [`measure`]: inputs, timing, checks, the report, its plots and peers, saved arrays;
-//! 4. [`reference`]: the f64 CPU references, with the tolerances their error analyses give;
+//! 4. [`reference`](mod@reference): the f64 CPU references, with the tolerances their error analyses give;
 //! 5. running a day: the shared flags ([`cli`]), a problem's [`session`], the test helpers
 //!    ([`testing`]), and [`family`]: the runners that whole days are built on (softmax,
 //!    matmul, norm, attention).

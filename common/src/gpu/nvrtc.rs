@@ -7,7 +7,7 @@
 //! Set `NVRTC_LOG=1` to see the compiler's full report on stderr.
 //!
 //! A compilation is done once: its CUBIN and report go into the on-disk
-//! [`crate::kernel_cache`] and, for the rest of the process, into memory, so later runs and
+//! [`crate::gpu::kernel_cache`] and, for the rest of the process, into memory, so later runs and
 //! later tests of the same source load what is there.
 
 use std::collections::{BTreeMap, HashMap};

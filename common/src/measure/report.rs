@@ -28,7 +28,7 @@ pub struct DayReport {
     #[serde(default)]
     pub flops_per_run: Option<u64>,
     /// The row every other is compared with as a ceiling (`cublas` on the matmul days): the
-    /// table's "% <ceiling>" column. Without it, rows are compared with the copy ceiling.
+    /// table's "% `<ceiling>`" column. Without it, rows are compared with the copy ceiling.
     #[serde(default)]
     pub ceiling: Option<String>,
     /// The row the speedup column divides by (the first of the day's own versions run).
