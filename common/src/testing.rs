@@ -117,3 +117,75 @@ pub fn assert_refused(binary: &std::path::Path, args: &[&str], expect: &str) {
         "the error should say `{expect}`: {shown}"
     );
 }
+
+/// [`assert_refused`] for each `(arguments separated by spaces, what the error must say)`,
+/// every case run and the ones not refused as expected reported together.
+pub fn assert_all_refused(binary: &std::path::Path, cases: &[(&str, &str)]) {
+    let failed: Vec<String> = cases
+        .iter()
+        .filter(|(args, expect)| {
+            let args: Vec<&str> = args.split_whitespace().collect();
+            std::panic::catch_unwind(|| assert_refused(binary, &args, expect)).is_err()
+        })
+        .map(|(args, _)| args.to_string())
+        .collect();
+    assert!(failed.is_empty(), "not refused as expected: {failed:?}");
+}
+
+/// The end of a GPU test over versions and shapes: `ran` is how many shapes each version ran.
+/// A version that ran none checked nothing, which is a failure unless `unavailable(version)`
+/// says why this GPU cannot run it (then one `SKIPPED` line). Panics with every failure,
+/// `failures` (what the shapes found) first.
+pub fn assert_every_version_ran<'a>(
+    test: &str,
+    ran: impl IntoIterator<Item = (&'a str, usize)>,
+    unavailable: impl Fn(&str) -> Option<String>,
+    mut failures: Vec<String>,
+) {
+    for (version, count) in ran {
+        if count > 0 {
+            continue;
+        }
+        match unavailable(version) {
+            Some(why) => note_skip(&format!("{test}: {version}"), &why),
+            None => failures.push(format!("{version} ran on no shape")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{test}: {} failing cases:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Why a version that needs sm_90a cannot run on `gpu`, or None on a Hopper GPU.
+pub fn needs_sm90a(gpu: &Gpu) -> Option<String> {
+    (gpu.info.arch != "sm_90").then(|| {
+        format!(
+            "needs sm_90a (a Hopper GPU), this is {} ({})",
+            gpu.info.name, gpu.info.arch
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_that_ran_nothing_fails_unless_the_gpu_cannot_run_it() {
+        let none = |_: &str| None;
+        assert_every_version_ran("t", [("a", 2), ("b", 1)], none, Vec::new());
+        let why = |v: &str| (v == "hopper").then(|| "needs sm_90a".to_string());
+        assert_every_version_ran("t", [("a", 2), ("hopper", 0)], why, Vec::new());
+        let vacuous = std::panic::catch_unwind(|| {
+            assert_every_version_ran("t", [("a", 2), ("b", 0)], none, Vec::new())
+        });
+        assert!(vacuous.is_err(), "a version that checked nothing must fail");
+        let found = std::panic::catch_unwind(|| {
+            assert_every_version_ran("t", [("a", 1)], none, vec!["a: wrong at [0]".into()])
+        });
+        assert!(found.is_err(), "the shapes' failures are reported");
+    }
+}

@@ -79,7 +79,10 @@ fn check_shape<T: Element>(
     let lse_dev = gpu.upload(&lse).unwrap();
     for version in Version::ALL {
         if let Err(e) = day.plan::<T>(version, &problem) {
-            if e.is::<Refused>() && version == Version::FaHopper && !has_sm90a(gpu) {
+            if e.is::<Refused>()
+                && version == Version::FaHopper
+                && testing::needs_sm90a(gpu).is_some()
+            {
                 continue; // said once, by the test; the other versions still run
             }
             failures.push(format!("{} refused {shape:?}: {e:#}", version.name()));
@@ -135,11 +138,6 @@ fn check_shape<T: Element>(
     }
 }
 
-/// Whether this GPU runs `sm_90a` code (wgmma, TMA): the Hopper GPUs, `fa_hopper`'s.
-fn has_sm90a(gpu: &Gpu) -> bool {
-    gpu.info.arch == "sm_90"
-}
-
 #[test]
 fn every_version_and_mode_matches_the_reference_on_odd_shapes() {
     let Some(gpu) = testing::gpu_or_skip("day20 GPU correctness") else {
@@ -161,30 +159,16 @@ fn every_version_and_mode_matches_the_reference_on_odd_shapes() {
             );
         }
     }
-    // A version that refused (or failed to launch) every shape has checked nothing: a
-    // failure, except fa_hopper on a GPU without sm_90a, which says so on one line.
-    for version in Version::ALL {
-        if ran.get(version.name()).copied().unwrap_or(0) > 0 {
-            continue;
-        }
-        if version == Version::FaHopper && !has_sm90a(&gpu) {
-            testing::note_skip(
-                "day20 fa_hopper",
-                &format!(
-                    "needs sm_90a (a Hopper GPU), this is {} ({}); the other versions ran",
-                    gpu.info.name, gpu.info.arch
-                ),
-            );
-            continue;
-        }
-        failures.push(format!("{} ran on no shape", version.name()));
-    }
-    assert!(
-        failures.is_empty(),
-        "{} failing cases:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    // A version that refused (or failed to launch) every shape has checked nothing.
+    let counts = Version::ALL
+        .iter()
+        .map(|v| (v.name(), ran.get(v.name()).copied().unwrap_or(0)));
+    let unavailable = |name: &str| {
+        (name == Version::FaHopper.name())
+            .then(|| testing::needs_sm90a(&gpu))
+            .flatten()
+    };
+    testing::assert_every_version_ran("day20 GPU correctness", counts, unavailable, failures);
 }
 
 #[test]

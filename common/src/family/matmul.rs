@@ -582,6 +582,33 @@ pub fn check_sizes(a: usize, b: usize, c: usize, shape: Shape) -> Result<()> {
     Ok(())
 }
 
+/// Requests every matmul day refuses before opening a GPU, with exit 2 and one `error:`
+/// line saying this: `(arguments, what the error must say)`. Each day's `tests/cli.rs`
+/// runs them (`testing::assert_all_refused`) beside what only that day refuses.
+pub const REFUSED_REQUESTS: &[(&str, &str)] = &[
+    ("--size 0", "invalid value '0' for '--size"),
+    ("--m 0 --n 4 --k 4", "invalid value '0' for '--m"),
+    ("--m 4 --n 4 --k 0", "invalid value '0' for '--k"),
+    ("--size 2147483648", "--size 2147483648 is too large"),
+    (
+        "--m 4 --n 18446744073709551615 --k 4",
+        "--n 18446744073709551615 is too large",
+    ),
+    (
+        "--size 2147483647",
+        "2 m n k: 2 x 2147483647 x 2147483647 x 2147483647 is too large",
+    ),
+    ("--m 2000000000 --n 2000000000 --k 1", "the matrices:"),
+    ("--m 1000000 --n 1000000 --k 1000", "of host memory"),
+    ("--size 4 --m 4", "cannot be used with"),
+    (
+        "--m 4 --n 4",
+        "the following required arguments were not provided",
+    ),
+    ("--sweep --size 4", "cannot be used with"),
+    ("--size 4 --kernel nope", "there is no kernel `nope` here"),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

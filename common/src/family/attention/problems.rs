@@ -200,6 +200,46 @@ pub fn key_rows_to_check(shape: &AttentionShape, max_work: usize, seed: u64) -> 
     }
 }
 
+/// Requests every attention day refuses before opening a GPU, with exit 2 and one `error:`
+/// line saying this: `(arguments, what the error must say)`. Each day's `tests/cli.rs`
+/// runs them (`testing::assert_all_refused`) beside what only that day refuses.
+pub const REFUSED_REQUESTS: &[(&str, &str)] = &[
+    ("--seqlen 0", "must be at least 1"),
+    ("--seqlen-k 0", "must be at least 1"),
+    ("--head-dim 0", "must be at least 1"),
+    ("--heads 0", "must be at least 1"),
+    ("--kv-heads 0", "must be at least 1"),
+    ("--batch 0", "must be at least 1"),
+    ("--varlen 0", "must be at least 1"),
+    ("--varlen 5,0,3", "must be at least 1"),
+    ("--seqlen=-3", "not a whole number"),
+    ("--seqlen 1e15", "not a whole number"),
+    ("--batch 1000000000000000", "--batch is 1000000000000000"),
+    ("--seqlen 1000000000000000", "2^31"),
+    ("--seqlen 8 --batch 1 --seqlen-k 1000000000000000", "2^31"),
+    (
+        "--seqlen 8 --seqlen-k 1000000000000000",
+        "too large to address",
+    ),
+    (
+        "--seqlen 1152921504606846976 --batch 64",
+        "too large to address",
+    ),
+    (
+        "--varlen 18446744073709551615,1",
+        "the query lengths: the sum is too large",
+    ),
+    ("--heads 70000 --seqlen 8", "65535"),
+    ("--head-dim 2048", "--head-dim is 2048"),
+    ("--head-dim 96 --kernel fa2_mma", "--head-dim 96"),
+    ("--head-dim 96 --sweep", "--head-dim 96"),
+    ("--heads 4 --kv-heads 3", "must divide"),
+    ("--heads 4 --kv-heads 8", "must divide"),
+    ("--dtype f32", "bf16 or f16"),
+    ("--varlen 4,5 --seqlen 4", "--varlen replaces"),
+    ("--kernel fa3", "no kernel `fa3`"),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,7 +33,7 @@ pub use backward_check::check_backward;
 pub use gpu_test::{TEST_COLS, TEST_ROWS, TEST_WIDE, test_every_version};
 pub use host_inputs::HostInputs;
 pub use launch::*;
-pub use runner::{NormArgs, main};
+pub use runner::{NormArgs, REFUSED_REQUESTS, main};
 
 use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
 use crate::dtype::Dtype;
