@@ -105,6 +105,12 @@ fn module_of<'a>(path: &str, modules: &'a [(String, Vec<PathBuf>)]) -> Option<&'
 #[test]
 fn every_module_uses_only_modules_declared_before_it() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    if !src.join("lib.rs").exists() {
+        // A test executable copied to a GPU host without the source tree: the check ran
+        // where the tree is (CI, every `cargo test`).
+        crate::testing::note_skip("common layers", "the source tree is not on this machine");
+        return;
+    }
     let modules = modules_in_order(&src);
     assert!(
         modules.len() > 20,
