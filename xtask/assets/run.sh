@@ -107,6 +107,13 @@ if part tests; then
     done < <(grep '^SKIPPED' "$log" 2>/dev/null)
     tests_json="$tests_json${tests_json:+,}{\"name\":\"$name\",\"passed\":$([ $status = ok ] && echo true || echo false),\"skipped\":[$skipped_json]}"
   done
+  # What the tests left in the kernel cache (common::gpu::kernel_cache), so a slow second run
+  # can be told apart from a cache that was never written.
+  if [ -n "${DAYS_OF_GPU_KERNEL_CACHE:-}" ]; then cache=$DAYS_OF_GPU_KERNEL_CACHE
+  elif [ -n "${XDG_CACHE_HOME:-}" ]; then cache=$XDG_CACHE_HOME/days-of-gpu/kernels
+  elif [ -n "${HOME:-}" ]; then cache=$HOME/.cache/days-of-gpu/kernels
+  else cache=${TMPDIR:-/tmp}/days-of-gpu/kernels; fi
+  echo "kernel cache: $cache, $(ls "$cache" 2>/dev/null | grep -c '\.cubin$') entries"
 fi
 printf '%s' "$summary"
 

@@ -11,7 +11,8 @@
 //! entry or a whole one.
 //!
 //! Where: `$DAYS_OF_GPU_KERNEL_CACHE` when set (`off` turns the cache off), else the
-//! platform's cache folder (`~/.cache/days-of-gpu/kernels` on Linux). `--no-kernel-cache` on
+//! platform's cache folder (`~/.cache/days-of-gpu/kernels` on Linux; the temporary folder
+//! where there is none). `--no-kernel-cache` on
 //! any day turns it off for that run. Nothing is ever evicted: delete the folder to empty it.
 
 use std::fs;
@@ -75,6 +76,16 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The platform's cache folder (`$XDG_CACHE_HOME` or `~/.cache` on Linux), or the temporary
+/// folder where there is none (a container without `HOME`), so that a process still compiles
+/// each source once and its later runs find it.
+pub fn default_dir() -> PathBuf {
+    dirs::cache_dir()
+        .unwrap_or_else(std::env::temp_dir)
+        .join("days-of-gpu")
+        .join("kernels")
+}
+
 /// A cache folder.
 #[derive(Debug, Clone)]
 pub struct KernelCache {
@@ -97,7 +108,7 @@ impl KernelCache {
         match std::env::var_os(CACHE_ENV) {
             Some(v) if v == "off" || v == "0" || v.is_empty() => None,
             Some(dir) => Some(Self::at(dir)),
-            None => dirs::cache_dir().map(|d| Self::at(d.join("days-of-gpu").join("kernels"))),
+            None => Some(Self::at(default_dir())),
         }
     }
 
