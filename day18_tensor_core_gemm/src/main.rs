@@ -13,7 +13,7 @@ use common::dtype::Dtype;
 use common::element::Element;
 use common::family::matmul::SWEEP_SIZES;
 use common::gpu::cublas::{Cublas, Stored};
-use common::measure::plot::{self, LinePlot};
+use common::measure::plot::LinePlot;
 use common::measure::report::DayReport;
 use common::reference::matmul as reference;
 use common::session::{Expected, Problem, Refused, Session, Version as RunVersion};
@@ -345,20 +345,15 @@ fn plot_sweep(args: &Args, gpu: &Gpu, reports: &[DayReport]) -> Result<()> {
         args.dtype,
         gpu.info.name
     );
-    plot::write_svg(
-        &args.plot,
-        &LinePlot {
-            title: &title,
-            x_label: "m = n = k",
-            y_label: "TFLOP/s (2 m n k)",
-            log2_x: true,
-            series: &series,
-            hlines: &[],
-        },
-    )?;
-    let table = sweep::summary_table("size", "TFLOP/s", 1, &series);
-    println!("{title}\n{table}\nplot: {}", args.plot.display());
-    Ok(())
+    let line_plot = LinePlot {
+        title: &title,
+        x_label: "m = n = k",
+        y_label: "TFLOP/s (2 m n k)",
+        log2_x: true,
+        series: &series,
+        hlines: &[],
+    };
+    sweep::publish(&args.plot, &line_plot, "size", "TFLOP/s", 1)
 }
 
 #[cfg(test)]

@@ -23,9 +23,10 @@ use crate::gpu::kernel::{Kernel, LaunchShape};
 use crate::measure::plot::{HLine, LinePlot};
 use crate::measure::report::DayReport;
 use crate::measure::roofline::{Roofline, RooflinePoint};
+use crate::measure::{inputs, roofline, sweep};
 use crate::reference::matmul as reference;
 use crate::session::{Expected, Problem, Refused, Session, Version, launch_and_read};
-use crate::{measure::inputs, measure::plot, measure::roofline, measure::sweep, sizes, testing};
+use crate::{sizes, testing};
 
 /// The ceiling row's name.
 pub const CEILING: &str = "cublas";
@@ -379,23 +380,18 @@ fn plot_sweep<D: MatmulDay>(
         D::TITLE,
         gpu.info.name
     );
-    plot::write_svg(
-        &args.plot,
-        &LinePlot {
-            title: &title,
-            x_label: "m = n = k",
-            y_label: "TFLOP/s (2mnk per run)",
-            log2_x: true,
-            series: &series,
-            hlines: &[HLine {
-                name: format!("FP32 peak {peak:.1} TFLOP/s"),
-                y: peak,
-            }],
-        },
-    )?;
-    let table = sweep::summary_table("size", "TFLOP/s", 2, &series);
-    println!("{title}\n{table}\nplot: {}", args.plot.display());
-    Ok(())
+    let line_plot = LinePlot {
+        title: &title,
+        x_label: "m = n = k",
+        y_label: "TFLOP/s (2mnk per run)",
+        log2_x: true,
+        series: &series,
+        hlines: &[HLine {
+            name: format!("FP32 peak {peak:.1} TFLOP/s"),
+            y: peak,
+        }],
+    };
+    sweep::publish(&args.plot, &line_plot, "size", "TFLOP/s", 2)
 }
 
 /// The roofline of one problem's versions: each at the intensity of what it asks of global

@@ -21,8 +21,9 @@ use crate::gpu::kernel::{Kernel, LaunchShape};
 use crate::measure::check::{self, Tolerance};
 use crate::measure::plot::{HLine, LinePlot};
 use crate::measure::report::DayReport;
+use crate::measure::{inputs, sweep};
 use crate::session::{Expected, Problem, Session, Version, launch_and_read};
-use crate::{measure::inputs, measure::plot, measure::sweep, reference, sizes, testing};
+use crate::{reference, sizes, testing};
 
 /// The key peers and reports share: `softmax/f32/32768x4096`.
 pub fn key(dtype: Dtype, rows: usize, cols: usize) -> String {
@@ -337,23 +338,18 @@ fn plot_sweep<D: SoftmaxDay>(
         D::TITLE,
         gpu.info.name
     );
-    plot::write_svg(
-        &family.plot,
-        &LinePlot {
-            title: &title,
-            x_label: "columns per row",
-            y_label: "GB/s (input read once + output written once)",
-            log2_x: true,
-            series: &series,
-            hlines: &[HLine {
-                name: format!("device copy {ceiling:.0} GB/s"),
-                y: ceiling,
-            }],
-        },
-    )?;
-    let table = sweep::summary_table("columns", "GB/s", 0, &series);
-    println!("{title}\n{table}\nplot: {}", family.plot.display());
-    Ok(())
+    let line_plot = LinePlot {
+        title: &title,
+        x_label: "columns per row",
+        y_label: "GB/s (input read once + output written once)",
+        log2_x: true,
+        series: &series,
+        hlines: &[HLine {
+            name: format!("device copy {ceiling:.0} GB/s"),
+            y: ceiling,
+        }],
+    };
+    sweep::publish(&family.plot, &line_plot, "columns", "GB/s", 0)
 }
 
 impl<'a, T: Element> Plan<'a, T> {

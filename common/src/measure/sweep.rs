@@ -4,7 +4,7 @@
 use comfy_table::{Table, presets};
 
 use crate::measure::peers::PeerFigure;
-use crate::measure::plot::Series;
+use crate::measure::plot::{self, LinePlot, Series};
 use crate::measure::report::{DayReport, Row};
 
 /// The last dimension of a report's key (`softmax/f32/8x1048576` -> 1048576; the k of a
@@ -84,6 +84,22 @@ pub fn peer_series(
 /// A peer's TFLOP/s on a report's problem (its flops over the peer's median time).
 pub fn peer_tflops(report: &DayReport, figure: &PeerFigure) -> Option<f64> {
     Some(report.flops_per_run? as f64 / (figure.median_ms * 1e-3) / 1e12)
+}
+
+/// Writes a sweep's plot to `path`, then prints its title, the summary table (a row per x
+/// under `x_header`, a column per series in `unit` with `decimals` digits) and where the plot
+/// went: the end of every day's `--sweep`.
+pub fn publish(
+    path: &std::path::Path,
+    line_plot: &LinePlot,
+    x_header: &str,
+    unit: &str,
+    decimals: usize,
+) -> anyhow::Result<()> {
+    plot::write_svg(path, line_plot)?;
+    let table = summary_table(x_header, unit, decimals, line_plot.series);
+    println!("{}\n{table}\nplot: {}", line_plot.title, path.display());
+    Ok(())
 }
 
 /// A table with a row per x of any series and a column per series (`<name> <unit>`), values

@@ -25,7 +25,7 @@ use crate::cli::{CommonArgs, finish_reports};
 use crate::dtype::Dtype;
 use crate::element::Element;
 use crate::gpu::Gpu;
-use crate::measure::plot::{self, LinePlot};
+use crate::measure::plot::LinePlot;
 use crate::measure::report::DayReport;
 use crate::reference::attention::{AttentionShape, KeyRow, QueryRow};
 use crate::session::{Problem, Session};

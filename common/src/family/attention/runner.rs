@@ -102,18 +102,13 @@ fn plot_sweep<D: AttentionDay>(
         args.dtype,
         gpu.info.name
     );
-    plot::write_svg(
-        &args.plot,
-        &LinePlot {
-            title: &title,
-            x_label: "sequence length",
-            y_label: D::FLOPS,
-            log2_x: true,
-            series: &series,
-            hlines: &[],
-        },
-    )?;
-    let table = sweep::summary_table("seqlen", "TFLOP/s", 1, &series);
-    println!("{title}\n{table}\nplot: {}", args.plot.display());
-    Ok(())
+    let line_plot = LinePlot {
+        title: &title,
+        x_label: "sequence length",
+        y_label: D::FLOPS,
+        log2_x: true,
+        series: &series,
+        hlines: &[],
+    };
+    sweep::publish(&args.plot, &line_plot, "seqlen", "TFLOP/s", 1)
 }
