@@ -235,11 +235,34 @@ pub fn check_head_dim(head_dim: usize, versions: &[Version]) -> Result<(), Usage
         return Ok(());
     }
     let names: Vec<&str> = versions.iter().map(|v| v.name()).collect();
-    Err(UsageError::new(format!(
+    Err(untaken_head_dim(head_dim, &names))
+}
+
+/// The error for a `--head-dim` none of the versions `names` takes; day 20's versions take
+/// the same head dims.
+pub fn untaken_head_dim(head_dim: usize, names: &[&str]) -> UsageError {
+    UsageError::new(format!(
         "--head-dim {head_dim}: none of {} takes it (the flash versions are compiled for head \
          dims {HEAD_DIMS:?}; naive takes 1..={NAIVE_MAX_HEAD_DIM})",
         names.join(", ")
-    )))
+    ))
+}
+
+/// Why `fa_hopper` (forward here, backward in day 20) cannot run head dim `d`: its module is
+/// not loaded (`hopper_loaded` false: not a Hopper GPU) or it is not compiled for `d`.
+pub fn hopper_refusal(hopper_loaded: bool, d: usize) -> Option<Refused> {
+    if !hopper_loaded {
+        return Some(Refused(
+            "fa_hopper: needs sm_90a (wgmma, TMA), a Hopper GPU; fa2_mma is this GPU's fastest \
+             version"
+                .into(),
+        ));
+    }
+    (!HEAD_DIMS.contains(&d)).then(|| {
+        Refused(format!(
+            "fa_hopper: compiled for head dims {HEAD_DIMS:?}, not {d}"
+        ))
+    })
 }
 
 /// Refuses a storage type that is not an attention dtype, before any GPU work.
@@ -431,20 +454,10 @@ impl FlashAttention {
                 Ok((kernel, launch))
             }
             Version::FaHopper => {
-                let Some(hopper) = &self.hopper else {
-                    return Err(Refused(
-                        "fa_hopper: needs sm_90a (wgmma, TMA), a Hopper GPU; fa2_mma is this \
-                         GPU's fastest version"
-                            .into(),
-                    )
-                    .into());
-                };
-                if !HEAD_DIMS.contains(&d) {
-                    return Err(Refused(format!(
-                        "fa_hopper: compiled for head dims {HEAD_DIMS:?}, not {d}"
-                    ))
-                    .into());
+                if let Some(refused) = hopper_refusal(self.hopper.is_some(), d) {
+                    return Err(refused.into());
                 }
+                let hopper = self.hopper.as_ref().expect("loaded, or refused above");
                 let kernel = hopper.get(&format!("fa_hopper_{dtype}_d{d}"))?;
                 let consumers = hopper_consumers(d);
                 let items = hopper_work_items(&problem.shape);

@@ -154,11 +154,7 @@ pub fn check_head_dim(head_dim: usize, versions: &[Version]) -> Result<(), Usage
         return Ok(());
     }
     let names: Vec<&str> = versions.iter().map(|v| v.name()).collect();
-    Err(UsageError::new(format!(
-        "--head-dim {head_dim}: none of {} takes it (the flash versions are compiled for head \
-         dims {HEAD_DIMS:?}; naive takes 1..={NAIVE_MAX_HEAD_DIM})",
-        names.join(", ")
-    )))
+    Err(day10::untaken_head_dim(head_dim, &names))
 }
 
 /// `fa_hopper`'s grid: a block per key tile of the longest sequence, kv head and sequence
@@ -378,20 +374,10 @@ impl FlashAttention {
                 Ok((kernel, launch))
             }
             Version::FaHopper => {
-                let Some(hopper) = &self.hopper else {
-                    return Err(Refused(
-                        "fa_hopper: needs sm_90a (wgmma, TMA), a Hopper GPU; fa2_mma is this \
-                         GPU's fastest version"
-                            .into(),
-                    )
-                    .into());
-                };
-                if !HEAD_DIMS.contains(&d) {
-                    return Err(Refused(format!(
-                        "fa_hopper: compiled for head dims {HEAD_DIMS:?}, not {d}"
-                    ))
-                    .into());
+                if let Some(refused) = day10::hopper_refusal(self.hopper.is_some(), d) {
+                    return Err(refused.into());
                 }
+                let hopper = self.hopper.as_ref().expect("loaded, or refused above");
                 let kernel = hopper.get(&format!("fa_hopper_bwd_{dtype}_d{d}"))?;
                 let launch = LaunchShape {
                     grid: hopper_grid(shape),
