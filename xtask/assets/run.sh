@@ -57,6 +57,9 @@ fi
 # shellcheck source=/dev/null
 . "$here/BUILD_INFO"
 export REQUIRE_GPU=1 REQUIRE_NVRTC=1
+# Compiled kernels are kept beside the bundle (unless the caller names a folder), so the
+# tests fill the cache once and the benchmarks, sweeps and later calls compile nothing.
+export DAYS_OF_GPU_KERNEL_CACHE="${DAYS_OF_GPU_KERNEL_CACHE:-$here/kernel-cache}"
 failed=0
 summary=""
 note() { summary="$summary$(printf '%-6s %-28s %s' "$1" "$2" "$3")"$'\n'; }
@@ -109,11 +112,7 @@ if part tests; then
   done
   # What the tests left in the kernel cache (common::gpu::kernel_cache), so a slow second run
   # can be told apart from a cache that was never written.
-  if [ -n "${DAYS_OF_GPU_KERNEL_CACHE:-}" ]; then cache=$DAYS_OF_GPU_KERNEL_CACHE
-  elif [ -n "${XDG_CACHE_HOME:-}" ]; then cache=$XDG_CACHE_HOME/days-of-gpu/kernels
-  elif [ -n "${HOME:-}" ]; then cache=$HOME/.cache/days-of-gpu/kernels
-  else cache=${TMPDIR:-/tmp}/days-of-gpu/kernels; fi
-  echo "kernel cache: $cache, $(ls "$cache" 2>/dev/null | grep -c '\.cubin$') entries"
+  echo "kernel cache: $DAYS_OF_GPU_KERNEL_CACHE, $(ls "$DAYS_OF_GPU_KERNEL_CACHE" 2>/dev/null | grep -c '\.cubin$') entries"
 fi
 printf '%s' "$summary"
 
