@@ -3,6 +3,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod conv;
 pub mod cross_entropy;
 pub mod gemv;
 pub mod matmul;
@@ -10,5 +11,6 @@ pub mod norm;
 pub mod quantize;
 pub mod reduce;
 pub mod softmax;
+pub mod topk;
 pub mod transpose;
 pub mod vector_add;

@@ -1,0 +1,1 @@
+//! CPU reference for conv (being written).

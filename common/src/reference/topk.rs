@@ -1,0 +1,1 @@
+//! CPU reference for topk (being written).
