@@ -339,6 +339,9 @@ fn dequantize_problem<Q: Element>(
             flops_per_run: None,
         },
     )?;
+    session.save_input("q", &shape, q)?;
+    session.save_input("params", &[2], &[params.scale, params.zero_point as f32])?;
+    session.save_reference(&shape, &reference)?;
     let q_dev = gpu.upload(q)?;
     let params_dev = gpu.upload(&[params.scale, params.zero_point as f32])?;
     let mut out = gpu.alloc_poisoned::<f32>(n)?;
@@ -411,6 +414,11 @@ fn matmul_problem(
             flops_per_run: Some(s.ops()),
         },
     )?;
+    session.save_input("a", &[m, k], &a)?;
+    session.save_input("b_t", &[n, k], &b_t)?;
+    if at.is_none() {
+        session.save_reference(&out_shape, &values)?;
+    }
     let day = Int8Matmul::load(gpu)?;
     let a_dev = gpu.upload(&a)?;
     let b_dev = gpu.upload(&b_t)?;

@@ -185,6 +185,8 @@ fn copy_problem(
             8 * n as u64,
         ),
     )?;
+    session.save_input("x", &shape, x)?;
+    session.save_reference(&shape, &want)?;
     let x_dev = gpu.upload(x)?;
     let mut out = gpu.alloc_poisoned::<f32>(n)?;
     let run = RunVersion {
@@ -221,6 +223,8 @@ fn transpose_problem(
             8 * n as u64,
         ),
     )?;
+    session.save_input("x", &[rows, cols], x)?;
+    session.save_reference(&out_shape, &want)?;
     let x_dev = gpu.upload(x)?;
     let mut out = gpu.alloc_poisoned::<f32>(n)?;
     for &version in versions {
@@ -264,6 +268,8 @@ fn reverse_problem(
             8 * n as u64,
         ),
     )?;
+    session.save_input("x", &shape, &x)?;
+    session.save_reference(&shape, &want)?;
     let x_dev = gpu.upload(&x)?;
     let mut out = gpu.alloc_poisoned::<f32>(n)?;
     for &version in versions {

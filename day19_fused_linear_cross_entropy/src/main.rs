@@ -612,6 +612,7 @@ fn run_ce_only(
         },
     )?;
     session.save_input("logits", &out_shape, &logits)?;
+    session.save_input("targets", &[rows], &targets)?;
     let logits_dev = gpu.upload(&logits)?;
     drop(logits);
     let targets_dev = gpu.upload(&targets)?;

@@ -3,29 +3,37 @@
 # REQUIRE_NVRTC=1, then every day's default benchmark, and writes DIR/results.json for
 # `cargo xtask report`. The host needs the NVIDIA driver and NVRTC (CUDA 13), not Rust.
 #
-#   run.sh --out DIR [--days day06,day09] [--parts tests,bench,sweeps] [--jobs N]
-#          [--peers-from FILE]
+#   run.sh --out DIR [--days day06,day09] [--parts tests,bench,sweeps,verify] [--jobs N]
+#          [--peers-from FILE] [--bench] [--sanitize]
 #
-# --days runs only those days' test executables, benchmarks and sweeps (the peers still run
-# whole); results.json then holds only them. --parts runs only some of the three parts (the
-# peers run with bench or sweeps). --jobs runs that many test executables side by side (8 by
-# default: they spend most of their time compiling kernels on the CPU). --peers-from takes the
-# peers' figures from the peers.json of an earlier run on the same host instead of running
-# peers/*.py again (a run split over several calls times the peers once).
+# --days runs only those days' test executables, benchmarks, sweeps and checks (the peers
+# still run whole); results.json then holds only them. --parts runs only some of the default
+# parts (the peers run with bench or sweeps). --jobs runs that many test executables (and
+# sanitizer runs) side by side (8 by default: they spend most of their time compiling kernels
+# on the CPU). --peers-from takes the peers' figures from the peers.json of an earlier run on
+# the same host instead of running peers/*.py again (a run split over several calls times the
+# peers once). --bench also runs every day's criterion bench (what `cargo bench -p dayNN`
+# runs), keeping criterion's history beside the bundle so a later run compares with it.
+# --sanitize also runs every day on small odd problems under compute-sanitizer's memcheck,
+# racecheck, initcheck and synccheck (verify/sanitize.py), where the host has it.
 #
 # First the peers (peers/*.py, when python3 has torch and a GPU) into DIR/peers.json, which
 # every day then gets as --peers. Writes DIR/tests.log, DIR/peers.log, DIR/bench.log,
-# DIR/results.json and DIR/plots/dayNN.svg (the sweeps). results.json records every test
-# executable (passed or not, and the SKIPPED lines it printed) and the exit code of every
-# benchmark and sweep, so `cargo xtask report` can refuse a run in which anything failed.
-# Exits 1 if any test, check, benchmark or sweep failed, 2 on bad arguments.
+# DIR/results.json and DIR/plots/dayNN.svg (the sweeps); the verify part (verify/verify.py:
+# each day's outputs recomputed with PyTorch) writes DIR/verify.log and DIR/verify/; --bench
+# DIR/criterion.log; --sanitize DIR/sanitize.log and DIR/sanitize/. results.json records every
+# test executable (passed or not, and the SKIPPED lines it printed) and the exit code of every
+# benchmark, sweep, verification, bench and sanitizer run, so `cargo xtask report` can refuse
+# a run in which anything failed. Exits 1 if any of them failed, 2 on bad arguments.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 
-usage() { echo "usage: $0 --out DIR [--days dayNN,dayMM] [--parts tests,bench,sweeps] [--jobs N] [--peers-from FILE]" >&2; }
+usage() { echo "usage: $0 --out DIR [--days dayNN,dayMM] [--parts tests,bench,sweeps,verify] [--jobs N] [--peers-from FILE] [--bench] [--sanitize]" >&2; }
 out=""
 days=""
-parts_wanted=",tests,bench,sweeps,"
+parts_wanted=",tests,bench,sweeps,verify,"
+criterion=0
+sanitize=0
 jobs=8
 peers_from=""
 while [ $# -gt 0 ]; do
@@ -35,6 +43,8 @@ while [ $# -gt 0 ]; do
     --days) [ $# -ge 2 ] || { usage; exit 2; }; days=",$2,"; shift 2 ;;
     --parts) [ $# -ge 2 ] || { usage; exit 2; }; parts_wanted=",$2,"; shift 2 ;;
     --jobs) [ $# -ge 2 ] && [ "$2" -ge 1 ] 2>/dev/null || { usage; exit 2; }; jobs=$2; shift 2 ;;
+    --bench) criterion=1; shift ;;
+    --sanitize) sanitize=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1" >&2; usage; exit 2 ;;
   esac
@@ -66,12 +76,13 @@ note() { summary="$summary$(printf '%-6s %-28s %s' "$1" "$2" "$3")"$'\n'; }
 
 # Whether a test executable or binary named NAME (day06, day06-lib, ...) is selected.
 selected() { [ -z "$days" ] || case "$days" in *",${1%%-*},"*) true ;; *) false ;; esac; }
-# Whether the part NAME (tests, bench, sweeps) is to run.
+# Whether the part NAME (tests, bench, sweeps, verify) is to run.
 part() { case "$parts_wanted" in *",$1,"*) true ;; *) false ;; esac; }
 # A string as a JSON string literal (backslashes and quotes escaped, tabs as spaces).
 json_string() { printf '"%s"' "$(printf '%s' "$1" | tr '\t' ' ' | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
 runs_json=""
-# Records the exit code of one benchmark or sweep in results.json.
+# Records the exit code of one benchmark, sweep, verification, bench or sanitizer run in
+# results.json.
 record_run() { runs_json="$runs_json${runs_json:+,}{\"name\":\"$1\",\"kind\":\"$2\",\"exit\":$3}"; }
 
 parts=$(mktemp -d)
@@ -178,6 +189,59 @@ for b in "$exe"/bin/day*; do
   record_run "$name" sweep "$rc"
   if [ "$rc" = 0 ]; then note sweep "$name" ok; else note sweep "$name" "FAILED (exit $rc)"; failed=1; fi
 done
+
+# The --days selection as verify.py and sanitize.py take it (day05,day10), or nothing.
+days_args=()
+[ -z "$days" ] || { d=${days#,}; days_args=(--days "${d%,}"); }
+
+if part verify; then
+  if [ ! -f "$here/verify/verify.py" ]; then
+    note verify all "SKIPPED (no verify/ in the bundle)"
+  elif python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    echo "== verify: every day's outputs recomputed with PyTorch (log: $out/verify.log)"
+    python3 "$here/verify/verify.py" --bin "$exe/bin" --out "$out/verify" "${days_args[@]}" 2>&1 \
+      | tee "$out/verify.log"
+    rc=${PIPESTATUS[0]}
+    record_run all verify "$rc"
+    if [ "$rc" = 0 ]; then note verify all ok; else note verify all "FAILED (exit $rc)"; failed=1; fi
+  else
+    echo "== verify: skipped (no python3 with torch and a CUDA device)"
+    note verify all "SKIPPED (no torch with CUDA)"
+  fi
+fi
+
+if [ "$criterion" = 1 ]; then
+  # Criterion keeps each bench's history in CRITERION_HOME: beside the bundle, so a second
+  # run on this host prints its change against the first.
+  export CRITERION_HOME="$here/criterion"
+  echo "== criterion benches (log: $out/criterion.log)"
+  : > "$out/criterion.log"
+  for b in "$exe"/benches/*; do
+    [ -e "$b" ] || continue
+    name=$(basename "$b")
+    selected "$name" || continue
+    echo "---- $name" | tee -a "$out/criterion.log"
+    "$b" --bench 2>&1 | tee -a "$out/criterion.log"
+    rc=${PIPESTATUS[0]}
+    record_run "$name" criterion "$rc"
+    if [ "$rc" = 0 ]; then note bench "$name" ok; else note bench "$name" "FAILED (exit $rc)"; failed=1; fi
+  done
+fi
+
+if [ "$sanitize" = 1 ]; then
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  if [ -z "$sanitizer" ]; then
+    echo "== sanitize: skipped (no compute-sanitizer on this host)"
+    note sanitize all "SKIPPED (no compute-sanitizer)"
+  else
+    echo "== sanitize: small problems under $sanitizer (log: $out/sanitize.log)"
+    python3 "$here/verify/sanitize.py" --bin "$exe/bin" --sanitizer "$sanitizer" \
+      --out "$out/sanitize" --jobs "$jobs" "${days_args[@]}" 2>&1 | tee "$out/sanitize.log"
+    rc=${PIPESTATUS[0]}
+    record_run all sanitize "$rc"
+    if [ "$rc" = 0 ]; then note sanitize all ok; else note sanitize all "FAILED (exit $rc)"; failed=1; fi
+  fi
+fi
 
 {
   printf '{"commit":"%s","dirty":%s,"built_at":"%s","run_at":"%s","tests":[%s],"runs":[%s],"days":[' \

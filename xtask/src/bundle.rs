@@ -5,9 +5,12 @@
 //!   run.sh              unpacks the executables, runs tests/*, then bin/* --json, writes
 //!                       DIR/results.json
 //!   BUILD_INFO          the commit the bundle was built from (shell variables)
-//!   executables.tar.xz  bin/dayNN (each day's release binary) and tests/NAME (each test
-//!                       executable, package-kind-target)
+//!   executables.tar.xz  bin/dayNN (each day's release binary), tests/NAME (each test
+//!                       executable, package-kind-target) and benches/NAME (each criterion
+//!                       bench, package-bench-target: `cargo bench -p dayNN` without cargo)
 //!   peers/*.py          the PyTorch timings of the same problems
+//!   verify/*.py         every day's outputs recomputed with PyTorch and compared, and the
+//!                       compute-sanitizer runs on small problems
 //! ```
 //! Binaries load libcuda and libnvrtc at run time and embed their kernel sources, so the host
 //! needs only the NVIDIA driver and NVRTC.
@@ -59,34 +62,60 @@ pub fn bundle(root: &Path, out: &Path) -> Result<()> {
     }
     let tests = test_executables(&String::from_utf8_lossy(&output.stdout))?;
 
+    eprintln!("building criterion benches...");
+    let output = Command::new(&cargo)
+        .current_dir(root)
+        .args([
+            "bench",
+            "--no-run",
+            "--benches",
+            "--message-format=json-render-diagnostics",
+        ])
+        .args(["--workspace", "--exclude", "xtask"])
+        .output()
+        .context("running cargo bench --no-run")?;
+    if !output.status.success() {
+        bail!(
+            "cargo bench --no-run failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let benches = bench_executables(&String::from_utf8_lossy(&output.stdout));
+
     if out.exists() {
         fs::remove_dir_all(out).with_context(|| format!("clearing {}", out.display()))?;
     }
     let staging = out.join("executables");
     fs::create_dir_all(staging.join("bin"))?;
     fs::create_dir_all(staging.join("tests"))?;
+    fs::create_dir_all(staging.join("benches"))?;
     for bin in &bins {
         copy_executable(bin, &staging.join("bin").join(bin.file_name().unwrap()))?;
     }
     for (name, path) in &tests {
         copy_executable(path, &staging.join("tests").join(name))?;
     }
+    for (name, path) in &benches {
+        copy_executable(path, &staging.join("benches").join(name))?;
+    }
     let unpacked = folder_size(&staging)?;
     pack(&staging, &out.join(ARCHIVE))?;
     fs::remove_dir_all(&staging)?;
-    let peers = copy_peers(root, out)?;
+    let peers = copy_scripts(root, "peers", out)?;
+    let verify = copy_scripts(root, "verify", out)?;
     fs::write(out.join("run.sh"), RUN_SH)?;
     fs::set_permissions(out.join("run.sh"), fs::Permissions::from_mode(0o755))?;
     fs::write(out.join("BUILD_INFO"), build_info(root)?)?;
 
     let size = folder_size(out)?;
     eprintln!(
-        "bundle: {} ({} binaries, {} test executables ({:.1} MiB, packed), {peers} peer \
-         scripts, {:.1} MiB)\n\
+        "bundle: {} ({} binaries, {} test executables and {} benches ({:.1} MiB, packed), \
+         {peers} peer scripts, {verify} verify scripts, {:.1} MiB)\n\
          on the GPU host: {}/run.sh --out DIR",
         out.display(),
         bins.len(),
         tests.len(),
+        benches.len(),
         unpacked as f64 / (1 << 20) as f64,
         size as f64 / (1 << 20) as f64,
         out.display()
@@ -97,10 +126,10 @@ pub fn bundle(root: &Path, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The archive of `bin/` and `tests/` that run.sh unpacks.
+/// The archive of `bin/`, `tests/` and `benches/` that run.sh unpacks.
 const ARCHIVE: &str = "executables.tar.xz";
 
-/// Packs `dir`'s `bin/` and `tests/` into the xz archive `archive`: with the system's tar and
+/// Packs `dir`'s `bin/`, `tests/` and `benches/` into the xz archive `archive`: with the system's tar and
 /// xz where they are, else with Python's `tarfile` (CI and the GPU hosts always have python3).
 fn pack(dir: &Path, archive: &Path) -> Result<()> {
     let tar = Command::new("tar")
@@ -108,7 +137,7 @@ fn pack(dir: &Path, archive: &Path) -> Result<()> {
         .arg(archive)
         .arg("-C")
         .arg(dir)
-        .args(["bin", "tests"])
+        .args(["bin", "tests", "benches"])
         .status();
     if tar.is_ok_and(|s| s.success()) {
         return Ok(());
@@ -124,16 +153,17 @@ fn pack(dir: &Path, archive: &Path) -> Result<()> {
 const PY_PACK: &str = r#"
 import sys, tarfile
 with tarfile.open(sys.argv[1], "w:xz") as archive:
-    for part in ("bin", "tests"):
+    for part in ("bin", "tests", "benches"):
         archive.add(sys.argv[2] + "/" + part, part)
 "#;
 
-/// The peer scripts (`peers/*.py`) travel with the bundle; run.sh runs them where torch is.
-fn copy_peers(root: &Path, out: &Path) -> Result<usize> {
-    let dir = out.join("peers");
+/// The Python scripts of `folder` (`peers/*.py`, `verify/*.py`) travel with the bundle;
+/// run.sh runs them where torch is.
+fn copy_scripts(root: &Path, folder: &str, out: &Path) -> Result<usize> {
+    let dir = out.join(folder);
     fs::create_dir_all(&dir)?;
     let mut count = 0;
-    for entry in fs::read_dir(root.join("peers"))? {
+    for entry in fs::read_dir(root.join(folder))? {
         let path = entry?.path();
         if path.extension().is_some_and(|e| e == "py") {
             fs::copy(&path, dir.join(path.file_name().unwrap()))?;
@@ -196,6 +226,32 @@ fn test_executables(messages: &str) -> Result<Vec<(String, PathBuf)>> {
     }
     found.sort();
     Ok(found)
+}
+
+/// Criterion bench executables from `cargo bench --no-run`'s JSON messages, named
+/// `package-bench-target`. They are built with `harness = false`, so cargo marks them as bench
+/// targets but not as test harnesses.
+fn bench_executables(messages: &str) -> Vec<(String, PathBuf)> {
+    let mut found = Vec::new();
+    for line in messages.lines() {
+        let Ok(msg) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" || msg["target"]["kind"][0] != "bench" {
+            continue;
+        }
+        let Some(executable) = msg["executable"].as_str() else {
+            continue;
+        };
+        let target = msg["target"]["name"].as_str().unwrap_or("unknown");
+        let package = package_name(msg["package_id"].as_str().unwrap_or(""));
+        found.push((
+            format!("{package}-bench-{target}"),
+            PathBuf::from(executable),
+        ));
+    }
+    found.sort();
+    found
 }
 
 /// The package name in a cargo package id: `path+file:///w/day00_vector_add#day00@0.1.0`
@@ -275,5 +331,16 @@ mod tests {
         let found = test_executables(messages).unwrap();
         let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, vec!["common-lib", "day00-test-gpu"]);
+    }
+
+    #[test]
+    fn bench_executables_are_the_bench_targets() {
+        let messages = r#"
+{"reason":"compiler-artifact","package_id":"path+file:///w/d#day00@0.1.0","target":{"kind":["bench"],"name":"vector_add"},"profile":{"test":false},"executable":"/t/vector_add-1"}
+{"reason":"compiler-artifact","package_id":"path+file:///w/d#day00@0.1.0","target":{"kind":["lib"],"name":"day00"},"profile":{"test":false},"executable":null}
+{"reason":"build-finished","success":true}"#;
+        let found = bench_executables(messages);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].0, "day00-bench-vector_add");
     }
 }
