@@ -132,7 +132,8 @@ fn problem<T: TopkValue>(
     )?;
     let out_shape = [shape.rows, shape.k];
     session.save_input("x", &[shape.rows, shape.width], &x)?;
-    let as_f64: Vec<f64> = expected_indices.iter().map(|&i| f64::from(i)).collect();
+    // The reference of the checked output, the values (the indices are checked beside them).
+    let as_f64: Vec<f64> = expected_values.iter().map(|v| v.to_f64()).collect();
     session.save_reference(&out_shape, &as_f64)?;
     let x_dev = gpu.upload(&x)?;
     drop(x);
