@@ -19,6 +19,12 @@ What is timed for each key:
   s = F.silu(g) saved by the forward (not timed): three kernels.
 - bias_dropout_add: residual + (x + bias) * mask * scale in eager torch, with the same kind
   of uint8 keep mask day13 uses (four kernels).
+- relu, leaky_relu, hardtanh, silu: F.relu(x), F.leaky_relu(x, 0.01), F.hardtanh(x, -1, 1),
+  F.silu(x): one kernel each, torch's default scalars as day13's defaults.
+- relu_bwd, leaky_relu_bwd, hardtanh_bwd, silu_bwd: the one kernel autograd runs for each:
+  torch.ops.aten.threshold_backward(dy, y, 0) (autograd passes relu's output y; y <= 0 exactly
+  where x <= 0, so day13 reads x: the same bytes), aten.leaky_relu_backward(dy, x, 0.01,
+  False), aten.hardtanh_backward(dy, x, -1, 1), aten.silu_backward(dy, x).
 """
 
 import sys
@@ -31,8 +37,12 @@ import _peer
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 ROWS, COLS = 16384, 4096
 DROPOUT_P = 0.1
+# torch's defaults, which day13's default problems use (other values change day13's key).
+NEGATIVE_SLOPE = 0.01
+MIN_VAL, MAX_VAL = -1.0, 1.0
 
-# (op, dtype): day13's default problems, plus the erf backward.
+# (op, dtype): day13's default problems, plus the erf backward and the rectifiers that are
+# not among the defaults (`--op` runs them there).
 PROBLEMS = [
     ("gelu_tanh", "bf16"),
     ("gelu_erf", "bf16"),
@@ -41,7 +51,40 @@ PROBLEMS = [
     ("gelu_erf_bwd", "bf16"),
     ("swiglu_bwd", "bf16"),
     ("bias_dropout_add", "f16"),
+    ("relu", "bf16"),
+    ("relu_bwd", "bf16"),
+    ("leaky_relu", "bf16"),
+    ("leaky_relu_bwd", "bf16"),
+    ("hardtanh", "bf16"),
+    ("hardtanh_bwd", "bf16"),
+    ("silu", "bf16"),
+    ("silu_bwd", "bf16"),
 ]
+
+# One input x to one output: (peer name, torch function of x).
+UNARY = {
+    "relu": ("F.relu", F.relu),
+    "leaky_relu": ("F.leaky_relu", lambda x: F.leaky_relu(x, NEGATIVE_SLOPE)),
+    "hardtanh": ("F.hardtanh", lambda x: F.hardtanh(x, MIN_VAL, MAX_VAL)),
+    "silu": ("F.silu", F.silu),
+}
+
+# (dy, x) to dx: (peer name, the aten backward kernel autograd runs).
+BACKWARD = {
+    "relu_bwd": (
+        "aten.threshold_backward",
+        lambda dy, x: torch.ops.aten.threshold_backward(dy, x, 0),
+    ),
+    "leaky_relu_bwd": (
+        "aten.leaky_relu_backward",
+        lambda dy, x: torch.ops.aten.leaky_relu_backward(dy, x, NEGATIVE_SLOPE, False),
+    ),
+    "hardtanh_bwd": (
+        "aten.hardtanh_backward",
+        lambda dy, x: torch.ops.aten.hardtanh_backward(dy, x, MIN_VAL, MAX_VAL),
+    ),
+    "silu_bwd": ("aten.silu_backward", torch.ops.aten.silu_backward),
+}
 
 
 def uniform(shape, lo, hi, dtype, gen):
@@ -83,6 +126,14 @@ def problem(op, dtype, gen):
         scale = 1.0 / (1.0 - DROPOUT_P)
         fn = lambda: residual + (x + bias) * mask * scale
         return "torch eager", fn, n * (3 * size + 1) + COLS * size
+    if op in UNARY:
+        peer, f = UNARY[op]
+        x = uniform(shape, -6, 6, dtype, gen)
+        return peer, lambda: f(x), 2 * n * size
+    if op in BACKWARD:
+        peer, f = BACKWARD[op]
+        dy, x = uniform(shape, -1, 1, dtype, gen), uniform(shape, -6, 6, dtype, gen)
+        return peer, lambda: f(dy, x), 3 * n * size
     raise ValueError(op)
 
 

@@ -50,6 +50,14 @@ def swiglu(tc, t):
     return tc.F.silu(t["g"]) * t["x"]
 
 
+def leaky_relu(tc, t):
+    return tc.F.leaky_relu(t["x"], t.get("negative_slope", 0.01))
+
+
+def hardtanh(tc, t):
+    return tc.F.hardtanh(t["x"], t.get("min_val", -1.0), t.get("max_val", 1.0))
+
+
 def bias_dropout_add(tc, t):
     return t["residual"] + (t["x"] + t["bias"]) * (t["mask"] * t["scale"])
 
@@ -62,9 +70,20 @@ OPS = {
     "gelu_erf_bwd": Op(("dy", "x"), grad_of(gelu_erf, ("x",), "dy"), 1),
     # dg (silu's backward of dout * x, itself rounded) and dx (dout * the rounded silu(g)).
     "swiglu_bwd": Op(("dout", "g", "x"), grad_of(swiglu, ("g", "x"), "dout"), 2, outputs=2),
+    # The rectifiers and SiLU, with torch's defaults unless a problem gives its flags; their
+    # backward is what autograd runs (threshold_backward, leaky_relu_backward,
+    # hardtanh_backward, silu_backward). One rounding each: torch computes them in f32 and
+    # rounds once, as the day does (the rectifiers are exact either way).
+    "relu": Op(("x",), lambda tc, t: [tc.F.relu(t["x"])], 1),
+    "relu_bwd": Op(("dy", "x"), grad_of(lambda tc, t: tc.F.relu(t["x"]), ("x",), "dy"), 1),
+    "leaky_relu": Op(("x",), lambda tc, t: [leaky_relu(tc, t)], 1),
+    "leaky_relu_bwd": Op(("dy", "x"), grad_of(leaky_relu, ("x",), "dy"), 1),
+    "hardtanh": Op(("x",), lambda tc, t: [hardtanh(tc, t)], 1),
+    "hardtanh_bwd": Op(("dy", "x"), grad_of(hardtanh, ("x",), "dy"), 1),
+    "silu": Op(("x",), lambda tc, t: [tc.F.silu(t["x"])], 1),
+    "silu_bwd": Op(("dy", "x"), grad_of(lambda tc, t: tc.F.silu(t["x"]), ("x",), "dy"), 1),
     # x + bias, times mask * scale (the scale itself rounded), plus the residual: four
-    # roundings in eager torch. The
-    # keep scale 1 / (1 - p) is a constant of the day's code that it does not save.
+    # roundings in eager torch. The keep scale 1 / (1 - p) is saved as `scale`.
     "bias_dropout_add": Op(
         ("x", "bias", "residual", "mask"), lambda tc, t: [bias_dropout_add(tc, t)], 4, needs="scale"
     ),

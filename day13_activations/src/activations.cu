@@ -13,7 +13,10 @@
 //   GELU (erf)   x/2 (1 + erf(x / sqrt 2)), as torch computes it
 //   SwiGLU       silu(g) * x;  silu(g) = g * sigmoid(g)
 //   backward     dx = dy * gelu'(x);  dg = dout x s (1 + g (1 - s)), dx = dout silu(g)
+//   SiLU         x sigmoid(x); backward dy s (1 + x (1 - s)), s = sigmoid(x), as torch writes it
 //   bias-dropout-add  out = residual + (x + bias[col]) * (mask ? scale : 0)
+// and, in rectifiers.cu (appended to this file: one NVRTC program), ReLU, leaky ReLU, HardTanh
+// and their backward passes, whose kernels take the ops' scalars (slope, bounds) as arguments.
 //
 // NVRTC provides the CUDA math library (expf, erff, tanhf) without any header. tanh.approx.f32
 // (one MUFU instruction, relative error about 2^-11) is not used: in x/2 (1 + tanh u) its error
@@ -26,8 +29,9 @@
 //   vec       one thread per 2 packs of 16 bytes (8 bf16/f16 or 4 f32 each), both loaded before
 //             either is used; the leftover n % pack elements are done by the one thread whose
 //             pack index is just past the last whole pack
-//   vec_fast  (GELU ops only) one pack per thread, __launch_bounds__(256, 8) (<= 32 registers,
-//             every warp slot of the SM filled), __expf in the sigmoid and erf's gradient
+//   vec_fast  (GELU and SiLU ops) one pack per thread, __launch_bounds__(256, 8) (<= 32
+//             registers, every warp slot of the SM filled), __expf in the sigmoid and erf's
+//             gradient
 //   unfused   (SwiGLU only) silu(g) into a temporary of T, then temporary * x: torch's two
 //             kernels, vectorized like `vec`, for what the extra round trip costs
 //   bias_dropout_add scalar / vec: a thread owns columns (their bias in registers) and walks
@@ -35,6 +39,7 @@
 //
 // Run: cargo run --release -p day13 -- --op swiglu --kernel unfused,vec
 //      cargo run --release -p day13 -- --op gelu_tanh,gelu_erf,gelu_tanh_bwd --kernel vec,vec_fast
+//      cargo run --release -p day13 -- --op silu,silu_bwd,relu,hardtanh_bwd
 //
 // Every pointer comes from a whole allocation (256-byte aligned) except SwiGLU's dx, which sits
 // n elements after dg in one output buffer: its stores check alignment at run time.
@@ -122,13 +127,38 @@ struct GeluErfBwdWith {
 };
 using GeluErfBwd = GeluErfBwdWith<AccurateExp>;
 
-struct Silu {
+// SiLU and its gradient as torch computes them, s = 1 / (1 + e^-x) with e^-x not clamped, so
+// that the infinities give what torch gives: silu(+inf) = inf * 1, silu(-inf) = -inf * 0 = NaN,
+// and the gradient s (1 + x (1 - s)) is NaN at both (inf * 0). For x < -88.7, e^-x overflows to
+// inf and s = 1 / inf = 0 (MUFU.RCP of inf is +0), giving torch's -0 for silu and 0 for the
+// gradient; for 2^126 < 1 + e < 2^128 (x in about [-88.7, -87.3]) __fdividef returns 0 where
+// the true s is under 1e-38: outputs under 1e-36, inside any atol. `1 - s` is torch's too: exact
+// for s >= 1/2 (Sterbenz), so it adds no error where it could cancel.
+template <typename Exp>
+__device__ __forceinline__ float sigmoid_unclamped(float x) {
+    return __fdividef(1.0f, 1.0f + Exp::exp(-x));
+}
+
+template <typename Exp>
+struct SiluWith {
     static constexpr int IN = 1, OUT = 1;
     __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
-        float unused;
-        out[0] = in[0] * sigmoid_pair<AccurateExp>(in[0], unused);
+        out[0] = in[0] * sigmoid_unclamped<Exp>(in[0]);
     }
 };
+using Silu = SiluWith<AccurateExp>;
+
+// in: dy, x
+template <typename Exp>
+struct SiluBwdWith {
+    static constexpr int IN = 2, OUT = 1;
+    __device__ static void apply(const float (&in)[IN], float (&out)[OUT]) {
+        const float dy = in[0], x = in[1];
+        const float s = sigmoid_unclamped<Exp>(x);
+        out[0] = dy * s * fmaf(x, 1.0f - s, 1.0f);
+    }
+};
+using SiluBwd = SiluBwdWith<AccurateExp>;
 
 struct Mul {
     static constexpr int IN = 2, OUT = 1;
@@ -161,13 +191,15 @@ struct SwigluBwd {
 
 // ---- the two ways to map an op over n elements ----
 
+// The op is passed as a value: empty for the ops above (their `apply` is static), the slope
+// or the bounds for the rectifiers, which read them from kernel arguments.
 template <typename T, typename Op>
 __device__ __forceinline__ void apply_at(const T* const (&in)[Op::IN], T* const (&out)[Op::OUT],
-                                         index_t i) {
+                                         index_t i, const Op& op) {
     float a[Op::IN], r[Op::OUT];
 #pragma unroll
     for (int k = 0; k < Op::IN; ++k) a[k] = to_f32(in[k][i]);
-    Op::apply(a, r);
+    op.apply(a, r);
 #pragma unroll
     for (int k = 0; k < Op::OUT; ++k) out[k][i] = from_f32<T>(r[k]);
 }
@@ -175,9 +207,9 @@ __device__ __forceinline__ void apply_at(const T* const (&in)[Op::IN], T* const 
 // grid(ceil(n / 256)), block(256): thread i does element i.
 template <typename T, typename Op>
 __device__ __forceinline__ void map_scalar(const T* const (&in)[Op::IN], T* const (&out)[Op::OUT],
-                                           index_t n) {
+                                           index_t n, const Op& op = Op{}) {
     const index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) apply_at<T, Op>(in, out, i);
+    if (i < n) apply_at<T, Op>(in, out, i, op);
 }
 
 // Packs each thread loads before it computes: 2 x 16 B per input, enough with 2048 threads per
@@ -190,7 +222,7 @@ __device__ __forceinline__ void map_scalar(const T* const (&in)[Op::IN], T* cons
 // leftovers.
 template <typename T, typename Op, int PACKS = PACKS_PER_THREAD>
 __device__ __forceinline__ void map_vec(const T* const (&in)[Op::IN], T* const (&out)[Op::OUT],
-                                        index_t n) {
+                                        index_t n, const Op& op = Op{}) {
     constexpr int N = Pack16<T>::N;
     const index_t packs = n / N;
     const index_t first = (index_t)blockIdx.x * blockDim.x * PACKS + threadIdx.x;
@@ -214,7 +246,7 @@ __device__ __forceinline__ void map_vec(const T* const (&in)[Op::IN], T* const (
                 float a[Op::IN], r[Op::OUT];
 #pragma unroll
                 for (int k = 0; k < Op::IN; ++k) a[k] = to_f32(p[j][k].v[e]);
-                Op::apply(a, r);
+                op.apply(a, r);
 #pragma unroll
                 for (int k = 0; k < Op::OUT; ++k) q[k].v[e] = from_f32<T>(r[k]);
             }
@@ -229,44 +261,53 @@ __device__ __forceinline__ void map_vec(const T* const (&in)[Op::IN], T* const (
                 }
             }
         } else if (pack == packs) {
-            for (index_t i = packs * N; i < n; ++i) apply_at<T, Op>(in, out, i);
+            for (index_t i = packs * N; i < n; ++i) apply_at<T, Op>(in, out, i, op);
         }
     }
 }
 
 // ---- the kernels: one per op, version and storage type ----
 
-#define UNARY(NAME, OP, T, TNAME, N)                                                            \
-    KERNEL void NAME##_##TNAME(const T* __restrict__ x, T* __restrict__ y, index_t n) {         \
+#define UNPAREN(...) __VA_ARGS__
+
+// One input x to one output y. SCALARS: the kernel's scalar arguments after n, each with a
+// leading comma (`(, float negative_slope)`); FIELDS: the op's members, built from them
+// (`(negative_slope)`); both `()` for an op without any. The grids: map_scalar's and map_vec's.
+#define UNARY_WITH(NAME, OP, T, TNAME, N, SCALARS, FIELDS)                                      \
+    KERNEL void NAME##_##TNAME(const T* __restrict__ x, T* __restrict__ y,                      \
+                               index_t n UNPAREN SCALARS) {                                     \
         const T* const in[1] = {x};                                                             \
         T* const out[1] = {y};                                                                  \
-        map_scalar<T, OP>(in, out, n);                                                          \
+        map_scalar<T, OP>(in, out, n, OP{UNPAREN FIELDS});                                      \
     }                                                                                           \
     KERNEL void NAME##_vec_##TNAME##x##N(const T* __restrict__ x, T* __restrict__ y,            \
-                                         index_t n) {                                           \
+                                         index_t n UNPAREN SCALARS) {                           \
         const T* const in[1] = {x};                                                             \
         T* const out[1] = {y};                                                                  \
-        map_vec<T, OP>(in, out, n);                                                             \
+        map_vec<T, OP>(in, out, n, OP{UNPAREN FIELDS});                                         \
     }
+#define UNARY(NAME, OP, T, TNAME, N) UNARY_WITH(NAME, OP, T, TNAME, N, (), ())
 
-// Two inputs (a, b) to one output: GELU backward (dy, x), SwiGLU (g, x), the unfused multiply.
-#define BINARY(NAME, OP, T, TNAME, N)                                                           \
+// Two inputs (a, b) to one output: the backward passes (dy, x), SwiGLU (g, x), the unfused
+// multiply; SCALARS and FIELDS as above.
+#define BINARY_WITH(NAME, OP, T, TNAME, N, SCALARS, FIELDS)                                     \
     KERNEL void NAME##_##TNAME(const T* __restrict__ a, const T* __restrict__ b,                \
-                               T* __restrict__ y, index_t n) {                                  \
+                               T* __restrict__ y, index_t n UNPAREN SCALARS) {                  \
         const T* const in[2] = {a, b};                                                          \
         T* const out[1] = {y};                                                                  \
-        map_scalar<T, OP>(in, out, n);                                                          \
+        map_scalar<T, OP>(in, out, n, OP{UNPAREN FIELDS});                                      \
     }                                                                                           \
     KERNEL void NAME##_vec_##TNAME##x##N(const T* __restrict__ a, const T* __restrict__ b,      \
-                                         T* __restrict__ y, index_t n) {                        \
+                                         T* __restrict__ y, index_t n UNPAREN SCALARS) {        \
         const T* const in[2] = {a, b};                                                          \
         T* const out[1] = {y};                                                                  \
-        map_vec<T, OP>(in, out, n);                                                             \
+        map_vec<T, OP>(in, out, n, OP{UNPAREN FIELDS});                                         \
     }
+#define BINARY(NAME, OP, T, TNAME, N) BINARY_WITH(NAME, OP, T, TNAME, N, (), ())
 
-// `vec_fast` (the GELU ops): the `vec` mapping with FAST_PACKS_PER_THREAD packs per thread,
-// __expf for the exponentials, and __launch_bounds__(256, 8) so that ptxas keeps the kernel in
-// 32 registers: 8 blocks of 256 = 2048 threads, every warp slot of the SM filled.
+// `vec_fast` (the GELU and SiLU ops): the `vec` mapping with FAST_PACKS_PER_THREAD packs per
+// thread, __expf for the exponentials, and __launch_bounds__(256, 8) so that ptxas keeps the
+// kernel in 32 registers: 8 blocks of 256 = 2048 threads, every warp slot of the SM filled.
 #define FAST_PACKS_PER_THREAD 1
 #define FAST_MIN_BLOCKS 8
 
@@ -415,6 +456,7 @@ __device__ __forceinline__ void bias_dropout_add(const T* __restrict__ x, const 
     UNARY(gelu_tanh, GeluTanh, T, TNAME, N)     \
     UNARY(gelu_erf, GeluErf, T, TNAME, N)       \
     UNARY(silu, Silu, T, TNAME, N)              \
+    BINARY(silu_bwd, SiluBwd, T, TNAME, N)      \
     BINARY(gelu_tanh_bwd, GeluTanhBwd, T, TNAME, N) \
     BINARY(gelu_erf_bwd, GeluErfBwd, T, TNAME, N)   \
     BINARY(swiglu, Swiglu, T, TNAME, N)         \
@@ -424,7 +466,9 @@ __device__ __forceinline__ void bias_dropout_add(const T* __restrict__ x, const 
     FAST_UNARY(gelu_tanh, GeluTanhWith<FastExp>, T, TNAME, N)          \
     FAST_UNARY(gelu_erf, GeluErf, T, TNAME, N)                         \
     FAST_BINARY(gelu_tanh_bwd, GeluTanhBwdWith<FastExp>, T, TNAME, N)  \
-    FAST_BINARY(gelu_erf_bwd, GeluErfBwdWith<FastExp>, T, TNAME, N)
+    FAST_BINARY(gelu_erf_bwd, GeluErfBwdWith<FastExp>, T, TNAME, N)    \
+    FAST_UNARY(silu, SiluWith<FastExp>, T, TNAME, N)                   \
+    FAST_BINARY(silu_bwd, SiluBwdWith<FastExp>, T, TNAME, N)
 
 ALL_KERNELS(float, f32, 4)
 ALL_KERNELS(f16_t, f16, 8)

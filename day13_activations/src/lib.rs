@@ -1,7 +1,8 @@
-//! Day 13: element-wise activations (GELU tanh and erf, SwiGLU, their gradients) and a fused
-//! bias-dropout-add. The launchers for `activations.cu`: each op in a scalar and a 16-byte
-//! vectorized version, SwiGLU also as torch runs it (two kernels), the GELU ops also in a
-//! `vec_fast` version (`__expf`, one pack per thread, full occupancy), every storage type.
+//! Day 13: element-wise activations (GELU tanh and erf, SwiGLU, SiLU, ReLU, leaky ReLU,
+//! HardTanh, their gradients) and a fused bias-dropout-add. The launchers for `activations.cu`
+//! and `rectifiers.cu`: each op in a scalar and a 16-byte vectorized version, SwiGLU also as
+//! torch runs it (two kernels), the GELU and SiLU ops also in a `vec_fast` version (`__expf`,
+//! one pack per thread, full occupancy), every storage type.
 
 pub mod problem;
 
@@ -9,16 +10,22 @@ use anyhow::{Result, bail};
 use common::dtype::Dtype;
 use common::gpu::kernel::KernelSet;
 use common::gpu::nvrtc::KernelSource;
-use common::reference::activation::tolerance_for;
+use common::reference::activation::{exact_tolerance, tolerance_for};
 use common::session::Refused;
 use common::{Element, Gpu, Kernel, LaunchShape, Tolerance};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-pub use problem::{DeviceInputs, HostInputs};
+pub use problem::{DeviceInputs, HostInputs, OpParams};
 
+/// `activations.cu` with `rectifiers.cu` appended: NVRTC compiles one program, and the
+/// rectifiers are mapped by the first file's templates and macros (`rectifiers.cu` opens with
+/// a `#line` directive, so compiler messages still name it and its own lines).
 pub const SOURCE: KernelSource = KernelSource {
     file_name: "activations.cu",
-    code: include_str!("activations.cu"),
+    code: concat!(
+        include_str!("activations.cu"),
+        include_str!("rectifiers.cu")
+    ),
 };
 
 pub const DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::Bf16];
@@ -46,10 +53,18 @@ pub enum Op {
     GeluErfBwd,
     SwigluBwd,
     BiasDropoutAdd,
+    Relu,
+    ReluBwd,
+    LeakyRelu,
+    LeakyReluBwd,
+    Hardtanh,
+    HardtanhBwd,
+    Silu,
+    SiluBwd,
 }
 
 impl Op {
-    pub const ALL: [Op; 7] = [
+    pub const ALL: [Op; 15] = [
         Op::GeluTanh,
         Op::GeluErf,
         Op::Swiglu,
@@ -57,6 +72,14 @@ impl Op {
         Op::GeluErfBwd,
         Op::SwigluBwd,
         Op::BiasDropoutAdd,
+        Op::Relu,
+        Op::ReluBwd,
+        Op::LeakyRelu,
+        Op::LeakyReluBwd,
+        Op::Hardtanh,
+        Op::HardtanhBwd,
+        Op::Silu,
+        Op::SiluBwd,
     ];
 
     /// The name in keys and kernel names: `gelu_tanh_bwd`.
@@ -69,6 +92,14 @@ impl Op {
             Op::GeluErfBwd => "gelu_erf_bwd",
             Op::SwigluBwd => "swiglu_bwd",
             Op::BiasDropoutAdd => "bias_dropout_add",
+            Op::Relu => "relu",
+            Op::ReluBwd => "relu_bwd",
+            Op::LeakyRelu => "leaky_relu",
+            Op::LeakyReluBwd => "leaky_relu_bwd",
+            Op::Hardtanh => "hardtanh",
+            Op::HardtanhBwd => "hardtanh_bwd",
+            Op::Silu => "silu",
+            Op::SiluBwd => "silu_bwd",
         }
     }
 
@@ -76,9 +107,16 @@ impl Op {
     /// the bias (`cols`); the dropout mask (bytes) is not one of them.
     pub fn inputs(self) -> &'static [&'static str] {
         match self {
-            Op::GeluTanh | Op::GeluErf => &["x"],
+            Op::GeluTanh | Op::GeluErf | Op::Relu | Op::LeakyRelu | Op::Hardtanh | Op::Silu => {
+                &["x"]
+            }
             Op::Swiglu => &["g", "x"],
-            Op::GeluTanhBwd | Op::GeluErfBwd => &["dy", "x"],
+            Op::GeluTanhBwd
+            | Op::GeluErfBwd
+            | Op::ReluBwd
+            | Op::LeakyReluBwd
+            | Op::HardtanhBwd
+            | Op::SiluBwd => &["dy", "x"],
             Op::SwigluBwd => &["dout", "g", "x"],
             Op::BiasDropoutAdd => &["x", "bias", "residual"],
         }
@@ -93,13 +131,40 @@ impl Op {
         match self {
             Op::Swiglu => &VERSIONS[..3],
             Op::SwigluBwd | Op::BiasDropoutAdd => &VERSIONS[1..3],
-            Op::GeluTanh | Op::GeluErf | Op::GeluTanhBwd | Op::GeluErfBwd => &VERSIONS[1..],
+            // A select and at most a multiply per element: nothing for `vec_fast` to take out.
+            Op::Relu
+            | Op::ReluBwd
+            | Op::LeakyRelu
+            | Op::LeakyReluBwd
+            | Op::Hardtanh
+            | Op::HardtanhBwd => &VERSIONS[1..3],
+            Op::GeluTanh
+            | Op::GeluErf
+            | Op::GeluTanhBwd
+            | Op::GeluErfBwd
+            | Op::Silu
+            | Op::SiluBwd => &VERSIONS[1..],
         }
     }
 
-    /// The ops with a `vec_fast` kernel: the GELU forms and their gradients.
+    /// The ops with a `vec_fast` kernel: those with an exponential (GELU, SiLU, their
+    /// gradients).
     fn has_fast(self) -> bool {
         self.versions().contains(&"vec_fast")
+    }
+
+    /// The piecewise-linear ops: exact up to the rounding to storage
+    /// ([`exact_tolerance`]).
+    pub fn is_piecewise_linear(self) -> bool {
+        matches!(
+            self,
+            Op::Relu
+                | Op::ReluBwd
+                | Op::LeakyRelu
+                | Op::LeakyReluBwd
+                | Op::Hardtanh
+                | Op::HardtanhBwd
+        )
     }
 
     /// The storage type of the op's default problem.
@@ -130,7 +195,8 @@ fn vec_fast_function(name: &str, dtype: Dtype) -> String {
 }
 
 fn all_functions() -> Vec<String> {
-    let names = Op::ALL.iter().map(|op| op.name()).chain(["silu", "mul"]);
+    // `silu` is an op of its own and the first kernel of the unfused SwiGLU; `mul` its second.
+    let names = Op::ALL.iter().map(|op| op.name()).chain(["mul"]);
     let mut functions = Vec::new();
     for name in names {
         for &dtype in DTYPES {
@@ -212,10 +278,17 @@ impl Activations {
                 };
                 let kernel = self.kernels.get(&name)?;
                 let shape = elementwise_shape(mapping, inputs.elements(), T::DTYPE);
+                let tolerance = if op.is_piecewise_linear() {
+                    exact_tolerance()
+                } else {
+                    tolerance_for::<T>(1)
+                };
+                // The `SCALARS` its kernel declares after n (none but the rectifiers').
+                let scalars: Vec<f32> = inputs.params.scalars(op).iter().map(|s| s.1).collect();
                 Ok(Plan {
                     kernel,
                     shape,
-                    tolerance: tolerance_for::<T>(1),
+                    tolerance,
                     launch: Box::new(move |out| {
                         check_output(out, inputs)?;
                         let n = inputs.elements() as u64;
@@ -224,9 +297,13 @@ impl Activations {
                             launch.arg(t);
                         }
                         launch.arg(out).arg(&n);
-                        // SAFETY: matches `<op>[_vec|_vec_fast]_<T>(const T* in..., T* out, n)`
-                        // with the op's inputs in order, each of n elements (checked), and an
-                        // output of n * outputs elements (checked); the grid covers n.
+                        for s in &scalars {
+                            launch.arg(s);
+                        }
+                        // SAFETY: matches `<op>[_vec|_vec_fast]_<T>(const T* in..., T* out, n,
+                        // float scalars...)` with the op's inputs in order, each of n elements
+                        // (checked), an output of n * outputs elements (checked) and the op's
+                        // scalars as its kernel declares them; the grid covers n.
                         unsafe { launch.launch(kernel.config(&shape)?) }?;
                         Ok(())
                     }),
@@ -405,15 +482,46 @@ mod tests {
     }
 
     #[test]
-    fn only_the_gelu_ops_have_a_fast_version() {
+    fn only_the_ops_with_an_exponential_have_a_fast_version() {
         let fast: Vec<Op> = Op::ALL.into_iter().filter(|op| op.has_fast()).collect();
         assert_eq!(
             fast,
-            [Op::GeluTanh, Op::GeluErf, Op::GeluTanhBwd, Op::GeluErfBwd]
+            [
+                Op::GeluTanh,
+                Op::GeluErf,
+                Op::GeluTanhBwd,
+                Op::GeluErfBwd,
+                Op::Silu,
+                Op::SiluBwd
+            ]
         );
         assert_eq!(
             vec_fast_function("gelu_erf_bwd", Dtype::F16),
             "gelu_erf_bwd_vec_fast_f16x8"
+        );
+    }
+
+    #[test]
+    fn the_rectifiers_are_checked_exactly() {
+        let exact: Vec<&str> = Op::ALL
+            .into_iter()
+            .filter(|op| op.is_piecewise_linear())
+            .map(Op::name)
+            .collect();
+        assert_eq!(
+            exact,
+            [
+                "relu",
+                "relu_bwd",
+                "leaky_relu",
+                "leaky_relu_bwd",
+                "hardtanh",
+                "hardtanh_bwd"
+            ]
+        );
+        assert_eq!(
+            scalar_function("hardtanh_bwd", Dtype::Bf16),
+            "hardtanh_bwd_bf16"
         );
     }
 

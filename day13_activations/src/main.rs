@@ -9,14 +9,15 @@ use common::measure::report::DayReport;
 use common::session::{Expected, Problem, Refused, Session, Version};
 use common::{Element, Gpu, UsageError, sizes};
 use day13::problem::{HostInputs, bytes_per_run, key};
-use day13::{Activations, DTYPES, Op, VERSIONS};
+use day13::{Activations, DTYPES, Op, OpParams, VERSIONS};
 use half::{bf16, f16};
 
-/// Day 13: GELU (tanh, erf), SwiGLU and their gradients; fused bias-dropout-add.
+/// Day 13: GELU (tanh, erf), SwiGLU, SiLU, ReLU, leaky ReLU, HardTanh and their gradients;
+/// fused bias-dropout-add.
 #[derive(Parser)]
 #[command(version, about)]
 struct Args {
-    /// Ops to run (comma-separated); default: the day's six problems.
+    /// Ops to run (comma-separated); default: the day's ten problems.
     #[arg(long, value_enum, value_delimiter = ',', value_name = "OP[,OP]")]
     op: Vec<Op>,
     /// Rows of every problem.
@@ -28,20 +29,78 @@ struct Args {
     /// Storage type (math is f32); default: bf16, f16 for bias_dropout_add.
     #[arg(long, value_enum)]
     dtype: Option<Dtype>,
+    /// leaky_relu's slope for x <= 0 [default: 0.01, torch's].
+    #[arg(long, value_parser = finite_f32, allow_hyphen_values = true)]
+    negative_slope: Option<f32>,
+    /// hardtanh's lower bound [default: -1].
+    #[arg(long, value_parser = finite_f32, allow_hyphen_values = true)]
+    min_val: Option<f32>,
+    /// hardtanh's upper bound [default: 1].
+    #[arg(long, value_parser = finite_f32, allow_hyphen_values = true)]
+    max_val: Option<f32>,
     #[command(flatten)]
     common: CommonArgs,
 }
 
-/// The default run: the activation targets of GPU_TARGETS.md, two backward passes and the
-/// fused bias kernel of seed 001 day 5.
-const DEFAULT_OPS: [Op; 6] = [
+/// The default run: the activation targets of GPU_TARGETS.md, two backward passes, the fused
+/// bias kernel of seed 001 day 5, and of seed 003's activations ReLU, SiLU, SiLU's backward
+/// and HardTanh's backward (the other rectifiers run the same code: `--op` names them).
+const DEFAULT_OPS: [Op; 10] = [
     Op::GeluTanh,
     Op::GeluErf,
     Op::Swiglu,
     Op::GeluTanhBwd,
     Op::SwigluBwd,
     Op::BiasDropoutAdd,
+    Op::Relu,
+    Op::Silu,
+    Op::SiluBwd,
+    Op::HardtanhBwd,
 ];
+
+/// A scalar flag's value: a number that is finite once it is an f32, as the kernels take it
+/// (`1e39` would be inf).
+fn finite_f32(text: &str) -> Result<f32, String> {
+    let v: f32 = text.parse().map_err(|_| "not a number".to_string())?;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err("not finite as an f32".to_string())
+    }
+}
+
+/// The rectifiers' scalars from the flags, refused where they cannot run: a flag for an op
+/// that is not in the run (it would change nothing in silence), or bounds out of order.
+fn op_params(args: &Args, ops: &[Op]) -> Result<OpParams, UsageError> {
+    let flags = [
+        ("--negative-slope", "negative_slope", args.negative_slope),
+        ("--min-val", "min_val", args.min_val),
+        ("--max-val", "max_val", args.max_val),
+    ];
+    for (flag, scalar, value) in flags {
+        let takers = OpParams::takers(scalar);
+        if value.is_some() && !ops.iter().any(|op| takers.contains(op)) {
+            let names: Vec<&str> = takers.iter().map(|op| op.name()).collect();
+            return Err(UsageError::new(format!(
+                "{flag} applies to {} only; name one with --op",
+                names.join(" and ")
+            )));
+        }
+    }
+    let defaults = OpParams::default();
+    let params = OpParams {
+        negative_slope: args.negative_slope.unwrap_or(defaults.negative_slope),
+        min_val: args.min_val.unwrap_or(defaults.min_val),
+        max_val: args.max_val.unwrap_or(defaults.max_val),
+    };
+    if params.min_val > params.max_val {
+        return Err(UsageError::new(format!(
+            "--min-val {} is greater than --max-val {} (hardtanh needs min_val <= max_val)",
+            params.min_val, params.max_val
+        )));
+    }
+    Ok(params)
+}
 
 fn main() -> std::process::ExitCode {
     run_main(|| run(Args::parse()))
@@ -78,6 +137,7 @@ fn run(args: Args) -> Result<()> {
         ))
         .into());
     }
+    let params = op_params(&args, &ops)?;
     // Every size is checked here, before the GPU is opened.
     let what = "--rows x --cols";
     let elements = sizes::product(what, &[args.rows as usize, args.cols as usize])? as u64;
@@ -106,6 +166,7 @@ fn run(args: Args) -> Result<()> {
             day: &day,
             common: &args.common,
             versions: &selected,
+            params,
         };
         reports.push(match dtype {
             Dtype::F32 => run.problem::<f32>(op, rows, cols)?,
@@ -122,20 +183,27 @@ struct Run<'r> {
     day: &'r Activations,
     common: &'r CommonArgs,
     versions: &'r [&'static str],
+    params: OpParams,
 }
 
 impl Run<'_> {
     fn problem<T: Element>(&self, op: Op, rows: usize, cols: usize) -> Result<DayReport> {
-        let host = HostInputs::<T>::random(op, rows, cols, self.common.seed);
+        let host =
+            HostInputs::<T>::random(op, rows, cols, self.common.seed).with_params(self.params);
         let reference = host.reference();
+        let mut description = format!("{}, {rows} x {cols}, {}", op.name(), T::NAME);
+        for scalar in self.params.describe(op) {
+            description.push_str(", ");
+            description.push_str(&scalar);
+        }
         let mut session = Session::new(
             self.gpu,
             self.common,
             Problem {
                 day: "day13",
                 title: "activations",
-                description: format!("{}, {rows} x {cols}, {}", op.name(), T::NAME),
-                key: key(op, T::DTYPE, rows, cols),
+                description,
+                key: key(op, T::DTYPE, rows, cols, &self.params),
                 bytes_per_run: bytes_per_run(op, T::DTYPE.size(), rows, cols),
                 flops_per_run: None,
             },
@@ -150,6 +218,8 @@ impl Run<'_> {
         }
         if let Some(mask) = &host.mask {
             session.save_input("mask", &[rows, cols], mask)?;
+            // The kept elements' scale, 1 / (1 - p), as the kernel gets it.
+            session.save_input("scale", &[1], &[host.scale])?;
         }
         let inputs = host.upload(self.gpu)?;
         drop(host);

@@ -1,6 +1,6 @@
-//! One problem of the day: an op on `rows x cols` elements of one storage type. Its inputs
-//! (random from a seed, never zeros), its f64 reference, its least traffic and its key; the
-//! same for `main` and the GPU tests.
+//! One problem of the day: an op on `rows x cols` elements of one storage type, with the
+//! rectifiers' scalars. Its inputs (random from a seed, never zeros), its f64 reference, its
+//! least traffic and its key; the same for `main` and the GPU tests.
 
 use anyhow::{Result, bail};
 use common::reference::activation as reference;
@@ -15,9 +15,94 @@ use crate::Op;
 /// 1 / (1 - p).
 pub const DROPOUT_P: f64 = 0.1;
 
-/// The key peers and reports share: `swiglu_bwd/bf16/16384x4096`.
-pub fn key(op: Op, dtype: common::dtype::Dtype, rows: usize, cols: usize) -> String {
-    format!("{}/{dtype}/{rows}x{cols}", op.name())
+/// The scalars of the rectifiers, in f32 as their kernels take them. The defaults are
+/// torch's: `F.leaky_relu(x, 0.01)`, `F.hardtanh(x, -1.0, 1.0)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OpParams {
+    pub negative_slope: f32,
+    pub min_val: f32,
+    pub max_val: f32,
+}
+
+impl Default for OpParams {
+    fn default() -> Self {
+        Self {
+            negative_slope: 0.01,
+            min_val: -1.0,
+            max_val: 1.0,
+        }
+    }
+}
+
+impl OpParams {
+    /// Finite scalars and `min_val <= max_val` (torch's `F.hardtanh` refuses min > max).
+    pub fn check(&self) -> Result<()> {
+        let named = [
+            ("negative_slope", self.negative_slope),
+            ("min_val", self.min_val),
+            ("max_val", self.max_val),
+        ];
+        if let Some((name, v)) = named.iter().find(|(_, v)| !v.is_finite()) {
+            bail!("{name} must be a finite f32, not {v}");
+        }
+        if self.min_val > self.max_val {
+            bail!(
+                "min_val {} is greater than max_val {}",
+                self.min_val,
+                self.max_val
+            );
+        }
+        Ok(())
+    }
+
+    /// The scalars `op` takes, by name, in the order its kernel takes them (after `n`).
+    pub fn scalars(&self, op: Op) -> Vec<(&'static str, f32)> {
+        match op {
+            Op::LeakyRelu | Op::LeakyReluBwd => vec![("negative_slope", self.negative_slope)],
+            Op::Hardtanh | Op::HardtanhBwd => {
+                vec![("min_val", self.min_val), ("max_val", self.max_val)]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The ops that take the scalar `name`.
+    pub fn takers(name: &str) -> Vec<Op> {
+        let defaults = Self::default();
+        Op::ALL
+            .into_iter()
+            .filter(|&op| defaults.scalars(op).iter().any(|(n, _)| *n == name))
+            .collect()
+    }
+
+    /// The scalars `op` takes that differ from the defaults, as `name=value` (empty when none
+    /// does): they go into the problem's key and title.
+    pub fn describe(&self, op: Op) -> Vec<String> {
+        self.scalars(op)
+            .into_iter()
+            .zip(Self::default().scalars(op))
+            .filter(|((_, v), (_, default))| v != default)
+            .map(|((name, v), _)| format!("{name}={v}"))
+            .collect()
+    }
+}
+
+/// The key peers and reports share: `swiglu_bwd/bf16/16384x4096`. Scalars other than torch's
+/// defaults follow (`leaky_relu/bf16/16384x4096/negative_slope=0.2`), so a problem the peers
+/// did not time matches none of their figures.
+pub fn key(
+    op: Op,
+    dtype: common::dtype::Dtype,
+    rows: usize,
+    cols: usize,
+    params: &OpParams,
+) -> String {
+    let mut key = format!("{}/{dtype}/{rows}x{cols}", op.name());
+    for scalar in params.describe(op) {
+        key.push('/');
+        key.push_str(&scalar);
+    }
+    key
 }
 
 /// Least traffic of one run: every input read once, every output written once (the mask is
@@ -40,6 +125,8 @@ pub struct HostInputs<T> {
     /// Bias-dropout-add's keep mask: 1 keeps, 0 drops.
     pub mask: Option<Vec<u8>>,
     pub scale: f32,
+    /// The rectifiers' scalars (torch's defaults unless [`HostInputs::with_params`] says).
+    pub params: OpParams,
 }
 
 impl<T: Element> HostInputs<T> {
@@ -75,11 +162,30 @@ impl<T: Element> HostInputs<T> {
             tensors,
             mask,
             scale: (1.0 / (1.0 - DROPOUT_P)) as f32,
+            params: OpParams::default(),
         }
     }
 
-    /// The outputs in f64, back to back (`dg` then `dx` for SwiGLU's backward).
+    /// The same inputs with other scalars for the rectifiers.
+    pub fn with_params(self, params: OpParams) -> Self {
+        Self { params, ..self }
+    }
+
+    /// The outputs in f64, back to back (`dg` then `dx` for SwiGLU's backward); the
+    /// piecewise-linear ops' rounded as the kernel rounds ([`reference::round_as_stored`]).
     pub fn reference(&self) -> Vec<f64> {
+        let values = self.reference_f64();
+        if self.op.is_piecewise_linear() {
+            values
+                .into_iter()
+                .map(reference::round_as_stored::<T>)
+                .collect()
+        } else {
+            values
+        }
+    }
+
+    fn reference_f64(&self) -> Vec<f64> {
         let t: Vec<Vec<f64>> = self
             .tensors
             .iter()
@@ -87,6 +193,12 @@ impl<T: Element> HostInputs<T> {
             .collect();
         let map1 = |f: fn(f64) -> f64| t[0].iter().map(|&x| f(x)).collect();
         let grad = |f: fn(f64) -> f64| t[0].iter().zip(&t[1]).map(|(dy, &x)| dy * f(x)).collect();
+        // Backward passes that choose between dy and 0 (a product would make NaN of 0 * NaN).
+        let backward = |f: &dyn Fn(f64, f64) -> f64| {
+            t[0].iter().zip(&t[1]).map(|(&dy, &x)| f(dy, x)).collect()
+        };
+        let p = &self.params;
+        let (slope, lo, hi) = (p.negative_slope as f64, p.min_val as f64, p.max_val as f64);
         match self.op {
             Op::GeluTanh => map1(reference::gelu_tanh),
             Op::GeluErf => map1(reference::gelu_erf),
@@ -103,6 +215,20 @@ impl<T: Element> HostInputs<T> {
                     .unzip();
                 dg.into_iter().chain(dx).collect()
             }
+            Op::Relu => map1(reference::relu),
+            Op::ReluBwd => backward(&reference::relu_backward),
+            Op::LeakyRelu => t[0]
+                .iter()
+                .map(|&x| reference::leaky_relu(x, slope))
+                .collect(),
+            Op::LeakyReluBwd => backward(&|dy, x| reference::leaky_relu_backward(dy, x, slope)),
+            Op::Hardtanh => t[0]
+                .iter()
+                .map(|&x| reference::hardtanh(x, lo, hi))
+                .collect(),
+            Op::HardtanhBwd => backward(&|dy, x| reference::hardtanh_backward(dy, x, lo, hi)),
+            Op::Silu => map1(reference::silu),
+            Op::SiluBwd => backward(&reference::silu_backward),
             Op::BiasDropoutAdd => reference::bias_dropout_add(
                 &self.tensors[0],
                 &self.tensors[1],
@@ -126,6 +252,7 @@ impl<T: Element> HostInputs<T> {
                 .collect::<Result<_>>()?,
             mask: self.mask.as_ref().map(|m| gpu.upload(m)).transpose()?,
             scale: self.scale,
+            params: self.params,
         })
     }
 }
@@ -139,6 +266,7 @@ pub struct DeviceInputs<T> {
     pub tensors: Vec<CudaSlice<T>>,
     pub mask: Option<CudaSlice<u8>>,
     pub scale: f32,
+    pub params: OpParams,
 }
 
 impl<T: Element> DeviceInputs<T> {
@@ -146,12 +274,13 @@ impl<T: Element> DeviceInputs<T> {
         self.rows * self.cols
     }
 
-    /// Every tensor has the length the op expects.
+    /// Every tensor has the length the op expects, and the scalars are usable.
     pub fn check(&self) -> Result<()> {
         let n = self.elements();
         if n == 0 {
             bail!("{}: the problem is empty", self.op.name());
         }
+        self.params.check().map_err(|e| e.context(self.op.name()))?;
         let names = self.op.inputs();
         if names.len() != self.tensors.len() {
             bail!("{} takes {} inputs", self.op.name(), names.len());
@@ -204,11 +333,89 @@ mod tests {
     }
 
     #[test]
-    fn keys_name_op_dtype_and_shape() {
+    fn keys_name_op_dtype_shape_and_scalars_other_than_torchs() {
         use common::dtype::Dtype;
+        let defaults = OpParams::default();
         assert_eq!(
-            key(Op::GeluTanhBwd, Dtype::Bf16, 16384, 4096),
+            key(Op::GeluTanhBwd, Dtype::Bf16, 16384, 4096, &defaults),
             "gelu_tanh_bwd/bf16/16384x4096"
         );
+        assert_eq!(
+            key(Op::LeakyRelu, Dtype::Bf16, 8, 8, &defaults),
+            "leaky_relu/bf16/8x8"
+        );
+        let other = OpParams {
+            negative_slope: 0.2,
+            max_val: 6.0,
+            ..defaults
+        };
+        assert_eq!(
+            key(Op::LeakyReluBwd, Dtype::F16, 8, 8, &other),
+            "leaky_relu_bwd/f16/8x8/negative_slope=0.2"
+        );
+        assert_eq!(
+            key(Op::Hardtanh, Dtype::F32, 8, 8, &other),
+            "hardtanh/f32/8x8/max_val=6"
+        );
+        // Scalars an op does not take do not change its key.
+        assert_eq!(key(Op::Relu, Dtype::F32, 8, 8, &other), "relu/f32/8x8");
+    }
+
+    #[test]
+    fn each_scalar_belongs_to_one_op_and_its_backward() {
+        assert_eq!(
+            OpParams::takers("negative_slope"),
+            [Op::LeakyRelu, Op::LeakyReluBwd]
+        );
+        assert_eq!(OpParams::takers("max_val"), [Op::Hardtanh, Op::HardtanhBwd]);
+        let p = OpParams {
+            min_val: -0.5,
+            ..OpParams::default()
+        };
+        assert_eq!(
+            p.scalars(Op::HardtanhBwd),
+            [("min_val", -0.5), ("max_val", 1.0)]
+        );
+        assert!(p.scalars(Op::Relu).is_empty() && p.scalars(Op::Silu).is_empty());
+    }
+
+    #[test]
+    fn scalars_must_be_finite_and_ordered() {
+        assert!(OpParams::default().check().is_ok());
+        let equal = OpParams {
+            min_val: 0.5,
+            max_val: 0.5,
+            ..OpParams::default()
+        };
+        assert!(equal.check().is_ok());
+        let reversed = OpParams {
+            min_val: 2.0,
+            ..OpParams::default()
+        };
+        let err = reversed.check().unwrap_err().to_string();
+        assert!(err.contains("min_val 2 is greater than max_val 1"), "{err}");
+        let nan = OpParams {
+            negative_slope: f32::NAN,
+            ..OpParams::default()
+        };
+        assert!(
+            nan.check()
+                .unwrap_err()
+                .to_string()
+                .contains("negative_slope")
+        );
+    }
+
+    #[test]
+    fn rectifier_references_are_rounded_to_storage() {
+        // leaky_relu(-3) = -0.03 is not a bf16: the reference is the kernel's bf16.
+        let mut h = HostInputs::<bf16>::random(Op::LeakyRelu, 1, 2, 0);
+        h.tensors[0] = vec![bf16::from_f32(-3.0), bf16::from_f32(2.0)];
+        let r = h.reference();
+        assert_eq!(r, [bf16::from_f32(-3.0 * 0.01).to_f64(), 2.0]);
+        // SiLU's is not rounded: its tolerance covers the rounding.
+        let mut s = HostInputs::<bf16>::random(Op::Silu, 1, 1, 0);
+        s.tensors[0] = vec![bf16::from_f32(1.0)];
+        assert_eq!(s.reference(), [reference::silu(1.0)]);
     }
 }

@@ -27,6 +27,60 @@ const REFUSED: &[(&str, &str)] = &[
         "--kernel vec_fast --op gelu_erf,swiglu_bwd",
         "--kernel vec_fast: swiglu_bwd has none of these versions",
     ),
+    (
+        "--kernel vec_fast --op silu,relu_bwd",
+        "--kernel vec_fast: relu_bwd has none of these versions",
+    ),
+    // The rectifiers' scalars: finite as f32, HardTanh's bounds in order, and only for an op
+    // that takes them.
+    (
+        "--op leaky_relu --negative-slope nan",
+        "invalid value 'nan' for '--negative-slope <NEGATIVE_SLOPE>': not finite as an f32",
+    ),
+    (
+        "--op leaky_relu_bwd --negative-slope inf",
+        "invalid value 'inf' for '--negative-slope",
+    ),
+    (
+        "--op leaky_relu --negative-slope 1e39",
+        "invalid value '1e39' for '--negative-slope <NEGATIVE_SLOPE>': not finite as an f32",
+    ),
+    (
+        "--op leaky_relu --negative-slope 0.0.1",
+        "invalid value '0.0.1' for '--negative-slope <NEGATIVE_SLOPE>': not a number",
+    ),
+    (
+        "--op hardtanh_bwd --max-val -inf",
+        "invalid value '-inf' for '--max-val <MAX_VAL>': not finite as an f32",
+    ),
+    (
+        "--op hardtanh --min-val NaN",
+        "invalid value 'NaN' for '--min-val <MIN_VAL>': not finite as an f32",
+    ),
+    (
+        "--op hardtanh --min-val 2",
+        "--min-val 2 is greater than --max-val 1",
+    ),
+    (
+        "--op hardtanh_bwd --min-val -2 --max-val -3",
+        "--min-val -2 is greater than --max-val -3",
+    ),
+    (
+        "--op hardtanh --max-val=-1.5",
+        "--min-val -1 is greater than --max-val -1.5",
+    ),
+    (
+        "--op relu,leaky_relu_bwd --min-val -2",
+        "--min-val applies to hardtanh and hardtanh_bwd only; name one with --op",
+    ),
+    (
+        "--op hardtanh --negative-slope 0.2",
+        "--negative-slope applies to leaky_relu and leaky_relu_bwd only; name one with --op",
+    ),
+    (
+        "--negative-slope 0.2",
+        "--negative-slope applies to leaky_relu and leaky_relu_bwd only",
+    ),
 ];
 
 #[test]

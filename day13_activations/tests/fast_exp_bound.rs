@@ -3,9 +3,12 @@
 //! approximate step pushed to the end of its documented error, in both directions, over the
 //! problems' input range, and checks the f32 tolerance of the reference still holds: per
 //! element and in relative L2. f16/bf16 add their rounding to the same f32 part, so they hold
-//! when f32 does.
+//! when f32 does. The SiLU kernels' sigmoid (`sigmoid_unclamped`, torch's form) is replayed
+//! the same way.
 
-use common::reference::activation::{erf, gelu_erf_grad, gelu_tanh, gelu_tanh_grad, tolerance_for};
+use common::reference::activation::{
+    erf, gelu_erf_grad, gelu_tanh, gelu_tanh_grad, silu, silu_backward, tolerance_for,
+};
 use common::{Tolerance, measure::check};
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -27,6 +30,22 @@ fn sigmoid_pair(v: f32, sign_exp: f64, sign_div: f64) -> (f32, f32) {
     let e = fast_exp((-v).min(EXP_ARG_MAX), sign_exp);
     let s = ((1.0 / (1.0 + e) as f64) * (1.0 + sign_div * 2.0 * ULP)) as f32;
     (s, e * s)
+}
+
+/// `sigmoid_unclamped<FastExp>`: `1 / (1 + __expf(-x))` with `__fdividef`.
+fn sigmoid_unclamped(x: f32, sign_exp: f64, sign_div: f64) -> f32 {
+    let e = fast_exp(-x, sign_exp);
+    ((1.0 / (1.0 + e) as f64) * (1.0 + sign_div * 2.0 * ULP)) as f32
+}
+
+fn silu_fast(x: f32, se: f64, sd: f64) -> f32 {
+    x * sigmoid_unclamped(x, se, sd)
+}
+
+/// `SiluBwdWith<FastExp>`: `dy s (1 + x (1 - s))` with torch's `1 - s`.
+fn silu_bwd_fast(dy: f32, x: f32, se: f64, sd: f64) -> f32 {
+    let s = sigmoid_unclamped(x, se, sd);
+    dy * s * x.mul_add(1.0 - s, 1.0)
 }
 
 fn gelu_tanh_fast(x: f32, se: f64, sd: f64) -> f32 {
@@ -85,6 +104,14 @@ fn fast_exp_keeps_the_f32_tolerance_at_its_worst() {
             .collect();
         let want: Vec<f64> = xs.iter().map(|&x| gelu_erf_grad(x as f64)).collect();
         assert_within(&format!("gelu_erf_bwd, {what}"), &got, &want, tolerance);
+
+        let got: Vec<f32> = xs.iter().map(|&x| silu_fast(x, se, sd)).collect();
+        let want: Vec<f64> = xs.iter().map(|&x| silu(x as f64)).collect();
+        assert_within(&format!("silu, {what}"), &got, &want, tolerance);
+
+        let got: Vec<f32> = xs.iter().map(|&x| silu_bwd_fast(1.0, x, se, sd)).collect();
+        let want: Vec<f64> = xs.iter().map(|&x| silu_backward(1.0, x as f64)).collect();
+        assert_within(&format!("silu_bwd, {what}"), &got, &want, tolerance);
     }
 }
 

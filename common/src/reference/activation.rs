@@ -16,6 +16,26 @@
 //!   `scale = 1 / (1 - p)` for a dropout probability `p`: the `bias_dropout_add` of
 //!   Megatron-style transformer blocks, done in one pass instead of four.
 //!
+//! - The piecewise-linear activations, as torch's CUDA kernels define them, including the points
+//!   where the derivative does not exist and what NaN does (a comparison with NaN is false, so
+//!   which way it is written decides where a NaN goes):
+//!   - ReLU (`F.relu`, torch's `clamp_min(x, 0)`): `x <= 0 ? 0 : x`; NaN stays NaN.
+//!     Backward (`aten.threshold_backward(dy, x, 0)`): `x <= 0 ? 0 : dy`: 0 at x = 0 and
+//!     x = -0.0, and `dy` where x is NaN (the comparison is false).
+//!   - Leaky ReLU (`F.leaky_relu`, slope 0.01 by default): `x > 0 ? x : x slope`. Backward
+//!     (`aten.leaky_relu_backward`): `x > 0 ? dy : dy slope`: `dy slope` at x = 0 and where x is
+//!     NaN.
+//!   - HardTanh (`F.hardtanh`, torch's `clamp(x, min_val, max_val)`, -1 and 1 by default):
+//!     NaN stays NaN, infinities go to the bounds. Backward (`aten.hardtanh_backward`):
+//!     `x <= min_val || x >= max_val ? 0 : dy`: 0 at both bounds (the open interval), `dy`
+//!     where x is NaN.
+//! - SiLU (`F.silu`): `silu(x) = x sigmoid(x)`. Backward (`aten.silu_backward`): `dy s (1 + x
+//!   (1 - s))`, `s = sigmoid(x)`; torch's f32 evaluation makes it NaN at x = +-inf (`inf * 0`),
+//!   and so does this f64 one.
+//!
+//! The backward passes take `dy` and return the product, not a derivative to multiply by: a
+//! derivative of 0 times a NaN or infinite `dy` would be NaN, where torch's select gives 0.
+//!
 //! f64 has no `erf` in std; [`erf`] below is accurate to ~1e-16 (checked against tabulated
 //! values), far below any f32 kernel's error.
 
@@ -75,6 +95,70 @@ pub fn swiglu(g: f64, x: f64) -> f64 {
 pub fn swiglu_grad(g: f64, x: f64, dout: f64) -> (f64, f64) {
     let s = sigmoid(g);
     (dout * x * s * (1.0 + g * (1.0 - s)), dout * silu(g))
+}
+
+/// `F.relu`: NaN stays NaN (`NaN <= 0` is false); -0.0 gives +0.
+pub fn relu(x: f64) -> f64 {
+    if x <= 0.0 { 0.0 } else { x }
+}
+
+/// `aten.threshold_backward(dy, x, 0)`, what autograd runs for `F.relu`: `dy` only where x > 0
+/// or x is NaN; 0 at x = 0 (torch's choice at the kink), whatever `dy` is.
+pub fn relu_backward(dy: f64, x: f64) -> f64 {
+    if x <= 0.0 { 0.0 } else { dy }
+}
+
+/// `F.leaky_relu(x, negative_slope)`.
+pub fn leaky_relu(x: f64, negative_slope: f64) -> f64 {
+    if x > 0.0 { x } else { x * negative_slope }
+}
+
+/// `aten.leaky_relu_backward(dy, x, negative_slope, false)`: the slope at x = 0 and for NaN.
+pub fn leaky_relu_backward(dy: f64, x: f64, negative_slope: f64) -> f64 {
+    if x > 0.0 { dy } else { dy * negative_slope }
+}
+
+/// `F.hardtanh(x, min_val, max_val)` (torch's `clamp`): NaN stays NaN.
+pub fn hardtanh(x: f64, min_val: f64, max_val: f64) -> f64 {
+    if x < min_val {
+        min_val
+    } else if x > max_val {
+        max_val
+    } else {
+        x
+    }
+}
+
+/// `aten.hardtanh_backward(dy, x, min_val, max_val)`: `dy` on the open interval and for NaN,
+/// 0 at the bounds and outside.
+pub fn hardtanh_backward(dy: f64, x: f64, min_val: f64, max_val: f64) -> f64 {
+    if x <= min_val || x >= max_val {
+        0.0
+    } else {
+        dy
+    }
+}
+
+/// `aten.silu_backward(dy, x)`: `dy s (1 + x (1 - s))`, with `1 - s` taken as `sigmoid(-x)`
+/// so that it keeps its digits where s is near 1.
+pub fn silu_backward(dy: f64, x: f64) -> f64 {
+    dy * sigmoid(x) * (1.0 + x * sigmoid(-x))
+}
+
+/// `v` as a kernel that computes in f32 and stores `T` returns it: rounded to f32, then to `T`
+/// (both to nearest even, as the GPU's `cvt.rn`). For the piecewise-linear ops this is the
+/// whole error: their f32 result is an input, a bound, 0, or one product of two f32 values,
+/// which f64 holds exactly, so rounding it to f32 here is the kernel's own rounding.
+pub fn round_as_stored<T: Element>(v: f64) -> f64 {
+    T::from_f64(v as f32 as f64).to_f64()
+}
+
+/// The tolerance of the piecewise-linear ops (ReLU, leaky ReLU, HardTanh and their backward
+/// passes), whose reference goes through [`round_as_stored`]: none. The kernel and the
+/// rounded reference make the same roundings, so every element must match exactly (NaN where
+/// the reference is NaN, the same infinity; -0.0 and +0.0 compare equal).
+pub const fn exact_tolerance() -> Tolerance {
+    Tolerance::new(0.0, 0.0)
 }
 
 /// `erf` in f64: a Taylor series for |x| < 2.5 (terms alternate and shrink fast enough that
@@ -167,11 +251,13 @@ pub fn bias_dropout_add<T: Element>(
 /// - conditioning: `exp(-2u)` turns the rounding of its argument into a relative error of
 ///   |2u| ulp; for inputs within [-6, 6], |2u| <= 25, another 25 ulp = 1.5e-6. rtol = 1e-5
 ///   bounds both with room.
-/// - cancellation: a gradient crosses zero (GELU's at x = -0.75, SwiGLU's dg at g = -1.28)
-///   and `1 + erf(z)` in the exact GELU (computed as torch does) cancels for x < 0; there the
-///   error is 8 ulp of the largest term, not of the result. The terms stay under 8 for
-///   inputs in [-6, 6] and gradients in [-1, 1]: 8 * 8 * 2^-24 = 3.8e-6, so atol = 1e-5
-///   (outputs smaller than that, like gelu(-6) = -6e-9, are checked absolutely).
+/// - cancellation: a gradient crosses zero (GELU's at x = -0.75, SwiGLU's dg and SiLU's at
+///   -1.28) and `1 + erf(z)` in the exact GELU (computed as torch does) cancels for x < 0;
+///   there the error is 8 ulp of the largest term, not of the result. The terms stay under 8
+///   for inputs in [-6, 6] and gradients in [-1, 1]: 8 * 8 * 2^-24 = 3.8e-6, so atol = 1e-5
+///   (outputs smaller than that, like gelu(-6) = -6e-9, are checked absolutely). SiLU's
+///   backward takes `1 - s` as torch does: exact for s >= 1/2 (Sterbenz's lemma), so only the
+///   few ulp of `s` carry into it, times |x| <= 6: under 1e-6 of a gradient near 1.
 ///
 /// Stored as f16/bf16, each rounding adds half an ulp: 2^-11 (f16) or 2^-8 (bf16) relative,
 /// and f16's subnormal spacing (2^-24) absolutely. On average rounding errors are about 0.6
@@ -300,6 +386,110 @@ mod tests {
                 assert_relative_eq!(dx, fd_x, epsilon = tol, max_relative = tol);
             }
         }
+    }
+
+    #[test]
+    fn rectifier_gradients_match_finite_differences_away_from_the_kinks() {
+        for i in -80..=80 {
+            let x = i as f64 / 10.0 + 0.0123;
+            let dy = -0.61;
+            let tol = 1e-8;
+            let (slope, lo, hi) = (0.2, -1.5, 2.5);
+            let pairs = [
+                (relu_backward(dy, x), dy * finite_difference(relu, x)),
+                (
+                    leaky_relu_backward(dy, x, slope),
+                    dy * finite_difference(|v| leaky_relu(v, slope), x),
+                ),
+                (
+                    hardtanh_backward(dy, x, lo, hi),
+                    dy * finite_difference(|v| hardtanh(v, lo, hi), x),
+                ),
+                (silu_backward(dy, x), dy * finite_difference(silu, x)),
+            ];
+            for (got, fd) in pairs {
+                assert_relative_eq!(got, fd, epsilon = tol, max_relative = tol);
+            }
+        }
+    }
+
+    #[test]
+    fn rectifiers_choose_as_torch_at_the_kinks_and_for_nan() {
+        let (nan, inf) = (f64::NAN, f64::INFINITY);
+        assert_eq!((relu(2.5), relu(-2.5), relu(0.0)), (2.5, 0.0, 0.0));
+        assert!(relu(-0.0) == 0.0 && relu(-0.0).is_sign_positive());
+        assert!(relu(nan).is_nan());
+        assert_eq!((relu(inf), relu(-inf)), (inf, 0.0));
+        // threshold_backward: 0 at the kink whatever dy is, dy where x is NaN.
+        assert_eq!(relu_backward(0.7, 0.0), 0.0);
+        assert_eq!(relu_backward(0.7, -0.0), 0.0);
+        assert_eq!(relu_backward(0.7, 1e-30), 0.7);
+        assert_eq!(relu_backward(0.7, nan), 0.7);
+        assert_eq!(relu_backward(nan, -1.0), 0.0);
+        assert_eq!(relu_backward(inf, -1.0), 0.0);
+        assert!(relu_backward(nan, 1.0).is_nan());
+
+        let s = 0.01;
+        assert_eq!((leaky_relu(3.0, s), leaky_relu(-3.0, s)), (3.0, -3.0 * s));
+        assert_eq!(leaky_relu(-inf, s), -inf);
+        assert!(leaky_relu(nan, s).is_nan());
+        assert_eq!(leaky_relu_backward(0.5, 0.0, s), 0.5 * s);
+        assert_eq!(leaky_relu_backward(0.5, -0.0, s), 0.5 * s);
+        assert_eq!(leaky_relu_backward(0.5, nan, s), 0.5 * s);
+        assert_eq!(leaky_relu_backward(0.5, 2.0, s), 0.5);
+
+        let h = |x| hardtanh(x, -1.0, 1.0);
+        assert_eq!(
+            (h(-3.0), h(3.0), h(0.25), h(-inf), h(inf)),
+            (-1.0, 1.0, 0.25, -1.0, 1.0)
+        );
+        assert!(h(nan).is_nan());
+        let hb = |x| hardtanh_backward(0.5, x, -1.0, 1.0);
+        assert_eq!((hb(-1.0), hb(1.0), hb(-1.5), hb(inf)), (0.0, 0.0, 0.0, 0.0));
+        assert_eq!(
+            (hb(0.999), hb(-0.999), hb(-0.0), hb(nan)),
+            (0.5, 0.5, 0.5, 0.5)
+        );
+        // min_val == max_val (torch allows it): the bound everywhere, no gradient anywhere.
+        assert_eq!(
+            (hardtanh(5.0, 0.25, 0.25), hardtanh(-5.0, 0.25, 0.25)),
+            (0.25, 0.25)
+        );
+        assert_eq!(hardtanh_backward(0.5, 0.25, 0.25, 0.25), 0.0);
+    }
+
+    #[test]
+    fn silu_is_nan_where_torch_is() {
+        let (nan, inf) = (f64::NAN, f64::INFINITY);
+        // x / (1 + exp(-x)) in torch: inf / 1 and -inf / inf.
+        assert_eq!(silu(inf), inf);
+        assert!(silu(-inf).is_nan() && silu(nan).is_nan());
+        // s (1 + x (1 - s)): inf * 0 at +inf, 0 * -inf at -inf.
+        assert!(silu_backward(1.0, inf).is_nan() && silu_backward(1.0, -inf).is_nan());
+        assert!(silu_backward(nan, 1.0).is_nan() && silu_backward(1.0, nan).is_nan());
+        assert_eq!(silu_backward(0.3, 0.0), 0.15);
+        // Far out the gradient is 1 (x > 0) or 0 (x < 0), without a NaN.
+        assert_eq!(silu_backward(1.0, 800.0), 1.0);
+        assert_eq!(silu_backward(1.0, -800.0), 0.0);
+    }
+
+    #[test]
+    fn storage_rounding_goes_through_f32_as_the_kernel_does() {
+        use half::{bf16, f16};
+        let product = 3.0 * (0.01f32 as f64);
+        assert_eq!(round_as_stored::<f32>(product), (3.0f32 * 0.01f32) as f64);
+        // 1 + 2^-8 + 2^-30 rounds to 1 + 2^-8 in f32, a tie in bf16 that goes to the even 1.0
+        // (rounded once, straight to bf16, it would be 1 + 2^-7: the kernel rounds twice).
+        let v = 1.0 + 2f64.powi(-8) + 2f64.powi(-30);
+        assert_eq!(round_as_stored::<bf16>(v), 1.0);
+        assert_eq!(
+            round_as_stored::<bf16>(v + 2f64.powi(-20)),
+            1.0 + 2f64.powi(-7)
+        );
+        assert_eq!(round_as_stored::<f16>(-0.3), f16::from_f32(-0.3).to_f64());
+        assert!(round_as_stored::<bf16>(f64::NAN).is_nan());
+        assert_eq!(round_as_stored::<f16>(f64::NEG_INFINITY), f64::NEG_INFINITY);
+        assert_eq!(exact_tolerance(), Tolerance::new(0.0, 0.0));
     }
 
     #[test]
