@@ -7,6 +7,7 @@ Adding a day is adding an entry here whose problems come from a family module's 
 
 import activations
 import attention
+import conv
 import cross_entropy
 import gemv
 import matmul
@@ -15,6 +16,7 @@ import norms
 import quantize
 import reductions
 import softmax
+import topk
 import vector_add
 
 
@@ -78,6 +80,16 @@ DAYS = {
         activations.problem("medium-gelu_tanh", "gelu_tanh", 1024, 4096, "bf16"),
         activations.problem("medium-swiglu_bwd-f16", "swiglu_bwd", 1024, 4096, "f16"),
         activations.problem("medium-gelu_erf_bwd-f32", "gelu_erf_bwd", 1024, 4096, "f32"),
+        # The rectifiers and SiLU: defaults, then torch's flags given other values.
+        activations.problem("small-relu_bwd-f16", "relu_bwd", 7, 1000, "f16"),
+        activations.problem("small-silu-f32", "silu", 7, 1000, "f32"),
+        activations.problem("small-silu_bwd", "silu_bwd", 7, 1000, "bf16"),
+        activations.problem("small-leaky_relu_bwd", "leaky_relu_bwd", 7, 1000, "bf16", negative_slope=0.2),
+        activations.problem("small-hardtanh", "hardtanh", 7, 1000, "f16", min_val=-0.5, max_val=2.0),
+        activations.problem("medium-relu", "relu", 1024, 4096, "bf16"),
+        activations.problem("medium-leaky_relu", "leaky_relu", 1024, 4096, "f32"),
+        activations.problem("medium-hardtanh_bwd", "hardtanh_bwd", 1024, 4096, "bf16"),
+        activations.problem("medium-silu_bwd-f16", "silu_bwd", 1024, 4096, "f16"),
     ],
     "day14": [
         gemv.problem("small", 7, 1001),
@@ -124,4 +136,25 @@ DAYS = {
         cross_entropy.problem("medium-ce", "ce", 256, 64, 32000),
     ],
     "day20": attention_day("day20"),
+    "day21": [
+        # Odd lengths and images that end tiles and 16-byte packs mid-way; even filters (width
+        # 4, 4x4) put their extra zero of padding after, which a mirrored kernel gets wrong.
+        conv.conv1d("small-conv1d-even-bf16", 1001, 4, "bf16"),
+        conv.conv1d("small-conv1d-f32", 1001, 7, "f32"),
+        conv.conv2d("small-conv2d-even-f32", (33, 130), (4, 4), "f32"),
+        conv.conv2d("small-conv2d-bf16", (33, 130), (3, 5), "bf16"),
+        conv.conv2d_nchw("small-nchw-bf16", 2, 3, 9, (20, 37), (3, 3), "bf16"),
+        # The widest filter vec_regs unrolls for (31 taps, 7x7); 16 x 3 x 5 x 5 fits __constant__.
+        conv.conv1d("medium-conv1d-f32", 1 << 20, 31, "f32"),
+        conv.conv2d("medium-conv2d-bf16", (1024, 1024), (7, 7), "bf16"),
+        conv.conv2d_nchw("medium-nchw-f32", 4, 3, 16, (128, 128), (5, 5), "f32"),
+    ],
+    "day22": [
+        # Widths that end warps and 16-byte packs mid-way; bf16 rows of a vocabulary's width
+        # have many ties; k above warp_bitonic's 128 runs radix_select and sort_row alone.
+        topk.problem("small-f32", 3, 1001, 7, "f32"),
+        topk.problem("small-bf16", 5, 4097, 64, "bf16"),
+        topk.problem("medium-vocab-bf16", 64, 128256, 50, "bf16"),
+        topk.problem("medium-large-k-f32", 4, 262147, 1000, "f32"),
+    ],
 }

@@ -114,7 +114,7 @@ class Flags(unittest.TestCase):
 
 class DayTable(unittest.TestCase):
     def test_every_day_has_a_small_and_a_medium_problem_with_unique_labels(self):
-        self.assertEqual(list(DAYS), [f"day{i:02}" for i in range(21)])
+        self.assertEqual(list(DAYS), [f"day{i:02}" for i in range(23)])
         for day, problems in DAYS.items():
             labels = [p.label for p in problems]
             self.assertEqual(len(labels), len(set(labels)), day)
@@ -224,6 +224,25 @@ def bf16_round(a):
     bits = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return bits.astype(np.uint32).view(np.float32)
+
+
+def same_conv(x, w, extra_before=False):
+    """NCHW "same" cross-correlation in f64, stride 1, as torch's padding="same": the extra
+    zero of an even filter after the input (`extra_before` puts it before: a wrong kernel)."""
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    _, _, h, wd = x.shape
+    kh, kw = w.shape[2:]
+
+    def sides(k):
+        before = (k - 1) // 2
+        return (k - 1 - before, before) if extra_before else (before, k - 1 - before)
+
+    xp = np.pad(x, ((0, 0), (0, 0), sides(kh), sides(kw)))
+    return sum(
+        np.einsum("nchw,oc->nohw", xp[:, :, ky : ky + h, kx : kx + wd], w[:, :, ky, kx])
+        for ky in range(kh)
+        for kx in range(kw)
+    )
 
 
 @unittest.skipIf(torch is None, NO_TORCH)
@@ -487,6 +506,54 @@ class FamilyChecks(SavedFolder):
         self.assert_verdicts(
             self.verify(movement.problem("t", "transpose", rows=2, cols=3)), [verify.MISMATCH, verify.PASS]
         )
+
+    def test_conv1d_even_filter_pads_after_and_is_not_flipped(self):
+        import conv
+
+        n, width = 101, 4
+        x, w = bf16_round(self.uniform(n)), bf16_round(self.uniform(width))
+        self.save("x", x), self.save("w", w)
+        ref = same_conv(x[None, None, None], w[None, None, None])[0, 0, 0]
+        self.save("reference", ref, np.float64)
+        self.save("out_good", bf16_round(ref.astype(np.float32)))
+        # torch puts the extra zero of an even filter after: one before, two after for 4 taps.
+        wrong_side = same_conv(x[None, None, None], w[None, None, None], extra_before=True)[0, 0, 0]
+        self.save("out_padded_before", bf16_round(wrong_side.astype(np.float32)))
+        # A true convolution (filter flipped) is not what torch calls one.
+        flipped = same_conv(x[None, None, None], w[None, None, None, ::-1])[0, 0, 0]
+        self.save("out_flipped", bf16_round(flipped.astype(np.float32)))
+        records = self.verify(conv.conv1d("t", n, width, "bf16"))
+        self.assert_verdicts(records, [verify.MISMATCH, verify.PASS, verify.MISMATCH])
+        self.assertIn("2^-8 |y|", records[0]["parts"][0]["tolerance"])
+
+    def test_conv2d_single_image_and_nchw_channels(self):
+        import conv
+
+        x, w = bf16_round(self.uniform((1, 1, 9, 14))), bf16_round(self.uniform((1, 1, 2, 4)))
+        ref = same_conv(x, w)
+        self.save("x", x), self.save("w", w), self.save("reference", ref, np.float64)
+        self.save("out_good", bf16_round(ref.astype(np.float32)))
+        self.save("out_padded_before", bf16_round(same_conv(x, w, extra_before=True).astype(np.float32)))
+        p = conv.conv2d("t", (9, 14), (2, 4), "bf16")
+        self.assertEqual(p.args, ("--op", "conv2d", "--image", "9x14", "--filter", "2x4", "--dtype", "bf16"))
+        self.assert_verdicts(self.verify(p), [verify.PASS, verify.MISMATCH])
+        for name in os.listdir(self.dir):
+            os.remove(os.path.join(self.dir, name))
+        # NCHW in f32: each output sums C_in KH KW = 3 x 4 x 3 products.
+        x, w = self.uniform((2, 3, 7, 11)), self.uniform((5, 3, 4, 3))
+        ref = same_conv(x, w)
+        self.save("x", x), self.save("w", w), self.save("reference", ref, np.float64)
+        self.save("out_good", ref.astype(np.float32))
+        lost = ref - same_conv(x[:, 2:], w[:, 2:])  # the last input channel left out
+        self.save("out_lost_channel", lost.astype(np.float32))
+        p = conv.conv2d_nchw("t", 2, 3, 5, (7, 11), (4, 3), "f32")
+        records = self.verify(p)
+        self.assert_verdicts(records, [verify.PASS, verify.MISMATCH])
+        self.assertIn("k = 36", records[0]["parts"][0]["tolerance"])
+        # The weights as the day saves them, [C_out, C_in, KH, KW], or the problem fails.
+        self.save("w", w.transpose(1, 0, 2, 3))
+        with self.assertRaises(VerifyError):
+            self.verify(p)
 
     def test_a_problem_with_no_output_saved_fails(self):
         from vector_add import problem
