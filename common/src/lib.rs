@@ -9,7 +9,9 @@
 //! 4. [`reference`](mod@reference): the f64 CPU references, with the tolerances their error analyses give;
 //! 5. running a day: the shared flags ([`cli`]), a problem's [`session`], the test helpers
 //!    ([`testing`]), and [`family`]: the runners that whole days are built on (softmax,
-//!    matmul, norm, attention).
+//!    matmul, norm, attention);
+//! 6. [`bench_support`]: what every day's `cargo bench` shares (cases, settings, the criterion
+//!    main macro, each family's cases).
 //!
 //! A day's `main` reads its flags, opens the GPU, compiles its `.cu` file with NVRTC, makes
 //! inputs and a CPU reference, then hands each kernel version to a [`session::Session`],
@@ -30,6 +32,8 @@ pub mod cli;
 pub mod session;
 pub mod testing;
 pub mod family;
+
+pub mod bench_support;
 
 #[cfg(test)]
 mod layers;

@@ -1,0 +1,16 @@
+//! `cargo bench -p day03`: criterion statistics of the baseline and the fastest versions on
+//! the day's first default problem (the inputs `cargo run -p day03` makes), timed on the GPU with
+//! CUDA events, throughput in bytes (input read once, output written once). Skips with one
+//! line without a GPU.
+
+use common::bench_support::softmax_cases;
+use common::family::softmax::SoftmaxDay;
+use day03::Day03;
+
+/// The baseline (the day's first version) and the fastest on this problem in the README's
+/// table.
+const VERSIONS: &[&str] = &["day02_warp", "warp"];
+
+common::gpu_criterion_bench!("day03_dtype_softmax", Day03::load, |gpu, day| {
+    softmax_cases(gpu, day, VERSIONS)
+});
