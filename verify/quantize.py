@@ -25,14 +25,18 @@ def check_quantize(saved, tc, scheme: str, rows: int, cols: int) -> Expectation:
     torch = tc.torch
     x = tc.tensor(saved.input("x", (rows, cols)), "f32")
     lo, hi = x.min(), x.max()
+    # Divisors as device tensors: torch turns a division by a Python number into a product
+    # with its reciprocal (one more rounding, so a scale one ulp off and codes off by one at
+    # rounding ties); the day's definition is IEEE division, which torch does between tensors.
+    levels = tc.tensor(np.array(127.0 if scheme == "sym" else 255.0, np.float32), "f32")
     if scheme == "sym":
-        scale = torch.maximum(hi, -lo) / 127.0
+        scale = torch.maximum(hi, -lo) / levels
         scale = torch.where(scale == 0, torch.ones_like(scale), scale)
         q = torch.clamp(torch.round(x / scale), -127, 127)
     else:
         # The range is widened to hold 0 (as PyTorch's min-max observer does).
         lo, hi = torch.clamp(lo, max=0.0), torch.clamp(hi, min=0.0)
-        scale = (hi - lo) / 255.0
+        scale = (hi - lo) / levels
         scale = torch.where(scale == 0, torch.ones_like(scale), scale)
         zero_point = torch.clamp(torch.round(-lo / scale), 0, 255)
         q = torch.clamp(torch.round(x / scale) + zero_point, 0, 255)
