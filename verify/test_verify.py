@@ -23,6 +23,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, HERE)
 
 import compare  # noqa: E402
+import sanitize  # noqa: E402
 import verify  # noqa: E402
 from days import DAYS  # noqa: E402
 from problem import Problem, Saved, Torch, VerifyError, flags  # noqa: E402
@@ -636,6 +637,25 @@ class FakeProblem(unittest.TestCase):
 
         Problem("x", (), check, {"n": 3}).expect(None, None)
         self.assertEqual(seen, {"n": 3})
+
+
+
+class Sanitize(unittest.TestCase):
+    def test_every_day_runs_each_tool_on_a_small_problem(self):
+        for day in DAYS:
+            runs = sanitize.runs_of(day)
+            self.assertEqual({tool for tool, _, _ in runs}, set(sanitize.TOOLS), day)
+            self.assertTrue(all(label.startswith("small") for _, label, _ in runs), day)
+
+    def test_initcheck_narrows_the_kernel_list_and_the_other_tools_do_not(self):
+        runs = {tool: args for tool, _, args in sanitize.runs_of("day19")}
+        self.assertEqual(runs["initcheck"].count("--kernel"), 1)
+        self.assertEqual(runs["initcheck"][-2:], ("--kernel", "chunked_day18"))
+        self.assertIn("naive,chunked_cublas,chunked_day18", runs["racecheck"])
+
+    def test_with_kernels_replaces_a_list_or_adds_one(self):
+        self.assertEqual(sanitize.with_kernels(("--n", "3", "--kernel", "a,b"), "c"), ("--n", "3", "--kernel", "c"))
+        self.assertEqual(sanitize.with_kernels(("--n", "3"), "c"), ("--n", "3", "--kernel", "c"))
 
 
 if __name__ == "__main__":

@@ -78,8 +78,8 @@ const REFUSED: &[(&str, &str)] = &[
         "--negative-slope applies to leaky_relu and leaky_relu_bwd only; name one with --op",
     ),
     (
-        "--negative-slope 0.2",
-        "--negative-slope applies to leaky_relu and leaky_relu_bwd only",
+        "--op gelu_tanh,silu_bwd --max-val 3",
+        "--max-val applies to hardtanh and hardtanh_bwd only",
     ),
 ];
 
