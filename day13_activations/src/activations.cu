@@ -272,8 +272,9 @@ __device__ __forceinline__ void map_vec(const T* const (&in)[Op::IN], T* const (
 
 // One input x to one output y. SCALARS: the kernel's scalar arguments after n, each with a
 // leading comma (`(, float negative_slope)`); FIELDS: the op's members, built from them
-// (`(negative_slope)`); both `()` for an op without any. The grids: map_scalar's and map_vec's.
-#define UNARY_WITH(NAME, OP, T, TNAME, N, SCALARS, FIELDS)                                      \
+// (`(negative_slope)`); both `()` for an op without any; PACKS: the `_vec` kernel's packs per
+// thread (PACKS_PER_THREAD through UNARY_WITH). The grids: map_scalar's and map_vec's.
+#define UNARY_PACKS(NAME, OP, T, TNAME, N, SCALARS, FIELDS, PACKS)                               \
     KERNEL void NAME##_##TNAME(const T* __restrict__ x, T* __restrict__ y,                      \
                                index_t n UNPAREN SCALARS) {                                     \
         const T* const in[1] = {x};                                                             \
@@ -284,8 +285,10 @@ __device__ __forceinline__ void map_vec(const T* const (&in)[Op::IN], T* const (
                                          index_t n UNPAREN SCALARS) {                           \
         const T* const in[1] = {x};                                                             \
         T* const out[1] = {y};                                                                  \
-        map_vec<T, OP>(in, out, n, OP{UNPAREN FIELDS});                                         \
+        map_vec<T, OP, PACKS>(in, out, n, OP{UNPAREN FIELDS});                                  \
     }
+#define UNARY_WITH(NAME, OP, T, TNAME, N, SCALARS, FIELDS)                                      \
+    UNARY_PACKS(NAME, OP, T, TNAME, N, SCALARS, FIELDS, PACKS_PER_THREAD)
 #define UNARY(NAME, OP, T, TNAME, N) UNARY_WITH(NAME, OP, T, TNAME, N, (), ())
 
 // Two inputs (a, b) to one output: the backward passes (dy, x), SwiGLU (g, x), the unfused

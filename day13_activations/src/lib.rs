@@ -37,6 +37,8 @@ pub const VERSIONS: &[&str] = &["unfused", "scalar", "vec", "vec_fast"];
 const THREADS: usize = 256;
 /// Packs per thread in the `_vec` kernels (`PACKS_PER_THREAD` in the .cu).
 const PACKS_PER_THREAD: usize = 2;
+/// Packs per thread in the forward rectifiers' `_vec` kernels (`RECTIFIER_UNARY_PACKS`).
+const RECTIFIER_UNARY_PACKS: usize = 1;
 /// Packs per thread in the `_vec_fast` kernels (`FAST_PACKS_PER_THREAD`).
 const FAST_PACKS_PER_THREAD: usize = 1;
 /// Rows a bias-dropout-add thread walks at once (`BDA_ROWS`).
@@ -155,6 +157,16 @@ impl Op {
 
     /// The piecewise-linear ops: exact up to the rounding to storage
     /// ([`exact_tolerance`]).
+    /// Packs per thread of the op's `vec` kernel: one for the forward rectifiers
+    /// (`RECTIFIER_UNARY_PACKS` in rectifiers.cu, which says why), two for the rest
+    /// (`PACKS_PER_THREAD`).
+    pub fn vec_packs(self) -> usize {
+        match self {
+            Op::Relu | Op::LeakyRelu | Op::Hardtanh => RECTIFIER_UNARY_PACKS,
+            _ => PACKS_PER_THREAD,
+        }
+    }
+
     pub fn is_piecewise_linear(self) -> bool {
         matches!(
             self,
@@ -265,7 +277,7 @@ impl Activations {
                     "vec" => (
                         vec_function(op.name(), T::DTYPE),
                         Mapping::Packed {
-                            packs: PACKS_PER_THREAD,
+                            packs: op.vec_packs(),
                         },
                     ),
                     "vec_fast" => (
