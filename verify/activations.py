@@ -2,6 +2,8 @@
 bf16. Each op is one entry of OPS: adding an op (relu, leaky_relu, hardtanh, silu and their
 backward, say) is one line there, see verify/README.md."""
 
+from __future__ import annotations
+
 from dataclasses import dataclass
 from typing import Callable
 

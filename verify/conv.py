@@ -4,6 +4,8 @@ even filter goes after), in f32 or bf16 with f32 math. `conv1d`: one signal `x` 
 `conv2d_nchw`: `x` [N, C_in, H, W], `w` [C_out, C_in, KH, KW]. The output is [n] or
 [N, C_out, H, W]."""
 
+from __future__ import annotations
+
 import contextlib
 import warnings
 

@@ -1,5 +1,7 @@
 """Day 17: matrix copy, transpose and array reversal of f32: data movement, compared exactly."""
 
+from __future__ import annotations
+
 from compare import Expectation, Part
 from problem import Problem, flags
 

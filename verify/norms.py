@@ -2,6 +2,8 @@
 stored in f32, f16 or bf16). The backward's output is dx (`rows x cols`), then dweight (and
 dbias for LayerNorm), one row each."""
 
+from __future__ import annotations
+
 import numpy as np
 
 from compare import SUBNORMAL_FLOOR, UNIT_ROUNDOFF, Expectation, Part, bound_from

@@ -1,6 +1,8 @@
 """Day 16: sum, dot product, count of a value, segment sums (f32 or i32 in, f32 or u32 out) and
 the inclusive scan (f32 and i32)."""
 
+from __future__ import annotations
+
 import math
 
 import numpy as np

@@ -28,6 +28,10 @@ TOOLS = ["memcheck", "racecheck", "initcheck", "synccheck"]
 # The exit code compute-sanitizer gives when it found an error, told apart from the day's own
 # exit codes (0 passed, 1 a failed check, 2 refused).
 ERROR_EXIT = 86
+# A run that hangs fails instead of holding the whole run: the slowest small problem took 8 s
+# under racecheck on the H100.
+RUN_TIMEOUT_S = 600
+TIMED_OUT = 124
 
 
 # initcheck does not see what cuBLAS writes: on the H100 (CUDA 13.0) it reported every read of
@@ -77,7 +81,10 @@ def run_one(sanitizer: str, binary: str, out: str, day: str, tool: str, label: s
     with open(os.path.join(out, name + ".log"), "w") as log:
         log.write(" ".join(command) + "\n")
         log.flush()
-        rc = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            rc = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            rc = TIMED_OUT
     return name, rc, time.monotonic() - start
 
 
@@ -86,6 +93,8 @@ def verdict(rc: int) -> str:
         return "clean"
     if rc == ERROR_EXIT:
         return "SANITIZER ERRORS"
+    if rc == TIMED_OUT:
+        return f"TIMED OUT ({RUN_TIMEOUT_S} s)"
     return f"DAY FAILED (exit {rc})"
 
 

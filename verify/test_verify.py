@@ -144,7 +144,8 @@ class DayTable(unittest.TestCase):
                     env = {**os.environ, "LD_LIBRARY_PATH": ""}
                     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
                     err = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
-                    if done.returncode == 0 or "GPU" not in err and "driver" not in err:
+                    opened = err.startswith("error:") and ("GPU" in err or "driver" in err)
+                    if done.returncode != 2 or not opened:
                         self.fail(f"{' '.join(cmd)}: exit {done.returncode}: {err}")
 
 

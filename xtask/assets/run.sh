@@ -26,6 +26,11 @@
 # benchmark, sweep, verification, bench and sanitizer run, so `cargo xtask report` can refuse
 # a run in which anything failed. Exits 1 if any of them failed, 2 on bad arguments.
 set -u
+# Empty arrays ("${peers_args[@]}") are fine under `set -u` from bash 4.4 on only.
+if [ "${BASH_VERSINFO[0]}" -lt 4 ] || { [ "${BASH_VERSINFO[0]}" -eq 4 ] && [ "${BASH_VERSINFO[1]}" -lt 4 ]; }; then
+  echo "run.sh needs bash 4.4 or newer (this is $BASH_VERSION)" >&2
+  exit 2
+fi
 here=$(cd "$(dirname "$0")" && pwd)
 
 usage() { echo "usage: $0 --out DIR [--days dayNN,dayMM] [--parts tests,bench,sweeps,verify] [--jobs N] [--peers-from FILE] [--bench] [--sanitize]" >&2; }
@@ -52,6 +57,9 @@ done
 [ -n "$out" ] || { usage; exit 2; }
 mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
+# A results.json left by an earlier run into this folder must not outlive a run that stops
+# early: the new one is written at the very end, through a temporary name.
+rm -f "$out/results.json"
 
 # NVRTC: use the loader's, or find a CUDA 13 install or the PyPI wheel.
 if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so\.13'; then
@@ -96,6 +104,17 @@ tar -xJf "$here/executables.tar.xz" -C "$exe" 2>/dev/null \
   || python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
        "$here/executables.tar.xz" "$exe" \
   || { echo "cannot unpack $here/executables.tar.xz (needs tar with xz, or python3)" >&2; exit 2; }
+# Every --days item must name a day of this bundle and every --parts item a part: a typo
+# would otherwise run nothing and pass.
+day_items=0
+for d in $(printf '%s' "$days" | tr ',' ' '); do
+  [ -e "$exe/bin/$d" ] || { echo "--days: no day \`$d\` in this bundle" >&2; exit 2; }
+  day_items=$((day_items + 1))
+done
+[ -z "$days" ] || [ "$day_items" -gt 0 ] || { echo "--days: empty list" >&2; exit 2; }
+for p in $(printf '%s' "$parts_wanted" | tr ',' ' '); do
+  case "$p" in tests|bench|sweeps|verify|none) ;; *) echo "--parts: no part \`$p\` (tests, bench, sweeps, verify, none)" >&2; exit 2 ;; esac
+done
 tests_json=""
 if part tests; then
   echo "== tests, $jobs side by side (log: $out/tests.log)"
@@ -168,7 +187,8 @@ for b in "$exe"/bin/day*; do
   echo "---- $name" | tee -a "$out/bench.log"
   # Days that draw a roofline of their default problem draw it here.
   extra=()
-  if "$b" --help 2>/dev/null | grep -q -- '--roofline'; then
+  help=$("$b" --help 2>&1) || { record_run "$name" bench 127; note bench "$name" "FAILED (--help did not run)"; failed=1; continue; }
+  if printf '%s' "$help" | grep -q -- '--roofline'; then
     extra=(--roofline "$out/plots/$name-roofline.svg")
   fi
   "$b" --json "$parts/$name.json" "${peers_args[@]}" "${extra[@]}" 2>&1 | tee -a "$out/bench.log"
@@ -180,9 +200,10 @@ done
 part sweeps && echo "== sweeps (plots: $out/plots/)"
 for b in "$exe"/bin/day*; do
   part sweeps || break
-  "$b" --help 2>/dev/null | grep -q -- '--sweep' || continue
   name=$(basename "$b")
   selected "$name" || continue
+  help=$("$b" --help 2>&1) || { record_run "$name" sweep 127; note sweep "$name" "FAILED (--help did not run)"; failed=1; continue; }
+  printf '%s' "$help" | grep -q -- '--sweep' || continue
   echo "---- $name --sweep" | tee -a "$out/bench.log"
   "$b" --sweep --iters 20 --warmup 3 --plot "$out/plots/$name.svg" "${peers_args[@]}" 2>&1 | tee -a "$out/bench.log"
   rc=${PIPESTATUS[0]}
@@ -216,16 +237,23 @@ if [ "$criterion" = 1 ]; then
   export CRITERION_HOME="$here/criterion"
   echo "== criterion benches (log: $out/criterion.log)"
   : > "$out/criterion.log"
+  benches_run=0
   for b in "$exe"/benches/*; do
     [ -e "$b" ] || continue
     name=$(basename "$b")
     selected "$name" || continue
+    benches_run=$((benches_run + 1))
     echo "---- $name" | tee -a "$out/criterion.log"
     "$b" --bench 2>&1 | tee -a "$out/criterion.log"
     rc=${PIPESTATUS[0]}
     record_run "$name" criterion "$rc"
     if [ "$rc" = 0 ]; then note bench "$name" ok; else note bench "$name" "FAILED (exit $rc)"; failed=1; fi
   done
+  if [ "$benches_run" = 0 ]; then
+    note bench all "FAILED (--bench, but no bench of the selected days in the bundle)"
+    record_run all criterion 2
+    failed=1
+  fi
 fi
 
 if [ "$sanitize" = 1 ]; then
@@ -254,7 +282,7 @@ fi
     cat "$f"
   done
   printf ']}\n'
-} > "$out/results.json"
+} > "$out/results.json.tmp" && mv "$out/results.json.tmp" "$out/results.json"
 
 echo "== summary (commit $COMMIT$([ "$DIRTY" = true ] && echo ', with uncommitted changes'))"
 printf '%s' "$summary"

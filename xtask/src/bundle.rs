@@ -81,6 +81,13 @@ pub fn bundle(root: &Path, out: &Path) -> Result<()> {
         );
     }
     let benches = bench_executables(&String::from_utf8_lossy(&output.stdout));
+    // Every day has a `cargo bench`; `run.sh --bench` would otherwise skip a day in silence.
+    for day in crate::readme::day_folders(root)? {
+        let prefix = format!("{}-bench-", day.package);
+        if !benches.iter().any(|(name, _)| name.starts_with(&prefix)) {
+            bail!("{} has no criterion bench (benches/*.rs)", day.package);
+        }
+    }
 
     if out.exists() {
         fs::remove_dir_all(out).with_context(|| format!("clearing {}", out.display()))?;
