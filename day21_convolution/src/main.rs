@@ -9,6 +9,7 @@ use common::measure::report::DayReport;
 use common::reference::conv::Conv2dShape;
 use common::session::{Problem, Refused, Session, Version};
 use common::{Element, Gpu, UsageError, sizes};
+use day21::conv2d::MAX_SIDE;
 use day21::problem::{description, key};
 use day21::{Conv, DTYPES, HostInputs, MAX_FILTER_2D, MAX_WIDTH_1D, Op, Shape, VERSIONS};
 use half::bf16;
@@ -105,15 +106,29 @@ fn problems(args: &Args) -> Result<Vec<(Op, Dtype, Shape)>, UsageError> {
             }
             let (height, width) = args.image.unwrap_or((d.height, d.width));
             let (kh, kw) = args.filter.unwrap_or((d.kernel_h, d.kernel_w));
-            Shape::Conv2d(Conv2dShape {
+            let shape = Conv2dShape {
                 batch: args.batch.unwrap_or(d.batch),
                 in_channels: args.in_channels.unwrap_or(d.in_channels),
                 out_channels: args.out_channels.unwrap_or(d.out_channels),
-                height,
-                width,
+                height: sizes::at_most("--image height", height, MAX_SIDE)?,
+                width: sizes::at_most("--image width", width, MAX_SIDE)?,
                 kernel_h: sizes::at_most("--filter height", kh, MAX_FILTER_2D)?,
                 kernel_w: sizes::at_most("--filter width", kw, MAX_FILTER_2D)?,
-            })
+            };
+            // The kernels index the filter with 32-bit ints (`smem_halo` reads it from global
+            // memory at any size): refused here rather than read out of bounds.
+            let what = "the filter (--out-channels x --in-channels x --filter)";
+            let taps = sizes::product(
+                what,
+                &[
+                    shape.out_channels,
+                    shape.in_channels,
+                    shape.kernel_h,
+                    shape.kernel_w,
+                ],
+            )?;
+            sizes::at_most(what, taps, i32::MAX as usize)?;
+            Shape::Conv2d(shape)
         }
     };
     Ok(vec![(op, dtype, shape)])

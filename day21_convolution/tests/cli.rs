@@ -5,6 +5,14 @@ use common::testing::{assert_all_refused, day_binary};
 
 /// (arguments separated by spaces, what the error must say).
 const REFUSED: &[(&str, &str)] = &[
+    (
+        "--op conv2d --image 1073741825x1",
+        "--image height is 1073741825, more than the 1073741824 this can take",
+    ),
+    (
+        "--op conv2d_nchw --in-channels 7000 --out-channels 7000 --filter 7x7 --image 1x1",
+        "the filter (--out-channels x --in-channels x --filter) is 2401000000, more than the",
+    ),
     ("--op conv1d --length 0", "invalid value '0' for '--length"),
     ("--op conv1d --width 0", "invalid value '0' for '--width"),
     (
@@ -53,8 +61,8 @@ const REFUSED: &[(&str, &str)] = &[
         "the problem: 9223372036854775813 x 4 is too large to address",
     ),
     (
-        "--op conv2d_nchw --image 4294967296x4294967296",
-        "the problem: 16 x 3 x 4294967296 x 4294967296 is too large to address",
+        "--op conv2d_nchw --image 1073741824x1073741824",
+        "the problem: 16 x 3 x 1073741824 x 1073741824 is too large to address",
     ),
     ("--op conv1d --length 100000000000000", "of host memory"),
     ("--op nope", "invalid value 'nope' for '--op"),

@@ -133,6 +133,9 @@ impl TopK {
         version: &str,
         shape: Shape,
     ) -> Result<Plan<'a, T>> {
+        // `Shape`'s fields are public, so a shape may not have come through `Shape::new`; the
+        // kernels' shared arrays and 20-bit column ranks hold only what it accepts.
+        let shape = Shape::new(shape.rows, shape.width, shape.k)?;
         match version {
             "sort_row" => sort_row::plan(&self.kernels, gpu, shape),
             "warp_bitonic" => warp_bitonic::plan(&self.kernels, gpu, shape),
