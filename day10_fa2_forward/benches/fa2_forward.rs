@@ -5,9 +5,8 @@
 //! criterion shows as elements/s: read them as FLOP/s. Skips with one line without a GPU.
 
 use anyhow::Result;
-use common::bench_support::{
-    BenchCase, Work, attention_default_problem, attention_qkv, default_seed,
-};
+use common::bench_support::{BenchCase, Work, attention_default_problem, default_seed};
+use common::family::attention::random_qkv;
 use common::{Gpu, reference::attention::AttentionShape};
 use cudarc::driver::CudaSlice;
 use day10::{DeviceProblem, FlashAttention, Tensors, Version};
@@ -27,7 +26,7 @@ struct Problem {
 
 fn setup(gpu: &Gpu) -> Result<Problem> {
     let shape = attention_default_problem()?;
-    let (q, k, v) = attention_qkv::<T>(&shape, default_seed()?);
+    let (q, k, v) = random_qkv::<T>(&shape, default_seed()?);
     Ok(Problem {
         day: FlashAttention::load(gpu)?,
         problem: DeviceProblem::new(gpu, &shape)?,

@@ -13,7 +13,7 @@ use common::family::attention::{self, AttentionArgs, AttentionDay, Run, SAMPLED_
 use common::measure::report::DayReport;
 use common::reference::attention::AttentionShape;
 use common::session::{Problem, Refused, Version as RunVersion};
-use common::{measure::inputs, sizes};
+use common::sizes;
 use day10::{DeviceProblem, ExpectedO, FlashAttention, Tensors, Version};
 
 /// Day 10: FlashAttention-2 forward (bf16/f16, causal or not, GQA, variable lengths).
@@ -83,11 +83,7 @@ impl AttentionDay for Forward {
         gpu.check_fits("the attention tensors", io_bytes)?;
 
         let seed = run.common.seed;
-        // Scores of scale * q.k with q, k uniform in [-2, 2): standard deviation 4/3, so rows
-        // are peaked enough that a wrong max or a wrong key shows; V in [-1, 1).
-        let q: Vec<T> = inputs::uniform(q_len, -2.0, 2.0, seed);
-        let k: Vec<T> = inputs::uniform(k_len, -2.0, 2.0, seed.wrapping_add(1));
-        let v: Vec<T> = inputs::uniform(k_len, -1.0, 1.0, seed.wrapping_add(2));
+        let (q, k, v) = attention::random_qkv::<T>(shape, seed);
 
         let rows = attention::query_rows_to_check(shape, FULL_CHECK_WORK, seed);
         let full = rows.len() == shape.total_q() * shape.heads;

@@ -10,7 +10,7 @@ use common::element::Element;
 use common::family::attention;
 use common::reference::attention::AttentionShape;
 use common::session::{Refused, launch_and_read};
-use common::{Gpu, measure::inputs, testing};
+use common::{Gpu, testing};
 use day10::{DeviceProblem, ExpectedO, FlashAttention, Tensors, Version};
 use half::{bf16, f16};
 
@@ -63,10 +63,7 @@ fn check_shape<T: Element>(
 ) {
     let d = shape.head_dim;
     let q_len = shape.total_q() * shape.heads * d;
-    let k_len = shape.total_k() * shape.kv_heads * d;
-    let q: Vec<T> = inputs::uniform(q_len, -2.0, 2.0, seed);
-    let k: Vec<T> = inputs::uniform(k_len, -2.0, 2.0, seed + 1);
-    let v: Vec<T> = inputs::uniform(k_len, -1.0, 1.0, seed + 2);
+    let (q, k, v) = attention::random_qkv::<T>(shape, seed);
     let expected = ExpectedO::at_rows(&q, &k, &v, shape, &shape.all_query_rows());
     let problem = DeviceProblem::new(gpu, shape).unwrap();
     let (q_dev, k_dev, v_dev) = (

@@ -6,9 +6,8 @@
 //! as FLOP/s. Skips with one line without a GPU.
 
 use anyhow::Result;
-use common::bench_support::{
-    BenchCase, Work, attention_d_o, attention_default_problem, attention_qkv, default_seed,
-};
+use common::bench_support::{BenchCase, Work, attention_default_problem, default_seed};
+use common::family::attention::{random_d_o, random_qkv};
 use common::{Gpu, reference::attention::AttentionShape};
 use cudarc::driver::CudaSlice;
 use day20::{BackwardProblem, BackwardTensors, FlashAttention, Mode, Tensors, Version};
@@ -32,7 +31,7 @@ struct Problem {
 fn setup(gpu: &Gpu) -> Result<Problem> {
     let shape = attention_default_problem()?;
     let seed = default_seed()?;
-    let (q, k, v) = attention_qkv::<T>(&shape, seed);
+    let (q, k, v) = random_qkv::<T>(&shape, seed);
     let day = FlashAttention::load(gpu)?;
     let problem = BackwardProblem::new(gpu, &shape)?;
     let (q, k, v) = (gpu.upload(&q)?, gpu.upload(&k)?, gpu.upload(&v)?);
@@ -49,7 +48,7 @@ fn setup(gpu: &Gpu) -> Result<Problem> {
     };
     day.forward(gpu, day.fastest().0, &problem, tensors, &mut o)?;
     Ok(Problem {
-        d_o: gpu.upload(&attention_d_o::<T>(&shape, seed))?,
+        d_o: gpu.upload(&random_d_o::<T>(&shape, seed))?,
         day,
         shape,
         problem,

@@ -12,7 +12,6 @@ use common::dtype::Dtype;
 use common::element::Element;
 use common::family::attention::{self, AttentionArgs, AttentionDay, Run, SAMPLED_TILE};
 use common::measure::check::CheckReport;
-use common::measure::inputs;
 use common::measure::report::DayReport;
 use common::reference::attention::{AttentionShape, BackwardInputs};
 use common::session::{Problem, Refused, Version as RunVersion};
@@ -104,11 +103,9 @@ impl AttentionDay for Backward {
         )?;
 
         let seed = run.common.seed;
-        // As day 10: Q, K in [-2, 2) (peaked rows), V in [-1, 1); dO in [-1, 1).
-        let q: Vec<T> = inputs::uniform(q_len, -2.0, 2.0, seed);
-        let k: Vec<T> = inputs::uniform(k_len, -2.0, 2.0, seed.wrapping_add(1));
-        let v: Vec<T> = inputs::uniform(k_len, -1.0, 1.0, seed.wrapping_add(2));
-        let d_o: Vec<T> = inputs::uniform(q_len, -1.0, 1.0, seed.wrapping_add(3));
+        // As day 10's, and dO from the same seed.
+        let (q, k, v) = attention::random_qkv::<T>(shape, seed);
+        let d_o: Vec<T> = attention::random_d_o(shape, seed);
         let (q_dev, k_dev, v_dev, d_o_dev) = (
             gpu.upload(&q)?,
             gpu.upload(&k)?,

@@ -10,7 +10,7 @@ use common::element::Element;
 use common::family::attention;
 use common::reference::attention::{AttentionShape, BackwardInputs, attention_forward};
 use common::session::{Refused, launch_and_read};
-use common::{Gpu, measure::inputs, testing};
+use common::{Gpu, testing};
 use day20::{
     BackwardProblem, BackwardTensors, ExpectedGradients, FlashAttention, Gradient, Mode, Version,
 };
@@ -49,13 +49,9 @@ fn check_shape<T: Element>(
     ran: &mut BTreeMap<&'static str, usize>,
     failures: &mut Vec<String>,
 ) {
-    let d = shape.head_dim;
-    let q_len = shape.total_q() * shape.heads * d;
-    let k_len = shape.total_k() * shape.kv_heads * d;
-    let q: Vec<T> = inputs::uniform(q_len, -2.0, 2.0, seed);
-    let k: Vec<T> = inputs::uniform(k_len, -2.0, 2.0, seed + 1);
-    let v: Vec<T> = inputs::uniform(k_len, -1.0, 1.0, seed + 2);
-    let d_o: Vec<T> = inputs::uniform(q_len, -1.0, 1.0, seed + 3);
+    let (q, k, v) = attention::random_qkv::<T>(shape, seed);
+    let (q_len, k_len) = (q.len(), k.len());
+    let d_o: Vec<T> = attention::random_d_o(shape, seed);
     // The forward from the CPU, stored as the GPU's would be: O in T, L in f32.
     let fwd = attention_forward(&q, &k, &v, shape, shape.default_scale());
     let o: Vec<T> = fwd.o.iter().map(|&x| T::from_f64(x)).collect();

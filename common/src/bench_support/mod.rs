@@ -21,7 +21,7 @@ use clap::{Args, Command, FromArgMatches};
 
 use crate::cli::CommonArgs;
 
-pub use attention::{attention_d_o, attention_default_problem, attention_qkv};
+pub use attention::attention_default_problem;
 pub use matmul::matmul_cases;
 pub use norm::norm_cases;
 pub use softmax::softmax_cases;

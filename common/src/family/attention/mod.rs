@@ -12,6 +12,7 @@
 //! check), `runner` (a day over its problems, and the sweep's plot), `test_grid` (the GPU
 //! tests' shapes).
 
+mod inputs;
 mod problems;
 mod runner;
 mod test_grid;
@@ -32,6 +33,7 @@ use crate::session::{Problem, Session};
 use crate::sizes::{self, positive};
 use crate::{UsageError, measure::sweep};
 
+pub use inputs::*;
 pub use problems::*;
 pub use runner::*;
 pub use test_grid::*;
