@@ -12,8 +12,8 @@ use half::bf16;
 
 /// main.rs's first default op, its default `--rows` and `--cols`, in the op's default dtype.
 const OP: Op = Op::GeluTanh;
-const ROWS: usize = 16384;
-const COLS: usize = 4096;
+const ROWS: usize = day13::DEFAULT_ROWS as usize;
+const COLS: usize = day13::DEFAULT_COLS as usize;
 type T = bf16;
 
 /// The fastest on this problem in the README's table; the baseline is the op's first version.

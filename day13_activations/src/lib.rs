@@ -20,6 +20,10 @@ pub use problem::{DeviceInputs, HostInputs, OpParams};
 /// `activations.cu` with `rectifiers.cu` appended: NVRTC compiles one program, and the
 /// rectifiers are mapped by the first file's templates and macros (`rectifiers.cu` opens with
 /// a `#line` directive, so compiler messages still name it and its own lines).
+/// The default `--rows` and `--cols` of every problem (main.rs, and the bench).
+pub const DEFAULT_ROWS: u64 = 16384;
+pub const DEFAULT_COLS: u64 = 4096;
+
 pub const SOURCE: KernelSource = KernelSource {
     file_name: "activations.cu",
     code: concat!(

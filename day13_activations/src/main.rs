@@ -21,10 +21,10 @@ struct Args {
     #[arg(long, value_enum, value_delimiter = ',', value_name = "OP[,OP]")]
     op: Vec<Op>,
     /// Rows of every problem.
-    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day13::DEFAULT_ROWS, value_parser = clap::value_parser!(u64).range(1..))]
     rows: u64,
     /// Columns of every problem (the bias length of bias_dropout_add).
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day13::DEFAULT_COLS, value_parser = clap::value_parser!(u64).range(1..))]
     cols: u64,
     /// Storage type (math is f32); default: bf16, f16 for bias_dropout_add.
     #[arg(long, value_enum)]

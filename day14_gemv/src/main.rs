@@ -7,7 +7,7 @@ use common::cli::{CommonArgs, check_host_fits, finish_reports, run_main};
 use common::measure::report::DayReport;
 use common::session::{Expected, Problem, Refused, Session, Version};
 use common::{Gpu, measure::inputs, reference, sizes};
-use day14::{Gemv, VERSIONS};
+use day14::{DEFAULT_SHAPES, Gemv, VERSIONS};
 
 /// Day 14: f32 GEMV, y = A x, A row-major m x n.
 #[derive(Parser)]
@@ -22,9 +22,6 @@ struct Args {
     #[command(flatten)]
     common: CommonArgs,
 }
-
-/// Square (the GPU_TARGETS.md problem), tall-skinny and short-wide: 256 MiB of A each.
-const DEFAULT_SHAPES: [(usize, usize); 3] = [(8192, 8192), (1 << 20, 64), (64, 1 << 20)];
 
 fn main() -> std::process::ExitCode {
     run_main(|| run(Args::parse()))

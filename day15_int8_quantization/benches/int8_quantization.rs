@@ -10,8 +10,8 @@ use cudarc::driver::CudaSlice;
 use day15::quantize::{Quantize, Scheme, Version};
 
 /// main.rs's default `--rows` and `--cols`.
-const ROWS: usize = 16384;
-const COLS: usize = 4096;
+const ROWS: usize = day15::DEFAULT_ROWS as usize;
+const COLS: usize = day15::DEFAULT_COLS as usize;
 const N: usize = ROWS * COLS;
 
 /// The baseline (the first version) and the fastest in the README's table.

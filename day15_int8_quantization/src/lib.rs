@@ -7,6 +7,10 @@ pub mod quantize;
 
 use common::gpu::nvrtc::KernelSource;
 
+/// The default `--rows` and `--cols` of the tensor to quantize (main.rs, and the bench).
+pub const DEFAULT_ROWS: u64 = 16384;
+pub const DEFAULT_COLS: u64 = 4096;
+
 pub const QUANTIZE_SOURCE: KernelSource = KernelSource {
     file_name: "quantize.cu",
     code: include_str!("quantize.cu"),

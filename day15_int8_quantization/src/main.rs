@@ -28,9 +28,9 @@ struct Args {
     #[arg(long, value_delimiter = ',', value_name = "OP[,OP]")]
     op: Vec<String>,
     /// Rows of the tensor to quantize (its elements are rows x cols; the scale is per tensor).
-    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day15::DEFAULT_ROWS, value_parser = clap::value_parser!(u64).range(1..))]
     rows: u64,
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day15::DEFAULT_COLS, value_parser = clap::value_parser!(u64).range(1..))]
     cols: u64,
     /// INT8 matmul sizes: A is m x k, B is k x n (stored transposed), C is m x n int32.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]

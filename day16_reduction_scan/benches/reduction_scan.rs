@@ -8,12 +8,10 @@ use common::bench_support::{BenchCase, Work, default_seed};
 use common::{Gpu, measure::inputs};
 use cudarc::driver::CudaSlice;
 use day16::scan::quarter_inputs;
-use day16::{Reductions, ScanVersion, Scans, SumVersion};
+use day16::{FLOAT_RANGE, Reductions, ScanVersion, Scans, SumVersion};
 
 /// main.rs's default `--n`.
-const N: usize = 1 << 28;
-/// The sum's inputs, as main.rs makes them: uniform in [-0.5, 1.5).
-const SUM_RANGE: (f64, f64) = (-0.5, 1.5);
+const N: usize = day16::DEFAULT_N as usize;
 
 /// The baseline (the first version) and the fastest of each problem in the README's tables.
 const SUM_VERSIONS: &[&str] = &["tree", "vec4"];
@@ -31,7 +29,12 @@ fn setup(gpu: &Gpu) -> Result<Problem> {
     Ok(Problem {
         reductions: Reductions::load(gpu)?,
         scans: Scans::load(gpu)?,
-        sum_x: gpu.upload(&inputs::uniform::<f32>(N, SUM_RANGE.0, SUM_RANGE.1, seed))?,
+        sum_x: gpu.upload(&inputs::uniform::<f32>(
+            N,
+            FLOAT_RANGE.0,
+            FLOAT_RANGE.1,
+            seed,
+        ))?,
         scan_x: gpu.upload(&quarter_inputs(N, seed))?,
     })
 }

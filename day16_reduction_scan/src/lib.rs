@@ -9,6 +9,14 @@ pub mod scan;
 pub use reduce::{CountVersion, DotVersion, Reductions, SegmentVersion, SumVersion};
 pub use scan::{ScanVersion, Scans};
 
+/// The default `--n` of every problem (main.rs, and the bench): 2^28, 1 GiB of f32, 20x the L2.
+pub const DEFAULT_N: u64 = 1 << 28;
+
+/// Floats for sums and scans: a positive mean (0.5) with negatives among them, so that
+/// `sum |x|` is 1.25 `|sum x|` and the error bound is a meaningful relative error (see
+/// `common::reference::reduce`).
+pub const FLOAT_RANGE: (f64, f64) = (-0.5, 1.5);
+
 /// The problem keys the report and `peers/reduce.py` share.
 pub mod keys {
     pub fn sum(n: usize) -> String {

@@ -10,7 +10,8 @@ use common::session::{Expected, Problem, Session, Version as RunVersion};
 use common::{Gpu, UsageError, measure::inputs};
 use day16::scan::{ScanElement, ScanReference, ScanScratch, quarter_inputs};
 use day16::{
-    CountVersion, DotVersion, Reductions, ScanVersion, Scans, SegmentVersion, SumVersion, keys,
+    CountVersion, DotVersion, FLOAT_RANGE, Reductions, ScanVersion, Scans, SegmentVersion,
+    SumVersion, keys,
 };
 
 /// Day 16: sum, count, dot product, segment sum and the inclusive prefix sum.
@@ -21,7 +22,7 @@ struct Args {
     #[arg(long, value_enum, value_delimiter = ',')]
     problem: Vec<Which>,
     /// Elements of every problem (default 2^28: 1 GiB of f32, 20x the L2).
-    #[arg(long, default_value_t = 1 << 28, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day16::DEFAULT_N, value_parser = clap::value_parser!(u64).range(1..))]
     n: u64,
     /// Segment length of the segment sum; --n must be a multiple of it.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
@@ -41,11 +42,6 @@ enum Which {
     SegmentSum,
     Scan,
 }
-
-/// Floats for sums and scans: a positive mean (0.5) with negatives among them, so that
-/// `sum |x|` is 1.25 `|sum x|` and the error bound is a meaningful relative error (see
-/// `common::reference::reduce`).
-const FLOAT_RANGE: (f64, f64) = (-0.5, 1.5);
 
 fn main() -> std::process::ExitCode {
     run_main(|| run(Args::parse()))

@@ -10,8 +10,8 @@ use cudarc::driver::CudaSlice;
 use day17::{Day17, Transpose};
 
 /// main.rs's default `--rows` and `--cols`.
-const ROWS: usize = 16384;
-const COLS: usize = 16384;
+const ROWS: usize = day17::DEFAULT_ROWS as usize;
+const COLS: usize = day17::DEFAULT_COLS as usize;
 
 /// The baseline (the first version) and the fastest in the README's table.
 const VERSIONS: &[&str] = &["naive", "vec4_swizzled"];

@@ -7,6 +7,10 @@ use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
+/// The default `--rows` and `--cols` of the copy and the transpose (main.rs, and the bench).
+pub const DEFAULT_ROWS: u64 = 16384;
+pub const DEFAULT_COLS: u64 = 16384;
+
 pub const SOURCE: KernelSource = KernelSource {
     file_name: "transpose.cu",
     code: include_str!("transpose.cu"),

@@ -24,9 +24,9 @@ struct Args {
     #[arg(long, value_delimiter = ',', value_name = "OP[,OP]")]
     op: Vec<String>,
     /// Rows and columns of the matrix to copy and transpose (default: 1 GiB of f32).
-    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day17::DEFAULT_ROWS, value_parser = clap::value_parser!(u64).range(1..))]
     rows: u64,
-    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day17::DEFAULT_COLS, value_parser = clap::value_parser!(u64).range(1..))]
     cols: u64,
     /// Length of the array to reverse (default 2^26: 256 MiB, far larger than L2).
     #[arg(long, default_value_t = 1 << 26, value_parser = clap::value_parser!(u64).range(1..))]

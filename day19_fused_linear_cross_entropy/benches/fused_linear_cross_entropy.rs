@@ -16,9 +16,9 @@ use half::bf16;
 
 /// main.rs's default `--tokens`, `--hidden` and `--vocab`.
 const SHAPE: Shape = Shape {
-    tokens: 8192,
-    hidden: 4096,
-    vocab: 128256,
+    tokens: day19::DEFAULT_TOKENS as usize,
+    hidden: day19::DEFAULT_HIDDEN as usize,
+    vocab: day19::DEFAULT_VOCAB as usize,
 };
 /// main.rs's defaults: no label smoothing, no z-loss, no target ignored.
 const OPTIONS: CeOptions = CeOptions {

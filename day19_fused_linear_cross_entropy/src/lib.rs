@@ -16,6 +16,11 @@ use cudarc::driver::{
 };
 use half::bf16;
 
+/// The default `--tokens`, `--hidden` and `--vocab` (main.rs, and the bench).
+pub const DEFAULT_TOKENS: u64 = 8192;
+pub const DEFAULT_HIDDEN: u64 = 4096;
+pub const DEFAULT_VOCAB: u64 = 128256;
+
 pub const SOURCE: KernelSource = KernelSource {
     file_name: "cross_entropy.cu",
     code: include_str!("cross_entropy.cu"),

@@ -25,13 +25,13 @@ use half::bf16;
 #[command(version, about)]
 struct Args {
     /// Tokens T (rows of H and of the logits).
-    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day19::DEFAULT_TOKENS, value_parser = clap::value_parser!(u64).range(1..))]
     tokens: u64,
     /// Hidden size Hd (columns of H and W).
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day19::DEFAULT_HIDDEN, value_parser = clap::value_parser!(u64).range(1..))]
     hidden: u64,
     /// Vocabulary V (rows of W, columns of the logits).
-    #[arg(long, default_value_t = 128256, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day19::DEFAULT_VOCAB, value_parser = clap::value_parser!(u64).range(1..))]
     vocab: u64,
     /// Tokens per chunk of chunked_cublas and chunked_day18 (default: the logits chunk about 4x the size of H,
     /// a power of two, at least 128 rows).
