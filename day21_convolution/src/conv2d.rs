@@ -5,7 +5,7 @@ use anyhow::{Result, bail};
 use common::dtype::Dtype;
 use common::reference::conv::Conv2dShape;
 use common::session::Refused;
-use common::{Element, Gpu, LaunchShape};
+use common::{Element, Gpu, LaunchShape, sizes};
 use cudarc::driver::{DeviceRepr, PushKernelArg};
 
 use crate::{Conv, MAX_FILTER_2D, Plan, check_constant_fits, check_lengths, grid_x, grid_yz, pack};
@@ -105,6 +105,14 @@ impl Conv {
                 "conv2d: a filter {} wide; 1 to {MAX_FILTER_2D} taps",
                 s.kernel_w
             );
+        }
+        // The kernels index the filter with 32-bit ints (main.rs refuses it before the GPU opens).
+        let taps = sizes::product(
+            "conv2d's filter",
+            &[s.out_channels, s.in_channels, s.kernel_h, s.kernel_w],
+        )?;
+        if taps > i32::MAX as usize {
+            bail!("conv2d: a filter of {taps} elements; at most 2^31 - 1");
         }
         if s.height > MAX_SIDE || s.width > MAX_SIDE {
             return Err(Refused(format!(
