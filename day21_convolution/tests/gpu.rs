@@ -2,13 +2,16 @@
 //! poisoned before each run.
 //! - conv1d: lengths 1, 2, 31 (shorter than a block, than vec_regs' 8 outputs, than the
 //!   filter), 1000, 2049 (one past a vec_regs block) and 1000003 (a prime: many blocks and a
-//!   ragged end), widths 1, 2, 4, 7, 8, 16, 31 (odd and even; each vec_regs instance at its
-//!   narrowest and widest).
+//!   ragged end), widths 1, 2, 3, 4, 6, 7, 8, 14, 15, 16, 30, 31 (odd and even; each vec_regs
+//!   instance, 3, 7, 15 and 31 taps, at its narrowest and widest, and the even width whose
+//!   right padding fills the instance's window).
 //! - conv2d (one image): 1 x 1, 3 x 7, 33 x 130 (no pack divides the width), 9 x 40 and
-//!   20 x 256 (whole packs per row, in both types), 67 x 1029; filters 1x1, 2x2, 3x3, 4x4,
-//!   5x5, 7x7, 3x5, 5x2.
+//!   20 x 256 (whole packs per row, in both types), 67 x 1029, and 600 x 2100 (more vec_regs
+//!   blocks than the GPU has SMs: 323 in f32, 171 in bf16); filters 1x1, 2x2, 3x3, 4x4, 5x5,
+//!   7x7, 3x5, 5x2.
 //! - conv2d_nchw: 1 and 3 input channels, 1, 3, 9 and 16 output channels (vec_regs takes 8 per
-//!   thread: 9 leaves a group of one), batches of 1 and 2, over the same kinds of images.
+//!   thread: 9 leaves a group of one), batches of 1 and 2 (with one output channel too), over
+//!   the first five images.
 //! - A filter too large for the constant copy: const_filter and vec_regs are refused, the
 //!   others still run and match.
 
@@ -21,8 +24,16 @@ use day21::{CONST_FILTER_CAPACITY, Conv, HostInputs, Shape, VERSIONS};
 use half::bf16;
 
 const LENGTHS: &[usize] = &[1, 2, 31, 1000, 2049, 1_000_003];
-const WIDTHS: &[usize] = &[1, 2, 4, 7, 8, 16, 31];
-const IMAGES: &[(usize, usize)] = &[(1, 1), (3, 7), (33, 130), (9, 40), (20, 256), (67, 1029)];
+const WIDTHS: &[usize] = &[1, 2, 3, 4, 6, 7, 8, 14, 15, 16, 30, 31];
+const IMAGES: &[(usize, usize)] = &[
+    (1, 1),
+    (3, 7),
+    (33, 130),
+    (9, 40),
+    (20, 256),
+    (67, 1029),
+    (600, 2100),
+];
 const FILTERS: &[(usize, usize)] = &[
     (1, 1),
     (2, 2),
@@ -34,7 +45,8 @@ const FILTERS: &[(usize, usize)] = &[
     (5, 2),
 ];
 /// (batch, C_in, C_out).
-const CHANNELS: &[(usize, usize, usize)] = &[(1, 3, 1), (2, 3, 16), (1, 1, 3), (2, 3, 9)];
+const CHANNELS: &[(usize, usize, usize)] =
+    &[(1, 3, 1), (2, 3, 16), (1, 1, 3), (2, 3, 9), (2, 3, 1)];
 
 /// Runs every version on `shape`; counts the ones that ran and collects the failures.
 struct Grid<'g> {

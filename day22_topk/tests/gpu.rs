@@ -1,7 +1,8 @@
 //! day22 on the GPU: every version against the CPU reference, values bit for bit and indices
 //! exactly, with poisoned outputs, over widths 1, 2, 31, 33, 1000, 4097, 131071 and 1048576
-//! (odd widths take the scalar path, multiples of 4 or 8 the 16-byte one), k of 1, 2, 7, 64,
-//! 100 and 1024 (each up to the width), 1, 3 and 130 rows (few rows split each row over many
+//! (odd widths take the scalar path, multiples of 4 or 8 the 16-byte one), k of 1, 2, 7, 32, 64,
+//! 100, 128, 129, 300 and 1024 (each up to the width: 32 and 128 fill warp_bitonic's smallest and
+//! largest list, 129 is the first it refuses, 129 and 300 pad to 256 and 512 in the sorts), 1, 3 and 130 rows (few rows split each row over many
 //! warps or blocks: a 4097-wide row leaves warp_bitonic a last segment of one element), f32 and
 //! bf16. Row 1 of every 3 has the special values (NaNs of both signs and two payloads, +-inf,
 //! +-0, subnormals, ties) scattered over it, row 2 of every 3 is one value repeated (every
@@ -15,7 +16,7 @@ use day22::{Shape, TopK, VERSIONS};
 use half::bf16;
 
 const WIDTHS: &[usize] = &[1, 2, 31, 33, 1000, 4097, 131_071, 1 << 20];
-const KS: &[usize] = &[1, 2, 7, 64, 100, 1024];
+const KS: &[usize] = &[1, 2, 7, 32, 64, 100, 128, 129, 300, 1024];
 /// Beyond the grid: more warps and blocks than the GPU holds at once, on short rows.
 const EXTRA: &[(usize, usize, usize)] = &[(5000, 33, 7), (3000, 1000, 100)];
 
