@@ -10,9 +10,11 @@ import attention
 import conv
 import cross_entropy
 import gemv
+import int8_gemm
 import matmul
 import movement
 import norms
+import nvfp4
 import quantize
 import reductions
 import softmax
@@ -156,5 +158,19 @@ DAYS = {
         topk.problem("small-bf16", 5, 4097, 64, "bf16"),
         topk.problem("medium-vocab-bf16", 64, 128256, 50, "bf16"),
         topk.problem("medium-large-k-f32", 4, 262147, 1000, "f32"),
+    ],
+    "day23": [
+        # k a multiple of 16 but not of the 128-byte k step, m and n off every tile; k 255^2
+        # and k 128^2 stay under 2^24, so every int32 output is exact in the f32 .npy.
+        int8_gemm.problem("small-zp-s32", 67, 45, 144, za=-3, zb=7),
+        int8_gemm.problem("small-per-channel-bf16", 67, 45, 144, out="bf16", za=-3, per_channel=True),
+        int8_gemm.problem("medium-s32", 256, 256, 256),
+    ],
+    "day24": [
+        # K = 48 and 4112 are not multiples of 32 (the 8-byte path); n = 7 ends a 4-row warp
+        # mid-way; the medium one is Llama's 14336 x 4096 cut to a few seconds.
+        nvfp4.gemv("small-k48", 7, 48),
+        nvfp4.gemv("small-k4112", 129, 4112),
+        nvfp4.gemv("medium", 1024, 4096),
     ],
 }

@@ -115,7 +115,7 @@ class Flags(unittest.TestCase):
 
 class DayTable(unittest.TestCase):
     def test_every_day_has_a_small_and_a_medium_problem_with_unique_labels(self):
-        self.assertEqual(list(DAYS), [f"day{i:02}" for i in range(23)])
+        self.assertEqual(list(DAYS), [f"day{i:02}" for i in range(25)])
         for day, problems in DAYS.items():
             labels = [p.label for p in problems]
             self.assertEqual(len(labels), len(set(labels)), day)

@@ -8,6 +8,7 @@ pub mod cross_entropy;
 pub mod gemv;
 pub mod matmul;
 pub mod norm;
+pub mod nvfp4;
 pub mod quantize;
 pub mod reduce;
 pub mod softmax;

@@ -1,0 +1,138 @@
+//! Day 24: NVFP4 (4-bit e2m1 values, an e4m3 scale per 16, an f32 tensor scale) on a GPU
+//! without FP4 tensor cores. The launchers for `quantize.cu` (bf16 -> NVFP4 and back),
+//! `gemv.cu` (y = W x on packed weights, and the bf16 GEMV it is compared with) and
+//! `gemm.cu` (C = A W^T through bf16 tensor cores). The format itself, and its CPU
+//! reference, is `common::reference::nvfp4`.
+
+pub mod gemm;
+pub mod gemv;
+pub mod quantize;
+
+use common::UsageError;
+use common::gpu::nvrtc::KernelSource;
+use cudarc::driver::CudaSlice;
+
+pub use common::reference::nvfp4::BLOCK;
+
+/// The GEMV problems `cargo run -p day24` runs: square, and a Llama-3-8B MLP projection
+/// (14336 x 4096).
+pub const DEFAULT_GEMV_SHAPES: [(usize, usize); 2] = [(8192, 8192), (14336, 4096)];
+/// The quantize/dequantize tensor and the GEMM.
+pub const DEFAULT_QUANTIZE_SHAPE: (usize, usize) = (8192, 8192);
+pub const DEFAULT_GEMM_SHAPE: (usize, usize, usize) = (4096, 4096, 4096);
+
+/// Each kernel file is compiled with the format's device code in front of it.
+pub const QUANTIZE_SOURCE: KernelSource = KernelSource {
+    file_name: "quantize.cu",
+    code: concat!(
+        include_str!("nvfp4_format.cuh"),
+        include_str!("quantize.cu")
+    ),
+};
+pub const GEMV_SOURCE: KernelSource = KernelSource {
+    file_name: "gemv.cu",
+    code: concat!(include_str!("nvfp4_format.cuh"), include_str!("gemv.cu")),
+};
+pub const GEMM_SOURCE: KernelSource = KernelSource {
+    file_name: "gemm.cu",
+    code: concat!(include_str!("nvfp4_format.cuh"), include_str!("gemm.cu")),
+};
+
+/// A matrix in NVFP4 on the GPU: `rows x cols` codes packed two per byte (even column in the
+/// low nibble), `rows x cols / 16` e4m3 scales, one f32 tensor scale.
+pub struct Nvfp4Dev {
+    pub rows: usize,
+    pub cols: usize,
+    pub packed: CudaSlice<u8>,
+    pub scales: CudaSlice<u8>,
+    pub tensor_scale: CudaSlice<f32>,
+}
+
+impl Nvfp4Dev {
+    /// Uploads a CPU-side NVFP4 matrix.
+    pub fn upload(gpu: &common::Gpu, q: &common::reference::nvfp4::Nvfp4) -> anyhow::Result<Self> {
+        Ok(Self {
+            rows: q.rows,
+            cols: q.cols,
+            packed: gpu.upload(&q.packed)?,
+            scales: gpu.upload(&q.scales)?,
+            tensor_scale: gpu.upload(&[q.tensor_scale])?,
+        })
+    }
+
+    /// Bytes of the packed codes and scales (what a GEMV must stream).
+    pub fn bytes(&self) -> u64 {
+        nvfp4_bytes(self.rows, self.cols)
+    }
+
+    pub(crate) fn check(&self) -> anyhow::Result<()> {
+        check_shape("the NVFP4 matrix", self.rows, self.cols)?;
+        let elements = self.rows * self.cols;
+        if self.packed.len() != elements / 2
+            || self.scales.len() != elements / BLOCK
+            || self.tensor_scale.len() != 1
+        {
+            anyhow::bail!(
+                "an NVFP4 {} x {} matrix needs {} packed bytes, {} scales and 1 tensor scale; \
+                 given {}, {} and {}",
+                self.rows,
+                self.cols,
+                elements / 2,
+                elements / BLOCK,
+                self.packed.len(),
+                self.scales.len(),
+                self.tensor_scale.len()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Packed codes and scales of a `rows x cols` NVFP4 matrix: 9 bytes per 16 values.
+pub fn nvfp4_bytes(rows: usize, cols: usize) -> u64 {
+    rows as u64 * cols as u64 / 2 + rows as u64 * cols as u64 / BLOCK as u64
+}
+
+/// The shapes every kernel of the day takes: at least one row, and a row length that is a
+/// positive multiple of 16 (a scale covers 16 consecutive values of one row) and whose
+/// product with the rows fits the 64-bit index. Refused as a usage error (exit 2).
+pub fn check_shape(what: &str, rows: usize, cols: usize) -> Result<(), UsageError> {
+    if rows == 0 || cols == 0 {
+        return Err(UsageError::new(format!(
+            "{what} is {rows} x {cols}; both must be at least 1"
+        )));
+    }
+    if !cols.is_multiple_of(BLOCK) {
+        return Err(UsageError::new(format!(
+            "{what}: K = {cols} is not a multiple of 16 (an NVFP4 scale covers 16 consecutive \
+             values of a row)"
+        )));
+    }
+    common::sizes::product(what, &[rows, cols])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_compiles_for_sm90_without_spilling() {
+        let names = quantize::FUNCTIONS;
+        common::testing::assert_compiles_without_spills(&QUANTIZE_SOURCE, "sm_90", names);
+        let names = gemv::all_functions();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        common::testing::assert_compiles_without_spills(&GEMV_SOURCE, "sm_90", &names);
+        common::testing::assert_compiles_without_spills(&GEMM_SOURCE, "sm_90", gemm::FUNCTIONS);
+    }
+
+    #[test]
+    fn shapes_must_be_whole_blocks() {
+        assert!(check_shape("w", 1, 16).is_ok());
+        assert!(check_shape("w", 7, 4112).is_ok());
+        let err = check_shape("w", 3, 40).unwrap_err().to_string();
+        assert!(err.contains("not a multiple of 16"), "{err}");
+        assert!(check_shape("w", 0, 16).is_err());
+        assert_eq!(nvfp4_bytes(2, 32), 32 + 4);
+    }
+}

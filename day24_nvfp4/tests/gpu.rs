@@ -1,0 +1,292 @@
+//! day24 on the GPU: quantize and dequantize bit for bit against the CPU reference (NaN,
+//! infinity, zero blocks and rounding ties included), and every GEMV and GEMM version over
+//! shapes with K = 16, 32, 48 and 4112 (not a multiple of 32: the 8-byte path), N = 1, 7, 129
+//! and more rows than the GPU has SMs, into poisoned outputs.
+
+use common::reference::nvfp4::{self as fmt, Nvfp4};
+use common::session::launch_and_read;
+use common::{Gpu, Tolerance, measure::check, measure::inputs, testing};
+use day15::poison_check;
+use day24::gemm::{self, Gemm};
+use day24::gemv::{self, Gemv};
+use day24::quantize::Quantize;
+use day24::{BLOCK, Nvfp4Dev};
+use half::bf16;
+
+fn exact() -> Tolerance {
+    Tolerance::new(0.0, 0.0)
+}
+
+fn as_f64(bytes: &[u8]) -> Vec<f64> {
+    bytes.iter().map(|&b| f64::from(b)).collect()
+}
+
+/// Quantizes `x` (rows x cols) on the GPU twice (the amax scratch must be cleared each time)
+/// and compares codes, scales and the tensor scale with the CPU's, exactly.
+fn check_quantize(gpu: &Gpu, day: &Quantize, x: &[bf16], rows: usize, cols: usize) {
+    let what = format!("quantize {rows} x {cols}");
+    let want = fmt::quantize(x, rows, cols);
+    let n = rows * cols;
+    let x_dev = gpu.upload(x).unwrap();
+    let mut packed = gpu.alloc_poisoned::<u8>(n / 2).unwrap();
+    let mut scales = gpu.alloc_poisoned::<u8>(n / BLOCK).unwrap();
+    let mut ts = gpu.alloc_poisoned::<f32>(1).unwrap();
+    let mut amax = gpu.alloc_poisoned::<u32>(1).unwrap();
+    let reference = as_f64(&want.packed);
+    let split = poison_check::split::<u8>(&reference);
+    for run in 0..2 {
+        gpu.poison(&mut scales).unwrap();
+        gpu.poison(&mut ts).unwrap();
+        let mut launch = |p: &mut cudarc::driver::CudaSlice<u8>| {
+            day.quantize(
+                gpu,
+                &x_dev,
+                (rows, cols),
+                p,
+                &mut scales,
+                &mut ts,
+                &mut amax,
+            )
+        };
+        let got = launch_and_read(gpu, &mut packed, &mut launch).unwrap();
+        let report = check::compare_at(
+            &got,
+            &split.checked_at,
+            &split.checked_values,
+            &[n / 2],
+            exact(),
+        );
+        assert!(report.passed(), "{what} run {run}, codes: {report}");
+        let unwritten =
+            poison_check::verify_poison_valued(gpu, &mut packed, &split.poison_valued, &mut launch)
+                .unwrap();
+        assert_eq!(unwritten, 0, "{what} run {run}: bytes never written");
+        assert_eq!(
+            gpu.download(&scales).unwrap(),
+            want.scales,
+            "{what} run {run}: scales"
+        );
+        let got_ts = gpu.download(&ts).unwrap()[0];
+        assert_eq!(
+            got_ts.to_bits(),
+            want.tensor_scale.to_bits(),
+            "{what} run {run}: tensor scale"
+        );
+    }
+}
+
+/// Dequantizes `q` on the GPU and compares with the CPU's bf16, bit for bit (NaN with NaN).
+fn check_dequantize(gpu: &Gpu, day: &Quantize, q: &Nvfp4) {
+    let want = fmt::dequantize(q);
+    let w = Nvfp4Dev::upload(gpu, q).unwrap();
+    let mut y = gpu.alloc_poisoned::<bf16>(q.rows * q.cols).unwrap();
+    let got = launch_and_read(gpu, &mut y, &mut |y| day.dequantize(gpu, &w, y)).unwrap();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+        assert!(
+            same,
+            "dequantize {} x {} at {i}: {g} ({:#06x}), the CPU has {w} ({:#06x})",
+            q.rows,
+            q.cols,
+            g.to_bits(),
+            w.to_bits()
+        );
+    }
+}
+
+const SHAPES: &[(usize, usize)] = &[
+    (1, 16),
+    (7, 32),
+    (3, 48),
+    (129, 4112),
+    (1000, 64),
+    (5000, 16),
+];
+
+#[test]
+fn quantize_and_dequantize_match_the_cpu_bit_for_bit() {
+    let Some(gpu) = testing::gpu_or_skip("day24 quantize correctness") else {
+        return;
+    };
+    let day = Quantize::load(&gpu).unwrap();
+    for (i, &(rows, cols)) in SHAPES.iter().enumerate() {
+        let mut x: Vec<bf16> = inputs::uniform(rows * cols, -3.0, 5.0, i as u64);
+        // An outlier at the end, inside the last block.
+        let last = x.len() - 1;
+        x[last] = bf16::from_f32(-97.0);
+        check_quantize(&gpu, &day, &x, rows, cols);
+        check_dequantize(&gpu, &day, &fmt::quantize(&x, rows, cols));
+    }
+}
+
+#[test]
+fn quantize_handles_zeros_ties_subnormal_scales_and_non_finite_values() {
+    let Some(gpu) = testing::gpu_or_skip("day24 quantize edge cases") else {
+        return;
+    };
+    let day = Quantize::load(&gpu).unwrap();
+    let b = bf16::from_f32;
+    // All zero: tensor scale 1, every scale and code 0.
+    check_quantize(&gpu, &day, &[b(0.0); 64], 2, 32);
+    // Ties: amax 2688 makes the tensor scale 1, and the block {6, ties} gets the scale
+    // e4m3(6 / 6) = 1, so each value is its own e2m1 input.
+    let ties = [
+        6.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -0.75, -1.25, -1.75, -2.5, -3.5, -5.0,
+        -0.0,
+    ];
+    let mut x: Vec<bf16> = ties.iter().map(|&v| b(v)).collect();
+    x.extend([b(2688.0)].iter().chain([b(1.0); 15].iter()));
+    check_quantize(&gpu, &day, &x, 1, 32);
+    let q = fmt::quantize(&x, 1, 32);
+    assert_eq!(q.tensor_scale, 1.0);
+    assert_eq!(q.scales[0], 0x38); // e4m3 1.0
+    // A block tiny next to the amax: its scale is an e4m3 subnormal, or 0 (code 0 written).
+    let mut x: Vec<bf16> = inputs::uniform(64, -1.0, 1.0, 5);
+    x[0] = b(30000.0);
+    for (i, v) in x[16..32].iter_mut().enumerate() {
+        *v = b(0.05 * (i as f32 - 7.5)); // block amax / (6 ts) ~ 0.0056: subnormal
+    }
+    for v in &mut x[32..48] {
+        *v = b(1e-9);
+    }
+    check_quantize(&gpu, &day, &x, 2, 32);
+    // NaN and infinity: their blocks become NaN, the rest ignore them.
+    let mut x: Vec<bf16> = inputs::uniform(96, -2.0, 2.0, 6);
+    x[3] = bf16::NAN;
+    x[40] = bf16::INFINITY;
+    x[95] = bf16::NEG_INFINITY;
+    check_quantize(&gpu, &day, &x, 2, 48);
+    check_dequantize(&gpu, &day, &fmt::quantize(&x, 2, 48));
+}
+
+/// Every GEMV version on `n x k` against the f64 reference of its own weights (NVFP4, or the
+/// bf16 they were quantized from), into a poisoned y.
+fn check_gemv(gpu: &Gpu, day: &Gemv, n: usize, k: usize, seed: u64) {
+    let w_bf16: Vec<bf16> = inputs::uniform(n * k, -1.0, 1.0, seed);
+    let x: Vec<bf16> = inputs::uniform(k, -1.0, 1.0, seed + 1);
+    let w = fmt::quantize(&w_bf16, n, k);
+    let max = |m: &[f64]| m.iter().copied().fold(0.0, f64::max);
+    let x_dev = gpu.upload(&x).unwrap();
+    let mut y = gpu.alloc_poisoned::<f32>(n).unwrap();
+    for &version in gemv::VERSIONS {
+        let (want, mag, got) = if version == "bf16_warp" {
+            let (want, mag) = common::reference::gemv::gemv(&w_bf16, &x, n, k);
+            let w_dev = gpu.upload(&w_bf16).unwrap();
+            let got = launch_and_read(gpu, &mut y, &mut |y| {
+                day.bf16(gpu, &w_dev, &x_dev, y, (n, k))
+            })
+            .unwrap();
+            (want, mag, got)
+        } else {
+            let (want, mag) = fmt::gemv(&w, &x);
+            let w_dev = Nvfp4Dev::upload(gpu, &w).unwrap();
+            let got = launch_and_read(gpu, &mut y, &mut |y| {
+                day.nvfp4(gpu, version, &w_dev, &x_dev, y)
+            })
+            .unwrap();
+            (want, mag, got)
+        };
+        let report = check::compare(&got, &want, &[n], gemv::tolerance(k, max(&mag)));
+        assert!(report.passed(), "{version} {n} x {k}: {report}");
+    }
+}
+
+#[test]
+fn gemv_versions_are_right_on_odd_shapes() {
+    let Some(gpu) = testing::gpu_or_skip("day24 gemv correctness") else {
+        return;
+    };
+    let day = Gemv::load(&gpu).unwrap();
+    let many = 8 * gpu.info.sms as usize + 13; // more rows than one per SM's warp
+    let mut seed = 100;
+    for &k in &[16, 32, 48, 4112, 8192] {
+        for &n in &[1, 7, 129, many] {
+            check_gemv(&gpu, &day, n, k, seed);
+            seed += 2;
+        }
+    }
+}
+
+#[test]
+fn gemm_is_right_on_odd_shapes() {
+    let Some(gpu) = testing::gpu_or_skip("day24 gemm correctness") else {
+        return;
+    };
+    let day = Gemm::load(&gpu).unwrap();
+    let shapes = [
+        (1, 1, 16),
+        (7, 129, 48),
+        (129, 7, 32),
+        (130, 257, 4112),
+        (300, 200, 64),
+        // More tiles than SMs: 17 x 12 = 204 blocks.
+        (2100, 1600, 48),
+    ];
+    for (i, &(m, n, k)) in shapes.iter().enumerate() {
+        let a: Vec<bf16> = inputs::uniform(m * k, -1.0, 1.0, 200 + 2 * i as u64);
+        let w_bf16: Vec<bf16> = inputs::uniform(n * k, -1.0, 1.0, 201 + 2 * i as u64);
+        let w = fmt::quantize(&w_bf16, n, k);
+        let at: Vec<usize> = if m * n <= 1 << 16 {
+            (0..m * n).collect()
+        } else {
+            common::reference::matmul::sample_outputs(m, n, 4096, i as u64)
+        };
+        let (want, _) = fmt::gemm_at(&a, &w, m, &at);
+        let (a_dev, w_dev) = (gpu.upload(&a).unwrap(), Nvfp4Dev::upload(&gpu, &w).unwrap());
+        let mut c = gpu.alloc_poisoned::<f32>(m * n).unwrap();
+        let got = launch_and_read(&gpu, &mut c, &mut |c| {
+            day.launch(&gpu, &a_dev, &w_dev, c, m)
+        })
+        .unwrap();
+        let report = check::compare_at(&got, &at, &want, &[m, n], gemm::tolerance(k));
+        assert!(report.passed(), "gemm {m} x {n} x {k}: {report}");
+        // Every output was written, not only the sampled ones.
+        assert!(
+            got.iter().all(|v| v.is_finite()),
+            "gemm {m} x {n} x {k}: an output was never written"
+        );
+    }
+}
+
+#[test]
+fn launchers_refuse_what_the_kernels_cannot_take() {
+    let Some(gpu) = testing::gpu_or_skip("day24 refusals") else {
+        return;
+    };
+    let gemv_day = Gemv::load(&gpu).unwrap();
+    let x = gpu.upload(&[bf16::from_f32(1.0); 40]).unwrap();
+    let w = gpu.upload(&[bf16::from_f32(1.0); 80]).unwrap();
+    let mut y = gpu.alloc_poisoned::<f32>(2).unwrap();
+    let err = gemv_day.bf16(&gpu, &w, &x, &mut y, (2, 40)).unwrap_err();
+    assert!(err.to_string().contains("multiple of 16"), "{err}");
+    let q = Quantize::load(&gpu).unwrap();
+    let mut packed = gpu.alloc_poisoned::<u8>(40).unwrap();
+    let mut scales = gpu.alloc_poisoned::<u8>(5).unwrap();
+    let mut ts = gpu.alloc_poisoned::<f32>(1).unwrap();
+    let mut amax = gpu.alloc_poisoned::<u32>(1).unwrap();
+    let err = q
+        .quantize(
+            &gpu,
+            &w,
+            (2, 40),
+            &mut packed,
+            &mut scales,
+            &mut ts,
+            &mut amax,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("multiple of 16"), "{err}");
+    // A wrong buffer length.
+    let err = q
+        .quantize(
+            &gpu,
+            &w,
+            (5, 16),
+            &mut packed,
+            &mut scales,
+            &mut ts,
+            &mut amax,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("needs x of 80"), "{err}");
+}
