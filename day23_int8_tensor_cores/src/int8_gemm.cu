@@ -1,0 +1,422 @@
+// Day 23: INT8 GEMM on tensor cores, exact in int32, with zero points and scales.
+//
+//   acc[i][j] = sum_l A[i][l] B[j][l]                 A m x k, B n x k, both row-major int8
+//   C[i][j]   = acc - zb_j rowsum(A)[i] - za colsum(B)[j] + k za zb_j      (= sum (a-za)(b-zb_j))
+//   Y[i][j]   = bf16( scale_a * scale_b_j * C[i][j] )                      (the bf16 epilogue)
+// B is given as n x k (a linear layer's weight): both operands run along k ("K-major"), which
+// is the only layout 8-bit wgmma takes (its transpose bits exist for 16-bit types only). The
+// zero points leave the inner loop as in day 15: the tensor cores multiply raw bytes, and the
+// epilogue subtracts the row sums of A and the column sums of B (`int8_row_sums`, launched
+// before the GEMM when a zero point is nonzero) in modular (unsigned) int32 arithmetic: the
+// terms may wrap, the exact result fits (the host bounds k), so the result is right.
+// zb and scale_b are per tensor (step 0: one value) or per output channel (step 1: n values).
+//
+// Versions (each with an s32 and a bf16 epilogue: int8_gemm_<version>_<out>):
+//   mma_sync   mma.sync m16n8k32 s8 x s8 -> s32: a 128 x 128 tile per block of 8 warps (each
+//              64 x 32), fed by a 4-stage cp.async ring of 128-byte k steps through
+//              XOR-swizzled shared memory read with ldmatrix. Day 18's mma_pipelined with
+//              bytes for halves: a 16 x 32 int8 tile is a 16 x 16 bf16 tile's bytes, so the
+//              ldmatrix addressing and fragment layouts carry over unchanged.
+//   wgmma      the Hopper path (sm_90a): a producer warp's TMA copies of 128 x 128-byte and
+//              256 x 128-byte tiles (128-byte swizzle) into a 4-stage mbarrier ring, two
+//              consumer warpgroups each running wgmma m64n256k32 s8 on 64 rows of the 128 x 256
+//              tile, one k step kept in flight (day 18's wgmma_overlap), persistent over tiles.
+//
+//   cargo run --release -p day23 -- --size 4096 --kernel wgmma
+//
+// Sizes: m and n are free (tiles past the edge are zero-filled on the way in and masked on
+// the way out); k must be a multiple of 16 (rows of 16-byte pieces for cp.async and the TMA,
+// and the row sums' 16-byte loads); the host refuses other k.
+#include "common.cuh"
+#include "dtype.cuh"
+#include "mma.cuh"
+
+// ---- zero points and scales -----------------------------------------------------------------
+// What the epilogue needs besides the accumulator. `row_sums` / `col_sums` are null when no
+// correction needs them (zb == 0 everywhere / za == 0).
+struct Epilogue {
+    const int* row_sums;
+    const int* col_sums;
+    const int* zb;
+    const float* scale_b;
+    int zb_step, scale_b_step, za, k;
+    float scale_a;
+};
+
+// sum_l (a - za)(b - zb_j) from sum_l a b, in int32 arithmetic modulo 2^32.
+__device__ __forceinline__ int corrected(int acc, int row, int col, const Epilogue& e) {
+    const unsigned zb = (unsigned)e.zb[col * e.zb_step];
+    unsigned v = (unsigned)acc + (unsigned)e.k * (unsigned)e.za * zb;
+    if (e.row_sums) v -= zb * (unsigned)e.row_sums[row];
+    if (e.col_sums) v -= (unsigned)e.za * (unsigned)e.col_sums[col];
+    return (int)v;
+}
+
+// Writes two neighbouring outputs (row, col and col + 1) of an accumulator fragment; one
+// 8-byte (int32) or 4-byte (bf16) store when both are inside and n is even (the pair is then
+// aligned: C comes from an allocation, and col is even).
+__device__ __forceinline__ void store_pair(int* c, int m, int n, int row, int col, int a0,
+                                           int a1, const Epilogue& e) {
+    if (row >= m || col >= n) return;
+    int* p = c + (index_t)row * n + col;
+    const int v0 = corrected(a0, row, col, e);
+    if (col + 1 < n) {
+        const int v1 = corrected(a1, row, col + 1, e);
+        if (n % 2 == 0) {
+            *reinterpret_cast<int2*>(p) = make_int2(v0, v1);
+        } else {
+            p[0] = v0;
+            p[1] = v1;
+        }
+    } else {
+        p[0] = v0;
+    }
+}
+
+__device__ __forceinline__ void store_pair(bf16_t* c, int m, int n, int row, int col, int a0,
+                                           int a1, const Epilogue& e) {
+    if (row >= m || col >= n) return;
+    bf16_t* p = c + (index_t)row * n + col;
+    // The exact int32 to f32 (rounded once, relative 2^-24), two f32 products, one rounding to
+    // bf16: the host's tolerance is bf16's half ulp plus a few f32 roundings.
+    const float y0 = e.scale_a * e.scale_b[col * e.scale_b_step] * (float)corrected(a0, row, col, e);
+    if (col + 1 < n) {
+        const float y1 =
+            e.scale_a * e.scale_b[(col + 1) * e.scale_b_step] * (float)corrected(a1, row, col + 1, e);
+        if (n % 2 == 0) {
+            *reinterpret_cast<unsigned*>(p) = pack2<bf16_t>(y0, y1);
+        } else {
+            p[0] = from_f32<bf16_t>(y0);
+            p[1] = from_f32<bf16_t>(y1);
+        }
+    } else {
+        p[0] = from_f32<bf16_t>(y0);
+    }
+}
+
+// ---- row sums -------------------------------------------------------------------------------
+// grid(ceil(rows / 8)), block(256): one warp per row, 16 bytes per lane per step, dp4a against
+// 0x01010101 (four bytes summed into the int32). k % 16 == 0 and rows start 16-byte aligned.
+// |sum| <= 128 k fits easily.
+KERNEL void __launch_bounds__(256)
+    int8_row_sums(const signed char* __restrict__ x, int* __restrict__ sums, int rows, int k) {
+    const int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const signed char* p = x + (index_t)row * k;
+    int s = 0;
+    for (int c = lane * 16; c < k; c += 32 * 16) {
+        const int4 v = *reinterpret_cast<const int4*>(p + c);
+        s = __dp4a(v.x, 0x01010101, s);
+        s = __dp4a(v.y, 0x01010101, s);
+        s = __dp4a(v.z, 0x01010101, s);
+        s = __dp4a(v.w, 0x01010101, s);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) sums[row] = s;
+}
+
+// ---- mma_sync -------------------------------------------------------------------------------
+// mma.m16n8k32 with int8 operands (PTX ISA, "Matrix fragments for mma.m16n8k32"), lane l,
+// g = l / 4, t = l % 4; each register holds 4 consecutive k of one row:
+//   A (16 x 32): a0 = A[g][4t..4t+3]  a1 = A[g+8][4t..]  a2 = A[g][16+4t..]  a3 = A[g+8][16+4t..]
+//   B (32 x 8, "col"): b0 = B[4t..4t+3][g]  b1 = B[16+4t..][g]
+//   C (16 x 8, s32): c0, c1 = C[g][2t, 2t+1]  c2, c3 = C[g+8][2t, 2t+1]
+// Byte for byte these are the fragments of mma.m16n8k16 with 16-bit elements, so ldmatrix
+// (8 x 16-byte rows per matrix) loads them exactly as day 18 loads bf16.
+__device__ __forceinline__ void mma_s8_16832(int (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                             unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+constexpr int MMA_BM = 128, MMA_BN = 128, MMA_THREADS = 256;
+constexpr int WARP_M = 64, WARP_N = 32;
+constexpr int MMA_BK = 128, MMA_STAGES = 4;  // bytes of k per stage: one 128-byte row
+constexpr int MMA_TILE = MMA_BM * MMA_BK;    // bytes of one operand's stage
+
+// Row r's 16-byte chunk c lives at chunk c ^ (r % 8): the 8 rows an ldmatrix reads at one
+// chunk column land in 8 different 16-byte bank groups.
+__device__ __forceinline__ int swizzle_128(int r, int c) { return r * MMA_BK + ((c ^ (r % 8)) * 16); }
+
+// One stage: both operands' 128 rows x 128 bytes, 4 chunks per thread each; rows past m or n
+// and k past the end are zero-filled (k % 16 == 0: a chunk is wholly inside or outside), and
+// zero bytes add nothing to the products.
+__device__ __forceinline__ void load_stage_async(signed char* sa, signed char* sb,
+                                                 const signed char* a, const signed char* b,
+                                                 int m, int n, int k, int m0, int n0, int k0) {
+#pragma unroll
+    for (int i = 0; i < MMA_TILE / 16 / MMA_THREADS; ++i) {
+        const int chunk = threadIdx.x + i * MMA_THREADS, r = chunk / 8, c = chunk % 8;
+        const int col = k0 + c * 16;
+        const bool in_k = col < k;
+        const int ra = m0 + r, rb = n0 + r;
+        const bool va = in_k && ra < m, vb = in_k && rb < n;
+        cp_async_16_zfill(sa + swizzle_128(r, c), a + (va ? (index_t)ra * k + col : 0), va);
+        cp_async_16_zfill(sb + swizzle_128(r, c), b + (vb ? (index_t)rb * k + col : 0), vb);
+    }
+}
+
+// One k32 step of a warp (chunk `kc` and kc + 1 of the stage's rows): A fragments of its 4
+// m16 tiles and B fragments of its 4 n8 tiles by ldmatrix, then 16 mma.
+__device__ __forceinline__ void warp_k32_step(int (&acc)[4][4][4], const signed char* ta,
+                                              const signed char* tb, int wm, int wn, int kc) {
+    const int lane = threadIdx.x % 32, quad = lane / 8, r8 = lane % 8;
+    unsigned a[4][4], b[4][2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        // Matrices 0..3: rows 0-7 / 8-15 of the m16 tile, k bytes 0-15 / 16-31.
+        const int r = wm * WARP_M + i * 16 + (quad % 2) * 8 + r8;
+        ldmatrix_x4(a[i], ta + swizzle_128(r, kc + quad / 2));
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j += 2) {
+        // Matrices 0..3: n-tile j (k bytes 0-15, 16-31), n-tile j + 1 (the same). B is
+        // [n][k], so a plain ldmatrix gives the "col" fragment directly.
+        unsigned r[4];
+        const int row = wn * WARP_N + j * 8 + (quad / 2) * 8 + r8;
+        ldmatrix_x4(r, tb + swizzle_128(row, kc + quad % 2));
+        b[j][0] = r[0];
+        b[j][1] = r[1];
+        b[j + 1][0] = r[2];
+        b[j + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_s8_16832(acc[i][j], a[i], b[j][0], b[j][1]);
+}
+
+// grid(ceil(n / 128), ceil(m / 128)), block(256), dynamic shared 4 stages x 2 x 16 KiB.
+template <typename OutT>
+__device__ __forceinline__ void int8_gemm_mma_sync(const signed char* a, const signed char* b,
+                                                   OutT* c, int m, int n, int k,
+                                                   const Epilogue& e) {
+    extern __shared__ __align__(128) unsigned char mma_smem[];
+    signed char* sa = reinterpret_cast<signed char*>(mma_smem);
+    signed char* sb = sa + MMA_STAGES * MMA_TILE;
+    const int warp = threadIdx.x / 32, wm = warp / 4, wn = warp % 4;
+    const int m0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * MMA_BN;
+    const int steps = (k + MMA_BK - 1) / MMA_BK;
+    int acc[4][4][4] = {};
+
+    // Prologue: stages 0 .. STAGES - 2 in flight. A group is committed even when empty so the
+    // wait below always counts the same number of groups.
+#pragma unroll
+    for (int s = 0; s < MMA_STAGES - 1; ++s) {
+        if (s < steps)
+            load_stage_async(sa + s * MMA_TILE, sb + s * MMA_TILE, a, b, m, n, k, m0, n0,
+                             s * MMA_BK);
+        cp_async_commit();
+    }
+    for (int step = 0; step < steps; ++step) {
+        cp_async_wait<MMA_STAGES - 2>();  // this step's stage has landed (for this thread)
+        __syncthreads();                  // ... and for every thread; the stage refilled below
+                                          // was last read before this barrier
+        const int next = step + MMA_STAGES - 1;
+        if (next < steps) {
+            const int s = next % MMA_STAGES;
+            load_stage_async(sa + s * MMA_TILE, sb + s * MMA_TILE, a, b, m, n, k, m0, n0,
+                             next * MMA_BK);
+        }
+        cp_async_commit();
+        const signed char* ta = sa + (step % MMA_STAGES) * MMA_TILE;
+        const signed char* tb = sb + (step % MMA_STAGES) * MMA_TILE;
+#pragma unroll
+        for (int kc = 0; kc < MMA_BK / 16; kc += 2) warp_k32_step(acc, ta, tb, wm, wn, kc);
+    }
+    cp_async_wait<0>();
+
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int row0 = m0 + wm * WARP_M, col0 = n0 + wn * WARP_N;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int row = row0 + i * 16 + g, col = col0 + j * 8 + 2 * t;
+            store_pair(c, m, n, row, col, acc[i][j][0], acc[i][j][1], e);
+            store_pair(c, m, n, row + 8, col, acc[i][j][2], acc[i][j][3], e);
+        }
+}
+
+// The epilogue's arguments, in the order every GEMM kernel takes them after (m, n, k).
+#define EPILOGUE_PARAMS                                                                        \
+    const int *row_sums, const int *col_sums, const int *zb, int zb_step, int za,              \
+        const float *scale_b, int scale_b_step, float scale_a
+#define EPILOGUE_OF(k) {row_sums, col_sums, zb, scale_b, zb_step, scale_b_step, za, k, scale_a}
+
+#define MMA_SYNC_KERNEL(OutT, NAME)                                                            \
+    KERNEL void __launch_bounds__(MMA_THREADS)                                                 \
+        int8_gemm_mma_sync_##NAME(const signed char* __restrict__ a,                           \
+                                  const signed char* __restrict__ b, OutT* __restrict__ c,     \
+                                  int m, int n, int k, EPILOGUE_PARAMS) {                      \
+        const Epilogue e = EPILOGUE_OF(k);                                                     \
+        int8_gemm_mma_sync<OutT>(a, b, c, m, n, k, e);                                         \
+    }
+MMA_SYNC_KERNEL(int, s32)
+MMA_SYNC_KERNEL(bf16_t, bf16)
+
+// ---- wgmma (sm_90a only; the host compiles this file for sm_90a on Hopper) ------------------
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#include "hopper.cuh"
+
+constexpr int WG_BM = 128, WG_BN = 256, WG_BK = 128, WG_STAGES = 4;  // WG_BK in bytes = int8s
+constexpr int WG_CONSUMERS = 2;                                       // 64 rows each
+constexpr int WG_THREADS = 128 * (1 + WG_CONSUMERS);                  // + the producer
+constexpr int WG_A_TILE = WG_BM * WG_BK, WG_B_TILE = WG_BN * WG_BK;   // bytes
+
+// Tile t of a (tiles_m x tiles_n) grid, in groups of 8 tile-rows walked column by column, so
+// the blocks running at once share A rows and B columns in L2.
+__device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
+    constexpr int GROUP = 8;
+    const int per_group = GROUP * tiles_n;
+    const int group = t / per_group, first_m = group * GROUP;
+    const int rows = min(tiles_m - first_m, GROUP);
+    const int in_group = t % per_group;
+    tm = first_m + in_group % rows;
+    tn = in_group / rows;
+}
+
+// D (64 x 256, s32) (+)= A (64 x 32 int8) B (32 x 256 int8), both from shared memory through
+// K-major 128-byte-swizzle descriptors. Integer wgmma has no scale or transpose immediates:
+// only scale-d (0: overwrite D, the first k step of a tile). The accumulator layout is the
+// f32 one (hopper.cuh): d[4j], d[4j+1] = D[16w + l/4][8j + 2(l%4), +1], d[4j+2..3] 8 rows lower.
+__device__ __forceinline__ void wgmma_s8_m64n256k32(int (&d)[128], unsigned long long desc_a,
+                                                    unsigned long long desc_b, int accumulate) {
+#define D8(o)                                                                                  \
+    "+r"(d[o]), "+r"(d[o + 1]), "+r"(d[o + 2]), "+r"(d[o + 3]), "+r"(d[o + 4]), "+r"(d[o + 5]), \
+        "+r"(d[o + 6]), "+r"(d[o + 7])
+#define D32(o) D8(o), D8(o + 8), D8(o + 16), D8(o + 24)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 {" WGMMA_D128_LIST "}, "
+                 "%128, %129, p;\n}\n"
+                 : D32(0), D32(32), D32(64), D32(96)
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+#undef D32
+#undef D8
+}
+
+// Keeps the compiler from moving accumulator reads or writes across an in-flight wgmma.
+__device__ __forceinline__ void fence_accumulators(int (&d)[128]) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
+// grid(min(tiles, SMs)), block(384), dynamic shared 4 x 48 KiB + 1 KiB for alignment. The
+// tensor maps cover A as [m][k] and B as [n][k] int8, 128-byte swizzle, boxes of 128 (k) x
+// 128 rows (A) and 128 x 256 rows (B).
+template <typename OutT>
+__device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
+                                                const TmaDescriptor* map_b, OutT* c, int m,
+                                                int n, int k, const Epilogue& e) {
+    extern __shared__ unsigned char wg_smem_raw[];
+    // The 128-byte swizzle pattern repeats every 1024 bytes: tiles start on that boundary.
+    unsigned char* base = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<unsigned long long>(wg_smem_raw) + 1023) & ~1023ull);
+    signed char* sa = reinterpret_cast<signed char*>(base);
+    signed char* sb = sa + WG_STAGES * WG_A_TILE;
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(sb + WG_STAGES * WG_B_TILE);
+    unsigned long long* empty = full + WG_STAGES;
+
+    const int tiles_m = (m + WG_BM - 1) / WG_BM, tiles_n = (n + WG_BN - 1) / WG_BN;
+    const int tiles = tiles_m * tiles_n;
+    const int steps = (k + WG_BK - 1) / WG_BK;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < WG_STAGES; ++s) {
+            mbarrier_init(&full[s], 1);              // the producer's arrival (+ TMA bytes)
+            mbarrier_init(&empty[s], WG_CONSUMERS);  // each consumer warpgroup
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        warpgroup_registers_release<40>();
+        if (threadIdx.x == 0) {
+            int stage = 0;
+            unsigned phase = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                int tm, tn;
+                tile_coords(t, tiles_m, tiles_n, tm, tn);
+                for (int step = 0; step < steps; ++step) {
+                    mbarrier_wait(&empty[stage], phase ^ 1);
+                    // Boxes past m, n or k arrive zero-filled and still count whole.
+                    mbarrier_arrive_expect_tx(&full[stage], WG_A_TILE + WG_B_TILE);
+                    tma_load_3d(sa + stage * WG_A_TILE, map_a, &full[stage], step * WG_BK,
+                                tm * WG_BM, 0);
+                    tma_load_3d(sb + stage * WG_B_TILE, map_b, &full[stage], step * WG_BK,
+                                tn * WG_BN, 0);
+                    if (++stage == WG_STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+        }
+    } else {
+        warpgroup_registers_claim<232>();
+        const int consumer = warpgroup - 1;
+        const int lane = threadIdx.x % 32, warp_in_group = (threadIdx.x / 32) % 4;
+        int stage = 0;
+        unsigned phase = 0;
+        int d[128];
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            int tm, tn;
+            tile_coords(t, tiles_m, tiles_n, tm, tn);
+            int previous = -1;  // the stage whose wgmma may still be running
+            for (int step = 0; step < steps; ++step) {
+                mbarrier_wait(&full[stage], phase);
+                const signed char* ta = sa + stage * WG_A_TILE + consumer * 64 * WG_BK;
+                const signed char* tb = sb + stage * WG_B_TILE;
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < WG_BK / 32; ++kk) {
+                    // A k32 step is 32 bytes along the swizzled 128-byte rows.
+                    wgmma_s8_m64n256k32(d, wgmma_descriptor_k_major_sw128(ta + kk * 32),
+                                        wgmma_descriptor_k_major_sw128(tb + kk * 32),
+                                        step > 0 || kk > 0);
+                }
+                wgmma_commit();
+                // Keep this step's wgmma running; wait for the previous step's and free its
+                // stage, then go back to issue the next step.
+                wgmma_wait<1>();
+                fence_accumulators(d);
+                if (previous >= 0 && threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
+                previous = stage;
+                if (++stage == WG_STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+            wgmma_wait<0>();
+            fence_accumulators(d);
+            if (previous >= 0 && threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
+            // Epilogue straight from registers (the producer is already loading the next
+            // tile): one 16-row slice per warp, rows and columns past m and n masked.
+            const int row = tm * WG_BM + consumer * 64 + warp_in_group * 16 + lane / 4;
+            const int col0 = tn * WG_BN + 2 * (lane % 4);
+#pragma unroll
+            for (int j = 0; j < WG_BN / 8; ++j) {
+                store_pair(c, m, n, row, col0 + 8 * j, d[4 * j], d[4 * j + 1], e);
+                store_pair(c, m, n, row + 8, col0 + 8 * j, d[4 * j + 2], d[4 * j + 3], e);
+            }
+        }
+    }
+}
+
+#define WGMMA_KERNEL(OutT, NAME)                                                               \
+    KERNEL void __launch_bounds__(WG_THREADS, 1)                                               \
+        int8_gemm_wgmma_##NAME(const __grid_constant__ TmaDescriptor map_a,                    \
+                               const __grid_constant__ TmaDescriptor map_b,                    \
+                               OutT* __restrict__ c, int m, int n, int k, EPILOGUE_PARAMS) {   \
+        const Epilogue e = EPILOGUE_OF(k);                                                     \
+        int8_gemm_wgmma<OutT>(&map_a, &map_b, c, m, n, k, e);                                  \
+    }
+WGMMA_KERNEL(int, s32)
+WGMMA_KERNEL(bf16_t, bf16)
+#endif
