@@ -29,12 +29,13 @@ pub const SOURCE: KernelSource = KernelSource {
 /// Versions of the fused problem, in table order.
 pub const FUSED_VERSIONS: &[&str] = &["naive", "chunked_cublas", "chunked_day18"];
 /// Versions of cross-entropy alone on given logits.
-pub const CE_VERSIONS: &[&str] = &["two_pass", "cluster8"];
+pub const CE_VERSIONS: &[&str] = &["two_pass", "cluster8", "cluster_stream"];
 
 const FUNCTIONS: &[&str] = &[
     "ce_count_valid_i32",
     "ce_rows_two_pass_bf16x8",
     "ce_rows_cluster8_bf16x8",
+    "ce_rows_cluster_stream_bf16x8",
     "ce_mean_loss_f32",
 ];
 
@@ -45,6 +46,11 @@ const CLUSTER_BLOCKS: usize = 8;
 const CLUSTER_THREADS: u32 = 512;
 /// 8 blocks x 512 threads x 4 packs x 8 bf16.
 pub const CLUSTER_MAX_VOCAB: usize = CLUSTER_BLOCKS * CLUSTER_THREADS as usize * 4 * 8;
+/// cluster_stream (STREAM_* in the .cu): 512 threads a block, 16 resident clusters, 4 stages
+/// of a slice of at most 2048 packs (so the same longest row as cluster8).
+const STREAM_THREADS: u32 = 512;
+const STREAM_CLUSTERS: usize = 16;
+const STREAM_SHARED_BYTES: u32 = 4 * 2048 * 16;
 
 /// Which row kernel computes the loss and writes the gradient.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +59,9 @@ pub enum RowKernel {
     TwoPass,
     /// A row over a cluster of 8 blocks, kept in registers: one read, one write.
     Cluster8,
+    /// Cluster8's split in 16 persistent clusters, the next rows' slices loading into shared
+    /// memory while this one is written.
+    ClusterStream,
 }
 
 impl RowKernel {
@@ -60,6 +69,7 @@ impl RowKernel {
         match name {
             "two_pass" => Ok(Self::TwoPass),
             "cluster8" => Ok(Self::Cluster8),
+            "cluster_stream" => Ok(Self::ClusterStream),
             other => bail!("day19 has no cross-entropy version `{other}`"),
         }
     }
@@ -68,6 +78,7 @@ impl RowKernel {
         match self {
             Self::TwoPass => "ce_rows_two_pass_bf16x8",
             Self::Cluster8 => "ce_rows_cluster8_bf16x8",
+            Self::ClusterStream => "ce_rows_cluster_stream_bf16x8",
         }
     }
 
@@ -82,6 +93,9 @@ impl RowKernel {
                 "cluster8 holds rows of at most {CLUSTER_MAX_VOCAB} in registers; V = {vocab}"
             )),
             Self::Cluster8 => None,
+            Self::ClusterStream => Self::Cluster8
+                .refusal(vocab)
+                .map(|why| why.replace("cluster8", "cluster_stream")),
         }
     }
 
@@ -98,6 +112,11 @@ impl RowKernel {
         match self {
             Self::TwoPass => LaunchShape::linear(rows as u32, TWO_PASS_THREADS),
             Self::Cluster8 => LaunchShape::linear((rows * CLUSTER_BLOCKS) as u32, CLUSTER_THREADS),
+            Self::ClusterStream => LaunchShape {
+                grid: ((rows.min(STREAM_CLUSTERS) * CLUSTER_BLOCKS) as u32, 1, 1),
+                block: (STREAM_THREADS, 1, 1),
+                dynamic_shared_bytes: STREAM_SHARED_BYTES,
+            },
         }
     }
 }
@@ -249,14 +268,14 @@ impl CrossEntropy {
         if !logits.wrapping_sub(grad).is_multiple_of(16) {
             bail!("cross-entropy rows: logits and gradient are not congruent modulo 16 bytes");
         }
-        if which == RowKernel::Cluster8 && (!logits.is_multiple_of(16) || !grad.is_multiple_of(16))
+        if which != RowKernel::TwoPass && (!logits.is_multiple_of(16) || !grad.is_multiple_of(16))
         {
-            bail!("cluster8: the logits must start on a 16-byte boundary");
+            bail!("cluster kernels: the logits must start on a 16-byte boundary");
         }
         let kernel = self.row_kernel(which)?;
         let shape = which.shape(rows);
         let (eps, z_loss, ignore) = kernel_options(opts);
-        let vocab = vocab as u64;
+        let (vocab, rows) = (vocab as u64, rows as u64);
         let mut launch = gpu.stream.launch_builder(&kernel.func);
         launch
             .arg(&logits)
@@ -268,9 +287,13 @@ impl CrossEntropy {
             .arg(&eps)
             .arg(&z_loss)
             .arg(&ignore);
+        if which == RowKernel::ClusterStream {
+            launch.arg(&rows);
+        }
         // SAFETY: matches ce_rows_*(logits, grad, targets, row_loss, inv_count, vocab, eps,
-        // z_loss, ignore_index); the caller vouches for rows * vocab elements behind both
-        // pointers, targets and row_loss hold `rows` (checked); the grid covers every row.
+        // z_loss, ignore_index) and, for cluster_stream, the trailing `rows`; the caller
+        // vouches for rows * vocab elements behind both pointers, targets and row_loss hold
+        // `rows` (checked); the grid covers every row (cluster_stream's loops over them).
         unsafe { launch.launch(kernel.config(&shape)?) }?;
         Ok(())
     }
