@@ -289,14 +289,7 @@ impl VecSoftmax {
             block: (ONCHIP_THREADS, 1, 1),
             dynamic_shared_bytes: (ONCHIP_SMEM_PACKS * ONCHIP_THREADS as usize * 16) as u32,
         };
-        let per_sm = kernel
-            .func
-            .occupancy_max_active_blocks_per_multiprocessor(
-                ONCHIP_THREADS,
-                shape.dynamic_shared_bytes as usize,
-                None,
-            )
-            .unwrap_or(0) as usize;
+        let per_sm = kernel.blocks_per_sm(ONCHIP_THREADS, shape.dynamic_shared_bytes)? as usize;
         let resident = per_sm * self.sms;
         let blocks = rows.saturating_mul(chunks);
         if rows > 65535 || blocks > resident {

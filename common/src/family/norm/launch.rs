@@ -145,11 +145,7 @@ pub fn resident_blocks_with_shared(
     sms: usize,
     rows: usize,
 ) -> Result<usize> {
-    let per_sm = kernel.func.occupancy_max_active_blocks_per_multiprocessor(
-        threads,
-        shared_bytes as usize,
-        None,
-    )? as usize;
+    let per_sm = kernel.blocks_per_sm(threads, shared_bytes)? as usize;
     Ok((per_sm.max(1) * sms).min(rows).max(1))
 }
 
