@@ -20,10 +20,11 @@
 //   ce_rows_cluster8_bf16x8   a row split over a cluster of 8 blocks, each holding its slice
 //                             in registers: the row is read once and written once; the 8
 //                             partial statistics meet through distributed shared memory
-//   ce_rows_cluster_stream_bf16x8  cluster8's split, persistent: 16 clusters walk the rows,
-//                             each block's slice of the next rows already on its way into
-//                             shared memory (bulk copies, 4 stages) while this row is reduced
-//                             and written, so loads never wait for a cluster to be scheduled
+//   ce_rows_cluster_stream{4,8}_bf16x8  cluster8's split, persistent: as many clusters of 4
+//                             or 8 blocks as the GPU holds walk the rows, each block's slice of
+//                             the next rows already on its way into shared memory (bulk
+//                             copies, 3 or 4 stages) while this row is reduced and written,
+//                             so loads never wait for a cluster to be scheduled
 //   ce_mean_loss_f32          the per-row losses summed in a fixed order: deterministic
 //
 // Every row kernel takes `logits` and `grad` that may be the same buffer (the gradient
@@ -379,16 +380,22 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(CLUSTER_THR
 //
 // cluster8 pays for its one read in scheduling: every row is a new cluster of 8 blocks, which
 // must find 8 free SMs of one GPC at once, loads only after it starts and waits at a cluster
-// barrier for its slowest block before it writes. Measured 74% of the copy rate. Here 16
-// clusters (128 blocks, one per SM) stay resident and walk the rows r = cluster, cluster + 16,
-// ...; block `rank` keeps the same slice of every row, and one thread keeps STREAM_STAGES
-// slices in flight with bulk copies (cp.async.bulk, counted on an mbarrier per stage), so
-// while the block reduces and writes row i, rows i+1 .. i+3 are arriving.
+// barrier for its slowest block before it writes. Measured 74% of the copy rate. Here the
+// clusters the GPU can hold at once (one block per SM) stay resident and walk the rows;
+// block `rank` keeps the same slice of every row, and one thread keeps STAGES slices in
+// flight with bulk copies (cp.async.bulk, counted on an mbarrier per stage), so while the
+// block reduces and writes row i, the next rows are arriving. A cluster must sit in one GPC,
+// so fewer clusters of 8 than 132 / 8 may fit (a first version that launched 16 ran at 713
+// GB/s, clusters queued behind others); the launcher asks the driver how many clusters of 4
+// and of 8 fit and takes the size that covers more SMs.
 
 #define STREAM_THREADS 512
-#define STREAM_STAGES 4
-#define STREAM_SLICE_PACKS 2048  // a block's slice of a row: 8 x 2048 x 8 = 131072 = cluster8's limit
-#define STREAM_CLUSTERS 16       // 128 blocks: one per SM of a 132-SM H100
+// Per cluster size: stages x slice packs. A block's slice of a row is at most SLICE packs, so
+// the longest row is C x SLICE x 8 = 131072, cluster8's limit, either way; the stages fill
+// 128 KB (C = 8) or 192 KB (C = 4) of shared memory: one block per SM.
+template <int C> struct StreamShape;
+template <> struct StreamShape<8> { static constexpr int STAGES = 4, SLICE = 2048; };
+template <> struct StreamShape<4> { static constexpr int STAGES = 3, SLICE = 4096; };
 
 // One-dimensional bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned)
 // from global to this block's shared memory, counted against `bar`.
@@ -400,14 +407,19 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
         : "memory");
 }
 
-// grid(8 * min(rows, 16)), block(512), cluster(8), dynamic shared memory STREAM_STAGES x
-// STREAM_SLICE_PACKS x 16 bytes (128 KB). Same math, same fixed combination order (so the
-// same bits) as cluster8. V a multiple of 8 and at most 131072; the launcher checks.
-KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(STREAM_THREADS, 1)
-    ce_rows_cluster_stream_bf16x8(const bf16_t* logits, bf16_t* grad,
-                                  const int* __restrict__ targets, float* __restrict__ row_loss,
-                                  const float* __restrict__ inv_count_p, index_t vocab, float eps,
-                                  float z_loss, int ignore_index, index_t rows) {
+// grid(C x clusters), block(512), cluster(C), dynamic shared memory STAGES x SLICE x 16
+// bytes; `clusters` is what the GPU holds at once (the launcher asks), each walking rows
+// cluster, cluster + clusters, ... Same math and the same fixed combination order (so the
+// same bits for one C) as cluster8. V a multiple of 8 and at most 131072; the launcher checks.
+template <int C>
+__device__ __forceinline__ void ce_rows_cluster_stream(const bf16_t* logits, bf16_t* grad,
+                                                       const int* __restrict__ targets,
+                                                       float* __restrict__ row_loss,
+                                                       const float* __restrict__ inv_count_p,
+                                                       index_t vocab, float eps, float z_loss,
+                                                       int ignore_index, index_t rows) {
+    constexpr int STREAM_STAGES = StreamShape<C>::STAGES;
+    constexpr int STREAM_SLICE_PACKS = StreamShape<C>::SLICE;
     extern __shared__ __align__(128) uint4 slices[];  // [STREAM_STAGES][STREAM_SLICE_PACKS]
     __shared__ unsigned long long full[STREAM_STAGES];
     __shared__ RowStats scratch[32];
@@ -416,9 +428,9 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(STREAM_THRE
     __shared__ float published[2][4];
     __shared__ float combined[3];
     const unsigned rank = cluster_rank();
-    const index_t cluster = blockIdx.x / CLUSTER_BLOCKS, clusters = gridDim.x / CLUSTER_BLOCKS;
+    const index_t cluster = blockIdx.x / C, clusters = gridDim.x / C;
     const index_t packs = vocab / BF16_PER_PACK;
-    const index_t per_block = (packs + CLUSTER_BLOCKS - 1) / CLUSTER_BLOCKS;
+    const index_t per_block = (packs + C - 1) / C;
     const index_t first = rank * per_block < packs ? rank * per_block : packs;
     const index_t mine = (first + per_block < packs ? first + per_block : packs) - first;
     const unsigned bytes = (unsigned)(mine * 16);
@@ -475,7 +487,7 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(STREAM_THRE
         if (t == 0) {
             RowStats row_st = row_stats_empty();
             float zt = 0.0f;
-            for (unsigned r = 0; r < CLUSTER_BLOCKS; ++r) {
+            for (unsigned r = 0; r < C; ++r) {
                 RowStats o;
                 o.m = load_cluster_f32(&pub[0], r);
                 o.s = load_cluster_f32(&pub[1], r);
@@ -509,6 +521,20 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(STREAM_THRE
     // No block leaves while another may still read its published statistics.
     cluster_sync();
 }
+
+#define CLUSTER_STREAM_KERNEL(C)                                                                  \
+    KERNEL void __cluster_dims__(C, 1, 1) __launch_bounds__(STREAM_THREADS, 1)                    \
+        ce_rows_cluster_stream##C##_bf16x8(const bf16_t* logits, bf16_t* grad,                    \
+                                           const int* __restrict__ targets,                       \
+                                           float* __restrict__ row_loss,                          \
+                                           const float* __restrict__ inv_count_p, index_t vocab, \
+                                           float eps, float z_loss, int ignore_index,             \
+                                           index_t rows) {                                        \
+        ce_rows_cluster_stream<C>(logits, grad, targets, row_loss, inv_count_p, vocab, eps,       \
+                                  z_loss, ignore_index, rows);                                    \
+    }
+CLUSTER_STREAM_KERNEL(4)
+CLUSTER_STREAM_KERNEL(8)
 
 // grid(1), block(1024): loss = (sum of the row losses) / N, each thread summing a fixed
 // stride, then a fixed tree: the same bits every run, no atomics.

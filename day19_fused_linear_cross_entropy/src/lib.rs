@@ -35,7 +35,8 @@ const FUNCTIONS: &[&str] = &[
     "ce_count_valid_i32",
     "ce_rows_two_pass_bf16x8",
     "ce_rows_cluster8_bf16x8",
-    "ce_rows_cluster_stream_bf16x8",
+    "ce_rows_cluster_stream4_bf16x8",
+    "ce_rows_cluster_stream8_bf16x8",
     "ce_mean_loss_f32",
 ];
 
@@ -46,11 +47,10 @@ const CLUSTER_BLOCKS: usize = 8;
 const CLUSTER_THREADS: u32 = 512;
 /// 8 blocks x 512 threads x 4 packs x 8 bf16.
 pub const CLUSTER_MAX_VOCAB: usize = CLUSTER_BLOCKS * CLUSTER_THREADS as usize * 4 * 8;
-/// cluster_stream (STREAM_* in the .cu): 512 threads a block, 16 resident clusters, 4 stages
-/// of a slice of at most 2048 packs (so the same longest row as cluster8).
+/// cluster_stream (StreamShape in the .cu): 512 threads a block and, per cluster size, the
+/// stages of 16-byte packs in shared memory (4 x 2048 for clusters of 8, 3 x 4096 for 4).
 const STREAM_THREADS: u32 = 512;
-const STREAM_CLUSTERS: usize = 16;
-const STREAM_SHARED_BYTES: u32 = 4 * 2048 * 16;
+const STREAM_CLUSTER_SIZES: [(usize, u32); 2] = [(4, 3 * 4096 * 16), (8, 4 * 2048 * 16)];
 
 /// Which row kernel computes the loss and writes the gradient.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +78,8 @@ impl RowKernel {
         match self {
             Self::TwoPass => "ce_rows_two_pass_bf16x8",
             Self::Cluster8 => "ce_rows_cluster8_bf16x8",
-            Self::ClusterStream => "ce_rows_cluster_stream_bf16x8",
+            // Compiled for clusters of 4 and of 8; `CrossEntropy::row_launch` picks one.
+            Self::ClusterStream => "ce_rows_cluster_stream8_bf16x8",
         }
     }
 
@@ -108,15 +109,16 @@ impl RowKernel {
         }
     }
 
-    pub fn shape(self, rows: usize) -> LaunchShape {
+    /// The launch of the kernels with one block (or cluster) per row; cluster_stream's grid
+    /// depends on what the GPU holds (`CrossEntropy::row_launch`).
+    pub fn shape(self, rows: usize) -> Option<LaunchShape> {
         match self {
-            Self::TwoPass => LaunchShape::linear(rows as u32, TWO_PASS_THREADS),
-            Self::Cluster8 => LaunchShape::linear((rows * CLUSTER_BLOCKS) as u32, CLUSTER_THREADS),
-            Self::ClusterStream => LaunchShape {
-                grid: ((rows.min(STREAM_CLUSTERS) * CLUSTER_BLOCKS) as u32, 1, 1),
-                block: (STREAM_THREADS, 1, 1),
-                dynamic_shared_bytes: STREAM_SHARED_BYTES,
-            },
+            Self::TwoPass => Some(LaunchShape::linear(rows as u32, TWO_PASS_THREADS)),
+            Self::Cluster8 => Some(LaunchShape::linear(
+                (rows * CLUSTER_BLOCKS) as u32,
+                CLUSTER_THREADS,
+            )),
+            Self::ClusterStream => None,
         }
     }
 }
@@ -182,8 +184,47 @@ impl CrossEntropy {
         })
     }
 
-    pub fn row_kernel(&self, which: RowKernel) -> Result<&Kernel> {
+    fn row_kernel(&self, which: RowKernel) -> Result<&Kernel> {
         self.kernels.get(which.function())
+    }
+
+    /// The kernel and launch shape of `which` for `rows` rows. cluster_stream keeps its
+    /// clusters resident: of clusters of 4 and of 8 (a cluster must fit in one GPC), the size
+    /// whose resident clusters cover more SMs, and no more clusters than fit at once (those
+    /// past it would wait for a whole cluster's rows) or than there are rows.
+    pub fn row_launch(
+        &self,
+        gpu: &Gpu,
+        which: RowKernel,
+        rows: usize,
+    ) -> Result<(&Kernel, LaunchShape)> {
+        if let Some(shape) = which.shape(rows) {
+            return Ok((self.row_kernel(which)?, shape));
+        }
+        let mut best: Option<(usize, &Kernel, LaunchShape)> = None;
+        for (size, shared) in STREAM_CLUSTER_SIZES {
+            let kernel = self
+                .kernels
+                .get(&format!("ce_rows_cluster_stream{size}_bf16x8"))?;
+            let probe = LaunchShape {
+                grid: (size as u32, 1, 1),
+                block: (STREAM_THREADS, 1, 1),
+                dynamic_shared_bytes: shared,
+            };
+            let resident = kernel.max_active_clusters(&probe, &gpu.stream)? as usize;
+            let clusters = resident.min(rows);
+            if clusters > 0 && best.as_ref().is_none_or(|(sms, ..)| clusters * size > *sms) {
+                let shape = LaunchShape {
+                    grid: ((clusters * size) as u32, 1, 1),
+                    ..probe
+                };
+                best = Some((clusters * size, kernel, shape));
+            }
+        }
+        let (_, kernel, shape) = best.ok_or_else(|| {
+            anyhow::anyhow!("cluster_stream: this GPU holds no cluster of 4 or 8 such blocks")
+        })?;
+        Ok((kernel, shape))
     }
 
     /// Enqueues 1/N for `targets` (0 when all are ignored) into `scratch.inv_count`.
@@ -272,8 +313,7 @@ impl CrossEntropy {
         {
             bail!("cluster kernels: the logits must start on a 16-byte boundary");
         }
-        let kernel = self.row_kernel(which)?;
-        let shape = which.shape(rows);
+        let (kernel, shape) = self.row_launch(gpu, which, rows)?;
         let (eps, z_loss, ignore) = kernel_options(opts);
         let (vocab, rows) = (vocab as u64, rows as u64);
         let mut launch = gpu.stream.launch_builder(&kernel.func);
@@ -857,6 +897,6 @@ mod tests {
         assert!(RowKernel::Cluster8.refusal(CLUSTER_MAX_VOCAB + 8).is_some());
         assert_eq!(RowKernel::best_for(4099), RowKernel::TwoPass);
         assert_eq!(RowKernel::best_for(128256), RowKernel::Cluster8);
-        assert_eq!(RowKernel::Cluster8.shape(3).grid, (24, 1, 1));
+        assert_eq!(RowKernel::Cluster8.shape(3).unwrap().grid, (24, 1, 1));
     }
 }
