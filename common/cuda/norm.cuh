@@ -3,6 +3,7 @@
 #pragma once
 #include "common.cuh"
 #include "dtype.cuh"
+#include "mma.cuh"
 #include "reduce.cuh"
 
 // N sums across a warp at once: the same butterfly as warp_sum, N values per exchange step.
@@ -159,10 +160,50 @@ __device__ __forceinline__ void store_partial(float* __restrict__ part, int t, i
     }
 }
 
+// ---- rows staged ahead in shared memory (the backward's bwd_vec_pipe) ----
+// A register kernel with one row in flight per block waits a full memory latency per row;
+// the pipelined backward keeps NORM_PIPE_STAGES - 1 more rows of x and dy on their way into
+// shared memory by cp.async while it works on the current one. Thread t copies exactly the
+// packs it will read (load_row's VEC layout, pack p of thread t at slot p * GROUP + t), so
+// no barrier guards the buffers: each is read and refilled by the same thread, in order.
+
+// Rows in flight per block: 3 for 16-bit types, 2 for f32, so that the buffers of the widest
+// tier (1024 threads x 8 elements x 2 inputs x stages) stay within one SM's shared memory.
+template <typename T> __host__ __device__ constexpr int norm_pipe_stages() {
+    return sizeof(T) == 2 ? 3 : 2;
+}
+
+// Starts the copy of thread t's packs of a row (cols a multiple of the pack) into `buf`.
+template <typename T, int GROUP, int EPT>
+__device__ __forceinline__ void stage_row(const T* __restrict__ in, int t, index_t cols,
+                                          uint4* buf) {
+    constexpr int N = 16 / sizeof(T);
+#pragma unroll
+    for (int p = 0; p < EPT / N; ++p) {
+        const index_t col = ((index_t)p * GROUP + t) * N;
+        if (col < cols) cp_async_16_zfill(&buf[p * GROUP + t], in + col, true);
+    }
+}
+
+// load_row from a staged buffer: the same values in the same slots (0 past the row).
+template <typename T, int GROUP, int EPT>
+__device__ __forceinline__ void staged_row(const uint4* buf, int t, index_t cols,
+                                           float (&v)[EPT]) {
+    constexpr int N = 16 / sizeof(T);
+#pragma unroll
+    for (int p = 0; p < EPT / N; ++p) {
+        const index_t col = ((index_t)p * GROUP + t) * N;
+        Pack16<T> pack;
+        *reinterpret_cast<uint4*>(&pack) = buf[p * GROUP + t];
+#pragma unroll
+        for (int k = 0; k < N; ++k) v[p * N + k] = col < cols ? to_f32(pack.v[k]) : 0.0f;
+    }
+}
+
 // ---- the kernels of a norm day, every tier of every dtype ----
 // A day defines SIMPLE_KERNELS(T, NAME) (its non-tiered kernels),
-// REGS_TIER(T, NAME, GROUP, EPT, THREADS, SUFFIX, VEC) and BWD_TIER(T, NAME, GROUP, EPT, SUFFIX,
-// VEC) (one extern "C" kernel each), then instantiates NORM_ALL_KERNELS per dtype: the tier
+// REGS_TIER(T, NAME, GROUP, EPT, THREADS, SUFFIX, VEC), BWD_TIER(T, NAME, GROUP, EPT, SUFFIX,
+// VEC) and BWD_PIPE_TIER(T, NAME, GROUP, EPT) (one extern "C" kernel each), then instantiates NORM_ALL_KERNELS per dtype: the tier
 // list lives here once, beside the Rust one it must match.
 
 // Forward tiers (threads per row, elements per thread), as day05's and as
@@ -185,9 +226,17 @@ __device__ __forceinline__ void store_partial(float* __restrict__ part, int t, i
     BWD_TIER(T, NAME, 512, 8, SUFFIX, VEC)                                                         \
     BWD_TIER(T, NAME, 1024, 8, SUFFIX, VEC)
 
+// The pipelined backward (BWD_PIPE_TIER, 16-byte rows only): the backward tiers' shapes.
+#define NORM_BWD_PIPE_TIERS(T, NAME, PACK)                                                         \
+    BWD_PIPE_TIER(T, NAME, 32, PACK)                                                               \
+    BWD_PIPE_TIER(T, NAME, 256, 8)                                                                 \
+    BWD_PIPE_TIER(T, NAME, 512, 8)                                                                 \
+    BWD_PIPE_TIER(T, NAME, 1024, 8)
+
 #define NORM_ALL_KERNELS(T, NAME, PACK)                                                            \
     SIMPLE_KERNELS(T, NAME)                                                                        \
     NORM_FWD_TIERS(T, NAME, PACK, v, true)                                                         \
     NORM_FWD_TIERS(T, NAME, PACK, s, false)                                                        \
     NORM_BWD_TIERS(T, NAME, PACK, v, true)                                                         \
-    NORM_BWD_TIERS(T, NAME, PACK, s, false)
+    NORM_BWD_TIERS(T, NAME, PACK, s, false)                                                        \
+    NORM_BWD_PIPE_TIERS(T, NAME, PACK)

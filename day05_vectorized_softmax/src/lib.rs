@@ -47,6 +47,12 @@ pub const MAX_REGISTER_ROW: usize = 32 * 1024;
 const STREAM_THREADS: u32 = 1024;
 const SPLIT_THREADS: u32 = 256;
 
+/// `vec_split_onchip`'s block, as `softmax_vec.cu` sets it (ONCHIP_*): 1024 threads, each
+/// holding 6 packs of 16 bytes in registers and 10 in shared memory.
+const ONCHIP_THREADS: u32 = 1024;
+const ONCHIP_SMEM_PACKS: usize = 10;
+const ONCHIP_PACKS_PER_THREAD: usize = 16;
+
 /// `_v` with 16-byte loads when rows start 16-byte aligned (cols a multiple of the pack),
 /// `_s` with scalar loads otherwise.
 fn load_suffix(dtype: Dtype, cols: usize) -> &'static str {
@@ -77,6 +83,7 @@ fn all_functions() -> Vec<String> {
                 names.push(format!("{kind}_{dtype}_{suffix}"));
             }
         }
+        names.push(format!("softmax_split_onchip_{dtype}_v"));
     }
     names
 }
@@ -253,6 +260,83 @@ impl VecSoftmax {
     }
 }
 
+impl VecSoftmax {
+    /// `vec_split_onchip`: `vec_split_fused` with each chunk held on chip (registers and
+    /// shared memory) between its summary and its write, so the input is read once. Every
+    /// block must be resident at once and hold its chunk: rows x cols must fit in the blocks
+    /// the GPU holds (one per SM, 256 KB of input each), and rows must be whole 16-byte packs.
+    pub fn plan_split_onchip<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Plan<'a, T>> {
+        let n = pack(T::DTYPE);
+        if !cols.is_multiple_of(n) {
+            return Err(Refused(format!(
+                "rows of {cols} are not whole 16-byte packs of {n} (vec_split_fused takes them)"
+            ))
+            .into());
+        }
+        let name = format!("softmax_split_onchip_{}_v", T::DTYPE);
+        let kernel = self.kernels.get(&name)?;
+        let capacity = ONCHIP_PACKS_PER_THREAD * ONCHIP_THREADS as usize; // packs a block holds
+        let row_packs = cols / n;
+        let chunks = row_packs.div_ceil(capacity);
+        let chunk = row_packs.div_ceil(chunks) * n;
+        let shape = LaunchShape {
+            grid: (chunks as u32, rows.min(u32::MAX as usize) as u32, 1),
+            block: (ONCHIP_THREADS, 1, 1),
+            dynamic_shared_bytes: (ONCHIP_SMEM_PACKS * ONCHIP_THREADS as usize * 16) as u32,
+        };
+        let per_sm = kernel.blocks_per_sm(ONCHIP_THREADS, shape.dynamic_shared_bytes)? as usize;
+        let resident = per_sm * self.sms;
+        let blocks = rows.saturating_mul(chunks);
+        if rows > 65535 || blocks > resident {
+            return Err(Refused(format!(
+                "{rows} x {cols} needs {blocks} blocks of {} KB on chip at once; this GPU holds                  {resident} (vec_split_fused takes it)",
+                capacity * 16 / 1024
+            ))
+            .into());
+        }
+        let mut partials = gpu.stream.alloc_zeros::<f32>(2 * blocks)?;
+        let mut arrivals = gpu.stream.alloc_zeros::<u32>(rows)?;
+        let mut launches: u32 = 0;
+        // Per thread: up to 16 x pack exponentials summed in order, then the block's tree and
+        // the merge of `chunks` summaries.
+        let terms = ONCHIP_PACKS_PER_THREAD * n + 10 + chunks + 10;
+        Ok(Plan {
+            kernel,
+            shape,
+            tolerance: tolerance_for::<T>(terms),
+            launch: Box::new(move |x, out| {
+                check_sizes(x.len(), out.len(), rows, cols)?;
+                launches += 1;
+                let target = launches
+                    .checked_mul(chunks as u32)
+                    .ok_or_else(|| anyhow::anyhow!("arrival counters would overflow"))?;
+                let (cols, chunk) = (cols as u64, chunk as u64);
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch
+                    .arg(x)
+                    .arg(out)
+                    .arg(&mut partials)
+                    .arg(&mut arrivals)
+                    .arg(&cols)
+                    .arg(&chunk)
+                    .arg(&target);
+                // SAFETY: matches softmax_split_onchip_<T>_v(const T*, T*, MaxSum*, unsigned*,
+                // cols, chunk, unsigned target); cols is a multiple of the pack, so every row
+                // and chunk starts 16-byte aligned; a chunk is at most the 16 x 1024 packs a
+                // block holds; `target` counts as in vec_split_fused. The cooperative launch
+                // fails rather than run blocks that are not all resident.
+                unsafe { launch.launch_cooperative(kernel.config(&shape)?) }?;
+                Ok(())
+            }),
+        })
+    }
+}
+
 pub struct Day05 {
     day04: BlockSoftmax,
     vec: VecSoftmax,
@@ -268,6 +352,7 @@ impl SoftmaxDay for Day05 {
         "vec_online",
         "vec_split",
         "vec_split_fused",
+        "vec_split_onchip",
     ];
     /// The five problems of the workspace's softmax targets.
     const DEFAULT_PROBLEMS: &'static [Shape] = &[
@@ -300,6 +385,7 @@ impl SoftmaxDay for Day05 {
             "vec_online" => self.vec.plan_online(gpu, rows, cols),
             "vec_split" => self.vec.plan_split(gpu, rows, cols),
             "vec_split_fused" => self.vec.plan_split_fused(gpu, rows, cols),
+            "vec_split_onchip" => self.vec.plan_split_onchip(gpu, rows, cols),
             other => Err(Refused(format!("day05 has no version `{other}`")).into()),
         }
     }

@@ -20,10 +20,14 @@
 //               the write pass backwards as in vec_online
 //   vec_split_fused  the same in one cooperative launch: blocks wait for their row's
 //               summaries instead of for a second kernel
+//   vec_split_onchip vec_split_fused with no second read: one 1024-thread block per SM keeps
+//               its whole chunk (256 KB of input) in registers and shared memory between the
+//               summaries and the write, so a few rows too long for any one SM are read once
 //
 // Run: cargo run --release -p day05 -- --rows 4096 --cols 32768 --kernel vec_regs
 #include "common.cuh"
 #include "dtype.cuh"
+#include "mma.cuh"
 #include "reduce.cuh"
 
 // Reductions within the threads that share a row: a warp, or the whole block.
@@ -240,6 +244,136 @@ __device__ __forceinline__ void softmax_split_fused(const T* __restrict__ x, T* 
                          scale);
 }
 
+// vec_split_onchip's block: 1024 threads, each holding 6 packs of 16 bytes in registers
+// (24 registers: a 1024-thread block may use 64, and 8 packs spill in bf16, whose conversions
+// need more) and 10 in shared memory (160 KB a block), so a block holds 16 x 1024 packs =
+// 256 KB of input, and one block fits an SM. The launcher
+// (plan_split_onchip) repeats these numbers; it refuses grids the GPU cannot hold at once.
+constexpr int ONCHIP_THREADS = 1024, ONCHIP_REG_PACKS = 6, ONCHIP_SMEM_PACKS = 10;
+
+// grid(chunks, rows), block(ONCHIP_THREADS), dynamic shared memory ONCHIP_SMEM_PACKS x
+// ONCHIP_THREADS x 16 bytes, launched cooperatively (every block resident at once, one per
+// SM). Chunks are whole packs: begin and end are multiples of the pack width (the launcher
+// takes only rows of whole packs). Thread t holds packs t, t + 1024, ... of its chunk:
+// the first 6 in registers, the next 10 in shared memory, filled by cp.async so they take no
+// registers on the way. The input is read once: the chunk's summary (max, then the sum of
+// exponentials, both from what the block holds) is published as in vec_split_fused, and
+// after the row's summaries are merged the outputs are computed from the held values.
+template <typename T>
+__device__ __forceinline__ void softmax_split_onchip(const T* __restrict__ x, T* __restrict__ y,
+                                                     MaxSum* partials, unsigned* arrivals,
+                                                     index_t cols, index_t chunk,
+                                                     unsigned target) {
+    constexpr int N = 16 / sizeof(T);
+    constexpr int R = ONCHIP_REG_PACKS, S = ONCHIP_SMEM_PACKS, B = ONCHIP_THREADS;
+    extern __shared__ uint4 staged[];  // [S][B] packs: slot s of thread t at s * B + t
+    __shared__ MaxSum scratch[32];
+    const int t = threadIdx.x;
+    const index_t row = blockIdx.y, begin = (index_t)blockIdx.x * chunk;
+    const index_t end = begin + chunk < cols ? begin + chunk : cols;
+    const index_t packs = (end - begin) / N;
+    const T* in = x + row * cols + begin;
+    T* out = y + row * cols + begin;
+
+    // Shared-memory slots first: their copies need no registers and run while the register
+    // loads below are in flight too. Slot s is pack (R + s) * B + t of the chunk.
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+        const index_t p = (index_t)(R + s) * B + t;
+        if (p < packs) cp_async_16_zfill(&staged[s * B + t], in + p * N, true);
+    }
+    cp_async_commit();
+    Pack16<T> held[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const index_t p = (index_t)r * B + t;
+        if (p < packs) held[r] = load16(in + p * N);
+    }
+
+    // This thread's max, then its sum of exponentials from that max (one exp per element,
+    // where an online update would add one per new maximum). Slots past the chunk's end are
+    // skipped; a thread with none keeps (-inf, 0), the empty summary.
+    float m = NEG_INF;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+        if ((index_t)r * B + t < packs)
+#pragma unroll
+            for (int k = 0; k < N; ++k) m = fmaxf(m, to_f32(held[r].v[k]));
+    cp_async_wait<0>();  // this thread's own copies: it reads back only what it copied
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+        if ((index_t)(R + s) * B + t < packs) {
+            const Pack16<T> pack = *reinterpret_cast<const Pack16<T>*>(&staged[s * B + t]);
+#pragma unroll
+            for (int k = 0; k < N; ++k) m = fmaxf(m, to_f32(pack.v[k]));
+        }
+    }
+    const float shift = m == NEG_INF ? 0.0f : m;  // all -inf: exp(-inf - 0) = 0, no NaN
+    float sum = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+        if ((index_t)r * B + t < packs)
+#pragma unroll
+            for (int k = 0; k < N; ++k) sum += expf(to_f32(held[r].v[k]) - shift);
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+        if ((index_t)(R + s) * B + t < packs) {
+            const Pack16<T> pack = *reinterpret_cast<const Pack16<T>*>(&staged[s * B + t]);
+#pragma unroll
+            for (int k = 0; k < N; ++k) sum += expf(to_f32(pack.v[k]) - shift);
+        }
+    }
+    const MaxSum mine = block_max_sum(MaxSum{m, sum}, scratch);
+
+    // Publish, wait for the row's other chunks, merge: as vec_split_fused.
+    if (t == 0) {
+        partials[row * gridDim.x + blockIdx.x] = mine;
+        __threadfence();  // the summary is visible before the arrival that announces it
+        atomicAdd(&arrivals[row], 1u);
+        while (load_acquire(&arrivals[row]) < target) __nanosleep(32);
+    }
+    __syncthreads();
+    MaxSum stats = max_sum_empty();
+    for (unsigned k = t; k < gridDim.x; k += blockDim.x) {
+        const float* p = reinterpret_cast<const float*>(&partials[row * gridDim.x + k]);
+        stats = max_sum_combine(stats, MaxSum{__ldcg(p), __ldcg(p + 1)});
+    }
+    stats = block_max_sum(stats, scratch);
+    const float row_shift = stats.max == NEG_INF ? 0.0f : stats.max;
+    const float scale = stats.max == NEG_INF ? 0.0f : 1.0f / stats.sum;  // all -inf: zeros
+
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const index_t p = (index_t)r * B + t;
+        if (p < packs) {
+            Pack16<T> pack;
+#pragma unroll
+            for (int k = 0; k < N; ++k)
+                pack.v[k] = from_f32<T>(expf(to_f32(held[r].v[k]) - row_shift) * scale);
+            store16(out + p * N, pack);
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+        const index_t p = (index_t)(R + s) * B + t;
+        if (p < packs) {
+            Pack16<T> pack = *reinterpret_cast<const Pack16<T>*>(&staged[s * B + t]);
+#pragma unroll
+            for (int k = 0; k < N; ++k)
+                pack.v[k] = from_f32<T>(expf(to_f32(pack.v[k]) - row_shift) * scale);
+            store16(out + p * N, pack);
+        }
+    }
+}
+
+#define ONCHIP(T, NAME)                                                                        \
+    KERNEL void __launch_bounds__(ONCHIP_THREADS, 1)                                           \
+        softmax_split_onchip_##NAME##_v(const T* x, T* y, MaxSum* partials,                   \
+                                        unsigned* arrivals, index_t cols, index_t chunk,       \
+                                        unsigned target) {                                     \
+        softmax_split_onchip<T>(x, y, partials, arrivals, cols, chunk, target);                \
+    }
+
 // The register tiers: (threads per row, elements per thread). The launcher picks the first
 // tier whose capacity GROUP * EPT holds the row. Blocks are 256 threads for a warp per row.
 #define REGS_TIER(T, NAME, GROUP, EPT, BLOCK)                                                  \
@@ -280,7 +414,8 @@ __device__ __forceinline__ void softmax_split_fused(const T* __restrict__ x, T* 
     REGS_TIER(T, NAME, 512, 32, 512)                                                           \
     REGS_TIER(T, NAME, 1024, 32, 1024)                                                         \
     STREAMING(T, NAME, v, true)                                                                \
-    STREAMING(T, NAME, s, false)
+    STREAMING(T, NAME, s, false)                                                               \
+    ONCHIP(T, NAME)
 
 // Warp tiers: one pack per lane (4 floats, 8 halves), and 16 elements per lane.
 ALL_KERNELS(float, f32, 4, 16)

@@ -19,6 +19,9 @@
 //   bwd_vec_regs  blocks loop over rows with the row in registers: dx, and each block's
 //                 share of dw accumulated in registers, written once as a partial row;
 //                 column_sums finishes (deterministic, no atomics)
+//   bwd_vec_pipe  bwd_vec_regs with the next rows' x and dy already on their way into shared
+//                 memory (cp.async, 2 rows ahead in 16-bit types, 1 in f32) while a row is
+//                 reduced and written: more bytes in flight per SM than occupancy alone gives
 //
 // Run: cargo run --release -p day11 -- --rows 16384 --cols 4096 --dtype bf16 --kernel vec_regs
 #include "common.cuh"
@@ -234,6 +237,61 @@ __device__ __forceinline__ void rmsnorm_bwd_regs(const T* __restrict__ x, const 
     store_partial<T, GROUP, EPT, VEC>(partials + (index_t)blockIdx.x * cols, t, cols, acc);
 }
 
+// bwd_vec_pipe: bwd_vec_regs's work split and arithmetic, with x and dy of the block's rows
+// staged norm_pipe_stages<T>() deep in dynamic shared memory ([stage][x | dy][packs]), so the
+// loads of the rows ahead overlap this row's reductions and stores. 16-byte rows only.
+template <typename T, int GROUP, int EPT>
+__device__ __forceinline__ void rmsnorm_bwd_pipe(const T* __restrict__ x, const T* __restrict__ w,
+                                                 const T* __restrict__ dy, T* __restrict__ dx,
+                                                 float* __restrict__ partials, index_t rows,
+                                                 index_t cols, float eps) {
+    constexpr int STAGES = norm_pipe_stages<T>();
+    constexpr int SLOTS = EPT / (16 / sizeof(T)) * GROUP;  // packs of one input row
+    extern __shared__ uint4 staged[];
+    __shared__ float scratch[64];
+    const int t = threadIdx.x;
+    auto stage = [&](index_t row, int s) {
+        if (row < rows) {
+            stage_row<T, GROUP, EPT>(x + row * cols, t, cols, &staged[(2 * s) * SLOTS]);
+            stage_row<T, GROUP, EPT>(dy + row * cols, t, cols, &staged[(2 * s + 1) * SLOTS]);
+        }
+        cp_async_commit();  // an empty group past the last row keeps the count uniform
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) stage(blockIdx.x + (index_t)s * gridDim.x, s);
+    float wv[EPT], acc[EPT];
+    load_row<T, GROUP, EPT, true>(w, t, cols, wv);
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) acc[i] = 0.0f;
+    int s = 0;  // the stage holding `row`
+    for (index_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        // Refill the stage this thread finished reading last iteration, STAGES - 1 rows ahead.
+        stage(row + (index_t)(STAGES - 1) * gridDim.x, s == 0 ? STAGES - 1 : s - 1);
+        cp_async_wait<STAGES - 1>();  // all but the newest STAGES - 1 groups: this row's
+        float xv[EPT], dyv[EPT];
+        staged_row<T, GROUP, EPT>(&staged[(2 * s) * SLOTS], t, cols, xv);
+        staged_row<T, GROUP, EPT>(&staged[(2 * s + 1) * SLOTS], t, cols, dyv);
+        s = s == STAGES - 1 ? 0 : s + 1;
+        float sums[2] = {0.0f, 0.0f};  // sum(x^2), sum(g * x)
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            sums[0] += xv[i] * xv[i];
+            sums[1] += wv[i] * dyv[i] * xv[i];
+        }
+        block_sum_n<2>(sums, scratch);
+        const float rstd = rsqrtf(sums[0] / (float)cols + eps);
+        const float mean_g_xhat = rstd * sums[1] / (float)cols;
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const float xhat = xv[i] * rstd;
+            acc[i] += dyv[i] * xhat;
+            xv[i] = rstd * (wv[i] * dyv[i] - xhat * mean_g_xhat);  // dx, in x's registers
+        }
+        store_row<T, GROUP, EPT, true>(dx + row * cols, t, cols, xv);
+    }
+    store_partial<T, GROUP, EPT, true>(partials + (index_t)blockIdx.x * cols, t, cols, acc);
+}
+
 // ---------------------------------------------------------------------------------------
 // Instantiations. Names: op, method, dtype, then the tier (threads per row g, elements per
 // thread e) and v (16-byte loads) or s (scalar loads, for widths no pack divides).
@@ -284,6 +342,14 @@ __device__ __forceinline__ void rmsnorm_bwd_regs(const T* __restrict__ x, const 
             const T* x, const T* w, const T* dy, T* dx, float* partials, index_t rows,         \
             index_t cols, float eps) {                                                         \
         rmsnorm_bwd_regs<T, GROUP, EPT, VEC>(x, w, dy, dx, partials, rows, cols, eps);         \
+    }
+
+#define BWD_PIPE_TIER(T, NAME, GROUP, EPT)                                                     \
+    KERNEL void __launch_bounds__(GROUP, 1024 / GROUP)                                         \
+        rmsnorm_bwd_pipe_##NAME##_g##GROUP##_e##EPT(const T* x, const T* w, const T* dy, T* dx, \
+                                                   float* partials, index_t rows,              \
+                                                   index_t cols, float eps) {                  \
+        rmsnorm_bwd_pipe<T, GROUP, EPT>(x, w, dy, dx, partials, rows, cols, eps);              \
     }
 
 NORM_ALL_KERNELS(float, f32, 4)

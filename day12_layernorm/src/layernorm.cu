@@ -24,6 +24,9 @@
 //                  sum that reads x and dy again
 //   bwd_vec_regs   blocks loop over rows with the row in registers; dx, and the block's shares
 //                  of dw and db in registers, written once as partial rows; column_sums finishes
+//   bwd_vec_pipe   bwd_vec_regs with the next rows' x and dy already on their way into shared
+//                  memory (cp.async, 2 rows ahead in 16-bit types, 1 in f32) while a row is
+//                  reduced and written: more bytes in flight per SM than occupancy alone gives
 //
 // Run: cargo run --release -p day12 -- --rows 16384 --cols 4096 --dtype bf16 --kernel vec_regs
 #include "common.cuh"
@@ -290,6 +293,80 @@ __device__ __forceinline__ void layernorm_bwd_regs(const T* __restrict__ x,
     store_partial<T, GROUP, EPT, VEC>(partials_b + (index_t)blockIdx.x * cols, t, cols, acc_b);
 }
 
+// bwd_vec_pipe: bwd_vec_regs's work split and arithmetic, with x and dy of the block's rows
+// staged norm_pipe_stages<T>() deep in dynamic shared memory ([stage][x | dy][packs]), so the
+// loads of the rows ahead overlap this row's two reductions and its stores. 16-byte rows only.
+template <typename T, int GROUP, int EPT>
+__device__ __forceinline__ void layernorm_bwd_pipe(const T* __restrict__ x,
+                                                   const T* __restrict__ w,
+                                                   const T* __restrict__ dy, T* __restrict__ dx,
+                                                   float* __restrict__ partials_w,
+                                                   float* __restrict__ partials_b, index_t rows,
+                                                   index_t cols, float eps) {
+    constexpr int STAGES = norm_pipe_stages<T>();
+    constexpr int SLOTS = EPT / (16 / sizeof(T)) * GROUP;  // packs of one input row
+    extern __shared__ uint4 staged[];
+    __shared__ float scratch[96];
+    __shared__ float w_park[GROUP * EPT];  // as bwd_vec_regs: w out of the registers
+    const int t = threadIdx.x;
+    auto stage = [&](index_t row, int s) {
+        if (row < rows) {
+            stage_row<T, GROUP, EPT>(x + row * cols, t, cols, &staged[(2 * s) * SLOTS]);
+            stage_row<T, GROUP, EPT>(dy + row * cols, t, cols, &staged[(2 * s + 1) * SLOTS]);
+        }
+        cp_async_commit();  // an empty group past the last row keeps the count uniform
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) stage(blockIdx.x + (index_t)s * gridDim.x, s);
+    {
+        float wv[EPT];
+        load_row<T, GROUP, EPT, true>(w, t, cols, wv);  // 0 past the row: g is 0 there
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) w_park[i * GROUP + t] = wv[i];
+    }
+    const int valid = valid_slots<T, GROUP, EPT, true>(t, cols);
+    float acc_w[EPT], acc_b[EPT];
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) acc_w[i] = acc_b[i] = 0.0f;
+    int s = 0;  // the stage holding `row`
+    for (index_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        // Refill the stage this thread finished reading last iteration, STAGES - 1 rows ahead.
+        stage(row + (index_t)(STAGES - 1) * gridDim.x, s == 0 ? STAGES - 1 : s - 1);
+        cp_async_wait<STAGES - 1>();  // all but the newest STAGES - 1 groups: this row's
+        float xv[EPT], dyv[EPT];
+        staged_row<T, GROUP, EPT>(&staged[(2 * s) * SLOTS], t, cols, xv);
+        staged_row<T, GROUP, EPT>(&staged[(2 * s + 1) * SLOTS], t, cols, dyv);
+        s = s == STAGES - 1 ? 0 : s + 1;
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) sum += xv[i];
+        const float mean = block_sum(sum, scratch) / (float)cols;
+        float sums[3] = {0.0f, 0.0f, 0.0f};  // sum((x - mean)^2), sum(g), sum(g * (x - mean))
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const float d = i < valid ? xv[i] - mean : 0.0f;  // padding must not add mean^2
+            const float g = w_park[i * GROUP + t] * dyv[i];
+            xv[i] = d;  // x - mean from here on (0 in padding slots)
+            sums[0] += d * d;
+            sums[1] += g;
+            sums[2] += g * d;
+        }
+        block_sum_n<3>(sums, scratch);
+        const float rstd = rsqrtf(sums[0] / (float)cols + eps);
+        const float mean_g = sums[1] / (float)cols, mean_g_xhat = rstd * sums[2] / (float)cols;
+#pragma unroll
+        for (int i = 0; i < EPT; ++i) {
+            const float xhat = xv[i] * rstd;
+            acc_w[i] += dyv[i] * xhat;
+            acc_b[i] += dyv[i];
+            xv[i] = rstd * (w_park[i * GROUP + t] * dyv[i] - mean_g - xhat * mean_g_xhat);  // dx
+        }
+        store_row<T, GROUP, EPT, true>(dx + row * cols, t, cols, xv);
+    }
+    store_partial<T, GROUP, EPT, true>(partials_w + (index_t)blockIdx.x * cols, t, cols, acc_w);
+    store_partial<T, GROUP, EPT, true>(partials_b + (index_t)blockIdx.x * cols, t, cols, acc_b);
+}
+
 // ---------------------------------------------------------------------------------------
 // Instantiations: op, method, dtype, then the tier (g threads per row, e elements per thread)
 // and v (16-byte loads) or s (scalar loads, for widths no pack divides).
@@ -333,6 +410,15 @@ __device__ __forceinline__ void layernorm_bwd_regs(const T* __restrict__ x,
             index_t rows, index_t cols, float eps) {                                           \
         layernorm_bwd_regs<T, GROUP, EPT, VEC>(x, w, dy, dx, partials_w, partials_b, rows,     \
                                                cols, eps);                                     \
+    }
+
+#define BWD_PIPE_TIER(T, NAME, GROUP, EPT)                                                     \
+    KERNEL void __launch_bounds__(GROUP, 1024 / GROUP)                                         \
+        layernorm_bwd_pipe_##NAME##_g##GROUP##_e##EPT(                                         \
+            const T* x, const T* w, const T* dy, T* dx, float* partials_w, float* partials_b,  \
+            index_t rows, index_t cols, float eps) {                                           \
+        layernorm_bwd_pipe<T, GROUP, EPT>(x, w, dy, dx, partials_w, partials_b, rows, cols,    \
+                                          eps);                                                \
     }
 
 NORM_ALL_KERNELS(float, f32, 4)

@@ -8,7 +8,8 @@ use common::dtype::Dtype;
 use common::family::norm::{
     Inputs, Kind, NormDay, Pass, Plan, Refused, Shape, backward_len, backward_register_tier,
     backward_tiers, block_per_row_grid, block_terms, check_sizes, column_terms,
-    forward_register_plan, forward_tiers, launch_column_sums, load_suffix, resident_blocks,
+    forward_register_plan, forward_tiers, launch_column_sums, load_suffix, pipe_function,
+    pipe_shared_bytes, pipe_tier, resident_blocks, resident_blocks_with_shared,
 };
 use common::gpu::kernel::KernelSet;
 use common::gpu::nvrtc::KernelSource;
@@ -58,6 +59,9 @@ fn all_functions() -> Vec<String> {
             for (group, ept) in backward_tiers(dtype) {
                 names.push(bwd_regs_function(dtype, group, ept, suffix));
             }
+        }
+        for (group, ept) in backward_tiers(dtype) {
+            names.push(pipe_function("layernorm", dtype, group, ept));
         }
     }
     names
@@ -317,12 +321,72 @@ impl Day12 {
     }
 }
 
+impl Day12 {
+    /// `bwd_vec_pipe`: `bwd_vec_regs` with the next rows' x and dy staged in shared memory
+    /// while a row is worked on, then `column_sums` for dw and db.
+    fn plan_bwd_pipe<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+    ) -> Result<Plan<'a, T>> {
+        let (group, ept) = pipe_tier(T::DTYPE, cols)?;
+        let kernel = self
+            .kernels
+            .get(&pipe_function("layernorm", T::DTYPE, group, ept))?;
+        let sums = self.kernel::<T>("column_sums")?;
+        let shared = pipe_shared_bytes(T::DTYPE, group, ept);
+        let blocks = resident_blocks_with_shared(kernel, group as u32, shared, self.sms, rows)?;
+        let shape = LaunchShape {
+            grid: (blocks as u32, 1, 1),
+            block: (group as u32, 1, 1),
+            dynamic_shared_bytes: shared,
+        };
+        let mut partials_w = gpu.stream.alloc_zeros::<f32>(blocks * cols)?;
+        let mut partials_b = gpu.stream.alloc_zeros::<f32>(blocks * cols)?;
+        Ok(Plan {
+            kernel,
+            shape,
+            // Two block sums per row: the mean's, then the rest's.
+            row_terms: ept + 20,
+            col_terms: column_terms(rows.div_ceil(blocks), blocks),
+            launch: Box::new(move |inputs: &Inputs<T>, out| {
+                let len = backward_len(Kind::Layer, rows, cols);
+                check_sizes(inputs, out.len(), rows, cols, len)?;
+                let dy = inputs.dy()?;
+                let (mut dx, mut grads) = out.split_at_mut(rows * cols);
+                let (mut dw, mut db) = grads.split_at_mut(cols);
+                let (rows64, cols64) = (rows as u64, cols as u64);
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch
+                    .arg(&inputs.x)
+                    .arg(&inputs.weight)
+                    .arg(dy)
+                    .arg(&mut dx)
+                    .arg(&mut partials_w)
+                    .arg(&mut partials_b)
+                    .arg(&rows64)
+                    .arg(&cols64)
+                    .arg(&eps);
+                // SAFETY: layernorm_bwd_pipe_<T>_g<G>_e<E>(const T* x, const T* w, const T* dy,
+                // T* dx, float* partials_w, float* partials_b, rows, cols, eps); the tier holds
+                // the row, rows are whole 16-byte packs (pipe_tier), the shared memory is the
+                // stages' buffers, each partials array has a row per block.
+                unsafe { launch.launch(kernel.config(&shape)?) }?;
+                launch_column_sums(gpu, sums, &partials_w, &mut dw, blocks, cols)?;
+                launch_column_sums(gpu, sums, &partials_b, &mut db, blocks, cols)
+            }),
+        })
+    }
+}
+
 impl NormDay for Day12 {
     const DAY: &'static str = "day12";
     const TITLE: &'static str = "LayerNorm";
     const KIND: Kind = Kind::Layer;
     const FORWARD_VERSIONS: &'static [&'static str] = &["naive", "welford_block", "vec_regs"];
-    const BACKWARD_VERSIONS: &'static [&'static str] = &["bwd_split", "bwd_vec_regs"];
+    const BACKWARD_VERSIONS: &'static [&'static str] = &["bwd_split", "bwd_vec_regs", "bwd_vec_pipe"];
     const DEFAULT_PROBLEMS: &'static [Shape] = &[
         Shape::new(Pass::Forward, 16384, 4096, Dtype::Bf16),
         Shape::new(Pass::Backward, 16384, 4096, Dtype::Bf16),
@@ -350,6 +414,7 @@ impl NormDay for Day12 {
             "vec_regs" => self.plan_regs(gpu, rows, cols, eps),
             "bwd_split" => self.plan_bwd_split(gpu, rows, cols, eps),
             "bwd_vec_regs" => self.plan_bwd_regs(gpu, rows, cols, eps),
+            "bwd_vec_pipe" => self.plan_bwd_pipe(gpu, rows, cols, eps),
             other => Err(Refused(format!("day12 has no version `{other}`")).into()),
         }
     }

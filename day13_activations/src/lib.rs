@@ -2,7 +2,8 @@
 //! HardTanh, their gradients) and a fused bias-dropout-add. The launchers for `activations.cu`
 //! and `rectifiers.cu`: each op in a scalar and a 16-byte vectorized version, SwiGLU also as
 //! torch runs it (two kernels), the GELU and SiLU ops also in a `vec_fast` version (`__expf`,
-//! one pack per thread, full occupancy), every storage type.
+//! a branch-free normal CDF in place of `erff`, one pack per thread, full occupancy), every
+//! storage type.
 
 pub mod problem;
 

@@ -15,6 +15,8 @@
 //                       at its predecessors' published words (2n traffic)
 //   decoupled_lookback_fast  the same with relaxed (fence-free) publishes and polls, tiles of
 //                       8192, and a look-back that waits only for the lanes it will add
+//   lookback_only_relaxed, lookback_only_tile8192, lookback_only_wait_nearest
+//                       decoupled_lookback with one of those three changes each: which paid
 //
 // Run: cargo run --release -p day16 -- --problem scan --kernel decoupled_lookback
 //
@@ -284,85 +286,103 @@ template <> __device__ __forceinline__ int from_bits<int>(unsigned bits) { retur
 
 // Release: everything this thread wrote before is visible to whoever acquires the word.
 // (The value travels in the word itself; the ordering matters for nothing else here, but it
-// also keeps the store from lingering in a write buffer while successors spin.)
-__device__ __forceinline__ void store_release(unsigned long long* p, unsigned long long v) {
-    asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+// also keeps the store from lingering in a write buffer while successors spin.) Relaxed (the
+// fast version's change 1): the same GPU-scope store to L2, without the fence in front.
+template <bool RELAXED>
+__device__ __forceinline__ void store_word(unsigned long long* p, unsigned long long v) {
+    if constexpr (RELAXED) asm volatile("st.relaxed.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+    else asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 // Acquire at GPU scope: read from L2 (never a stale L1 line), ordered before later loads.
-__device__ __forceinline__ unsigned long long load_acquire(const unsigned long long* p) {
+// Relaxed: the same L2 read, ordered before nothing (nothing else needs it).
+template <bool RELAXED> __device__ __forceinline__ unsigned long long load_word(const unsigned long long* p) {
     unsigned long long v;
-    asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    if constexpr (RELAXED) asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    else asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
 
 // Run by one whole warp. Publishes A for `tile`, looks back over windows of 32 predecessors
 // (lane l reads tile - 1 - l) until one of them has P, sums the aggregates in front of that
 // P and the P itself, publishes P for `tile`, and returns the sum of all tiles before it.
-template <typename T>
+// WAIT_NEAREST (the fast version's change 3): wait only for the lanes up to the nearest P
+// (lanes 0..stop), or the whole window when no lane has P, and let a lane that has seen A or
+// P keep its word (it stays a valid aggregate or prefix) instead of polling again. Without
+// it, every lane re-reads until no lane of the window shows X.
+template <typename T, bool RELAXED, bool WAIT_NEAREST>
 __device__ __forceinline__ T look_back(unsigned long long* status, long long tile, T aggregate) {
     const int lane = threadIdx.x & 31;
-    if (lane == 0) store_release(&status[tile], FLAG_AGGREGATE | value_bits(aggregate));
+    if (lane == 0) store_word<RELAXED>(&status[tile], FLAG_AGGREGATE | value_bits(aggregate));
     T exclusive = 0;
     for (long long top = tile - 1;; top -= 32) {
         const long long pred = top - lane;
-        unsigned long long word;
-        // Before tile 0 there is nothing: a P of value 0.
-        do {
-            word = pred >= 0 ? load_acquire(&status[pred]) : FLAG_PREFIX;
-        } while (__any_sync(FULL_WARP, (word >> 32) == 0));
-        const unsigned prefixes = __ballot_sync(FULL_WARP, (word >> 32) == 2);
-        T value = from_bits<T>((unsigned)word);
-        if (prefixes != 0) {
-            // Lane `stop` is the nearest predecessor with P: it and the A's in front of it.
-            const int stop = __ffs(prefixes) - 1;
-            if (lane > stop) value = 0;
-            exclusive += warp_sum_t(value);
-            break;
+        unsigned long long word = 0;  // X until this lane reads something else
+        unsigned prefixes;
+        int stop;
+        for (;;) {
+            // Before tile 0 there is nothing: a P of value 0.
+            if (!WAIT_NEAREST || (word >> 32) == 0)
+                word = pred >= 0 ? load_word<RELAXED>(&status[pred]) : FLAG_PREFIX;
+            const unsigned empty = __ballot_sync(FULL_WARP, (word >> 32) == 0);
+            prefixes = __ballot_sync(FULL_WARP, (word >> 32) == 2);
+            // Lane `stop` is the nearest predecessor with P, or the window's last lane.
+            stop = prefixes != 0 ? __ffs(prefixes) - 1 : 31;
+            // Lanes 0..stop (2 << 31 wraps to 0, so stop = 31 gives every lane), or all 32.
+            const unsigned waited = WAIT_NEAREST ? (2u << stop) - 1u : FULL_WARP;
+            if ((empty & waited) == 0) break;
         }
+        const T value = lane <= stop ? from_bits<T>((unsigned)word) : T(0);
         exclusive += warp_sum_t(value);
+        if (prefixes != 0) break;
     }
-    if (lane == 0) store_release(&status[tile], FLAG_PREFIX | value_bits(exclusive + aggregate));
+    if (lane == 0)
+        store_word<RELAXED>(&status[tile], FLAG_PREFIX | value_bits(exclusive + aggregate));
     return exclusive;
 }
 
-// grid(ceil(n / 4096)), block(256): take a ticket (the tile), load and scan it, let warp 0
-// look back for the prefix of the tiles before, add it, store. Each block reads its tile once
-// and writes it once.
-template <typename T>
-__device__ __forceinline__ void scan_decoupled_lookback(const T* __restrict__ in,
-                                                        T* __restrict__ out, index_t n,
-                                                        unsigned long long* state) {
+// grid(ceil(n / tile)), block(256), tile = 256 x 4 x P elements: take a ticket (the tile),
+// load and scan it, let warp 0 look back for the prefix of the tiles before, add it, store.
+// Each block reads its tile once and writes it once.
+template <typename T, int P, bool RELAXED, bool WAIT_NEAREST>
+__device__ __forceinline__ void scan_look_back_tiles(const T* __restrict__ in, T* __restrict__ out,
+                                                     index_t n, unsigned long long* state) {
+    constexpr index_t TILE_ELEMENTS = SCAN_THREADS * 4 * P;
     __shared__ T warp_totals[SCAN_WARPS];
     __shared__ T tile_prefix;
     __shared__ unsigned long long ticket;
     if (threadIdx.x == 0) ticket = atomicAdd(&state[0], 1ull);
     __syncthreads();
     const long long tile = (long long)ticket;
-    const index_t base = (index_t)tile * TILE;
-    T v[ITEMS], offset[PACKS];
-    load_tile(in, base, n, v);
-    const T aggregate = scan_tile(v, offset, warp_totals);
+    const index_t base = (index_t)tile * TILE_ELEMENTS;
+    T v[4 * P], offset[P];
+    load_tile<T, P>(in, base, n, v);
+    const T aggregate = scan_tile<T, P>(v, offset, warp_totals);
     if (threadIdx.x < 32) {
-        const T prefix = look_back(state + 1, tile, aggregate);
+        const T prefix = look_back<T, RELAXED, WAIT_NEAREST>(state + 1, tile, aggregate);
         if (threadIdx.x == 0) tile_prefix = prefix;
     }
     __syncthreads();
     const T prefix = tile_prefix;
 #pragma unroll
-    for (int k = 0; k < PACKS; ++k) offset[k] += prefix;
-    store_tile(out, base, n, v, offset);
+    for (int k = 0; k < P; ++k) offset[k] += prefix;
+    store_tile<T, P>(out, base, n, v, offset);
 }
-KERNEL void __launch_bounds__(SCAN_THREADS)
-    scan_decoupled_lookback_f32(const float* __restrict__ in, float* __restrict__ out, index_t n,
-                                unsigned long long* state) {
-    scan_decoupled_lookback(in, out, n, state);
-}
-KERNEL void __launch_bounds__(SCAN_THREADS)
-    scan_decoupled_lookback_i32(const int* __restrict__ in, int* __restrict__ out, index_t n,
-                                unsigned long long* state) {
-    scan_decoupled_lookback(in, out, n, state);
-}
+
+// One kernel per (name, packs per thread, relaxed words, wait for the nearest P only).
+#define LOOK_BACK_KERNELS(NAME, P, RELAXED, WAIT_NEAREST)                                        \
+    KERNEL void __launch_bounds__(SCAN_THREADS)                                                  \
+        scan_##NAME##_f32(const float* __restrict__ in, float* __restrict__ out, index_t n,     \
+                          unsigned long long* state) {                                           \
+        scan_look_back_tiles<float, P, RELAXED, WAIT_NEAREST>(in, out, n, state);              \
+    }                                                                                            \
+    KERNEL void __launch_bounds__(SCAN_THREADS)                                                  \
+        scan_##NAME##_i32(const int* __restrict__ in, int* __restrict__ out, index_t n,         \
+                          unsigned long long* state) {                                           \
+        scan_look_back_tiles<int, P, RELAXED, WAIT_NEAREST>(in, out, n, state);                \
+    }
+
+LOOK_BACK_KERNELS(decoupled_lookback, PACKS, false, false)
 
 // ---------------------------------------------------------------------------------------------
 // decoupled_lookback_fast: the same algorithm and the same status words, three changes.
@@ -382,83 +402,11 @@ KERNEL void __launch_bounds__(SCAN_THREADS)
 //    P no longer holds the warp, and a lane that has seen A or P keeps its word (it stays a
 //    valid aggregate or prefix) and stops polling.
 
-constexpr int FAST_PACKS = 8;
-constexpr int FAST_TILE = SCAN_THREADS * 4 * FAST_PACKS;  // 8192 elements per block
+constexpr int FAST_PACKS = 8;  // 8192 elements per block
 
-__device__ __forceinline__ void store_relaxed(unsigned long long* p, unsigned long long v) {
-    asm volatile("st.relaxed.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
+LOOK_BACK_KERNELS(decoupled_lookback_fast, FAST_PACKS, true, true)
 
-__device__ __forceinline__ unsigned long long load_relaxed(const unsigned long long* p) {
-    unsigned long long v;
-    asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-
-// Run by one whole warp, as look_back: publishes A for `tile`, finds the sum of all tiles
-// before it, publishes P, returns that sum.
-template <typename T>
-__device__ __forceinline__ T look_back_fast(unsigned long long* status, long long tile,
-                                            T aggregate) {
-    const int lane = threadIdx.x & 31;
-    if (lane == 0) store_relaxed(&status[tile], FLAG_AGGREGATE | value_bits(aggregate));
-    T exclusive = 0;
-    for (long long top = tile - 1;; top -= 32) {
-        const long long pred = top - lane;
-        unsigned long long word = 0;  // X until this lane reads something else
-        unsigned prefixes;
-        int stop;
-        for (;;) {
-            // Before tile 0 there is nothing: a P of value 0.
-            if ((word >> 32) == 0) word = pred >= 0 ? load_relaxed(&status[pred]) : FLAG_PREFIX;
-            const unsigned empty = __ballot_sync(FULL_WARP, (word >> 32) == 0);
-            prefixes = __ballot_sync(FULL_WARP, (word >> 32) == 2);
-            // Lane `stop` is the nearest predecessor with P, or the window's last lane.
-            stop = prefixes != 0 ? __ffs(prefixes) - 1 : 31;
-            // Lanes 0..stop (2 << 31 wraps to 0, so stop = 31 gives every lane).
-            if ((empty & ((2u << stop) - 1u)) == 0) break;
-        }
-        const T value = lane <= stop ? from_bits<T>((unsigned)word) : T(0);
-        exclusive += warp_sum_t(value);
-        if (prefixes != 0) break;
-    }
-    if (lane == 0) store_relaxed(&status[tile], FLAG_PREFIX | value_bits(exclusive + aggregate));
-    return exclusive;
-}
-
-// grid(ceil(n / 8192)), block(256): as scan_decoupled_lookback with 8192-element tiles and
-// look_back_fast.
-template <typename T>
-__device__ __forceinline__ void scan_decoupled_lookback_fast(const T* __restrict__ in,
-                                                             T* __restrict__ out, index_t n,
-                                                             unsigned long long* state) {
-    __shared__ T warp_totals[SCAN_WARPS];
-    __shared__ T tile_prefix;
-    __shared__ unsigned long long ticket;
-    if (threadIdx.x == 0) ticket = atomicAdd(&state[0], 1ull);
-    __syncthreads();
-    const long long tile = (long long)ticket;
-    const index_t base = (index_t)tile * FAST_TILE;
-    T v[4 * FAST_PACKS], offset[FAST_PACKS];
-    load_tile<T, FAST_PACKS>(in, base, n, v);
-    const T aggregate = scan_tile<T, FAST_PACKS>(v, offset, warp_totals);
-    if (threadIdx.x < 32) {
-        const T prefix = look_back_fast(state + 1, tile, aggregate);
-        if (threadIdx.x == 0) tile_prefix = prefix;
-    }
-    __syncthreads();
-    const T prefix = tile_prefix;
-#pragma unroll
-    for (int k = 0; k < FAST_PACKS; ++k) offset[k] += prefix;
-    store_tile<T, FAST_PACKS>(out, base, n, v, offset);
-}
-KERNEL void __launch_bounds__(SCAN_THREADS)
-    scan_decoupled_lookback_fast_f32(const float* __restrict__ in, float* __restrict__ out,
-                                     index_t n, unsigned long long* state) {
-    scan_decoupled_lookback_fast(in, out, n, state);
-}
-KERNEL void __launch_bounds__(SCAN_THREADS)
-    scan_decoupled_lookback_fast_i32(const int* __restrict__ in, int* __restrict__ out,
-                                     index_t n, unsigned long long* state) {
-    scan_decoupled_lookback_fast(in, out, n, state);
-}
+// Each change alone, on decoupled_lookback, to learn which of them paid:
+LOOK_BACK_KERNELS(lookback_only_relaxed, PACKS, true, false)
+LOOK_BACK_KERNELS(lookback_only_tile8192, FAST_PACKS, false, false)
+LOOK_BACK_KERNELS(lookback_only_wait_nearest, PACKS, false, true)

@@ -25,6 +25,10 @@ pub enum ScanVersion {
     Hierarchical,
     DecoupledLookback,
     DecoupledLookbackFast,
+    /// `decoupled_lookback` with one of `decoupled_lookback_fast`'s three changes each.
+    LookbackOnlyRelaxed,
+    LookbackOnlyTile8192,
+    LookbackOnlyWaitNearest,
 }
 
 impl ScanVersion {
@@ -33,6 +37,9 @@ impl ScanVersion {
         ScanVersion::Hierarchical,
         ScanVersion::DecoupledLookback,
         ScanVersion::DecoupledLookbackFast,
+        ScanVersion::LookbackOnlyRelaxed,
+        ScanVersion::LookbackOnlyTile8192,
+        ScanVersion::LookbackOnlyWaitNearest,
     ];
 
     pub fn name(self) -> &'static str {
@@ -41,6 +48,9 @@ impl ScanVersion {
             ScanVersion::Hierarchical => "hierarchical",
             ScanVersion::DecoupledLookback => "decoupled_lookback",
             ScanVersion::DecoupledLookbackFast => "decoupled_lookback_fast",
+            ScanVersion::LookbackOnlyRelaxed => "lookback_only_relaxed",
+            ScanVersion::LookbackOnlyTile8192 => "lookback_only_tile8192",
+            ScanVersion::LookbackOnlyWaitNearest => "lookback_only_wait_nearest",
         }
     }
 
@@ -55,13 +65,16 @@ impl ScanVersion {
             ScanVersion::Hierarchical => "scan_tiles",
             ScanVersion::DecoupledLookback => "scan_decoupled_lookback",
             ScanVersion::DecoupledLookbackFast => "scan_decoupled_lookback_fast",
+            ScanVersion::LookbackOnlyRelaxed => "scan_lookback_only_relaxed",
+            ScanVersion::LookbackOnlyTile8192 => "scan_lookback_only_tile8192",
+            ScanVersion::LookbackOnlyWaitNearest => "scan_lookback_only_wait_nearest",
         }
     }
 
     /// Elements per tile (per block).
     pub fn tile(self) -> usize {
         match self {
-            ScanVersion::DecoupledLookbackFast => FAST_TILE,
+            ScanVersion::DecoupledLookbackFast | ScanVersion::LookbackOnlyTile8192 => FAST_TILE,
             _ => TILE,
         }
     }
@@ -83,6 +96,9 @@ pub fn functions() -> Vec<String> {
                 "add_tile_prefixes",
                 "scan_decoupled_lookback",
                 "scan_decoupled_lookback_fast",
+                "scan_lookback_only_relaxed",
+                "scan_lookback_only_tile8192",
+                "scan_lookback_only_wait_nearest",
             ]
             .map(|f| format!("{f}_{t}"))
         })
@@ -179,7 +195,10 @@ impl Scans {
         match version {
             ScanVersion::SingleBlock
             | ScanVersion::DecoupledLookback
-            | ScanVersion::DecoupledLookbackFast => 64 + (i / version.tile()) as u64,
+            | ScanVersion::DecoupledLookbackFast
+            | ScanVersion::LookbackOnlyRelaxed
+            | ScanVersion::LookbackOnlyTile8192
+            | ScanVersion::LookbackOnlyWaitNearest => 64 + (i / version.tile()) as u64,
             ScanVersion::Hierarchical => {
                 let (mut len, mut levels) = (n.max(1), 0u64);
                 loop {
@@ -227,7 +246,11 @@ impl Scans {
                 Ok(())
             }
             ScanVersion::Hierarchical => self.hierarchical(gpu, x, out, n, &mut scratch.levels),
-            ScanVersion::DecoupledLookback | ScanVersion::DecoupledLookbackFast => {
+            ScanVersion::DecoupledLookback
+            | ScanVersion::DecoupledLookbackFast
+            | ScanVersion::LookbackOnlyRelaxed
+            | ScanVersion::LookbackOnlyTile8192
+            | ScanVersion::LookbackOnlyWaitNearest => {
                 // The ticket and every tile's flag start at 0 (X) for this launch, on the same
                 // stream, so the memset is ordered before the kernel.
                 gpu.stream.memset_zeros(&mut scratch.state)?;

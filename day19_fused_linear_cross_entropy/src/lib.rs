@@ -29,12 +29,14 @@ pub const SOURCE: KernelSource = KernelSource {
 /// Versions of the fused problem, in table order.
 pub const FUSED_VERSIONS: &[&str] = &["naive", "chunked_cublas", "chunked_day18"];
 /// Versions of cross-entropy alone on given logits.
-pub const CE_VERSIONS: &[&str] = &["two_pass", "cluster8"];
+pub const CE_VERSIONS: &[&str] = &["two_pass", "cluster8", "cluster_stream"];
 
 const FUNCTIONS: &[&str] = &[
     "ce_count_valid_i32",
     "ce_rows_two_pass_bf16x8",
     "ce_rows_cluster8_bf16x8",
+    "ce_rows_cluster_stream4_bf16x8",
+    "ce_rows_cluster_stream8_bf16x8",
     "ce_mean_loss_f32",
 ];
 
@@ -45,6 +47,10 @@ const CLUSTER_BLOCKS: usize = 8;
 const CLUSTER_THREADS: u32 = 512;
 /// 8 blocks x 512 threads x 4 packs x 8 bf16.
 pub const CLUSTER_MAX_VOCAB: usize = CLUSTER_BLOCKS * CLUSTER_THREADS as usize * 4 * 8;
+/// cluster_stream (StreamShape in the .cu): 512 threads a block and, per cluster size, the
+/// stages of 16-byte packs in shared memory (4 x 2048 for clusters of 8, 3 x 4096 for 4).
+const STREAM_THREADS: u32 = 512;
+const STREAM_CLUSTER_SIZES: [(usize, u32); 2] = [(4, 3 * 4096 * 16), (8, 4 * 2048 * 16)];
 
 /// Which row kernel computes the loss and writes the gradient.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +59,9 @@ pub enum RowKernel {
     TwoPass,
     /// A row over a cluster of 8 blocks, kept in registers: one read, one write.
     Cluster8,
+    /// Cluster8's split in 16 persistent clusters, the next rows' slices loading into shared
+    /// memory while this one is written.
+    ClusterStream,
 }
 
 impl RowKernel {
@@ -60,6 +69,7 @@ impl RowKernel {
         match name {
             "two_pass" => Ok(Self::TwoPass),
             "cluster8" => Ok(Self::Cluster8),
+            "cluster_stream" => Ok(Self::ClusterStream),
             other => bail!("day19 has no cross-entropy version `{other}`"),
         }
     }
@@ -68,6 +78,8 @@ impl RowKernel {
         match self {
             Self::TwoPass => "ce_rows_two_pass_bf16x8",
             Self::Cluster8 => "ce_rows_cluster8_bf16x8",
+            // Compiled for clusters of 4 and of 8; `CrossEntropy::row_launch` picks one.
+            Self::ClusterStream => "ce_rows_cluster_stream8_bf16x8",
         }
     }
 
@@ -82,6 +94,9 @@ impl RowKernel {
                 "cluster8 holds rows of at most {CLUSTER_MAX_VOCAB} in registers; V = {vocab}"
             )),
             Self::Cluster8 => None,
+            Self::ClusterStream => Self::Cluster8
+                .refusal(vocab)
+                .map(|why| why.replace("cluster8", "cluster_stream")),
         }
     }
 
@@ -94,10 +109,16 @@ impl RowKernel {
         }
     }
 
-    pub fn shape(self, rows: usize) -> LaunchShape {
+    /// The launch of the kernels with one block (or cluster) per row; cluster_stream's grid
+    /// depends on what the GPU holds (`CrossEntropy::row_launch`).
+    pub fn shape(self, rows: usize) -> Option<LaunchShape> {
         match self {
-            Self::TwoPass => LaunchShape::linear(rows as u32, TWO_PASS_THREADS),
-            Self::Cluster8 => LaunchShape::linear((rows * CLUSTER_BLOCKS) as u32, CLUSTER_THREADS),
+            Self::TwoPass => Some(LaunchShape::linear(rows as u32, TWO_PASS_THREADS)),
+            Self::Cluster8 => Some(LaunchShape::linear(
+                (rows * CLUSTER_BLOCKS) as u32,
+                CLUSTER_THREADS,
+            )),
+            Self::ClusterStream => None,
         }
     }
 }
@@ -163,8 +184,47 @@ impl CrossEntropy {
         })
     }
 
-    pub fn row_kernel(&self, which: RowKernel) -> Result<&Kernel> {
+    fn row_kernel(&self, which: RowKernel) -> Result<&Kernel> {
         self.kernels.get(which.function())
+    }
+
+    /// The kernel and launch shape of `which` for `rows` rows. cluster_stream keeps its
+    /// clusters resident: of clusters of 4 and of 8 (a cluster must fit in one GPC), the size
+    /// whose resident clusters cover more SMs, and no more clusters than fit at once (those
+    /// past it would wait for a whole cluster's rows) or than there are rows.
+    pub fn row_launch(
+        &self,
+        gpu: &Gpu,
+        which: RowKernel,
+        rows: usize,
+    ) -> Result<(&Kernel, LaunchShape)> {
+        if let Some(shape) = which.shape(rows) {
+            return Ok((self.row_kernel(which)?, shape));
+        }
+        let mut best: Option<(usize, &Kernel, LaunchShape)> = None;
+        for (size, shared) in STREAM_CLUSTER_SIZES {
+            let kernel = self
+                .kernels
+                .get(&format!("ce_rows_cluster_stream{size}_bf16x8"))?;
+            let probe = LaunchShape {
+                grid: (size as u32, 1, 1),
+                block: (STREAM_THREADS, 1, 1),
+                dynamic_shared_bytes: shared,
+            };
+            let resident = kernel.max_active_clusters(&probe, &gpu.stream)? as usize;
+            let clusters = resident.min(rows);
+            if clusters > 0 && best.as_ref().is_none_or(|(sms, ..)| clusters * size > *sms) {
+                let shape = LaunchShape {
+                    grid: ((clusters * size) as u32, 1, 1),
+                    ..probe
+                };
+                best = Some((clusters * size, kernel, shape));
+            }
+        }
+        let (_, kernel, shape) = best.ok_or_else(|| {
+            anyhow::anyhow!("cluster_stream: this GPU holds no cluster of 4 or 8 such blocks")
+        })?;
+        Ok((kernel, shape))
     }
 
     /// Enqueues 1/N for `targets` (0 when all are ignored) into `scratch.inv_count`.
@@ -249,14 +309,13 @@ impl CrossEntropy {
         if !logits.wrapping_sub(grad).is_multiple_of(16) {
             bail!("cross-entropy rows: logits and gradient are not congruent modulo 16 bytes");
         }
-        if which == RowKernel::Cluster8 && (!logits.is_multiple_of(16) || !grad.is_multiple_of(16))
+        if which != RowKernel::TwoPass && (!logits.is_multiple_of(16) || !grad.is_multiple_of(16))
         {
-            bail!("cluster8: the logits must start on a 16-byte boundary");
+            bail!("cluster kernels: the logits must start on a 16-byte boundary");
         }
-        let kernel = self.row_kernel(which)?;
-        let shape = which.shape(rows);
+        let (kernel, shape) = self.row_launch(gpu, which, rows)?;
         let (eps, z_loss, ignore) = kernel_options(opts);
-        let vocab = vocab as u64;
+        let (vocab, rows) = (vocab as u64, rows as u64);
         let mut launch = gpu.stream.launch_builder(&kernel.func);
         launch
             .arg(&logits)
@@ -268,9 +327,13 @@ impl CrossEntropy {
             .arg(&eps)
             .arg(&z_loss)
             .arg(&ignore);
+        if which == RowKernel::ClusterStream {
+            launch.arg(&rows);
+        }
         // SAFETY: matches ce_rows_*(logits, grad, targets, row_loss, inv_count, vocab, eps,
-        // z_loss, ignore_index); the caller vouches for rows * vocab elements behind both
-        // pointers, targets and row_loss hold `rows` (checked); the grid covers every row.
+        // z_loss, ignore_index) and, for cluster_stream, the trailing `rows`; the caller
+        // vouches for rows * vocab elements behind both pointers, targets and row_loss hold
+        // `rows` (checked); the grid covers every row (cluster_stream's loops over them).
         unsafe { launch.launch(kernel.config(&shape)?) }?;
         Ok(())
     }
@@ -834,6 +897,6 @@ mod tests {
         assert!(RowKernel::Cluster8.refusal(CLUSTER_MAX_VOCAB + 8).is_some());
         assert_eq!(RowKernel::best_for(4099), RowKernel::TwoPass);
         assert_eq!(RowKernel::best_for(128256), RowKernel::Cluster8);
-        assert_eq!(RowKernel::Cluster8.shape(3).grid, (24, 1, 1));
+        assert_eq!(RowKernel::Cluster8.shape(3).unwrap().grid, (24, 1, 1));
     }
 }

@@ -302,8 +302,7 @@ fn run_fused(
             return Err(e);
         }
         let chunks = tokens.div_ceil(plan.chunk);
-        let row_kernel = ce.row_kernel(plan.row_kernel)?;
-        let row_shape = plan.row_kernel.shape(plan.chunk);
+        let (row_kernel, row_shape) = ce.row_launch(gpu, plan.row_kernel, plan.chunk)?;
         let version = Version {
             name,
             kernel: row_kernel
@@ -627,8 +626,7 @@ fn run_ce_only(
         }
         let free_before = free_bytes(gpu)?;
         let mut scratch = LossScratch::new(gpu, rows)?;
-        let kernel = ce.row_kernel(which)?;
-        let shape = which.shape(rows);
+        let (kernel, shape) = ce.row_launch(gpu, which, rows)?;
         let version = Version {
             name,
             kernel: kernel.occupancy(&shape).is_ok().then_some((kernel, shape)),

@@ -325,7 +325,8 @@ fn cross_entropy_alone_matches_the_reference() {
         return;
     };
     let ce = CrossEntropy::load(&gpu).unwrap();
-    // Rows of 8 (one pack), 4096 (a cluster slice of 64 packs), 131072 (the cluster's largest),
+    // Rows of 8 (one pack, so 7 blocks of a cluster have empty slices), 4096 (a cluster slice of
+    // 64 packs), 131072 (the cluster's largest),
     // and vocabularies the cluster kernel refuses but two_pass takes (odd, and over the limit).
     let shapes = [
         (1, 1),
@@ -334,6 +335,8 @@ fn cross_entropy_alone_matches_the_reference() {
         (5, 4096),
         (33, 4099),
         (9, 32000),
+        // More rows than cluster_stream's 16 clusters x 4 stages: every stage reused.
+        (100, 4104),
         (4, 131072),
         (2, 131080),
         (3, 200_003),

@@ -117,19 +117,7 @@ impl Kernel {
             );
         }
         let shared = shape.dynamic_shared_bytes;
-        if shared > 48 * 1024 {
-            if shared + self.attrs.static_shared_bytes > self.max_shared_optin {
-                bail!(
-                    "{}: {shared} bytes of dynamic shared memory exceed the device's {}",
-                    self.name,
-                    self.max_shared_optin
-                );
-            }
-            self.func.set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                shared as i32,
-            )?;
-        }
+        self.allow_dynamic_shared(shared)?;
         Ok(LaunchConfig {
             grid_dim: shape.grid,
             block_dim: shape.block,
@@ -137,14 +125,43 @@ impl Kernel {
         })
     }
 
+    /// Raises the kernel's dynamic shared-memory limit to `shared` bytes where the default
+    /// does not allow them: by default a block may have 48 KB of shared memory in all, static
+    /// and dynamic together, and both launches and occupancy queries hold the kernel to that.
+    fn allow_dynamic_shared(&self, shared: u32) -> Result<()> {
+        let total = shared + self.attrs.static_shared_bytes;
+        if total <= 48 * 1024 {
+            return Ok(());
+        }
+        if total > self.max_shared_optin {
+            bail!(
+                "{}: {shared} bytes of dynamic shared memory (and {} static) exceed the \
+                 device's {} a block",
+                self.name,
+                self.attrs.static_shared_bytes,
+                self.max_shared_optin
+            );
+        }
+        self.func.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            shared as i32,
+        )?;
+        Ok(())
+    }
+
+    /// Blocks of `threads` threads and `shared` bytes of dynamic shared memory that one SM
+    /// holds at once (0 when the kernel cannot run with them at all).
+    pub fn blocks_per_sm(&self, threads: u32, shared: u32) -> Result<u32> {
+        self.allow_dynamic_shared(shared)?;
+        Ok(self
+            .func
+            .occupancy_max_active_blocks_per_multiprocessor(threads, shared as usize, None)?)
+    }
+
     /// Theoretical occupancy of `shape`: resident threads per SM over the SM's maximum.
     pub fn occupancy(&self, shape: &LaunchShape) -> Result<f64> {
         let threads = shape.threads_per_block();
-        let blocks = self.func.occupancy_max_active_blocks_per_multiprocessor(
-            threads,
-            shape.dynamic_shared_bytes as usize,
-            None,
-        )?;
+        let blocks = self.blocks_per_sm(threads, shape.dynamic_shared_bytes)?;
         Ok((blocks * threads) as f64 / self.max_threads_per_sm as f64)
     }
 

@@ -134,11 +134,49 @@ pub fn backward_register_tier(
 /// Blocks for a kernel whose blocks loop over rows: as many as the GPU holds at once (so each
 /// SM keeps its blocks for the whole run), at most one per row.
 pub fn resident_blocks(kernel: &Kernel, threads: u32, sms: usize, rows: usize) -> Result<usize> {
-    let per_sm = kernel
-        .func
-        .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)?
-        as usize;
+    resident_blocks_with_shared(kernel, threads, 0, sms, rows)
+}
+
+/// [`resident_blocks`] for blocks that also take `shared_bytes` of dynamic shared memory.
+pub fn resident_blocks_with_shared(
+    kernel: &Kernel,
+    threads: u32,
+    shared_bytes: u32,
+    sms: usize,
+    rows: usize,
+) -> Result<usize> {
+    let per_sm = kernel.blocks_per_sm(threads, shared_bytes)? as usize;
     Ok((per_sm.max(1) * sms).min(rows).max(1))
+}
+
+/// Rows of x and dy a `bwd_vec_pipe` block has in shared memory at once, as
+/// `norm_pipe_stages<T>()` in `norm.cuh`: 3 for 16-bit types, 2 for f32.
+pub fn pipe_stages(dtype: Dtype) -> usize {
+    if dtype.size() == 2 { 3 } else { 2 }
+}
+
+/// The dynamic shared memory of a `bwd_vec_pipe` block of the backward tier (group, ept):
+/// every stage holds a row of x and one of dy, `group x ept` elements each.
+pub fn pipe_shared_bytes(dtype: Dtype, group: usize, ept: usize) -> u32 {
+    (pipe_stages(dtype) * 2 * group * ept * dtype.size()) as u32
+}
+
+/// The `bwd_vec_pipe` kernel of a tier: `<op>_bwd_pipe_<dtype>_g<group>_e<ept>`.
+pub fn pipe_function(op: &str, dtype: Dtype, group: usize, ept: usize) -> String {
+    format!("{op}_bwd_pipe_{dtype}_g{group}_e{ept}")
+}
+
+/// The tier of `bwd_vec_pipe` for rows of `cols`, or a refusal: its copies move whole 16-byte
+/// packs, so rows must be too (`bwd_vec_regs` takes the others), and the row must fit a tier.
+pub fn pipe_tier(dtype: Dtype, cols: usize) -> Result<(usize, usize)> {
+    if !cols.is_multiple_of(pack(dtype)) {
+        return Err(Refused(format!(
+            "rows of {cols} are not whole 16-byte packs of {} (bwd_vec_regs takes them)",
+            pack(dtype)
+        ))
+        .into());
+    }
+    backward_register_tier(dtype, cols, "bwd_split")
 }
 
 /// The launch shape of `column_sums_<T>`: 32 columns per block, `COLUMN_SLICES` = 8 threads
@@ -203,5 +241,22 @@ mod tests {
         );
         assert!(forward_register_plan(Dtype::F32, 4, MAX_REGISTER_ROW + 1, "x").is_err());
         assert!(backward_register_tier(Dtype::F32, MAX_BACKWARD_REGISTER_ROW + 1, "x").is_err());
+    }
+
+    #[test]
+    fn pipelined_backward_fits_one_sm_and_takes_only_whole_packs() {
+        // The widest tier at 1024 threads per SM: its buffers must fit 227 KB of shared memory
+        // beside day 12's 32 KB of parked weights.
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+            for (group, ept) in backward_tiers(dtype) {
+                let per_sm = pipe_shared_bytes(dtype, group, ept) as usize * (1024 / group);
+                assert!(per_sm + 32 * 1024 <= 227 * 1024, "{dtype} g{group}: {per_sm}");
+            }
+        }
+        assert_eq!(pipe_shared_bytes(Dtype::Bf16, 512, 8), 3 * 2 * 512 * 8 * 2);
+        assert!(pipe_tier(Dtype::Bf16, 4096).is_ok());
+        assert!(pipe_tier(Dtype::Bf16, 4097).is_err());
+        assert!(pipe_tier(Dtype::F32, 6).is_err());
+        assert_eq!(pipe_tier(Dtype::F32, 8).unwrap(), (32, 4));
     }
 }
