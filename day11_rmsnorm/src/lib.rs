@@ -427,7 +427,8 @@ impl NormDay for Day11 {
     const TITLE: &'static str = "RMSNorm";
     const KIND: Kind = Kind::Rms;
     const FORWARD_VERSIONS: &'static [&'static str] = &["naive", "split", "block", "vec_regs"];
-    const BACKWARD_VERSIONS: &'static [&'static str] = &["bwd_split", "bwd_vec_regs", "bwd_vec_pipe"];
+    const BACKWARD_VERSIONS: &'static [&'static str] =
+        &["bwd_split", "bwd_vec_regs", "bwd_vec_pipe"];
     const DEFAULT_PROBLEMS: &'static [Shape] = &[
         Shape::new(Pass::Forward, 16384, 4096, Dtype::Bf16),
         Shape::new(Pass::Backward, 16384, 4096, Dtype::Bf16),

@@ -309,8 +309,7 @@ impl CrossEntropy {
         if !logits.wrapping_sub(grad).is_multiple_of(16) {
             bail!("cross-entropy rows: logits and gradient are not congruent modulo 16 bytes");
         }
-        if which != RowKernel::TwoPass && (!logits.is_multiple_of(16) || !grad.is_multiple_of(16))
-        {
+        if which != RowKernel::TwoPass && (!logits.is_multiple_of(16) || !grad.is_multiple_of(16)) {
             bail!("cluster kernels: the logits must start on a 16-byte boundary");
         }
         let (kernel, shape) = self.row_launch(gpu, which, rows)?;

@@ -153,9 +153,11 @@ impl Kernel {
     /// holds at once (0 when the kernel cannot run with them at all).
     pub fn blocks_per_sm(&self, threads: u32, shared: u32) -> Result<u32> {
         self.allow_dynamic_shared(shared)?;
-        Ok(self
-            .func
-            .occupancy_max_active_blocks_per_multiprocessor(threads, shared as usize, None)?)
+        Ok(self.func.occupancy_max_active_blocks_per_multiprocessor(
+            threads,
+            shared as usize,
+            None,
+        )?)
     }
 
     /// Theoretical occupancy of `shape`: resident threads per SM over the SM's maximum.

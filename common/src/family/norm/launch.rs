@@ -250,7 +250,10 @@ mod tests {
         for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
             for (group, ept) in backward_tiers(dtype) {
                 let per_sm = pipe_shared_bytes(dtype, group, ept) as usize * (1024 / group);
-                assert!(per_sm + 32 * 1024 <= 227 * 1024, "{dtype} g{group}: {per_sm}");
+                assert!(
+                    per_sm + 32 * 1024 <= 227 * 1024,
+                    "{dtype} g{group}: {per_sm}"
+                );
             }
         }
         assert_eq!(pipe_shared_bytes(Dtype::Bf16, 512, 8), 3 * 2 * 512 * 8 * 2);
