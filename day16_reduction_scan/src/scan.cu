@@ -25,6 +25,7 @@
 // exact, so it checks the indexing to the last element where an f32 scan's rounding would
 // hide an element counted twice.
 #include "common.cuh"
+#include "mma.cuh"
 
 #define FULL_WARP 0xffffffffu
 
@@ -410,3 +411,102 @@ LOOK_BACK_KERNELS(decoupled_lookback_fast, FAST_PACKS, true, true)
 LOOK_BACK_KERNELS(lookback_only_relaxed, PACKS, true, false)
 LOOK_BACK_KERNELS(lookback_only_tile8192, FAST_PACKS, false, false)
 LOOK_BACK_KERNELS(lookback_only_wait_nearest, PACKS, false, true)
+
+// ---------------------------------------------------------------------------------------------
+// decoupled_lookback_pipe: the ablation above says the fixed cost per tile (ticket, look-back,
+// the barrier before the store) is what keeps the fast look-back at 79% of the copy: halving
+// the tiles paid 17%, the other two changes 6% and nothing. So take that time out of the
+// stream of loads instead of sharing it among fewer tiles: persistent blocks, each with its
+// next tile already on its way into shared memory (cp.async, 32 KB) while it scans, looks
+// back for and stores the current one. The next ticket is taken at the top of each round, so
+// a block holds two tickets at once; deadlock freedom still holds: a block's next tile is
+// after its current one, so the lowest unfinished tile is always some running block's
+// current tile, which waits only on tiles before it.
+
+constexpr int PIPE_PACKS = FAST_PACKS;                      // 8 packs a thread, 8192 a tile
+constexpr int PIPE_SLOTS = PIPE_PACKS * SCAN_THREADS;       // 16-byte packs a tile
+// Shared memory: two tiles of PIPE_SLOTS packs (64 KB), [buffer][pack k][thread].
+
+// Starts the copy of this thread's packs of the tile at `base` (load_tile's layout) into
+// `buf`; a pack that runs past n copies only the elements before n and zero-fills the rest
+// (cp.async's source size), so the partial last tile needs no separate path.
+template <typename T>
+__device__ __forceinline__ void stage_tile(const T* __restrict__ in, index_t base, index_t n,
+                                           uint4* buf) {
+#pragma unroll
+    for (int k = 0; k < PIPE_PACKS; ++k) {
+        const index_t i = base + item_index<PIPE_PACKS>(k, 0);
+        const index_t left = n - i;
+        const unsigned bytes = left >= 4 ? 16u : left > 0 ? (unsigned)left * 4u : 0u;
+        const T* src = bytes > 0 ? in + i : in;  // nothing is read when bytes is 0
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                         shared_address(&buf[k * SCAN_THREADS + threadIdx.x])),
+                     "l"(src), "r"(bytes));
+    }
+}
+
+// grid(resident blocks), block(256), dynamic shared memory 2 x PIPE_SLOTS x 16 bytes. Each
+// block takes tickets until they run past the tiles; per tile the same scan, relaxed words and
+// look-back as decoupled_lookback_fast, so the same bits.
+template <typename T>
+__device__ __forceinline__ void scan_look_back_pipelined(const T* __restrict__ in,
+                                                         T* __restrict__ out, index_t n,
+                                                         unsigned long long* state) {
+    constexpr int P = PIPE_PACKS;
+    constexpr index_t TILE_ELEMENTS = SCAN_THREADS * 4 * P;
+    typedef typename Vec4<T>::type V;
+    extern __shared__ uint4 staged[];
+    __shared__ T warp_totals[SCAN_WARPS];
+    __shared__ T tile_prefix;
+    __shared__ long long tickets[2];
+    const long long tiles = (long long)((n + TILE_ELEMENTS - 1) / TILE_ELEMENTS);
+    if (threadIdx.x == 0) tickets[0] = (long long)atomicAdd(&state[0], 1ull);
+    __syncthreads();
+    long long tile = tickets[0];
+    int b = 0;  // the buffer holding `tile`
+    if (tile < tiles) stage_tile(in, (index_t)tile * TILE_ELEMENTS, n, staged);
+    cp_async_commit();
+    while (tile < tiles) {
+        if (threadIdx.x == 0) tickets[b ^ 1] = (long long)atomicAdd(&state[0], 1ull);
+        // The next ticket is known to all, and every thread has finished the last round (its
+        // reads of the other buffer, of tile_prefix and of the warp totals).
+        __syncthreads();
+        const long long next = tickets[b ^ 1];
+        if (next < tiles)
+            stage_tile(in, (index_t)next * TILE_ELEMENTS, n, &staged[(b ^ 1) * PIPE_SLOTS]);
+        cp_async_commit();
+        cp_async_wait<1>();  // this thread's copies of `tile` (it reads only its own packs)
+        T v[4 * P], offset[P];
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+            const V p = *reinterpret_cast<const V*>(&staged[b * PIPE_SLOTS + k * SCAN_THREADS +
+                                                           threadIdx.x]);
+            v[4 * k] = p.x;
+            v[4 * k + 1] = p.y;
+            v[4 * k + 2] = p.z;
+            v[4 * k + 3] = p.w;
+        }
+        const T aggregate = scan_tile<T, P>(v, offset, warp_totals);
+        if (threadIdx.x < 32) {
+            const T prefix = look_back<T, true, true>(state + 1, tile, aggregate);
+            if (threadIdx.x == 0) tile_prefix = prefix;
+        }
+        __syncthreads();
+        const T prefix = tile_prefix;
+#pragma unroll
+        for (int k = 0; k < P; ++k) offset[k] += prefix;
+        store_tile<T, P>(out, (index_t)tile * TILE_ELEMENTS, n, v, offset);
+        tile = next;
+        b ^= 1;
+    }
+}
+KERNEL void __launch_bounds__(SCAN_THREADS)
+    scan_decoupled_lookback_pipe_f32(const float* __restrict__ in, float* __restrict__ out,
+                                     index_t n, unsigned long long* state) {
+    scan_look_back_pipelined(in, out, n, state);
+}
+KERNEL void __launch_bounds__(SCAN_THREADS)
+    scan_decoupled_lookback_pipe_i32(const int* __restrict__ in, int* __restrict__ out,
+                                     index_t n, unsigned long long* state) {
+    scan_look_back_pipelined(in, out, n, state);
+}

@@ -29,6 +29,9 @@ pub enum ScanVersion {
     LookbackOnlyRelaxed,
     LookbackOnlyTile8192,
     LookbackOnlyWaitNearest,
+    /// The fast look-back in persistent blocks, the next tile loading while this one is
+    /// scanned, looked back for and stored.
+    DecoupledLookbackPipe,
 }
 
 impl ScanVersion {
@@ -40,6 +43,7 @@ impl ScanVersion {
         ScanVersion::LookbackOnlyRelaxed,
         ScanVersion::LookbackOnlyTile8192,
         ScanVersion::LookbackOnlyWaitNearest,
+        ScanVersion::DecoupledLookbackPipe,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +55,7 @@ impl ScanVersion {
             ScanVersion::LookbackOnlyRelaxed => "lookback_only_relaxed",
             ScanVersion::LookbackOnlyTile8192 => "lookback_only_tile8192",
             ScanVersion::LookbackOnlyWaitNearest => "lookback_only_wait_nearest",
+            ScanVersion::DecoupledLookbackPipe => "decoupled_lookback_pipe",
         }
     }
 
@@ -68,13 +73,16 @@ impl ScanVersion {
             ScanVersion::LookbackOnlyRelaxed => "scan_lookback_only_relaxed",
             ScanVersion::LookbackOnlyTile8192 => "scan_lookback_only_tile8192",
             ScanVersion::LookbackOnlyWaitNearest => "scan_lookback_only_wait_nearest",
+            ScanVersion::DecoupledLookbackPipe => "scan_decoupled_lookback_pipe",
         }
     }
 
     /// Elements per tile (per block).
     pub fn tile(self) -> usize {
         match self {
-            ScanVersion::DecoupledLookbackFast | ScanVersion::LookbackOnlyTile8192 => FAST_TILE,
+            ScanVersion::DecoupledLookbackFast
+            | ScanVersion::LookbackOnlyTile8192
+            | ScanVersion::DecoupledLookbackPipe => FAST_TILE,
             _ => TILE,
         }
     }
@@ -99,6 +107,7 @@ pub fn functions() -> Vec<String> {
                 "scan_lookback_only_relaxed",
                 "scan_lookback_only_tile8192",
                 "scan_lookback_only_wait_nearest",
+                "scan_decoupled_lookback_pipe",
             ]
             .map(|f| format!("{f}_{t}"))
         })
@@ -125,12 +134,14 @@ pub struct ScanScratch<T> {
 /// The scan kernels, compiled and loaded for one GPU.
 pub struct Scans {
     kernels: common::gpu::kernel::KernelSet,
+    sms: usize,
 }
 
 impl Scans {
     pub fn load(gpu: &Gpu) -> Result<Self> {
         Ok(Self {
             kernels: common::gpu::kernel::KernelSet::load(gpu, &SOURCE, functions())?,
+            sms: gpu.info.sms as usize,
         })
     }
 
@@ -170,17 +181,27 @@ impl Scans {
         n: usize,
     ) -> Result<(&Kernel, LaunchShape)> {
         let tiles = n.div_ceil(version.tile());
-        let blocks = match version {
-            ScanVersion::SingleBlock => 1,
-            _ => tiles,
-        };
-        if blocks > i32::MAX as usize {
+        if tiles > i32::MAX as usize {
             bail!("scan: {n} elements need more than 2^31 - 1 tiles");
         }
-        Ok((
-            self.kernel::<T>(version.function())?,
-            LaunchShape::linear(blocks as u32, THREADS),
-        ))
+        let kernel = self.kernel::<T>(version.function())?;
+        let shape = match version {
+            ScanVersion::SingleBlock => LaunchShape::linear(1, THREADS),
+            // Persistent: the blocks the GPU holds at once (at most one per tile) take tiles
+            // by ticket; two tiles of shared memory each.
+            ScanVersion::DecoupledLookbackPipe => {
+                let shared = (2 * FAST_TILE * size_of::<T>()) as u32;
+                let per_sm = kernel.blocks_per_sm(THREADS, shared)?.max(1) as usize;
+                let blocks = (per_sm * self.sms).min(tiles).max(1);
+                LaunchShape {
+                    grid: (blocks as u32, 1, 1),
+                    block: (THREADS, 1, 1),
+                    dynamic_shared_bytes: shared,
+                }
+            }
+            _ => LaunchShape::linear(tiles as u32, THREADS),
+        };
+        Ok((kernel, shape))
     }
 
     /// The most f32 roundings that output `i` goes through in `version`'s order (see
@@ -198,7 +219,8 @@ impl Scans {
             | ScanVersion::DecoupledLookbackFast
             | ScanVersion::LookbackOnlyRelaxed
             | ScanVersion::LookbackOnlyTile8192
-            | ScanVersion::LookbackOnlyWaitNearest => 64 + (i / version.tile()) as u64,
+            | ScanVersion::LookbackOnlyWaitNearest
+            | ScanVersion::DecoupledLookbackPipe => 64 + (i / version.tile()) as u64,
             ScanVersion::Hierarchical => {
                 let (mut len, mut levels) = (n.max(1), 0u64);
                 loop {
@@ -250,7 +272,8 @@ impl Scans {
             | ScanVersion::DecoupledLookbackFast
             | ScanVersion::LookbackOnlyRelaxed
             | ScanVersion::LookbackOnlyTile8192
-            | ScanVersion::LookbackOnlyWaitNearest => {
+            | ScanVersion::LookbackOnlyWaitNearest
+            | ScanVersion::DecoupledLookbackPipe => {
                 // The ticket and every tile's flag start at 0 (X) for this launch, on the same
                 // stream, so the memset is ordered before the kernel.
                 gpu.stream.memset_zeros(&mut scratch.state)?;
@@ -259,8 +282,10 @@ impl Scans {
                 let mut launch = gpu.stream.launch_builder(&kernel.func);
                 launch.arg(x).arg(out).arg(&n64).arg(&mut scratch.state);
                 // SAFETY: (const T* in, T* out, both of n, index_t n, u64* state of
-                // ceil(n / 4096) + 1 words, at least 1 + the tiles of either version); one
-                // block per tile of the version (4096 or 8192 elements).
+                // ceil(n / 4096) + 1 words, at least 1 + the tiles of any version); one block
+                // per tile of the version (4096 or 8192 elements), or for the pipelined one
+                // persistent blocks with 2 tiles of dynamic shared memory, which stop at the
+                // first ticket past the last tile (only the counter sees those tickets).
                 unsafe { launch.launch(kernel.config(&shape)?) }?;
                 Ok(())
             }
