@@ -1,9 +1,9 @@
 //! `cargo bench -p day23`: criterion statistics of cuBLASLt's INT8 GEMM (the ceiling) and
-//! both tensor-core versions on the day's first default problem (4096^3 int8 -> int32, no zero
+//! the tensor-core versions on the day's first default problem (4096^3 int8 -> int32, no zero
 //! points: what `torch._int_mm` computes), with the inputs `cargo run -p day23` makes, timed on
 //! the GPU with CUDA events. Throughput is 2 m n k operations per run, which criterion shows
-//! as elements/s: read them as OP/s. Skips with one line without a GPU; the wgmma version, on
-//! a GPU other than Hopper, with one line of its own.
+//! as elements/s: read them as OP/s. Skips with one line without a GPU; the wgmma versions,
+//! on a GPU other than Hopper, with one line each.
 
 use anyhow::{Context, Result};
 use common::bench_support::{BenchCase, Work, default_seed};
@@ -16,8 +16,8 @@ use day23::{Int8Gemm, Out, Version};
 /// main.rs's first default problem.
 const SHAPE: Shape = Shape::square(4096);
 
-/// The ceiling first, then the baseline and the fastest version.
-const VERSIONS: &[&str] = &["mma_sync", "wgmma"];
+/// The ceiling first, then the baseline and the wgmma versions.
+const VERSIONS: &[&str] = &["mma_sync", "wgmma", "wgmma_tma_store"];
 
 struct Problem {
     day: Int8Gemm,

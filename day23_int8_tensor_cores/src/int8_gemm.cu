@@ -21,6 +21,12 @@
 //              256 x 128-byte tiles (128-byte swizzle) into a 4-stage mbarrier ring, two
 //              consumer warpgroups each running wgmma m64n256k32 s8 on 64 rows of the 128 x 256
 //              tile, one k step kept in flight (day 18's wgmma_overlap), persistent over tiles.
+//              The epilogue stores straight from registers while both consumers stop.
+//   wgmma_tma_store  the same main loop; the epilogue writes the tile through shared memory
+//              (8 KiB chunks, two per consumer in turn) and the TMA stores it, so a consumer
+//              goes back to the next tile's wgmma once its last chunk is in shared memory and
+//              the stores drain under the math. Rows of C must be a multiple of 16 bytes (the
+//              TMA's rule): other n run wgmma's kernel.
 //
 //   cargo run --release -p day23 -- --size 4096 --kernel wgmma
 //
@@ -267,6 +273,12 @@ constexpr int WG_BM = 128, WG_BN = 256, WG_BK = 128, WG_STAGES = 4;  // WG_BK in
 constexpr int WG_CONSUMERS = 2;                                       // 64 rows each
 constexpr int WG_THREADS = 128 * (1 + WG_CONSUMERS);                  // + the producer
 constexpr int WG_A_TILE = WG_BM * WG_BK, WG_B_TILE = WG_BN * WG_BK;   // bytes
+// wgmma_tma_store's staging: per consumer two buffers of 64 rows x 128 bytes (one 128-byte
+// swizzle row: 32 int32 or 64 bf16 columns), after the stages: 32 KiB, which still fits
+// beside the 4 stages (192 KiB) in the 227 KiB an H100 block may have.
+constexpr int WG_OUT_ROWS = 64, WG_OUT_ROW_BYTES = 128;
+constexpr int WG_OUT_CHUNK = WG_OUT_ROWS * WG_OUT_ROW_BYTES;
+constexpr int WG_STAGING = WG_CONSUMERS * 2 * WG_OUT_CHUNK;
 
 // Tile t of a (tiles_m x tiles_n) grid, in groups of 8 tile-rows walked column by column, so
 // the blocks running at once share A rows and B columns in L2.
@@ -305,12 +317,102 @@ __device__ __forceinline__ void fence_accumulators(int (&d)[128]) {
     for (int i = 0; i < 128; ++i) asm volatile("" : "+r"(d[i])::"memory");
 }
 
-// grid(min(tiles, SMs)), block(384), dynamic shared 4 x 48 KiB + 1 KiB for alignment. The
-// tensor maps cover A as [m][k] and B as [n][k] int8, 128-byte swizzle, boxes of 128 (k) x
-// 128 rows (A) and 128 x 256 rows (B).
+// ---- wgmma_tma_store's epilogue ---------------------------------------------------------------
+// The reverse of tma_load_3d: the box at `src` (shared memory, laid out as the map's swizzle
+// says) to the tensor at (x, y, z); rows and columns past the tensor's edge are not written.
+// Tracked in this thread's bulk groups (bulk_commit / bulk_wait_read / bulk_wait).
+__device__ __forceinline__ void tma_store_3d(const TmaDescriptor* map, const void* src, int x,
+                                             int y, int z) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group"
+                 " [%0, {%1, %2, %3}], [%4];\n" ::"l"(map),
+                 "r"(x), "r"(y), "r"(z), "r"(smem_u32(src))
+                 : "memory");
+}
+
+// Byte `byte` of row r of a staged chunk, as the TMA's 128-byte swizzle places it: the
+// 16-byte piece p of row r sits at p ^ (r % 8). The 8 rows one warp store touches (lane / 4)
+// so spread over all 32 banks: a bf16 store (16 bytes a row) takes one pass, an int32 one
+// (32 bytes a row, 256 in all) the minimum two. The chunk starts on a 1024-byte boundary.
+__device__ __forceinline__ unsigned char* staged(unsigned char* chunk, int r, int byte) {
+    return chunk + r * WG_OUT_ROW_BYTES + ((((byte >> 4) ^ (r % 8)) << 4) | (byte & 15));
+}
+
+// One output as the epilogue writes it; 0 outside the matrix (the TMA drops it, and the
+// corrections' arrays must not be read there). Without zero points the sums are null and the
+// value is the accumulator itself: no loads at all on the plain int32 problem.
+__device__ __forceinline__ int value_of(int acc, int row, int col, int m, int n,
+                                        const Epilogue& e) {
+    if (row >= m || col >= n) return 0;
+    if (!e.row_sums && !e.col_sums) return acc;  // za = 0 and every zb = 0 (the host's rule)
+    return corrected(acc, row, col, e);
+}
+
+__device__ __forceinline__ void stage_pair(unsigned char* chunk, int r, int c, int row, int col,
+                                           int m, int n, int a0, int a1, const Epilogue& e,
+                                           int*) {
+    *reinterpret_cast<int2*>(staged(chunk, r, c * 4)) =
+        make_int2(value_of(a0, row, col, m, n, e), value_of(a1, row, col + 1, m, n, e));
+}
+
+__device__ __forceinline__ void stage_pair(unsigned char* chunk, int r, int c, int row, int col,
+                                           int m, int n, int a0, int a1, const Epilogue& e,
+                                           bf16_t*) {
+    const float s0 = col < n ? e.scale_a * e.scale_b[col * e.scale_b_step] : 0.0f;
+    const float s1 = col + 1 < n ? e.scale_a * e.scale_b[(col + 1) * e.scale_b_step] : 0.0f;
+    *reinterpret_cast<unsigned*>(staged(chunk, r, c * 2)) =
+        pack2<bf16_t>(s0 * (float)value_of(a0, row, col, m, n, e),
+                      s1 * (float)value_of(a1, row, col + 1, m, n, e));
+}
+
+// A consumer's 64 x 256 slice of the tile (rows row0.., columns col0..) to C by the TMA, in
+// chunks of 64 rows x 128 bytes, alternating between the consumer's two staging buffers:
+//   leader waits until the store that last read this buffer is done reading it -> barrier ->
+//   all write their accumulators of the chunk (swizzled) -> proxy fence -> barrier ->
+//   leader issues the TMA store and commits it, and nobody waits for it to finish.
+// The stores of the last chunks are still running when the consumer returns to its main loop;
+// the next tile's epilogue (or the kernel's end) waits for them.
 template <typename OutT>
+__device__ __forceinline__ void store_tile_by_tma(const int (&d)[128], unsigned char* staging,
+                                                  const TmaDescriptor* map_c, int consumer,
+                                                  int row0, int col0, int m, int n,
+                                                  const Epilogue& e) {
+    constexpr int COLS = WG_OUT_ROW_BYTES / sizeof(OutT);  // 32 int32 or 64 bf16 per chunk
+    constexpr int CHUNKS = WG_BN / COLS;                    // 8 or 4: even, so buffer q % 2
+    constexpr int GROUPS = COLS / 8;                        // 8-column accumulator groups
+    static_assert(CHUNKS % 2 == 0, "the buffers alternate across tiles too");
+    const bool leader = threadIdx.x % 128 == 0;
+    const int lane = threadIdx.x % 32, r = ((threadIdx.x / 32) % 4) * 16 + lane / 4;
+    const int barrier = 1 + consumer;  // named barrier of this warpgroup (0 is __syncthreads)
+#pragma unroll
+    for (int q = 0; q < CHUNKS; ++q) {
+        unsigned char* chunk = staging + (q % 2) * WG_OUT_CHUNK;
+        if (leader) bulk_wait_read<1>();  // only the store of the other buffer may still read
+        named_barrier_sync(barrier, 128);
+#pragma unroll
+        for (int g = 0; g < GROUPS; ++g) {
+            const int j = q * GROUPS + g, c = g * 8 + 2 * (lane % 4);
+            const int row = row0 + r, col = col0 + q * COLS + c;
+            stage_pair(chunk, r, c, row, col, m, n, d[4 * j], d[4 * j + 1], e, (OutT*)nullptr);
+            stage_pair(chunk, r + 8, c, row + 8, col, m, n, d[4 * j + 2], d[4 * j + 3], e,
+                       (OutT*)nullptr);
+        }
+        fence_proxy_async_shared();  // these writes, before the TMA reads them
+        named_barrier_sync(barrier, 128);
+        if (leader) {
+            tma_store_3d(map_c, chunk, col0 + q * COLS, row0, 0);
+            bulk_commit();
+        }
+    }
+}
+
+// grid(min(tiles, SMs)), block(384), dynamic shared 4 x 48 KiB + 1 KiB for alignment (+ 32 KiB
+// of staging when TMA_STORE). The tensor maps cover A as [m][k] and B as [n][k] int8, 128-byte
+// swizzle, boxes of 128 (k) x 128 rows (A) and 128 x 256 rows (B); C's (TMA_STORE only) covers
+// C as [m][n], 128-byte swizzle, boxes of 128 bytes x 64 rows.
+template <typename OutT, bool TMA_STORE>
 __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
-                                                const TmaDescriptor* map_b, OutT* c, int m,
+                                                const TmaDescriptor* map_b,
+                                                const TmaDescriptor* map_c, OutT* c, int m,
                                                 int n, int k, const Epilogue& e) {
     extern __shared__ unsigned char wg_smem_raw[];
     // The 128-byte swizzle pattern repeats every 1024 bytes: tiles start on that boundary.
@@ -318,7 +420,10 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
         (reinterpret_cast<unsigned long long>(wg_smem_raw) + 1023) & ~1023ull);
     signed char* sa = reinterpret_cast<signed char*>(base);
     signed char* sb = sa + WG_STAGES * WG_A_TILE;
-    unsigned long long* full = reinterpret_cast<unsigned long long*>(sb + WG_STAGES * WG_B_TILE);
+    // The staging buffers (TMA_STORE only) follow the stages, on a 1024-byte boundary still.
+    unsigned char* staging = reinterpret_cast<unsigned char*>(sb + WG_STAGES * WG_B_TILE);
+    unsigned long long* full =
+        reinterpret_cast<unsigned long long*>(staging + (TMA_STORE ? WG_STAGING : 0));
     unsigned long long* empty = full + WG_STAGES;
 
     const int tiles_m = (m + WG_BM - 1) / WG_BM, tiles_n = (n + WG_BN - 1) / WG_BN;
@@ -396,16 +501,24 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
             wgmma_wait<0>();
             fence_accumulators(d);
             if (previous >= 0 && threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
-            // Epilogue straight from registers (the producer is already loading the next
-            // tile): one 16-row slice per warp, rows and columns past m and n masked.
-            const int row = tm * WG_BM + consumer * 64 + warp_in_group * 16 + lane / 4;
-            const int col0 = tn * WG_BN + 2 * (lane % 4);
+            if constexpr (TMA_STORE) {
+                store_tile_by_tma<OutT>(d, staging + consumer * 2 * WG_OUT_CHUNK, map_c,
+                                        consumer, tm * WG_BM + consumer * 64, tn * WG_BN, m, n,
+                                        e);
+            } else {
+                // Epilogue straight from registers (the producer is already loading the next
+                // tile): one 16-row slice per warp, rows and columns past m and n masked.
+                const int row = tm * WG_BM + consumer * 64 + warp_in_group * 16 + lane / 4;
+                const int col0 = tn * WG_BN + 2 * (lane % 4);
 #pragma unroll
-            for (int j = 0; j < WG_BN / 8; ++j) {
-                store_pair(c, m, n, row, col0 + 8 * j, d[4 * j], d[4 * j + 1], e);
-                store_pair(c, m, n, row + 8, col0 + 8 * j, d[4 * j + 2], d[4 * j + 3], e);
+                for (int j = 0; j < WG_BN / 8; ++j) {
+                    store_pair(c, m, n, row, col0 + 8 * j, d[4 * j], d[4 * j + 1], e);
+                    store_pair(c, m, n, row + 8, col0 + 8 * j, d[4 * j + 2], d[4 * j + 3], e);
+                }
             }
         }
+        // The shared memory must outlive the last TMA stores' reads of it.
+        if (TMA_STORE && threadIdx.x % 128 == 0) bulk_wait<0>();
     }
 }
 
@@ -415,8 +528,20 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
                                const __grid_constant__ TmaDescriptor map_b,                    \
                                OutT* __restrict__ c, int m, int n, int k, EPILOGUE_PARAMS) {   \
         const Epilogue e = EPILOGUE_OF(k);                                                     \
-        int8_gemm_wgmma<OutT>(&map_a, &map_b, c, m, n, k, e);                                  \
+        int8_gemm_wgmma<OutT, false>(&map_a, &map_b, nullptr, c, m, n, k, e);                  \
     }
 WGMMA_KERNEL(int, s32)
 WGMMA_KERNEL(bf16_t, bf16)
+
+// C is written only through map_c; `c` is passed so the host's launch names the buffer.
+#define WGMMA_TMA_STORE_KERNEL(OutT, NAME)                                                     \
+    KERNEL void __launch_bounds__(WG_THREADS, 1) int8_gemm_wgmma_tma_store_##NAME(             \
+        const __grid_constant__ TmaDescriptor map_a, const __grid_constant__ TmaDescriptor map_b, \
+        const __grid_constant__ TmaDescriptor map_c, OutT* __restrict__ c, int m, int n, int k,  \
+        EPILOGUE_PARAMS) {                                                                     \
+        const Epilogue e = EPILOGUE_OF(k);                                                     \
+        int8_gemm_wgmma<OutT, true>(&map_a, &map_b, &map_c, c, m, n, k, e);                    \
+    }
+WGMMA_TMA_STORE_KERNEL(int, s32)
+WGMMA_TMA_STORE_KERNEL(bf16_t, bf16)
 #endif

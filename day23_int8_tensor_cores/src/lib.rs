@@ -1,9 +1,11 @@
 //! Day 23: INT8 GEMM on tensor cores. [`Int8Gemm::run`] computes row-major
 //! `C = (A - za)(B - zb)^T` exactly in int32 (A `[m, k]`, B `[n, k]` int8, the layout of a
 //! linear layer), or `Y = scale_a * scale_b * C` rounded to bf16, with `zb` and `scale_b` per
-//! tensor or per output channel. Two versions of `int8_gemm.cu`: `mma.sync` m16n8k32 fed by a
+//! tensor or per output channel. The versions of `int8_gemm.cu`: `mma.sync` m16n8k32 fed by a
 //! cp.async ring (any GPU from Ampere on), and the Hopper path (TMA + wgmma m64n256k32, warp
-//! specialized, persistent; sm_90a). cuBLASLt's INT8 GEMM ([`cublaslt`]) is the ceiling.
+//! specialized, persistent; sm_90a), whose epilogue stores from registers (`wgmma`) or through
+//! shared memory and the TMA, overlapped with the next tile (`wgmma_tma_store`). cuBLASLt's
+//! INT8 GEMM ([`cublaslt`]) is the ceiling.
 
 pub mod cublaslt;
 pub mod problem;
@@ -29,15 +31,17 @@ pub const SOURCE: KernelSource = KernelSource {
 pub enum Version {
     MmaSync,
     Wgmma,
+    WgmmaTmaStore,
 }
 
 impl Version {
-    pub const ALL: [Version; 2] = [Version::MmaSync, Version::Wgmma];
+    pub const ALL: [Version; 3] = [Version::MmaSync, Version::Wgmma, Version::WgmmaTmaStore];
 
     pub fn name(self) -> &'static str {
         match self {
             Version::MmaSync => "mma_sync",
             Version::Wgmma => "wgmma",
+            Version::WgmmaTmaStore => "wgmma_tma_store",
         }
     }
 
@@ -47,7 +51,7 @@ impl Version {
 
     /// Needs `sm_90a` (wgmma, TMA, setmaxnreg).
     pub fn is_hopper_only(self) -> bool {
-        self == Version::Wgmma
+        matches!(self, Version::Wgmma | Version::WgmmaTmaStore)
     }
 }
 
@@ -67,6 +71,21 @@ impl Out {
             Out::Bf16 => "bf16",
         }
     }
+
+    /// Bytes of one output element.
+    pub fn size(self) -> usize {
+        match self {
+            Out::S32 => 4,
+            Out::Bf16 => 2,
+        }
+    }
+}
+
+/// Whether `version` writes C by TMA stores for `out` and `n` columns: only
+/// `wgmma_tma_store`, and only where a row of C is a multiple of 16 bytes (the TMA's rule);
+/// elsewhere it runs `wgmma`'s kernel, which stores from registers.
+fn stores_by_tma(version: Version, out: Out, n: usize) -> bool {
+    version == Version::WgmmaTmaStore && (n * out.size()).is_multiple_of(16)
 }
 
 /// The output element of an [`Out`]: i32 or bf16.
@@ -80,7 +99,8 @@ impl OutElement for bf16 {
     const OUT: Out = Out::Bf16;
 }
 
-/// The CUDA function of a version and an output: `int8_gemm_wgmma_bf16`.
+/// The CUDA function of a version and an output: `int8_gemm_wgmma_bf16`. (For
+/// `wgmma_tma_store` on rows of C off 16 bytes, [`Int8Gemm::plan`] takes `wgmma`'s instead.)
 fn kernel_name(version: Version, out: Out) -> String {
     format!("int8_gemm_{}_{}", version.name(), out.name())
 }
@@ -115,6 +135,9 @@ const WG_BN: usize = 256;
 const WG_THREADS: u32 = 384;
 /// 4 stages of a 128 x 128-byte and a 256 x 128-byte tile, the 8 barriers, 1 KiB to align.
 const WG_SHARED: u32 = 4 * (128 + 256) * 128 + 8 * 8 + 1024;
+/// wgmma_tma_store: the same and the staging, 2 consumers x 2 buffers x 64 rows x 128 bytes
+/// (230 464 bytes of the 232 448 an H100 block may have).
+const WG_TMA_STORE_SHARED: u32 = WG_SHARED + 2 * 2 * 64 * 128;
 /// Rows per block of the row-sum kernel (one warp each).
 const SUM_ROWS_PER_BLOCK: usize = 8;
 
@@ -154,8 +177,15 @@ impl Int8Gemm {
         if version.is_hopper_only() && !self.hopper {
             return Err(refused(version, "needs an sm_90 GPU (Hopper)"));
         }
-        let kernel = self.kernels.get(&kernel_name(version, out))?;
-        let launch = match version {
+        // wgmma_tma_store on rows of C the TMA cannot address runs wgmma's kernel.
+        let tma_store = stores_by_tma(version, out, s.n);
+        let runs = if version == Version::WgmmaTmaStore && !tma_store {
+            Version::Wgmma
+        } else {
+            version
+        };
+        let kernel = self.kernels.get(&kernel_name(runs, out))?;
+        let launch = match runs {
             Version::MmaSync => {
                 if s.m.div_ceil(MMA_TILE) > 65535 {
                     return Err(refused(
@@ -173,7 +203,7 @@ impl Int8Gemm {
                     dynamic_shared_bytes: MMA_SHARED,
                 }
             }
-            Version::Wgmma => {
+            Version::Wgmma | Version::WgmmaTmaStore => {
                 let tiles = s.m.div_ceil(WG_BM) as u64 * s.n.div_ceil(WG_BN) as u64;
                 if tiles > i32::MAX as u64 {
                     return Err(refused(version, "more than 2^31 tiles"));
@@ -182,7 +212,11 @@ impl Int8Gemm {
                 LaunchShape {
                     grid: (tiles.min(u64::from(self.sms)) as u32, 1, 1),
                     block: (WG_THREADS, 1, 1),
-                    dynamic_shared_bytes: WG_SHARED,
+                    dynamic_shared_bytes: if tma_store {
+                        WG_TMA_STORE_SHARED
+                    } else {
+                        WG_SHARED
+                    },
                 }
             }
         };
@@ -213,10 +247,10 @@ impl Int8Gemm {
         }
         check_k(s.k, ops.has_zero_points())?;
         let (kernel, launch_shape) = self.plan(version, T::OUT, &s)?;
-        // Both kernels take (A, B) the same way but as raw pointers (mma_sync) or tensor maps
-        // (wgmma): build what the version needs before anything is enqueued, so a refusal
-        // (an unaligned operand) leaves the stream untouched.
-        let maps = if version == Version::Wgmma {
+        // The kernels take (A, B) the same way but as raw pointers (mma_sync) or tensor maps
+        // (the wgmma ones): build what the version needs before anything is enqueued, so a
+        // refusal (an unaligned operand) leaves the stream untouched.
+        let maps = if version.is_hopper_only() {
             let addresses = (
                 ops.a.device_ptr(&gpu.stream).0,
                 ops.b.device_ptr(&gpu.stream).0,
@@ -232,6 +266,13 @@ impl Int8Gemm {
                     Some(maps)
                 }
             }
+        } else {
+            None
+        };
+        // C's map is made on every call (a host call of about a microsecond): C is not kept
+        // with the operands.
+        let map_c = if stores_by_tma(version, T::OUT, s.n) {
+            Some(tma::row_major_out(gpu, c, s.m, s.n, T::OUT)?)
         } else {
             None
         };
@@ -260,6 +301,9 @@ impl Int8Gemm {
             Some((map_a, map_b)) => l.arg(map_a).arg(map_b),
             None => l.arg(&ops.a).arg(&ops.b),
         };
+        if let Some(map_c) = &map_c {
+            l.arg(map_c);
+        }
         l.arg(&mut *c).arg(&m).arg(&n).arg(&k);
         match &ops.row_sums {
             Some(r) => l.arg(r),
@@ -271,8 +315,10 @@ impl Int8Gemm {
         };
         l.arg(&ops.zb).arg(&ops.zb_step).arg(&ops.za);
         l.arg(&ops.scale_b).arg(&ops.scale_b_step).arg(&ops.scale_a);
-        // SAFETY: matches MMA_SYNC_KERNEL / WGMMA_KERNEL: (A, B) as int8 pointers or tensor
-        // maps of exactly A [m, k] and B [n, k]; C holds m n outputs (checked above); the
+        // SAFETY: matches MMA_SYNC_KERNEL / WGMMA_KERNEL / WGMMA_TMA_STORE_KERNEL: (A, B) as
+        // int8 pointers or tensor maps of exactly A [m, k] and B [n, k], then C's map of
+        // exactly C [m, n] for the TMA-store kernel (which plan chose exactly when map_c is
+        // made: both follow stores_by_tma); C holds m n outputs (checked above); the
         // row and column sums hold m and n ints (or are null, and then never read); zb and
         // scale_b hold n values when their step is 1, one when it is 0 (DeviceOperands
         // builds them so). Every load and store is bounded by m, n and k.
@@ -333,7 +379,8 @@ mod tests {
         let names = kernel_names(true);
         assert!(names.contains(&"int8_gemm_wgmma_bf16".to_string()));
         assert!(names.contains(&"int8_gemm_mma_sync_s32".to_string()));
-        assert_eq!(names.len(), 5);
+        assert!(names.contains(&"int8_gemm_wgmma_tma_store_s32".to_string()));
+        assert_eq!(names.len(), 7);
         assert_eq!(kernel_names(false).len(), 3);
     }
 
@@ -349,5 +396,15 @@ mod tests {
         }
         assert_eq!(max_k(true), 33025);
         assert_eq!(max_k(false), 131071);
+    }
+
+    #[test]
+    fn tma_stores_only_where_rows_of_c_are_16_byte_multiples() {
+        assert!(stores_by_tma(Version::WgmmaTmaStore, Out::S32, 4096));
+        assert!(stores_by_tma(Version::WgmmaTmaStore, Out::S32, 5000));
+        assert!(!stores_by_tma(Version::WgmmaTmaStore, Out::S32, 1001));
+        assert!(stores_by_tma(Version::WgmmaTmaStore, Out::Bf16, 312));
+        assert!(!stores_by_tma(Version::WgmmaTmaStore, Out::Bf16, 1004));
+        assert!(!stores_by_tma(Version::Wgmma, Out::S32, 4096));
     }
 }

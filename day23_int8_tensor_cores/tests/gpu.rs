@@ -164,7 +164,9 @@ fn every_version_and_epilogue_matches_the_reference_on_odd_shapes() {
 
 /// More output tiles than three waves of the H100's 132 SMs (wgmma's 128 x 256 tiles: 21 x 20
 /// = 420), so the persistent kernel computes most tiles after its first wave; m and n off the
-/// tiles, k = 32 (a quarter of one 128-byte k step).
+/// tiles, k = 32 (a quarter of one 128-byte k step). n = 5000 keeps C's rows a multiple of 16
+/// bytes in int32 and bf16, so `wgmma_tma_store` stores by TMA here, its staging buffers
+/// reused from tile to tile and its boxes clipped at both edges.
 #[test]
 fn a_persistent_kernel_is_right_after_its_first_wave() {
     let Some(gpu) = testing::gpu_or_skip("day23 GPU test (multi-wave)") else {
