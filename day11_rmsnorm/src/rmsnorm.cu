@@ -20,7 +20,7 @@
 //                 share of dw accumulated in registers, written once as a partial row;
 //                 column_sums finishes (deterministic, no atomics)
 //   bwd_vec_pipe  bwd_vec_regs with the next rows' x and dy already on their way into shared
-//                 memory (cp.async, 2 rows ahead in 16-bit types, 1 in f32) while a row is
+//                 memory (cp.async, 4 rows ahead in 16-bit types, 1 in f32) while a row is
 //                 reduced and written: more bytes in flight per SM than occupancy alone gives
 //
 // Run: cargo run --release -p day11 -- --rows 16384 --cols 4096 --dtype bf16 --kernel vec_regs

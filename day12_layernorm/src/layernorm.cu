@@ -25,7 +25,7 @@
 //   bwd_vec_regs   blocks loop over rows with the row in registers; dx, and the block's shares
 //                  of dw and db in registers, written once as partial rows; column_sums finishes
 //   bwd_vec_pipe   bwd_vec_regs with the next rows' x and dy already on their way into shared
-//                  memory (cp.async, 2 rows ahead in 16-bit types, 1 in f32) while a row is
+//                  memory (cp.async, 4 rows ahead in 16-bit types, 1 in f32) while a row is
 //                  reduced and written: more bytes in flight per SM than occupancy alone gives
 //
 // Run: cargo run --release -p day12 -- --rows 16384 --cols 4096 --dtype bf16 --kernel vec_regs

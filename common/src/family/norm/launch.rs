@@ -150,9 +150,9 @@ pub fn resident_blocks_with_shared(
 }
 
 /// Rows of x and dy a `bwd_vec_pipe` block has in shared memory at once, as
-/// `norm_pipe_stages<T>()` in `norm.cuh`: 3 for 16-bit types, 2 for f32.
+/// `norm_pipe_stages<T>()` in `norm.cuh`: 5 for 16-bit types, 2 for f32.
 pub fn pipe_stages(dtype: Dtype) -> usize {
-    if dtype.size() == 2 { 3 } else { 2 }
+    if dtype.size() == 2 { 5 } else { 2 }
 }
 
 /// The dynamic shared memory of a `bwd_vec_pipe` block of the backward tier (group, ept):
@@ -256,7 +256,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(pipe_shared_bytes(Dtype::Bf16, 512, 8), 3 * 2 * 512 * 8 * 2);
+        assert_eq!(pipe_shared_bytes(Dtype::Bf16, 512, 8), 5 * 2 * 512 * 8 * 2);
         assert!(pipe_tier(Dtype::Bf16, 4096).is_ok());
         assert!(pipe_tier(Dtype::Bf16, 4097).is_err());
         assert!(pipe_tier(Dtype::F32, 6).is_err());
