@@ -280,48 +280,11 @@ impl Day12 {
         let (group, ept) = backward_register_tier(T::DTYPE, cols, "bwd_split")?;
         let name = bwd_regs_function(T::DTYPE, group, ept, load_suffix(T::DTYPE, cols));
         let kernel = self.kernels.get(&name)?;
-        let sums = self.kernel::<T>("column_sums")?;
         let blocks = resident_blocks(kernel, group as u32, self.sms, rows)?;
         let shape = LaunchShape::linear(blocks as u32, group as u32);
-        let mut partials_w = gpu.stream.alloc_zeros::<f32>(blocks * cols)?;
-        let mut partials_b = gpu.stream.alloc_zeros::<f32>(blocks * cols)?;
-        Ok(Plan {
-            kernel,
-            shape,
-            // Two block sums per row: the mean's, then the rest's.
-            row_terms: ept + 20,
-            col_terms: column_terms(rows.div_ceil(blocks), blocks),
-            launch: Box::new(move |inputs: &Inputs<T>, out| {
-                let len = backward_len(Kind::Layer, rows, cols);
-                check_sizes(inputs, out.len(), rows, cols, len)?;
-                let dy = inputs.dy()?;
-                let (mut dx, mut grads) = out.split_at_mut(rows * cols);
-                let (mut dw, mut db) = grads.split_at_mut(cols);
-                let (rows64, cols64) = (rows as u64, cols as u64);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch
-                    .arg(&inputs.x)
-                    .arg(&inputs.weight)
-                    .arg(dy)
-                    .arg(&mut dx)
-                    .arg(&mut partials_w)
-                    .arg(&mut partials_b)
-                    .arg(&rows64)
-                    .arg(&cols64)
-                    .arg(&eps);
-                // SAFETY: layernorm_bwd_regs_<T>_g<G>_e<E>_<v|s>(const T* x, const T* w,
-                // const T* dy, T* dx, float* partials_w, float* partials_b, rows, cols, eps);
-                // the tier holds the row, `_v` only for 16-byte aligned rows, each partials
-                // array has a row per block.
-                unsafe { launch.launch(kernel.config(&shape)?) }?;
-                launch_column_sums(gpu, sums, &partials_w, &mut dw, blocks, cols)?;
-                launch_column_sums(gpu, sums, &partials_b, &mut db, blocks, cols)
-            }),
-        })
+        self.plan_bwd_rows(gpu, kernel, shape, ept, rows, cols, eps)
     }
-}
 
-impl Day12 {
     /// `bwd_vec_pipe`: `bwd_vec_regs` with the next rows' x and dy staged in shared memory
     /// while a row is worked on, then `column_sums` for dw and db.
     fn plan_bwd_pipe<'a, T: Element>(
@@ -335,7 +298,6 @@ impl Day12 {
         let kernel = self
             .kernels
             .get(&pipe_function("layernorm", T::DTYPE, group, ept))?;
-        let sums = self.kernel::<T>("column_sums")?;
         let shared = pipe_shared_bytes(T::DTYPE, group, ept);
         let blocks = resident_blocks_with_shared(kernel, group as u32, shared, self.sms, rows)?;
         let shape = LaunchShape {
@@ -343,6 +305,25 @@ impl Day12 {
             block: (group as u32, 1, 1),
             dynamic_shared_bytes: shared,
         };
+        self.plan_bwd_rows(gpu, kernel, shape, ept, rows, cols, eps)
+    }
+
+    /// The plan of a fused backward kernel whose blocks loop over rows (`bwd_vec_regs`,
+    /// `bwd_vec_pipe`: the same arguments), one dw and one db partial row per block, then
+    /// `column_sums` for each.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_bwd_rows<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        kernel: &'a Kernel,
+        shape: LaunchShape,
+        ept: usize,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+    ) -> Result<Plan<'a, T>> {
+        let sums = self.kernel::<T>("column_sums")?;
+        let blocks = shape.grid.0 as usize;
         let mut partials_w = gpu.stream.alloc_zeros::<f32>(blocks * cols)?;
         let mut partials_b = gpu.stream.alloc_zeros::<f32>(blocks * cols)?;
         Ok(Plan {
@@ -369,10 +350,11 @@ impl Day12 {
                     .arg(&rows64)
                     .arg(&cols64)
                     .arg(&eps);
-                // SAFETY: layernorm_bwd_pipe_<T>_g<G>_e<E>(const T* x, const T* w, const T* dy,
-                // T* dx, float* partials_w, float* partials_b, rows, cols, eps); the tier holds
-                // the row, rows are whole 16-byte packs (pipe_tier), the shared memory is the
-                // stages' buffers, each partials array has a row per block.
+                // SAFETY: layernorm_bwd_{regs,pipe}_<T>_g<G>_e<E>[_<v|s>](const T* x, const T*
+                // w, const T* dy, T* dx, float* partials_w, float* partials_b, rows, cols,
+                // eps); the tier holds the row, 16-byte loads (`_v`, and every pipe kernel)
+                // only for 16-byte aligned rows, a pipe kernel's shared memory is its stages'
+                // buffers (its shape says so), each partials array has a row per block.
                 unsafe { launch.launch(kernel.config(&shape)?) }?;
                 launch_column_sums(gpu, sums, &partials_w, &mut dw, blocks, cols)?;
                 launch_column_sums(gpu, sums, &partials_b, &mut db, blocks, cols)
