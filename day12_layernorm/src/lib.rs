@@ -6,10 +6,10 @@
 use anyhow::Result;
 use common::dtype::Dtype;
 use common::family::norm::{
-    Inputs, Kind, NormDay, Pass, Plan, Refused, Shape, backward_len, backward_register_tier,
-    backward_tiers, block_per_row_grid, block_terms, check_sizes, column_terms,
-    forward_register_plan, forward_tiers, launch_column_sums, load_suffix, pipe_function,
-    pipe_shared_bytes, pipe_tier, resident_blocks, resident_blocks_with_shared,
+    Inputs, Kind, NormDay, Pass, Plan, Refused, Shape, backward_len, backward_tiers,
+    block_per_row_grid, block_terms, bwd_regs_function, check_sizes, column_terms,
+    forward_register_plan, forward_tiers, fused_backward_launch, launch_column_sums, load_suffix,
+    pipe_function,
 };
 use common::gpu::kernel::KernelSet;
 use common::gpu::nvrtc::KernelSource;
@@ -36,10 +36,6 @@ fn regs_function(dtype: Dtype, group: usize, ept: usize, suffix: &str) -> String
     format!("layernorm_regs_{dtype}_g{group}_e{ept}_{suffix}")
 }
 
-fn bwd_regs_function(dtype: Dtype, group: usize, ept: usize, suffix: &str) -> String {
-    format!("layernorm_bwd_regs_{dtype}_g{group}_e{ept}_{suffix}")
-}
-
 fn all_functions() -> Vec<String> {
     let mut names = Vec::new();
     for &dtype in DTYPES {
@@ -57,7 +53,7 @@ fn all_functions() -> Vec<String> {
                 names.push(regs_function(dtype, group, ept, suffix));
             }
             for (group, ept) in backward_tiers(dtype) {
-                names.push(bwd_regs_function(dtype, group, ept, suffix));
+                names.push(bwd_regs_function("layernorm", dtype, group, ept, suffix));
             }
         }
         for (group, ept) in backward_tiers(dtype) {
@@ -268,8 +264,8 @@ impl Day12 {
         })
     }
 
-    /// `bwd_vec_regs`: rows in registers, dx and the block's dw and db partials in one kernel,
-    /// then `column_sums` for each.
+    /// `bwd_vec_regs`: rows in registers, dx and the block's weight-gradient partials in one
+    /// kernel, then `column_sums`.
     fn plan_bwd_regs<'a, T: Element>(
         &'a self,
         gpu: &'a Gpu,
@@ -277,16 +273,20 @@ impl Day12 {
         cols: usize,
         eps: f32,
     ) -> Result<Plan<'a, T>> {
-        let (group, ept) = backward_register_tier(T::DTYPE, cols, "bwd_split")?;
-        let name = bwd_regs_function(T::DTYPE, group, ept, load_suffix(T::DTYPE, cols));
-        let kernel = self.kernels.get(&name)?;
-        let blocks = resident_blocks(kernel, group as u32, self.sms, rows)?;
-        let shape = LaunchShape::linear(blocks as u32, group as u32);
+        let (kernel, shape, ept) = fused_backward_launch(
+            &self.kernels,
+            "layernorm",
+            false,
+            T::DTYPE,
+            rows,
+            cols,
+            self.sms,
+        )?;
         self.plan_bwd_rows(gpu, kernel, shape, ept, rows, cols, eps)
     }
 
     /// `bwd_vec_pipe`: `bwd_vec_regs` with the next rows' x and dy staged in shared memory
-    /// while a row is worked on, then `column_sums` for dw and db.
+    /// while a row is worked on.
     fn plan_bwd_pipe<'a, T: Element>(
         &'a self,
         gpu: &'a Gpu,
@@ -294,17 +294,15 @@ impl Day12 {
         cols: usize,
         eps: f32,
     ) -> Result<Plan<'a, T>> {
-        let (group, ept) = pipe_tier(T::DTYPE, cols)?;
-        let kernel = self
-            .kernels
-            .get(&pipe_function("layernorm", T::DTYPE, group, ept))?;
-        let shared = pipe_shared_bytes(T::DTYPE, group, ept);
-        let blocks = resident_blocks_with_shared(kernel, group as u32, shared, self.sms, rows)?;
-        let shape = LaunchShape {
-            grid: (blocks as u32, 1, 1),
-            block: (group as u32, 1, 1),
-            dynamic_shared_bytes: shared,
-        };
+        let (kernel, shape, ept) = fused_backward_launch(
+            &self.kernels,
+            "layernorm",
+            true,
+            T::DTYPE,
+            rows,
+            cols,
+            self.sms,
+        )?;
         self.plan_bwd_rows(gpu, kernel, shape, ept, rows, cols, eps)
     }
 
