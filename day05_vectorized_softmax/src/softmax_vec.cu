@@ -210,6 +210,29 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
     return v;
 }
 
+// The row's summary from its chunks' (grid(chunks, rows), every block resident): publish
+// this block's `mine`, wait until every chunk of the row has published (arrivals[row] counts
+// them over all launches; this launch waits for `target`), then merge them all, each block in
+// the same order. Every thread of the block calls it and gets the row's (max, sum).
+__device__ __forceinline__ MaxSum exchange_summaries(MaxSum mine, MaxSum* partials,
+                                                     unsigned* arrivals, index_t row,
+                                                     unsigned target, MaxSum* scratch) {
+    if (threadIdx.x == 0) {
+        partials[row * gridDim.x + blockIdx.x] = mine;
+        __threadfence();  // the summary is visible before the arrival that announces it
+        atomicAdd(&arrivals[row], 1u);
+        while (load_acquire(&arrivals[row]) < target) __nanosleep(64);
+    }
+    __syncthreads();
+    MaxSum stats = max_sum_empty();
+    for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x) {
+        // Through L2 (.cg): L1 is not coherent with other SMs' writes.
+        const float* p = reinterpret_cast<const float*>(&partials[row * gridDim.x + k]);
+        stats = max_sum_combine(stats, MaxSum{__ldcg(p), __ldcg(p + 1)});
+    }
+    return block_max_sum(stats, scratch);
+}
+
 // grid(chunks, rows), block(THREADS), launched cooperatively so that every block is resident
 // at once: vec_split's two kernels in one launch. Each block summarises its chunk, publishes
 // the summary and waits until every chunk of its row has; then it merges them and writes its
@@ -225,20 +248,7 @@ __device__ __forceinline__ void softmax_split_fused(const T* __restrict__ x, T* 
     const index_t end = begin + chunk < cols ? begin + chunk : cols;
     const T* in = x + row * cols;
     const MaxSum mine = block_max_sum(thread_stats<T, VEC>(in, begin, end), scratch);
-    if (threadIdx.x == 0) {
-        partials[row * gridDim.x + blockIdx.x] = mine;
-        __threadfence();  // the summary is visible before the arrival that announces it
-        atomicAdd(&arrivals[row], 1u);
-        while (load_acquire(&arrivals[row]) < target) __nanosleep(64);
-    }
-    __syncthreads();
-    MaxSum stats = max_sum_empty();
-    for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x) {
-        // Through L2 (.cg): L1 is not coherent with other SMs' writes.
-        const float* p = reinterpret_cast<const float*>(&partials[row * gridDim.x + k]);
-        stats = max_sum_combine(stats, MaxSum{__ldcg(p), __ldcg(p + 1)});
-    }
-    stats = block_max_sum(stats, scratch);
+    const MaxSum stats = exchange_summaries(mine, partials, arrivals, row, target, scratch);
     const float scale = stats.max == NEG_INF ? 0.0f : 1.0f / stats.sum;
     write_scaled<T, VEC>(in, y + row * cols, begin, end, stats.max == NEG_INF ? 0.0f : stats.max,
                          scale);
@@ -325,20 +335,7 @@ __device__ __forceinline__ void softmax_split_onchip(const T* __restrict__ x, T*
     }
     const MaxSum mine = block_max_sum(MaxSum{m, sum}, scratch);
 
-    // Publish, wait for the row's other chunks, merge: as vec_split_fused.
-    if (t == 0) {
-        partials[row * gridDim.x + blockIdx.x] = mine;
-        __threadfence();  // the summary is visible before the arrival that announces it
-        atomicAdd(&arrivals[row], 1u);
-        while (load_acquire(&arrivals[row]) < target) __nanosleep(32);
-    }
-    __syncthreads();
-    MaxSum stats = max_sum_empty();
-    for (unsigned k = t; k < gridDim.x; k += blockDim.x) {
-        const float* p = reinterpret_cast<const float*>(&partials[row * gridDim.x + k]);
-        stats = max_sum_combine(stats, MaxSum{__ldcg(p), __ldcg(p + 1)});
-    }
-    stats = block_max_sum(stats, scratch);
+    const MaxSum stats = exchange_summaries(mine, partials, arrivals, row, target, scratch);
     const float row_shift = stats.max == NEG_INF ? 0.0f : stats.max;
     const float scale = stats.max == NEG_INF ? 0.0f : 1.0f / stats.sum;  // all -inf: zeros
 

@@ -6,10 +6,10 @@
 use anyhow::Result;
 use common::dtype::Dtype;
 use common::family::norm::{
-    Inputs, Kind, NormDay, Pass, Plan, Refused, Shape, backward_len, backward_register_tier,
-    backward_tiers, block_per_row_grid, block_terms, check_sizes, column_terms,
-    forward_register_plan, forward_tiers, launch_column_sums, load_suffix, pipe_function,
-    pipe_shared_bytes, pipe_tier, resident_blocks, resident_blocks_with_shared,
+    Inputs, Kind, NormDay, Pass, Plan, Refused, Shape, backward_len, backward_tiers,
+    block_per_row_grid, block_terms, bwd_regs_function, check_sizes, column_terms,
+    forward_register_plan, forward_tiers, fused_backward_launch, launch_column_sums, load_suffix,
+    pipe_function,
 };
 use common::gpu::kernel::KernelSet;
 use common::gpu::nvrtc::KernelSource;
@@ -36,10 +36,6 @@ fn regs_function(dtype: Dtype, group: usize, ept: usize, suffix: &str) -> String
     format!("rmsnorm_regs_{dtype}_g{group}_e{ept}_{suffix}")
 }
 
-fn bwd_regs_function(dtype: Dtype, group: usize, ept: usize, suffix: &str) -> String {
-    format!("rmsnorm_bwd_regs_{dtype}_g{group}_e{ept}_{suffix}")
-}
-
 fn all_functions() -> Vec<String> {
     let mut names = Vec::new();
     for &dtype in DTYPES {
@@ -59,7 +55,7 @@ fn all_functions() -> Vec<String> {
                 names.push(regs_function(dtype, group, ept, suffix));
             }
             for (group, ept) in backward_tiers(dtype) {
-                names.push(bwd_regs_function(dtype, group, ept, suffix));
+                names.push(bwd_regs_function("rmsnorm", dtype, group, ept, suffix));
             }
         }
         for (group, ept) in backward_tiers(dtype) {
@@ -310,8 +306,8 @@ impl Day11 {
         })
     }
 
-    /// `bwd_vec_regs`: rows in registers, dx and the block's dw partial in one kernel, then
-    /// `column_sums`.
+    /// `bwd_vec_regs`: rows in registers, dx and the block's weight-gradient partials in one
+    /// kernel, then `column_sums`.
     fn plan_bwd_regs<'a, T: Element>(
         &'a self,
         gpu: &'a Gpu,
@@ -319,52 +315,20 @@ impl Day11 {
         cols: usize,
         eps: f32,
     ) -> Result<Plan<'a, T>> {
-        let (group, ept) = backward_register_tier(T::DTYPE, cols, "bwd_split")?;
-        let name = bwd_regs_function(T::DTYPE, group, ept, load_suffix(T::DTYPE, cols));
-        let kernel = self.kernels.get(&name)?;
-        let sums = self.kernel::<T>("column_sums")?;
-        let blocks = resident_blocks(kernel, group as u32, self.sms, rows)?;
-        let shape = LaunchShape::linear(blocks as u32, group as u32);
-        let mut partials = gpu.stream.alloc_zeros::<f32>(blocks * cols)?;
-        Ok(Plan {
-            kernel,
-            shape,
-            row_terms: ept + 10,
-            col_terms: column_terms(rows.div_ceil(blocks), blocks),
-            launch: Box::new(move |inputs: &Inputs<T>, out| {
-                check_sizes(
-                    inputs,
-                    out.len(),
-                    rows,
-                    cols,
-                    backward_len(Kind::Rms, rows, cols),
-                )?;
-                let dy = inputs.dy()?;
-                let (mut dx, mut dw) = out.split_at_mut(rows * cols);
-                let (rows64, cols64) = (rows as u64, cols as u64);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch
-                    .arg(&inputs.x)
-                    .arg(&inputs.weight)
-                    .arg(dy)
-                    .arg(&mut dx)
-                    .arg(&mut partials)
-                    .arg(&rows64)
-                    .arg(&cols64)
-                    .arg(&eps);
-                // SAFETY: rmsnorm_bwd_regs_<T>_g<G>_e<E>_<v|s>(const T* x, const T* w, const
-                // T* dy, T* dx, float* partials, rows, cols, eps); the tier holds the row,
-                // `_v` only for 16-byte aligned rows, partials has a row per block.
-                unsafe { launch.launch(kernel.config(&shape)?) }?;
-                launch_column_sums(gpu, sums, &partials, &mut dw, blocks, cols)
-            }),
-        })
+        let (kernel, shape, ept) = fused_backward_launch(
+            &self.kernels,
+            "rmsnorm",
+            false,
+            T::DTYPE,
+            rows,
+            cols,
+            self.sms,
+        )?;
+        self.plan_bwd_rows(gpu, kernel, shape, ept, rows, cols, eps)
     }
-}
 
-impl Day11 {
     /// `bwd_vec_pipe`: `bwd_vec_regs` with the next rows' x and dy staged in shared memory
-    /// while a row is worked on, then `column_sums`.
+    /// while a row is worked on.
     fn plan_bwd_pipe<'a, T: Element>(
         &'a self,
         gpu: &'a Gpu,
@@ -372,18 +336,33 @@ impl Day11 {
         cols: usize,
         eps: f32,
     ) -> Result<Plan<'a, T>> {
-        let (group, ept) = pipe_tier(T::DTYPE, cols)?;
-        let kernel = self
-            .kernels
-            .get(&pipe_function("rmsnorm", T::DTYPE, group, ept))?;
+        let (kernel, shape, ept) = fused_backward_launch(
+            &self.kernels,
+            "rmsnorm",
+            true,
+            T::DTYPE,
+            rows,
+            cols,
+            self.sms,
+        )?;
+        self.plan_bwd_rows(gpu, kernel, shape, ept, rows, cols, eps)
+    }
+
+    /// The plan of a fused backward kernel whose blocks loop over rows (`bwd_vec_regs`,
+    /// `bwd_vec_pipe`: the same arguments), one dw partial row per block, then `column_sums`.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_bwd_rows<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        kernel: &'a Kernel,
+        shape: LaunchShape,
+        ept: usize,
+        rows: usize,
+        cols: usize,
+        eps: f32,
+    ) -> Result<Plan<'a, T>> {
         let sums = self.kernel::<T>("column_sums")?;
-        let shared = pipe_shared_bytes(T::DTYPE, group, ept);
-        let blocks = resident_blocks_with_shared(kernel, group as u32, shared, self.sms, rows)?;
-        let shape = LaunchShape {
-            grid: (blocks as u32, 1, 1),
-            block: (group as u32, 1, 1),
-            dynamic_shared_bytes: shared,
-        };
+        let blocks = shape.grid.0 as usize;
         let mut partials = gpu.stream.alloc_zeros::<f32>(blocks * cols)?;
         Ok(Plan {
             kernel,
@@ -411,10 +390,11 @@ impl Day11 {
                     .arg(&rows64)
                     .arg(&cols64)
                     .arg(&eps);
-                // SAFETY: rmsnorm_bwd_pipe_<T>_g<G>_e<E>(const T* x, const T* w, const T* dy,
-                // T* dx, float* partials, rows, cols, eps); the tier holds the row, rows are
-                // whole 16-byte packs (pipe_tier), the shared memory is the stages' buffers,
-                // partials has a row per block.
+                // SAFETY: rmsnorm_bwd_{regs,pipe}_<T>_g<G>_e<E>[_<v|s>](const T* x, const T* w,
+                // const T* dy, T* dx, float* partials, rows, cols, eps); the tier holds the
+                // row, 16-byte loads (`_v`, and every pipe kernel) only for 16-byte aligned
+                // rows, a pipe kernel's shared memory is its stages' buffers (its shape says
+                // so), partials has a row per block.
                 unsafe { launch.launch(kernel.config(&shape)?) }?;
                 launch_column_sums(gpu, sums, &partials, &mut dw, blocks, cols)
             }),

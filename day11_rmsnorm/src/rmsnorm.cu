@@ -20,7 +20,7 @@
 //                 share of dw accumulated in registers, written once as a partial row;
 //                 column_sums finishes (deterministic, no atomics)
 //   bwd_vec_pipe  bwd_vec_regs with the next rows' x and dy already on their way into shared
-//                 memory (cp.async, 2 rows ahead in 16-bit types, 1 in f32) while a row is
+//                 memory (cp.async, 4 rows ahead in 16-bit types, 1 in f32) while a row is
 //                 reduced and written: more bytes in flight per SM than occupancy alone gives
 //
 // Run: cargo run --release -p day11 -- --rows 16384 --cols 4096 --dtype bf16 --kernel vec_regs
@@ -194,6 +194,30 @@ __device__ __forceinline__ void rmsnorm_bwd_dw_partials(const T* __restrict__ x,
     partials[(index_t)blockIdx.y * cols + c] = sum;
 }
 
+// One row of the fused backward, from x and dy in registers (every thread of the block calls
+// it: it holds a block reduction): sum(x^2) and sum(g * x) reduced together, dx written over
+// x's registers, the row's dy * xhat added to the block's dw accumulators.
+template <int EPT>
+__device__ __forceinline__ void rmsnorm_bwd_row(float (&xv)[EPT], const float (&dyv)[EPT],
+                                                const float (&wv)[EPT], float (&acc)[EPT],
+                                                index_t cols, float eps, float* scratch) {
+    float sums[2] = {0.0f, 0.0f};  // sum(x^2), sum(g * x)
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) {
+        sums[0] += xv[i] * xv[i];
+        sums[1] += wv[i] * dyv[i] * xv[i];
+    }
+    block_sum_n<2>(sums, scratch);
+    const float rstd = rsqrtf(sums[0] / (float)cols + eps);
+    const float mean_g_xhat = rstd * sums[1] / (float)cols;
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) {
+        const float xhat = xv[i] * rstd;
+        acc[i] += dyv[i] * xhat;
+        xv[i] = rstd * (wv[i] * dyv[i] - xhat * mean_g_xhat);  // dx, in x's registers
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // bwd_vec_regs: grid(blocks), block(GROUP): block b takes rows b, b + gridDim.x, ... (about
 // rows / blocks of them). Per row: x and dy into registers (16-byte loads), sum(x^2) and
@@ -216,21 +240,7 @@ __device__ __forceinline__ void rmsnorm_bwd_regs(const T* __restrict__ x, const 
         float xv[EPT], dyv[EPT];
         load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, xv);
         load_row<T, GROUP, EPT, VEC>(dy + row * cols, t, cols, dyv);
-        float sums[2] = {0.0f, 0.0f};  // sum(x^2), sum(g * x)
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            sums[0] += xv[i] * xv[i];
-            sums[1] += wv[i] * dyv[i] * xv[i];
-        }
-        block_sum_n<2>(sums, scratch);
-        const float rstd = rsqrtf(sums[0] / (float)cols + eps);
-        const float mean_g_xhat = rstd * sums[1] / (float)cols;
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            const float xhat = xv[i] * rstd;
-            acc[i] += dyv[i] * xhat;
-            xv[i] = rstd * (wv[i] * dyv[i] - xhat * mean_g_xhat);  // dx, in x's registers
-        }
+        rmsnorm_bwd_row<EPT>(xv, dyv, wv, acc, cols, eps, scratch);
         store_row<T, GROUP, EPT, VEC>(dx + row * cols, t, cols, xv);
     }
     // The block's share of dw: one f32 partial row, in load_row's layout.
@@ -272,21 +282,7 @@ __device__ __forceinline__ void rmsnorm_bwd_pipe(const T* __restrict__ x, const 
         staged_row<T, GROUP, EPT>(&staged[(2 * s) * SLOTS], t, cols, xv);
         staged_row<T, GROUP, EPT>(&staged[(2 * s + 1) * SLOTS], t, cols, dyv);
         s = s == STAGES - 1 ? 0 : s + 1;
-        float sums[2] = {0.0f, 0.0f};  // sum(x^2), sum(g * x)
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            sums[0] += xv[i] * xv[i];
-            sums[1] += wv[i] * dyv[i] * xv[i];
-        }
-        block_sum_n<2>(sums, scratch);
-        const float rstd = rsqrtf(sums[0] / (float)cols + eps);
-        const float mean_g_xhat = rstd * sums[1] / (float)cols;
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            const float xhat = xv[i] * rstd;
-            acc[i] += dyv[i] * xhat;
-            xv[i] = rstd * (wv[i] * dyv[i] - xhat * mean_g_xhat);  // dx, in x's registers
-        }
+        rmsnorm_bwd_row<EPT>(xv, dyv, wv, acc, cols, eps, scratch);
         store_row<T, GROUP, EPT, true>(dx + row * cols, t, cols, xv);
     }
     store_partial<T, GROUP, EPT, true>(partials + (index_t)blockIdx.x * cols, t, cols, acc);

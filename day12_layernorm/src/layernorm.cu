@@ -25,7 +25,7 @@
 //   bwd_vec_regs   blocks loop over rows with the row in registers; dx, and the block's shares
 //                  of dw and db in registers, written once as partial rows; column_sums finishes
 //   bwd_vec_pipe   bwd_vec_regs with the next rows' x and dy already on their way into shared
-//                  memory (cp.async, 2 rows ahead in 16-bit types, 1 in f32) while a row is
+//                  memory (cp.async, 4 rows ahead in 16-bit types, 1 in f32) while a row is
 //                  reduced and written: more bytes in flight per SM than occupancy alone gives
 //
 // Run: cargo run --release -p day12 -- --rows 16384 --cols 4096 --dtype bf16 --kernel vec_regs
@@ -230,6 +230,43 @@ __device__ __forceinline__ void layernorm_bwd_partials(const T* __restrict__ x,
     partials_b[(index_t)blockIdx.y * cols + c] = sum_b;
 }
 
+// One row of the fused backward, from x and dy in registers (every thread of the block calls
+// it: it holds two block reductions): the mean, then sum((x - mean)^2), sum(g) and
+// sum(g * (x - mean)) together; dx written over x's registers; the row's shares of dw and db
+// added to the block's accumulators. w comes from w_park (slot i of thread t at i * GROUP +
+// t); `valid` is the thread's slots inside the row (valid_slots).
+template <int GROUP, int EPT>
+__device__ __forceinline__ void layernorm_bwd_row(float (&xv)[EPT], const float (&dyv)[EPT],
+                                                  const float* w_park, int valid,
+                                                  float (&acc_w)[EPT], float (&acc_b)[EPT],
+                                                  index_t cols, float eps, float* scratch) {
+    const int t = threadIdx.x;
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) sum += xv[i];
+    const float mean = block_sum(sum, scratch) / (float)cols;
+    float sums[3] = {0.0f, 0.0f, 0.0f};  // sum((x - mean)^2), sum(g), sum(g * (x - mean))
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) {
+        const float d = i < valid ? xv[i] - mean : 0.0f;  // padding must not add mean^2
+        const float g = w_park[i * GROUP + t] * dyv[i];
+        xv[i] = d;  // x - mean from here on (0 in padding slots)
+        sums[0] += d * d;
+        sums[1] += g;
+        sums[2] += g * d;
+    }
+    block_sum_n<3>(sums, scratch);
+    const float rstd = rsqrtf(sums[0] / (float)cols + eps);
+    const float mean_g = sums[1] / (float)cols, mean_g_xhat = rstd * sums[2] / (float)cols;
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) {
+        const float xhat = xv[i] * rstd;
+        acc_w[i] += dyv[i] * xhat;
+        acc_b[i] += dyv[i];
+        xv[i] = rstd * (w_park[i * GROUP + t] * dyv[i] - mean_g - xhat * mean_g_xhat);  // dx
+    }
+}
+
 // bwd_vec_regs: grid(blocks), block(GROUP): block k takes rows k, k + gridDim.x, ... Per
 // row: x and dy into registers; the mean (one block sum), then sum((x - mean)^2), sum(g) and
 // sum(g * (x - mean)) together (a second); dx from registers. The block's shares of dw and db
@@ -263,30 +300,7 @@ __device__ __forceinline__ void layernorm_bwd_regs(const T* __restrict__ x,
         float xv[EPT], dyv[EPT];
         load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, xv);
         load_row<T, GROUP, EPT, VEC>(dy + row * cols, t, cols, dyv);
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) sum += xv[i];
-        const float mean = block_sum(sum, scratch) / (float)cols;
-        float sums[3] = {0.0f, 0.0f, 0.0f};  // sum((x - mean)^2), sum(g), sum(g * (x - mean))
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            const float d = i < valid ? xv[i] - mean : 0.0f;  // padding must not add mean^2
-            const float g = w_park[i * GROUP + t] * dyv[i];
-            xv[i] = d;  // x - mean from here on (0 in padding slots)
-            sums[0] += d * d;
-            sums[1] += g;
-            sums[2] += g * d;
-        }
-        block_sum_n<3>(sums, scratch);
-        const float rstd = rsqrtf(sums[0] / (float)cols + eps);
-        const float mean_g = sums[1] / (float)cols, mean_g_xhat = rstd * sums[2] / (float)cols;
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            const float xhat = xv[i] * rstd;
-            acc_w[i] += dyv[i] * xhat;
-            acc_b[i] += dyv[i];
-            xv[i] = rstd * (w_park[i * GROUP + t] * dyv[i] - mean_g - xhat * mean_g_xhat);  // dx
-        }
+        layernorm_bwd_row<GROUP, EPT>(xv, dyv, w_park, valid, acc_w, acc_b, cols, eps, scratch);
         store_row<T, GROUP, EPT, VEC>(dx + row * cols, t, cols, xv);
     }
     store_partial<T, GROUP, EPT, VEC>(partials_w + (index_t)blockIdx.x * cols, t, cols, acc_w);
@@ -337,30 +351,7 @@ __device__ __forceinline__ void layernorm_bwd_pipe(const T* __restrict__ x,
         staged_row<T, GROUP, EPT>(&staged[(2 * s) * SLOTS], t, cols, xv);
         staged_row<T, GROUP, EPT>(&staged[(2 * s + 1) * SLOTS], t, cols, dyv);
         s = s == STAGES - 1 ? 0 : s + 1;
-        float sum = 0.0f;
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) sum += xv[i];
-        const float mean = block_sum(sum, scratch) / (float)cols;
-        float sums[3] = {0.0f, 0.0f, 0.0f};  // sum((x - mean)^2), sum(g), sum(g * (x - mean))
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            const float d = i < valid ? xv[i] - mean : 0.0f;  // padding must not add mean^2
-            const float g = w_park[i * GROUP + t] * dyv[i];
-            xv[i] = d;  // x - mean from here on (0 in padding slots)
-            sums[0] += d * d;
-            sums[1] += g;
-            sums[2] += g * d;
-        }
-        block_sum_n<3>(sums, scratch);
-        const float rstd = rsqrtf(sums[0] / (float)cols + eps);
-        const float mean_g = sums[1] / (float)cols, mean_g_xhat = rstd * sums[2] / (float)cols;
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            const float xhat = xv[i] * rstd;
-            acc_w[i] += dyv[i] * xhat;
-            acc_b[i] += dyv[i];
-            xv[i] = rstd * (w_park[i * GROUP + t] * dyv[i] - mean_g - xhat * mean_g_xhat);  // dx
-        }
+        layernorm_bwd_row<GROUP, EPT>(xv, dyv, w_park, valid, acc_w, acc_b, cols, eps, scratch);
         store_row<T, GROUP, EPT, true>(dx + row * cols, t, cols, xv);
     }
     store_partial<T, GROUP, EPT, true>(partials_w + (index_t)blockIdx.x * cols, t, cols, acc_w);

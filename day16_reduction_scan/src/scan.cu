@@ -500,12 +500,14 @@ __device__ __forceinline__ void scan_look_back_pipelined(const T* __restrict__ i
         b ^= 1;
     }
 }
-KERNEL void __launch_bounds__(SCAN_THREADS)
+// 3 blocks per SM: what 64 KB of shared memory a block allows anyway, and up to 85 registers
+// (the i32 kernel spills at 64).
+KERNEL void __launch_bounds__(SCAN_THREADS, 3)
     scan_decoupled_lookback_pipe_f32(const float* __restrict__ in, float* __restrict__ out,
                                      index_t n, unsigned long long* state) {
     scan_look_back_pipelined(in, out, n, state);
 }
-KERNEL void __launch_bounds__(SCAN_THREADS)
+KERNEL void __launch_bounds__(SCAN_THREADS, 3)
     scan_decoupled_lookback_pipe_i32(const int* __restrict__ in, int* __restrict__ out,
                                      index_t n, unsigned long long* state) {
     scan_look_back_pipelined(in, out, n, state);

@@ -391,11 +391,13 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(CLUSTER_THR
 
 #define STREAM_THREADS 512
 // Per cluster size: stages x slice packs. A block's slice of a row is at most SLICE packs, so
-// the longest row is C x SLICE x 8 = 131072, cluster8's limit, either way; the stages fill
-// 128 KB (C = 8) or 192 KB (C = 4) of shared memory: one block per SM.
+// the longest row is C x SLICE x 8 = 131072, cluster8's limit, either way. C = 8: 3 stages of
+// 32 KB, two blocks per SM (their rows' reductions, barriers and writes interleave); C = 4: 3
+// stages of 64 KB, one block per SM. (The first run had 4 stages for C = 8, one block per SM:
+// 2040 GB/s with clusters of 4 chosen, below cluster8's 2229.)
 template <int C> struct StreamShape;
-template <> struct StreamShape<8> { static constexpr int STAGES = 4, SLICE = 2048; };
-template <> struct StreamShape<4> { static constexpr int STAGES = 3, SLICE = 4096; };
+template <> struct StreamShape<8> { static constexpr int STAGES = 3, SLICE = 2048, PER_SM = 2; };
+template <> struct StreamShape<4> { static constexpr int STAGES = 3, SLICE = 4096, PER_SM = 1; };
 
 // One-dimensional bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned)
 // from global to this block's shared memory, counted against `bar`.
@@ -523,7 +525,8 @@ __device__ __forceinline__ void ce_rows_cluster_stream(const bf16_t* logits, bf1
 }
 
 #define CLUSTER_STREAM_KERNEL(C)                                                                  \
-    KERNEL void __cluster_dims__(C, 1, 1) __launch_bounds__(STREAM_THREADS, 1)                    \
+    KERNEL void __cluster_dims__(C, 1, 1)                                                         \
+        __launch_bounds__(STREAM_THREADS, StreamShape<C>::PER_SM)                                 \
         ce_rows_cluster_stream##C##_bf16x8(const bf16_t* logits, bf16_t* grad,                    \
                                            const int* __restrict__ targets,                       \
                                            float* __restrict__ row_loss,                          \

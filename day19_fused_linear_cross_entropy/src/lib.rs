@@ -48,9 +48,9 @@ const CLUSTER_THREADS: u32 = 512;
 /// 8 blocks x 512 threads x 4 packs x 8 bf16.
 pub const CLUSTER_MAX_VOCAB: usize = CLUSTER_BLOCKS * CLUSTER_THREADS as usize * 4 * 8;
 /// cluster_stream (StreamShape in the .cu): 512 threads a block and, per cluster size, the
-/// stages of 16-byte packs in shared memory (4 x 2048 for clusters of 8, 3 x 4096 for 4).
+/// stages of 16-byte packs in shared memory (3 x 2048 for clusters of 8, 3 x 4096 for 4).
 const STREAM_THREADS: u32 = 512;
-const STREAM_CLUSTER_SIZES: [(usize, u32); 2] = [(4, 3 * 4096 * 16), (8, 4 * 2048 * 16)];
+const STREAM_CLUSTER_SIZES: [(usize, u32); 2] = [(4, 3 * 4096 * 16), (8, 3 * 2048 * 16)];
 
 /// Which row kernel computes the loss and writes the gradient.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,7 +190,7 @@ impl CrossEntropy {
 
     /// The kernel and launch shape of `which` for `rows` rows. cluster_stream keeps its
     /// clusters resident: of clusters of 4 and of 8 (a cluster must fit in one GPC), the size
-    /// whose resident clusters cover more SMs, and no more clusters than fit at once (those
+    /// whose resident clusters hold more blocks, and no more clusters than fit at once (those
     /// past it would wait for a whole cluster's rows) or than there are rows.
     pub fn row_launch(
         &self,

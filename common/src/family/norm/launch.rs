@@ -2,6 +2,7 @@
 //! the column sums of the backward.
 
 use super::*;
+use crate::gpu::kernel::KernelSet;
 
 /// Checks the sizes of a launch: non-empty, x (and dy) `rows x cols`, the parameters `cols`,
 /// the output `out_expected` elements (`rows x cols`, or [`backward_len`]).
@@ -150,9 +151,9 @@ pub fn resident_blocks_with_shared(
 }
 
 /// Rows of x and dy a `bwd_vec_pipe` block has in shared memory at once, as
-/// `norm_pipe_stages<T>()` in `norm.cuh`: 3 for 16-bit types, 2 for f32.
+/// `norm_pipe_stages<T>()` in `norm.cuh`: 5 for 16-bit types, 2 for f32.
 pub fn pipe_stages(dtype: Dtype) -> usize {
-    if dtype.size() == 2 { 3 } else { 2 }
+    if dtype.size() == 2 { 5 } else { 2 }
 }
 
 /// The dynamic shared memory of a `bwd_vec_pipe` block of the backward tier (group, ept):
@@ -164,6 +165,46 @@ pub fn pipe_shared_bytes(dtype: Dtype, group: usize, ept: usize) -> u32 {
 /// The `bwd_vec_pipe` kernel of a tier: `<op>_bwd_pipe_<dtype>_g<group>_e<ept>`.
 pub fn pipe_function(op: &str, dtype: Dtype, group: usize, ept: usize) -> String {
     format!("{op}_bwd_pipe_{dtype}_g{group}_e{ept}")
+}
+
+/// The `bwd_vec_regs` kernel of a tier: `<op>_bwd_regs_<dtype>_g<group>_e<ept>_<v|s>`.
+pub fn bwd_regs_function(op: &str, dtype: Dtype, group: usize, ept: usize, suffix: &str) -> String {
+    format!("{op}_bwd_regs_{dtype}_g{group}_e{ept}_{suffix}")
+}
+
+/// A fused backward kernel whose blocks loop over rows, as the GPU holds them at once, and its
+/// tier's elements per thread: `bwd_vec_regs` (`pipe` false) or `bwd_vec_pipe` (true), of the
+/// day whose kernels are named `<op>_...`.
+pub fn fused_backward_launch<'a>(
+    kernels: &'a KernelSet,
+    op: &str,
+    pipe: bool,
+    dtype: Dtype,
+    rows: usize,
+    cols: usize,
+    sms: usize,
+) -> Result<(&'a Kernel, LaunchShape, usize)> {
+    let ((group, ept), name, shared) = if pipe {
+        let tier = pipe_tier(dtype, cols)?;
+        let shared = pipe_shared_bytes(dtype, tier.0, tier.1);
+        (tier, pipe_function(op, dtype, tier.0, tier.1), shared)
+    } else {
+        let tier = backward_register_tier(dtype, cols, "bwd_split")?;
+        let suffix = load_suffix(dtype, cols);
+        (
+            tier,
+            bwd_regs_function(op, dtype, tier.0, tier.1, suffix),
+            0,
+        )
+    };
+    let kernel = kernels.get(&name)?;
+    let blocks = resident_blocks_with_shared(kernel, group as u32, shared, sms, rows)?;
+    let shape = LaunchShape {
+        grid: (blocks as u32, 1, 1),
+        block: (group as u32, 1, 1),
+        dynamic_shared_bytes: shared,
+    };
+    Ok((kernel, shape, ept))
 }
 
 /// The tier of `bwd_vec_pipe` for rows of `cols`, or a refusal: its copies move whole 16-byte
@@ -256,7 +297,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(pipe_shared_bytes(Dtype::Bf16, 512, 8), 3 * 2 * 512 * 8 * 2);
+        assert_eq!(pipe_shared_bytes(Dtype::Bf16, 512, 8), 5 * 2 * 512 * 8 * 2);
         assert!(pipe_tier(Dtype::Bf16, 4096).is_ok());
         assert!(pipe_tier(Dtype::Bf16, 4097).is_err());
         assert!(pipe_tier(Dtype::F32, 6).is_err());
