@@ -9,7 +9,7 @@ Only the NVFP4 versions run here (`--kernel`): the bf16 baseline multiplies othe
 from compare import Expectation, Part, UNIT_ROUNDOFF
 from problem import Problem, flags
 
-VERSIONS = ["nvfp4_warp", "nvfp4_rows4"]
+VERSIONS = ["nvfp4_warp", "nvfp4_rows2", "nvfp4_rows4"]
 
 
 def gemv(label: str, n: int, k: int) -> Problem:

@@ -15,8 +15,8 @@ use half::bf16;
 const N: usize = day24::DEFAULT_GEMV_SHAPES[0].0;
 const K: usize = day24::DEFAULT_GEMV_SHAPES[0].1;
 
-/// The baseline and both NVFP4 versions.
-const VERSIONS: &[&str] = &["bf16_warp", "nvfp4_warp", "nvfp4_rows4"];
+/// The baseline and every NVFP4 version.
+const VERSIONS: &[&str] = &["bf16_warp", "nvfp4_warp", "nvfp4_rows2", "nvfp4_rows4"];
 
 struct Problem {
     day: Gemv,

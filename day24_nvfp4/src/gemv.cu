@@ -12,9 +12,12 @@
 //   bf16_warp     the baseline: W in bf16, a warp per row, 16-byte loads (8 weights), 4 in
 //                 flight per lane
 //   nvfp4_warp    a warp per row, 16-byte loads (32 codes = 2 blocks) and their 2 scale bytes,
-//                 4 chunks in flight per lane
-//   nvfp4_rows4   a warp per 4 rows: each lane's x (64 bytes per chunk) is loaded and turned
-//                 into f32 once for 4 rows, and 4 rows' chunks are in flight
+//                 2 chunks in flight per lane, 64 registers (50% occupancy)
+//   nvfp4_rows2   a warp per 2 rows: each lane's x (64 bytes per chunk) is loaded and turned
+//                 into f32 once for 2 rows; 2 chunks of each row in flight, 64 registers
+//   nvfp4_rows4   a warp per 4 rows: x turned into f32 once for 4 rows; 80 registers (37.5%)
+// In all three the two scale bytes of a chunk go through the hardware e4m3x2 -> f16x2
+// conversion, and the 2^14 that the code decode leaves out is applied once per row at the end.
 // When K is not a multiple of 32 a row's packed bytes are only 8-byte aligned: the same
 // kernels then load 8 bytes (one block) at a time (`_u2` instead of `_u4`).
 //
@@ -93,10 +96,14 @@ __device__ __forceinline__ Chunk<WORDS> load_chunk(const unsigned char* packed_r
     return ch;
 }
 
-// The scale of block `b` of a chunk times 2^14 (the factor the f16 decode of the codes left
-// out): two exact power-of-two products, since 2^134 is past f32's range as one constant.
-__device__ __forceinline__ float block_factor(unsigned scales, int b) {
-    return e4m3_value((scales >> (8 * b)) & 0xFF) * 16384.0f;
+// The chunk's scale bytes as f32 (exact; the e4m3 NaN stays NaN), by the hardware conversion
+// of two e4m3 to an f16x2 (sm_89+): three instructions for two blocks, where decoding each
+// byte by hand (e4m3_value) takes about eight per block. The first block's byte is the low
+// one and lands in the low half. For a one-block chunk the high byte is 0 and decodes to 0.
+__device__ __forceinline__ float2 e4m3x2_to_f32x2(unsigned two) {
+    unsigned h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)two));
+    return f16x2_to_f32x2(h);
 }
 
 // Adds one word's 8 codes times x (8 f32) to `s`. Codes J and J + 4 are decoded together.
@@ -117,12 +124,21 @@ __device__ __forceinline__ float dot_word(unsigned w, const float (&xf)[8], floa
     return s;
 }
 
-// Adds one chunk of ROWS rows (their codes and scales, and the chunk's x as WORDS 16-byte
-// loads of 8 bf16) to the rows' accumulators. Each block of 16 is summed in f32 (a code times
-// a bf16 is exact), then scaled: acc += sum * scale * 2^14.
+// Adds one chunk of ROWS rows (their codes and scales) times x to the rows' accumulators.
+// Each block of 16 is summed in f32 (a code times a bf16 is exact), then scaled once:
+// acc += sum * scale. The codes were decoded as value * 2^-14 (nvfp4_format.cuh) and the
+// scale is not multiplied back here: every accumulator is the exact 2^-14 multiple of what
+// it would be with the factor applied per block (scaling by a power of two commutes with
+// f32 rounding outside the subnormal range), and the caller multiplies the final sum by 2^14.
+// x (WORDS 16-byte loads of 8 bf16, from L1: every row reads the same 16 KiB) is loaded
+// here, where it is used, and turned into f32 once for all ROWS rows: it does not hold
+// registers across the loads of W, which are the ones whose latency matters.
 template <int ROWS, int WORDS>
-__device__ __forceinline__ void add_chunk(const Chunk<WORDS> (&ch)[ROWS], const uint4 (&xv)[WORDS],
-                                          float (&acc)[ROWS]) {
+__device__ __forceinline__ void add_chunk(const Chunk<WORDS> (&ch)[ROWS], const uint4* __restrict__ x8,
+                                          index_t c, float (&acc)[ROWS]) {
+    float2 scale[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) scale[r] = e4m3x2_to_f32x2(ch[r].scales);
 #pragma unroll
     for (int b = 0; b < WORDS / 2; ++b) {
         float s[ROWS];
@@ -131,12 +147,12 @@ __device__ __forceinline__ void add_chunk(const Chunk<WORDS> (&ch)[ROWS], const 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             float xf[8];
-            bf16x8_to_f32(xv[2 * b + h], xf);  // once for all ROWS rows
+            bf16x8_to_f32(x8[c * WORDS + 2 * b + h], xf);  // once for all ROWS rows
 #pragma unroll
             for (int r = 0; r < ROWS; ++r) s[r] = dot_word(ch[r].w[2 * b + h], xf, s[r]);
         }
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) acc[r] = fmaf(s[r], block_factor(ch[r].scales, b), acc[r]);
+        for (int r = 0; r < ROWS; ++r) acc[r] = fmaf(s[r], b == 0 ? scale[r].x : scale[r].y, acc[r]);
     }
 }
 
@@ -144,7 +160,7 @@ __device__ __forceinline__ void add_chunk(const Chunk<WORDS> (&ch)[ROWS], const 
 // + ROWS; lane l takes chunks l, l + 32, ... of those rows (consecutive lanes, consecutive
 // 16 or 8 bytes of a row). The main loop loads UNROLL chunks of every row, with no branch
 // between the loads, before it uses the first; the tail takes the last 0..UNROLL-1 one by
-// one. y = the warp's sum of acc * tensor_scale.
+// one. y = (the warp's sum of acc) * 2^14 * tensor_scale.
 template <int ROWS, int WORDS, int UNROLL>
 __device__ __forceinline__ void gemv_nvfp4(const unsigned char* __restrict__ packed,
                                            const unsigned char* __restrict__ scales,
@@ -172,42 +188,39 @@ __device__ __forceinline__ void gemv_nvfp4(const unsigned char* __restrict__ pac
     index_t c = lane;
     for (; c + 32 * (UNROLL - 1) < chunks; c += 32 * UNROLL) {
         Chunk<WORDS> ch[UNROLL][ROWS];
-        uint4 xv[UNROLL][WORDS];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
             for (int r = 0; r < ROWS; ++r) ch[u][r] = load_chunk<WORDS>(packed_row[r], scale_row[r], c + 32 * u);
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-#pragma unroll
-            for (int i = 0; i < WORDS; ++i) xv[u][i] = x8[(c + 32 * u) * WORDS + i];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) add_chunk<ROWS, WORDS>(ch[u], xv[u], acc);
+        for (int u = 0; u < UNROLL; ++u) add_chunk<ROWS, WORDS>(ch[u], x8, c + 32 * u, acc);
     }
     for (; c < chunks; c += 32) {
         Chunk<WORDS> ch[ROWS];
-        uint4 xv[WORDS];
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) ch[r] = load_chunk<WORDS>(packed_row[r], scale_row[r], c);
-#pragma unroll
-        for (int i = 0; i < WORDS; ++i) xv[i] = x8[c * WORDS + i];
-        add_chunk<ROWS, WORDS>(ch, xv, acc);
+        add_chunk<ROWS, WORDS>(ch, x8, c, acc);
     }
     const float ts = *tensor_scale;
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
         const float sum = warp_sum(acc[r]);
-        if (lane == 0 && row0 + r < n) y[row0 + r] = sum * ts;
+        // sum * 2^14 is exact (the factor the decode left out), then one rounding for ts.
+        if (lane == 0 && row0 + r < n) y[row0 + r] = (sum * 16384.0f) * ts;
     }
 }
 
-#define GEMV_NVFP4(NAME, ROWS, WORDS, UNROLL)                                                        \
-    KERNEL void NAME(const unsigned char* __restrict__ packed, const unsigned char* __restrict__ scales, \
+#define GEMV_NVFP4(NAME, ROWS, WORDS, UNROLL, MIN_BLOCKS)                                            \
+    KERNEL void __launch_bounds__(256, MIN_BLOCKS) NAME(const unsigned char* __restrict__ packed, const unsigned char* __restrict__ scales, \
                      const bf16_t* __restrict__ x, const float* __restrict__ tensor_scale,          \
                      float* __restrict__ y, index_t n, index_t k) {                                 \
         gemv_nvfp4<ROWS, WORDS, UNROLL>(packed, scales, x, tensor_scale, y, n, k);                   \
     }
-GEMV_NVFP4(gemv_nvfp4_warp_u4, 1, 4, 4)
-GEMV_NVFP4(gemv_nvfp4_warp_u2, 1, 2, 4)
-GEMV_NVFP4(gemv_nvfp4_rows4_u4, 4, 4, 2)
-GEMV_NVFP4(gemv_nvfp4_rows4_u2, 4, 2, 2)
+// MIN_BLOCKS caps the registers (65536 / (256 MIN_BLOCKS)) so that the occupancy the decode
+// needs to hide its latency is there; each choice was checked for zero spills.
+GEMV_NVFP4(gemv_nvfp4_warp_u4, 1, 4, 2, 4)   // 64 registers: 4 blocks (50%)
+GEMV_NVFP4(gemv_nvfp4_warp_u2, 1, 2, 4, 4)
+GEMV_NVFP4(gemv_nvfp4_rows2_u4, 2, 4, 2, 4)  // 64 registers: 4 blocks (50%)
+GEMV_NVFP4(gemv_nvfp4_rows2_u2, 2, 2, 4, 4)
+GEMV_NVFP4(gemv_nvfp4_rows4_u4, 4, 4, 2, 3)  // 80 registers: 3 blocks (37.5%); at 64 it spills
+GEMV_NVFP4(gemv_nvfp4_rows4_u2, 4, 2, 2, 3)

@@ -11,7 +11,7 @@ use half::bf16;
 use crate::{GEMV_SOURCE, Nvfp4Dev, check_shape};
 
 /// Version names, in table order: the bf16 baseline first.
-pub const VERSIONS: &[&str] = &["bf16_warp", "nvfp4_warp", "nvfp4_rows4"];
+pub const VERSIONS: &[&str] = &["bf16_warp", "nvfp4_warp", "nvfp4_rows2", "nvfp4_rows4"];
 
 const THREADS: u32 = 256;
 const WARPS: usize = 8;
@@ -23,6 +23,7 @@ fn function(version: &str, k: usize) -> Result<String> {
     Ok(match version {
         "bf16_warp" => "gemv_bf16_warp_x8".to_string(),
         "nvfp4_warp" => format!("gemv_nvfp4_warp_{width}"),
+        "nvfp4_rows2" => format!("gemv_nvfp4_rows2_{width}"),
         "nvfp4_rows4" => format!("gemv_nvfp4_rows4_{width}"),
         other => bail!("day24 has no GEMV version `{other}`"),
     })
@@ -30,7 +31,11 @@ fn function(version: &str, k: usize) -> Result<String> {
 
 /// Rows one warp computes.
 fn rows_per_warp(version: &str) -> usize {
-    if version == "nvfp4_rows4" { 4 } else { 1 }
+    match version {
+        "nvfp4_rows2" => 2,
+        "nvfp4_rows4" => 4,
+        _ => 1,
+    }
 }
 
 pub fn all_functions() -> Vec<String> {
@@ -39,6 +44,7 @@ pub fn all_functions() -> Vec<String> {
         .flat_map(|w| {
             [
                 format!("gemv_nvfp4_warp_{w}"),
+                format!("gemv_nvfp4_rows2_{w}"),
                 format!("gemv_nvfp4_rows4_{w}"),
             ]
         })
@@ -55,7 +61,9 @@ pub fn all_functions() -> Vec<String> {
 /// the lane's accumulator, then at most one per later block of the lane (2 ceil(k / 1024)
 /// blocks per lane), 5 butterfly levels and the tensor scale: at most k / 32 + 22. bf16: a
 /// lane's k / 32 terms in at most 4 chains, their sum and the butterfly: under k / 32 + 8.
-/// c = k / 32 + 24 covers both.
+/// c = k / 32 + 24 covers both. The NVFP4 kernels keep the decode's 2^-14 in every sum and
+/// multiply by 2^14 once at the end: a power of two commutes with each rounding (outside f32's
+/// subnormal range), so the chain is the same as if each block's scale carried the factor.
 pub fn tolerance(k: usize, max_row_magnitude: f64) -> Tolerance {
     tolerance_f32(k.div_ceil(32) + 24, max_row_magnitude)
 }

@@ -39,6 +39,20 @@ KERNEL void amax_finite_bf16(const bf16_t* __restrict__ x, unsigned* __restrict_
     if ((threadIdx.x & 31) == 0 && best != 0) atomicMax(amax_bits, best << 16);
 }
 
+// v / d rounded to nearest even, as __fdiv_rn gives it, from r = RN(1 / d): q0 = RN(v r) is
+// within one ulp of v / d, the residual v - q0 d is exact (one FMA), and RN(q0 + residual r)
+// is then the correctly rounded quotient (Markstein's theorem; see e.g. Muller et al.,
+// Handbook of Floating-Point Arithmetic, on division by FMA). The theorem needs no underflow:
+// with d >= 2^-100 (the caller's condition) and |v / d| >= 1/8 every intermediate is normal,
+// and a quotient under 1/8 encodes to magnitude 0 either way, its sign taken from v as the
+// IEEE quotient's would be (the residual step can turn -0 into +0). Checked on the CPU against
+// IEEE division on 2e8 random and threshold-tie cases before it went in.
+__device__ __forceinline__ float quotient_rn(float v, float d, float r) {
+    const float q0 = __fmul_rn(v, r);
+    const float residual = __fmaf_rn(-q0, d, v);
+    return copysignf(__fmaf_rn(residual, r, q0), v);
+}
+
 // grid(ceil(blocks / 256)), block(256): thread t quantizes block t (16 values: 32 bytes in,
 // 8 bytes of codes and 1 scale byte out). Thread 0 also writes the tensor scale.
 KERNEL void quantize_nvfp4_bf16(const bf16_t* __restrict__ x, const unsigned* __restrict__ amax_bits,
@@ -68,7 +82,17 @@ KERNEL void quantize_nvfp4_bf16(const bf16_t* __restrict__ x, const unsigned* __
     } else {
         scale = e4m3_encode(__fdiv_rn(block_amax, 6.0f * ts));
         const float denominator = e4m3_value(scale) * ts;
-        if (denominator != 0.0f) {  // a zero block (or one below e4m3's range) stays code 0
+        if (denominator >= 0x1p-100f) {
+            // The 16 quotients share their divisor: one correctly rounded reciprocal, then
+            // three instructions per value instead of a full IEEE division (~8).
+            const float r = __frcp_rn(denominator);
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                const unsigned c = e2m1_encode(quotient_rn(v[i], denominator, r));
+                if (i < 8) codes.x |= c << (4 * i);
+                else codes.y |= c << (4 * (i - 8));
+            }
+        } else if (denominator != 0.0f) {  // a zero block (or one below e4m3's range) stays 0
 #pragma unroll
             for (int i = 0; i < 16; ++i) {
                 const unsigned c = e2m1_encode(__fdiv_rn(v[i], denominator));

@@ -150,6 +150,20 @@ fn quantize_handles_zeros_ties_subnormal_scales_and_non_finite_values() {
         *v = b(1e-9);
     }
     check_quantize(&gpu, &day, &x, 2, 32);
+    // Tiny tensors: at amax ~1e-30 every divisor (e4m3 scale x tensor scale) is under
+    // 2^-100, where the kernel divides by IEEE division; at ~1e-25 the divisors of the large
+    // blocks are over it (one reciprocal per block) and those of the small blocks under.
+    for (amax, seed) in [(1e-30f32, 7), (1e-25, 8)] {
+        let mut x: Vec<bf16> = inputs::uniform(96, -1.0, 1.0, seed)
+            .iter()
+            .map(|v: &bf16| b(v.to_f32() * amax))
+            .collect();
+        // Scale ~0.004 (an e4m3 subnormal): under 2^-100 at amax 1e-25 too.
+        for v in &mut x[48..64] {
+            *v = b(v.to_f32() * 1e-5);
+        }
+        check_quantize(&gpu, &day, &x, 2, 48);
+    }
     // NaN and infinity: their blocks become NaN, the rest ignore them.
     let mut x: Vec<bf16> = inputs::uniform(96, -2.0, 2.0, 6);
     x[3] = bf16::NAN;
@@ -276,11 +290,13 @@ fn launchers_refuse_what_the_kernels_cannot_take() {
         )
         .unwrap_err();
     assert!(err.to_string().contains("multiple of 16"), "{err}");
-    // A wrong buffer length.
+    // A wrong buffer length, each in turn (the shape itself is fine: 5 x 16 needs x of 80,
+    // packed of 40, scales of 5): the launcher must compare every length with rows x cols.
+    let short_x = gpu.upload(&[bf16::from_f32(1.0); 64]).unwrap();
     let err = q
         .quantize(
             &gpu,
-            &w,
+            &short_x,
             (5, 16),
             &mut packed,
             &mut scales,
@@ -289,4 +305,62 @@ fn launchers_refuse_what_the_kernels_cannot_take() {
         )
         .unwrap_err();
     assert!(err.to_string().contains("needs x of 80"), "{err}");
+    let mut short_packed = gpu.alloc_poisoned::<u8>(32).unwrap();
+    let err = q
+        .quantize(
+            &gpu,
+            &w,
+            (5, 16),
+            &mut short_packed,
+            &mut scales,
+            &mut ts,
+            &mut amax,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("packed of 40"), "{err}");
+    let mut long_scales = gpu.alloc_poisoned::<u8>(6).unwrap();
+    let err = q
+        .quantize(
+            &gpu,
+            &w,
+            (5, 16),
+            &mut packed,
+            &mut long_scales,
+            &mut ts,
+            &mut amax,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("scales of 5"), "{err}");
+    // The same buffers with the right lengths are taken: the refusals above are the lengths'.
+    q.quantize(
+        &gpu,
+        &w,
+        (5, 16),
+        &mut packed,
+        &mut scales,
+        &mut ts,
+        &mut amax,
+    )
+    .unwrap();
+    // The GEMV: x of the wrong length, and NVFP4 weights given to the bf16 version.
+    let nv = Nvfp4Dev {
+        rows: 5,
+        cols: 16,
+        packed,
+        scales,
+        tensor_scale: ts,
+    };
+    let mut y5 = gpu.alloc_poisoned::<f32>(5).unwrap();
+    let err = gemv_day
+        .nvfp4(&gpu, "nvfp4_rows4", &nv, &x, &mut y5)
+        .unwrap_err();
+    assert!(err.to_string().contains("x of 40"), "{err}");
+    let x16 = gpu.upload(&[bf16::from_f32(1.0); 16]).unwrap();
+    let err = gemv_day
+        .nvfp4(&gpu, "bf16_warp", &nv, &x16, &mut y5)
+        .unwrap_err();
+    assert!(err.to_string().contains("takes bf16 weights"), "{err}");
+    gemv_day
+        .nvfp4(&gpu, "nvfp4_rows4", &nv, &x16, &mut y5)
+        .unwrap();
 }
