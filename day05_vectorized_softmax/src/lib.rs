@@ -53,6 +53,11 @@ const ONCHIP_THREADS: u32 = 1024;
 const ONCHIP_SMEM_PACKS: usize = 10;
 const ONCHIP_PACKS_PER_THREAD: usize = 16;
 
+/// `vec_rows_overlap` (OVERLAP_* in `softmax_vec.cu`): at most 8 rows, 1024 threads a block,
+/// each holding 2 packs of every row (one in registers, one in shared memory).
+const OVERLAP_ROWS: usize = 8;
+const OVERLAP_THREADS: u32 = 1024;
+
 /// `_v` with 16-byte loads when rows start 16-byte aligned (cols a multiple of the pack),
 /// `_s` with scalar loads otherwise.
 fn load_suffix(dtype: Dtype, cols: usize) -> &'static str {
@@ -85,6 +90,7 @@ fn all_functions() -> Vec<String> {
         }
         names.push(format!("softmax_split_onchip_{dtype}_v"));
     }
+    names.push("softmax_rows_overlap_f32_v".to_string());
     names
 }
 
@@ -337,6 +343,88 @@ impl VecSoftmax {
     }
 }
 
+impl VecSoftmax {
+    /// `vec_rows_overlap`: every block holds a chunk of every row (at most 8 rows of whole
+    /// packs, f32) and writes each row as soon as its summaries are in, while later rows still
+    /// arrive. Every block must be resident at once (a cooperative launch).
+    pub fn plan_rows_overlap<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Plan<'a, T>> {
+        let n = pack(T::DTYPE);
+        if T::DTYPE != Dtype::F32 {
+            return Err(Refused(format!(
+                "{} is not f32, the only type it is built for (vec_split_onchip takes it)",
+                T::DTYPE
+            ))
+            .into());
+        }
+        if rows > OVERLAP_ROWS || !cols.is_multiple_of(n) {
+            return Err(Refused(format!(
+                "{rows} rows of {cols}: it takes at most {OVERLAP_ROWS} rows of whole 16-byte \
+                 packs (vec_split_onchip and vec_split_fused take the others)"
+            ))
+            .into());
+        }
+        let kernel = self.kernels.get("softmax_rows_overlap_f32_v")?;
+        let capacity = 2 * OVERLAP_THREADS as usize; // packs of a row a block holds
+        let row_packs = cols / n;
+        let blocks = row_packs.div_ceil(capacity);
+        let chunk = row_packs.div_ceil(blocks); // packs
+        let shape = LaunchShape {
+            grid: (blocks as u32, 1, 1),
+            block: (OVERLAP_THREADS, 1, 1),
+            dynamic_shared_bytes: (OVERLAP_ROWS * OVERLAP_THREADS as usize * 16) as u32,
+        };
+        let resident =
+            kernel.blocks_per_sm(OVERLAP_THREADS, shape.dynamic_shared_bytes)? as usize * self.sms;
+        if blocks > resident {
+            return Err(Refused(format!(
+                "rows of {cols} need {blocks} blocks at once; this GPU holds {resident} \
+                 (vec_split_fused takes them)"
+            ))
+            .into());
+        }
+        let mut partials = gpu.stream.alloc_zeros::<f32>(2 * rows * blocks)?;
+        let mut arrivals = gpu.stream.alloc_zeros::<u32>(OVERLAP_ROWS)?;
+        let mut launches: u32 = 0;
+        // Per thread: 2 packs summed online, the block's tree, then `blocks` summaries.
+        let terms = 2 * n + 10 + blocks + 10;
+        Ok(Plan {
+            kernel,
+            shape,
+            tolerance: tolerance_for::<T>(terms),
+            launch: Box::new(move |x, out| {
+                check_sizes(x.len(), out.len(), rows, cols)?;
+                launches += 1;
+                let target = launches
+                    .checked_mul(blocks as u32)
+                    .ok_or_else(|| anyhow::anyhow!("arrival counters would overflow"))?;
+                let (rows, cols, chunk) = (rows as u64, cols as u64, chunk as u64);
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch
+                    .arg(x)
+                    .arg(out)
+                    .arg(&mut partials)
+                    .arg(&mut arrivals)
+                    .arg(&rows)
+                    .arg(&cols)
+                    .arg(&chunk)
+                    .arg(&target);
+                // SAFETY: matches softmax_rows_overlap_f32_v(const float*, float*, MaxSum*
+                // (rows x blocks), unsigned* arrivals (8), rows <= 8, cols, chunk, target); cols
+                // is a multiple of the pack, a block's chunk is at most the 2 x 1024 packs it
+                // holds; `target` counts as in vec_split_fused. The cooperative launch fails
+                // rather than run blocks that are not all resident.
+                unsafe { launch.launch_cooperative(kernel.config(&shape)?) }?;
+                Ok(())
+            }),
+        })
+    }
+}
+
 pub struct Day05 {
     day04: BlockSoftmax,
     vec: VecSoftmax,
@@ -353,6 +441,7 @@ impl SoftmaxDay for Day05 {
         "vec_split",
         "vec_split_fused",
         "vec_split_onchip",
+        "vec_rows_overlap",
     ];
     /// The five problems of the workspace's softmax targets.
     const DEFAULT_PROBLEMS: &'static [Shape] = &[
@@ -363,6 +452,7 @@ impl SoftmaxDay for Day05 {
         Shape::new(8, 1 << 20, Dtype::F32),
     ];
     const DTYPES: &'static [Dtype] = DTYPES;
+    const F32_ONLY: &'static [&'static str] = &["vec_rows_overlap"];
 
     fn load(gpu: &Gpu) -> Result<Self> {
         Ok(Self {
@@ -386,6 +476,7 @@ impl SoftmaxDay for Day05 {
             "vec_split" => self.vec.plan_split(gpu, rows, cols),
             "vec_split_fused" => self.vec.plan_split_fused(gpu, rows, cols),
             "vec_split_onchip" => self.vec.plan_split_onchip(gpu, rows, cols),
+            "vec_rows_overlap" => self.vec.plan_rows_overlap(gpu, rows, cols),
             other => Err(Refused(format!("day05 has no version `{other}`")).into()),
         }
     }

@@ -23,6 +23,8 @@
 //   vec_split_onchip vec_split_fused with no second read: one 1024-thread block per SM keeps
 //               its whole chunk (256 KB of input) in registers and shared memory between the
 //               summaries and the write, so a few rows too long for any one SM are read once
+//   vec_rows_overlap the same bytes on chip, but every block holds a chunk of every row (up
+//               to 8 rows) and writes row r - 1 while rows r + 1, ... are still arriving
 //
 // Run: cargo run --release -p day05 -- --rows 4096 --cols 32768 --kernel vec_regs
 #include "common.cuh"
@@ -210,27 +212,52 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
     return v;
 }
 
-// The row's summary from its chunks' (grid(chunks, rows), every block resident): publish
-// this block's `mine`, wait until every chunk of the row has published (arrivals[row] counts
-// them over all launches; this launch waits for `target`), then merge them all, each block in
-// the same order. Every thread of the block calls it and gets the row's (max, sum).
-__device__ __forceinline__ MaxSum exchange_summaries(MaxSum mine, MaxSum* partials,
-                                                     unsigned* arrivals, index_t row,
-                                                     unsigned target, MaxSum* scratch) {
+// A row's summary from its chunks' (every block resident at once): each block publishes its
+// chunk's (max, sum) in `row_partials[blockIdx.x]` and counts it in `arrival`, which counts
+// over all launches (this launch waits for `target`); then waits for all of the row's and
+// merges them, every block in the same order. Called by every thread of the block; every
+// thread gets the row's (max, sum).
+__device__ __forceinline__ void publish_summary(MaxSum mine, MaxSum* row_partials,
+                                                unsigned* arrival) {
     if (threadIdx.x == 0) {
-        partials[row * gridDim.x + blockIdx.x] = mine;
+        row_partials[blockIdx.x] = mine;
         __threadfence();  // the summary is visible before the arrival that announces it
-        atomicAdd(&arrivals[row], 1u);
-        while (load_acquire(&arrivals[row]) < target) __nanosleep(64);
+        atomicAdd(arrival, 1u);
     }
+}
+__device__ __forceinline__ MaxSum merge_published(const MaxSum* row_partials,
+                                                  const unsigned* arrival, unsigned target,
+                                                  MaxSum* scratch) {
+    if (threadIdx.x == 0)
+        while (load_acquire(arrival) < target) __nanosleep(64);
     __syncthreads();
     MaxSum stats = max_sum_empty();
     for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x) {
         // Through L2 (.cg): L1 is not coherent with other SMs' writes.
-        const float* p = reinterpret_cast<const float*>(&partials[row * gridDim.x + k]);
+        const float* p = reinterpret_cast<const float*>(&row_partials[k]);
         stats = max_sum_combine(stats, MaxSum{__ldcg(p), __ldcg(p + 1)});
     }
     return block_max_sum(stats, scratch);
+}
+__device__ __forceinline__ MaxSum exchange_summaries(MaxSum mine, MaxSum* partials,
+                                                     unsigned* arrivals, index_t row,
+                                                     unsigned target, MaxSum* scratch) {
+    publish_summary(mine, partials + row * gridDim.x, &arrivals[row]);
+    return merge_published(partials + row * gridDim.x, &arrivals[row], target, scratch);
+}
+
+// cp.async.wait_group with a count known only after unrolling (0..7).
+__device__ __forceinline__ void cp_async_wait_dynamic(int pending) {
+    switch (pending) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    default: cp_async_wait<7>(); break;
+    }
 }
 
 // grid(chunks, rows), block(THREADS), launched cooperatively so that every block is resident
@@ -363,6 +390,112 @@ __device__ __forceinline__ void softmax_split_onchip(const T* __restrict__ x, T*
     }
 }
 
+// ---- vec_rows_overlap: the same bytes on chip, the rows' phases overlapped ----
+//
+// vec_split_onchip reads everything, then writes everything: every block waits for its row's
+// slowest chunk before its first store, so the read and the write are two half-copies back
+// to back (1840 GB/s on 8 x 1M f32). Here every block takes a chunk of EVERY row (at most
+// OVERLAP_ROWS rows) and loads the rows in order; it publishes row r's summary as soon as row
+// r has arrived, and writes row r - 1 right after, while rows r + 1, ... are still on their
+// way. Per thread and row: one pack in registers (held[r]) and one in shared memory (cp.async,
+// one commit group per row, so waiting for row r is cp.async.wait_group(OVERLAP_ROWS - 1 - r)).
+// A block's chunk of a row is at most 2 x 1024 packs; on 8 x 1M f32 that is 128 blocks. f32
+// only (the few-huge-rows problem is f32; in 16-bit types the held packs spill).
+constexpr int OVERLAP_ROWS = 8, OVERLAP_THREADS = 1024;
+
+template <typename T>
+__device__ __forceinline__ MaxSum pack_max_sum(const Pack16<T>& pack, MaxSum s) {
+    constexpr int N = 16 / sizeof(T);
+    float m = s.max;
+#pragma unroll
+    for (int k = 0; k < N; ++k) m = fmaxf(m, to_f32(pack.v[k]));
+    if (m == NEG_INF) return s;  // nothing but -inf so far: (-inf, 0)
+    float sum = s.sum * expf(s.max - m);  // s.max = -inf: exp(-inf) = 0
+#pragma unroll
+    for (int k = 0; k < N; ++k) sum += expf(to_f32(pack.v[k]) - m);
+    return {m, sum};
+}
+
+template <typename T>
+__device__ __forceinline__ void store_scaled(T* out, const Pack16<T>& in, float shift,
+                                             float scale) {
+    constexpr int N = 16 / sizeof(T);
+    Pack16<T> pack;
+#pragma unroll
+    for (int k = 0; k < N; ++k) pack.v[k] = from_f32<T>(expf(to_f32(in.v[k]) - shift) * scale);
+    store16(out, pack);
+}
+
+// grid(blocks), block(OVERLAP_THREADS), dynamic shared memory OVERLAP_ROWS x OVERLAP_THREADS x
+// 16 bytes (128 KB), launched cooperatively. Block b holds packs [b chunk, (b + 1) chunk) of
+// every row (chunk <= 2 x OVERLAP_THREADS packs): pack t in registers, pack OVERLAP_THREADS + t
+// in shared memory. rows <= OVERLAP_ROWS, cols a multiple of the pack (the launcher checks).
+template <typename T>
+__device__ __forceinline__ void softmax_rows_overlap(const T* __restrict__ x, T* __restrict__ y,
+                                                     MaxSum* partials, unsigned* arrivals,
+                                                     index_t rows, index_t cols,
+                                                     index_t chunk, unsigned target) {
+    constexpr int N = 16 / sizeof(T), R = OVERLAP_ROWS, B = OVERLAP_THREADS;
+    extern __shared__ uint4 staged[];  // [row][thread]
+    __shared__ MaxSum scratch[32];
+    const int t = threadIdx.x;
+    const index_t first = (index_t)blockIdx.x * chunk;  // in packs
+    const index_t row_packs = cols / N;
+    const index_t end = first + chunk < row_packs ? first + chunk : row_packs;
+    const index_t mine = end > first ? end - first : 0;
+    const bool has_reg = t < mine, has_smem = B + t < mine;
+    Pack16<T> held[R];
+    // Every row's loads now, in row order: one commit group per row (empty past `rows`).
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (r < rows) {
+            const T* in = x + (index_t)r * cols + first * N;
+            if (has_smem) cp_async_16_zfill(&staged[r * B + t], in + (index_t)(B + t) * N, true);
+            if (has_reg) held[r] = load16(in + (index_t)t * N);
+        }
+        cp_async_commit();
+    }
+    // Writes row w from what the block holds, once the row's summaries are all in.
+    auto write_row = [&](int w, const Pack16<T>& reg) {
+        const MaxSum stats =
+            merge_published(partials + (index_t)w * gridDim.x, &arrivals[w], target, scratch);
+        const float shift = stats.max == NEG_INF ? 0.0f : stats.max;
+        const float scale = stats.max == NEG_INF ? 0.0f : 1.0f / stats.sum;  // all -inf: zeros
+        T* out = y + (index_t)w * cols + first * N;
+        if (has_reg) store_scaled(out + (index_t)t * N, reg, shift, scale);
+        if (has_smem) {
+            const Pack16<T> pack = *reinterpret_cast<const Pack16<T>*>(&staged[w * B + t]);
+            store_scaled(out + (index_t)(B + t) * N, pack, shift, scale);
+        }
+    };
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (r < rows) {
+            cp_async_wait_dynamic(R - 1 - r);  // this thread's copies of rows 0..r
+            MaxSum mine_stats = max_sum_empty();
+            if (has_reg) mine_stats = pack_max_sum(held[r], mine_stats);
+            if (has_smem)
+                mine_stats = pack_max_sum(*reinterpret_cast<const Pack16<T>*>(&staged[r * B + t]),
+                                          mine_stats);
+            publish_summary(block_max_sum(mine_stats, scratch),
+                            partials + (index_t)r * gridDim.x, &arrivals[r]);
+            if (r > 0) write_row(r - 1, held[r > 0 ? r - 1 : 0]);
+        }
+    }
+    const int last = (int)rows - 1;  // rows >= 1
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+        if (r == last) write_row(r, held[r]);
+}
+
+#define OVERLAP(T, NAME)                                                                       \
+    KERNEL void __launch_bounds__(OVERLAP_THREADS, 1)                                          \
+        softmax_rows_overlap_##NAME##_v(const T* x, T* y, MaxSum* partials,                    \
+                                        unsigned* arrivals, index_t rows, index_t cols,        \
+                                        index_t chunk, unsigned target) {                      \
+        softmax_rows_overlap<T>(x, y, partials, arrivals, rows, cols, chunk, target);          \
+    }
+
 #define ONCHIP(T, NAME)                                                                        \
     KERNEL void __launch_bounds__(ONCHIP_THREADS, 1)                                           \
         softmax_split_onchip_##NAME##_v(const T* x, T* y, MaxSum* partials,                   \
@@ -416,5 +549,7 @@ __device__ __forceinline__ void softmax_split_onchip(const T* __restrict__ x, T*
 
 // Warp tiers: one pack per lane (4 floats, 8 halves), and 16 elements per lane.
 ALL_KERNELS(float, f32, 4, 16)
+// f32 only: in 16-bit types the eight held packs and their conversions spill at 64 registers.
+OVERLAP(float, f32)
 ALL_KERNELS(f16_t, f16, 8, 16)
 ALL_KERNELS(bf16_t, bf16, 8, 16)

@@ -505,6 +505,11 @@ pub const TEST_SHAPES: &[(usize, usize)] = &[
     (130, 4096),
     (5, 33_001),
     (2, 262_147),
+    // A few long rows of whole packs, as day 5's on-chip versions take them: 5 and 33 blocks
+    // a row with an uneven last chunk, and the 8 x 1M problem itself.
+    (7, 40_000),
+    (2, 262_148),
+    (8, 1 << 20),
     // 36 MiB of f32, more than L2: many chunks per row, and more blocks than rows.
     (9, 1 << 20),
 ];
