@@ -63,6 +63,17 @@ __device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned 
 
 // ---- TMA ------------------------------------------------------------------------------------
 
+// One-dimensional bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned)
+// from global to this CTA's shared memory, counted against `bar`: a contiguous range, no
+// tensor map needed.
+__device__ __forceinline__ void bulk_load_1d(void* dst, const void* src, unsigned bytes,
+                                             unsigned long long* bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+        ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar))
+        : "memory");
+}
+
 // Copies the box at coordinates (x innermost, y, z) of the tensor `map` describes into `dst`
 // and counts its bytes against `bar`. Elements past the tensor's edge arrive as zeros.
 __device__ __forceinline__ void tma_load_3d(void* dst, const TmaDescriptor* map,
@@ -135,11 +146,33 @@ __device__ __forceinline__ unsigned cluster_rank() {
     return rank;
 }
 
+// The cluster barrier in two halves: arrive (releasing this CTA's shared-memory writes) and
+// wait (acquiring the others'), so a CTA can work between telling the others it is done and
+// waiting for them.
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
 // Every thread of every CTA of the cluster meets here; writes before it (barrier inits) are
 // visible to the whole cluster after it.
 __device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    cluster_arrive();
+    cluster_wait();
+}
+
+// A float in CTA `rank`'s shared memory (distributed shared memory), at the address `local`
+// has in this CTA's.
+__device__ __forceinline__ float load_cluster_f32(const float* local, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                 : "=r"(remote)
+                 : "r"(smem_u32(local)), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+    return v;
 }
 
 // Arrives on the barrier at `bar`'s offset in the shared memory of CTA `cta` of the cluster

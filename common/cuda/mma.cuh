@@ -76,11 +76,17 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* 
                  : "r"(shared_address(row)));
 }
 
+// 16 bytes of shared memory filled from the first `bytes` (0 to 16) at `src`, the rest
+// zero-filled, without passing through registers: a pack cut by the end of the data.
+__device__ __forceinline__ void cp_async_16_partial(void* dst, const void* src, unsigned bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
+                 "l"(src), "r"(bytes));
+}
+
 // 16 bytes global -> shared without passing through registers; when `valid` is false nothing
 // is read and the 16 bytes are zero-filled (a tile's rows past the end of the data).
 __device__ __forceinline__ void cp_async_16_zfill(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
-                 "l"(src), "r"(valid ? 16 : 0));
+    cp_async_16_partial(dst, src, valid ? 16u : 0u);
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }

@@ -212,12 +212,7 @@ impl VecSoftmax {
             return Err(Refused(format!("{rows} rows exceed the grid's 65535 in y")).into());
         }
         let (chunks, chunk) = split_chunks(rows, cols, 4 * self.sms, pack(T::DTYPE));
-        let resident =
-            kernel
-                .func
-                .occupancy_max_active_blocks_per_multiprocessor(SPLIT_THREADS, 0, None)?
-                as usize
-                * self.sms;
+        let resident = kernel.blocks_per_sm(SPLIT_THREADS, 0)? as usize * self.sms;
         if rows * chunks > resident {
             return Err(Refused(format!(
                 "needs its {} blocks resident at once; this GPU holds {resident}",
@@ -230,39 +225,8 @@ impl VecSoftmax {
             block: (SPLIT_THREADS, 1, 1),
             dynamic_shared_bytes: 0,
         };
-        let mut partials = gpu.stream.alloc_zeros::<f32>(2 * rows * chunks)?;
-        let mut arrivals = gpu.stream.alloc_zeros::<u32>(rows)?;
-        let mut launches: u32 = 0;
         let terms = 2 * chunk.div_ceil(SPLIT_THREADS as usize) + chunks + 16;
-        Ok(Plan {
-            kernel,
-            shape,
-            tolerance: tolerance_for::<T>(terms),
-            launch: Box::new(move |x, out| {
-                check_sizes(x.len(), out.len(), rows, cols)?;
-                launches += 1;
-                let target = launches
-                    .checked_mul(chunks as u32)
-                    .ok_or_else(|| anyhow::anyhow!("arrival counters would overflow"))?;
-                let (cols, chunk) = (cols as u64, chunk as u64);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch
-                    .arg(x)
-                    .arg(out)
-                    .arg(&mut partials)
-                    .arg(&mut arrivals)
-                    .arg(&cols)
-                    .arg(&chunk)
-                    .arg(&target);
-                // SAFETY: matches softmax_split_fused_<T>_<v|s>(const T*, T*, MaxSum*,
-                // unsigned* arrivals, cols, chunk, unsigned target); arrivals[row] counts
-                // `chunks` per earlier launch, so `target` is what this launch brings it to.
-                // A cooperative launch fails rather than run with blocks that are not resident,
-                // which would otherwise wait forever.
-                unsafe { launch.launch_cooperative(kernel.config(&shape)?) }?;
-                Ok(())
-            }),
-        })
+        cooperative_plan(gpu, kernel, shape, rows, cols, chunk, chunks, None, terms)
     }
 }
 
@@ -300,46 +264,16 @@ impl VecSoftmax {
         let blocks = rows.saturating_mul(chunks);
         if rows > 65535 || blocks > resident {
             return Err(Refused(format!(
-                "{rows} x {cols} needs {blocks} blocks of {} KB on chip at once; this GPU holds                  {resident} (vec_split_fused takes it)",
+                "{rows} x {cols} needs {blocks} blocks of {} KB on chip at once; this GPU holds \
+                 {resident} (vec_split_fused takes it)",
                 capacity * 16 / 1024
             ))
             .into());
         }
-        let mut partials = gpu.stream.alloc_zeros::<f32>(2 * blocks)?;
-        let mut arrivals = gpu.stream.alloc_zeros::<u32>(rows)?;
-        let mut launches: u32 = 0;
         // Per thread: up to 16 x pack exponentials summed in order, then the block's tree and
         // the merge of `chunks` summaries.
         let terms = ONCHIP_PACKS_PER_THREAD * n + 10 + chunks + 10;
-        Ok(Plan {
-            kernel,
-            shape,
-            tolerance: tolerance_for::<T>(terms),
-            launch: Box::new(move |x, out| {
-                check_sizes(x.len(), out.len(), rows, cols)?;
-                launches += 1;
-                let target = launches
-                    .checked_mul(chunks as u32)
-                    .ok_or_else(|| anyhow::anyhow!("arrival counters would overflow"))?;
-                let (cols, chunk) = (cols as u64, chunk as u64);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch
-                    .arg(x)
-                    .arg(out)
-                    .arg(&mut partials)
-                    .arg(&mut arrivals)
-                    .arg(&cols)
-                    .arg(&chunk)
-                    .arg(&target);
-                // SAFETY: matches softmax_split_onchip_<T>_v(const T*, T*, MaxSum*, unsigned*,
-                // cols, chunk, unsigned target); cols is a multiple of the pack, so every row
-                // and chunk starts 16-byte aligned; a chunk is at most the 16 x 1024 packs a
-                // block holds; `target` counts as in vec_split_fused. The cooperative launch
-                // fails rather than run blocks that are not all resident.
-                unsafe { launch.launch_cooperative(kernel.config(&shape)?) }?;
-                Ok(())
-            }),
-        })
+        cooperative_plan(gpu, kernel, shape, rows, cols, chunk, chunks, None, terms)
     }
 }
 
@@ -387,42 +321,73 @@ impl VecSoftmax {
             ))
             .into());
         }
-        let mut partials = gpu.stream.alloc_zeros::<f32>(2 * rows * blocks)?;
-        let mut arrivals = gpu.stream.alloc_zeros::<u32>(OVERLAP_ROWS)?;
-        let mut launches: u32 = 0;
         // Per thread: 2 packs summed online, the block's tree, then `blocks` summaries.
         let terms = 2 * n + 10 + blocks + 10;
-        Ok(Plan {
+        // Its chunk counts packs; every row's `blocks` summaries meet through its own counter.
+        cooperative_plan(
+            gpu,
             kernel,
             shape,
-            tolerance: tolerance_for::<T>(terms),
-            launch: Box::new(move |x, out| {
-                check_sizes(x.len(), out.len(), rows, cols)?;
-                launches += 1;
-                let target = launches
-                    .checked_mul(blocks as u32)
-                    .ok_or_else(|| anyhow::anyhow!("arrival counters would overflow"))?;
-                let (rows, cols, chunk) = (rows as u64, cols as u64, chunk as u64);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch
-                    .arg(x)
-                    .arg(out)
-                    .arg(&mut partials)
-                    .arg(&mut arrivals)
-                    .arg(&rows)
-                    .arg(&cols)
-                    .arg(&chunk)
-                    .arg(&target);
-                // SAFETY: matches softmax_rows_overlap_f32_v(const float*, float*, MaxSum*
-                // (rows x blocks), unsigned* arrivals (8), rows <= 8, cols, chunk, target); cols
-                // is a multiple of the pack, a block's chunk is at most the 2 x 1024 packs it
-                // holds; `target` counts as in vec_split_fused. The cooperative launch fails
-                // rather than run blocks that are not all resident.
-                unsafe { launch.launch_cooperative(kernel.config(&shape)?) }?;
-                Ok(())
-            }),
-        })
+            rows,
+            cols,
+            chunk,
+            blocks,
+            Some(rows),
+            terms,
+        )
     }
+}
+
+/// The plan of the cooperative versions (`vec_split_fused`, `vec_split_onchip`,
+/// `vec_rows_overlap`), whose kernels take `(x, y, MaxSum* partials, unsigned* arrivals,
+/// [rows,] cols, chunk, target)`: the row's summaries meet through `partials` (`per_row` a
+/// row) and `arrivals[row]`, which counts `per_row` per launch over all launches, so `target`
+/// (this launch's number times `per_row`) never needs the counters reset. `with_rows` passes
+/// the rows argument the kernels that loop over rows take. A cooperative launch fails rather
+/// than run with blocks that are not all resident, which would otherwise wait forever.
+#[allow(clippy::too_many_arguments)]
+fn cooperative_plan<'a, T: Element>(
+    gpu: &'a Gpu,
+    kernel: &'a Kernel,
+    shape: LaunchShape,
+    rows: usize,
+    cols: usize,
+    chunk: usize,
+    per_row: usize,
+    with_rows: Option<usize>,
+    terms: usize,
+) -> Result<Plan<'a, T>> {
+    let mut partials = gpu.stream.alloc_zeros::<f32>(2 * rows * per_row)?;
+    let mut arrivals = gpu.stream.alloc_zeros::<u32>(rows)?;
+    let mut launches: u32 = 0;
+    Ok(Plan {
+        kernel,
+        shape,
+        tolerance: tolerance_for::<T>(terms),
+        launch: Box::new(move |x, out| {
+            check_sizes(x.len(), out.len(), rows, cols)?;
+            launches += 1;
+            let target = launches
+                .checked_mul(per_row as u32)
+                .ok_or_else(|| anyhow::anyhow!("arrival counters would overflow"))?;
+            let (cols, chunk) = (cols as u64, chunk as u64);
+            let rows_arg = with_rows.map(|r| r as u64);
+            let mut launch = gpu.stream.launch_builder(&kernel.func);
+            launch.arg(x).arg(out).arg(&mut partials).arg(&mut arrivals);
+            if let Some(rows_arg) = rows_arg.as_ref() {
+                launch.arg(rows_arg);
+            }
+            launch.arg(&cols).arg(&chunk).arg(&target);
+            // SAFETY: matches softmax_split_fused_<T>_<v|s>, softmax_split_onchip_<T>_v (const
+            // T*, T*, MaxSum*, unsigned* arrivals, cols, chunk, unsigned target) and
+            // softmax_rows_overlap_f32_v (the same with rows before cols), as `with_rows` says;
+            // partials hold `per_row` summaries of every row and arrivals a counter a row; the
+            // callers checked that every chunk fits its block and every row start is aligned
+            // where the kernel loads 16 bytes.
+            unsafe { launch.launch_cooperative(kernel.config(&shape)?) }?;
+            Ok(())
+        }),
+    })
 }
 
 pub struct Day05 {

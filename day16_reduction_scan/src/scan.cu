@@ -439,9 +439,7 @@ __device__ __forceinline__ void stage_tile(const T* __restrict__ in, index_t bas
         const index_t left = n - i;
         const unsigned bytes = left >= 4 ? 16u : left > 0 ? (unsigned)left * 4u : 0u;
         const T* src = bytes > 0 ? in + i : in;  // nothing is read when bytes is 0
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                         shared_address(&buf[k * SCAN_THREADS + threadIdx.x])),
-                     "l"(src), "r"(bytes));
+        cp_async_16_partial(&buf[k * SCAN_THREADS + threadIdx.x], src, bytes);
     }
 }
 

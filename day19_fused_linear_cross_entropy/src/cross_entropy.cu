@@ -264,30 +264,7 @@ KERNEL void __launch_bounds__(TWO_PASS_THREADS, 1)
 #define CLUSTER_PACKS_PER_THREAD 4
 // The longest row the cluster kernel holds: 8 blocks x 512 threads x 4 packs x 8 = 131072.
 
-// cluster_rank() comes from hopper.cuh.
-
-// Arrive (releasing this block's shared-memory writes) and wait (acquiring the others').
-// Split so that a block can work between telling the others it is done and waiting for them.
-__device__ __forceinline__ void cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// A float in block `rank`'s shared memory, at the address `local` has in ours.
-__device__ __forceinline__ float load_cluster_f32(const float* local, unsigned rank) {
-    unsigned long long generic = reinterpret_cast<unsigned long long>(local);
-    unsigned long long shared;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(shared) : "l"(generic));
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                 : "=r"(remote)
-                 : "r"((unsigned)shared), "r"(rank));
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-    return v;
-}
+// cluster_rank(), cluster_arrive(), cluster_wait() and load_cluster_f32() come from hopper.cuh.
 
 // grid(8 * rows), block(512), cluster(8): block `rank` of a row's cluster owns packs
 // [rank * per_block, (rank + 1) * per_block) of it, at most 4 per thread, all loaded before
@@ -399,16 +376,6 @@ template <int C> struct StreamShape;
 template <> struct StreamShape<8> { static constexpr int STAGES = 3, SLICE = 2048, PER_SM = 2; };
 template <> struct StreamShape<4> { static constexpr int STAGES = 3, SLICE = 4096, PER_SM = 1; };
 
-// One-dimensional bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned)
-// from global to this block's shared memory, counted against `bar`.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes,
-                                          unsigned long long* bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-        ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar))
-        : "memory");
-}
-
 // grid(C x clusters), block(512), cluster(C), dynamic shared memory STAGES x SLICE x 16
 // bytes; `clusters` is what the GPU holds at once (the launcher asks), each walking rows
 // cluster, cluster + clusters, ... Same math and the same fixed combination order (so the
@@ -446,7 +413,7 @@ __device__ __forceinline__ void ce_rows_cluster_stream(const bf16_t* logits, bf1
         unsigned long long* bar = &full[i % STREAM_STAGES];
         mbarrier_arrive_expect_tx(bar, bytes);  // 0 bytes (an empty slice): the arrival alone
         if (bytes > 0)
-            bulk_load(&slices[(i % STREAM_STAGES) * STREAM_SLICE_PACKS],
+            bulk_load_1d(&slices[(i % STREAM_STAGES) * STREAM_SLICE_PACKS],
                       logits + row * vocab + first * BF16_PER_PACK, bytes, bar);
     };
     if (t == 0) {

@@ -25,8 +25,8 @@ pub struct TmaDescriptor {
 // SAFETY: a plain 128-byte value the kernel receives by copy, as cuTensorMapEncodeTiled wrote it.
 unsafe impl DeviceRepr for TmaDescriptor {}
 
-/// A 3-D tensor `[outer][rows][inner]` of 16-bit elements, rows contiguous, matrices
-/// `outer_stride` elements apart, copied in boxes of `box_inner x box_rows` (one outer index
+/// A 3-D tensor `[outer][rows][inner]` of any element type (16-bit for day 18, int8 for day
+/// 23), rows contiguous, matrices `outer_stride` elements apart, copied in boxes of `box_inner x box_rows` (one outer index
 /// each) with 128-byte swizzling: the K-major operand layout `wgmma` reads. The inner
 /// dimension is the one that runs along k (A stored `[m, k]`, B stored `[n, k]`).
 #[derive(Debug, Clone, Copy)]
@@ -200,7 +200,21 @@ impl RowSpans {
     }
 }
 
-/// What the layouts share: a 3-D `[outer][rows][inner]` tensor of 16-bit or f32 elements, rows
+/// The TMA's name for elements of `dtype`. The copy engine moves bytes and only needs their
+/// width (it never converts, and the maps here fill out-of-bounds elements with zeros), so
+/// signed int8 travels as UINT8.
+fn map_data_type(dtype: Dtype) -> CUtensorMapDataType {
+    match dtype {
+        Dtype::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        Dtype::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        Dtype::F32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        Dtype::I8 | Dtype::U8 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        Dtype::I32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_INT32,
+        Dtype::U32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT32,
+    }
+}
+
+/// What the layouts share: a 3-D `[outer][rows][inner]` tensor of 1-, 2- or 4-byte elements, rows
 /// `row_stride` elements apart (`inner` when contiguous), boxes of `box_inner x box_rows x 1`,
 /// 128-byte swizzled (every operand layout) or not (`swizzle: false`, plain rows).
 struct Swizzled128 {
@@ -222,15 +236,7 @@ impl Swizzled128 {
         S: DevicePtr<T> + DeviceSlice<T>,
     {
         let what = self.what;
-        let data_type = match T::DTYPE {
-            Dtype::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-            Dtype::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-            Dtype::F32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-            other => bail!(
-                "tensor maps are made for f16, bf16 and f32, not {}",
-                other.name()
-            ),
-        };
+        let data_type = map_data_type(T::DTYPE);
         if self.inner == 0 || self.rows == 0 || self.outer == 0 {
             bail!("{what}: an empty tensor ({self:?}) has no tensor map");
         }
@@ -340,6 +346,30 @@ impl std::fmt::Debug for Swizzled128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_element_type_has_a_map_type_of_its_width() {
+        use CUtensorMapDataType::*;
+        let width = |t| match t {
+            CU_TENSOR_MAP_DATA_TYPE_UINT8 => 1,
+            CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 | CU_TENSOR_MAP_DATA_TYPE_FLOAT16 => 2,
+            CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+            | CU_TENSOR_MAP_DATA_TYPE_INT32
+            | CU_TENSOR_MAP_DATA_TYPE_UINT32 => 4,
+            other => panic!("unexpected {other:?}"),
+        };
+        for dtype in [
+            Dtype::F32,
+            Dtype::F16,
+            Dtype::Bf16,
+            Dtype::I8,
+            Dtype::U8,
+            Dtype::I32,
+            Dtype::U32,
+        ] {
+            assert_eq!(width(map_data_type(dtype)), dtype.size(), "{dtype:?}");
+        }
+    }
 
     #[test]
     fn mn_major_operands_need_rows_of_16_byte_multiples() {
