@@ -108,6 +108,25 @@ __device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* map, cons
                  "r"(smem_u32(src))
                  : "memory");
 }
+// The reverse of tma_load_3d: the box at `src` (shared memory, laid out as the map's swizzle
+// says) to the tensor at (x, y, z); rows and columns past the tensor's edge are not written.
+// Tracked in this thread's bulk groups (bulk_commit / bulk_wait_read / bulk_wait). The shared
+// memory must have been written through the generic proxy and then `fence_proxy_async_shared`.
+__device__ __forceinline__ void tma_store_3d(const TmaDescriptor* map, const void* src, int x,
+                                             int y, int z) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group"
+                 " [%0, {%1, %2, %3}], [%4];\n" ::"l"(map),
+                 "r"(x), "r"(y), "r"(z), "r"(smem_u32(src))
+                 : "memory");
+}
+
+// Byte `byte` of row r of a box staged for a TMA store with 128-byte swizzling (rows of 128
+// bytes): the 16-byte piece p of row r sits at p ^ (r % 8). The 8 rows one warp's accumulator
+// fragment touches (lane / 4) so spread over all 32 banks. The box starts on a 1024-byte
+// boundary.
+__device__ __forceinline__ unsigned char* swizzled_128(unsigned char* box, int r, int byte) {
+    return box + r * 128 + ((((byte >> 4) ^ (r % 8)) << 4) | (byte & 15));
+}
 __device__ __forceinline__ void bulk_commit() {
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
@@ -364,16 +383,40 @@ __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const unsigne
     "setp.ne.b32 p, %37, 0;\n" MMA "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
 #define WGMMA_RS_TAIL_64(MMA)                                                                      \
     "setp.ne.b32 p, %69, 0;\n" MMA "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+#define WGMMA_RS_TAIL_128(MMA)                                                                     \
+    "setp.ne.b32 p, %133, 0;\n" MMA "{%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
 
-// Day 18's GEMM tile is n256; attention's S = Q K^T is n128 (keys) and O += P V n64 or n128
-// (the head dim).
+// Day 18's GEMM tile is n256; attention's S = Q K^T is n128 or n64 (keys) and O += P V n64,
+// n128 or n256 (the head dim).
 WGMMA_SS(256, 128, bf16_t, "bf16", WGMMA_SS_TAIL_128)
 WGMMA_SS(256, 128, f16_t, "f16", WGMMA_SS_TAIL_128)
 WGMMA_SS(128, 64, bf16_t, "bf16", WGMMA_SS_TAIL_64)
 WGMMA_SS(128, 64, f16_t, "f16", WGMMA_SS_TAIL_64)
 WGMMA_SS(64, 32, bf16_t, "bf16", WGMMA_SS_TAIL_32)
 WGMMA_SS(64, 32, f16_t, "f16", WGMMA_SS_TAIL_32)
+WGMMA_RS(256, 128, bf16_t, "bf16", WGMMA_RS_TAIL_128)
+WGMMA_RS(256, 128, f16_t, "f16", WGMMA_RS_TAIL_128)
 WGMMA_RS(128, 64, bf16_t, "bf16", WGMMA_RS_TAIL_64)
 WGMMA_RS(128, 64, f16_t, "f16", WGMMA_RS_TAIL_64)
 WGMMA_RS(64, 32, bf16_t, "bf16", WGMMA_RS_TAIL_32)
 WGMMA_RS(64, 32, f16_t, "f16", WGMMA_RS_TAIL_32)
+
+// ---- 8-bit floating point (FP8) -------------------------------------------------------------
+// An FP8 E4M3 value as stored (1 sign, 4 exponent, 3 mantissa bits, bias 7, no infinities,
+// 0x7F / 0xFF NaN; largest finite 448): only its bits travel, the tensor cores decode it.
+struct e4m3_t {
+    unsigned char bits;
+};
+
+// D (64 x 256, f32) (+)= A (64 x 32 e4m3) B (32 x 256 e4m3), both from shared memory through
+// K-major 128-byte-swizzle descriptors: a k32 step is 32 bytes along the rows, as a bf16 k16
+// step is. 8-bit types have no transpose immediates (K-major only) but keep scale-a / scale-b
+// (1, 1 here). The accumulator layout is the f32 one above.
+__device__ __forceinline__ void wgmma_m64n256k32_e4m3(float (&d)[128], unsigned long long desc_a,
+                                                      unsigned long long desc_b, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" WGMMA_D128_LIST "}, "
+                 "%128, %129, p, 1, 1;\n}\n"
+                 : WGMMA_D128(d, 0)
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}

@@ -304,10 +304,21 @@ MMA_KERNELS(f16_t, f16)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "hopper.cuh"
 
-constexpr int WG_BM = 128, WG_BN = 256, WG_BK = 64, WG_STAGES = 4;
+// A stage holds 128 bytes of k (one 128-byte swizzle row): 64 k of a 16-bit type, 128 of FP8.
+// Tiles are counted in bytes so both element sizes share the ring and its offsets.
+constexpr int WG_BM = 128, WG_BN = 256, WG_BK_BYTES = 128, WG_STAGES = 4;
+constexpr int WG_BK = 64;                              // k per stage of a 16-bit type
 constexpr int WG_CONSUMERS = 2;                        // warpgroups of 64 rows each
 constexpr int WG_THREADS = 128 * (1 + WG_CONSUMERS);  // + the producer warpgroup
-constexpr int WG_A_TILE = WG_BM * WG_BK, WG_B_TILE = WG_BN * WG_BK;
+constexpr int WG_A_TILE = WG_BM * WG_BK_BYTES, WG_B_TILE = WG_BN * WG_BK_BYTES;  // bytes
+template <typename T> __device__ constexpr int wg_bk() { return WG_BK_BYTES / (int)sizeof(T); }
+
+// wgmma_tma_store's staging: per consumer two buffers of 64 rows x 128 bytes (64 columns of a
+// 16-bit output), after the stages: 32 KiB, which still fits beside the 4 stages (192 KiB) in
+// the 227 KiB an H100 block may have.
+constexpr int WG_OUT_ROWS = 64, WG_OUT_COLS = 64;
+constexpr int WG_OUT_CHUNK = WG_OUT_ROWS * 128;
+constexpr int WG_STAGING = WG_CONSUMERS * 2 * WG_OUT_CHUNK;
 
 // Tile t of a (tiles_m x tiles_n) grid, in groups of 8 tile-rows walked column by column, so
 // the blocks running at once share A rows and B columns in L2.
@@ -338,70 +349,177 @@ __device__ __forceinline__ TilePlace tile_place(int t, int tiles_m, int tiles_n,
 }
 
 // ---- operand layouts in the stage -----------------------------------------------------------
-// K-major (A stored [m][k], B stored [n][k]): one TMA box of 64 k x ROWS rows; each row is the
-// 64 k of one m (or n), 128 bytes, swizzled. A k16 step is 32 bytes further along the row.
-// MN-major (A stored [k][m], B stored [k][n]): ROWS / 64 boxes of 64 m-or-n x 64 k, side by
-// side; each box row is the 64 m (or n) of one k. A k16 step is 16 rows (2048 bytes) down.
-// Either way a tile holds ROWS x 64 elements and consumer c's 64 rows of A start 64 x 64
-// elements in: the stage sizes and offsets are the same, only the TMA boxes and the wgmma
-// descriptor differ (hopper.cuh draws the MN-major one).
+// K-major (A stored [m][k], B stored [n][k]): one TMA box of 128 bytes of k x ROWS rows; each
+// row is the k of one m (or n), swizzled. A wgmma k step (k16 of a 16-bit type, k32 of FP8) is
+// 32 bytes further along the row.
+// MN-major (A stored [k][m], B stored [k][n]; 16-bit types only): ROWS / 64 boxes of 64
+// m-or-n x 64 k, side by side; each box row is the 64 m (or n) of one k. A k16 step is 16 rows
+// (2048 bytes) down.
+// Either way a tile holds ROWS x 128 bytes and consumer c's 64 rows of A start 64 x 128 bytes
+// in: the stage sizes and offsets are the same, only the TMA boxes and the wgmma descriptor
+// differ (hopper.cuh draws the MN-major one).
 constexpr int WG_MN_BOX = 64;  // elements of one 128-byte swizzle row
 constexpr unsigned WG_MN_BOX_BYTES = WG_MN_BOX * WG_BK * 2;  // LBO: box to box along m or n
 
-// The stage's tile of one operand: rows [row0, row0 + ROWS) (m or n) x k [k0, k0 + 64) of
+// The stage's tile of one operand: rows [row0, row0 + ROWS) (m or n) x k [k0, k0 + BK) of
 // product z. The map of a K-major operand is [batch][rows][k], of an MN-major one
 // [batch][k][rows]; coordinates are given innermost first.
 template <typename T, bool MN_MAJOR, int ROWS>
-__device__ __forceinline__ void tma_load_operand(T* dst, const TmaDescriptor* map,
+__device__ __forceinline__ void tma_load_operand(unsigned char* dst, const TmaDescriptor* map,
                                                  unsigned long long* bar, int k0, int row0,
                                                  int z) {
     if constexpr (MN_MAJOR) {
+        static_assert(sizeof(T) == 2, "MN-major operands are 16-bit (wgmma's transpose)");
 #pragma unroll
         for (int box = 0; box < ROWS / WG_MN_BOX; ++box)
-            tma_load_3d(dst + box * WG_MN_BOX * WG_BK, map, bar, row0 + box * WG_MN_BOX, k0, z);
+            tma_load_3d(dst + box * WG_MN_BOX * WG_BK * 2, map, bar, row0 + box * WG_MN_BOX, k0,
+                        z);
     } else {
         tma_load_3d(dst, map, bar, k0, row0, z);
     }
 }
 
-// The wgmma descriptor of k16 step `kk` of a tile (or of consumer's 64-row slice of it).
-template <typename T, bool MN_MAJOR>
-__device__ __forceinline__ unsigned long long operand_descriptor(const T* tile, int kk) {
+// The wgmma descriptor of k step `kk` of a tile (or of a consumer's 64-row slice of it).
+template <bool MN_MAJOR>
+__device__ __forceinline__ unsigned long long operand_descriptor(const unsigned char* tile,
+                                                                 int kk) {
     if constexpr (MN_MAJOR) {
-        return wgmma_descriptor_mn_major_sw128(tile + kk * 16 * WG_MN_BOX, WG_MN_BOX_BYTES);
+        return wgmma_descriptor_mn_major_sw128(tile + kk * 16 * WG_MN_BOX * 2, WG_MN_BOX_BYTES);
     } else {
-        return wgmma_descriptor_k_major_sw128(tile + kk * 16);
+        return wgmma_descriptor_k_major_sw128(tile + kk * 32);
+    }
+}
+
+// One wgmma k step (32 bytes of k) of a consumer's 64 x 256 slice: m64n256k16 for 16-bit
+// types (with their transpose bits), m64n256k32 for FP8 (K-major only).
+template <typename T> struct WgmmaStep {
+    template <bool A_MN, bool B_MN>
+    static __device__ __forceinline__ void run(float (&d)[WG_BN / 2], unsigned long long da,
+                                               unsigned long long db, int accumulate) {
+        wgmma_m64k16<WG_BN, T, A_MN, B_MN>(d, da, db, accumulate);
+    }
+};
+template <> struct WgmmaStep<e4m3_t> {
+    template <bool A_MN, bool B_MN>
+    static __device__ __forceinline__ void run(float (&d)[WG_BN / 2], unsigned long long da,
+                                               unsigned long long db, int accumulate) {
+        static_assert(!A_MN && !B_MN, "8-bit wgmma reads K-major operands only");
+        wgmma_m64n256k32_e4m3(d, da, db, accumulate);
+    }
+};
+
+// ---- the epilogues --------------------------------------------------------------------------
+// Straight from registers: the accumulator layout is mma.m16n8's, one 16-row slice per warp;
+// rows past m (a cluster's second tile row past the end included) and columns past n masked.
+template <typename TOut>
+__device__ __forceinline__ void store_tile_direct(const float (&d)[WG_BN / 2], TOut* cz, int m,
+                                                  int n, int row0, int col0,
+                                                  const Epilogue& e) {
+    const int lane = threadIdx.x % 32, warp_in_group = (threadIdx.x / 32) % 4;
+    const int row = row0 + warp_in_group * 16 + lane / 4;
+    const int col = col0 + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < WG_BN / 8; ++j) {
+        store_fragment_pair(cz, m, n, row, col + 8 * j, d[4 * j], d[4 * j + 1], e);
+        store_fragment_pair(cz, m, n, row + 8, col + 8 * j, d[4 * j + 2], d[4 * j + 3], e);
+    }
+}
+
+// Through shared memory and the TMA: a consumer's 64 x 256 slice (rows row0.., columns
+// col0.. of product z) in 4 chunks of 64 rows x 64 columns (128 bytes), alternating between
+// the consumer's two staging buffers:
+//   leader waits until the store that last read this buffer is done reading it -> barrier ->
+//   all write alpha acc (+ beta C) of the chunk, rounded, swizzled -> proxy fence -> barrier ->
+//   leader issues the TMA store and commits it; nobody waits for it to finish.
+// The consumer goes back to the next tile's wgmma while the last chunks drain; the next
+// epilogue (or the kernel's end) waits for them. The TMA drops what falls past m and n, so
+// only C's reads (beta != 0) are masked. C's rows are 16-byte multiples (the host's rule),
+// so a pair of columns is always an aligned 32-bit word.
+template <typename TOut>
+__device__ __forceinline__ void store_tile_by_tma(const float (&d)[WG_BN / 2],
+                                                  unsigned char* staging,
+                                                  const TmaDescriptor* map_c, const TOut* cz,
+                                                  int consumer, int m, int n, int row0,
+                                                  int col0, int z, const Epilogue& e) {
+    static_assert(sizeof(TOut) == 2, "a staged chunk row is 64 16-bit outputs");
+    constexpr int CHUNKS = WG_BN / WG_OUT_COLS;  // 4: even, so buffer q % 2 alternates across tiles
+    constexpr int GROUPS = WG_OUT_COLS / 8;      // 8-column accumulator groups per chunk
+    static_assert(CHUNKS % 2 == 0, "the buffers alternate across tiles too");
+    const bool leader = threadIdx.x % 128 == 0;
+    const int lane = threadIdx.x % 32, r = ((threadIdx.x / 32) % 4) * 16 + lane / 4;
+    const int barrier = 1 + consumer;  // named barrier of this warpgroup (0 is __syncthreads)
+    auto value_pair = [&](int row, int col, float v0, float v1) {
+        v0 *= e.alpha;
+        v1 *= e.alpha;
+        if (e.beta != 0.0f && row < m && col < n) {
+            float c0, c1;
+            unpack2<TOut>(*reinterpret_cast<const unsigned*>(cz + (index_t)row * n + col), c0, c1);
+            v0 += e.beta * c0;
+            v1 += e.beta * c1;
+        }
+        return pack2<TOut>(v0, v1);
+    };
+#pragma unroll
+    for (int q = 0; q < CHUNKS; ++q) {
+        unsigned char* chunk = staging + (q % 2) * WG_OUT_CHUNK;
+        if (leader) bulk_wait_read<1>();  // only the store of the other buffer may still read
+        named_barrier_sync(barrier, 128);
+#pragma unroll
+        for (int g = 0; g < GROUPS; ++g) {
+            const int j = q * GROUPS + g, c = g * 8 + 2 * (lane % 4);
+            const int row = row0 + r, col = col0 + q * WG_OUT_COLS + c;
+            *reinterpret_cast<unsigned*>(swizzled_128(chunk, r, c * 2)) =
+                value_pair(row, col, d[4 * j], d[4 * j + 1]);
+            *reinterpret_cast<unsigned*>(swizzled_128(chunk, r + 8, c * 2)) =
+                value_pair(row + 8, col, d[4 * j + 2], d[4 * j + 3]);
+        }
+        fence_proxy_async_shared();  // these writes, before the TMA reads them
+        named_barrier_sync(barrier, 128);
+        if (leader) {
+            tma_store_3d(map_c, chunk, col0 + q * WG_OUT_COLS, row0, z);
+            bulk_commit();
+        }
     }
 }
 
 // grid(min(tiles, SMs)) (a multiple of CLUSTER), block(384), dynamic shared 4 x 48 KiB + 1 KiB
-// for alignment. The tensor maps cover A as [batch][m][k] (A_MN: [batch][k][m]) and B as
-// [batch][n][k] (B_MN: [batch][k][n]), 128-byte swizzle; K-major boxes are 64 (k) x 128 rows
-// for A and 64 x 256 / CLUSTER rows for B, MN-major boxes 64 (m or n) x 64 (k). C is
-// [batch][m][n] with products `stride_c` apart.
+// for alignment (+ 32 KiB of staging with TMA_STORE). The tensor maps cover A as
+// [batch][m][k] (A_MN: [batch][k][m]) and B as [batch][n][k] (B_MN: [batch][k][n]), 128-byte
+// swizzle; K-major boxes are 128 bytes of k x 128 rows for A and x 256 / CLUSTER rows for B,
+// MN-major boxes 64 (m or n) x 64 (k). C is [batch][m][n] with products `stride_c` apart;
+// with TMA_STORE its map covers it in boxes of 64 columns x 64 rows, 128-byte swizzle.
+//
+// TIn is the operands' type (bf16, f16, or FP8 e4m3), TOut C's (bf16 or f16); the
+// accumulators are f32 either way.
 //
 // CLUSTER = 2: each CTA loads its own A tile and half of the shared B tile, multicast into
 // both CTAs' shared memory; a stage may be refilled only when the consumers of both CTAs have
 // freed it, so every consumer arrives on the `empty` barrier of each CTA of the cluster.
 // K-major operands only.
-template <typename T, int IN_FLIGHT, int CLUSTER, bool A_MN, bool B_MN>
+template <typename TIn, typename TOut, int IN_FLIGHT, int CLUSTER, bool A_MN, bool B_MN,
+          bool TMA_STORE>
 __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
-                                               const TmaDescriptor* map_b, T* c, int m, int n,
-                                               int k, int batch, index_t stride_c, float alpha,
-                                               float beta) {
+                                               const TmaDescriptor* map_b,
+                                               const TmaDescriptor* map_c, TOut* c, int m,
+                                               int n, int k, int batch, index_t stride_c,
+                                               float alpha, float beta) {
     static_assert(CLUSTER == 1 || (!A_MN && !B_MN), "the cluster version is K-major only");
+    static_assert(CLUSTER == 1 || !TMA_STORE, "the cluster version stores from registers");
+    constexpr int BK = wg_bk<TIn>();  // k per stage
     extern __shared__ unsigned char wg_smem_raw[];
     // The 128-byte swizzle pattern repeats every 1024 bytes: tiles start on that boundary.
-    unsigned char* base = reinterpret_cast<unsigned char*>(
+    unsigned char* sa = reinterpret_cast<unsigned char*>(
         (reinterpret_cast<unsigned long long>(wg_smem_raw) + 1023) & ~1023ull);
-    T* sa = reinterpret_cast<T*>(base);
-    T* sb = sa + WG_STAGES * WG_A_TILE;
-    unsigned long long* full = reinterpret_cast<unsigned long long*>(sb + WG_STAGES * WG_B_TILE);
+    unsigned char* sb = sa + WG_STAGES * WG_A_TILE;
+    // The staging buffers (TMA_STORE only) follow the stages, on a 1024-byte boundary still.
+    unsigned char* staging = sb + WG_STAGES * WG_B_TILE;
+    unsigned long long* full =
+        reinterpret_cast<unsigned long long*>(staging + (TMA_STORE ? WG_STAGING : 0));
     unsigned long long* empty = full + WG_STAGES;
 
     const int tiles_m = (m + WG_BM - 1) / WG_BM, tiles_n = (n + WG_BN - 1) / WG_BN;
     const int tiles = (tiles_m + CLUSTER - 1) / CLUSTER * tiles_n * batch;  // per cluster
-    const int steps = (k + WG_BK - 1) / WG_BK;
+    const int steps = (k + BK - 1) / BK;
     const int warpgroup = threadIdx.x / 128;
     const unsigned rank = CLUSTER > 1 ? cluster_rank() : 0;
     const int first = blockIdx.x / CLUSTER, stride = gridDim.x / CLUSTER;
@@ -428,19 +546,19 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                 const TilePlace p = tile_place<CLUSTER>(t, tiles_m, tiles_n, rank);
                 for (int step = 0; step < steps; ++step) {
                     mbarrier_wait(&empty[stage], phase ^ 1);
-                    mbarrier_arrive_expect_tx(&full[stage],
-                                              (WG_A_TILE + WG_B_TILE) * (unsigned)sizeof(T));
-                    tma_load_operand<T, A_MN, WG_BM>(sa + stage * WG_A_TILE, map_a,
-                                                     &full[stage], step * WG_BK, p.tm * WG_BM,
-                                                     p.z);
+                    // Boxes past m, n or k arrive zero-filled and still count whole.
+                    mbarrier_arrive_expect_tx(&full[stage], WG_A_TILE + WG_B_TILE);
+                    tma_load_operand<TIn, A_MN, WG_BM>(sa + stage * WG_A_TILE, map_a,
+                                                       &full[stage], step * BK, p.tm * WG_BM,
+                                                       p.z);
                     if (CLUSTER == 1) {
-                        tma_load_operand<T, B_MN, WG_BN>(sb + stage * WG_B_TILE, map_b,
-                                                         &full[stage], step * WG_BK,
-                                                         p.tn * WG_BN, p.z);
+                        tma_load_operand<TIn, B_MN, WG_BN>(sb + stage * WG_B_TILE, map_b,
+                                                           &full[stage], step * BK,
+                                                           p.tn * WG_BN, p.z);
                     } else {
                         constexpr int HALF = WG_BN / CLUSTER;
-                        tma_load_3d_multicast(sb + stage * WG_B_TILE + rank * HALF * WG_BK, map_b,
-                                              &full[stage], step * WG_BK,
+                        tma_load_3d_multicast(sb + stage * WG_B_TILE + rank * HALF * WG_BK_BYTES,
+                                              map_b, &full[stage], step * BK,
                                               p.tn * WG_BN + rank * HALF, p.z,
                                               (unsigned short)((1u << CLUSTER) - 1));
                     }
@@ -454,7 +572,6 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
     } else {
         warpgroup_registers_claim<232>();
         const int consumer = warpgroup - 1;
-        const int lane = threadIdx.x % 32, warp_in_group = (threadIdx.x / 32) % 4;
         // Frees a stage for the producers: this CTA's, and with clusters the peer's too.
         auto release = [&](int s) {
             if (threadIdx.x % 128 != 0) return;
@@ -473,14 +590,14 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
             int previous = -1;  // the stage whose wgmma may still be running (IN_FLIGHT)
             for (int step = 0; step < steps; ++step) {
                 mbarrier_wait(&full[stage], phase);
-                const T* ta = sa + stage * WG_A_TILE + consumer * 64 * WG_BK;
-                const T* tb = sb + stage * WG_B_TILE;
+                const unsigned char* ta = sa + stage * WG_A_TILE + consumer * 64 * WG_BK_BYTES;
+                const unsigned char* tb = sb + stage * WG_B_TILE;
                 wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < WG_BK / 16; ++kk) {
-                    wgmma_m64k16<WG_BN, T, A_MN, B_MN>(d, operand_descriptor<T, A_MN>(ta, kk),
-                                                       operand_descriptor<T, B_MN>(tb, kk),
-                                                       step > 0 || kk > 0);
+                for (int kk = 0; kk < WG_BK_BYTES / 32; ++kk) {
+                    WgmmaStep<TIn>::template run<A_MN, B_MN>(
+                        d, operand_descriptor<A_MN>(ta, kk), operand_descriptor<B_MN>(tb, kk),
+                        step > 0 || kk > 0);
                 }
                 wgmma_commit();
                 // IN_FLIGHT = 0: wait for this step's products, then free its stage; the tensor
@@ -502,20 +619,18 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                 wgmma_fence_operands(d);
                 release(previous);
             }
-            // Epilogue straight from registers: the accumulator layout is mma.m16n8's, one
-            // 16-row slice per warp. Rows past m (a cluster's second tile row past the end
-            // included) are masked.
-            T* cz = c + (index_t)p.z * stride_c;
+            TOut* cz = c + (index_t)p.z * stride_c;
             const Epilogue e = make_epilogue(cz, n, alpha, beta);
-            const int row = p.tm * WG_BM + consumer * 64 + warp_in_group * 16 + lane / 4;
-            const int col0 = p.tn * WG_BN + 2 * (lane % 4);
-#pragma unroll
-            for (int j = 0; j < WG_BN / 8; ++j) {
-                store_fragment_pair(cz, m, n, row, col0 + 8 * j, d[4 * j], d[4 * j + 1], e);
-                store_fragment_pair(cz, m, n, row + 8, col0 + 8 * j, d[4 * j + 2],
-                                    d[4 * j + 3], e);
+            const int row0 = p.tm * WG_BM + consumer * 64, col0 = p.tn * WG_BN;
+            if constexpr (TMA_STORE) {
+                store_tile_by_tma<TOut>(d, staging + consumer * 2 * WG_OUT_CHUNK, map_c, cz,
+                                        consumer, m, n, row0, col0, p.z, e);
+            } else {
+                store_tile_direct<TOut>(d, cz, m, n, row0, col0, e);
             }
         }
+        // The shared memory must outlive the last TMA stores' reads of it.
+        if (TMA_STORE && threadIdx.x % 128 == 0) bulk_wait<0>();
     }
     // No CTA may leave while its peer can still write into its shared memory or arrive on its
     // barriers.
@@ -525,31 +640,42 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
 // The cluster shape is compiled in (`__cluster_dims__`), so a plain launch forms the clusters;
 // the other versions carry no cluster attribute at all (a cluster of 1 is still a cluster
 // launch, scheduled under the cluster rules). LAYOUT names how A and B are stored (n: as is,
-// t: transposed); A_MN = (A transposed), B_MN = (B as is).
-#define WGMMA_KERNEL(T, NAME, VERSION, LAYOUT, IN_FLIGHT, CLUSTER, A_MN, B_MN, ATTRIBUTES)     \
+// t: transposed); A_MN = (A transposed), B_MN = (B as is). Every kernel takes C's tensor map;
+// the versions that store from registers leave it unread (the host passes A's).
+#define WGMMA_KERNEL(TIn, TOut, NAME, VERSION, LAYOUT, IN_FLIGHT, CLUSTER, A_MN, B_MN,         \
+                     TMA_STORE, ATTRIBUTES)                                                    \
     KERNEL void __launch_bounds__(WG_THREADS, 1) ATTRIBUTES                                    \
         gemm_##VERSION##_##LAYOUT##_##NAME(                                                    \
             const __grid_constant__ TmaDescriptor map_a,                                       \
-            const __grid_constant__ TmaDescriptor map_b, T* c, int m, int n, int k, int batch, \
-            index_t stride_c, float alpha, float beta) {                                       \
-        gemm_wgmma_tma<T, IN_FLIGHT, CLUSTER, A_MN, B_MN>(&map_a, &map_b, c, m, n, k, batch,   \
-                                                          stride_c, alpha, beta);              \
+            const __grid_constant__ TmaDescriptor map_b,                                       \
+            const __grid_constant__ TmaDescriptor map_c, TOut* c, int m, int n, int k,         \
+            int batch, index_t stride_c, float alpha, float beta) {                            \
+        gemm_wgmma_tma<TIn, TOut, IN_FLIGHT, CLUSTER, A_MN, B_MN, TMA_STORE>(                  \
+            &map_a, &map_b, &map_c, c, m, n, k, batch, stride_c, alpha, beta);                 \
     }
 #define NO_ATTRIBUTES
 #define CLUSTER_OF_2 __cluster_dims__(2, 1, 1)
 
-// wgmma_tma and wgmma_overlap in the four layouts: nt (both K-major, today's linear layer),
-// nn (B MN-major), tn (both MN-major), tt (A MN-major).
-#define WGMMA_LAYOUTS(T, NAME, VERSION, IN_FLIGHT)                                             \
-    WGMMA_KERNEL(T, NAME, VERSION, nt, IN_FLIGHT, 1, false, false, NO_ATTRIBUTES)              \
-    WGMMA_KERNEL(T, NAME, VERSION, nn, IN_FLIGHT, 1, false, true, NO_ATTRIBUTES)               \
-    WGMMA_KERNEL(T, NAME, VERSION, tn, IN_FLIGHT, 1, true, true, NO_ATTRIBUTES)                \
-    WGMMA_KERNEL(T, NAME, VERSION, tt, IN_FLIGHT, 1, true, false, NO_ATTRIBUTES)
+// The single-CTA versions in the four layouts: nt (both K-major, today's linear layer), nn (B
+// MN-major), tn (both MN-major), tt (A MN-major).
+#define WGMMA_LAYOUTS(T, NAME, VERSION, IN_FLIGHT, TMA_STORE)                                  \
+    WGMMA_KERNEL(T, T, NAME, VERSION, nt, IN_FLIGHT, 1, false, false, TMA_STORE, NO_ATTRIBUTES) \
+    WGMMA_KERNEL(T, T, NAME, VERSION, nn, IN_FLIGHT, 1, false, true, TMA_STORE, NO_ATTRIBUTES)  \
+    WGMMA_KERNEL(T, T, NAME, VERSION, tn, IN_FLIGHT, 1, true, true, TMA_STORE, NO_ATTRIBUTES)   \
+    WGMMA_KERNEL(T, T, NAME, VERSION, tt, IN_FLIGHT, 1, true, false, TMA_STORE, NO_ATTRIBUTES)
 
-WGMMA_LAYOUTS(bf16_t, bf16, wgmma_tma, 0)
-WGMMA_LAYOUTS(f16_t, f16, wgmma_tma, 0)
-WGMMA_LAYOUTS(bf16_t, bf16, wgmma_overlap, 1)
-WGMMA_LAYOUTS(f16_t, f16, wgmma_overlap, 1)
-WGMMA_KERNEL(bf16_t, bf16, wgmma_cluster, nt, 1, 2, false, false, CLUSTER_OF_2)
-WGMMA_KERNEL(f16_t, f16, wgmma_cluster, nt, 1, 2, false, false, CLUSTER_OF_2)
+WGMMA_LAYOUTS(bf16_t, bf16, wgmma_tma, 0, false)
+WGMMA_LAYOUTS(f16_t, f16, wgmma_tma, 0, false)
+WGMMA_LAYOUTS(bf16_t, bf16, wgmma_overlap, 1, false)
+WGMMA_LAYOUTS(f16_t, f16, wgmma_overlap, 1, false)
+WGMMA_LAYOUTS(bf16_t, bf16, wgmma_tma_store, 1, true)
+WGMMA_LAYOUTS(f16_t, f16, wgmma_tma_store, 1, true)
+WGMMA_KERNEL(bf16_t, bf16_t, bf16, wgmma_cluster, nt, 1, 2, false, false, false, CLUSTER_OF_2)
+WGMMA_KERNEL(f16_t, f16_t, f16, wgmma_cluster, nt, 1, 2, false, false, false, CLUSTER_OF_2)
+
+// FP8 (e4m3 in, f32 accumulation, bf16 out), K-major (layout nt) only: the same ring with 128
+// k per stage, one m64n256k32 per 32 bytes of k. `wgmma_overlap`'s epilogue from registers
+// (any n) and `wgmma_tma_store`'s through the TMA.
+WGMMA_KERNEL(e4m3_t, bf16_t, e4m3, wgmma_overlap, nt, 1, 1, false, false, false, NO_ATTRIBUTES)
+WGMMA_KERNEL(e4m3_t, bf16_t, e4m3, wgmma_tma_store, nt, 1, 1, false, false, true, NO_ATTRIBUTES)
 #endif

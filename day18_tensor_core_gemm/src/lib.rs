@@ -17,7 +17,7 @@ use common::gpu::nvrtc::KernelSource;
 use common::gpu::tma::{KMajorTiles, MnMajorTiles, TmaDescriptor};
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape};
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, PushKernelArg};
 
 pub const SOURCE: KernelSource = KernelSource {
     file_name: "gemm.cu",
@@ -111,17 +111,22 @@ pub enum Version {
     MmaPipelined,
     WgmmaTma,
     WgmmaOverlap,
+    WgmmaTmaStore,
     WgmmaCluster,
 }
 
 impl Version {
-    pub const ALL: [Version; 5] = [
+    pub const ALL: [Version; 6] = [
         Version::MmaLdmatrix,
         Version::MmaPipelined,
         Version::WgmmaTma,
         Version::WgmmaOverlap,
+        Version::WgmmaTmaStore,
         Version::WgmmaCluster,
     ];
+
+    /// The versions that also exist for FP8 (e4m3) operands, layout `nt`, bf16 out.
+    pub const FP8: [Version; 2] = [Version::WgmmaOverlap, Version::WgmmaTmaStore];
 
     /// The name `--kernel` takes, and the kernel's name without its layout and dtype.
     pub fn name(self) -> &'static str {
@@ -130,6 +135,7 @@ impl Version {
             Version::MmaPipelined => "mma_pipelined",
             Version::WgmmaTma => "wgmma_tma",
             Version::WgmmaOverlap => "wgmma_overlap",
+            Version::WgmmaTmaStore => "wgmma_tma_store",
             Version::WgmmaCluster => "wgmma_cluster",
         }
     }
@@ -142,7 +148,10 @@ impl Version {
     pub fn is_hopper_only(self) -> bool {
         matches!(
             self,
-            Version::WgmmaTma | Version::WgmmaOverlap | Version::WgmmaCluster
+            Version::WgmmaTma
+                | Version::WgmmaOverlap
+                | Version::WgmmaTmaStore
+                | Version::WgmmaCluster
         )
     }
 
@@ -150,13 +159,18 @@ impl Version {
     /// versions, the K-major `nt` for the others.
     pub fn layouts(self) -> &'static [Layout] {
         match self {
-            Version::WgmmaTma | Version::WgmmaOverlap => &Layout::ALL,
+            Version::WgmmaTma | Version::WgmmaOverlap | Version::WgmmaTmaStore => &Layout::ALL,
             _ => &Layout::ALL[..1],
         }
     }
 
     fn uses_tma(self) -> bool {
         self.is_hopper_only()
+    }
+
+    /// Writes C through shared memory and TMA stores (C's rows must be 16-byte multiples).
+    fn stores_by_tma(self) -> bool {
+        self == Version::WgmmaTmaStore
     }
 
     /// CTAs per thread-block cluster (they share B's tile through TMA multicast).
@@ -289,8 +303,14 @@ pub fn kernel_names(hopper: bool) -> Vec<String> {
             }
         }
     }
+    if hopper {
+        names.extend(Version::FP8.map(|v| kernel_name(v, Layout::NT, FP8_NAME)));
+    }
     names
 }
+
+/// The FP8 kernels' dtype in their names (`gemm_wgmma_tma_store_nt_e4m3`).
+const FP8_NAME: &str = "e4m3";
 
 fn dtype_name<T: Element>() -> Result<&'static str> {
     match T::DTYPE {
@@ -312,10 +332,16 @@ const MMA_THREADS: u32 = 256;
 const PIPELINED_SHARED: u32 = 4 * 2 * 128 * 64 * 2;
 const WG_BM: usize = 128;
 const WG_BN: usize = 256;
-const WG_BK: u32 = 64;
+/// k per stage in bytes: one 128-byte swizzle row (64 bf16, 128 FP8).
+const WG_BK_BYTES: usize = 128;
 const WG_THREADS: u32 = 384;
-/// 4 stages of a 128 x 64 and a 256 x 64 tile, the 8 barriers, 1 KiB to align the tiles.
-const WG_SHARED: u32 = 4 * (128 + 256) * 64 * 2 + 8 * 8 + 1024;
+/// 4 stages of a 128-row and a 256-row tile of 128 bytes, the 8 barriers, 1 KiB to align the
+/// tiles.
+const WG_SHARED: u32 = 4 * (128 + 256) * WG_BK_BYTES as u32 + 8 * 8 + 1024;
+/// `wgmma_tma_store`'s staging: 2 consumers x 2 buffers of 64 rows x 128 bytes.
+const WG_STAGING: u32 = 2 * 2 * 64 * 128;
+/// C's TMA-store boxes: 64 columns (128 bytes of a 16-bit type) x 64 rows.
+const WG_OUT_BOX: u32 = 64;
 
 /// The day's kernels, compiled for one GPU: for `sm_90a` on Hopper, so the wgmma version
 /// exists; for the device's own architecture elsewhere, without it.
@@ -374,6 +400,34 @@ impl TensorCoreGemm {
     /// addresses are checked at launch).
     pub fn check<T: Element>(&self, version: Version, g: &GemmEx) -> Result<()> {
         dtype_name::<T>()?;
+        self.check_for(version, g, T::DTYPE.size())
+    }
+
+    /// [`TensorCoreGemm::check`] for FP8: A and B e4m3 (passed as their bytes), C bf16; the
+    /// versions of [`Version::FP8`], layout `nt` only (8-bit wgmma reads K-major operands).
+    pub fn check_fp8(&self, version: Version, g: &GemmEx) -> Result<()> {
+        if !Version::FP8.contains(&version) {
+            return Err(refused(
+                version,
+                "has no FP8 kernel (FP8 runs wgmma_overlap and wgmma_tma_store)",
+            ));
+        }
+        let layout = Layout::of(g);
+        if layout != Layout::NT {
+            return Err(refused(
+                version,
+                format!(
+                    "FP8 takes K-major operands only (layout nt: A stored [m, k], B stored [n, \
+                     k]); this is layout {}",
+                    layout.name()
+                ),
+            ));
+        }
+        self.check_for(version, g, 1)
+    }
+
+    /// The size rules of every version, for operands of `elem` bytes (C is 16-bit).
+    fn check_for(&self, version: Version, g: &GemmEx, elem: usize) -> Result<()> {
         let GemmEx { m, n, k, batch, .. } = *g;
         if m == 0 || n == 0 || k == 0 || batch == 0 {
             bail!(common::UsageError::new(
@@ -398,12 +452,22 @@ impl TensorCoreGemm {
         // A K-major operand's rows are k long; an MN-major one's m or n. cp.async and the TMA
         // move 16-byte pieces of rows: a row must be a multiple of 8 elements.
         let k_major_operand = !layout.a_mn_major() || !layout.b_mn_major();
-        if version != Version::MmaLdmatrix && k_major_operand && !k.is_multiple_of(8) {
+        let per_16_bytes = 16 / elem;
+        if version != Version::MmaLdmatrix && k_major_operand && !k.is_multiple_of(per_16_bytes) {
             return Err(refused(
                 version,
                 format!(
-                    "k = {k} is not a multiple of 8 (rows must be 16-byte multiples for \
-                     cp.async and the TMA)"
+                    "k = {k} is not a multiple of {per_16_bytes} (rows must be 16-byte \
+                     multiples for cp.async and the TMA)"
+                ),
+            ));
+        }
+        if version.stores_by_tma() && !n.is_multiple_of(8) {
+            return Err(refused(
+                version,
+                format!(
+                    "n = {n} is not a multiple of 8: the TMA stores C's rows, which must be \
+                     16-byte multiples"
                 ),
             ));
         }
@@ -425,13 +489,14 @@ impl TensorCoreGemm {
             return Err(refused(version, "needs an sm_90 GPU (Hopper)"));
         }
         if batch > 1 {
-            let aligned = |s: usize| s.is_multiple_of(8) && (s > 0 || !version.uses_tma());
+            let aligned =
+                |s: usize| s.is_multiple_of(per_16_bytes) && (s > 0 || !version.uses_tma());
             if version != Version::MmaLdmatrix && !(aligned(g.stride_a) && aligned(g.stride_b)) {
                 return Err(refused(
                     version,
                     format!(
-                        "batch strides of A and B ({} and {}) must be multiples of 8 elements \
-                         (16 bytes){}",
+                        "batch strides of A and B ({} and {}) must be multiples of \
+                         {per_16_bytes} elements (16 bytes){}",
                         g.stride_a,
                         g.stride_b,
                         if version.uses_tma() {
@@ -439,6 +504,16 @@ impl TensorCoreGemm {
                         } else {
                             ""
                         }
+                    ),
+                ));
+            }
+            if version.stores_by_tma() && !(g.stride_c.is_multiple_of(8) && g.stride_c > 0) {
+                return Err(refused(
+                    version,
+                    format!(
+                        "C's batch stride ({}) must be a nonzero multiple of 8 elements (16 \
+                         bytes) for the TMA store",
+                        g.stride_c
                     ),
                 ));
             }
@@ -450,7 +525,23 @@ impl TensorCoreGemm {
     /// version cannot take the problem.
     pub fn plan<T: Element>(&self, version: Version, g: &GemmEx) -> Result<(&Kernel, LaunchShape)> {
         self.check::<T>(version, g)?;
-        let dtype = dtype_name::<T>()?;
+        self.plan_for(version, g, dtype_name::<T>()?)
+    }
+
+    /// [`TensorCoreGemm::plan`] for FP8 (see [`TensorCoreGemm::check_fp8`]).
+    pub fn plan_fp8(&self, version: Version, g: &GemmEx) -> Result<(&Kernel, LaunchShape)> {
+        self.check_fp8(version, g)?;
+        self.plan_for(version, g, FP8_NAME)
+    }
+
+    /// The kernel of `version` for `g` with operands named `dtype`, and its launch shape; `g`
+    /// was checked.
+    fn plan_for(
+        &self,
+        version: Version,
+        g: &GemmEx,
+        dtype: &str,
+    ) -> Result<(&Kernel, LaunchShape)> {
         let GemmEx { m, n, batch, .. } = *g;
         let kernel = self
             .kernels
@@ -477,7 +568,10 @@ impl TensorCoreGemm {
                     },
                 }
             }
-            Version::WgmmaTma | Version::WgmmaOverlap | Version::WgmmaCluster => {
+            Version::WgmmaTma
+            | Version::WgmmaOverlap
+            | Version::WgmmaTmaStore
+            | Version::WgmmaCluster => {
                 // A cluster's CTAs take neighbouring tile rows: tiles are counted per cluster.
                 let cluster = version.cluster() as u64;
                 let tiles = (batch as u64)
@@ -490,7 +584,12 @@ impl TensorCoreGemm {
                 let mut launch = LaunchShape {
                     grid: (0, 1, 1),
                     block: (WG_THREADS, 1, 1),
-                    dynamic_shared_bytes: WG_SHARED,
+                    dynamic_shared_bytes: WG_SHARED
+                        + if version.stores_by_tma() {
+                            WG_STAGING
+                        } else {
+                            0
+                        },
                 };
                 // Persistent: as many CTAs as can be resident at once (one per SM; for
                 // clusters, as many whole clusters as the GPCs hold), never more than tiles.
@@ -527,71 +626,134 @@ impl TensorCoreGemm {
         T: Element,
         A: DevicePtr<T> + DeviceSlice<T>,
         B: DevicePtr<T> + DeviceSlice<T>,
-        C: DevicePtrMut<T> + DeviceSlice<T>,
+        C: DevicePtr<T> + DevicePtrMut<T> + DeviceSlice<T>,
     {
-        let (need_a, need_b, need_c) = needs(g)?;
-        if a.len() < need_a || b.len() < need_b || c.len() < need_c {
-            bail!(
-                "gemm: A, B and C hold {}, {} and {} elements; {g:?} needs {need_a}, {need_b} \
-                 and {need_c}",
-                a.len(),
-                b.len(),
-                c.len()
-            );
-        }
+        check_lengths(g, a.len(), b.len(), c.len())?;
         let (kernel, launch_shape) = self.plan::<T>(version, g)?;
+        if version.is_hopper_only() {
+            return launch_wgmma(gpu, version, kernel, &launch_shape, g, a, b, c);
+        }
         let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
         let (alpha, beta) = (g.alpha, g.beta);
         let stream = &gpu.stream;
         let mut l = stream.launch_builder(&kernel.func);
-        match version {
-            Version::MmaLdmatrix | Version::MmaPipelined => {
-                let (a_ptr, _a_record) = a.device_ptr(stream);
-                let (b_ptr, _b_record) = b.device_ptr(stream);
-                if version == Version::MmaPipelined
-                    && !(a_ptr.is_multiple_of(16) && b_ptr.is_multiple_of(16))
-                {
-                    return Err(refused(
-                        version,
-                        "cp.async needs A and B to start on 16-byte boundaries",
-                    ));
-                }
-                let (c_ptr, _c_record) = c.device_ptr_mut(stream);
-                let strides = [g.stride_a, g.stride_b, g.stride_c].map(|s| s as u64);
-                l.arg(&a_ptr)
-                    .arg(&b_ptr)
-                    .arg(&c_ptr)
-                    .arg(&m)
-                    .arg(&n)
-                    .arg(&k);
-                l.arg(&strides[0]).arg(&strides[1]).arg(&strides[2]);
-                l.arg(&alpha).arg(&beta);
-                // SAFETY: matches MMA_KERNELS' signature; the lengths were checked above for
-                // these sizes and strides, every load and store is bounded by m, n, k, and
-                // 16-byte loads happen only from 16-byte aligned starts (checked above for
-                // mma_pipelined, in the kernel for mma_ldmatrix). The records outlive the launch.
-                unsafe { l.launch(kernel.config(&launch_shape)?) }?;
-            }
-            Version::WgmmaTma | Version::WgmmaOverlap | Version::WgmmaCluster => {
-                let layout = Layout::of(g);
-                let map_a = operand_map(gpu, a, layout.a_mn_major(), g.m, g, g.stride_a, WG_BM)?;
-                // With clusters each CTA loads (and multicasts) its share of B's tile rows.
-                let box_b = WG_BN / version.cluster();
-                let map_b = operand_map(gpu, b, layout.b_mn_major(), g.n, g, g.stride_b, box_b)?;
-                let batch = g.batch as i32;
-                let stride_c = g.stride_c as u64;
-                let (c_ptr, _c_record) = c.device_ptr_mut(stream);
-                l.arg(&map_a).arg(&map_b).arg(&c_ptr);
-                l.arg(&m).arg(&n).arg(&k).arg(&batch).arg(&stride_c);
-                l.arg(&alpha).arg(&beta);
-                // SAFETY: matches WGMMA_KERNEL's signature; the maps describe A and B exactly
-                // (the TMA never reads outside them), and C's stores are bounded by m and n
-                // within `batch` products `stride_c` apart, whose extent was checked above.
-                unsafe { l.launch(kernel.config(&launch_shape)?) }?;
-            }
+        let (a_ptr, _a_record) = a.device_ptr(stream);
+        let (b_ptr, _b_record) = b.device_ptr(stream);
+        if version == Version::MmaPipelined
+            && !(a_ptr.is_multiple_of(16) && b_ptr.is_multiple_of(16))
+        {
+            return Err(refused(
+                version,
+                "cp.async needs A and B to start on 16-byte boundaries",
+            ));
         }
+        let (c_ptr, _c_record) = c.device_ptr_mut(stream);
+        let strides = [g.stride_a, g.stride_b, g.stride_c].map(|s| s as u64);
+        l.arg(&a_ptr)
+            .arg(&b_ptr)
+            .arg(&c_ptr)
+            .arg(&m)
+            .arg(&n)
+            .arg(&k);
+        l.arg(&strides[0]).arg(&strides[1]).arg(&strides[2]);
+        l.arg(&alpha).arg(&beta);
+        // SAFETY: matches MMA_KERNELS' signature; the lengths were checked above for these
+        // sizes and strides, every load and store is bounded by m, n, k, and 16-byte loads
+        // happen only from 16-byte aligned starts (checked above for mma_pipelined, in the
+        // kernel for mma_ldmatrix). The records outlive the launch.
+        unsafe { l.launch(kernel.config(&launch_shape)?) }?;
         Ok(())
     }
+
+    /// Enqueues the FP8 GEMM `C = alpha A B^T + beta C`: A `[m, k]` and B `[n, k]` FP8 e4m3
+    /// (their bytes), C `[m, n]` bf16, f32 accumulation, by a version of [`Version::FP8`]
+    /// (layout `nt` only; see [`TensorCoreGemm::check_fp8`]).
+    pub fn gemm_fp8<C>(
+        &self,
+        gpu: &Gpu,
+        version: Version,
+        g: &GemmEx,
+        a: &CudaSlice<u8>,
+        b: &CudaSlice<u8>,
+        c: &mut C,
+    ) -> Result<()>
+    where
+        C: DevicePtr<half::bf16> + DevicePtrMut<half::bf16> + DeviceSlice<half::bf16>,
+    {
+        check_lengths(g, a.len(), b.len(), c.len())?;
+        let (kernel, launch_shape) = self.plan_fp8(version, g)?;
+        launch_wgmma(gpu, version, kernel, &launch_shape, g, a, b, c)
+    }
+}
+
+/// An error unless A, B and C hold what `g` addresses.
+fn check_lengths(g: &GemmEx, a: usize, b: usize, c: usize) -> Result<()> {
+    let (need_a, need_b, need_c) = needs(g)?;
+    if a < need_a || b < need_b || c < need_c {
+        bail!(
+            "gemm: A, B and C hold {a}, {b} and {c} elements; {g:?} needs {need_a}, {need_b} and \
+             {need_c}"
+        );
+    }
+    Ok(())
+}
+
+/// Launches a Hopper version (`WGMMA_KERNEL`): operands of `TIn` (bf16, f16, or FP8 bytes),
+/// C of `TOut`. The tensor maps are encoded first, so an operand the TMA cannot take (a view
+/// off a 16-byte boundary) is [`Refused`] before anything is enqueued.
+#[allow(clippy::too_many_arguments)]
+fn launch_wgmma<TIn, TOut, A, B, C>(
+    gpu: &Gpu,
+    version: Version,
+    kernel: &Kernel,
+    launch_shape: &LaunchShape,
+    g: &GemmEx,
+    a: &A,
+    b: &B,
+    c: &mut C,
+) -> Result<()>
+where
+    TIn: Element,
+    TOut: Element,
+    A: DevicePtr<TIn> + DeviceSlice<TIn>,
+    B: DevicePtr<TIn> + DeviceSlice<TIn>,
+    C: DevicePtr<TOut> + DevicePtrMut<TOut> + DeviceSlice<TOut>,
+{
+    let layout = Layout::of(g);
+    let map_a = operand_map(gpu, a, layout.a_mn_major(), g.m, g, g.stride_a, WG_BM)?;
+    // With clusters each CTA loads (and multicasts) its share of B's tile rows.
+    let box_b = WG_BN / version.cluster();
+    let map_b = operand_map(gpu, b, layout.b_mn_major(), g.n, g, g.stride_b, box_b)?;
+    // C as [batch][m][n] in boxes of 64 x 64 for the TMA store; the other versions store from
+    // registers and leave the parameter unread (A's map fills it).
+    let map_c = if version.stores_by_tma() {
+        KMajorTiles {
+            inner: g.n,
+            rows: g.m,
+            outer: g.batch,
+            outer_stride: g.stride_c,
+            box_inner: WG_OUT_BOX,
+            box_rows: WG_OUT_BOX,
+        }
+        .encode(gpu, c)?
+    } else {
+        map_a
+    };
+    let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
+    let (alpha, beta) = (g.alpha, g.beta);
+    let batch = g.batch as i32;
+    let stride_c = g.stride_c as u64;
+    let stream = &gpu.stream;
+    let mut l = stream.launch_builder(&kernel.func);
+    let (c_ptr, _c_record) = c.device_ptr_mut(stream);
+    l.arg(&map_a).arg(&map_b).arg(&map_c).arg(&c_ptr);
+    l.arg(&m).arg(&n).arg(&k).arg(&batch).arg(&stride_c);
+    l.arg(&alpha).arg(&beta);
+    // SAFETY: matches WGMMA_KERNEL's signature; the maps describe A, B and C exactly (the TMA
+    // never reads or writes outside them), and C's direct stores are bounded by m and n within
+    // `batch` products `stride_c` apart, whose extent the caller checked.
+    unsafe { l.launch(kernel.config(launch_shape)?) }?;
+    Ok(())
 }
 
 /// The tensor map of one operand: K-major `[batch][rows][k]` in boxes of 64 k x `box_rows`,
@@ -615,7 +777,7 @@ where
             k: g.k,
             outer: g.batch,
             outer_stride: stride,
-            box_k: WG_BK,
+            box_k: (WG_BK_BYTES / std::mem::size_of::<T>()) as u32,
         }
         .encode(gpu, buffer)
     } else {
@@ -624,7 +786,7 @@ where
             rows,
             outer: g.batch,
             outer_stride: stride,
-            box_inner: WG_BK,
+            box_inner: (WG_BK_BYTES / std::mem::size_of::<T>()) as u32,
             box_rows: box_rows as u32,
         }
         .encode(gpu, buffer)
@@ -638,10 +800,13 @@ pub struct Gemm {
 }
 
 impl Gemm {
-    /// Versions in order of preference. `wgmma_overlap` and `wgmma_tma` measured level;
-    /// `wgmma_cluster` half as fast, so never chosen. The mma.sync versions take what the
-    /// Hopper path cannot (k % 8 != 0, unaligned views in layout nt) or GPUs before Hopper.
-    pub const PREFERENCE: [Version; 3] = [
+    /// Versions in order of preference. `wgmma_tma_store` first (its epilogue overlaps the
+    /// next tile's math); `wgmma_overlap` where C's rows or address do not suit the TMA
+    /// (`wgmma_tma` measured level with it); `wgmma_cluster` half as fast, so never chosen.
+    /// The mma.sync versions take what the Hopper path cannot (k % 8 != 0, unaligned views
+    /// in layout nt) or GPUs before Hopper.
+    pub const PREFERENCE: [Version; 4] = [
+        Version::WgmmaTmaStore,
         Version::WgmmaOverlap,
         Version::MmaPipelined,
         Version::MmaLdmatrix,
@@ -681,7 +846,7 @@ impl Gemm {
         T: Element,
         A: DevicePtr<T> + DeviceSlice<T>,
         B: DevicePtr<T> + DeviceSlice<T>,
-        C: DevicePtrMut<T> + DeviceSlice<T>,
+        C: DevicePtr<T> + DevicePtrMut<T> + DeviceSlice<T>,
     {
         let mut first_refusal = None;
         for v in Self::PREFERENCE {
@@ -781,7 +946,10 @@ mod tests {
         assert!(names.contains(&"gemm_wgmma_overlap_tn_bf16".to_string()));
         assert!(names.contains(&"gemm_mma_ldmatrix_nt_f16".to_string()));
         assert!(!names.contains(&"gemm_wgmma_cluster_tn_bf16".to_string()));
-        assert_eq!(names.len(), 2 * (1 + 1 + 4 + 4 + 1));
+        assert!(names.contains(&"gemm_wgmma_tma_store_nt_e4m3".to_string()));
+        // Per 16-bit dtype: 2 mma.sync, 3 single-CTA Hopper versions x 4 layouts, the
+        // cluster; then the 2 FP8 kernels.
+        assert_eq!(names.len(), 2 * (1 + 1 + 4 + 4 + 4 + 1) + 2);
         assert_eq!(kernel_names(false).len(), 2 * 2);
     }
 }

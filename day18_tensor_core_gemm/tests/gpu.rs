@@ -76,6 +76,12 @@ fn should_refuse(version: Version, g: &GemmEx, hopper: bool) -> bool {
         || (layout.a_mn_major() && !g.m.is_multiple_of(8))
         || (layout.b_mn_major() && !g.n.is_multiple_of(8))
         || (version.is_hopper_only() && !hopper)
+        || (version == Version::WgmmaTmaStore && !tma_can_store_c(g))
+}
+
+/// The TMA stores C in rows of 16-byte multiples, matrices 16-byte multiples apart.
+fn tma_can_store_c(g: &GemmEx) -> bool {
+    g.n.is_multiple_of(8) && (g.batch == 1 || (g.stride_c > 0 && g.stride_c.is_multiple_of(8)))
 }
 
 /// cuBLAS and every version on `shape`, every output checked; adds one to `ran[v]` for each
@@ -227,9 +233,10 @@ fn persistent_versions_are_checked_in_full_over_several_waves() {
 }
 
 /// `C = alpha op(A) op(B) + beta C` with every stride padded: A and B matrices 8 elements
-/// further apart than their size (the gaps hold data that must not be read), C 3 elements
-/// further (odd: the second product's rows start off a 4-byte boundary, so the epilogue's
-/// paired stores must fall back to single ones; the gaps must stay as they were).
+/// further apart than their size (the gaps hold data that must not be read), C `c_pad`
+/// elements further: 3 (odd: the second product's rows start off a 4-byte boundary, so the
+/// epilogue's paired stores must fall back to single ones, and the TMA store refuses) or 8
+/// (16 bytes: the TMA store takes it); the gaps must stay as they were.
 fn check_alpha_beta<T: Element>(
     gpu: &Gpu,
     cublas: &Cublas,
@@ -237,6 +244,7 @@ fn check_alpha_beta<T: Element>(
     layout: Layout,
     alpha: f32,
     beta: f32,
+    c_pad: usize,
     ran: &mut [usize],
 ) {
     let (batch, m, n, k) = (2, 136, 264, 200);
@@ -248,7 +256,7 @@ fn check_alpha_beta<T: Element>(
         batch,
         stride_a: m * k + 8,
         stride_b: k * n + 8,
-        stride_c: m * n + 3,
+        stride_c: m * n + c_pad,
         ..GemmEx::new(m, n, k)
     };
     let a: Vec<T> = inputs::uniform(batch * g.stride_a, -1.0, 1.0, 11);
@@ -287,7 +295,11 @@ fn check_alpha_beta<T: Element>(
         let report = check::compare(&got.0, &got.1, &[got.1.len()], tolerance);
         assert!(report.passed(), "{name}: {report}");
     };
-    let what = format!("{} alpha {alpha} beta {beta} {}", layout.name(), T::NAME);
+    let what = format!(
+        "{} alpha {alpha} beta {beta} C pad {c_pad} {}",
+        layout.name(),
+        T::NAME
+    );
     run(&format!("cublas {what}"), &mut |c| {
         cublas.gemm_ex::<T, T, _, _, _>(&g, &a_dev, &b_dev, c)
     });
@@ -316,10 +328,12 @@ fn alpha_beta_and_padded_strides_in_every_layout() {
     let day = TensorCoreGemm::load(&gpu).unwrap();
     let mut ran = [0; Version::ALL.len()];
     for layout in Layout::ALL {
-        for (alpha, beta) in [(-0.75, 0.5), (2.0, 0.0), (1.0, 1.0)] {
-            check_alpha_beta::<bf16>(&gpu, &cublas, &day, layout, alpha, beta, &mut ran);
+        for c_pad in [3, 8] {
+            for (alpha, beta) in [(-0.75, 0.5), (2.0, 0.0), (1.0, 1.0)] {
+                check_alpha_beta::<bf16>(&gpu, &cublas, &day, layout, alpha, beta, c_pad, &mut ran);
+            }
+            check_alpha_beta::<f16>(&gpu, &cublas, &day, layout, 0.5, -1.0, c_pad, &mut ran);
         }
-        check_alpha_beta::<f16>(&gpu, &cublas, &day, layout, 0.5, -1.0, &mut ran);
     }
     assert_every_version_ran("day18 alpha/beta", &day, &ran);
 }
@@ -379,7 +393,8 @@ fn the_library_entry_point_takes_views_and_refuses_what_it_must() {
             assert!(report.passed(), "{what}: {report}");
         }
     }
-    // Which version it picks: wgmma_overlap for every layout on Hopper when sizes allow.
+    // Which version it picks: wgmma_tma_store for every layout on Hopper when sizes allow,
+    // wgmma_overlap when C's rows are not 16-byte multiples.
     if gemm.versions().is_hopper() {
         for layout in Layout::ALL {
             let g = GemmEx {
@@ -387,7 +402,9 @@ fn the_library_entry_point_takes_views_and_refuses_what_it_must() {
                 b: layout.b,
                 ..GemmEx::new(128, 256, 64)
             };
-            assert_eq!(gemm.choose::<bf16>(&g).unwrap(), Version::WgmmaOverlap);
+            assert_eq!(gemm.choose::<bf16>(&g).unwrap(), Version::WgmmaTmaStore);
+            let odd_n = GemmEx { n: 250, ..g };
+            assert_eq!(gemm.choose::<bf16>(&odd_n).unwrap(), Version::WgmmaOverlap);
         }
         // k = 30 in layout nt: only mma_ldmatrix takes it.
         let odd_k = GemmEx {
@@ -421,6 +438,7 @@ fn refusals_are_refusals() {
         Version::MmaPipelined,
         Version::WgmmaTma,
         Version::WgmmaOverlap,
+        Version::WgmmaTmaStore,
     ] {
         assert!(refusal(v, &odd_k).contains("multiple of 8"));
     }
@@ -461,4 +479,17 @@ fn refusals_are_refusals() {
         };
         assert!(refusal(Version::WgmmaOverlap, &g).contains("batch strides"));
     }
+    // The TMA store: C's rows (n = 1001) and C's batch stride (not 16 bytes) refused.
+    let why = refusal(Version::WgmmaTmaStore, &nt(64, 1001, 64));
+    assert!(
+        why.contains("n = 1001") && why.contains("TMA stores"),
+        "{why}"
+    );
+    let g = GemmEx {
+        batch: 2,
+        stride_c: 64 * 64 + 4,
+        ..nt(64, 64, 64)
+    };
+    assert!(refusal(Version::WgmmaTmaStore, &g).contains("C's batch stride"));
+    assert!(day.plan::<bf16>(Version::WgmmaOverlap, &g).is_ok());
 }

@@ -318,24 +318,10 @@ __device__ __forceinline__ void fence_accumulators(int (&d)[128]) {
 }
 
 // ---- wgmma_tma_store's epilogue ---------------------------------------------------------------
-// The reverse of tma_load_3d: the box at `src` (shared memory, laid out as the map's swizzle
-// says) to the tensor at (x, y, z); rows and columns past the tensor's edge are not written.
-// Tracked in this thread's bulk groups (bulk_commit / bulk_wait_read / bulk_wait).
-__device__ __forceinline__ void tma_store_3d(const TmaDescriptor* map, const void* src, int x,
-                                             int y, int z) {
-    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group"
-                 " [%0, {%1, %2, %3}], [%4];\n" ::"l"(map),
-                 "r"(x), "r"(y), "r"(z), "r"(smem_u32(src))
-                 : "memory");
-}
-
-// Byte `byte` of row r of a staged chunk, as the TMA's 128-byte swizzle places it: the
-// 16-byte piece p of row r sits at p ^ (r % 8). The 8 rows one warp store touches (lane / 4)
-// so spread over all 32 banks: a bf16 store (16 bytes a row) takes one pass, an int32 one
-// (32 bytes a row, 256 in all) the minimum two. The chunk starts on a 1024-byte boundary.
-__device__ __forceinline__ unsigned char* staged(unsigned char* chunk, int r, int byte) {
-    return chunk + r * WG_OUT_ROW_BYTES + ((((byte >> 4) ^ (r % 8)) << 4) | (byte & 15));
-}
+// The staged chunks are rows of 128 bytes in the TMA's 128-byte swizzle (hopper.cuh's
+// `swizzled_128`): the 8 rows one warp's store touches (lane / 4) spread over all 32 banks, so a
+// bf16 store (16 bytes a row) takes one pass, an int32 one (32 bytes a row) the minimum two.
+static_assert(WG_OUT_ROW_BYTES == 128, "a staged row is one 128-byte swizzle row");
 
 // One output as the epilogue writes it; 0 outside the matrix (the TMA drops it, and the
 // corrections' arrays must not be read there). Without zero points the sums are null and the
@@ -350,7 +336,7 @@ __device__ __forceinline__ int value_of(int acc, int row, int col, int m, int n,
 __device__ __forceinline__ void stage_pair(unsigned char* chunk, int r, int c, int row, int col,
                                            int m, int n, int a0, int a1, const Epilogue& e,
                                            int*) {
-    *reinterpret_cast<int2*>(staged(chunk, r, c * 4)) =
+    *reinterpret_cast<int2*>(swizzled_128(chunk, r, c * 4)) =
         make_int2(value_of(a0, row, col, m, n, e), value_of(a1, row, col + 1, m, n, e));
 }
 
@@ -359,7 +345,7 @@ __device__ __forceinline__ void stage_pair(unsigned char* chunk, int r, int c, i
                                            bf16_t*) {
     const float s0 = col < n ? e.scale_a * e.scale_b[col * e.scale_b_step] : 0.0f;
     const float s1 = col + 1 < n ? e.scale_a * e.scale_b[(col + 1) * e.scale_b_step] : 0.0f;
-    *reinterpret_cast<unsigned*>(staged(chunk, r, c * 2)) =
+    *reinterpret_cast<unsigned*>(swizzled_128(chunk, r, c * 2)) =
         pack2<bf16_t>(s0 * (float)value_of(a0, row, col, m, n, e),
                       s1 * (float)value_of(a1, row, col + 1, m, n, e));
 }
