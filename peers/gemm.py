@@ -3,7 +3,9 @@
     python3 peers/gemm.py --out peers_gemm.json
 
 torch.matmul(a, b.t()) (cuBLAS or cuBLASLt underneath, as torch picks) in bf16 on the day's
-square sizes 256 to 8192 (its default problems and its --sweep), and the odd 1000 x 1001 x 999.
+square sizes 256 to 8192 (its default problems and its --sweep), and the odd 1000 x 1001 x 999;
+torch._scaled_mm on the FP8 problems (e4m3 A [m, k] and B [n, k], bf16 out, unit scales, fast
+accumulation as the day's cuBLASLt row) at 4096 and 8192.
 Writes {"torch", "device", "figures": [{key, peer, median_ms, gb_per_s}]} with the day's keys;
 GB/s counts A and B read once and C written once. Reduced-precision (bf16) split-k reductions
 are switched off, as in the day's cuBLAS row.
@@ -29,6 +31,19 @@ def one(m, n, k, gen):
     )
 
 
+def one_fp8(s, gen):
+    a = (torch.rand(s, s, device="cuda", generator=gen) * 2 - 1).to(torch.float8_e4m3fn)
+    b = (torch.rand(s, s, device="cuda", generator=gen) * 2 - 1).to(torch.float8_e4m3fn)
+    one_scale = torch.ones((), device="cuda")
+    nbytes = s * s + s * s + 2 * s * s
+    return _peer.figure(
+        f"gemm/e4m3/{s}x{s}x{s}", "torch._scaled_mm(a, b.t(), fast accum)",
+        lambda: torch._scaled_mm(a, b.t(), scale_a=one_scale, scale_b=one_scale,
+                                 out_dtype=torch.bfloat16, use_fast_accum=True),
+        nbytes, ops=2 * s * s * s,
+    )
+
+
 def figures():
     # f32 accumulation throughout, as day18's kernels and its cuBLAS row (torch's default lets
     # cuBLAS add split-k partial sums in bf16).
@@ -37,6 +52,8 @@ def figures():
     for s in SIZES:
         yield one(s, s, s, gen)
     yield one(*ODD, gen)
+    for s in (4096, 8192):
+        yield one_fp8(s, gen)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@
 //! [`Gemm`] is the library face later days call: the fastest version that takes a problem.
 //! cuBLAS (`common::cublas`) is the ceiling and runs the same problems.
 
+pub mod fp8;
+
 use std::sync::Arc;
 
 use anyhow::{Result, bail};

@@ -13,12 +13,13 @@ use common::dtype::Dtype;
 use common::element::Element;
 use common::family::matmul::SWEEP_SIZES;
 use common::gpu::cublas::{Cublas, Stored};
+use common::gpu::cublaslt::{CublasLt, LtProduct};
 use common::measure::plot::LinePlot;
 use common::measure::report::DayReport;
 use common::reference::matmul as reference;
 use common::session::{Expected, Problem, Refused, Session, Version as RunVersion};
 use common::{Gpu, UsageError, measure::inputs, measure::sweep};
-use day18::{GemmShape, Layout, TensorCoreGemm, Version};
+use day18::{GemmShape, Layout, TensorCoreGemm, Version, fp8};
 use half::{bf16, f16};
 
 /// Day 18: GEMM on tensor cores, C = op(A) op(B) (by default A B^T, B stored [n, k]), bf16
@@ -50,6 +51,10 @@ struct Args {
     /// layer's weight, the default).
     #[arg(long, value_enum, default_value_t = StoredArg::Transposed)]
     b: StoredArg,
+    /// FP8 operands (e4m3, f32 accumulation, bf16 out): the FP8 versions beside cuBLASLt's FP8
+    /// GEMM, layout nt only, instead of --dtype (the default run has both).
+    #[arg(long, conflicts_with_all = ["sweep", "batch", "a", "b", "dtype"])]
+    fp8: bool,
     /// Square sizes 256 to 8192, plotted to --plot.
     #[arg(long, conflicts_with_all = ["size", "m", "n", "k"])]
     sweep: bool,
@@ -77,6 +82,10 @@ impl From<StoredArg> for Stored {
 
 /// The ceiling row.
 const CUBLAS: &str = "cublas";
+/// The FP8 tables' ceiling row (selected with `cublas`).
+const CUBLASLT: &str = "cublaslt";
+/// The FP8 problems of the default run: GPU_TARGETS.md's sizes.
+const FP8_DEFAULT_SIZES: [usize; 2] = [4096, 8192];
 /// Outputs up to this many multiply-adds are all checked; beyond, a sample.
 const FULL_CHECK_MACS: usize = 1 << 28;
 
@@ -145,7 +154,19 @@ fn run(args: Args) -> Result<()> {
     let mut names = vec![CUBLAS];
     names.extend(Version::ALL.iter().map(|v| v.name()));
     let selected = args.common.select_versions(&names)?;
-    let shapes = problems(&args)?;
+    let default_run = !args.sweep && args.size.is_none() && args.m.is_none();
+    let fp8_shapes = if args.fp8 {
+        problems(&args)?
+    } else if default_run {
+        FP8_DEFAULT_SIZES.map(GemmShape::square).to_vec()
+    } else {
+        Vec::new()
+    };
+    let shapes = if args.fp8 {
+        Vec::new()
+    } else {
+        problems(&args)?
+    };
     let elem = args.dtype.size() as u64;
     for s in &shapes {
         let elements = s.a_len() as u64 + s.b_len() as u64 + s.c_len() as u64;
@@ -161,6 +182,11 @@ fn run(args: Args) -> Result<()> {
     let cublas = Cublas::open(&gpu)?;
     let day = TensorCoreGemm::load(&gpu)?;
     let mut reports = Vec::new();
+    let lt = if fp8_shapes.is_empty() || !selected.contains(&CUBLAS) {
+        None
+    } else {
+        Some(CublasLt::open(&gpu)?)
+    };
     for shape in &shapes {
         let report = match args.dtype {
             Dtype::Bf16 => run_problem::<bf16>(&gpu, &cublas, &day, &args, shape, &selected)?,
@@ -168,6 +194,16 @@ fn run(args: Args) -> Result<()> {
             other => unreachable!("{other} was refused before the GPU was opened"),
         };
         reports.push(report);
+    }
+    for shape in &fp8_shapes {
+        reports.push(run_fp8_problem(
+            &gpu,
+            lt.as_ref(),
+            &day,
+            &args,
+            shape,
+            &selected,
+        )?);
     }
     if args.sweep {
         plot_sweep(&args, &gpu, &reports)?;
@@ -316,6 +352,103 @@ fn run_problem<T: Element>(
         };
         session.run_version(run, &mut c, &expected, |c| {
             day.gemm(gpu, version, &g, &a_dev, &b_dev, c)
+        })?;
+    }
+    Ok(session.finish())
+}
+
+/// One FP8 problem, `C (bf16) = A B^T` with A `[m, k]` and B `[n, k]` e4m3: cuBLASLt's FP8
+/// GEMM (fast accumulation) as the ceiling, then the FP8 versions; checked like the bf16
+/// problems (every output, or every 128 x 128 tile's samples) with [`fp8::tolerance`].
+fn run_fp8_problem(
+    gpu: &Gpu,
+    lt: Option<&CublasLt>,
+    day: &TensorCoreGemm,
+    args: &Args,
+    shape: &GemmShape,
+    selected: &[&str],
+) -> Result<DayReport> {
+    let GemmShape { m, n, k, .. } = *shape;
+    let seed = args.common.seed;
+    let a = fp8::uniform_e4m3(m * k, seed);
+    let b = fp8::uniform_e4m3(n * k, seed.wrapping_add(1));
+    let at = checked_outputs(shape, seed.wrapping_add(2));
+    let all: Vec<usize>;
+    let outputs = match &at {
+        Some(at) => at.as_slice(),
+        None => {
+            all = (0..m * n).collect();
+            &all
+        }
+    };
+    let expected_values = fp8::reference_at(&fp8::decode(&a), &fp8::decode(&b), n, k, 1.0, outputs);
+    let out_shape = [1, m, n];
+    let expected = Expected {
+        values: &expected_values,
+        shape: &out_shape,
+        tolerance: fp8::tolerance(k),
+        at: at.as_deref(),
+    };
+    let checked = match &at {
+        None => "every output checked".to_string(),
+        Some(at) => format!("{} sampled outputs checked", at.len()),
+    };
+    let mut session = Session::new(
+        gpu,
+        &args.common,
+        Problem {
+            day: "day18",
+            title: "tensor-core GEMM",
+            description: format!(
+                "{m} x {n} x {k} (m x n x k), C = A B^T (A [m, k], B [n, k]), FP8 e4m3 in, f32 \
+                 accumulation, bf16 out ({checked})"
+            ),
+            key: format!("gemm/e4m3/{m}x{n}x{k}"),
+            bytes_per_run: ((m * k + n * k) + 2 * m * n) as u64,
+            flops_per_run: Some(shape.flops()),
+        },
+    )?
+    .with_ceiling(CUBLASLT);
+    session.save_input("a", &[m, k], &a)?;
+    session.save_input("b", &[n, k], &b)?;
+    let (a_dev, b_dev) = (gpu.upload(&a)?, gpu.upload(&b)?);
+    drop((a, b));
+    let mut c = gpu.alloc_poisoned::<bf16>(m * n)?;
+    let g = shape.gemm_ex();
+
+    if let Some(lt) = lt {
+        let run = RunVersion {
+            name: CUBLASLT,
+            kernel: None,
+            global_bytes: None,
+        };
+        match lt.plan(LtProduct::E4m3ToBf16, m, n, k) {
+            Ok(plan) => session.run_version(run, &mut c, &expected, |c| {
+                lt.run_fp8(gpu, &plan, &a_dev, &b_dev, c, 1.0)
+            })?,
+            Err(e) if e.is::<Refused>() => session.skip_version(CUBLASLT, &e.to_string()),
+            Err(e) => return Err(e),
+        }
+    }
+    for version in Version::FP8 {
+        if !selected.contains(&version.name()) {
+            continue;
+        }
+        let (kernel, launch) = match day.plan_fp8(version, &g) {
+            Ok(plan) => plan,
+            Err(e) if e.is::<Refused>() => {
+                session.skip_version(version.name(), &e.to_string());
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let run = RunVersion {
+            name: version.name(),
+            kernel: Some((kernel, launch)),
+            global_bytes: None,
+        };
+        session.run_version(run, &mut c, &expected, |c| {
+            day.gemm_fp8(gpu, version, &g, &a_dev, &b_dev, c)
         })?;
     }
     Ok(session.finish())

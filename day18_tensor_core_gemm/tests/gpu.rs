@@ -8,12 +8,13 @@
 
 use common::element::Element;
 use common::gpu::cublas::{Cublas, GemmEx, Stored};
+use common::gpu::cublaslt::{CublasLt, LtProduct};
 use common::measure::check;
 use common::reference::matmul as reference;
 use common::session::{Refused, launch_and_read};
 use common::{Gpu, measure::inputs, testing};
 use cudarc::driver::CudaSlice;
-use day18::{Gemm, GemmShape, Layout, TensorCoreGemm, Version};
+use day18::{Gemm, GemmShape, Layout, TensorCoreGemm, Version, fp8};
 use half::{bf16, f16};
 
 fn shapes() -> Vec<GemmShape> {
@@ -242,8 +243,7 @@ fn check_alpha_beta<T: Element>(
     cublas: &Cublas,
     day: &TensorCoreGemm,
     layout: Layout,
-    alpha: f32,
-    beta: f32,
+    (alpha, beta): (f32, f32),
     c_pad: usize,
     ran: &mut [usize],
 ) {
@@ -330,9 +330,17 @@ fn alpha_beta_and_padded_strides_in_every_layout() {
     for layout in Layout::ALL {
         for c_pad in [3, 8] {
             for (alpha, beta) in [(-0.75, 0.5), (2.0, 0.0), (1.0, 1.0)] {
-                check_alpha_beta::<bf16>(&gpu, &cublas, &day, layout, alpha, beta, c_pad, &mut ran);
+                check_alpha_beta::<bf16>(
+                    &gpu,
+                    &cublas,
+                    &day,
+                    layout,
+                    (alpha, beta),
+                    c_pad,
+                    &mut ran,
+                );
             }
-            check_alpha_beta::<f16>(&gpu, &cublas, &day, layout, 0.5, -1.0, c_pad, &mut ran);
+            check_alpha_beta::<f16>(&gpu, &cublas, &day, layout, (0.5, -1.0), c_pad, &mut ran);
         }
     }
     assert_every_version_ran("day18 alpha/beta", &day, &ran);
@@ -492,4 +500,94 @@ fn refusals_are_refusals() {
     };
     assert!(refusal(Version::WgmmaTmaStore, &g).contains("C's batch stride"));
     assert!(day.plan::<bf16>(Version::WgmmaOverlap, &g).is_ok());
+}
+
+/// The FP8 versions (e4m3 in, bf16 out) against the f64 reference of the decoded inputs,
+/// every output, with `fp8::tolerance`: odd m and n, one past a tile, k from one step of 32
+/// to several stages, and a shape of more than three waves; cuBLASLt's FP8 GEMM on the shapes
+/// its alignment rule takes. Then the FP8 refusals.
+#[test]
+fn fp8_versions_match_the_reference() {
+    let Some(gpu) = testing::gpu_or_skip("day18 GPU FP8") else {
+        return;
+    };
+    let day = TensorCoreGemm::load(&gpu).unwrap();
+    if !day.is_hopper() {
+        println!("SKIPPED day18 GPU FP8: the FP8 versions need an sm_90 GPU (Hopper)");
+        return;
+    }
+    let lt = CublasLt::open(&gpu).unwrap();
+    let mut ran = [0usize; Version::FP8.len()];
+    for (m, n, k) in [
+        (1, 8, 16),
+        (17, 40, 32),
+        (129, 257, 144),
+        (136, 264, 144),
+        (200, 312, 1024),
+        (1000, 1000, 1008),
+        (2600, 5000, 128),
+    ] {
+        let g = GemmEx {
+            b: Stored::Transposed,
+            alpha: 0.75,
+            ..GemmEx::new(m, n, k)
+        };
+        let seed = (m * 31 + n * 7 + k) as u64;
+        let a = fp8::uniform_e4m3(m * k, seed);
+        let b = fp8::uniform_e4m3(n * k, seed + 1);
+        let all: Vec<usize> = (0..m * n).collect();
+        let expected = fp8::reference_at(&fp8::decode(&a), &fp8::decode(&b), n, k, g.alpha, &all);
+        let tolerance = fp8::tolerance(k);
+        let (a_dev, b_dev) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
+        let mut c = gpu.alloc_poisoned::<bf16>(m * n).unwrap();
+        let what = format!("{m} x {n} x {k}");
+        if let Ok(plan) = lt.plan(LtProduct::E4m3ToBf16, m, n, k) {
+            let got = launch_and_read(&gpu, &mut c, &mut |c| {
+                lt.run_fp8(&gpu, &plan, &a_dev, &b_dev, c, g.alpha)
+            })
+            .unwrap();
+            let report = check::compare(&got, &expected, &[m, n], tolerance);
+            assert!(report.passed(), "cublaslt {what}: {report}");
+        }
+        for (v, version) in Version::FP8.into_iter().enumerate() {
+            let refuse = version == Version::WgmmaTmaStore && !n.is_multiple_of(8);
+            if let Err(e) = day.plan_fp8(version, &g) {
+                assert!(
+                    refuse && e.is::<Refused>(),
+                    "{} {what}: {e:#}",
+                    version.name()
+                );
+                continue;
+            }
+            assert!(!refuse, "{} took {what}", version.name());
+            let got = launch_and_read(&gpu, &mut c, &mut |c| {
+                day.gemm_fp8(&gpu, version, &g, &a_dev, &b_dev, c)
+            })
+            .unwrap_or_else(|e| panic!("{} {what}: {e:#}", version.name()));
+            let report = check::compare(&got, &expected, &[m, n], tolerance);
+            assert!(report.passed(), "{} {what}: {report}", version.name());
+            ran[v] += 1;
+        }
+    }
+    assert_eq!(ran, [7, 5], "FP8 shapes run per version");
+
+    let refusal = |v: Version, g: &GemmEx| -> String {
+        let Err(e) = day.plan_fp8(v, g) else {
+            panic!("{} took {g:?} in FP8", v.name());
+        };
+        assert!(e.is::<Refused>(), "{e:#}");
+        e.to_string()
+    };
+    let nt = |m, n, k| GemmEx {
+        b: Stored::Transposed,
+        ..GemmEx::new(m, n, k)
+    };
+    // 16 e4m3 per 16-byte piece of a row: k = 24 is not a whole number of them.
+    assert!(refusal(Version::WgmmaOverlap, &nt(64, 64, 24)).contains("multiple of 16"));
+    let tn = GemmEx {
+        a: Stored::Transposed,
+        ..GemmEx::new(64, 64, 64)
+    };
+    assert!(refusal(Version::WgmmaTmaStore, &tn).contains("K-major"));
+    assert!(refusal(Version::WgmmaTma, &nt(64, 64, 64)).contains("no FP8 kernel"));
 }
