@@ -22,17 +22,21 @@ import _peer
 TOKENS, HIDDEN = 16384, 2048
 
 # day10's default problems, then its --sweep (512 to 16384) for both head dims, with and
-# without the causal mask.
-PROBLEMS = [(4096, 128, False), (4096, 64, False), (4096, 128, True)] + [
-    (1 << p, d, causal) for causal in (False, True) for d in (128, 64) for p in range(9, 15)
+# without the causal mask: (batch, heads, seqlen, head dim, causal), 16384 tokens, hidden 2048.
+PROBLEMS = [
+    (TOKENS // seqlen, HIDDEN // d, seqlen, d, causal)
+    for seqlen, d, causal in [(4096, 128, False), (4096, 64, False), (4096, 128, True)]
+    + [(1 << p, d, causal) for causal in (False, True) for d in (128, 64) for p in range(9, 15)]
 ]
+# day10's `--head-dim 256` (alone, and with --causal): batch 1 x 16 heads x seqlen 16384, the
+# issue's hd256 target (FlashAttention-3's published hd256 point).
+PROBLEMS += [(1, 16, 16384, 256, causal) for causal in (False, True)]
 BACKENDS = [("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)]
 
 
 def figures():
     seen = set()
-    for seqlen, d, causal in PROBLEMS:
-        batch, heads = TOKENS // seqlen, HIDDEN // d
+    for batch, heads, seqlen, d, causal in PROBLEMS:
         key = f"attention/bf16/b{batch}-h{heads}-kv{heads}-d{d}-q{seqlen}-k{seqlen}"
         key += "-causal" if causal else ""
         if key in seen:

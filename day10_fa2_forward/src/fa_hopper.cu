@@ -7,10 +7,10 @@
 //     copy counted on an mbarrier: no thread computes an address or waits on a load;
 //   - warp specialisation: warpgroup 0 is the producer (one thread issues every copy, the
 //     rest give their registers back); the others are consumers, 64 query rows each (two
-//     for head dim 128, three for 64);
-//   - wgmma: S = Q K^T reads both operands from shared memory (64 x 128 per instruction, the
-//     whole warpgroup), O += P V takes P from registers (the S accumulators rounded to 16
-//     bits are already a register A operand) and V from shared memory, MN-major;
+//     for head dims 128 and 256, three for 64);
+//   - wgmma: S = Q K^T reads both operands from shared memory (64 x keys per tile per
+//     instruction, the whole warpgroup), O += P V takes P from registers (the S accumulators
+//     rounded to 16 bits are already a register A operand) and V from shared memory, MN-major;
 //   - overlap inside a warpgroup: while O += P_{n-1} V_{n-1} runs on the tensor cores, the
 //     warpgroup is already computing S_n's softmax; the consumer warpgroups interleave as
 //     well, one's exponentials under another's matrix products;
@@ -19,7 +19,8 @@
 //     consumers finish and store the last.
 //
 // Per block: 64 query rows per consumer warpgroup, block 128 x (1 + consumers). Key tiles of
-// 128 keys in a ring of 2 stages; Q is freed (q_empty) after an item's last S product:
+// 128 keys (64 at head dim 256) in a ring of 2 stages; Q is freed (q_empty) after an item's
+// last S product:
 //
 //   producer:   per item: wait q_empty -> TMA Q -> q_full;
 //               per key tile n: wait k_empty[s] -> TMA K -> k_full[s]
@@ -30,7 +31,7 @@
 //               rescale O; P_n = S_n in 16 bits
 //
 // Layout as attention.cu: Q, O [total_q, heads, D], K, V [total_k, kv_heads, D] (the tensor
-// maps cover them as [heads][tokens][D], boxes of 64 dims x 128 tokens of one head), L
+// maps cover them as [heads][tokens][D], boxes of 64 dims x a tile's tokens of one head), L
 // [total_q, heads] f32. Copies past a sequence's end read the next sequence's tokens (or
 // zeros past the tensor's end): those keys are masked like causal ones, those query rows are
 // never stored.
@@ -41,33 +42,84 @@
 #include "attention.cuh"  // Sequence, key_end
 #include "hopper.cuh"
 
-constexpr int FH_BN = 128;         // keys per tile
-constexpr int FH_BOX = 64;         // head-dim elements of one 128-byte swizzle row
+constexpr int FH_BOX = 64;  // head-dim elements of one 128-byte swizzle row
 
-// Consumer warpgroups (64 query rows each) and the register split. Head dim 64 halves the
+// The tile configuration comes from the host, as defines, one set per head dim D:
+//   FH_D<D>_CONSUMERS      consumer warpgroups, 64 query rows each
+//   FH_D<D>_KEYS           keys per K/V tile
+//   FH_D<D>_STAGES         K/V tiles in flight (the ring)
+//   FH_D<D>_REGISTERS      registers per consumer thread after setmaxnreg
+//   FH_D<D>_SHARED_BYTES   the dynamic shared memory the host launches with
+// and FH_PRODUCER_REGISTERS, what the producer keeps. `HOPPER_TILES` in src/hopper_tile.rs is
+// the one table they come from: the launcher derives its block size, shared memory and TMA
+// boxes from it too, and the static_asserts below check that both sides agree and that the
+// tile fits an SM. Without the defines the file stops here, so no build runs on stale numbers.
+#if !defined(FH_PRODUCER_REGISTERS) ||                                                        \
+    !defined(FH_D64_CONSUMERS) || !defined(FH_D64_KEYS) || !defined(FH_D64_STAGES) ||         \
+    !defined(FH_D64_REGISTERS) || !defined(FH_D64_SHARED_BYTES) ||                            \
+    !defined(FH_D128_CONSUMERS) || !defined(FH_D128_KEYS) || !defined(FH_D128_STAGES) ||      \
+    !defined(FH_D128_REGISTERS) || !defined(FH_D128_SHARED_BYTES) ||                          \
+    !defined(FH_D256_CONSUMERS) || !defined(FH_D256_KEYS) || !defined(FH_D256_STAGES) ||      \
+    !defined(FH_D256_REGISTERS) || !defined(FH_D256_SHARED_BYTES)
+#error "fa_hopper.cu: compile it with the -DFH_ defines of day10's HopperTile table"
+#endif
+
+template <int D> struct FhTile;
+#define FH_TILE(D)                                                                                 \
+    template <> struct FhTile<D> {                                                                 \
+        static constexpr int CONSUMERS = FH_D##D##_CONSUMERS, KEYS = FH_D##D##_KEYS,               \
+                             STAGES = FH_D##D##_STAGES,                                            \
+                             CONSUMER_REGISTERS = FH_D##D##_REGISTERS,                             \
+                             SHARED_BYTES = FH_D##D##_SHARED_BYTES;                                \
+    };
+FH_TILE(64)
+FH_TILE(128)
+FH_TILE(256)
+#undef FH_TILE
+
+// Why the host's table has the values it has (`HOPPER_TILES`): head dim 64 halves the
 // matrix work per key tile but not the softmax's, so it takes three consumers (192 rows) to
 // keep more exponentials in flight under the products; head dim 128 needs the registers for
-// its O accumulators (64 per thread) and takes two. The register file (64 K per SM) is
-// shared as producer 24 + consumers 240 (2 consumers) or 160 (3): setmaxnreg moves them.
-template <int D> struct FhConfig {
-    static constexpr int CONSUMERS = D == 64 ? 3 : 2;
-    static constexpr int BM = 64 * CONSUMERS;  // query rows per CTA
-    static constexpr int THREADS = 128 * (1 + CONSUMERS);
-    static constexpr int CONSUMER_REGISTERS = CONSUMERS == 3 ? 160 : 240;
-    // K/V tiles in flight. Three fit in shared memory for both head dims and measured no
-    // faster (the producer is never the one waiting).
-    static constexpr int STAGES = 2;
+// its O accumulators (64 per thread) and takes two, 240 registers each; head dim 256 holds 128
+// accumulators per thread and halves its key tiles to 64 so that Q and two stages of K and V
+// fit in shared memory. Producer 24 + consumers 240 (two) or 160 (three) share the 64 K
+// registers of an SM: setmaxnreg moves them.
+template <int D> struct FhConfig : FhTile<D> {
+    using Tile = FhTile<D>;
+    static constexpr int BM = 64 * Tile::CONSUMERS;  // query rows per CTA
+    static constexpr int BN = Tile::KEYS;            // keys per K/V tile
+    static constexpr int THREADS = 128 * (1 + Tile::CONSUMERS);
+    static_assert(D % FH_BOX == 0, "the head dim is a whole number of 64-element boxes");
+    static_assert(Tile::CONSUMERS >= 1 && BM <= 256, "a TMA box of Q has at most 256 rows");
+    // P V takes 16 keys per k-step; a K or V box of BN rows of 128 bytes stays on the swizzle's
+    // 1024-byte period when BN % 8 == 0; a box and a wgmma's N are at most 256.
+    static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256,
+                  "keys per tile: a multiple of 16, at most 256");
+    static_assert(Tile::STAGES >= 1, "at least one K/V stage");
+    // setmaxnreg takes multiples of 8 in 24..256; the SM has 64 K registers for the block.
+    static_assert(FH_PRODUCER_REGISTERS % 8 == 0 && FH_PRODUCER_REGISTERS >= 24, "setmaxnreg");
+    static_assert(Tile::CONSUMER_REGISTERS % 8 == 0 && Tile::CONSUMER_REGISTERS <= 256,
+                  "setmaxnreg");
+    static_assert(128 * FH_PRODUCER_REGISTERS +
+                          Tile::CONSUMERS * 128 * Tile::CONSUMER_REGISTERS <= 65536,
+                  "producer and consumer registers fit the SM's register file");
 };
 
 // Shared memory, from a 1024-byte aligned base (the swizzle pattern repeats every 1024 bytes):
 // Q as D / 64 boxes of [BM rows][64], then the K ring and the V ring, each stage D / 64 boxes
-// of [128 keys][64], then the barriers. The host adds the same 1024 bytes of alignment slack.
+// of [BN keys][64], then the barriers (q_full, q_empty, and full and empty per stage for K and
+// for V). The host adds the same 1024 bytes of alignment slack and launches with exactly that.
 template <int D> struct FhLayout {
+    using C = FhConfig<D>;
     static constexpr int BOXES = D / FH_BOX;
-    static constexpr int Q_ELEMS = FhConfig<D>::BM * D, KV_ELEMS = FH_BN * D;
+    static constexpr int Q_ELEMS = C::BM * D, KV_ELEMS = C::BN * D;
     static constexpr int K_OFFSET = Q_ELEMS * 2;
-    static constexpr int V_OFFSET = K_OFFSET + FhConfig<D>::STAGES * KV_ELEMS * 2;
-    static constexpr int BARRIER_OFFSET = V_OFFSET + FhConfig<D>::STAGES * KV_ELEMS * 2;
+    static constexpr int V_OFFSET = K_OFFSET + C::STAGES * KV_ELEMS * 2;
+    static constexpr int BARRIER_OFFSET = V_OFFSET + C::STAGES * KV_ELEMS * 2;
+    static constexpr int BYTES = BARRIER_OFFSET + 8 * (2 + 4 * C::STAGES) + 1024;
+    static_assert(BYTES == C::SHARED_BYTES,
+                  "the host launches with the shared memory this layout takes");
+    static_assert(BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block on sm_90");
 };
 
 __device__ __forceinline__ float exp2_approx(float x) {
@@ -110,8 +162,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
                                           int q_tiles, int items) {
     using L = FhLayout<D>;
     using C = FhConfig<D>;
-    constexpr int FH_BM = C::BM, STAGES = C::STAGES;
-    static_assert(D % FH_BOX == 0, "the head dim is a whole number of 64-element boxes");
+    constexpr int FH_BM = C::BM, FH_BN = C::BN, STAGES = C::STAGES;
     extern __shared__ unsigned char fh_smem_raw[];
     unsigned char* base = reinterpret_cast<unsigned char*>(
         (reinterpret_cast<unsigned long long>(fh_smem_raw) + 1023) & ~1023ull);
@@ -140,7 +191,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
 
     if (threadIdx.x < 128) {
         // ---- producer: while the consumers finish an item, it already loads the next ----
-        warpgroup_registers_release<24>();
+        warpgroup_registers_release<FH_PRODUCER_REGISTERS>();
         if (threadIdx.x != 0) return;
         constexpr unsigned TILE_BYTES = L::KV_ELEMS * sizeof(T);
         Ring ring;
@@ -187,7 +238,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     const T* q_rows = sq + consumer * 64 * FH_BOX;  // this warpgroup's rows of each Q box
 
     float acc[D / 2];           // O, 64 x D per warpgroup
-    float sc[FH_BN / 2];        // S, then P in f32, 64 x 128
+    float sc[FH_BN / 2];        // S, then P in f32, 64 x FH_BN
     unsigned p[FH_BN / 16][4];  // P in 16 bits: one register A operand per 16 keys
     float m[2], l[2], alpha[2];
     int end[2], unmasked;
@@ -205,7 +256,8 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
         wgmma_commit();
     };
     // O += P V over the tile's keys: V is MN-major (d runs along memory), a k16 step is 16
-    // key rows (2048 bytes) down, the boxes of 64 dims FH_BN x 128 bytes apart.
+    // key rows (2048 bytes) down, the boxes of 64 dims FH_BN x 128 bytes apart. One wgmma of
+    // N = D per 16 keys: n64, n128 or n256 (4 boxes of V side by side).
     auto issue_pv = [&](int stage) {
         const T* vt = sv + stage * L::KV_ELEMS;
 #pragma unroll
@@ -228,7 +280,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            // Four independent chains, not one of 32 dependent maxima.
+            // Four independent chains, not one of FH_BN / 4 dependent maxima.
             float part[4] = {m[r], NEG_INF, NEG_INF, NEG_INF};
 #pragma unroll
             for (int j = 0; j < FH_BN / 8; ++j)
@@ -375,5 +427,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
 
 FA_HOPPER_KERNEL(bf16_t, bf16, 64)
 FA_HOPPER_KERNEL(bf16_t, bf16, 128)
+FA_HOPPER_KERNEL(bf16_t, bf16, 256)
 FA_HOPPER_KERNEL(f16_t, f16, 64)
 FA_HOPPER_KERNEL(f16_t, f16, 128)
+FA_HOPPER_KERNEL(f16_t, f16, 256)

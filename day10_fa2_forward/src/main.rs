@@ -29,10 +29,35 @@ struct Args {
 /// Up to this many multiply-adds of the reference (rows x keys x head dim), every row.
 const FULL_CHECK_WORK: usize = 1 << 28;
 
+/// `--head-dim 256` given alone: the hd256 target shape, batch 1 x seqlen 16384 x 16
+/// heads (FlashAttention-3's published hd256 point is 16k tokens at seqlen 16k), instead of
+/// the other head dims' 4096 (hidden 2048 would leave 8 heads of 4096 tokens: a short-sequence
+/// problem for a tile built for long ones).
+const HD256_BENCHMARK: (usize, usize, usize) = (1, 16384, 16);
+
+/// The flags with [`HD256_BENCHMARK`] filled in when `--head-dim 256` is the only size flag
+/// (and no sweep): every other request is the attention runner's as it is.
+fn with_hd256_benchmark(mut args: AttentionArgs) -> AttentionArgs {
+    let alone = args.head_dim == Some(256)
+        && !args.sweep
+        && args.seqlen.is_none()
+        && args.seqlen_k.is_none()
+        && args.batch.is_none()
+        && args.varlen.is_empty()
+        && args.heads.is_none()
+        && args.kv_heads.is_none();
+    if alone {
+        let (batch, seqlen, heads) = HD256_BENCHMARK;
+        (args.batch, args.seqlen, args.heads) = (Some(batch), Some(seqlen), Some(heads));
+    }
+    args
+}
+
 fn main() -> ExitCode {
     run_main(|| {
         let args = Args::parse();
-        attention::run(&args.attention, &args.common, |gpu| {
+        let attention_args = with_hd256_benchmark(args.attention);
+        attention::run(&attention_args, &args.common, |gpu| {
             Ok(Forward(FlashAttention::load(gpu)?))
         })
     })
@@ -181,5 +206,33 @@ impl AttentionDay for Forward {
             session.check_also(name, "L (log-sum-exp)", l_check);
         }
         Ok(session.finish())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(flags: &[&str]) -> Vec<AttentionShape> {
+        let args =
+            Args::try_parse_from(std::iter::once("day10").chain(flags.iter().copied())).unwrap();
+        with_hd256_benchmark(args.attention).problems().unwrap()
+    }
+
+    #[test]
+    fn head_dim_256_alone_is_the_16k_benchmark_shape() {
+        let hd256 = problems(&["--head-dim", "256"]);
+        assert_eq!(
+            hd256,
+            [AttentionShape::uniform(1, 16384, 16384, 16, 16, 256, false)]
+        );
+        let causal = problems(&["--head-dim", "256", "--causal"]);
+        assert!(causal[0].causal && causal[0].total_q() == 16384);
+        // With any size flag, or at another head dim, the flags are taken as they are.
+        let sized = problems(&["--head-dim", "256", "--seqlen", "1000"]);
+        assert_eq!((sized[0].seqlens_q[0], sized[0].heads), (1000, 8));
+        let hd64 = problems(&["--head-dim", "64"]);
+        assert_eq!((hd64[0].seqlens_q[0], hd64[0].heads), (4096, 32));
+        assert_eq!(problems(&["--head-dim", "256", "--sweep"]).len(), 6);
     }
 }

@@ -1,0 +1,293 @@
+//! `fa_hopper`'s tile per head dim: the one table both sides read. The launcher takes its block
+//! size, its shared memory and its TMA boxes from [`HopperTile`]; the kernel gets the same
+//! numbers as NVRTC defines ([`hopper_defines`]) and `static_assert`s that its layout takes
+//! exactly the shared memory the launcher gives it and that the tile fits an SM. Compiled
+//! without the defines, `fa_hopper.cu` stops at an `#error`.
+
+/// Registers each producer thread keeps after `setmaxnreg.dec` (one thread issues every TMA
+/// copy; 24 is the instruction's floor).
+pub const HOPPER_PRODUCER_REGISTERS: usize = 24;
+
+/// Dynamic shared memory a block may opt into on sm_90: 227 KiB.
+pub const SM90_MAX_SHARED_BYTES: usize = 227 * 1024;
+
+/// 32-bit registers of one SM, which the producer and the consumers of the one resident block
+/// share.
+pub const SM90_REGISTERS: usize = 64 * 1024;
+
+/// Head-dim elements of one TMA box: 64 16-bit values, one 128-byte swizzle row.
+const BOX_ELEMS: usize = 64;
+
+/// The mbarriers: Q full and empty, and full and empty per stage for K and for V.
+fn barrier_bytes(stages: usize) -> usize {
+    8 * (2 + 4 * stages)
+}
+
+/// One head dim's tile of `fa_hopper`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HopperTile {
+    pub head_dim: usize,
+    /// Consumer warpgroups, 64 query rows each.
+    pub consumers: usize,
+    /// Keys per K/V tile.
+    pub keys: usize,
+    /// K/V tiles in flight (the ring).
+    pub stages: usize,
+    /// Registers per consumer thread after `setmaxnreg.inc`.
+    pub consumer_registers: usize,
+}
+
+/// The tiles, one per head dim `fa_hopper` is compiled for. Head dim 64: three consumers
+/// (its softmax costs as much per key tile as 128's, its products half, so more warps overlap
+/// them; measured +19%). Head dim 128: two consumers with 240 registers for 64 O accumulators
+/// each. Head dim 256: two consumers again, 128 O accumulators each, and key tiles of 64: Q
+/// (64 KiB) and two stages of 128-key K and V tiles (4 x 64 KiB) would need 320 KiB, 64-key
+/// ones take 128 KiB. Two stages everywhere (three measured no faster at 64 and 128: the
+/// producer is never the one waiting).
+pub const HOPPER_TILES: [HopperTile; 3] = [
+    HopperTile {
+        head_dim: 64,
+        consumers: 3,
+        keys: 128,
+        stages: 2,
+        consumer_registers: 160,
+    },
+    HopperTile {
+        head_dim: 128,
+        consumers: 2,
+        keys: 128,
+        stages: 2,
+        consumer_registers: 240,
+    },
+    HopperTile {
+        head_dim: 256,
+        consumers: 2,
+        keys: 64,
+        stages: 2,
+        consumer_registers: 240,
+    },
+];
+
+impl HopperTile {
+    /// The tile for head dim `d`, if `fa_hopper` is compiled for it.
+    pub fn for_head_dim(d: usize) -> Option<&'static HopperTile> {
+        HOPPER_TILES.iter().find(|t| t.head_dim == d)
+    }
+
+    /// Query rows per block (and per work item): 64 per consumer.
+    pub fn block_rows(&self) -> usize {
+        64 * self.consumers
+    }
+
+    /// Threads per block: the producer warpgroup and the consumers.
+    pub fn threads(&self) -> usize {
+        128 * (1 + self.consumers)
+    }
+
+    /// The dynamic shared memory of a block, as `FhLayout` in `fa_hopper.cu` lays it out: Q
+    /// (block rows x d), the K ring and the V ring (stages x keys x d each), all 16-bit, the
+    /// barriers, and 1024 bytes of slack to align the tiles to the swizzle's 1024-byte period.
+    pub fn shared_bytes(&self) -> usize {
+        let d = self.head_dim;
+        let tiles = (self.block_rows() * d + 2 * self.stages * self.keys * d) * 2;
+        tiles + barrier_bytes(self.stages) + 1024
+    }
+
+    /// What stops this tile from compiling or running on an H100, as the kernel's
+    /// `static_assert`s check it (one line each; empty when it fits).
+    pub fn violations(&self) -> Vec<String> {
+        let d = self.head_dim;
+        let mut why = Vec::new();
+        let mut require = |holds: bool, what: String| {
+            if !holds {
+                why.push(format!("head dim {d}: {what}"));
+            }
+        };
+        require(
+            d > 0 && d.is_multiple_of(BOX_ELEMS),
+            format!("the head dim must be a whole number of {BOX_ELEMS}-element TMA boxes"),
+        );
+        require(
+            (1..=4).contains(&self.consumers),
+            format!(
+                "{} consumers: a TMA box of Q is at most 256 rows (4 consumers)",
+                self.consumers
+            ),
+        );
+        // P V steps 16 keys at a time; S = Q K^T is one wgmma of N = keys, which hopper.cuh
+        // has for N = 64, 128 and 256 (a K box of `keys` rows of 128 bytes then also stays
+        // on the swizzle's 1024-byte period, and within the TMA's 256 rows).
+        require(
+            [64, 128, 256].contains(&self.keys),
+            format!(
+                "{} keys per tile: S is one wgmma of N = keys, which hopper.cuh has for 64, \
+                 128 and 256",
+                self.keys
+            ),
+        );
+        require(self.stages >= 1, "at least one K/V stage".into());
+        require(
+            self.consumer_registers.is_multiple_of(8)
+                && (HOPPER_PRODUCER_REGISTERS..=256).contains(&self.consumer_registers),
+            format!(
+                "setmaxnreg takes a multiple of 8 in 24..=256, not {}",
+                self.consumer_registers
+            ),
+        );
+        let registers =
+            128 * HOPPER_PRODUCER_REGISTERS + self.consumers * 128 * self.consumer_registers;
+        require(
+            registers <= SM90_REGISTERS,
+            format!("{registers} registers, over the SM's {SM90_REGISTERS}"),
+        );
+        // O's accumulators (d / 2 per thread) and S's (keys / 2) must both fit, with P in 16
+        // bits (keys / 4: two keys a register) beside them while the previous tile's P V runs.
+        let live = d / 2 + self.keys / 2 + self.keys / 4;
+        require(
+            live < self.consumer_registers,
+            format!(
+                "{live} accumulator and P registers per consumer thread, not under {}",
+                self.consumer_registers
+            ),
+        );
+        let shared = self.shared_bytes();
+        require(
+            shared <= SM90_MAX_SHARED_BYTES,
+            format!("{shared} bytes of shared memory, over sm_90's {SM90_MAX_SHARED_BYTES}"),
+        );
+        why
+    }
+
+    /// This tile's NVRTC defines, as `fa_hopper.cu` reads them.
+    fn defines(&self) -> [String; 5] {
+        let d = self.head_dim;
+        [
+            format!("-DFH_D{d}_CONSUMERS={}", self.consumers),
+            format!("-DFH_D{d}_KEYS={}", self.keys),
+            format!("-DFH_D{d}_STAGES={}", self.stages),
+            format!("-DFH_D{d}_REGISTERS={}", self.consumer_registers),
+            format!("-DFH_D{d}_SHARED_BYTES={}", self.shared_bytes()),
+        ]
+    }
+}
+
+/// The NVRTC options that give `fa_hopper.cu` its tiles: every tile's defines and the
+/// producer's registers.
+pub fn hopper_defines() -> Vec<String> {
+    let mut defines = vec![format!(
+        "-DFH_PRODUCER_REGISTERS={HOPPER_PRODUCER_REGISTERS}"
+    )];
+    for tile in &HOPPER_TILES {
+        defines.extend(tile.defines());
+    }
+    defines
+}
+
+/// The head dims `fa_hopper` is compiled for.
+pub fn hopper_head_dims() -> Vec<usize> {
+    HOPPER_TILES.iter().map(|t| t.head_dim).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tile_fits_an_h100() {
+        for tile in &HOPPER_TILES {
+            assert_eq!(tile.violations(), Vec::<String>::new(), "{tile:?}");
+        }
+        let dims = hopper_head_dims();
+        assert_eq!(dims, [64, 128, 256]);
+    }
+
+    #[test]
+    fn the_measured_tiles_keep_their_numbers() {
+        // Head dims 64 and 128 are the measured configuration (README): the move to one
+        // table must not have changed them.
+        let d64 = HopperTile::for_head_dim(64).unwrap();
+        assert_eq!(
+            (d64.consumers, d64.keys, d64.stages, d64.consumer_registers),
+            (3, 128, 2, 160)
+        );
+        assert_eq!(
+            (d64.block_rows(), d64.threads(), d64.shared_bytes()),
+            (192, 512, 91_216)
+        );
+        let d128 = HopperTile::for_head_dim(128).unwrap();
+        assert_eq!(
+            (
+                d128.consumers,
+                d128.keys,
+                d128.stages,
+                d128.consumer_registers
+            ),
+            (2, 128, 2, 240)
+        );
+        assert_eq!(
+            (d128.block_rows(), d128.threads(), d128.shared_bytes()),
+            (128, 384, 164_944)
+        );
+        // Head dim 256: Q 64 KiB + K and V 2 x 2 x 32 KiB + 80 bytes of barriers + 1 KiB.
+        let d256 = HopperTile::for_head_dim(256).unwrap();
+        assert_eq!((d256.block_rows(), d256.threads()), (128, 384));
+        assert_eq!(d256.shared_bytes(), 192 * 1024 + 80 + 1024);
+        assert!(HopperTile::for_head_dim(96).is_none());
+    }
+
+    #[test]
+    fn tiles_that_do_not_fit_are_named() {
+        let d256 = *HopperTile::for_head_dim(256).unwrap();
+        // 128-key tiles at head dim 256: 256 KiB of K and V alone.
+        let wide = HopperTile { keys: 128, ..d256 };
+        assert!(
+            wide.violations()
+                .iter()
+                .any(|v| v.contains("shared memory")),
+            "{wide:?}"
+        );
+        // Three consumers of 240 registers: 3072 + 92160 registers.
+        let three = HopperTile {
+            consumers: 3,
+            ..d256
+        };
+        assert!(
+            three
+                .violations()
+                .iter()
+                .any(|v| v.contains("registers, over")),
+            "{three:?}"
+        );
+        let odd = HopperTile { keys: 80, ..d256 };
+        assert!(
+            odd.violations().iter().any(|v| v.contains("80 keys")),
+            "{odd:?}"
+        );
+        let narrow = HopperTile {
+            head_dim: 96,
+            ..d256
+        };
+        assert!(
+            narrow.violations().iter().any(|v| v.contains("TMA boxes")),
+            "{narrow:?}"
+        );
+        let few = HopperTile {
+            consumer_registers: 164,
+            ..d256
+        };
+        assert!(
+            few.violations().iter().any(|v| v.contains("setmaxnreg")),
+            "{few:?}"
+        );
+    }
+
+    #[test]
+    fn the_defines_carry_every_tile() {
+        let defines = hopper_defines();
+        assert_eq!(defines.len(), 1 + 5 * HOPPER_TILES.len());
+        assert!(defines.contains(&"-DFH_PRODUCER_REGISTERS=24".to_string()));
+        assert!(defines.contains(&"-DFH_D256_KEYS=64".to_string()));
+        assert!(defines.contains(&"-DFH_D128_SHARED_BYTES=164944".to_string()));
+        assert!(defines.contains(&"-DFH_D64_CONSUMERS=3".to_string()));
+    }
+}
