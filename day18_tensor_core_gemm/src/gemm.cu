@@ -448,30 +448,45 @@ __device__ __forceinline__ void store_tile_by_tma(const float (&d)[WG_BN / 2],
     const bool leader = threadIdx.x % 128 == 0;
     const int lane = threadIdx.x % 32, r = ((threadIdx.x / 32) % 4) * 16 + lane / 4;
     const int barrier = 1 + consumer;  // named barrier of this warpgroup (0 is __syncthreads)
-    auto value_pair = [&](int row, int col, float v0, float v1) {
-        v0 *= e.alpha;
-        v1 *= e.alpha;
-        if (e.beta != 0.0f && row < m && col < n) {
-            float c0, c1;
-            unpack2<TOut>(*reinterpret_cast<const unsigned*>(cz + (index_t)row * n + col), c0, c1);
-            v0 += e.beta * c0;
-            v1 += e.beta * c1;
-        }
-        return pack2<TOut>(v0, v1);
-    };
 #pragma unroll
     for (int q = 0; q < CHUNKS; ++q) {
         unsigned char* chunk = staging + (q % 2) * WG_OUT_CHUNK;
+        // beta != 0: the chunk's C pairs (two rows of GROUPS pairs per thread) are loaded
+        // first, all at once, so their latencies overlap; loaded one by one between the
+        // shared-memory stores they would wait one after another (the compiler cannot move a
+        // global load above a store it cannot prove is elsewhere).
+        unsigned before[GROUPS][2];
+        if (e.beta != 0.0f) {
+#pragma unroll
+            for (int g = 0; g < GROUPS; ++g) {
+                const int col = col0 + q * WG_OUT_COLS + g * 8 + 2 * (lane % 4);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = row0 + r + 8 * h;
+                    before[g][h] = row < m && col < n
+                                       ? *reinterpret_cast<const unsigned*>(
+                                             cz + (index_t)row * n + col)
+                                       : 0u;
+                }
+            }
+        }
         if (leader) bulk_wait_read<1>();  // only the store of the other buffer may still read
         named_barrier_sync(barrier, 128);
 #pragma unroll
         for (int g = 0; g < GROUPS; ++g) {
             const int j = q * GROUPS + g, c = g * 8 + 2 * (lane % 4);
-            const int row = row0 + r, col = col0 + q * WG_OUT_COLS + c;
-            *reinterpret_cast<unsigned*>(swizzled_128(chunk, r, c * 2)) =
-                value_pair(row, col, d[4 * j], d[4 * j + 1]);
-            *reinterpret_cast<unsigned*>(swizzled_128(chunk, r + 8, c * 2)) =
-                value_pair(row + 8, col, d[4 * j + 2], d[4 * j + 3]);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float v0 = e.alpha * d[4 * j + 2 * h], v1 = e.alpha * d[4 * j + 2 * h + 1];
+                if (e.beta != 0.0f) {
+                    float c0, c1;
+                    unpack2<TOut>(before[g][h], c0, c1);
+                    v0 += e.beta * c0;
+                    v1 += e.beta * c1;
+                }
+                *reinterpret_cast<unsigned*>(swizzled_128(chunk, r + 8 * h, c * 2)) =
+                    pack2<TOut>(v0, v1);
+            }
         }
         fence_proxy_async_shared();  // these writes, before the TMA reads them
         named_barrier_sync(barrier, 128);
