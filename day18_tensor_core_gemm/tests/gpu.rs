@@ -304,13 +304,16 @@ fn check_alpha_beta<T: Element>(
         T::NAME
     );
     // cuBLAS, measured on the H100: with C 16-byte aligned (pad 8) and beta != 0 its bf16
-    // kernels round alpha op(A) op(B) to bf16 before adding beta C: two roundings, so its row
-    // gets two units of the output's roundoff. Ours round once.
+    // kernels round alpha op(A) op(B) to bf16 before adding beta C. That first rounding is
+    // relative to the product, not to the result (a product of 10 and a C of -9.8 leave 0.2
+    // with an error of the product's half ulp), so its row gets one output roundoff of the
+    // largest output as an absolute allowance, and a second relative one. Ours round once.
     let cublas_tolerance = if beta != 0.0 {
+        let largest = expected.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         Tolerance {
+            atol: tolerance.atol + unit_roundoff::<T>() * largest,
             rtol: 2.0 * tolerance.rtol,
             max_rel_l2: 2.0 * tolerance.max_rel_l2,
-            ..tolerance
         }
     } else {
         tolerance
@@ -588,7 +591,8 @@ fn fp8_versions_match_the_reference() {
             ran[v] += 1;
         }
     }
-    assert_eq!(ran, [7, 5], "FP8 shapes run per version");
+    // wgmma_tma_store refuses n = 257 (C's rows must be 16-byte multiples).
+    assert_eq!(ran, [7, 6], "FP8 shapes run per version");
 
     let refusal = |v: Version, g: &GemmEx| -> String {
         let Err(e) = day.plan_fp8(v, g) else {
