@@ -307,11 +307,12 @@ fn check_alpha_beta<T: Element>(
     // kernels round alpha op(A) op(B) to bf16 before adding beta C. That first rounding is
     // relative to the product, not to the result (a product of 10 and a C of -9.8 leave 0.2
     // with an error of the product's half ulp), so its row gets one output roundoff of the
-    // largest output as an absolute allowance, and a second relative one. Ours round once.
+    // largest product as an absolute allowance, and a second relative one. Ours round once.
     let cublas_tolerance = if beta != 0.0 {
         let largest = expected.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         Tolerance {
-            atol: tolerance.atol + unit_roundoff::<T>() * largest,
+            // |alpha op(A) op(B)| <= |result| + |beta C|, and C is in [-1, 1].
+            atol: tolerance.atol + unit_roundoff::<T>() * (largest + f64::from(beta.abs())),
             rtol: 2.0 * tolerance.rtol,
             max_rel_l2: 2.0 * tolerance.max_rel_l2,
         }
