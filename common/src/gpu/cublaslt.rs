@@ -18,8 +18,8 @@ use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use half::bf16;
 
 use crate::Gpu;
+use crate::error::Refused;
 use crate::error::SetupError;
-use crate::session::Refused;
 
 /// The workspace NVIDIA recommends on Hopper.
 const WORKSPACE_BYTES: usize = 32 << 20;
