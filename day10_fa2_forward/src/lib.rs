@@ -334,6 +334,16 @@ impl ExpectedO {
         rows: &[QueryRow],
     ) -> Self {
         let scale = shape.default_scale();
+        if rows == shape.all_query_rows() {
+            // Every row: the blocked pass (f64 matrix products per sequence and head).
+            let (out, magnitudes) =
+                reference::attention_forward_with_magnitudes(q, k, v, shape, scale);
+            return Self {
+                o: out.o,
+                lse: out.lse,
+                magnitudes,
+            };
+        }
         let (o, lse) = reference::in_parallel_pairs(rows, |chunk| {
             let out = reference::attention_rows(q, k, v, shape, scale, chunk);
             (out.o, out.lse)

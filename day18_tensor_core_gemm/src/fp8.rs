@@ -27,6 +27,17 @@ pub fn decode(bytes: &[u8]) -> Vec<f64> {
         .collect()
 }
 
+/// Every output of `alpha A B^T` in f64, row-major; A `[m, k]` and B `[n, k]` decoded
+/// (a blocked product on every core, for checks of whole outputs).
+pub fn reference(a: &[f64], b: &[f64], (m, n, k): (usize, usize, usize), alpha: f32) -> Vec<f64> {
+    use common::reference::dense::{self, MatRef};
+    dense::product(
+        f64::from(alpha),
+        MatRef::row_major(a, m, k),
+        MatRef::row_major(b, n, k).t(),
+    )
+}
+
 /// `alpha (A B^T)[i][j]` in f64 at the flat outputs `at` (`i * n + j`); A `[m, k]` and B
 /// `[n, k]` decoded.
 pub fn reference_at(
@@ -107,6 +118,7 @@ mod tests {
         let a = [1.0, 2.0, 3.0, 4.0];
         let b = [5.0, 6.0, 7.0, 8.0];
         let got = reference_at(&a, &b, 2, 2, 0.5, &[0, 1, 2, 3]);
+        assert_eq!(reference(&a, &b, (2, 2, 2), 0.5), got);
         assert_eq!(got, vec![8.5, 11.5, 19.5, 26.5]);
     }
 

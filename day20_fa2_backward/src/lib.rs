@@ -890,6 +890,12 @@ impl ExpectedGradients {
         keys: &[KeyRow],
     ) -> Self {
         let scale = shape.default_scale();
+        if rows == shape.all_query_rows() && keys == shape.all_key_rows() {
+            // Every row and key: the blocked pass (f64 matrix products per sequence and head).
+            let (values, magnitudes) =
+                reference::attention_backward_with_magnitudes(x, shape, scale);
+            return Self { values, magnitudes };
+        }
         let gradients = |terms| {
             let dq = in_parallel(rows, |chunk| {
                 reference::attention_backward_dq(x, shape, scale, chunk, terms)

@@ -121,7 +121,9 @@ if part tests; then
   : > "$out/tests.log"
   # Each executable writes its own log and exit code; they are gathered in name order below.
   for t in "$exe"/tests/*; do selected "$(basename "$t")" && printf '%s\0' "$t"; done \
-    | xargs -0 -r -P "$jobs" -I{} sh -c 't="$1"; n=$(basename "$t"); "$t" > "$2/test-$n.log" 2>&1; echo $? > "$2/test-$n.rc"' _ {} "$parts"
+    | xargs -0 -r -P "$jobs" -I{} sh -c 't="$1"; n=$(basename "$t"); s=$(date +%s.%N)
+        RUSTC_BOOTSTRAP=1 "$t" -Z unstable-options --report-time > "$2/test-$n.log" 2>&1; echo $? > "$2/test-$n.rc"
+        echo "$s $(date +%s.%N)" > "$2/test-$n.time"' _ {} "$parts"
   for t in "$exe"/tests/*; do
     name=$(basename "$t")
     selected "$name" || continue
@@ -138,8 +140,24 @@ if part tests; then
     while IFS= read -r line; do
       skipped_json="$skipped_json${skipped_json:+,}$(json_string "$line")"
     done < <(grep '^SKIPPED' "$log" 2>/dev/null)
-    tests_json="$tests_json${tests_json:+,}{\"name\":\"$name\",\"passed\":$([ $status = ok ] && echo true || echo false),\"skipped\":[$skipped_json]}"
+    # Wall time of the executable, and each test's own time from libtest's --report-time
+    # lines (`test NAME ... ok <1.234s>`).
+    wall=$(awk '{ printf "%.1f", $2 - $1 }' "$parts/test-$name.time" 2>/dev/null)
+    cases_json=""
+    while IFS=$'\t' read -r secs result case; do
+      cases_json="$cases_json${cases_json:+,}{\"name\":$(json_string "$case"),\"seconds\":$secs,\"passed\":$([ "$result" = ok ] && echo true || echo false)}"
+      printf '%s\t%s\t%s\n' "$secs" "$name" "$case" >> "$parts/test-times.tsv"
+    done < <(sed -nE 's/^test (.+) \.\.\. (ok|FAILED) <([0-9.]+)s>$/\3\t\2\t\1/p' "$log" 2>/dev/null)
+    printf '%s\t%s\n' "${wall:-0}" "$name" >> "$parts/test-walls.tsv"
+    tests_json="$tests_json${tests_json:+,}{\"name\":\"$name\",\"passed\":$([ $status = ok ] && echo true || echo false),\"wall_seconds\":${wall:-null},\"skipped\":[$skipped_json],\"cases\":[$cases_json]}"
   done
+  # Where the time went: the slowest executables (their tests run side by side inside each)
+  # and the slowest single tests.
+  echo "slowest test executables (wall seconds):"
+  sort -t$'\t' -k1,1 -rn "$parts/test-walls.tsv" 2>/dev/null | head -n 10 | awk -F'\t' '{ printf "  %7.1f  %s\n", $1, $2 }'
+  echo "slowest tests (seconds, libtest's own timing):"
+  sort -t$'\t' -k1,1 -rn "$parts/test-times.tsv" 2>/dev/null | head -n 10 | awk -F'\t' '{ printf "  %7.1f  %s  %s\n", $1, $2, $3 }'
+
   # What the tests left in the kernel cache (common::gpu::kernel_cache), so a slow second run
   # can be told apart from a cache that was never written.
   echo "kernel cache: $DAYS_OF_GPU_KERNEL_CACHE, $(ls "$DAYS_OF_GPU_KERNEL_CACHE" 2>/dev/null | grep -c '\.cubin$') entries"

@@ -10,6 +10,7 @@
 
 use std::fmt;
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::element::Element;
@@ -157,8 +158,8 @@ pub fn compare_at_with_slack<T: Element>(
                 expected.len(),
                 "output and reference lengths differ"
             );
-            let pairs = (0..got.len()).map(|i| (i, (got[i], expected[i], slack_of(i))));
-            compare_pairs(pairs, got.len(), shape, tolerance)
+            let pair = |i: usize| (i, (got[i], expected[i], slack_of(i)));
+            compare_pairs(got.len(), pair, got.len(), shape, tolerance)
         }
         Some(at) => {
             assert_eq!(
@@ -170,19 +171,22 @@ pub fn compare_at_with_slack<T: Element>(
                 at.iter().all(|&i| i < got.len()),
                 "a sampled index is outside the output"
             );
-            let pairs = at
-                .iter()
-                .enumerate()
-                .map(|(n, &i)| (i, (got[i], expected[n], slack_of(n))));
-            compare_pairs(pairs, got.len(), shape, tolerance)
+            let pair = |n: usize| (at[n], (got[at[n]], expected[n], slack_of(n)));
+            compare_pairs(at.len(), pair, got.len(), shape, tolerance)
         }
     }
 }
 
-/// The comparison itself, over (flat index, (got, expected, slack)) of an output of `len`
-/// elements laid out in `shape`.
+/// Elements one core compares at a time: large enough that the split costs nothing, small
+/// enough that a GPU test's outputs of tens of millions of elements use every core.
+const COMPARE_CHUNK: usize = 1 << 16;
+
+/// The comparison itself, over `pair(n)` = (flat index, (got, expected, slack)) for `n` in
+/// `0..count`, of an output of `len` elements laid out in `shape`: chunks on every core, their
+/// tallies added in order, so the first mismatches kept are the first in index order.
 fn compare_pairs<T: Element>(
-    pairs: impl ExactSizeIterator<Item = (usize, (T, f64, f64))>,
+    count: usize,
+    pair: impl Fn(usize) -> (usize, (T, f64, f64)) + Sync,
     len: usize,
     shape: &[usize],
     tolerance: Tolerance,
@@ -192,47 +196,89 @@ fn compare_pairs<T: Element>(
         len,
         "shape does not match the data"
     );
-    let elements = pairs.len();
-    let mut report = CheckReport {
-        elements,
+    let tallies: Vec<Tally> = (0..count.div_ceil(COMPARE_CHUNK))
+        .into_par_iter()
+        .map(|chunk| {
+            let mut tally = Tally::default();
+            let end = ((chunk + 1) * COMPARE_CHUNK).min(count);
+            for n in chunk * COMPARE_CHUNK..end {
+                let (i, (g, e, slack)) = pair(n);
+                tally.add(i, g, e, slack, shape, &tolerance);
+            }
+            tally
+        })
+        .collect();
+    let mut total = Tally::default();
+    for tally in tallies {
+        total.merge(tally);
+    }
+    CheckReport {
+        elements: count,
         tolerance,
-        mismatches: 0,
-        unwritten: 0,
-        nans: 0,
-        max_abs_err: 0.0,
-        max_rel_err: 0.0,
-        rel_l2_err: 0.0,
-        first: Vec::new(),
-    };
-    let (mut diff_sq, mut ref_sq) = (0.0f64, 0.0f64);
-    for (i, (g, e, slack)) in pairs {
+        mismatches: total.mismatches,
+        unwritten: total.unwritten,
+        nans: total.nans,
+        max_abs_err: total.max_abs_err,
+        max_rel_err: total.max_rel_err,
+        rel_l2_err: if total.ref_sq > 0.0 {
+            (total.diff_sq / total.ref_sq).sqrt()
+        } else {
+            total.diff_sq.sqrt()
+        },
+        first: total.first,
+    }
+}
+
+/// What a run of compared elements found.
+#[derive(Default)]
+struct Tally {
+    mismatches: usize,
+    unwritten: usize,
+    nans: usize,
+    max_abs_err: f64,
+    max_rel_err: f64,
+    diff_sq: f64,
+    ref_sq: f64,
+    first: Vec<Mismatch>,
+}
+
+impl Tally {
+    fn add<T: Element>(
+        &mut self,
+        i: usize,
+        g: T,
+        e: f64,
+        slack: f64,
+        shape: &[usize],
+        tolerance: &Tolerance,
+    ) {
         let unwritten = g.is_poison();
         let gv = g.to_f64();
         let ok = if unwritten {
-            report.unwritten += 1;
+            self.unwritten += 1;
             false
         } else if gv.is_nan() || e.is_nan() {
             let both = gv.is_nan() && e.is_nan();
             if gv.is_nan() && !both {
-                report.nans += 1;
+                self.nans += 1;
             }
             both
         } else {
             if gv.is_finite() && e.is_finite() {
                 let err = (gv - e).abs();
-                report.max_abs_err = report.max_abs_err.max(err);
+                self.max_abs_err = self.max_abs_err.max(err);
                 if e != 0.0 {
-                    report.max_rel_err = report.max_rel_err.max(err / e.abs());
+                    self.max_rel_err = self.max_rel_err.max(err / e.abs());
                 }
-                diff_sq += err * err;
-                ref_sq += e * e;
+                self.diff_sq += err * err;
+                self.ref_sq += e * e;
             }
             tolerance.allows(gv, e, slack)
         };
         if !ok {
-            report.mismatches += 1;
-            if report.first.len() < KEEP_MISMATCHES {
-                report.first.push(Mismatch {
+            self.mismatches += 1;
+            if self.first.len() < KEEP_MISMATCHES {
+                self.first.push(Mismatch {
                     index: unflatten(i, shape),
                     got: gv,
                     expected: e,
@@ -241,12 +287,19 @@ fn compare_pairs<T: Element>(
             }
         }
     }
-    report.rel_l2_err = if ref_sq > 0.0 {
-        (diff_sq / ref_sq).sqrt()
-    } else {
-        diff_sq.sqrt()
-    };
-    report
+
+    /// Adds the tally of the elements that come after this one's.
+    fn merge(&mut self, later: Tally) {
+        self.mismatches += later.mismatches;
+        self.unwritten += later.unwritten;
+        self.nans += later.nans;
+        self.max_abs_err = self.max_abs_err.max(later.max_abs_err);
+        self.max_rel_err = self.max_rel_err.max(later.max_rel_err);
+        self.diff_sq += later.diff_sq;
+        self.ref_sq += later.ref_sq;
+        let room = KEEP_MISMATCHES.saturating_sub(self.first.len());
+        self.first.extend(later.first.into_iter().take(room));
+    }
 }
 
 fn unflatten(mut flat: usize, shape: &[usize]) -> Vec<usize> {

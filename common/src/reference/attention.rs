@@ -15,7 +15,9 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
 
+use super::dense::{self, MatRef};
 use crate::element::Element;
 
 /// The shape of one attention problem: a batch of sequences of possibly different lengths.
@@ -216,7 +218,8 @@ pub struct QueryRow {
     pub head: usize,
 }
 
-/// The forward pass at every query row.
+/// The forward pass at every query row (in blocks on every core:
+/// [`attention_forward_with_magnitudes`]; [`attention_rows`] is the same row by row).
 pub fn attention_forward<T: Element>(
     q: &[T],
     k: &[T],
@@ -224,7 +227,7 @@ pub fn attention_forward<T: Element>(
     shape: &AttentionShape,
     scale: f64,
 ) -> AttentionOutput {
-    attention_rows(q, k, v, shape, scale, &shape.all_query_rows())
+    attention_forward_with_magnitudes(q, k, v, shape, scale).0
 }
 
 /// The forward pass at some query rows only (a sampled check of a large problem): `o` holds
@@ -369,7 +372,9 @@ impl Terms {
 /// ```
 ///
 /// (`D_i = sum_j P_ij dP_ij`, the softmax's Jacobian applied to dP, computed from O in one
-/// pass over d instead of one over the keys.)
+/// pass over d instead of one over the keys.) Computed in blocks on every core
+/// ([`attention_backward_with_magnitudes`]); [`attention_backward_dq`] and
+/// [`attention_backward_dkv`] are the same sums row by row, for sampled checks.
 pub fn attention_backward<T: Element>(
     x: &BackwardInputs<T>,
     shape: &AttentionShape,
@@ -386,12 +391,10 @@ pub fn attention_backward_terms<T: Element>(
     scale: f64,
     terms: Terms,
 ) -> AttentionGradients {
-    let (rows, keys) = (shape.all_query_rows(), shape.all_key_rows());
-    let (dk, dv) = attention_backward_dkv(x, shape, scale, &keys, terms);
-    AttentionGradients {
-        dq: attention_backward_dq(x, shape, scale, &rows, terms),
-        dk,
-        dv,
+    let (values, magnitudes) = attention_backward_with_magnitudes(x, shape, scale);
+    match terms {
+        Terms::Signed => values,
+        Terms::Absolute => magnitudes,
     }
 }
 
@@ -518,12 +521,227 @@ pub fn attention_backward_dkv<T: Element>(
     (dk, dv)
 }
 
+/// Rows `first..first + count` of one head of a packed `[tokens, heads, d]` tensor, as a
+/// `count x d` matrix.
+fn head_rows(
+    x: &[f64],
+    first: usize,
+    count: usize,
+    heads: usize,
+    head: usize,
+    d: usize,
+) -> MatRef<'_> {
+    if count == 0 {
+        return MatRef::row_major(&[], 0, d);
+    }
+    MatRef::strided(&x[(first * heads + head) * d..], count, d, heads * d, 1)
+}
+
+/// Every (sequence, head) pair of `heads` heads: the blocks the full references compute on
+/// separate cores.
+fn blocks(shape: &AttentionShape, heads: usize) -> Vec<(usize, usize)> {
+    (0..shape.batch())
+        .flat_map(|s| (0..heads).map(move |h| (s, h)))
+        .collect()
+}
+
+/// Writes a block's `count x d` rows back into head `head` of a packed `[tokens, heads, d]`
+/// output, from token `first` on.
+#[allow(clippy::too_many_arguments)]
+fn scatter_rows(out: &mut [f64], block: &[f64], first: usize, heads: usize, head: usize, d: usize) {
+    for (i, row) in block.chunks_exact(d).enumerate() {
+        out[((first + i) * heads + head) * d..][..d].copy_from_slice(row);
+    }
+}
+
+/// The forward pass at every query row, with each output's magnitude `sum_j P_ij |V_jc|`
+/// (what [`attention_rows_terms`] gives with [`Terms::Absolute`]) beside it.
+///
+/// The same sums as [`attention_rows`], in blocks: per sequence and query head,
+/// `S = scale Q K^T` and `O = P V` (and `P |V|`) as f64 matrix products ([`dense::gemm`]),
+/// the blocks spread over every core. A whole GPU test shape then takes milliseconds, where
+/// one dot product per score took seconds.
+pub fn attention_forward_with_magnitudes<T: Element>(
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    shape: &AttentionShape,
+    scale: f64,
+) -> (AttentionOutput, Vec<f64>) {
+    let (d, heads, kv_heads) = (shape.head_dim, shape.heads, shape.kv_heads);
+    assert!(kv_heads > 0 && heads.is_multiple_of(kv_heads));
+    assert_eq!(q.len(), shape.total_q() * heads * d, "Q's length");
+    assert_eq!(k.len(), shape.total_k() * kv_heads * d, "K's length");
+    assert_eq!(v.len(), k.len(), "V's length");
+    let cu_q = AttentionShape::cu_seqlens(&shape.seqlens_q);
+    let cu_k = AttentionShape::cu_seqlens(&shape.seqlens_k);
+    let (q, k, v) = (dense::widen(q), dense::widen(k), dense::widen(v));
+    let v_abs: Vec<f64> = v.iter().map(|x| x.abs()).collect();
+    let pairs = blocks(shape, heads);
+    let done: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = pairs
+        .par_iter()
+        .map(|&(s, h)| {
+            let (lq, lk) = (shape.seqlens_q[s], shape.seqlens_k[s]);
+            let g = h / shape.group();
+            let keys = head_rows(&k, cu_k[s], lk, kv_heads, g, d);
+            let mut p = dense::product(scale, head_rows(&q, cu_q[s], lq, heads, h, d), keys.t());
+            let mut lse = vec![f64::NEG_INFINITY; lq];
+            for (i, row) in p.chunks_exact_mut(lk.max(1)).enumerate().take(lq) {
+                let end = shape.key_end(i, lq, lk);
+                let (seen, masked) = row.split_at_mut(end);
+                masked.fill(0.0);
+                if end == 0 {
+                    continue;
+                }
+                let max = seen.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let mut sum = 0.0;
+                for x in seen.iter_mut() {
+                    *x = (*x - max).exp();
+                    sum += *x;
+                }
+                for x in seen.iter_mut() {
+                    *x /= sum;
+                }
+                lse[i] = max + sum.ln();
+            }
+            let p = MatRef::row_major(&p, lq, lk);
+            let o = dense::product(1.0, p, head_rows(&v, cu_k[s], lk, kv_heads, g, d));
+            let size = dense::product(1.0, p, head_rows(&v_abs, cu_k[s], lk, kv_heads, g, d));
+            (o, size, lse)
+        })
+        .collect();
+    let rows = shape.total_q() * heads;
+    let mut out = AttentionOutput {
+        o: vec![0.0; rows * d],
+        lse: vec![0.0; rows],
+    };
+    let mut magnitudes = vec![0.0; rows * d];
+    for (&(s, h), (o, size, lse)) in pairs.iter().zip(done) {
+        scatter_rows(&mut out.o, &o, cu_q[s], heads, h, d);
+        scatter_rows(&mut magnitudes, &size, cu_q[s], heads, h, d);
+        scatter_rows(&mut out.lse, &lse, cu_q[s], heads, h, 1);
+    }
+    (out, magnitudes)
+}
+
+/// The gradients at every row with their magnitudes (each gradient's terms taken absolute,
+/// what [`attention_backward_terms`] gives with [`Terms::Absolute`]): `(values, magnitudes)`.
+///
+/// The same sums as [`attention_backward_dq`] and [`attention_backward_dkv`], in blocks: per
+/// sequence and kv head, for each query head of its group, `P` from `S = scale Q K^T` and L,
+/// `dP = dO V^T`, `dS = P * (dP - D)`, then `dQ = scale dS K`, `dK += scale dS^T Q`,
+/// `dV += P^T dO` (and the same with absolute values) as f64 matrix products, the blocks
+/// spread over every core.
+pub fn attention_backward_with_magnitudes<T: Element>(
+    x: &BackwardInputs<T>,
+    shape: &AttentionShape,
+    scale: f64,
+) -> (AttentionGradients, AttentionGradients) {
+    let layout = Layout::new(x, shape);
+    let (d, heads, kv_heads) = (shape.head_dim, shape.heads, shape.kv_heads);
+    let widen_abs = |x: &[f64]| -> Vec<f64> { x.iter().map(|v| v.abs()).collect() };
+    let (q, k, v, d_o) = (
+        dense::widen(x.q),
+        dense::widen(x.k),
+        dense::widen(x.v),
+        dense::widen(x.d_o),
+    );
+    let (q_abs, k_abs, d_o_abs) = (widen_abs(&q), widen_abs(&k), widen_abs(&d_o));
+    let pairs = blocks(shape, kv_heads);
+    let done: Vec<_> = pairs
+        .par_iter()
+        .map(|&(s, g)| {
+            let (lq, lk) = (shape.seqlens_q[s], shape.seqlens_k[s]);
+            let (first_q, first_k) = (layout.cu_q[s], layout.cu_k[s]);
+            let (k_g, k_abs_g, v_g) = (
+                head_rows(&k, first_k, lk, kv_heads, g, d),
+                head_rows(&k_abs, first_k, lk, kv_heads, g, d),
+                head_rows(&v, first_k, lk, kv_heads, g, d),
+            );
+            let mut dk = vec![0.0; lk * d];
+            let mut dv = vec![0.0; lk * d];
+            let mut dk_size = vec![0.0; lk * d];
+            let mut dv_size = vec![0.0; lk * d];
+            let mut dq = Vec::new();
+            for h in g * shape.group()..(g + 1) * shape.group() {
+                let (q_h, d_o_h) = (
+                    head_rows(&q, first_q, lq, heads, h, d),
+                    head_rows(&d_o, first_q, lq, heads, h, d),
+                );
+                let mut p = dense::product(scale, q_h, k_g.t());
+                let mut ds = dense::product(1.0, d_o_h, v_g.t());
+                for i in 0..lq {
+                    let row = (first_q + i) * heads + h;
+                    let end = shape.key_end(i, lq, lk);
+                    let delta: f64 = (0..d).map(|c| d_o[row * d + c] * x.o[row * d + c]).sum();
+                    let p_row = &mut p[i * lk..(i + 1) * lk];
+                    let ds_row = &mut ds[i * lk..(i + 1) * lk];
+                    for j in 0..lk {
+                        if j < end {
+                            p_row[j] = (p_row[j] - x.lse[row]).exp();
+                            ds_row[j] = p_row[j] * (ds_row[j] - delta);
+                        } else {
+                            p_row[j] = 0.0;
+                            ds_row[j] = 0.0;
+                        }
+                    }
+                }
+                let ds_abs = widen_abs(&ds);
+                let (p, ds, ds_abs) = (
+                    MatRef::row_major(&p, lq, lk),
+                    MatRef::row_major(&ds, lq, lk),
+                    MatRef::row_major(&ds_abs, lq, lk),
+                );
+                let dq_h = dense::product(scale, ds, k_g);
+                let dq_size_h = dense::product(scale, ds_abs, k_abs_g);
+                dense::gemm(scale, ds.t(), q_h, 1.0, &mut dk);
+                let q_abs_h = head_rows(&q_abs, first_q, lq, heads, h, d);
+                dense::gemm(scale, ds_abs.t(), q_abs_h, 1.0, &mut dk_size);
+                dense::gemm(1.0, p.t(), d_o_h, 1.0, &mut dv);
+                let d_o_abs_h = head_rows(&d_o_abs, first_q, lq, heads, h, d);
+                dense::gemm(1.0, p.t(), d_o_abs_h, 1.0, &mut dv_size);
+                dq.push((h, dq_h, dq_size_h));
+            }
+            (dq, [dk, dv, dk_size, dv_size])
+        })
+        .collect();
+    let zeros = |len| AttentionGradients {
+        dq: vec![0.0; len * heads * d],
+        dk: vec![0.0; shape.total_k() * kv_heads * d],
+        dv: vec![0.0; shape.total_k() * kv_heads * d],
+    };
+    let (mut values, mut sizes) = (zeros(shape.total_q()), zeros(shape.total_q()));
+    for (&(s, g), (dq, [dk, dv, dk_size, dv_size])) in pairs.iter().zip(done) {
+        let (first_q, first_k) = (layout.cu_q[s], layout.cu_k[s]);
+        for (h, value, size) in dq {
+            scatter_rows(&mut values.dq, &value, first_q, heads, h, d);
+            scatter_rows(&mut sizes.dq, &size, first_q, heads, h, d);
+        }
+        scatter_rows(&mut values.dk, &dk, first_k, kv_heads, g, d);
+        scatter_rows(&mut values.dv, &dv, first_k, kv_heads, g, d);
+        scatter_rows(&mut sizes.dk, &dk_size, first_k, kv_heads, g, d);
+        scatter_rows(&mut sizes.dv, &dv_size, first_k, kv_heads, g, d);
+    }
+    (values, sizes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::measure::inputs;
 
-    fn random(shape: &AttentionShape, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    /// Equal to a few f64 roundoffs (two orders of the same sums).
+    pub(super) fn assert_close(got: &[f64], want: &[f64]) {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                g == w || (g - w).abs() <= 1e-12 * (1.0 + w.abs()),
+                "{got:?} != {want:?}"
+            );
+        }
+    }
+
+    pub(super) fn random(shape: &AttentionShape, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let d = shape.head_dim;
         (
             inputs::uniform(shape.total_q() * shape.heads * d, -2.0, 2.0, seed),
@@ -641,8 +859,10 @@ mod tests {
             QueryRow { token: 0, head: 0 },
         ];
         let some = attention_rows(&q, &k, &v, &shape, 0.5, &rows);
-        assert_eq!(some.o[..4], full.o[(7 * 2 + 1) * 4..][..4]);
-        assert_eq!(some.lse, vec![full.lse[7 * 2 + 1], full.lse[0]]);
+        // Row by row against the blocked products: the same sums in another order.
+        assert_close(&some.o[..4], &full.o[(7 * 2 + 1) * 4..][..4]);
+        assert_close(&some.o[4..], &full.o[..4]);
+        assert_close(&some.lse, &[full.lse[7 * 2 + 1], full.lse[0]]);
     }
 
     #[test]
@@ -735,6 +955,7 @@ mod tests {
 
 #[cfg(test)]
 mod backward_tests {
+    use super::tests::{assert_close, random};
     use super::*;
     use crate::measure::inputs;
 
@@ -861,7 +1082,7 @@ mod backward_tests {
         let full = attention_backward(&x, &shape, 0.5);
         let row = [QueryRow { token: 7, head: 3 }];
         let dq = attention_backward_dq(&x, &shape, 0.5, &row, Terms::Signed);
-        assert_eq!(dq, full.dq[(7 * 4 + 3) * d..][..d]);
+        assert_close(&dq, &full.dq[(7 * 4 + 3) * d..][..d]);
         let (dk, dv) = attention_backward_dkv(
             &x,
             &shape,
@@ -872,8 +1093,53 @@ mod backward_tests {
             }],
             Terms::Signed,
         );
-        assert_eq!(dk, full.dk[(5 * 2 + 1) * d..][..d]);
-        assert_eq!(dv, full.dv[(5 * 2 + 1) * d..][..d]);
+        assert_close(&dk, &full.dk[(5 * 2 + 1) * d..][..d]);
+        assert_close(&dv, &full.dv[(5 * 2 + 1) * d..][..d]);
+    }
+
+    /// The blocked full passes against the row-by-row sums on every row and key of shapes
+    /// with a mask that empties rows, GQA, MQA and a packed batch of unequal lengths.
+    #[test]
+    fn the_blocked_passes_equal_the_row_by_row_sums() {
+        let shapes = [
+            AttentionShape::uniform(2, 9, 7, 4, 2, 5, true),
+            AttentionShape::uniform(1, 6, 11, 3, 1, 8, false),
+            AttentionShape {
+                heads: 2,
+                kv_heads: 1,
+                head_dim: 4,
+                seqlens_q: vec![1, 5, 3],
+                seqlens_k: vec![2, 1, 6],
+                causal: true,
+            },
+        ];
+        for (n, shape) in shapes.iter().enumerate() {
+            let (q, k, v) = random(shape, 40 + n as u64);
+            let (rows, keys) = (shape.all_query_rows(), shape.all_key_rows());
+            let (full, size) = attention_forward_with_magnitudes(&q, &k, &v, shape, 0.3);
+            let one = attention_rows(&q, &k, &v, shape, 0.3, &rows);
+            let one_size = attention_rows_terms(&q, &k, &v, shape, 0.3, &rows, Terms::Absolute);
+            assert_close(&full.o, &one.o);
+            assert_close(&full.lse, &one.lse);
+            assert_close(&size, &one_size.o);
+            let d_o: Vec<f32> = inputs::uniform(q.len(), -1.0, 1.0, 50 + n as u64);
+            let x = BackwardInputs {
+                q: &q,
+                k: &k,
+                v: &v,
+                d_o: &d_o,
+                o: &full.o,
+                lse: &full.lse,
+            };
+            let (values, sizes) = attention_backward_with_magnitudes(&x, shape, 0.3);
+            for (terms, blocked) in [(Terms::Signed, &values), (Terms::Absolute, &sizes)] {
+                let dq = attention_backward_dq(&x, shape, 0.3, &rows, terms);
+                let (dk, dv) = attention_backward_dkv(&x, shape, 0.3, &keys, terms);
+                assert_close(&blocked.dq, &dq);
+                assert_close(&blocked.dk, &dk);
+                assert_close(&blocked.dv, &dv);
+            }
+        }
     }
 
     #[test]

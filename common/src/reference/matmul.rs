@@ -4,6 +4,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::dense::{self, MatRef};
 use crate::element::Element;
 use crate::gpu::cublas::{GemmEx, Stored};
 use crate::measure::check::Tolerance;
@@ -15,21 +16,15 @@ pub const FULL_REFERENCE_MAX_MACS: usize = 1 << 30;
 /// Random outputs a sampled reference checks, besides the edges (see [`sample_outputs`]).
 pub const RANDOM_SAMPLES: usize = 4096;
 
-/// Every element of `C`, row-major.
+/// Every element of `C`, row-major (a blocked f64 product on every core: [`dense::gemm`]).
 pub fn matmul<T: Element>(a: &[T], b: &[T], m: usize, n: usize, k: usize) -> Vec<f64> {
     check_lengths(a, b, m, n, k);
-    let b64: Vec<f64> = b.iter().map(|v| v.to_f64()).collect();
-    let mut c = vec![0.0f64; m * n];
-    for (i, c_row) in c.chunks_exact_mut(n.max(1)).enumerate().take(m) {
-        for (l, a_il) in a[i * k..(i + 1) * k].iter().enumerate() {
-            let a_il = a_il.to_f64();
-            let b_row = &b64[l * n..(l + 1) * n];
-            for (c_ij, b_lj) in c_row.iter_mut().zip(b_row) {
-                *c_ij += a_il * b_lj;
-            }
-        }
-    }
-    c
+    let (a, b) = (dense::widen(a), dense::widen(b));
+    dense::product(
+        1.0,
+        MatRef::row_major(&a, m, k),
+        MatRef::row_major(&b, k, n),
+    )
 }
 
 /// The elements of `C` at the flat (row-major) indices `at`.
@@ -96,25 +91,7 @@ pub fn gemm_ex_at<T: Element>(
     at: &[usize],
 ) -> Vec<f64> {
     let GemmEx { m, n, k, batch, .. } = *g;
-    let last = batch.saturating_sub(1);
-    assert!(
-        a.len() >= last * g.stride_a + m * k,
-        "A holds {} elements, not {batch} matrices {} apart",
-        a.len(),
-        g.stride_a
-    );
-    assert!(
-        b.len() >= last * g.stride_b + k * n,
-        "B holds {} elements, not {batch} matrices {} apart",
-        b.len(),
-        g.stride_b
-    );
-    if let Some(c) = c {
-        assert!(
-            c.len() >= last * g.stride_c + m * n,
-            "C is too short for {g:?}"
-        );
-    }
+    check_batch_lengths(a, b, c, g);
     let a_at = |z: usize, i: usize, l: usize| match g.a {
         Stored::AsIs => a[z * g.stride_a + i * k + l],
         Stored::Transposed => a[z * g.stride_a + l * m + i],
@@ -140,6 +117,43 @@ pub fn gemm_ex_at<T: Element>(
             f64::from(g.alpha) * dot + f64::from(g.beta) * before
         })
         .collect()
+}
+
+/// Every element of [`gemm_ex_at`]'s logical `[batch, m, n]` output, in order: the same
+/// product as blocked f64 matrix products on every core ([`dense::gemm`]), for checks of
+/// whole outputs (the GPU tests' multi-wave shapes are billions of multiply-adds).
+pub fn gemm_ex<T: Element>(a: &[T], b: &[T], c: Option<&[T]>, g: &GemmEx) -> Vec<f64> {
+    let GemmEx { m, n, k, batch, .. } = *g;
+    check_batch_lengths(a, b, c, g);
+    let (a, b) = (dense::widen(a), dense::widen(b));
+    let mut out = vec![0.0f64; batch * m * n];
+    for (z, c_z) in out.chunks_exact_mut((m * n).max(1)).enumerate().take(batch) {
+        // A as [m, k] (as is) or [k, m] read transposed; B likewise.
+        let a_z = &a[z * g.stride_a..];
+        let a_z = match g.a {
+            Stored::AsIs => MatRef::strided(a_z, m, k, k, 1),
+            Stored::Transposed => MatRef::strided(a_z, m, k, 1, m),
+        };
+        let b_z = &b[z * g.stride_b..];
+        let b_z = match g.b {
+            Stored::AsIs => MatRef::strided(b_z, k, n, n, 1),
+            Stored::Transposed => MatRef::strided(b_z, k, n, 1, k),
+        };
+        let beta = match c {
+            Some(c) if g.beta != 0.0 => {
+                for (i, row) in c_z.chunks_exact_mut(n).enumerate() {
+                    let c_row = &c[z * g.stride_c + i * n..][..n];
+                    for (x, v) in row.iter_mut().zip(c_row) {
+                        *x = v.to_f64();
+                    }
+                }
+                f64::from(g.beta)
+            }
+            _ => 0.0,
+        };
+        dense::gemm(f64::from(g.alpha), a_z, b_z, beta, c_z);
+    }
+    out
 }
 
 /// [`tolerance`] for an f32-accumulated product stored in a 16-bit type whose rounding is
@@ -178,6 +192,30 @@ pub fn tolerance(k: usize) -> Tolerance {
     let k = k as f64;
     Tolerance::new(u * (k.powf(1.5) / 4.0 + 4.0), 0.0)
         .with_max_rel_l2(4.0 * u * k.sqrt() + 2f64.powi(-20))
+}
+
+/// A, B (and C, when given) hold `batch` matrices `stride_*` apart.
+fn check_batch_lengths<T>(a: &[T], b: &[T], c: Option<&[T]>, g: &GemmEx) {
+    let GemmEx { m, n, k, batch, .. } = *g;
+    let last = batch.saturating_sub(1);
+    assert!(
+        a.len() >= last * g.stride_a + m * k,
+        "A holds {} elements, not {batch} matrices {} apart",
+        a.len(),
+        g.stride_a
+    );
+    assert!(
+        b.len() >= last * g.stride_b + k * n,
+        "B holds {} elements, not {batch} matrices {} apart",
+        b.len(),
+        g.stride_b
+    );
+    if let Some(c) = c {
+        assert!(
+            c.len() >= last * g.stride_c + m * n,
+            "C is too short for {g:?}"
+        );
+    }
 }
 
 fn check_lengths<T>(a: &[T], b: &[T], m: usize, n: usize, k: usize) {
@@ -257,6 +295,10 @@ mod tests {
                     ..GemmEx::new(m, n, k)
                 };
                 let got = gemm_ex_at(&a, &b, Some(&c), &g, &all);
+                // The full (blocked, every core) product gives the same outputs.
+                for (full, one) in gemm_ex(&a, &b, Some(&c), &g).iter().zip(&got) {
+                    approx::assert_relative_eq!(full, one, max_relative = 1e-12);
+                }
                 for z in 0..batch {
                     // The stored matrices, brought back to A [m, k] and B [k, n].
                     let az = &a[z * sa..z * sa + m * k];
@@ -290,6 +332,7 @@ mod tests {
         let poison = [f32::NAN; 4];
         let got = gemm_ex_at(&a, &b, Some(&poison), &g, &[0, 1, 2, 3]);
         assert_eq!(got, vec![1.0, 2.0, 4.0, 5.0]);
+        assert_eq!(gemm_ex(&a, &b, Some(&poison), &g), got);
         // The K-major layout is matmul_bt_at's.
         assert_eq!(got, matmul_bt_at(&a, &b, (1, 2, 2, 3), &[0, 1, 2, 3]));
     }

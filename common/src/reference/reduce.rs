@@ -22,6 +22,8 @@
 //! among them (uniform in [-0.5, 1.5): `sum |x| = 1.25 |sum x|` for long sums), so the bound is
 //! a meaningful relative error and a lost sign still fails.
 
+use rayon::prelude::*;
+
 use crate::element::Element;
 use crate::measure::check::Tolerance;
 
@@ -208,9 +210,13 @@ pub fn exact_scan_len<T: Element>(x: &[T], prefix: &[f64]) -> usize {
 /// Per-output bounds of an f32 inclusive scan, for `check::compare_with_slack`:
 /// `gamma(depth(i)) * abs_sums[i]` (each output's own, not a cover of all of them), and 0 for
 /// the first `exact_len` outputs ([`exact_scan_len`]), which must match exactly.
-pub fn scan_bounds(abs_sums: &[f64], exact_len: usize, depth: impl Fn(usize) -> u64) -> Vec<f64> {
+pub fn scan_bounds(
+    abs_sums: &[f64],
+    exact_len: usize,
+    depth: impl Fn(usize) -> u64 + Sync,
+) -> Vec<f64> {
     abs_sums
-        .iter()
+        .par_iter()
         .enumerate()
         .map(|(i, a)| {
             if i < exact_len {
@@ -225,7 +231,7 @@ pub fn scan_bounds(abs_sums: &[f64], exact_len: usize, depth: impl Fn(usize) -> 
 /// The tolerance to go with per-element `bounds` as slack: nothing beyond them per element,
 /// and a relative L2 error of at most `||bounds|| / ||reference||`.
 pub fn slack_tolerance(reference: &[f64], bounds: &[f64]) -> Tolerance {
-    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let norm = |v: &[f64]| v.par_iter().map(|x| x * x).sum::<f64>().sqrt();
     let r = norm(reference);
     let l2 = if r > 0.0 { norm(bounds) / r } else { 0.0 };
     Tolerance::new(0.0, 0.0).with_max_rel_l2(l2)
