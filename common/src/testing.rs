@@ -6,7 +6,8 @@ use std::io::Write;
 
 use crate::error::SetupError;
 use crate::gpu::Gpu;
-use crate::gpu::nvrtc::{self, KernelSource};
+use crate::gpu::kernel_build::{BUNDLED_DEVICE_ARCH, KernelBuild};
+use crate::gpu::nvrtc;
 
 /// Opens GPU 0 for a test, or prints `SKIPPED <what>: <why>` and returns None.
 /// Panics instead of skipping when `REQUIRE_GPU=1`.
@@ -42,21 +43,28 @@ fn skip_or_fail(what: &str, why: &str, require_var: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {what}: {why}");
 }
 
-/// The compile test every day has: `source` compiles with NVRTC for `arch`, and each of
-/// `functions` is in it and spills nothing. Skips (one line) without NVRTC.
-pub fn assert_compiles_without_spills(source: &KernelSource, arch: &str, functions: &[&str]) {
-    let what = format!("NVRTC compile of {} for {arch}", source.file_name);
-    if !nvrtc_or_skip(&what) {
-        return;
-    }
-    let compiled = nvrtc::compile(source, arch, &[]).unwrap_or_else(|e| panic!("{what}: {e:#}"));
-    for function in functions {
-        assert_eq!(
-            compiled.spills.get(*function),
-            Some(&0),
-            "{what}: `{function}` is missing or spills; ptxas said:\n{}",
-            compiled.log
-        );
+/// The compile test every day has: each of the day's `builds` (its own list, which its loader
+/// and the bundle compile too) compiles with NVRTC for a Hopper GPU, and each function it
+/// loads is in it and spills nothing. Skips (one line) without NVRTC.
+pub fn assert_builds_compile_without_spills(builds: &[KernelBuild]) {
+    let arch = BUNDLED_DEVICE_ARCH;
+    for build in builds {
+        let what = format!("NVRTC compile of {}", build.describe(arch));
+        if !nvrtc_or_skip(&what) {
+            return;
+        }
+        let arch = build.arch_on(arch).expect("every build runs on Hopper");
+        let options: Vec<&str> = build.options.iter().map(String::as_str).collect();
+        let compiled = nvrtc::compile(&build.source, &arch, &options)
+            .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+        for function in &build.functions {
+            assert_eq!(
+                compiled.spills.get(function),
+                Some(&0),
+                "{what}: `{function}` is missing or spills; ptxas said:\n{}",
+                compiled.log
+            );
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 use anyhow::Result;
 use common::dtype::Dtype;
 use common::family::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes};
+use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::{Element, Gpu, Kernel, LaunchShape, Tolerance};
 use cudarc::driver::{CudaSlice, PushKernelArg};
@@ -11,6 +12,13 @@ pub const SOURCE: KernelSource = KernelSource {
     file_name: "softmax_naive.cu",
     code: include_str!("softmax_naive.cu"),
 };
+
+/// What the day compiles: `softmax.cu`'s one kernel, for the GPU's own architecture. The loader compiles the
+/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of
+/// time for the GPU host's kernel cache.
+pub fn kernel_builds() -> Vec<KernelBuild> {
+    vec![KernelBuild::device(SOURCE, [NAIVE_FUNCTION])]
+}
 
 /// The check's tolerance for rows of `cols` columns: each thread sums its whole row one term
 /// after another, so the error bound grows with `cols` (see
@@ -114,6 +122,6 @@ mod tests {
 
     #[test]
     fn the_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &[NAIVE_FUNCTION]);
+        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 }

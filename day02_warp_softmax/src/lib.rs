@@ -4,6 +4,7 @@
 use anyhow::Result;
 use common::dtype::Dtype;
 use common::family::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes};
+use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::reference::softmax::tolerance_for;
 use common::{Element, Gpu, Kernel, LaunchShape, Tolerance};
@@ -14,6 +15,13 @@ pub const SOURCE: KernelSource = KernelSource {
     file_name: "softmax_warp.cu",
     code: include_str!("softmax_warp.cu"),
 };
+
+/// What the day compiles: the warp kernel, for the GPU's own architecture. The loader compiles the
+/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of
+/// time for the GPU host's kernel cache.
+pub fn kernel_builds() -> Vec<KernelBuild> {
+    vec![KernelBuild::device(SOURCE, [WARP_FUNCTION])]
+}
 
 pub const WARP_FUNCTION: &str = "softmax_warp_f32";
 
@@ -117,6 +125,6 @@ mod tests {
 
     #[test]
     fn the_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &[WARP_FUNCTION]);
+        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 }

@@ -7,6 +7,7 @@ use common::family::softmax::{
     Plan, Refused, Shape, SoftmaxDay, plan_block_per_row, plan_split_rows,
 };
 use common::gpu::kernel::KernelSet;
+use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::reference::softmax::tolerance_for;
 use common::{Element, Gpu, Kernel};
@@ -16,6 +17,18 @@ pub const SOURCE: KernelSource = KernelSource {
     file_name: "softmax_block.cu",
     code: include_str!("softmax_block.cu"),
 };
+
+/// What the day compiles: every kind of kernel in every storage type, for the GPU's own architecture. The loader compiles the
+/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of
+/// time for the GPU host's kernel cache.
+pub fn kernel_builds() -> Vec<KernelBuild> {
+    vec![KernelBuild::device(
+        SOURCE,
+        KINDS
+            .iter()
+            .flat_map(|k| DTYPES.iter().map(move |&d| function(k, d))),
+    )]
+}
 
 const DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::Bf16];
 
@@ -154,11 +167,6 @@ mod tests {
 
     #[test]
     fn every_kernel_compiles_for_sm90_without_spilling() {
-        let names: Vec<String> = KINDS
-            .iter()
-            .flat_map(|k| DTYPES.iter().map(move |&d| function(k, d)))
-            .collect();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &names);
+        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 }

@@ -3,6 +3,7 @@
 
 use anyhow::Result;
 use common::family::matmul::{MatmulDay, Plan, Shape, plan_kernel};
+use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::{Gpu, Kernel};
 
@@ -10,6 +11,13 @@ pub const SOURCE: KernelSource = KernelSource {
     file_name: "matmul_naive.cu",
     code: include_str!("matmul_naive.cu"),
 };
+
+/// What the day compiles: both kernels, for the GPU's own architecture. The loader compiles the
+/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of
+/// time for the GPU host's kernel cache.
+pub fn kernel_builds() -> Vec<KernelBuild> {
+    vec![KernelBuild::device(SOURCE, [UNCOALESCED, COALESCED])]
+}
 
 pub const UNCOALESCED: &str = "matmul_naive_uncoalesced";
 pub const COALESCED: &str = "matmul_naive_coalesced";
@@ -90,10 +98,6 @@ mod tests {
 
     #[test]
     fn kernels_compile_without_spills() {
-        common::testing::assert_compiles_without_spills(
-            &SOURCE,
-            "sm_90",
-            &[UNCOALESCED, COALESCED],
-        );
+        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 }

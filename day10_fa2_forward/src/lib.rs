@@ -9,6 +9,7 @@ use anyhow::{Result, bail};
 use common::dtype::Dtype;
 use common::element::Element;
 use common::gpu::kernel::KernelSet;
+use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::gpu::tma::HeadTiles;
 use common::measure::check::{self, CheckReport, Tolerance};
@@ -16,7 +17,6 @@ use common::reference::attention::{self as reference, AttentionShape, QueryRow, 
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape, UsageError, sizes};
 use cudarc::driver::{CudaSlice, PushKernelArg};
-use std::collections::HashMap;
 
 pub const SOURCE: KernelSource = KernelSource {
     file_name: "attention.cu",
@@ -385,31 +385,27 @@ fn dtype_name<T: Element>() -> Result<&'static str> {
 /// The day's kernels, compiled and loaded for one GPU: `fa_hopper` only on Hopper.
 pub struct FlashAttention {
     kernels: KernelSet,
-    hopper: Option<HopperKernels>,
+    /// `fa_hopper.cu`'s kernels: on Hopper only.
+    hopper: Option<KernelSet>,
     sms: usize,
 }
 
-/// `fa_hopper.cu`'s kernels, compiled for sm_90a with [`hopper_defines`]: the tiles the
-/// launcher sizes its launches from are the ones the kernels were compiled with.
-struct HopperKernels(HashMap<String, Kernel>);
+/// `fa2.cu`'s versions, for the GPU's own architecture.
+fn portable_build() -> KernelBuild {
+    KernelBuild::device(SOURCE, kernel_names())
+}
 
-impl HopperKernels {
-    fn load(gpu: &Gpu) -> Result<Self> {
-        let defines = hopper_defines();
-        let options: Vec<&str> = defines.iter().map(String::as_str).collect();
-        let module = gpu.load_for_arch(&HOPPER_SOURCE, "sm_90a", &options)?;
-        let kernels = hopper_kernel_names()
-            .into_iter()
-            .map(|name| Ok((name.clone(), module.kernel(gpu, &name)?)))
-            .collect::<Result<_>>()?;
-        Ok(Self(kernels))
-    }
+/// `fa_hopper.cu`'s kernels, for sm_90a with [`hopper_defines`]: the tiles the launcher sizes
+/// its launches from are the ones the kernels were compiled with.
+fn hopper_build() -> KernelBuild {
+    KernelBuild::hopper(HOPPER_SOURCE, hopper_kernel_names()).with_options(hopper_defines())
+}
 
-    fn get(&self, name: &str) -> Result<&Kernel> {
-        self.0
-            .get(name)
-            .ok_or_else(|| anyhow::anyhow!("kernel `{name}` was not loaded"))
-    }
+/// What the day compiles: `fa2.cu` for the GPU's own architecture and, on Hopper,
+/// `fa_hopper.cu` for sm_90a. The loader compiles these, the compile test checks them, and
+/// `cargo xtask bundle` compiles them ahead of time for the GPU host's kernel cache.
+pub fn kernel_builds() -> Vec<KernelBuild> {
+    vec![portable_build(), hopper_build()]
 }
 
 /// The tensors of one forward call.
@@ -425,12 +421,13 @@ pub struct Tensors<'a, T: Element> {
 
 impl FlashAttention {
     pub fn load(gpu: &Gpu) -> Result<Self> {
-        let hopper = match gpu.info.arch.as_str() {
-            "sm_90" => Some(HopperKernels::load(gpu)?),
-            _ => None,
+        let hopper = hopper_build();
+        let hopper = match hopper.arch_on(&gpu.info.arch) {
+            Some(_) => Some(KernelSet::load_build(gpu, &hopper)?),
+            None => None,
         };
         Ok(Self {
-            kernels: KernelSet::load(gpu, &SOURCE, kernel_names())?,
+            kernels: KernelSet::load_build(gpu, &portable_build())?,
             hopper,
             sms: gpu.info.sms as usize,
         })
@@ -693,37 +690,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_kernel_compiles_for_sm90_without_spilling() {
-        let names = kernel_names();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &names);
+    fn every_kernel_compiles_without_spilling() {
+        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 
-    /// Every `fa_hopper` kernel (each dtype, each tile) compiles for sm_90a with the tiles'
-    /// defines, as the launcher loads them, and spills nothing; without the defines the file
-    /// stops at its `#error`. `common::testing::assert_compiles_without_spills` passes no
-    /// options, hence this one.
+    /// Without the tile defines `fa_hopper.cu` stops at its `#error`: the kernels cannot be
+    /// compiled with tiles other than the launcher's.
     #[test]
-    fn the_hopper_version_compiles_for_sm90a_without_spilling() {
-        use common::gpu::nvrtc;
-        let what = "NVRTC compile of fa_hopper.cu for sm_90a";
+    fn the_hopper_version_will_not_compile_without_the_tile_defines() {
+        let what = "NVRTC compile of fa_hopper.cu for sm_90a without defines";
         if !common::testing::nvrtc_or_skip(what) {
             return;
         }
-        let defines = hopper_defines();
-        let options: Vec<&str> = defines.iter().map(String::as_str).collect();
-        let compiled = nvrtc::compile(&HOPPER_SOURCE, "sm_90a", &options)
-            .unwrap_or_else(|e| panic!("{what}: {e:#}"));
-        for name in hopper_kernel_names() {
-            assert_eq!(
-                compiled.spills.get(&name),
-                Some(&0),
-                "{what}: `{name}` is missing or spills; ptxas said:\n{}",
-                compiled.log
-            );
-        }
-        let Err(err) = nvrtc::compile(&HOPPER_SOURCE, "sm_90a", &[]) else {
-            panic!("{what}: compiled without the tile defines");
+        let Err(err) = common::gpu::nvrtc::compile(&HOPPER_SOURCE, "sm_90a", &[]) else {
+            panic!("{what}: compiled");
         };
         assert!(format!("{err:#}").contains("HopperTile"), "{err:#}");
     }

@@ -10,6 +10,7 @@ pub mod problem;
 use anyhow::{Result, bail};
 use common::dtype::Dtype;
 use common::gpu::kernel::KernelSet;
+use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::reference::activation::{exact_tolerance, tolerance_for};
 use common::session::Refused;
@@ -32,6 +33,13 @@ pub const SOURCE: KernelSource = KernelSource {
         include_str!("rectifiers.cu")
     ),
 };
+
+/// What the day compiles: every kernel, for the GPU's own architecture. The loader compiles the
+/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of
+/// time for the GPU host's kernel cache.
+pub fn kernel_builds() -> Vec<KernelBuild> {
+    vec![KernelBuild::device(SOURCE, all_functions())]
+}
 
 pub const DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::Bf16];
 
@@ -463,9 +471,7 @@ mod tests {
 
     #[test]
     fn every_kernel_compiles_for_sm90_without_spilling() {
-        let names = all_functions();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &names);
+        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 
     #[test]

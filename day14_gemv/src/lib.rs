@@ -4,6 +4,7 @@
 
 use anyhow::{Result, bail};
 use common::gpu::kernel::KernelSet;
+use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::reference::gemv::tolerance_f32;
 use common::session::Refused;
@@ -17,6 +18,13 @@ pub const SOURCE: KernelSource = KernelSource {
     file_name: "gemv.cu",
     code: include_str!("gemv.cu"),
 };
+
+/// What the day compiles: every kernel, for the GPU's own architecture. The loader compiles the
+/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of
+/// time for the GPU host's kernel cache.
+pub fn kernel_builds() -> Vec<KernelBuild> {
+    vec![KernelBuild::device(SOURCE, all_functions())]
+}
 
 /// Version names, in table order.
 pub const VERSIONS: &[&str] = &["warp_scalar", "warp_vec4", "rows_vec4", "split_row"];
@@ -205,9 +213,7 @@ mod tests {
 
     #[test]
     fn every_kernel_compiles_for_sm90_without_spilling() {
-        let names = all_functions();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &names);
+        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! transposes from naive to float4 on both sides, and array reversal out of place and in place.
 
 use anyhow::{Result, bail};
+use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape};
@@ -15,6 +16,13 @@ pub const SOURCE: KernelSource = KernelSource {
     file_name: "transpose.cu",
     code: include_str!("transpose.cu"),
 };
+
+/// What the day compiles: every kernel, for the GPU's own architecture. The loader compiles the
+/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of
+/// time for the GPU host's kernel cache.
+pub fn kernel_builds() -> Vec<KernelBuild> {
+    vec![KernelBuild::device(SOURCE, all_functions())]
+}
 
 const THREADS: u32 = 256;
 
@@ -293,7 +301,7 @@ mod tests {
 
     #[test]
     fn every_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &all_functions());
+        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 
     #[test]

@@ -8,6 +8,7 @@ use anyhow::{Result, bail};
 use common::dtype::Dtype;
 use common::element::Element;
 use common::gpu::kernel::KernelSet;
+use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::gpu::tma::{HeadTiles, RowSpans};
 use common::measure::check::{self, CheckReport, Tolerance};
@@ -297,20 +298,34 @@ pub struct FlashAttention {
     hopper: Option<KernelSet>,
 }
 
+/// `fa2_bwd.cu`'s versions, for the GPU's own architecture.
+fn portable_build() -> KernelBuild {
+    KernelBuild::device(SOURCE, kernel_names())
+}
+
+/// `fa_hopper_bwd.cu`'s kernels, for sm_90a.
+fn hopper_build() -> KernelBuild {
+    KernelBuild::hopper(HOPPER_SOURCE, hopper_kernel_names())
+}
+
+/// What the day compiles (beside day 10's forward kernels, which day 10 lists): its
+/// portable versions for the GPU's own architecture and, on Hopper, `fa_hopper_bwd.cu` for
+/// sm_90a. The loader compiles these, the compile tests check them, and `cargo xtask bundle`
+/// compiles them ahead of time for the GPU host's kernel cache.
+pub fn kernel_builds() -> Vec<KernelBuild> {
+    vec![portable_build(), hopper_build()]
+}
+
 impl FlashAttention {
     pub fn load(gpu: &Gpu) -> Result<Self> {
-        let hopper = match gpu.info.arch.as_str() {
-            "sm_90" => Some(KernelSet::load_for_arch(
-                gpu,
-                &HOPPER_SOURCE,
-                "sm_90a",
-                hopper_kernel_names(),
-            )?),
-            _ => None,
+        let hopper = hopper_build();
+        let hopper = match hopper.arch_on(&gpu.info.arch) {
+            Some(_) => Some(KernelSet::load_build(gpu, &hopper)?),
+            None => None,
         };
         Ok(Self {
             forward_kernels: day10::FlashAttention::load(gpu)?,
-            kernels: KernelSet::load(gpu, &SOURCE, kernel_names())?,
+            kernels: KernelSet::load_build(gpu, &portable_build())?,
             hopper,
         })
     }
@@ -934,9 +949,7 @@ mod tests {
 
     #[test]
     fn every_kernel_compiles_for_sm90_without_spilling() {
-        let names = kernel_names();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &names);
+        common::testing::assert_builds_compile_without_spills(&[portable_build()]);
     }
 
     #[test]
@@ -944,12 +957,9 @@ mod tests {
         // Head dim 64 (128 queries a step: S^T and dP^T of 64 floats each per thread beside
         // dK and dV) spills a few loop-invariant scalars (24 bytes stored, 80 of stores and loads), reloaded a few times per step
         // from L1; it is left out here and bounded (stores plus loads) by the next test.
-        let names: Vec<String> = hopper_kernel_names()
-            .into_iter()
-            .filter(|n| !n.ends_with("_d64"))
-            .collect();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        common::testing::assert_compiles_without_spills(&HOPPER_SOURCE, "sm_90a", &names);
+        let mut build = hopper_build();
+        build.functions.retain(|n| !n.ends_with("_d64"));
+        common::testing::assert_builds_compile_without_spills(&[build]);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use anyhow::{Result, anyhow, bail};
 use common::dtype::Dtype;
 use common::gpu::kernel::Module;
+use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::session::Refused;
 use common::{Element, Gpu, Kernel, LaunchShape};
@@ -23,6 +24,13 @@ pub const SOURCE: KernelSource = KernelSource {
     file_name: "conv.cu",
     code: include_str!("conv.cu"),
 };
+
+/// What the day compiles: every kernel, for the GPU's own architecture. The loader compiles the
+/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of
+/// time for the GPU host's kernel cache.
+pub fn kernel_builds() -> Vec<KernelBuild> {
+    vec![KernelBuild::device(SOURCE, all_functions())]
+}
 
 /// Version names, in table order; every op has all four.
 pub const VERSIONS: &[&str] = &["naive", "smem_halo", "const_filter", "vec_regs"];
@@ -190,9 +198,7 @@ mod tests {
 
     #[test]
     fn every_kernel_compiles_for_sm90_without_spilling() {
-        let names = all_functions();
-        assert_eq!(names.len(), 2 * (6 + 4 + 2));
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        common::testing::assert_compiles_without_spills(&SOURCE, "sm_90", &names);
+        assert_eq!(all_functions().len(), 2 * (6 + 4 + 2));
+        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 }

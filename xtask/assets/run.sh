@@ -115,6 +115,21 @@ done
 for p in $(printf '%s' "$parts_wanted" | tr ',' ' '); do
   case "$p" in tests|bench|sweeps|verify|none) ;; *) echo "--parts: no part \`$p\` (tests, bench, sweeps, verify, none)" >&2; exit 2 ;; esac
 done
+
+# The kernels come compiled (xtask/src/bundle.rs): copied into the cache the days read, so
+# nothing is compiled here. Every compile through the cache appends a line to the log
+# (common::gpu::nvrtc::LOG_ENV), which the end of the run counts.
+bundled_nvrtc=""
+bundled_kernels=0
+if [ -f "$exe/kernel-cache/MANIFEST" ] && [ "$DAYS_OF_GPU_KERNEL_CACHE" != off ]; then
+  mkdir -p "$DAYS_OF_GPU_KERNEL_CACHE" && cp -n "$exe"/kernel-cache/*.cubin "$DAYS_OF_GPU_KERNEL_CACHE"/ \
+    || { echo "cannot copy the bundled kernels into $DAYS_OF_GPU_KERNEL_CACHE" >&2; exit 2; }
+  bundled_nvrtc=$(cut -f4 "$exe/kernel-cache/MANIFEST" | sort -u | head -n 1)
+  bundled_kernels=$(grep -c . "$exe/kernel-cache/MANIFEST")
+  echo "== kernels: $bundled_kernels compiled files from the bundle ($bundled_nvrtc, sm_90 and sm_90a) in $DAYS_OF_GPU_KERNEL_CACHE"
+fi
+export DAYS_OF_GPU_KERNEL_LOG="$parts/kernels.log"
+: > "$DAYS_OF_GPU_KERNEL_LOG"
 tests_json=""
 if part tests; then
   echo "== tests, $jobs side by side (log: $out/tests.log)"
@@ -158,9 +173,6 @@ if part tests; then
   echo "slowest tests (seconds, libtest's own timing):"
   sort -t$'\t' -k1,1 -rn "$parts/test-times.tsv" 2>/dev/null | head -n 10 | awk -F'\t' '{ printf "  %7.1f  %s  %s\n", $1, $2, $3 }'
 
-  # What the tests left in the kernel cache (common::gpu::kernel_cache), so a slow second run
-  # can be told apart from a cache that was never written.
-  echo "kernel cache: $DAYS_OF_GPU_KERNEL_CACHE, $(ls "$DAYS_OF_GPU_KERNEL_CACHE" 2>/dev/null | grep -c '\.cubin$') entries"
 fi
 printf '%s' "$summary"
 
@@ -286,6 +298,32 @@ if [ "$sanitize" = 1 ]; then
     rc=${PIPESTATUS[0]}
     record_run all sanitize "$rc"
     if [ "$rc" = 0 ]; then note sanitize all ok; else note sanitize all "FAILED (exit $rc)"; failed=1; fi
+  fi
+fi
+
+# What the kernel cache did: how many kernel files the run loaded and how many it compiled.
+# With a bundled cache made by this host's NVRTC, a compile for Hopper (sm_90, sm_90a) is a
+# kernel the bundle should have held (a build missing from a day's kernel_builds(), or
+# options that differ from them): the run fails and names it.
+loaded=$(grep -c '^loaded' "$DAYS_OF_GPU_KERNEL_LOG")
+compiled=$(grep -c '^compiled' "$DAYS_OF_GPU_KERNEL_LOG")
+echo "== kernels: $loaded loaded from the cache, $compiled compiled in this run"
+if [ -n "$bundled_nvrtc" ]; then
+  missed=$(awk -F'\t' -v v="$bundled_nvrtc" '$1 == "compiled" && $4 == v && ($2 == "sm_90" || $2 == "sm_90a") { print $3 " for " $2 }' \
+    "$DAYS_OF_GPU_KERNEL_LOG" | sort | uniq -c)
+  other=$(awk -F'\t' -v v="$bundled_nvrtc" '$1 == "compiled" && $4 != v { print $4 }' "$DAYS_OF_GPU_KERNEL_LOG" | sort -u | tr '\n' ' ')
+  if [ -n "$missed" ]; then
+    echo "compiled here although the bundle is for this GPU and NVRTC (missing from a day's kernel_builds()?):"
+    printf '%s\n' "$missed"
+    note kernels cache "FAILED ($compiled compiled: kernels the bundle did not hold)"
+    record_run kernel-cache kernels 1
+    failed=1
+  elif [ -n "$other" ]; then
+    note kernels cache "ok, but this host's NVRTC ($other) is not the bundle's ($bundled_nvrtc): $compiled compiled here"
+    record_run kernel-cache kernels 0
+  else
+    note kernels cache "ok ($loaded loaded, $compiled compiled)"
+    record_run kernel-cache kernels 0
   fi
 fi
 

@@ -6,14 +6,19 @@
 //!                       DIR/results.json
 //!   BUILD_INFO          the commit the bundle was built from (shell variables)
 //!   executables.tar.xz  bin/dayNN (each day's release binary), tests/NAME (each test
-//!                       executable, package-kind-target) and benches/NAME (each criterion
+//!                       executable, package-kind-target), benches/NAME (each criterion
 //!                       bench, package-bench-target: `cargo bench -p dayNN` without cargo)
+//!                       and kernel-cache/ (every day's kernels compiled for Hopper, sm_90
+//!                       and sm_90a, by the `kernels` crate, with a MANIFEST)
 //!   peers/*.py          the PyTorch timings of the same problems
 //!   verify/*.py         every day's outputs recomputed with PyTorch and compared, and the
 //!                       compute-sanitizer runs on small problems
 //! ```
 //! Binaries load libcuda and libnvrtc at run time and embed their kernel sources, so the host
-//! needs only the NVIDIA driver and NVRTC.
+//! needs only the NVIDIA driver and NVRTC. Their kernels come compiled: NVRTC needs no GPU,
+//! so the bundle compiles every day's kernels here, and a fresh H100 or H200 loads them from
+//! the bundled cache instead of compiling for minutes (its NVRTC must be the same version,
+//! which the cache's keys hold; `run.sh` says when it is not).
 //!
 //! The executables travel as one xz archive: each carries its own copy of std, cudarc and
 //! `common`, so the 31 files of ten days weighed 43 MiB and one solid archive of them 3.5 MiB
@@ -32,7 +37,7 @@ const RUN_SH: &str = include_str!("../assets/run.sh");
 /// The most the bundle may weigh: a copy to a GPU host stays quick.
 const MAX_BUNDLE_BYTES: u64 = 64 << 20;
 
-pub fn bundle(root: &Path, out: &Path) -> Result<()> {
+pub fn bundle(root: &Path, out: &Path, with_kernels: bool) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let common_args = ["--release", "--workspace", "--exclude", "xtask"];
 
@@ -94,6 +99,12 @@ pub fn bundle(root: &Path, out: &Path) -> Result<()> {
     }
     let staging = out.join("executables");
     fs::create_dir_all(staging.join("bin"))?;
+    let kernels = if with_kernels {
+        eprintln!("compiling every day's kernels for Hopper (sm_90, sm_90a) with NVRTC...");
+        precompile_kernels(root, &staging.join(KERNEL_CACHE))?
+    } else {
+        0
+    };
     fs::create_dir_all(staging.join("tests"))?;
     fs::create_dir_all(staging.join("benches"))?;
     for bin in &bins {
@@ -106,7 +117,11 @@ pub fn bundle(root: &Path, out: &Path) -> Result<()> {
         copy_executable(path, &staging.join("benches").join(name))?;
     }
     let unpacked = folder_size(&staging)?;
-    pack(&staging, &out.join(ARCHIVE))?;
+    let mut parts = vec!["bin", "tests", "benches"];
+    if with_kernels {
+        parts.push(KERNEL_CACHE);
+    }
+    pack(&staging, &parts, &out.join(ARCHIVE))?;
     fs::remove_dir_all(&staging)?;
     let peers = copy_scripts(root, "peers", out)?;
     let verify = copy_scripts(root, "verify", out)?;
@@ -116,8 +131,9 @@ pub fn bundle(root: &Path, out: &Path) -> Result<()> {
 
     let size = folder_size(out)?;
     eprintln!(
-        "bundle: {} ({} binaries, {} test executables and {} benches ({:.1} MiB, packed), \
-         {peers} peer scripts, {verify} verify scripts, {:.1} MiB)\n\
+        "bundle: {} ({} binaries, {} test executables, {} benches and {kernels} compiled \
+         kernel files ({:.1} MiB, packed), {peers} peer scripts, {verify} verify scripts, \
+         {:.1} MiB)\n\
          on the GPU host: {}/run.sh --out DIR",
         out.display(),
         bins.len(),
@@ -133,18 +149,51 @@ pub fn bundle(root: &Path, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The archive of `bin/`, `tests/` and `benches/` that run.sh unpacks.
+/// The archive of `bin/`, `tests/`, `benches/` and `kernel-cache/` that run.sh unpacks.
 const ARCHIVE: &str = "executables.tar.xz";
 
-/// Packs `dir`'s `bin/`, `tests/` and `benches/` into the xz archive `archive`: with the system's tar and
-/// xz where they are, else with Python's `tarfile` (CI and the GPU hosts always have python3).
-fn pack(dir: &Path, archive: &Path) -> Result<()> {
+/// The compiled kernels' folder in the archive: a kernel cache (`common::gpu::kernel_cache`)
+/// with a MANIFEST of its entries, which run.sh copies into the cache the days read.
+const KERNEL_CACHE: &str = "kernel-cache";
+
+/// Compiles every day's kernel builds for Hopper into the kernel cache `dir`, with
+/// `target/release/kernels` (built with the day binaries): the GPU host then loads every
+/// kernel instead of compiling it. Entries the developer's own cache holds (from a `cargo
+/// test`) are copied, not compiled again. Returns the number of cached files.
+fn precompile_kernels(root: &Path, dir: &Path) -> Result<usize> {
+    let status = Command::new(root.join("target/release/kernels"))
+        .arg("--cache")
+        .arg(dir)
+        .arg("--manifest")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .context("running target/release/kernels")?;
+    if !status.success() {
+        bail!(
+            "compiling the kernels for the bundle failed (above). The bundle needs NVRTC 13 \
+             (a CUDA 13 install, or `pip install nvidia-cuda-nvrtc==13.0.88` with its \
+             nvidia/cu13/lib on LD_LIBRARY_PATH); `cargo xtask bundle --no-kernels` leaves \
+             the compiling to the GPU host"
+        );
+    }
+    Ok(fs::read_dir(dir)?
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "cubin"))
+        })
+        .count())
+}
+
+/// Packs `parts` (folders of `dir`) into the xz archive `archive`: with the system's tar
+/// and xz where they are, else with Python's `tarfile` (CI and the GPU hosts always have
+/// python3).
+fn pack(dir: &Path, parts: &[&str], archive: &Path) -> Result<()> {
     let tar = Command::new("tar")
         .arg("-cJf")
         .arg(archive)
         .arg("-C")
         .arg(dir)
-        .args(["bin", "tests", "benches"])
+        .args(parts)
         .status();
     if tar.is_ok_and(|s| s.success()) {
         return Ok(());
@@ -153,14 +202,15 @@ fn pack(dir: &Path, archive: &Path) -> Result<()> {
     run(Command::new("python3")
         .args(["-c", PY_PACK])
         .arg(archive)
-        .arg(dir))
+        .arg(dir)
+        .args(parts))
 }
 
-/// `python3 -c PY_PACK ARCHIVE DIR`: the fallback of [`pack`].
+/// `python3 -c PY_PACK ARCHIVE DIR PART...`: the fallback of [`pack`].
 const PY_PACK: &str = r#"
 import sys, tarfile
 with tarfile.open(sys.argv[1], "w:xz") as archive:
-    for part in ("bin", "tests", "benches"):
+    for part in sys.argv[3:]:
         archive.add(sys.argv[2] + "/" + part, part)
 "#;
 

@@ -1,7 +1,8 @@
 //! Workspace chores, run as `cargo xtask <command>`:
 //!
-//! - `bundle`: build every day's release binary and every test executable into
-//!   `target/bundle/` with `run.sh`, to copy to a GPU host that has no Rust;
+//! - `bundle`: build every day's release binary and every test executable, and compile every
+//!   day's kernels for Hopper, into `target/bundle/` with `run.sh`, to copy to a GPU host
+//!   that has no Rust;
 //! - `report DIR/results.json [DIR2/results.json ...]`: write the tables of a GPU run into the
 //!   READMEs (a run split over several `run.sh --days` calls at one commit gives several).
 
@@ -27,6 +28,9 @@ enum Command {
         /// Where to put the bundle.
         #[arg(long, default_value = "target/bundle")]
         out: PathBuf,
+        /// Leave the kernels to be compiled on the GPU host (needs no NVRTC here).
+        #[arg(long)]
+        no_kernels: bool,
     },
     /// Rewrite the results tables in each day's README and the root README.
     Report {
@@ -44,7 +48,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let root = workspace_root();
     let result = match cli.command {
-        Command::Bundle { out } => bundle::bundle(&root, &root.join(out)),
+        Command::Bundle { out, no_kernels } => bundle::bundle(&root, &root.join(out), !no_kernels),
         Command::Report {
             results,
             allow_dirty,

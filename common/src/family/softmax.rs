@@ -528,13 +528,13 @@ pub fn test_every_version<D: SoftmaxDay>() {
     assert!(!D::VERSIONS.is_empty() && !D::DTYPES.is_empty());
     let day = D::load(&gpu).expect("kernels load");
     for &dtype in D::DTYPES {
-        for &version in D::VERSIONS {
-            let (ran, refusals) = match dtype {
-                Dtype::F32 => test_version::<f32, D>(&gpu, &day, version),
-                Dtype::F16 => test_version::<f16, D>(&gpu, &day, version),
-                Dtype::Bf16 => test_version::<bf16, D>(&gpu, &day, version),
-                integer => panic!("{}: softmax has no {integer} version", D::DAY),
-            };
+        let outcomes = match dtype {
+            Dtype::F32 => test_versions::<f32, D>(&gpu, &day),
+            Dtype::F16 => test_versions::<f16, D>(&gpu, &day),
+            Dtype::Bf16 => test_versions::<bf16, D>(&gpu, &day),
+            integer => panic!("{}: softmax has no {integer} version", D::DAY),
+        };
+        for (&version, (ran, refusals)) in D::VERSIONS.iter().zip(outcomes) {
             if dtype != Dtype::F32 && D::F32_ONLY.contains(&version) {
                 assert_eq!(ran, 0, "{version} is f32-only but ran on {dtype}");
                 continue;
@@ -550,23 +550,12 @@ pub fn test_every_version<D: SoftmaxDay>() {
     }
 }
 
-/// Runs `version` on every test shape it takes: how many it ran, and why it refused the rest.
-fn test_version<T: Element, D: SoftmaxDay>(
-    gpu: &Gpu,
-    day: &D,
-    version: &str,
-) -> (usize, Vec<String>) {
-    let mut ran = 0;
-    let mut refusals = Vec::new();
+/// Runs every version on every test shape it takes, the input and its reference made once
+/// per shape for all of them: per version (in [`SoftmaxDay::VERSIONS`]' order), how many
+/// shapes it ran, and why it refused the rest.
+fn test_versions<T: Element, D: SoftmaxDay>(gpu: &Gpu, day: &D) -> Vec<(usize, Vec<String>)> {
+    let mut outcomes = vec![(0, Vec::new()); D::VERSIONS.len()];
     for (i, &(rows, cols)) in TEST_SHAPES.iter().enumerate() {
-        let plan = match day.plan::<T>(gpu, version, rows, cols) {
-            Ok(plan) => plan,
-            Err(e) if e.is::<Refused>() => {
-                refusals.push(format!("{rows}x{cols}: {e}"));
-                continue;
-            }
-            Err(e) => panic!("{version} {} {rows}x{cols}: {e:#}", T::NAME),
-        };
         let mut x: Vec<T> = inputs::logits(rows * cols, i as u64);
         if rows >= 2 {
             for c in (0..cols).step_by(3) {
@@ -576,21 +565,37 @@ fn test_version<T: Element, D: SoftmaxDay>(
         if rows >= 3 {
             x[(rows - 1) * cols..].fill(T::from_f64(f64::NEG_INFINITY));
         }
-        let expected = reference::softmax::softmax_rows(&x, rows, cols);
-        let x_dev = gpu.upload(&x).expect("upload");
+        // Made when the first version takes the shape.
+        let mut reference = None;
         let mut out = gpu.alloc_poisoned::<T>(rows * cols).expect("alloc");
-        let mut launch = plan.launch;
-        let got = launch_and_read(gpu, &mut out, &mut |out| launch(&x_dev, out))
-            .unwrap_or_else(|e| panic!("{version} {} {rows}x{cols}: {e:#}", T::NAME));
-        let report = check::compare(&got, &expected, &[rows, cols], plan.tolerance);
-        assert!(
-            report.passed(),
-            "{version} {} {rows} x {cols}: {report}",
-            T::NAME
-        );
-        ran += 1;
+        for (&version, (ran, refusals)) in D::VERSIONS.iter().zip(outcomes.iter_mut()) {
+            let plan = match day.plan::<T>(gpu, version, rows, cols) {
+                Ok(plan) => plan,
+                Err(e) if e.is::<Refused>() => {
+                    refusals.push(format!("{rows}x{cols}: {e}"));
+                    continue;
+                }
+                Err(e) => panic!("{version} {} {rows}x{cols}: {e:#}", T::NAME),
+            };
+            let (expected, x_dev) = reference.get_or_insert_with(|| {
+                (
+                    reference::softmax::softmax_rows(&x, rows, cols),
+                    gpu.upload(&x).expect("upload"),
+                )
+            });
+            let mut launch = plan.launch;
+            let got = launch_and_read(gpu, &mut out, &mut |out| launch(x_dev, out))
+                .unwrap_or_else(|e| panic!("{version} {} {rows}x{cols}: {e:#}", T::NAME));
+            let report = check::compare(&got, expected, &[rows, cols], plan.tolerance);
+            assert!(
+                report.passed(),
+                "{version} {} {rows} x {cols}: {report}",
+                T::NAME
+            );
+            *ran += 1;
+        }
     }
-    (ran, refusals)
+    outcomes
 }
 
 /// Requests every softmax day refuses before opening a GPU, with exit 2 and one `error:`

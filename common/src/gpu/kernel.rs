@@ -9,6 +9,7 @@ use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, sys::CUfunction_att
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::Gpu;
+use crate::gpu::kernel_build::KernelBuild;
 use crate::gpu::nvrtc::{self, Compiled, KernelSource};
 
 /// What the compiler gave a kernel: the resources that decide how many of its blocks share
@@ -198,23 +199,32 @@ pub struct KernelSet {
 }
 
 impl KernelSet {
+    /// Compiles `build` for `gpu` and loads each of its functions; an error on a GPU that
+    /// cannot run it (the caller asks only for the builds its GPU takes).
+    pub fn load_build(gpu: &Gpu, build: &KernelBuild) -> Result<Self> {
+        let Some(module) = gpu.load_build(build)? else {
+            bail!(
+                "{} is not for {} ({})",
+                build.source.file_name,
+                gpu.info.name,
+                gpu.info.arch
+            );
+        };
+        let kernels = build
+            .functions
+            .iter()
+            .map(|name| Ok((name.clone(), module.kernel(gpu, name)?)))
+            .collect::<Result<_>>()?;
+        Ok(Self { kernels })
+    }
+
     /// Compiles `source` for `gpu` and loads each of `names`.
     pub fn load(
         gpu: &Gpu,
         source: &crate::gpu::nvrtc::KernelSource,
         names: impl IntoIterator<Item = String>,
     ) -> Result<Self> {
-        Self::load_for_arch(gpu, source, &gpu.info.arch.clone(), names)
-    }
-
-    /// [`KernelSet::load`] for an explicit target: `sm_90a` for the Hopper-only instructions.
-    pub fn load_for_arch(
-        gpu: &Gpu,
-        source: &crate::gpu::nvrtc::KernelSource,
-        arch: &str,
-        names: impl IntoIterator<Item = String>,
-    ) -> Result<Self> {
-        let module = gpu.load_for_arch(source, arch, &[])?;
+        let module = gpu.load(source)?;
         let kernels = names
             .into_iter()
             .map(|name| Ok((name.clone(), module.kernel(gpu, &name)?)))
@@ -233,6 +243,16 @@ impl KernelSet {
 /// Loading kernel files: here, above the device layer, so that `gpu` needs nothing of
 /// `kernel` or `nvrtc`.
 impl Gpu {
+    /// Compiles `build` for this GPU and loads it; None when this GPU cannot run it (an
+    /// sm_90a build on another GPU).
+    pub fn load_build(&self, build: &KernelBuild) -> Result<Option<Module>> {
+        let Some(arch) = build.arch_on(&self.info.arch) else {
+            return Ok(None);
+        };
+        let options: Vec<&str> = build.options.iter().map(String::as_str).collect();
+        self.load_for_arch(&build.source, &arch, &options).map(Some)
+    }
+
     /// Compiles a day's kernel file for this device and loads it.
     pub fn load(&self, source: &KernelSource) -> Result<Module> {
         self.load_for_arch(source, &self.info.arch.clone(), &[])

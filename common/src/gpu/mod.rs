@@ -1,11 +1,13 @@
 //! Opening the GPU, or saying clearly why not; device facts; memory helpers.
 //!
 //! Below the device, in order (each uses only what comes before it): [`kernel_cache`],
-//! [`nvrtc`], [`kernel`] (loading a compiled file and its kernels), [`tma`], [`cublas`],
+//! [`nvrtc`], [`kernel_build`] (what each day compiles), [`kernel`] (loading a compiled file
+//! and its kernels), [`tma`], [`cublas`],
 //! [`cublaslt`] (the 8-bit GEMMs).
 
 pub mod kernel_cache;
 pub mod nvrtc;
+pub mod kernel_build;
 pub mod kernel;
 pub mod tma;
 pub mod cublas;

@@ -46,18 +46,20 @@ pub struct Compiled {
     pub log: String,
     /// Spill bytes (stores + loads) per kernel, read from the ptxas report.
     pub spills: BTreeMap<String, u32>,
+    /// Registers per thread of each kernel, read from the ptxas report.
+    pub registers: BTreeMap<String, u32>,
     /// Taken from the kernel cache (disk or this process's memory), not compiled now.
     pub from_cache: bool,
 }
 
 impl Compiled {
     fn from_entry(entry: Entry, from_cache: bool) -> Self {
-        let spills = parse_spills(&entry.log);
         Self {
+            spills: parse_spills(&entry.log),
+            registers: parse_registers(&entry.log),
             arch: entry.arch,
             cubin: entry.cubin,
             log: entry.log,
-            spills,
             from_cache,
         }
     }
@@ -88,12 +90,43 @@ pub fn version() -> Result<(i32, i32)> {
 /// from this process's memory or the on-disk cache ([`KernelCache::from_env`]) when they
 /// have it.
 pub fn compile(source: &KernelSource, arch: &str, extra_options: &[&str]) -> Result<Compiled> {
-    compile_with_cache(
-        source,
-        arch,
-        extra_options,
-        KernelCache::from_env().as_ref(),
-    )
+    let cache = KernelCache::from_env();
+    let compiled = compile_with_cache(source, arch, extra_options, cache.as_ref())?;
+    if cache.is_some() {
+        log_event(&compiled, source);
+    }
+    Ok(compiled)
+}
+
+/// The environment variable naming a file to which every [`compile`] through the kernel
+/// cache appends one line, `loaded` or `compiled`, the architecture, the file and NVRTC's
+/// version (tab-separated): how the GPU host's `run.sh` counts what its bundled cache saved
+/// and finds a kernel the bundle should have held.
+pub const LOG_ENV: &str = "DAYS_OF_GPU_KERNEL_LOG";
+
+fn log_event(compiled: &Compiled, source: &KernelSource) {
+    let Some(path) = std::env::var_os(LOG_ENV) else {
+        return;
+    };
+    let how = if compiled.from_cache {
+        "loaded"
+    } else {
+        "compiled"
+    };
+    let nvrtc = version().map_or_else(|_| "?".to_string(), |(a, b)| format!("{a}.{b}"));
+    let line = format!(
+        "{how}\t{}\t{}\tnvrtc {nvrtc}\n",
+        compiled.arch, source.file_name
+    );
+    // One short write in append mode: lines of processes writing at once do not interleave.
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+    if let Err(e) = written {
+        warn_once(&format!("cannot append to {}: {e}", path.to_string_lossy()));
+    }
 }
 
 /// [`compile`] with the on-disk cache given (None: no disk cache; this process's memory is
@@ -104,14 +137,8 @@ pub fn compile_with_cache(
     extra_options: &[&str],
     cache: Option<&KernelCache>,
 ) -> Result<Compiled> {
-    ensure_available()?;
+    let key = cache_key(source, arch, extra_options)?;
     let options = options(arch, extra_options);
-    let key = kernel_cache::key(
-        (source.file_name, source.code),
-        HEADERS,
-        &options,
-        version()?,
-    );
     // Keyed by folder too, so a test with its own cache folder is not answered from memory.
     let memo_key = (cache.map(|c| c.dir().to_path_buf()), key.clone());
     static MEMO: OnceLock<Mutex<HashMap<MemoKey, Entry>>> = OnceLock::new();
@@ -159,6 +186,18 @@ pub fn compile_with_cache(
         memo.lock().expect("kernel memo").insert(memo_key, entry);
     }
     Ok(compiled)
+}
+
+/// The kernel cache's key of compiling `source` for `arch` with `extra_options` by the NVRTC
+/// this process loads (an error without NVRTC: its version is part of the key).
+pub fn cache_key(source: &KernelSource, arch: &str, extra_options: &[&str]) -> Result<String> {
+    ensure_available()?;
+    Ok(kernel_cache::key(
+        (source.file_name, source.code),
+        HEADERS,
+        &options(arch, extra_options),
+        version()?,
+    ))
 }
 
 /// This process's compilations: (the disk cache's folder, the key).
@@ -305,6 +344,25 @@ fn parse_spills(log: &str) -> BTreeMap<String, u32> {
     spills
 }
 
+/// Reads ptxas's `-v` report: after "Compiling entry function 'NAME'" comes a line
+/// "Used N registers, ...".
+fn parse_registers(log: &str) -> BTreeMap<String, u32> {
+    let mut registers = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            current = rest.split('\'').next().map(str::to_string);
+        } else if let Some(rest) = line.split("Used ").nth(1)
+            && rest.contains(" registers")
+            && let Some(name) = current.take()
+            && let Some(Ok(n)) = rest.split_whitespace().next().map(str::parse)
+        {
+            registers.insert(name, n);
+        }
+    }
+    registers
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,6 +379,12 @@ ptxas info    : Compiling entry function 'b' for 'sm_90'
 ptxas info    : Function properties for b
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads";
         let spills = parse_spills(log);
+        assert_eq!(parse_registers(log).get("a_kernel"), Some(&40));
+        assert_eq!(
+            parse_registers(log).get("b"),
+            None,
+            "b's report has no register line"
+        );
         assert_eq!(spills.get("a_kernel"), Some(&16));
         assert_eq!(spills.get("b"), Some(&0));
         assert_eq!(spills.len(), 2);
@@ -348,7 +412,8 @@ KERNEL void probe(const bf16_t* in, f16_t* out, float* x, index_t n) {
     if (threadIdx.x < n) x[threadIdx.x] = NEG_INF;
 }"#,
         };
-        let compiled = compile(&source, "sm_90", &[]).expect("compiles");
+        // No disk cache: a probe of the headers, not a kernel any day loads.
+        let compiled = compile_with_cache(&source, "sm_90", &[], None).expect("compiles");
         assert!(!compiled.cubin.is_empty());
         assert_eq!(
             compiled.spills.get("probe"),

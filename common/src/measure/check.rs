@@ -479,6 +479,36 @@ mod tests {
         assert_eq!(r.first[0].index, vec![1, 0]);
     }
 
+    /// Outputs of several chunks (compared on different cores): every mismatch is counted,
+    /// the first ones kept are the first in index order, and the sums are the whole output's.
+    #[test]
+    fn a_large_output_is_compared_whole_across_chunks() {
+        let len = 5 * COMPARE_CHUNK + 17;
+        let expected: Vec<f64> = (0..len).map(|i| (i % 97) as f64 - 40.0).collect();
+        let mut got: Vec<f32> = expected.iter().map(|&v| v as f32).collect();
+        let ok = compare(&got, &expected, &[len], Tolerance::new(0.0, 0.0));
+        assert!(ok.passed() && ok.elements == len, "{ok}");
+        // Wrong elements in the last chunk first written, then earlier ones: the report
+        // keeps the earliest indices whatever chunk finished first.
+        let wrong: Vec<usize> = (0..12)
+            .map(|n| len - 1 - n * 3)
+            .chain([7, 3 * COMPARE_CHUNK])
+            .collect();
+        for &i in &wrong {
+            got[i] += 1.0;
+        }
+        got[COMPARE_CHUNK + 1] = f32::POISON;
+        let report = compare(&got, &expected, &[len], Tolerance::new(0.0, 0.0));
+        assert!(!report.passed());
+        assert_eq!(report.mismatches, wrong.len() + 1);
+        assert_eq!(report.unwritten, 1);
+        let first: Vec<usize> = report.first.iter().map(|m| m.index[0]).collect();
+        let mut sorted: Vec<usize> = wrong.iter().copied().chain([COMPARE_CHUNK + 1]).collect();
+        sorted.sort_unstable();
+        assert_eq!(first, sorted[..KEEP_MISMATCHES]);
+        assert_eq!(report.max_abs_err, 1.0);
+    }
+
     #[test]
     fn unflatten_is_row_major() {
         assert_eq!(unflatten(7, &[2, 3, 4]), vec![0, 1, 3]);

@@ -7,6 +7,8 @@
 //! all zeros, the convention attention kernels use for fully masked rows, and every softmax
 //! kernel must produce exactly that (PyTorch gives NaN there).
 
+use rayon::prelude::*;
+
 use crate::dtype::Dtype;
 use crate::element::Element;
 use crate::measure::check::Tolerance;
@@ -49,18 +51,28 @@ pub fn softmax_rows<T: Element>(x: &[T], rows: usize, cols: usize) -> Vec<f64> {
         rows * cols,
         "softmax_rows: data is not rows x cols"
     );
-    let mut out = Vec::with_capacity(x.len());
-    for row in x.chunks_exact(cols.max(1)).take(rows) {
-        let row: Vec<f64> = row.iter().map(|v| v.to_f64()).collect();
-        let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        if max == f64::NEG_INFINITY {
-            out.extend(std::iter::repeat_n(0.0, cols));
-            continue;
-        }
-        let exps: Vec<f64> = row.iter().map(|v| (v - max).exp()).collect();
-        let sum: f64 = exps.iter().sum();
-        out.extend(exps.iter().map(|e| e / sum));
-    }
+    let mut out = vec![0.0f64; x.len()];
+    // Rows on every core: the GPU tests' shapes reach millions of elements.
+    out.par_chunks_mut(cols.max(1))
+        .zip(x.par_chunks(cols.max(1)))
+        .for_each(|(out, row)| {
+            for (o, v) in out.iter_mut().zip(row) {
+                *o = v.to_f64();
+            }
+            let max = out.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            if max == f64::NEG_INFINITY {
+                out.fill(0.0);
+                return;
+            }
+            let mut sum = 0.0;
+            for o in out.iter_mut() {
+                *o = (*o - max).exp();
+                sum += *o;
+            }
+            for o in out.iter_mut() {
+                *o /= sum;
+            }
+        });
     out
 }
 
