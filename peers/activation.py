@@ -34,6 +34,9 @@ import torch.nn.functional as F
 
 import _peer
 
+# The days whose tables use these figures: run.sh --days runs this script only for them.
+DAYS = "day13"
+
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 ROWS, COLS = 16384, 4096
 DROPOUT_P = 0.1

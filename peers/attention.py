@@ -19,6 +19,9 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 import _peer
 
+# The days whose tables use these figures: run.sh --days runs this script only for them.
+DAYS = "day10"
+
 TOKENS, HIDDEN = 16384, 2048
 
 # day10's default problems, then its --sweep (512 to 16384) for both head dims, with and

@@ -17,6 +17,9 @@ import torch
 
 import _peer
 
+# The days whose tables use these figures: run.sh --days runs this script only for them.
+DAYS = "day14"
+
 # Square, tall-skinny and short-wide: day14's default problems, 256 MiB of A each.
 PROBLEMS = [(8192, 8192), (1 << 20, 64), (64, 1 << 20)]
 

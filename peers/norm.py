@@ -22,6 +22,9 @@ import torch.nn.functional as F
 
 import _peer
 
+# The days whose tables use these figures: run.sh --days runs this script only for them.
+DAYS = "day11 day12"
+
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 # (op, dtype, rows, cols): the days' default problems.

@@ -18,6 +18,9 @@ import torch.nn.functional as F
 
 import _peer
 
+# The days whose tables use these figures: run.sh --days runs this script only for them.
+DAYS = "day24"
+
 # day24's default GEMV shapes (N rows x K) and its GEMM (M x N x K).
 GEMV = [(8192, 8192), (14336, 4096), (28672, 8192)]
 GEMM = [(4096, 4096, 4096)]

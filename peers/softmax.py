@@ -16,6 +16,9 @@ import torch
 
 import _peer
 
+# The days whose tables use these figures: run.sh --days runs this script only for them.
+DAYS = "day01 day02 day03 day04 day05"
+
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 # The softmax targets, the dtype-day problems, and the sweep (2^26 elements, 128..1M columns).

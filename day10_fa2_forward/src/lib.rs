@@ -13,7 +13,7 @@ use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::gpu::tma::HeadTiles;
 use common::measure::check::{self, CheckReport, Tolerance};
-use common::reference::attention::{self as reference, AttentionShape, QueryRow, Terms};
+use common::reference::attention::{self as reference, AttentionShape, QueryRow};
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape, UsageError, sizes};
 use cudarc::driver::{CudaSlice, PushKernelArg};
@@ -317,8 +317,8 @@ pub fn o_slack(dtype: Dtype, magnitudes: &[f64]) -> Vec<f64> {
 pub const L_TOLERANCE: Tolerance = Tolerance::new(2e-4, 2e-5);
 
 /// The reference at some query rows (every row: [`AttentionShape::all_query_rows`]), computed
-/// on every host core: O and L as [`reference::attention_rows`] gives them, and each O
-/// element's magnitude for [`o_slack`].
+/// in blocks on every host core ([`reference::attention_rows_with_magnitudes`]): O and L, and
+/// each O element's magnitude for [`o_slack`].
 pub struct ExpectedO {
     pub o: Vec<f64>,
     pub lse: Vec<f64>,
@@ -333,25 +333,13 @@ impl ExpectedO {
         shape: &AttentionShape,
         rows: &[QueryRow],
     ) -> Self {
-        let scale = shape.default_scale();
-        if rows == shape.all_query_rows() {
-            // Every row: the blocked pass (f64 matrix products per sequence and head).
-            let (out, magnitudes) =
-                reference::attention_forward_with_magnitudes(q, k, v, shape, scale);
-            return Self {
-                o: out.o,
-                lse: out.lse,
-                magnitudes,
-            };
+        let (out, magnitudes) =
+            reference::attention_rows_with_magnitudes(q, k, v, shape, shape.default_scale(), rows);
+        Self {
+            o: out.o,
+            lse: out.lse,
+            magnitudes,
         }
-        let (o, lse) = reference::in_parallel_pairs(rows, |chunk| {
-            let out = reference::attention_rows(q, k, v, shape, scale, chunk);
-            (out.o, out.lse)
-        });
-        let magnitudes = reference::in_parallel(rows, |chunk| {
-            reference::attention_rows_terms(q, k, v, shape, scale, chunk, Terms::Absolute).o
-        });
-        Self { o, lse, magnitudes }
     }
 
     /// Checks O, a whole `[total_q, heads, head_dim]` output, at the flat indices `at` of

@@ -13,8 +13,7 @@ use common::gpu::nvrtc::KernelSource;
 use common::gpu::tma::{HeadTiles, RowSpans};
 use common::measure::check::{self, CheckReport, Tolerance};
 use common::reference::attention::{
-    self as reference, AttentionGradients, AttentionShape, BackwardInputs, KeyRow, QueryRow, Terms,
-    in_parallel, in_parallel_pairs,
+    self as reference, AttentionGradients, AttentionShape, BackwardInputs, KeyRow, QueryRow,
 };
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape, UsageError};
@@ -889,9 +888,10 @@ impl Gradient {
 }
 
 /// The reference gradients at some query rows (dQ) and keys (dK, dV), every one of them when
-/// given [`AttentionShape::all_query_rows`] and [`AttentionShape::all_key_rows`], computed on
-/// every host core (thousands of sampled rows, or a whole test shape, in seconds); with the
-/// sums of their terms' absolute values, each element's own allowance ([`grad_slack`]).
+/// given [`AttentionShape::all_query_rows`] and [`AttentionShape::all_key_rows`], computed in
+/// blocks on every host core ([`reference::attention_backward_at`]: a whole test shape in
+/// milliseconds); with the sums of their terms' absolute values, each element's own
+/// allowance ([`grad_slack`]).
 pub struct ExpectedGradients {
     pub values: AttentionGradients,
     pub magnitudes: AttentionGradients,
@@ -904,26 +904,9 @@ impl ExpectedGradients {
         rows: &[QueryRow],
         keys: &[KeyRow],
     ) -> Self {
-        let scale = shape.default_scale();
-        if rows == shape.all_query_rows() && keys == shape.all_key_rows() {
-            // Every row and key: the blocked pass (f64 matrix products per sequence and head).
-            let (values, magnitudes) =
-                reference::attention_backward_with_magnitudes(x, shape, scale);
-            return Self { values, magnitudes };
-        }
-        let gradients = |terms| {
-            let dq = in_parallel(rows, |chunk| {
-                reference::attention_backward_dq(x, shape, scale, chunk, terms)
-            });
-            let (dk, dv) = in_parallel_pairs(keys, |chunk| {
-                reference::attention_backward_dkv(x, shape, scale, chunk, terms)
-            });
-            AttentionGradients { dq, dk, dv }
-        };
-        Self {
-            values: gradients(Terms::Signed),
-            magnitudes: gradients(Terms::Absolute),
-        }
+        let (values, magnitudes) =
+            reference::attention_backward_at(x, shape, shape.default_scale(), rows, keys);
+        Self { values, magnitudes }
     }
 
     /// Checks one gradient with [`grad_tolerance`] and [`grad_slack`]: `got` is a whole

@@ -6,8 +6,8 @@
 #   run.sh --out DIR [--days day06,day09] [--parts tests,bench,sweeps,verify] [--jobs N]
 #          [--peers-from FILE] [--bench] [--sanitize]
 #
-# --days runs only those days' test executables, benchmarks, sweeps and checks (the peers
-# still run whole); results.json then holds only them. --parts runs only some of the default
+# --days runs only those days' test executables, benchmarks, sweeps, checks and peers (each
+# peer script names its days); results.json then holds only them. --parts runs only some of the default
 # parts (the peers run with bench or sweeps). --jobs runs that many test executables (and
 # sanitizer runs) side by side (8 by default: they spend most of their time compiling kernels
 # on the CPU). --peers-from takes the peers' figures from the peers.json of an earlier run on
@@ -22,9 +22,12 @@
 # DIR/results.json and DIR/plots/dayNN.svg (the sweeps); the verify part (verify/verify.py:
 # each day's outputs recomputed with PyTorch) writes DIR/verify.log and DIR/verify/; --bench
 # DIR/criterion.log; --sanitize DIR/sanitize.log and DIR/sanitize/. results.json records every
-# test executable (passed or not, and the SKIPPED lines it printed) and the exit code of every
-# benchmark, sweep, verification, bench and sanitizer run, so `cargo xtask report` can refuse
-# a run in which anything failed. Exits 1 if any of them failed, 2 on bad arguments.
+# test executable (passed or not, the SKIPPED lines it printed, its wall seconds and each
+# test's own seconds) and the exit code and seconds of every benchmark, sweep, verification,
+# bench and sanitizer run, so `cargo xtask report` can refuse a run in which anything failed.
+# The bundle's compiled kernels (kernel-cache/ in the archive) go into the kernel cache first;
+# a kernel compiled here that the bundle should have held fails the run (the end says why).
+# Exits 1 if any of them failed, 2 on bad arguments.
 set -u
 # Empty arrays ("${peers_args[@]}") are fine under `set -u` from bash 4.4 on only.
 if [ "${BASH_VERSINFO[0]}" -lt 4 ] || { [ "${BASH_VERSINFO[0]}" -eq 4 ] && [ "${BASH_VERSINFO[1]}" -lt 4 ]; }; then
@@ -89,9 +92,17 @@ part() { case "$parts_wanted" in *",$1,"*) true ;; *) false ;; esac; }
 # A string as a JSON string literal (backslashes and quotes escaped, tabs as spaces).
 json_string() { printf '"%s"' "$(printf '%s' "$1" | tr '\t' ' ' | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
 runs_json=""
+run_seconds=""
 # Records the exit code of one benchmark, sweep, verification, bench or sanitizer run in
-# results.json.
-record_run() { runs_json="$runs_json${runs_json:+,}{\"name\":\"$1\",\"kind\":\"$2\",\"exit\":$3}"; }
+# results.json, with its wall seconds since the last `started`.
+started() { run_start=$(date +%s.%N); }
+started
+record_run() {
+  local secs
+  secs=$(awk -v s="$run_start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
+  runs_json="$runs_json${runs_json:+,}{\"name\":\"$1\",\"kind\":\"$2\",\"exit\":$3,\"seconds\":$secs}"
+  run_seconds="$run_seconds$(printf '%7.1f  %s %s' "$secs" "$2" "$1")"$'\n'
+}
 
 parts=$(mktemp -d)
 trap 'rm -rf "$parts"' EXIT
@@ -122,8 +133,13 @@ done
 bundled_nvrtc=""
 bundled_kernels=0
 if [ -f "$exe/kernel-cache/MANIFEST" ] && [ "$DAYS_OF_GPU_KERNEL_CACHE" != off ]; then
-  mkdir -p "$DAYS_OF_GPU_KERNEL_CACHE" && cp -n "$exe"/kernel-cache/*.cubin "$DAYS_OF_GPU_KERNEL_CACHE"/ \
-    || { echo "cannot copy the bundled kernels into $DAYS_OF_GPU_KERNEL_CACHE" >&2; exit 2; }
+  mkdir -p "$DAYS_OF_GPU_KERNEL_CACHE" \
+    || { echo "cannot create the kernel cache $DAYS_OF_GPU_KERNEL_CACHE" >&2; exit 2; }
+  # Entries are named by their key: one already there is the same file.
+  for f in "$exe"/kernel-cache/*.cubin; do
+    [ -e "$DAYS_OF_GPU_KERNEL_CACHE/${f##*/}" ] || cp "$f" "$DAYS_OF_GPU_KERNEL_CACHE"/ \
+      || { echo "cannot copy the bundled kernels into $DAYS_OF_GPU_KERNEL_CACHE" >&2; exit 2; }
+  done
   bundled_nvrtc=$(cut -f4 "$exe/kernel-cache/MANIFEST" | sort -u | head -n 1)
   bundled_kernels=$(grep -c . "$exe/kernel-cache/MANIFEST")
   echo "== kernels: $bundled_kernels compiled files from the bundle ($bundled_nvrtc, sm_90 and sm_90a) in $DAYS_OF_GPU_KERNEL_CACHE"
@@ -186,9 +202,17 @@ elif ! part bench && ! part sweeps; then
 elif [ -d "$here/peers" ] && python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "== peers (log: $out/peers.log)"
   : > "$out/peers.log"
+  peers_start=$(date +%s)
   # Names starting with `_` are helpers the scripts import (peers/_peer.py), not peers.
   for p in "$here"/peers/[!_]*.py; do
     name=$(basename "$p" .py)
+    # With --days, only the peers of those days (each script's `DAYS = "dayNN ..."`).
+    peer_days=$(sed -n 's/^DAYS = "\(.*\)"$/\1/p' "$p")
+    if [ -n "$days" ] && [ -n "$peer_days" ]; then
+      wanted=0
+      for d in $peer_days; do selected "$d" && wanted=1; done
+      [ "$wanted" = 1 ] || continue
+    fi
     if python3 "$p" --out "$parts/peers_$name.json" >> "$out/peers.log" 2>&1; then
       note peer "$name" ok
     else
@@ -203,6 +227,7 @@ for path in sys.argv[2:]:
 json.dump({"figures": figures}, open(sys.argv[1], "w"), indent=1)
 PY
   then peers_args=(--peers "$out/peers.json"); fi
+  run_seconds="$run_seconds$(printf '%7d  peers' "$(( $(date +%s) - peers_start ))")"$'\n'
 else
   echo "== peers: skipped (no python3 with torch and a CUDA device)"
 fi
@@ -221,6 +246,7 @@ for b in "$exe"/bin/day*; do
   if printf '%s' "$help" | grep -q -- '--roofline'; then
     extra=(--roofline "$out/plots/$name-roofline.svg")
   fi
+  started
   "$b" --json "$parts/$name.json" "${peers_args[@]}" "${extra[@]}" 2>&1 | tee -a "$out/bench.log"
   rc=${PIPESTATUS[0]}
   record_run "$name" bench "$rc"
@@ -235,6 +261,7 @@ for b in "$exe"/bin/day*; do
   help=$("$b" --help 2>&1) || { record_run "$name" sweep 127; note sweep "$name" "FAILED (--help did not run)"; failed=1; continue; }
   printf '%s' "$help" | grep -q -- '--sweep' || continue
   echo "---- $name --sweep" | tee -a "$out/bench.log"
+  started
   "$b" --sweep --iters 20 --warmup 3 --plot "$out/plots/$name.svg" "${peers_args[@]}" 2>&1 | tee -a "$out/bench.log"
   rc=${PIPESTATUS[0]}
   record_run "$name" sweep "$rc"
@@ -250,6 +277,7 @@ if part verify; then
     note verify all "SKIPPED (no verify/ in the bundle)"
   elif python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     echo "== verify: every day's outputs recomputed with PyTorch (log: $out/verify.log)"
+    started
     python3 "$here/verify/verify.py" --bin "$exe/bin" --out "$out/verify" "${days_args[@]}" 2>&1 \
       | tee "$out/verify.log"
     rc=${PIPESTATUS[0]}
@@ -274,6 +302,7 @@ if [ "$criterion" = 1 ]; then
     selected "$name" || continue
     benches_run=$((benches_run + 1))
     echo "---- $name" | tee -a "$out/criterion.log"
+    started
     "$b" --bench 2>&1 | tee -a "$out/criterion.log"
     rc=${PIPESTATUS[0]}
     record_run "$name" criterion "$rc"
@@ -293,6 +322,7 @@ if [ "$sanitize" = 1 ]; then
     note sanitize all "SKIPPED (no compute-sanitizer)"
   else
     echo "== sanitize: small problems under $sanitizer (log: $out/sanitize.log)"
+    started
     python3 "$here/verify/sanitize.py" --bin "$exe/bin" --sanitizer "$sanitizer" \
       --out "$out/sanitize" --jobs "$jobs" "${days_args[@]}" 2>&1 | tee "$out/sanitize.log"
     rc=${PIPESTATUS[0]}
@@ -340,6 +370,7 @@ fi
   printf ']}\n'
 } > "$out/results.json.tmp" && mv "$out/results.json.tmp" "$out/results.json"
 
+[ -z "$run_seconds" ] || { echo "== wall seconds of the other parts"; printf '%s' "$run_seconds"; }
 echo "== summary (commit $COMMIT$([ "$DIRTY" = true ] && echo ', with uncommitted changes'))"
 printf '%s' "$summary"
 echo "results: $out/results.json"

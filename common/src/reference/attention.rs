@@ -219,7 +219,7 @@ pub struct QueryRow {
 }
 
 /// The forward pass at every query row (in blocks on every core:
-/// [`attention_forward_with_magnitudes`]; [`attention_rows`] is the same row by row).
+/// [`attention_rows_with_magnitudes`]; [`attention_rows`] is the same row by row).
 pub fn attention_forward<T: Element>(
     q: &[T],
     k: &[T],
@@ -227,7 +227,7 @@ pub fn attention_forward<T: Element>(
     shape: &AttentionShape,
     scale: f64,
 ) -> AttentionOutput {
-    attention_forward_with_magnitudes(q, k, v, shape, scale).0
+    attention_rows_with_magnitudes(q, k, v, shape, scale, &shape.all_query_rows()).0
 }
 
 /// The forward pass at some query rows only (a sampled check of a large problem): `o` holds
@@ -373,8 +373,8 @@ impl Terms {
 ///
 /// (`D_i = sum_j P_ij dP_ij`, the softmax's Jacobian applied to dP, computed from O in one
 /// pass over d instead of one over the keys.) Computed in blocks on every core
-/// ([`attention_backward_with_magnitudes`]); [`attention_backward_dq`] and
-/// [`attention_backward_dkv`] are the same sums row by row, for sampled checks.
+/// ([`attention_backward_at`]); [`attention_backward_dq`] and [`attention_backward_dkv`] are
+/// the same sums row by row, the plain definition the blocked passes are tested against.
 pub fn attention_backward<T: Element>(
     x: &BackwardInputs<T>,
     shape: &AttentionShape,
@@ -391,7 +391,8 @@ pub fn attention_backward_terms<T: Element>(
     scale: f64,
     terms: Terms,
 ) -> AttentionGradients {
-    let (values, magnitudes) = attention_backward_with_magnitudes(x, shape, scale);
+    let (rows, keys) = (shape.all_query_rows(), shape.all_key_rows());
+    let (values, magnitudes) = attention_backward_at(x, shape, scale, &rows, &keys);
     match terms {
         Terms::Signed => values,
         Terms::Absolute => magnitudes,
@@ -537,36 +538,75 @@ fn head_rows(
     MatRef::strided(&x[(first * heads + head) * d..], count, d, heads * d, 1)
 }
 
-/// Every (sequence, head) pair of `heads` heads: the blocks the full references compute on
-/// separate cores.
-fn blocks(shape: &AttentionShape, heads: usize) -> Vec<(usize, usize)> {
-    (0..shape.batch())
-        .flat_map(|s| (0..heads).map(move |h| (s, h)))
-        .collect()
-}
-
-/// Writes a block's `count x d` rows back into head `head` of a packed `[tokens, heads, d]`
-/// output, from token `first` on.
-#[allow(clippy::too_many_arguments)]
-fn scatter_rows(out: &mut [f64], block: &[f64], first: usize, heads: usize, head: usize, d: usize) {
-    for (i, row) in block.chunks_exact(d).enumerate() {
-        out[((first + i) * heads + head) * d..][..d].copy_from_slice(row);
+/// The given rows (tokens `first + i` for each `i` of `picked`) of one head of a packed
+/// `[tokens, heads, d]` tensor, copied into an `n x d` matrix.
+fn gather_rows(
+    x: &[f64],
+    first: usize,
+    picked: &[usize],
+    heads: usize,
+    head: usize,
+    d: usize,
+) -> Vec<f64> {
+    let mut out = Vec::with_capacity(picked.len() * d);
+    for &i in picked {
+        out.extend_from_slice(&x[((first + i) * heads + head) * d..][..d]);
     }
+    out
 }
 
-/// The forward pass at every query row, with each output's magnitude `sum_j P_ij |V_jc|`
-/// (what [`attention_rows_terms`] gives with [`Terms::Absolute`]) beside it.
+/// Rows of one (sequence, head) block: the position in the sequence of each, and where its
+/// result goes in the caller's order.
+struct Block {
+    seq: usize,
+    head: usize,
+    picked: Vec<usize>,
+    slots: Vec<usize>,
+}
+
+/// Groups `(token, head)` items by sequence and head, in the order of first appearance.
+fn group_by_block(items: impl Iterator<Item = (usize, usize)>, cu: &[usize]) -> Vec<Block> {
+    let mut index = std::collections::HashMap::new();
+    let mut blocks: Vec<Block> = Vec::new();
+    for (slot, (token, head)) in items.enumerate() {
+        let seq = cu.partition_point(|&start| start <= token) - 1;
+        let b = *index.entry((seq, head)).or_insert_with(|| {
+            blocks.push(Block {
+                seq,
+                head,
+                picked: Vec::new(),
+                slots: Vec::new(),
+            });
+            blocks.len() - 1
+        });
+        blocks[b].picked.push(token - cu[seq]);
+        blocks[b].slots.push(slot);
+    }
+    blocks
+}
+
+/// The keys each of the queries `query_of` of a sequence of `lq` queries and `lk` keys sees
+/// (exclusive ends: [`AttentionShape::key_end`]).
+fn key_ends(shape: &AttentionShape, (lq, lk): (usize, usize), query_of: &[usize]) -> Vec<usize> {
+    query_of.iter().map(|&i| shape.key_end(i, lq, lk)).collect()
+}
+
+/// The forward pass at `rows` (any of them, in any order), with each output's magnitude
+/// `sum_j P_ij |V_jc|` (what [`attention_rows_terms`] gives with [`Terms::Absolute`]) beside
+/// it: `o` and the magnitudes hold `head_dim` values per row and `lse` one, in the order of
+/// `rows`.
 ///
-/// The same sums as [`attention_rows`], in blocks: per sequence and query head,
-/// `S = scale Q K^T` and `O = P V` (and `P |V|`) as f64 matrix products ([`dense::gemm`]),
-/// the blocks spread over every core. A whole GPU test shape then takes milliseconds, where
-/// one dot product per score took seconds.
-pub fn attention_forward_with_magnitudes<T: Element>(
+/// The same sums as [`attention_rows`], in blocks: the rows of each sequence and query head
+/// together, `S = scale Q K^T` and `O = P V` (and `P |V|`) as f64 matrix products
+/// ([`dense::gemm`]), the blocks spread over every core. A whole GPU test shape then takes
+/// milliseconds, where one dot product per score took seconds.
+pub fn attention_rows_with_magnitudes<T: Element>(
     q: &[T],
     k: &[T],
     v: &[T],
     shape: &AttentionShape,
     scale: f64,
+    rows: &[QueryRow],
 ) -> (AttentionOutput, Vec<f64>) {
     let (d, heads, kv_heads) = (shape.head_dim, shape.heads, shape.kv_heads);
     assert!(kv_heads > 0 && heads.is_multiple_of(kv_heads));
@@ -576,21 +616,22 @@ pub fn attention_forward_with_magnitudes<T: Element>(
     let cu_q = AttentionShape::cu_seqlens(&shape.seqlens_q);
     let cu_k = AttentionShape::cu_seqlens(&shape.seqlens_k);
     let (q, k, v) = (dense::widen(q), dense::widen(k), dense::widen(v));
-    let v_abs: Vec<f64> = v.iter().map(|x| x.abs()).collect();
-    let pairs = blocks(shape, heads);
-    let done: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = pairs
+    let v_abs: Vec<f64> = v.par_iter().map(|x| x.abs()).collect();
+    let blocks = group_by_block(rows.iter().map(|r| (r.token, r.head)), &cu_q);
+    let done: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = blocks
         .par_iter()
-        .map(|&(s, h)| {
-            let (lq, lk) = (shape.seqlens_q[s], shape.seqlens_k[s]);
-            let g = h / shape.group();
-            let keys = head_rows(&k, cu_k[s], lk, kv_heads, g, d);
-            let mut p = dense::product(scale, head_rows(&q, cu_q[s], lq, heads, h, d), keys.t());
-            let mut lse = vec![f64::NEG_INFINITY; lq];
-            for (i, row) in p.chunks_exact_mut(lk.max(1)).enumerate().take(lq) {
-                let end = shape.key_end(i, lq, lk);
-                let (seen, masked) = row.split_at_mut(end);
+        .map(|b| {
+            let (lq, lk) = (shape.seqlens_q[b.seq], shape.seqlens_k[b.seq]);
+            let (g, n) = (b.head / shape.group(), b.picked.len());
+            let q_rows = gather_rows(&q, cu_q[b.seq], &b.picked, heads, b.head, d);
+            let keys = head_rows(&k, cu_k[b.seq], lk, kv_heads, g, d);
+            let mut p = dense::product(scale, MatRef::row_major(&q_rows, n, d), keys.t());
+            let ends = key_ends(shape, (lq, lk), &b.picked);
+            let mut lse = vec![f64::NEG_INFINITY; n];
+            for (r, row) in p.chunks_exact_mut(lk.max(1)).enumerate().take(n) {
+                let (seen, masked) = row.split_at_mut(ends[r]);
                 masked.fill(0.0);
-                if end == 0 {
+                if seen.is_empty() {
                     continue;
                 }
                 let max = seen.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -602,125 +643,188 @@ pub fn attention_forward_with_magnitudes<T: Element>(
                 for x in seen.iter_mut() {
                     *x /= sum;
                 }
-                lse[i] = max + sum.ln();
+                lse[r] = max + sum.ln();
             }
-            let p = MatRef::row_major(&p, lq, lk);
-            let o = dense::product(1.0, p, head_rows(&v, cu_k[s], lk, kv_heads, g, d));
-            let size = dense::product(1.0, p, head_rows(&v_abs, cu_k[s], lk, kv_heads, g, d));
+            let p = MatRef::row_major(&p, n, lk);
+            let o = dense::product(1.0, p, head_rows(&v, cu_k[b.seq], lk, kv_heads, g, d));
+            let size = dense::product(1.0, p, head_rows(&v_abs, cu_k[b.seq], lk, kv_heads, g, d));
             (o, size, lse)
         })
         .collect();
-    let rows = shape.total_q() * heads;
     let mut out = AttentionOutput {
-        o: vec![0.0; rows * d],
-        lse: vec![0.0; rows],
+        o: vec![0.0; rows.len() * d],
+        lse: vec![0.0; rows.len()],
     };
-    let mut magnitudes = vec![0.0; rows * d];
-    for (&(s, h), (o, size, lse)) in pairs.iter().zip(done) {
-        scatter_rows(&mut out.o, &o, cu_q[s], heads, h, d);
-        scatter_rows(&mut magnitudes, &size, cu_q[s], heads, h, d);
-        scatter_rows(&mut out.lse, &lse, cu_q[s], heads, h, 1);
+    let mut magnitudes = vec![0.0; rows.len() * d];
+    for (b, (o, size, lse)) in blocks.iter().zip(done) {
+        for (r, &slot) in b.slots.iter().enumerate() {
+            out.o[slot * d..][..d].copy_from_slice(&o[r * d..][..d]);
+            magnitudes[slot * d..][..d].copy_from_slice(&size[r * d..][..d]);
+            out.lse[slot] = lse[r];
+        }
     }
     (out, magnitudes)
 }
 
-/// The gradients at every row with their magnitudes (each gradient's terms taken absolute,
-/// what [`attention_backward_terms`] gives with [`Terms::Absolute`]): `(values, magnitudes)`.
+/// The gradients at `rows` (dQ) and `keys` (dK, dV; each summed over the query heads of its
+/// group), any of them in any order, with their magnitudes (each gradient's terms taken
+/// absolute, what [`attention_backward_dq`] and [`attention_backward_dkv`] give with
+/// [`Terms::Absolute`]): `(values, magnitudes)`, `head_dim` values per row or key in the
+/// order given.
 ///
-/// The same sums as [`attention_backward_dq`] and [`attention_backward_dkv`], in blocks: per
-/// sequence and kv head, for each query head of its group, `P` from `S = scale Q K^T` and L,
-/// `dP = dO V^T`, `dS = P * (dP - D)`, then `dQ = scale dS K`, `dK += scale dS^T Q`,
-/// `dV += P^T dO` (and the same with absolute values) as f64 matrix products, the blocks
-/// spread over every core.
-pub fn attention_backward_with_magnitudes<T: Element>(
+/// The same sums as those two, in blocks, the blocks spread over every core. dQ: the rows of
+/// each sequence and head together, `P` from `S = scale Q K^T` and L, `dP = dO V^T`,
+/// `dS = P * (dP - D)`, `dQ = scale dS K`. dK and dV: the keys of each sequence and kv head
+/// together, for each query head of its group the same with every query of the sequence
+/// (`dS^T` from `K Q^T` and `V dO^T`), `dK += scale dS^T Q`, `dV += P^T dO`.
+pub fn attention_backward_at<T: Element>(
     x: &BackwardInputs<T>,
     shape: &AttentionShape,
     scale: f64,
+    rows: &[QueryRow],
+    keys: &[KeyRow],
 ) -> (AttentionGradients, AttentionGradients) {
     let layout = Layout::new(x, shape);
     let (d, heads, kv_heads) = (shape.head_dim, shape.heads, shape.kv_heads);
-    let widen_abs = |x: &[f64]| -> Vec<f64> { x.iter().map(|v| v.abs()).collect() };
+    let abs = |x: &[f64]| -> Vec<f64> { x.par_iter().map(|v| v.abs()).collect() };
     let (q, k, v, d_o) = (
         dense::widen(x.q),
         dense::widen(x.k),
         dense::widen(x.v),
         dense::widen(x.d_o),
     );
-    let (q_abs, k_abs, d_o_abs) = (widen_abs(&q), widen_abs(&k), widen_abs(&d_o));
-    let pairs = blocks(shape, kv_heads);
-    let done: Vec<_> = pairs
-        .par_iter()
-        .map(|&(s, g)| {
-            let (lq, lk) = (shape.seqlens_q[s], shape.seqlens_k[s]);
-            let (first_q, first_k) = (layout.cu_q[s], layout.cu_k[s]);
-            let (k_g, k_abs_g, v_g) = (
-                head_rows(&k, first_k, lk, kv_heads, g, d),
-                head_rows(&k_abs, first_k, lk, kv_heads, g, d),
-                head_rows(&v, first_k, lk, kv_heads, g, d),
-            );
-            let mut dk = vec![0.0; lk * d];
-            let mut dv = vec![0.0; lk * d];
-            let mut dk_size = vec![0.0; lk * d];
-            let mut dv_size = vec![0.0; lk * d];
-            let mut dq = Vec::new();
-            for h in g * shape.group()..(g + 1) * shape.group() {
-                let (q_h, d_o_h) = (
-                    head_rows(&q, first_q, lq, heads, h, d),
-                    head_rows(&d_o, first_q, lq, heads, h, d),
-                );
-                let mut p = dense::product(scale, q_h, k_g.t());
-                let mut ds = dense::product(1.0, d_o_h, v_g.t());
-                for i in 0..lq {
-                    let row = (first_q + i) * heads + h;
-                    let end = shape.key_end(i, lq, lk);
-                    let delta: f64 = (0..d).map(|c| d_o[row * d + c] * x.o[row * d + c]).sum();
-                    let p_row = &mut p[i * lk..(i + 1) * lk];
-                    let ds_row = &mut ds[i * lk..(i + 1) * lk];
-                    for j in 0..lk {
-                        if j < end {
-                            p_row[j] = (p_row[j] - x.lse[row]).exp();
-                            ds_row[j] = p_row[j] * (ds_row[j] - delta);
-                        } else {
-                            p_row[j] = 0.0;
-                            ds_row[j] = 0.0;
-                        }
-                    }
+    let (q_abs, k_abs, d_o_abs) = (abs(&q), abs(&k), abs(&d_o));
+    // D_i = dO_i . O_i of every query row.
+    let delta: Vec<f64> = (0..shape.total_q() * heads)
+        .into_par_iter()
+        .map(|row| (0..d).map(|c| d_o[row * d + c] * x.o[row * d + c]).sum())
+        .collect();
+    // P (in `p`) and dS (in `ds`) of a block of scores `s` (scale already in) and `dp`,
+    // laid out `count x lk` (or, `by_key`, `lk' x count`), for queries `query_of` of head `h`.
+    let p_and_ds = |p: &mut [f64],
+                    ds: &mut [f64],
+                    seq: usize,
+                    h: usize,
+                    query_of: &[usize],
+                    keys_of: &[usize],
+                    by_key: bool| {
+        let (lq, lk) = (shape.seqlens_q[seq], shape.seqlens_k[seq]);
+        let ends = key_ends(shape, (lq, lk), query_of);
+        let (nq, nk) = (query_of.len(), keys_of.len());
+        for (r, &i) in query_of.iter().enumerate() {
+            let row = (layout.cu_q[seq] + i) * heads + h;
+            for (c, &j) in keys_of.iter().enumerate() {
+                let at = if by_key { c * nq + r } else { r * nk + c };
+                if j < ends[r] {
+                    p[at] = (p[at] - x.lse[row]).exp();
+                    ds[at] = p[at] * (ds[at] - delta[row]);
+                } else {
+                    p[at] = 0.0;
+                    ds[at] = 0.0;
                 }
-                let ds_abs = widen_abs(&ds);
-                let (p, ds, ds_abs) = (
-                    MatRef::row_major(&p, lq, lk),
-                    MatRef::row_major(&ds, lq, lk),
-                    MatRef::row_major(&ds_abs, lq, lk),
-                );
-                let dq_h = dense::product(scale, ds, k_g);
-                let dq_size_h = dense::product(scale, ds_abs, k_abs_g);
-                dense::gemm(scale, ds.t(), q_h, 1.0, &mut dk);
-                let q_abs_h = head_rows(&q_abs, first_q, lq, heads, h, d);
-                dense::gemm(scale, ds_abs.t(), q_abs_h, 1.0, &mut dk_size);
-                dense::gemm(1.0, p.t(), d_o_h, 1.0, &mut dv);
-                let d_o_abs_h = head_rows(&d_o_abs, first_q, lq, heads, h, d);
-                dense::gemm(1.0, p.t(), d_o_abs_h, 1.0, &mut dv_size);
-                dq.push((h, dq_h, dq_size_h));
             }
-            (dq, [dk, dv, dk_size, dv_size])
+        }
+    };
+
+    let row_blocks = group_by_block(rows.iter().map(|r| (r.token, r.head)), &layout.cu_q);
+    let dq: Vec<(Vec<f64>, Vec<f64>)> = row_blocks
+        .par_iter()
+        .map(|b| {
+            let (seq, h, n) = (b.seq, b.head, b.picked.len());
+            let lk = shape.seqlens_k[seq];
+            let (first_q, first_k, g) = (layout.cu_q[seq], layout.cu_k[seq], h / shape.group());
+            let q_rows = gather_rows(&q, first_q, &b.picked, heads, h, d);
+            let d_o_rows = gather_rows(&d_o, first_q, &b.picked, heads, h, d);
+            let k_g = head_rows(&k, first_k, lk, kv_heads, g, d);
+            let mut p = dense::product(scale, MatRef::row_major(&q_rows, n, d), k_g.t());
+            let v_g = head_rows(&v, first_k, lk, kv_heads, g, d);
+            let mut ds = dense::product(1.0, MatRef::row_major(&d_o_rows, n, d), v_g.t());
+            let all_keys: Vec<usize> = (0..lk).collect();
+            p_and_ds(&mut p, &mut ds, seq, h, &b.picked, &all_keys, false);
+            let ds_abs = abs(&ds);
+            let value = dense::product(scale, MatRef::row_major(&ds, n, lk), k_g);
+            let k_abs_g = head_rows(&k_abs, first_k, lk, kv_heads, g, d);
+            let size = dense::product(scale, MatRef::row_major(&ds_abs, n, lk), k_abs_g);
+            (value, size)
         })
         .collect();
-    let zeros = |len| AttentionGradients {
-        dq: vec![0.0; len * heads * d],
-        dk: vec![0.0; shape.total_k() * kv_heads * d],
-        dv: vec![0.0; shape.total_k() * kv_heads * d],
+
+    let key_blocks = group_by_block(keys.iter().map(|r| (r.token, r.kv_head)), &layout.cu_k);
+    let dkv: Vec<[Vec<f64>; 4]> = key_blocks
+        .par_iter()
+        .map(|b| {
+            let (seq, g, n) = (b.seq, b.head, b.picked.len());
+            let lq = shape.seqlens_q[seq];
+            let (first_q, first_k) = (layout.cu_q[seq], layout.cu_k[seq]);
+            let k_sel = gather_rows(&k, first_k, &b.picked, kv_heads, g, d);
+            let v_sel = gather_rows(&v, first_k, &b.picked, kv_heads, g, d);
+            let (k_sel, v_sel) = (
+                MatRef::row_major(&k_sel, n, d),
+                MatRef::row_major(&v_sel, n, d),
+            );
+            let all_queries: Vec<usize> = (0..lq).collect();
+            let mut sums = [
+                vec![0.0; n * d],
+                vec![0.0; n * d],
+                vec![0.0; n * d],
+                vec![0.0; n * d],
+            ];
+            let [dk, dv, dk_size, dv_size] = &mut sums;
+            for h in g * shape.group()..(g + 1) * shape.group() {
+                let rows_of = |t: &'_ [f64]| -> Vec<f64> {
+                    gather_rows(t, first_q, &all_queries, heads, h, d)
+                };
+                let (q_h, d_o_h) = (rows_of(&q), rows_of(&d_o));
+                let (q_h, d_o_h) = (
+                    MatRef::row_major(&q_h, lq, d),
+                    MatRef::row_major(&d_o_h, lq, d),
+                );
+                // P^T and dS^T: keys x queries.
+                let mut p_t = dense::product(scale, k_sel, q_h.t());
+                let mut ds_t = dense::product(1.0, v_sel, d_o_h.t());
+                p_and_ds(&mut p_t, &mut ds_t, seq, h, &all_queries, &b.picked, true);
+                let ds_t_abs = abs(&ds_t);
+                let (p_t, ds_t, ds_t_abs) = (
+                    MatRef::row_major(&p_t, n, lq),
+                    MatRef::row_major(&ds_t, n, lq),
+                    MatRef::row_major(&ds_t_abs, n, lq),
+                );
+                let (q_abs_h, d_o_abs_h) = (rows_of(&q_abs), rows_of(&d_o_abs));
+                dense::gemm(scale, ds_t, q_h, 1.0, dk);
+                dense::gemm(
+                    scale,
+                    ds_t_abs,
+                    MatRef::row_major(&q_abs_h, lq, d),
+                    1.0,
+                    dk_size,
+                );
+                dense::gemm(1.0, p_t, d_o_h, 1.0, dv);
+                dense::gemm(1.0, p_t, MatRef::row_major(&d_o_abs_h, lq, d), 1.0, dv_size);
+            }
+            sums
+        })
+        .collect();
+
+    let empty = || AttentionGradients {
+        dq: vec![0.0; rows.len() * d],
+        dk: vec![0.0; keys.len() * d],
+        dv: vec![0.0; keys.len() * d],
     };
-    let (mut values, mut sizes) = (zeros(shape.total_q()), zeros(shape.total_q()));
-    for (&(s, g), (dq, [dk, dv, dk_size, dv_size])) in pairs.iter().zip(done) {
-        let (first_q, first_k) = (layout.cu_q[s], layout.cu_k[s]);
-        for (h, value, size) in dq {
-            scatter_rows(&mut values.dq, &value, first_q, heads, h, d);
-            scatter_rows(&mut sizes.dq, &size, first_q, heads, h, d);
+    let (mut values, mut sizes) = (empty(), empty());
+    let place = |out: &mut [f64], block: &[f64], slots: &[usize]| {
+        for (r, &slot) in slots.iter().enumerate() {
+            out[slot * d..][..d].copy_from_slice(&block[r * d..][..d]);
         }
-        scatter_rows(&mut values.dk, &dk, first_k, kv_heads, g, d);
-        scatter_rows(&mut values.dv, &dv, first_k, kv_heads, g, d);
-        scatter_rows(&mut sizes.dk, &dk_size, first_k, kv_heads, g, d);
-        scatter_rows(&mut sizes.dv, &dv_size, first_k, kv_heads, g, d);
+    };
+    for (b, (value, size)) in row_blocks.iter().zip(&dq) {
+        place(&mut values.dq, value, &b.slots);
+        place(&mut sizes.dq, size, &b.slots);
+    }
+    for (b, [dk, dv, dk_size, dv_size]) in key_blocks.iter().zip(&dkv) {
+        place(&mut values.dk, dk, &b.slots);
+        place(&mut values.dv, dv, &b.slots);
+        place(&mut sizes.dk, dk_size, &b.slots);
+        place(&mut sizes.dv, dv_size, &b.slots);
     }
     (values, sizes)
 }
@@ -1115,29 +1219,35 @@ mod backward_tests {
         ];
         for (n, shape) in shapes.iter().enumerate() {
             let (q, k, v) = random(shape, 40 + n as u64);
-            let (rows, keys) = (shape.all_query_rows(), shape.all_key_rows());
-            let (full, size) = attention_forward_with_magnitudes(&q, &k, &v, shape, 0.3);
-            let one = attention_rows(&q, &k, &v, shape, 0.3, &rows);
-            let one_size = attention_rows_terms(&q, &k, &v, shape, 0.3, &rows, Terms::Absolute);
-            assert_close(&full.o, &one.o);
-            assert_close(&full.lse, &one.lse);
-            assert_close(&size, &one_size.o);
+            let (all_rows, all_keys) = (shape.all_query_rows(), shape.all_key_rows());
+            let forward = attention_forward(&q, &k, &v, shape, 0.3);
             let d_o: Vec<f32> = inputs::uniform(q.len(), -1.0, 1.0, 50 + n as u64);
             let x = BackwardInputs {
                 q: &q,
                 k: &k,
                 v: &v,
                 d_o: &d_o,
-                o: &full.o,
-                lse: &full.lse,
+                o: &forward.o,
+                lse: &forward.lse,
             };
-            let (values, sizes) = attention_backward_with_magnitudes(&x, shape, 0.3);
-            for (terms, blocked) in [(Terms::Signed, &values), (Terms::Absolute, &sizes)] {
-                let dq = attention_backward_dq(&x, shape, 0.3, &rows, terms);
-                let (dk, dv) = attention_backward_dkv(&x, shape, 0.3, &keys, terms);
-                assert_close(&blocked.dq, &dq);
-                assert_close(&blocked.dk, &dk);
-                assert_close(&blocked.dv, &dv);
+            // Every row and key, then a sampled check's: some of them, out of order.
+            let some_rows: Vec<QueryRow> = all_rows.iter().rev().step_by(3).copied().collect();
+            let some_keys: Vec<KeyRow> = all_keys.iter().rev().step_by(3).copied().collect();
+            for (rows, keys) in [(&all_rows, &all_keys), (&some_rows, &some_keys)] {
+                let (blocked, size) = attention_rows_with_magnitudes(&q, &k, &v, shape, 0.3, rows);
+                let one = attention_rows(&q, &k, &v, shape, 0.3, rows);
+                let one_size = attention_rows_terms(&q, &k, &v, shape, 0.3, rows, Terms::Absolute);
+                assert_close(&blocked.o, &one.o);
+                assert_close(&blocked.lse, &one.lse);
+                assert_close(&size, &one_size.o);
+                let (values, sizes) = attention_backward_at(&x, shape, 0.3, rows, keys);
+                for (terms, blocked) in [(Terms::Signed, &values), (Terms::Absolute, &sizes)] {
+                    let dq = attention_backward_dq(&x, shape, 0.3, rows, terms);
+                    let (dk, dv) = attention_backward_dkv(&x, shape, 0.3, keys, terms);
+                    assert_close(&blocked.dq, &dq);
+                    assert_close(&blocked.dk, &dk);
+                    assert_close(&blocked.dv, &dv);
+                }
             }
         }
     }
