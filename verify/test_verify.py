@@ -157,6 +157,23 @@ def run_main(argv):
     return rc, out.getvalue(), err.getvalue()
 
 
+class PeerDays(unittest.TestCase):
+    def test_every_peer_script_names_days_of_this_workspace(self):
+        # run.sh --days runs a peer script only for the days its `DAYS = "..."` line names.
+        root = os.path.dirname(HERE)
+        peers = os.path.join(root, "peers")
+        days = {name.split("_")[0] for name in os.listdir(root) if name.startswith("day")}
+        scripts = [n for n in os.listdir(peers) if n.endswith(".py") and not n.startswith("_")]
+        self.assertTrue(scripts)
+        for name in scripts:
+            with open(os.path.join(peers, name)) as f:
+                lines = [l for l in f if l.startswith('DAYS = "')]
+            self.assertEqual(len(lines), 1, name)
+            named = lines[0].split('"')[1].split()
+            self.assertTrue(named, name)
+            self.assertTrue(set(named) <= days, f"{name}: {named}")
+
+
 class Main(unittest.TestCase):
     def test_bad_arguments_exit_2_with_one_error_line(self):
         with tempfile.TemporaryDirectory() as tmp:
