@@ -94,10 +94,15 @@ json_string() { printf '"%s"' "$(printf '%s' "$1" | tr '\t' ' ' | sed 's/\\/\\\\
 runs_json=""
 run_seconds=""
 # Records the exit code of one benchmark, sweep, verification, bench or sanitizer run in
-# results.json, with its wall seconds since the last `started`.
+# results.json, with its wall seconds since the last `started` (none for a check that is not
+# a run of its own: `record_run NAME KIND EXIT untimed`).
 started() { run_start=$(date +%s.%N); }
 started
 record_run() {
+  if [ "${4:-}" = untimed ]; then
+    runs_json="$runs_json${runs_json:+,}{\"name\":\"$1\",\"kind\":\"$2\",\"exit\":$3}"
+    return
+  fi
   local secs
   secs=$(awk -v s="$run_start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
   runs_json="$runs_json${runs_json:+,}{\"name\":\"$1\",\"kind\":\"$2\",\"exit\":$3,\"seconds\":$secs}"
@@ -227,7 +232,7 @@ for path in sys.argv[2:]:
 json.dump({"figures": figures}, open(sys.argv[1], "w"), indent=1)
 PY
   then peers_args=(--peers "$out/peers.json"); fi
-  run_seconds="$run_seconds$(printf '%7d  peers' "$(( $(date +%s) - peers_start ))")"$'\n'
+  run_seconds="$run_seconds$(printf '%7d    peers (all scripts)' "$(( $(date +%s) - peers_start ))")"$'\n'
 else
   echo "== peers: skipped (no python3 with torch and a CUDA device)"
 fi
@@ -346,14 +351,14 @@ if [ -n "$bundled_nvrtc" ]; then
     echo "compiled here although the bundle is for this GPU and NVRTC (missing from a day's kernel_builds()?):"
     printf '%s\n' "$missed"
     note kernels cache "FAILED ($compiled compiled: kernels the bundle did not hold)"
-    record_run kernel-cache kernels 1
+    record_run kernel-cache kernels 1 untimed
     failed=1
   elif [ -n "$other" ]; then
     note kernels cache "ok, but this host's NVRTC ($other) is not the bundle's ($bundled_nvrtc): $compiled compiled here"
-    record_run kernel-cache kernels 0
+    record_run kernel-cache kernels 0 untimed
   else
     note kernels cache "ok ($loaded loaded, $compiled compiled)"
-    record_run kernel-cache kernels 0
+    record_run kernel-cache kernels 0 untimed
   fi
 fi
 
