@@ -1,8 +1,10 @@
 //! What a day compiles: each of its kernel files with its target and options, and the kernels
-//! it loads from it. One list serves three readers, so none of them can drift from the
-//! others: the day's loader (what runs), its compile test (what must compile without
-//! spilling), and `cargo xtask bundle` (which compiles every day's list for Hopper ahead of
-//! time, so that a GPU host finds every kernel in the bundled cache and compiles nothing).
+//! it loads from it. One list serves three readers: the day's loader (the days with a Hopper
+//! build or options load from the list itself; a day of one plain file compiles it the same
+//! way), its compile test (what must compile without spilling), and `cargo xtask bundle`
+//! (which compiles every day's list for Hopper ahead of time, so that a GPU host finds every
+//! kernel in the bundled cache and compiles nothing). A loader that drifted from its list
+//! would compile on the GPU host, and `run.sh` fails the run when that happens.
 
 use anyhow::Result;
 
