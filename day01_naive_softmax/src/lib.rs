@@ -13,9 +13,9 @@ pub const SOURCE: KernelSource = KernelSource {
     code: include_str!("softmax_naive.cu"),
 };
 
-/// What the day compiles: `softmax.cu`'s one kernel, for the GPU's own architecture. The loader compiles the
-/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of
-/// time for the GPU host's kernel cache.
+/// What the day compiles: `softmax_naive.cu`'s one kernel, for the GPU's own architecture.
+/// The loader compiles the same, the compile test checks this list, and `cargo xtask bundle`
+/// compiles it ahead of time for the GPU host's kernel cache.
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(SOURCE, [NAIVE_FUNCTION])]
 }

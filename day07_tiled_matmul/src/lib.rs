@@ -14,9 +14,9 @@ pub const SOURCE: KernelSource = KernelSource {
     code: include_str!("matmul_tiled.cu"),
 };
 
-/// What the day compiles: one kernel per tile, for the GPU's own architecture. The loader compiles the
-/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of
-/// time for the GPU host's kernel cache.
+/// What the day compiles: one kernel per tile, for the GPU's own architecture. The loader compiles
+/// the same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of time
+/// for the GPU host's kernel cache.
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(
         SOURCE,

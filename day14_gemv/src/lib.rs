@@ -20,8 +20,8 @@ pub const SOURCE: KernelSource = KernelSource {
 };
 
 /// What the day compiles: every kernel, for the GPU's own architecture. The loader compiles the
-/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of
-/// time for the GPU host's kernel cache.
+/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of time for
+/// the GPU host's kernel cache.
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(SOURCE, all_functions())]
 }

@@ -27,9 +27,9 @@ pub const SOURCE: KernelSource = KernelSource {
     code: include_str!("cross_entropy.cu"),
 };
 
-/// What the day compiles: every kernel (the GEMMs of `chunked_day18` are day 18's), for the GPU's own architecture. The loader compiles the
-/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of
-/// time for the GPU host's kernel cache.
+/// What the day compiles: every kernel (the GEMMs of `chunked_day18` are day 18's), for the GPU's
+/// own architecture. The loader compiles the same, the compile test checks this list, and `cargo
+/// xtask bundle` compiles it ahead of time for the GPU host's kernel cache.
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(SOURCE, FUNCTIONS.iter().copied())]
 }

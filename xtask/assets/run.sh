@@ -81,6 +81,9 @@ export REQUIRE_GPU=1 REQUIRE_NVRTC=1
 # Compiled kernels are kept beside the bundle (unless the caller names a folder), so the
 # tests fill the cache once and the benchmarks, sweeps and later calls compile nothing.
 export DAYS_OF_GPU_KERNEL_CACHE="${DAYS_OF_GPU_KERNEL_CACHE:-$here/kernel-cache}"
+# `off` and `0` turn the cache off, as common::gpu::kernel_cache reads them.
+cache_off=0
+case "$DAYS_OF_GPU_KERNEL_CACHE" in off|0) cache_off=1 ;; esac
 failed=0
 summary=""
 note() { summary="$summary$(printf '%-6s %-28s %s' "$1" "$2" "$3")"$'\n'; }
@@ -137,7 +140,7 @@ done
 # (common::gpu::nvrtc::LOG_ENV), which the end of the run counts.
 bundled_nvrtc=""
 bundled_kernels=0
-if [ -f "$exe/kernel-cache/MANIFEST" ] && [ "$DAYS_OF_GPU_KERNEL_CACHE" != off ]; then
+if [ -f "$exe/kernel-cache/MANIFEST" ] && [ "$cache_off" = 0 ]; then
   mkdir -p "$DAYS_OF_GPU_KERNEL_CACHE" \
     || { echo "cannot create the kernel cache $DAYS_OF_GPU_KERNEL_CACHE" >&2; exit 2; }
   # Entries are named by their key: one already there is the same file.
@@ -224,7 +227,8 @@ elif [ -d "$here/peers" ] && python3 -c 'import sys, torch; sys.exit(0 if torch.
       note peer "$name" "FAILED (see peers.log; tables go without it)"
     fi
   done
-  if python3 - "$out/peers.json" "$parts"/peers_*.json <<'PY'
+  # No script may have run (--days of days without peers): then there is no peers.json.
+  if compgen -G "$parts/peers_*.json" > /dev/null && python3 - "$out/peers.json" "$parts"/peers_*.json <<'PY'
 import json, sys
 figures = []
 for path in sys.argv[2:]:
@@ -232,7 +236,7 @@ for path in sys.argv[2:]:
 json.dump({"figures": figures}, open(sys.argv[1], "w"), indent=1)
 PY
   then peers_args=(--peers "$out/peers.json"); fi
-  run_seconds="$run_seconds$(printf '%7d    peers (all scripts)' "$(( $(date +%s) - peers_start ))")"$'\n'
+  run_seconds="$run_seconds$(printf '%7d    peers' "$(( $(date +%s) - peers_start ))")"$'\n'
 else
   echo "== peers: skipped (no python3 with torch and a CUDA device)"
 fi
@@ -247,7 +251,7 @@ for b in "$exe"/bin/day*; do
   echo "---- $name" | tee -a "$out/bench.log"
   # Days that draw a roofline of their default problem draw it here.
   extra=()
-  help=$("$b" --help 2>&1) || { record_run "$name" bench 127; note bench "$name" "FAILED (--help did not run)"; failed=1; continue; }
+  help=$("$b" --help 2>&1) || { record_run "$name" bench 127 untimed; note bench "$name" "FAILED (--help did not run)"; failed=1; continue; }
   if printf '%s' "$help" | grep -q -- '--roofline'; then
     extra=(--roofline "$out/plots/$name-roofline.svg")
   fi
@@ -263,7 +267,7 @@ for b in "$exe"/bin/day*; do
   part sweeps || break
   name=$(basename "$b")
   selected "$name" || continue
-  help=$("$b" --help 2>&1) || { record_run "$name" sweep 127; note sweep "$name" "FAILED (--help did not run)"; failed=1; continue; }
+  help=$("$b" --help 2>&1) || { record_run "$name" sweep 127 untimed; note sweep "$name" "FAILED (--help did not run)"; failed=1; continue; }
   printf '%s' "$help" | grep -q -- '--sweep' || continue
   echo "---- $name --sweep" | tee -a "$out/bench.log"
   started
@@ -315,7 +319,7 @@ if [ "$criterion" = 1 ]; then
   done
   if [ "$benches_run" = 0 ]; then
     note bench all "FAILED (--bench, but no bench of the selected days in the bundle)"
-    record_run all criterion 2
+    record_run all criterion 2 untimed
     failed=1
   fi
 fi
@@ -342,7 +346,11 @@ fi
 # options that differ from them): the run fails and names it.
 loaded=$(grep -c '^loaded' "$DAYS_OF_GPU_KERNEL_LOG")
 compiled=$(grep -c '^compiled' "$DAYS_OF_GPU_KERNEL_LOG")
-echo "== kernels: $loaded loaded from the cache, $compiled compiled in this run"
+if [ "$cache_off" = 1 ]; then
+  echo "== kernels: the kernel cache is off (DAYS_OF_GPU_KERNEL_CACHE=$DAYS_OF_GPU_KERNEL_CACHE): every kernel was compiled here"
+else
+  echo "== kernels: $loaded loaded from the cache, $compiled compiled in this run"
+fi
 if [ -n "$bundled_nvrtc" ]; then
   missed=$(awk -F'\t' -v v="$bundled_nvrtc" '$1 == "compiled" && $4 == v && ($2 == "sm_90" || $2 == "sm_90a") { print $3 " for " $2 }' \
     "$DAYS_OF_GPU_KERNEL_LOG" | sort | uniq -c)

@@ -4,7 +4,8 @@
 //! way), its compile test (what must compile without spilling), and `cargo xtask bundle`
 //! (which compiles every day's list for Hopper ahead of time, so that a GPU host finds every
 //! kernel in the bundled cache and compiles nothing). A loader that drifted from its list
-//! would compile on the GPU host, and `run.sh` fails the run when that happens.
+//! (another file, target or options) would compile on the GPU host, and `run.sh` fails the
+//! run when that happens.
 
 use anyhow::Result;
 

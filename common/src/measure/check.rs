@@ -183,7 +183,8 @@ const COMPARE_CHUNK: usize = 1 << 16;
 
 /// The comparison itself, over `pair(n)` = (flat index, (got, expected, slack)) for `n` in
 /// `0..count`, of an output of `len` elements laid out in `shape`: chunks on every core, their
-/// tallies added in order, so the first mismatches kept are the first in index order.
+/// tallies added in order, so the first mismatches kept are the first in the order compared
+/// (index order; a sampled check's sample order).
 fn compare_pairs<T: Element>(
     count: usize,
     pair: impl Fn(usize) -> (usize, (T, f64, f64)) + Sync,

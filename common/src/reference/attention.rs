@@ -564,8 +564,39 @@ struct Block {
     slots: Vec<usize>,
 }
 
+/// The most elements of one block's score matrix (32 MiB of f64): blocks of more rows are
+/// split, so a sampled check of a very long sequence holds a few such matrices per core, not
+/// rows x keys of them.
+const BLOCK_ELEMENTS: usize = 1 << 22;
+
+/// Groups `(token, head)` items by sequence and head, in the order of first appearance, each
+/// group cut into blocks of at most [`BLOCK_ELEMENTS`] / `width(seq)` items (the other side of
+/// the block's score matrix: keys for query rows, queries for keys).
+fn group_by_block(
+    items: impl Iterator<Item = (usize, usize)>,
+    cu: &[usize],
+    width: impl Fn(usize) -> usize,
+) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    for block in group_by_sequence_and_head(items, cu) {
+        let most = (BLOCK_ELEMENTS / width(block.seq).max(1)).max(1);
+        for (picked, slots) in block.picked.chunks(most).zip(block.slots.chunks(most)) {
+            blocks.push(Block {
+                seq: block.seq,
+                head: block.head,
+                picked: picked.to_vec(),
+                slots: slots.to_vec(),
+            });
+        }
+    }
+    blocks
+}
+
 /// Groups `(token, head)` items by sequence and head, in the order of first appearance.
-fn group_by_block(items: impl Iterator<Item = (usize, usize)>, cu: &[usize]) -> Vec<Block> {
+fn group_by_sequence_and_head(
+    items: impl Iterator<Item = (usize, usize)>,
+    cu: &[usize],
+) -> Vec<Block> {
     let mut index = std::collections::HashMap::new();
     let mut blocks: Vec<Block> = Vec::new();
     for (slot, (token, head)) in items.enumerate() {
@@ -617,7 +648,8 @@ pub fn attention_rows_with_magnitudes<T: Element>(
     let cu_k = AttentionShape::cu_seqlens(&shape.seqlens_k);
     let (q, k, v) = (dense::widen(q), dense::widen(k), dense::widen(v));
     let v_abs: Vec<f64> = v.par_iter().map(|x| x.abs()).collect();
-    let blocks = group_by_block(rows.iter().map(|r| (r.token, r.head)), &cu_q);
+    let row_items = rows.iter().map(|r| (r.token, r.head));
+    let blocks = group_by_block(row_items, &cu_q, |seq| shape.seqlens_k[seq]);
     let done: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = blocks
         .par_iter()
         .map(|b| {
@@ -726,7 +758,8 @@ pub fn attention_backward_at<T: Element>(
         }
     };
 
-    let row_blocks = group_by_block(rows.iter().map(|r| (r.token, r.head)), &layout.cu_q);
+    let row_items = rows.iter().map(|r| (r.token, r.head));
+    let row_blocks = group_by_block(row_items, &layout.cu_q, |seq| shape.seqlens_k[seq]);
     let dq: Vec<(Vec<f64>, Vec<f64>)> = row_blocks
         .par_iter()
         .map(|b| {
@@ -744,12 +777,13 @@ pub fn attention_backward_at<T: Element>(
             let ds_abs = abs(&ds);
             let value = dense::product(scale, MatRef::row_major(&ds, n, lk), k_g);
             let k_abs_g = head_rows(&k_abs, first_k, lk, kv_heads, g, d);
-            let size = dense::product(scale, MatRef::row_major(&ds_abs, n, lk), k_abs_g);
+            let size = dense::product(scale.abs(), MatRef::row_major(&ds_abs, n, lk), k_abs_g);
             (value, size)
         })
         .collect();
 
-    let key_blocks = group_by_block(keys.iter().map(|r| (r.token, r.kv_head)), &layout.cu_k);
+    let key_items = keys.iter().map(|r| (r.token, r.kv_head));
+    let key_blocks = group_by_block(key_items, &layout.cu_k, |seq| shape.seqlens_q[seq]);
     let dkv: Vec<[Vec<f64>; 4]> = key_blocks
         .par_iter()
         .map(|b| {
@@ -791,13 +825,8 @@ pub fn attention_backward_at<T: Element>(
                 );
                 let (q_abs_h, d_o_abs_h) = (rows_of(&q_abs), rows_of(&d_o_abs));
                 dense::gemm(scale, ds_t, q_h, 1.0, dk);
-                dense::gemm(
-                    scale,
-                    ds_t_abs,
-                    MatRef::row_major(&q_abs_h, lq, d),
-                    1.0,
-                    dk_size,
-                );
+                let q_abs_h = MatRef::row_major(&q_abs_h, lq, d);
+                dense::gemm(scale.abs(), ds_t_abs, q_abs_h, 1.0, dk_size);
                 dense::gemm(1.0, p_t, d_o_h, 1.0, dv);
                 dense::gemm(1.0, p_t, MatRef::row_major(&d_o_abs_h, lq, d), 1.0, dv_size);
             }
@@ -1199,6 +1228,30 @@ mod backward_tests {
         );
         assert_close(&dk, &full.dk[(5 * 2 + 1) * d..][..d]);
         assert_close(&dv, &full.dv[(5 * 2 + 1) * d..][..d]);
+    }
+
+    /// Items grouped by sequence and head, long groups cut so that no block's score matrix
+    /// passes BLOCK_ELEMENTS: every item once, in its block's order, with its own slot.
+    #[test]
+    fn blocks_group_by_sequence_and_head_and_split_long_groups() {
+        let cu = [0, 3, 10];
+        let items = [(0, 1), (4, 0), (9, 0), (1, 1), (5, 0), (6, 0), (2, 0)];
+        let blocks = group_by_block(items.iter().copied(), &cu, |_| BLOCK_ELEMENTS / 2);
+        let seen: Vec<(usize, usize, Vec<usize>, Vec<usize>)> = blocks
+            .iter()
+            .map(|b| (b.seq, b.head, b.picked.clone(), b.slots.clone()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (0, 1, vec![0, 1], vec![0, 3]),
+                (1, 0, vec![1, 6], vec![1, 2]),
+                (1, 0, vec![2, 3], vec![4, 5]),
+                (0, 0, vec![2], vec![6]),
+            ]
+        );
+        // Short rows of keys: one block per sequence and head.
+        assert_eq!(group_by_block(items.iter().copied(), &cu, |_| 10).len(), 3);
     }
 
     /// The blocked full passes against the row-by-row sums on every row and key of shapes

@@ -13,13 +13,15 @@ use rayon::prelude::*;
 /// A read-only f64 matrix of `rows x cols` inside `data`: element `(i, j)` at
 /// `i * row_stride + j * col_stride`. Strides let one buffer be read as a block of rows of a
 /// packed tensor (a head of `[tokens, heads, d]`) or as its transpose, without a copy.
+/// Made only by [`MatRef::row_major`] and [`MatRef::strided`], which check that every
+/// element lies inside `data`: [`gemm`] hands the view to an unchecked product on that word.
 #[derive(Debug, Clone, Copy)]
 pub struct MatRef<'a> {
-    pub data: &'a [f64],
-    pub rows: usize,
-    pub cols: usize,
-    pub row_stride: usize,
-    pub col_stride: usize,
+    data: &'a [f64],
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
 }
 
 impl<'a> MatRef<'a> {
@@ -43,8 +45,14 @@ impl<'a> MatRef<'a> {
             row_stride,
             col_stride,
         };
+        // The last element's offset, without wrapping; strides dgemm takes as isize.
+        let last = (rows.max(1) - 1)
+            .checked_mul(row_stride)
+            .and_then(|r| r.checked_add((cols.max(1) - 1).checked_mul(col_stride)?));
         assert!(
-            m.is_empty() || (rows - 1) * row_stride + (cols - 1) * col_stride < data.len(),
+            m.is_empty()
+                || (last.is_some_and(|last| last < data.len())
+                    && isize::try_from(row_stride.max(col_stride)).is_ok()),
             "a {rows} x {cols} matrix with strides ({row_stride}, {col_stride}) does not fit \
              in {} elements",
             data.len()
