@@ -54,8 +54,7 @@ pub fn assert_builds_compile_without_spills(builds: &[KernelBuild]) {
             return;
         }
         let arch = build.arch_on(arch).expect("every build runs on Hopper");
-        let options: Vec<&str> = build.options.iter().map(String::as_str).collect();
-        let compiled = nvrtc::compile(&build.source, &arch, &options)
+        let compiled = nvrtc::compile(&build.source, &arch, &build.option_args())
             .unwrap_or_else(|e| panic!("{what}: {e:#}"));
         for function in &build.functions {
             assert_eq!(

@@ -13,7 +13,7 @@ pub mod tma;
 
 use anyhow::{Result, bail};
 use common::gpu::kernel::KernelSet;
-use common::gpu::kernel_build::KernelBuild;
+use common::gpu::kernel_build::{KernelBuild, Target, first_runnable};
 use common::gpu::nvrtc::KernelSource;
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape, UsageError};
@@ -109,22 +109,12 @@ fn kernel_name(version: Version, out: Out) -> String {
 /// The row-sum kernel that feeds the zero-point corrections.
 pub const ROW_SUMS: &str = "int8_row_sums";
 
-/// The file with every version, for sm_90a: what an sm_90 (Hopper) GPU loads.
-fn hopper_build() -> KernelBuild {
-    KernelBuild::hopper(SOURCE, kernel_names(true))
-}
-
-/// The file without the Hopper versions, for the GPU's own architecture: what every other
-/// GPU loads.
-fn portable_build() -> KernelBuild {
-    KernelBuild::device(SOURCE, kernel_names(false))
-}
-
-/// What the day compiles: the Hopper build and the portable one (a GPU loads one of them).
-/// The loader compiles these, the compile test checks both, and `cargo xtask bundle`
-/// compiles both ahead of time for the GPU host's kernel cache.
+/// What the day compiles: its file for sm_90a with every version, and for the GPU's own
+/// architecture without the Hopper ones; a GPU loads the first it runs. The compile test
+/// checks both, and `cargo xtask bundle` compiles both ahead of time for the GPU host's
+/// kernel cache.
 pub fn kernel_builds() -> Vec<KernelBuild> {
-    vec![hopper_build(), portable_build()]
+    KernelBuild::hopper_or_portable(SOURCE, kernel_names)
 }
 
 /// Every CUDA function of `int8_gemm.cu` that exists when compiled for `hopper` (sm_90a) or not.
@@ -170,12 +160,9 @@ pub struct Int8Gemm {
 
 impl Int8Gemm {
     pub fn load(gpu: &Gpu) -> Result<Self> {
-        let hopper = hopper_build().arch_on(&gpu.info.arch).is_some();
-        let build = if hopper {
-            hopper_build()
-        } else {
-            portable_build()
-        };
+        let build = first_runnable(kernel_builds(), &gpu.info.arch)
+            .expect("the portable build runs on every GPU");
+        let hopper = build.target == Target::Hopper;
         Ok(Self {
             kernels: KernelSet::load_build(gpu, &build)?,
             hopper,

@@ -72,8 +72,7 @@ pub fn compile_all(
         .into_par_iter()
         .filter_map(|(day, build)| Some((day, build.arch_on(device_arch)?, build)))
         .map(|(day, arch, build)| {
-            let options: Vec<&str> = build.options.iter().map(String::as_str).collect();
-            let key = nvrtc::cache_key(&build.source, &arch, &options)?;
+            let key = nvrtc::cache_key(&build.source, &arch, &build.option_args())?;
             if let (Some(own), Some(target)) = (&own, &target)
                 && own.dir() != target.dir()
                 && let Some(entry) = own.get(&key)

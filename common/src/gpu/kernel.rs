@@ -249,8 +249,8 @@ impl Gpu {
         let Some(arch) = build.arch_on(&self.info.arch) else {
             return Ok(None);
         };
-        let options: Vec<&str> = build.options.iter().map(String::as_str).collect();
-        self.load_for_arch(&build.source, &arch, &options).map(Some)
+        self.load_for_arch(&build.source, &arch, &build.option_args())
+            .map(Some)
     }
 
     /// Compiles a day's kernel file for this device and loads it.

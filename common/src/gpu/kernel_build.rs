@@ -60,9 +60,28 @@ impl KernelBuild {
         }
     }
 
+    /// One file compiled two ways, for a day whose Hopper versions sit in the same file as
+    /// the rest: for sm_90a with every kernel (`functions(true)`: what a Hopper GPU loads),
+    /// then for the GPU's own architecture without the Hopper ones (`functions(false)`: what
+    /// every other GPU loads). [`first_runnable`] picks the one a GPU takes.
+    pub fn hopper_or_portable(
+        source: KernelSource,
+        functions: impl Fn(bool) -> Vec<String>,
+    ) -> Vec<Self> {
+        vec![
+            Self::hopper(source, functions(true)),
+            Self::device(source, functions(false)),
+        ]
+    }
+
     /// The same build with `options` after ours.
     pub fn with_options(self, options: Vec<String>) -> Self {
         Self { options, ..self }
+    }
+
+    /// The extra options as NVRTC's calls take them.
+    pub fn option_args(&self) -> Vec<&str> {
+        self.options.iter().map(String::as_str).collect()
     }
 
     /// The architecture this build is compiled for on a GPU of `device_arch`, or None when
@@ -84,8 +103,7 @@ impl KernelBuild {
         let Some(arch) = self.arch_on(device_arch) else {
             return Ok(None);
         };
-        let options: Vec<&str> = self.options.iter().map(String::as_str).collect();
-        nvrtc::compile_with_cache(&self.source, &arch, &options, cache).map(Some)
+        nvrtc::compile_with_cache(&self.source, &arch, &self.option_args(), cache).map(Some)
     }
 
     /// A name for messages: `gemm.cu for sm_90a`.
@@ -95,6 +113,14 @@ impl KernelBuild {
             .unwrap_or_else(|| "sm_90a (not on this GPU)".to_string());
         format!("{} for {arch}", self.source.file_name)
     }
+}
+
+/// The first of `builds` a GPU of `device_arch` runs (for [`KernelBuild::hopper_or_portable`]:
+/// the Hopper build on sm_90, the portable one elsewhere).
+pub fn first_runnable(builds: Vec<KernelBuild>, device_arch: &str) -> Option<KernelBuild> {
+    builds
+        .into_iter()
+        .find(|b| b.arch_on(device_arch).is_some())
 }
 
 #[cfg(test)]
@@ -116,5 +142,10 @@ mod tests {
         assert_eq!(hopper.arch_on("sm_100"), None);
         assert_eq!(hopper.options, vec!["-DX=1".to_string()]);
         assert_eq!(hopper.describe("sm_90"), "a.cu for sm_90a");
+        let names = |hopper: bool| vec![if hopper { "wgmma" } else { "mma" }.to_string()];
+        let pick = |arch| first_runnable(KernelBuild::hopper_or_portable(SOURCE, names), arch);
+        assert_eq!(pick("sm_90").unwrap().functions, ["wgmma"]);
+        assert_eq!(pick("sm_90").unwrap().target, Target::Hopper);
+        assert_eq!(pick("sm_80").unwrap().functions, ["mma"]);
     }
 }

@@ -320,47 +320,50 @@ impl Drop for Program {
     }
 }
 
-/// Reads ptxas's `-v` report: after "Compiling entry function 'NAME'" comes a line
-/// "N bytes stack frame, S bytes spill stores, L bytes spill loads".
-fn parse_spills(log: &str) -> BTreeMap<String, u32> {
-    let mut spills = BTreeMap::new();
+/// Reads one figure per kernel from ptxas's `-v` report: after "Compiling entry function
+/// 'NAME'", the first line `read` takes gives NAME's figure.
+fn per_kernel(log: &str, read: impl Fn(&str) -> Option<u32>) -> BTreeMap<String, u32> {
+    let mut figures = BTreeMap::new();
     let mut current: Option<String> = None;
     for line in log.lines() {
         if let Some(rest) = line.split("Compiling entry function '").nth(1) {
             current = rest.split('\'').next().map(str::to_string);
-        } else if line.contains("bytes spill stores")
+        } else if let Some(value) = read(line)
             && let Some(name) = current.take()
         {
-            let numbers: Vec<u32> = line
-                .split(|c: char| !c.is_ascii_digit())
-                .filter_map(|s| s.parse().ok())
-                .collect();
-            // [stack frame, spill stores, spill loads]
-            if let [_, stores, loads, ..] = numbers[..] {
-                spills.insert(name, stores + loads);
-            }
+            figures.insert(name, value);
         }
     }
-    spills
+    figures
 }
 
-/// Reads ptxas's `-v` report: after "Compiling entry function 'NAME'" comes a line
-/// "Used N registers, ...".
-fn parse_registers(log: &str) -> BTreeMap<String, u32> {
-    let mut registers = BTreeMap::new();
-    let mut current: Option<String> = None;
-    for line in log.lines() {
-        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
-            current = rest.split('\'').next().map(str::to_string);
-        } else if let Some(rest) = line.split("Used ").nth(1)
-            && rest.contains(" registers")
-            && let Some(name) = current.take()
-            && let Some(Ok(n)) = rest.split_whitespace().next().map(str::parse)
-        {
-            registers.insert(name, n);
+/// Spill bytes (stores + loads) per kernel, from the line
+/// "N bytes stack frame, S bytes spill stores, L bytes spill loads".
+fn parse_spills(log: &str) -> BTreeMap<String, u32> {
+    per_kernel(log, |line| {
+        if !line.contains("bytes spill stores") {
+            return None;
         }
-    }
-    registers
+        let numbers: Vec<u32> = line
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|s| s.parse().ok())
+            .collect();
+        // [stack frame, spill stores, spill loads]
+        match numbers[..] {
+            [_, stores, loads, ..] => Some(stores + loads),
+            _ => None,
+        }
+    })
+}
+
+/// Registers per thread of each kernel, from the line "Used N registers, ...".
+fn parse_registers(log: &str) -> BTreeMap<String, u32> {
+    per_kernel(log, |line| {
+        let rest = line.split("Used ").nth(1)?;
+        rest.contains(" registers")
+            .then(|| rest.split_whitespace().next()?.parse().ok())
+            .flatten()
+    })
 }
 
 #[cfg(test)]

@@ -258,12 +258,7 @@ pub fn attention_rows_terms<T: Element>(
     terms: Terms,
 ) -> AttentionOutput {
     let d = shape.head_dim;
-    assert!(shape.kv_heads > 0 && shape.heads.is_multiple_of(shape.kv_heads));
-    assert_eq!(q.len(), shape.total_q() * shape.heads * d, "Q's length");
-    assert_eq!(k.len(), shape.total_k() * shape.kv_heads * d, "K's length");
-    assert_eq!(v.len(), k.len(), "V's length");
-    let cu_q = AttentionShape::cu_seqlens(&shape.seqlens_q);
-    let cu_k = AttentionShape::cu_seqlens(&shape.seqlens_k);
+    let Layout { cu_q, cu_k } = Layout::forward(q, k, v, shape);
     let mut out = AttentionOutput {
         o: Vec::with_capacity(rows.len() * d),
         lse: Vec::with_capacity(rows.len()),
@@ -406,23 +401,28 @@ struct Layout {
 }
 
 impl Layout {
-    fn new<T: Element>(x: &BackwardInputs<T>, shape: &AttentionShape) -> Self {
+    /// The forward pass's inputs: Q, K and V of `shape`'s lengths.
+    fn forward<T: Element>(q: &[T], k: &[T], v: &[T], shape: &AttentionShape) -> Self {
         let d = shape.head_dim;
-        let (q_len, k_len) = (
-            shape.total_q() * shape.heads * d,
-            shape.total_k() * shape.kv_heads * d,
-        );
         assert!(shape.kv_heads > 0 && shape.heads.is_multiple_of(shape.kv_heads));
-        assert!(x.q.len() == q_len && x.d_o.len() == q_len && x.o.len() == q_len);
-        assert!(
-            x.k.len() == k_len && x.v.len() == k_len,
-            "K and V's lengths"
-        );
-        assert_eq!(x.lse.len(), shape.total_q() * shape.heads, "L's length");
+        assert_eq!(q.len(), shape.total_q() * shape.heads * d, "Q's length");
+        assert_eq!(k.len(), shape.total_k() * shape.kv_heads * d, "K's length");
+        assert_eq!(v.len(), k.len(), "V's length");
         Self {
             cu_q: AttentionShape::cu_seqlens(&shape.seqlens_q),
             cu_k: AttentionShape::cu_seqlens(&shape.seqlens_k),
         }
+    }
+
+    /// The backward pass's inputs: the forward's, and dO, O and L.
+    fn new<T: Element>(x: &BackwardInputs<T>, shape: &AttentionShape) -> Self {
+        let layout = Self::forward(x.q, x.k, x.v, shape);
+        assert!(
+            x.d_o.len() == x.q.len() && x.o.len() == x.q.len(),
+            "dO and O's lengths"
+        );
+        assert_eq!(x.lse.len(), shape.total_q() * shape.heads, "L's length");
+        layout
     }
 }
 
@@ -640,12 +640,7 @@ pub fn attention_rows_with_magnitudes<T: Element>(
     rows: &[QueryRow],
 ) -> (AttentionOutput, Vec<f64>) {
     let (d, heads, kv_heads) = (shape.head_dim, shape.heads, shape.kv_heads);
-    assert!(kv_heads > 0 && heads.is_multiple_of(kv_heads));
-    assert_eq!(q.len(), shape.total_q() * heads * d, "Q's length");
-    assert_eq!(k.len(), shape.total_k() * kv_heads * d, "K's length");
-    assert_eq!(v.len(), k.len(), "V's length");
-    let cu_q = AttentionShape::cu_seqlens(&shape.seqlens_q);
-    let cu_k = AttentionShape::cu_seqlens(&shape.seqlens_k);
+    let Layout { cu_q, cu_k } = Layout::forward(q, k, v, shape);
     let (q, k, v) = (dense::widen(q), dense::widen(k), dense::widen(v));
     let v_abs: Vec<f64> = v.par_iter().map(|x| x.abs()).collect();
     let row_items = rows.iter().map(|r| (r.token, r.head));
