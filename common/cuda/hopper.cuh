@@ -61,6 +61,23 @@ __device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned 
         : "memory");
 }
 
+// The same by 32-bit shared-memory address, for code that keeps addresses rather than pointers
+// (a producer thread's few registers).
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "wait_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_%=;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
 // ---- TMA ------------------------------------------------------------------------------------
 
 // One-dimensional bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned)
@@ -106,6 +123,12 @@ __device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* map, cons
     asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
                  " [%0, {%1, %2, %3}], [%4];\n" ::"l"(map), "r"(x), "r"(y), "r"(z),
                  "r"(smem_u32(src))
+                 : "memory");
+}
+__device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* map, unsigned src, int x,
+                                                  int y, int z) {
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
+                 " [%0, {%1, %2, %3}], [%4];\n" ::"l"(map), "r"(x), "r"(y), "r"(z), "r"(src)
                  : "memory");
 }
 // The reverse of tma_load_3d: the box at `src` (shared memory, laid out as the map's swizzle
@@ -155,6 +178,20 @@ __device__ __forceinline__ void fence_proxy_async_global() {
 // synchronises some warpgroups of a block without the others.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- stmatrix -------------------------------------------------------------------------------
+
+// The reverse of ldmatrix (sm_90): four 8 x 8 blocks of 16-bit values from the warp's registers
+// to shared memory, register i of every lane holding block i in mma's C layout (lane l: row
+// l / 4, columns 2 (l % 4), +1). Lane l gives the address of row l % 8 of block l / 8, a
+// 16-byte chunk; so a 16 x 16 accumulator piece packed to 16 bits (mma.m16n8's two 8-column
+// blocks) is one instruction instead of sixteen 4-byte stores, and the rows may be swizzled.
+__device__ __forceinline__ void stmatrix_x4(unsigned row_address, const unsigned (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     row_address),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
 }
 
 // ---- thread-block clusters -------------------------------------------------------------------

@@ -4,19 +4,13 @@
 //! exactly the shared memory the launcher gives it and that the tile fits an SM. Compiled
 //! without the defines, `fa_hopper.cu` stops at an `#error`.
 
+use common::gpu::hopper_tile::{
+    SETMAXNREG_MIN, TileDefines, Violations, WARPGROUP_THREADS, file_define,
+};
+
 /// Registers each producer thread keeps after `setmaxnreg.dec` (one thread issues every TMA
 /// copy; 24 is the instruction's floor).
-pub const HOPPER_PRODUCER_REGISTERS: usize = 24;
-
-/// Dynamic shared memory a block may opt into on sm_90: 227 KiB.
-pub const SM90_MAX_SHARED_BYTES: usize = 227 * 1024;
-
-/// 32-bit registers of one SM, which the producer and the consumers of the one resident block
-/// share.
-pub const SM90_REGISTERS: usize = 64 * 1024;
-
-/// Head-dim elements of one TMA box: 64 16-bit values, one 128-byte swizzle row.
-const BOX_ELEMS: usize = 64;
+pub const HOPPER_PRODUCER_REGISTERS: usize = SETMAXNREG_MIN;
 
 /// The mbarriers: Q full and empty, and full and empty per stage for K and for V.
 fn barrier_bytes(stages: usize) -> usize {
@@ -81,7 +75,7 @@ impl HopperTile {
 
     /// Threads per block: the producer warpgroup and the consumers.
     pub fn threads(&self) -> usize {
-        128 * (1 + self.consumers)
+        WARPGROUP_THREADS * (1 + self.consumers)
     }
 
     /// The dynamic shared memory of a block, as `FhLayout` in `fa_hopper.cu` lays it out: Q
@@ -97,85 +91,62 @@ impl HopperTile {
     /// `static_assert`s check it (one line each; empty when it fits).
     pub fn violations(&self) -> Vec<String> {
         let d = self.head_dim;
-        let mut why = Vec::new();
-        let mut require = |holds: bool, what: String| {
-            if !holds {
-                why.push(format!("head dim {d}: {what}"));
-            }
-        };
-        require(
-            d > 0 && d.is_multiple_of(BOX_ELEMS),
-            format!("the head dim must be a whole number of {BOX_ELEMS}-element TMA boxes"),
-        );
-        require(
-            (1..=4).contains(&self.consumers),
+        let mut v = Violations::new(d);
+        v.whole_boxes();
+        v.require((1..=4).contains(&self.consumers), || {
             format!(
                 "{} consumers: a TMA box of Q is at most 256 rows (4 consumers)",
                 self.consumers
-            ),
-        );
+            )
+        });
         // P V steps 16 keys at a time; S = Q K^T is one wgmma of N = keys, which hopper.cuh
         // has for N = 64, 128 and 256 (a K box of `keys` rows of 128 bytes then also stays
         // on the swizzle's 1024-byte period, and within the TMA's 256 rows).
-        require(
-            [64, 128, 256].contains(&self.keys),
+        v.require([64, 128, 256].contains(&self.keys), || {
             format!(
                 "{} keys per tile: S is one wgmma of N = keys, which hopper.cuh has for 64, \
                  128 and 256",
                 self.keys
-            ),
-        );
-        require(self.stages >= 1, "at least one K/V stage".into());
-        require(
-            self.consumer_registers.is_multiple_of(8)
-                && (HOPPER_PRODUCER_REGISTERS..=256).contains(&self.consumer_registers),
-            format!(
-                "setmaxnreg takes a multiple of 8 in 24..=256, not {}",
-                self.consumer_registers
-            ),
-        );
-        let registers =
-            128 * HOPPER_PRODUCER_REGISTERS + self.consumers * 128 * self.consumer_registers;
-        require(
-            registers <= SM90_REGISTERS,
-            format!("{registers} registers, over the SM's {SM90_REGISTERS}"),
+            )
+        });
+        v.require(self.stages >= 1, || "at least one K/V stage".into());
+        v.registers(
+            HOPPER_PRODUCER_REGISTERS,
+            self.consumers,
+            self.consumer_registers,
         );
         // O's accumulators (d / 2 per thread) and S's (keys / 2) must both fit, with P in 16
         // bits (keys / 4: two keys a register) beside them while the previous tile's P V runs.
         let live = d / 2 + self.keys / 2 + self.keys / 4;
-        require(
-            live < self.consumer_registers,
+        v.require(live < self.consumer_registers, || {
             format!(
                 "{live} accumulator and P registers per consumer thread, not under {}",
                 self.consumer_registers
-            ),
-        );
-        let shared = self.shared_bytes();
-        require(
-            shared <= SM90_MAX_SHARED_BYTES,
-            format!("{shared} bytes of shared memory, over sm_90's {SM90_MAX_SHARED_BYTES}"),
-        );
-        why
+            )
+        });
+        v.shared_bytes(self.shared_bytes());
+        v.into_lines()
     }
 
     /// This tile's NVRTC defines, as `fa_hopper.cu` reads them.
-    fn defines(&self) -> [String; 5] {
-        let d = self.head_dim;
-        [
-            format!("-DFH_D{d}_CONSUMERS={}", self.consumers),
-            format!("-DFH_D{d}_KEYS={}", self.keys),
-            format!("-DFH_D{d}_STAGES={}", self.stages),
-            format!("-DFH_D{d}_REGISTERS={}", self.consumer_registers),
-            format!("-DFH_D{d}_SHARED_BYTES={}", self.shared_bytes()),
-        ]
+    fn defines(&self) -> Vec<String> {
+        TileDefines::new("FH", self.head_dim)
+            .set("CONSUMERS", self.consumers)
+            .set("KEYS", self.keys)
+            .set("STAGES", self.stages)
+            .set("REGISTERS", self.consumer_registers)
+            .set("SHARED_BYTES", self.shared_bytes())
+            .into_vec()
     }
 }
 
 /// The NVRTC options that give `fa_hopper.cu` its tiles: every tile's defines and the
 /// producer's registers.
 pub fn hopper_defines() -> Vec<String> {
-    let mut defines = vec![format!(
-        "-DFH_PRODUCER_REGISTERS={HOPPER_PRODUCER_REGISTERS}"
+    let mut defines = vec![file_define(
+        "FH",
+        "PRODUCER_REGISTERS",
+        HOPPER_PRODUCER_REGISTERS,
     )];
     for tile in &HOPPER_TILES {
         defines.extend(tile.defines());

@@ -47,37 +47,87 @@
 #include "attention.cuh"  // Sequence, key_end, visible, first_query
 #include "hopper.cuh"
 
-constexpr int BH_BN = 128;     // keys per block, 64 per consumer warpgroup
-constexpr int BH_BOX = 64;     // head-dim elements of one 128-byte swizzle row
-constexpr int BH_DQ_BOX = 32;  // f32 columns of one 128-byte swizzle row of the dQ tile
-constexpr int BH_STAGES = 2;   // query tiles in flight
-constexpr int BH_THREADS = 384;  // producer + 2 consumer warpgroups
-// The named barrier (0 is __syncthreads) where the two consumers meet around dS^T.
-constexpr int BH_BAR_CONSUMERS = 1;
+// The tile per head dim comes from the launcher's table (`BACKWARD_TILES` in
+// src/hopper_tile.rs) as NVRTC defines: BH_CONSUMERS and BH_KEYS (the block's warpgroups and
+// keys), BH_DS_STAGES (dS^T buffers), BH_PRODUCER_REGISTERS, and per head dim BH_D<d>_QUERIES
+// (queries per step), _STAGES (the Q/dO ring), _REGISTERS (per consumer thread) and
+// _SHARED_BYTES (what the launcher gives the block). The static_asserts below check that this
+// file's layout takes exactly that shared memory and that the tile is one this code handles.
+#if !defined(BH_CONSUMERS) || !defined(BH_KEYS) || !defined(BH_DS_STAGES) ||                  \
+    !defined(BH_PRODUCER_REGISTERS) || !defined(BH_D64_QUERIES) || !defined(BH_D64_STAGES) ||  \
+    !defined(BH_D64_REGISTERS) || !defined(BH_D64_SHARED_BYTES) || !defined(BH_D128_QUERIES) || \
+    !defined(BH_D128_STAGES) || !defined(BH_D128_REGISTERS) || !defined(BH_D128_SHARED_BYTES)
+#error "fa_hopper_bwd.cu: compile it with the -DBH_ defines of day20's BackwardTile table"
+#endif
 
-template <int D> struct BhConfig {
-    // Queries per step: the consumer holds dK and dV (D / 2 + D / 2 f32 per thread) across the
-    // loop and S^T, dP^T (BM / 2 each) per step; at head dim 128 BM = 64 keeps that at 192.
-    static constexpr int BM = D == 64 ? 128 : 64;
+constexpr int BH_BN = BH_KEYS;  // keys per block, 64 per consumer warpgroup
+constexpr int BH_BOX = 64;      // head-dim elements of one 128-byte swizzle row
+constexpr int BH_DQ_BOX = 32;   // f32 columns of one 128-byte swizzle row of the dQ tile
+constexpr int BH_THREADS = 128 * (1 + BH_CONSUMERS);  // producer + consumer warpgroups
+// The named barrier (0 is __syncthreads) where the consumers meet once per step: every half
+// of dS^T is in shared memory before any consumer's dQ product reads it.
+constexpr int BH_BAR_CONSUMERS = 1;
+static_assert(BH_CONSUMERS == 2 && BH_BN == 64 * BH_CONSUMERS,
+              "two consumer warpgroups of 64 keys: dQ's split (a half of the head dim or of "
+              "the queries each) assumes two");
+// Two dS^T buffers are what lets one barrier per step suffice: a consumer writes buffer
+// n % 2 at step n only after passing step n - 1's barrier, which every consumer reaches after
+// its dQ product of step n - 2 (the last reader of that buffer) has completed.
+static_assert(BH_DS_STAGES == 2, "one barrier per step needs two dS^T buffers");
+static_assert(BH_PRODUCER_REGISTERS % 8 == 0 && BH_PRODUCER_REGISTERS >= 24, "setmaxnreg");
+
+template <int D> struct BhTile;
+#define BH_TILE(D)                                                                              \
+    template <> struct BhTile<D> {                                                              \
+        static constexpr int QUERIES = BH_D##D##_QUERIES, STAGES = BH_D##D##_STAGES,             \
+                             REGISTERS = BH_D##D##_REGISTERS,                                   \
+                             SHARED_BYTES = BH_D##D##_SHARED_BYTES;                             \
+    };
+BH_TILE(64)
+BH_TILE(128)
+#undef BH_TILE
+
+template <int D> struct BhConfig : BhTile<D> {
+    // Queries per step: a consumer holds dK and dV (D / 2 + D / 2 f32 per thread) across the
+    // loop and S^T, dP^T (BM / 2 each) per step.
+    static constexpr int BM = BhTile<D>::QUERIES;
     static_assert(D % BH_BOX == 0, "the head dim is a whole number of 64-element boxes");
+    static_assert(BM == 64 || BM == 128,
+                  "queries per step: whole 64-query boxes of dS^T, at most 128 (one dQ "
+                  "product of 64 rows per consumer at head dim 64)");
+    static_assert(D == 128 ? BM == 64 : BM == 128,
+                  "dQ's split: head dim 128 halves the columns of 64 queries, 64 halves 128 "
+                  "queries");
+    static_assert(BhTile<D>::STAGES >= 1, "at least one query tile in flight");
+    static_assert(BhTile<D>::REGISTERS % 8 == 0 && BhTile<D>::REGISTERS <= 256, "setmaxnreg");
+    static_assert(128 * BH_PRODUCER_REGISTERS + BH_CONSUMERS * 128 * BhTile<D>::REGISTERS <=
+                      65536,
+                  "producer and consumer registers fit the SM's register file");
 };
 
 // Shared memory from a 1024-byte aligned base (the swizzle repeats every 1024 bytes). Every
 // tile offset is a multiple of 1024; the host adds the same 1024 bytes of alignment slack.
 template <int D> struct BhLayout {
-    static constexpr int BM = BhConfig<D>::BM;
+    using C = BhConfig<D>;
+    static constexpr int BM = C::BM, STAGES = C::STAGES;
     static constexpr int KV_ELEMS = BH_BN * D, Q_ELEMS = BM * D;
     static constexpr int K_OFFSET = 0;
     static constexpr int V_OFFSET = K_OFFSET + KV_ELEMS * 2;
     static constexpr int Q_OFFSET = V_OFFSET + KV_ELEMS * 2;
-    static constexpr int DO_OFFSET = Q_OFFSET + BH_STAGES * Q_ELEMS * 2;
-    static constexpr int DS_OFFSET = DO_OFFSET + BH_STAGES * Q_ELEMS * 2;  // dS^T, 128 x BM
-    static constexpr int DQ_OFFSET = DS_OFFSET + BH_BN * BM * 2;
+    static constexpr int DO_OFFSET = Q_OFFSET + STAGES * Q_ELEMS * 2;
+    static constexpr int DS_BYTES = BH_BN * BM * 2;  // one dS^T buffer, BH_BN keys x BM
+    static constexpr int DS_OFFSET = DO_OFFSET + STAGES * Q_ELEMS * 2;
+    static constexpr int DQ_OFFSET = DS_OFFSET + BH_DS_STAGES * DS_BYTES;
     static constexpr int DQ_WG_FLOATS = 2 * BH_DQ_BOX * 64;  // two 32 x 64 boxes a consumer
-    static constexpr int L_OFFSET = DQ_OFFSET + 2 * DQ_WG_FLOATS * 4;
-    static constexpr int DELTA_OFFSET = L_OFFSET + BH_STAGES * BM * 4;
-    static constexpr int BARRIER_OFFSET = DELTA_OFFSET + BH_STAGES * BM * 4;
-    static constexpr int BYTES = BARRIER_OFFSET + 8 * (1 + 2 * BH_STAGES + 4);
+    static constexpr int L_OFFSET = DQ_OFFSET + BH_CONSUMERS * DQ_WG_FLOATS * 4;
+    static constexpr int DELTA_OFFSET = L_OFFSET + STAGES * BM * 4;
+    static constexpr int BARRIER_OFFSET = DELTA_OFFSET + STAGES * BM * 4;
+    // kv_full, q_full and q_empty per stage, dq_full and dq_empty per consumer.
+    static constexpr int BARRIERS = 1 + 2 * STAGES + 2 * BH_CONSUMERS;
+    static constexpr int BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;
+    static_assert(BYTES == C::SHARED_BYTES,
+                  "the host launches with the shared memory this layout takes");
+    static_assert(BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block on sm_90");
 };
 
 // wgmma descriptors as hopper.cuh builds them (128-byte swizzle, 8-row groups 1024 bytes
@@ -160,15 +210,15 @@ BH_PREPROCESS(bf16_t, bf16)
 BH_PREPROCESS(f16_t, f16)
 
 // ---------------------------------------------------------------------------------------------
-// The main kernel. grid(ceil(max lk / 128), kv_heads, batch), block(384).
+// The main kernel. grid(ceil(max lk / BH_KEYS), kv_heads, batch), block(BH_THREADS).
 
 // A position in the query-tile ring (stage, and the parity of its phase); producer and
 // consumers walk the same tiles and count their own.
-struct BhRing {
+template <int STAGES> struct BhRing {
     int stage = 0;
     unsigned phase = 0;
     __device__ __forceinline__ void advance() {
-        if (++stage == BH_STAGES) {
+        if (++stage == STAGES) {
             stage = 0;
             phase ^= 1;
         }
@@ -189,46 +239,48 @@ __device__ __forceinline__ int bh_first_tile(int j0, const Sequence& s, int caus
 // first waits until key tiles 0 .. n-1 have added theirs into this query tile (the counter
 // at 2n), and bumps the counter once its own adds are complete in global memory. Only this
 // thread waits on other blocks; the consumers go on with the next step meanwhile.
-__device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq,
-                                             unsigned long long* dq_full,
-                                             unsigned long long* dq_empty, const float* sdq,
-                                             int* semaphores, int ordered, const Sequence& s,
-                                             int kvh, int group, int heads, int m_first,
+//
+// It runs on the producer's 24 registers, so it holds shared memory as 32-bit addresses (the
+// barriers of consumer wg at dq_full + 8 wg and dq_full + 8 (BH_CONSUMERS + wg), its tile at
+// sdq + DQ_WG_FLOATS * 4 wg) and walks the block's (head, query tile) steps.
+__device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsigned dq_full,
+                                             unsigned sdq, int* semaphores, int ordered, int q0,
+                                             int h0, int group, int heads, int m_first,
                                              int m_end, int q_tiles, int bm, int d) {
+    constexpr unsigned DQ_EMPTY = 8 * BH_CONSUMERS, TILE_BYTES = 2 * BH_DQ_BOX * 64 * 4;
     unsigned phase = 0;
-    for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-        for (int m = m_first; m < m_end; ++m) {
-            int* counter = semaphores + ((index_t)blockIdx.z * heads + h) * q_tiles + m;
-            for (int wg = 0; wg < 2; ++wg) {
-                mbarrier_wait(&dq_full[wg], phase);
-                if (ordered) {
-                    int seen;
-                    do {
-                        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n"
-                                     : "=r"(seen)
-                                     : "l"(counter)
-                                     : "memory");
-                    } while (seen < 2 * (int)blockIdx.x);  // both halves of key tiles 0 .. n-1
-                    fence_proxy_async_global();
-                }
-                const int x0 = d == 128 ? wg * 64 : 0;
-                const int y0 = s.q0 + m * bm + (bm == 128 ? wg * 64 : 0);
-                const float* tile = sdq + wg * 2 * BH_DQ_BOX * 64;
-                tma_reduce_add_3d(map_dq, tile, x0, y0, h);
-                tma_reduce_add_3d(map_dq, tile + BH_DQ_BOX * 64, x0 + BH_DQ_BOX, y0, h);
-                bulk_commit();
-                if (ordered) {
-                    bulk_wait<0>();  // the adds are in global memory
-                    fence_proxy_async_global();
-                    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter)
+    for (int h = h0; h < h0 + group; ++h)
+    for (int m = m_first; m < m_end; ++m) {
+        int* counter = semaphores + ((index_t)blockIdx.z * heads + h) * q_tiles + m;
+        for (int wg = 0; wg < BH_CONSUMERS; ++wg) {
+            mbarrier_wait(dq_full + 8 * wg, phase);
+            if (ordered) {
+                int seen;
+                do {
+                    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n"
+                                 : "=r"(seen)
+                                 : "l"(counter)
                                  : "memory");
-                } else {
-                    bulk_wait_read<0>();
-                }
-                mbarrier_arrive(&dq_empty[wg]);
+                } while (seen < BH_CONSUMERS * (int)blockIdx.x);  // key tiles 0 .. n-1, whole
+                fence_proxy_async_global();
             }
-            phase ^= 1;
+            const int x0 = d == 128 ? wg * 64 : 0;
+            const int y0 = q0 + m * bm + (bm == 128 ? wg * 64 : 0);
+            const unsigned tile = sdq + wg * TILE_BYTES;
+            tma_reduce_add_3d(map_dq, tile, x0, y0, h);
+            tma_reduce_add_3d(map_dq, tile + TILE_BYTES / 2, x0 + BH_DQ_BOX, y0, h);
+            bulk_commit();
+            if (ordered) {
+                bulk_wait<0>();  // the adds are in global memory
+                fence_proxy_async_global();
+                asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter)
+                             : "memory");
+            } else {
+                bulk_wait_read<0>();
+            }
+            mbarrier_arrive(dq_full + DQ_EMPTY + 8 * wg);
         }
+        phase ^= 1;
     }
     bulk_wait<0>();  // shared memory must outlive the last add's reads
 }
@@ -246,7 +298,8 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                                               int heads, int kv_heads, float scale,
                                               int causal, int q_tiles) {
     using L = BhLayout<D>;
-    constexpr int BM = BhConfig<D>::BM, BOXES = D / BH_BOX;
+    using C = BhConfig<D>;
+    constexpr int BM = C::BM, STAGES = C::STAGES, BOXES = D / BH_BOX;
     extern __shared__ unsigned char bh_smem_raw[];
     unsigned char* base = reinterpret_cast<unsigned char*>(
         (reinterpret_cast<unsigned long long>(bh_smem_raw) + 1023) & ~1023ull);
@@ -257,15 +310,16 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
     float* sdq = reinterpret_cast<float*>(base + L::DQ_OFFSET);
     unsigned long long* kv_full = reinterpret_cast<unsigned long long*>(base + L::BARRIER_OFFSET);
     unsigned long long* q_full = kv_full + 1;
-    unsigned long long* q_empty = q_full + BH_STAGES;
-    unsigned long long* dq_full = q_empty + BH_STAGES;  // [consumer]: its dQ half is written
-    unsigned long long* dq_empty = dq_full + 2;         // [consumer]: the TMA has read it
+    unsigned long long* q_empty = q_full + STAGES;
+    unsigned long long* dq_full = q_empty + STAGES;       // [consumer]: its dQ half is written
+    unsigned long long* dq_empty = dq_full + BH_CONSUMERS;  // [consumer]: the TMA has read it
 
-    // The host sizes shared memory and the block from its own copy of these constants: a
-    // drift between the two stops here rather than corrupting memory.
+    // The layout's size is checked against the host's at compile time; the block size and the
+    // shared memory actually given are checked here, so a launch that disagrees stops rather
+    // than corrupting memory.
     unsigned dynamic_bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
-    if (dynamic_bytes < L::BYTES + 1024 || blockDim.x != BH_THREADS) __trap();
+    if (dynamic_bytes < L::BYTES || blockDim.x != BH_THREADS) __trap();
 
     const Sequence s = sequence(cu_q, cu_k, blockIdx.z);
     const int j0 = blockIdx.x * BH_BN;
@@ -276,11 +330,13 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
 
     if (threadIdx.x == 0) {
         mbarrier_init(kv_full, 1);
-        for (int st = 0; st < BH_STAGES; ++st) {
-            mbarrier_init(&q_full[st], 1);   // the producer's arrival (+ the TMA's bytes)
-            mbarrier_init(&q_empty[st], 2);  // one arrival per consumer
+        for (int st = 0; st < STAGES; ++st) {
+            mbarrier_init(&q_full[st], 1);  // the producer's arrival (+ the TMA's bytes)
+            // One arrival per consumer warp, each after its own wait for the products that
+            // read the stage.
+            mbarrier_init(&q_empty[st], 4 * BH_CONSUMERS);
         }
-        for (int wg = 0; wg < 2; ++wg) {
+        for (int wg = 0; wg < BH_CONSUMERS; ++wg) {
             mbarrier_init(&dq_full[wg], 128);  // every thread of the consumer, after its writes
             mbarrier_init(&dq_empty[wg], 1);   // the dQ writer, once the TMA has read them
         }
@@ -290,10 +346,10 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
 
     if (threadIdx.x < 128) {
         // ---- producer ----
-        warpgroup_registers_release<40>();
+        warpgroup_registers_release<BH_PRODUCER_REGISTERS>();
         if (threadIdx.x == 32) {
-            bh_dq_writer(map_dq, dq_full, dq_empty, sdq, semaphores, ordered, s, kvh, group, heads,
-                         m_first, m_end, q_tiles, BM, D);
+            bh_dq_writer(map_dq, smem_u32(dq_full), smem_u32(sdq), semaphores, ordered, s.q0,
+                         kvh * group, group, heads, m_first, m_end, q_tiles, BM, D);
             return;
         }
         if (threadIdx.x != 0) return;
@@ -304,7 +360,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
             tma_load_3d(sv + box * BH_BN * BH_BOX, map_v, kv_full, box * BH_BOX, s.k0 + j0, kvh);
         }
         constexpr unsigned STAGE_BYTES = 2 * L::Q_ELEMS * sizeof(T) + 2 * BM * sizeof(float);
-        BhRing ring;
+        BhRing<STAGES> ring;
         for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
             for (int m = m_first; m < m_end; ++m) {
                 const int st = ring.stage, row0 = s.q0 + m * BM;
@@ -329,7 +385,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
     }
 
     // ---- consumers ----
-    warpgroup_registers_claim<232>();
+    warpgroup_registers_claim<C::REGISTERS>();
     const int wg = threadIdx.x / 128 - 1;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const float scale_log2 = scale * LOG2E;
@@ -357,8 +413,9 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
     const int wg_rows = wg * 64 * 128;  // 64 key rows of 128 bytes into each K or V box
 
     mbarrier_wait(kv_full, 0);
-    BhRing ring;
+    BhRing<STAGES> ring;
     unsigned dq_phase = 0;
+    int ds_stage = 0;
     for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
         for (int m = m_first; m < m_end; ++m) {
             const int st = ring.stage, i0 = m * BM;
@@ -414,7 +471,10 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                     dp[4 * j + e] = sc[4 * j + e] * (dp[4 * j + e] - (e % 2 ? delta.y : delta.x));
             }
             // P^T and dS^T as 16-bit A operands: two 8-query accumulator blocks are one k16
-            // step (register x: key + 8 (x % 2), queries 16kk + 8 (x / 2) + 2t, +1).
+            // step (register x: key + 8 (x % 2), queries 16kk + 8 (x / 2) + 2t, +1). From
+            // here on only these halves live: S^T's and dP^T's f32 registers are free before
+            // any of the three products below is issued (issued earlier, they kept ptxas from
+            // leaving the products asynchronous: C7512).
             unsigned pa[BM / 16][4], da[BM / 16][4];
 #pragma unroll
             for (int kk = 0; kk < BM / 16; ++kk)
@@ -424,56 +484,59 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                     da[kk][x] = pack2<T>(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1]);
                 }
 
-            // dV += P^T dO and dK += dS^T Q: B is MN-major (dims along memory), a k16 step is
-            // 16 query rows (2048 bytes) down, the 64-dim boxes BM x 128 bytes apart.
+            // dS^T to shared memory (buffer ds_stage) as the MN-major A operand of dQ = dS K:
+            // key rows of 128 bytes (64 queries, one box per 64 queries), 16-byte chunks
+            // swizzled by key % 8. One stmatrix per k16 step: the four 8 x 8 blocks of the
+            // warp's 16 keys x 16 queries, each row one 16-byte chunk.
+            // Lane l names row l % 8 of 8 x 8 block l / 8, blocks in the accumulator's order
+            // (keys +8 for odd blocks, queries +8 for the upper two).
+            {
+                const int key = wg * 64 + warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+                const unsigned row = b32 + L::DS_OFFSET + ds_stage * L::DS_BYTES +
+                                     (key / 8) * 1024 + (key % 8) * 128;
+#pragma unroll
+                for (int kk = 0; kk < BM / 16; ++kk) {
+                    const int q = 16 * kk + 8 * (lane / 16), box = q / 64, chunk = (q % 64) / 8;
+                    stmatrix_x4(row + box * BH_BN * 128 + ((chunk ^ (key % 8)) * 16), da[kk]);
+                }
+            }
+            fence_proxy_async_shared();
+
+            // dV += P^T dO: B is MN-major (dims along memory), a k16 step is 16 query rows
+            // (2048 bytes) down, the 64-dim boxes BM x 128 bytes apart. It runs while the
+            // consumers meet.
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BM / 16; ++kk)
                 wgmma_m64k16_rs<D, T, 1>(dv_acc, pa[kk], bh_desc(b16, do_at + kk * 2048, BM * 128), 1);
-#pragma unroll
-            for (int kk = 0; kk < BM / 16; ++kk)
-                wgmma_m64k16_rs<D, T, 1>(dk_acc, da[kk], bh_desc(b16, q_at + kk * 2048, BM * 128), 1);
             wgmma_commit();
 
-            // dS^T to shared memory as the MN-major A operand of dQ = dS K: key rows of 128
-            // bytes (64 queries, one box per 64 queries), 16-byte chunks swizzled by key % 8.
-            // The other consumer's dQ product of the last step must be done reading it.
-            named_barrier_sync(BH_BAR_CONSUMERS, 256);
-#pragma unroll
-            for (int kk = 0; kk < BM / 16; ++kk)
-#pragma unroll
-                for (int x = 0; x < 4; ++x) {
-                    const int key = wg * 64 + warp * 16 + g + 8 * (x % 2);
-                    const int q = 16 * kk + 8 * (x / 2) + 2 * t, box = q / 64, qq = q % 64;
-                    const int at = box * BH_BN * 128 + (key / 8) * 1024 + (key % 8) * 128 +
-                                   (((qq / 8) ^ (key % 8)) * 16) + (qq % 8) * 2;
-                    bh_st_u32(b32 + L::DS_OFFSET + at, da[kk][x]);
-                }
-            fence_proxy_async_shared();
-            named_barrier_sync(BH_BAR_CONSUMERS, 256);
+            named_barrier_sync(BH_BAR_CONSUMERS, 128 * BH_CONSUMERS);  // all of dS^T written
 
-            // dQ = dS K over the block's 128 keys. Head dim 128: this consumer's 64 columns
-            // (K box wg) of all 64 queries; head dim 64: all 64 columns of its 64 queries (dS
+            // dQ = dS K over the block's keys. Head dim 128: this consumer's 64 columns (K
+            // box wg) of all 64 queries; head dim 64: all 64 columns of its 64 queries (dS
             // box wg). Both operands MN-major, k16 steps 16 key rows down.
             float dq[32];
-            const int ds_at = L::DS_OFFSET + A_BOX * wg * BH_BN * 128;
+            const int ds_at = L::DS_OFFSET + ds_stage * L::DS_BYTES + A_BOX * wg * BH_BN * 128;
             const int k_at = L::K_OFFSET + B_BOX * wg * BH_BN * 128;
-            wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BH_BN / 16; ++kk)
                 wgmma_m64k16<64, T, 1, 1>(dq, bh_desc(b16, ds_at + kk * 2048, BH_BN * 128),
                                           bh_desc(b16, k_at + kk * 2048, BH_BN * 128), kk > 0);
             wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_fence_operands(dq);
+            wgmma_wait<1>();  // dV is done: P^T's registers are free
             wgmma_fence_operands(dv_acc);
-            wgmma_fence_operands(dk_acc);
 #pragma unroll
-            for (int kk = 0; kk < BM / 16; ++kk) {
-                wgmma_fence_operands(pa[kk]);
-                wgmma_fence_operands(da[kk]);
-            }
-            if (tid == 0) mbarrier_arrive(&q_empty[st]);  // Q, dO, L, D of this stage are read
+            for (int kk = 0; kk < BM / 16; ++kk) wgmma_fence_operands(pa[kk]);
+
+            // dK += dS^T Q, the same shape as dV; it runs while dQ goes to shared memory.
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; ++kk)
+                wgmma_m64k16_rs<D, T, 1>(dk_acc, da[kk], bh_desc(b16, q_at + kk * 2048, BM * 128), 1);
+            wgmma_commit();
+            wgmma_wait<1>();  // dQ is done
+            wgmma_fence_operands(dq);
 
             // dQ to shared memory (two 32-column boxes of 64 rows, 128-byte swizzled) once the
             // dQ writer's TMA has read the last one; the writer adds it into dq_accum.
@@ -490,7 +553,14 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                 }
             fence_proxy_async_shared();
             mbarrier_arrive(&dq_full[wg]);
+
+            wgmma_wait<0>();  // dK is done: Q, dO, L and D of this stage are read
+            wgmma_fence_operands(dk_acc);
+#pragma unroll
+            for (int kk = 0; kk < BM / 16; ++kk) wgmma_fence_operands(da[kk]);
+            if (lane == 0) mbarrier_arrive(&q_empty[st]);
             dq_phase ^= 1;
+            ds_stage ^= 1;
             ring.advance();
         }
     }

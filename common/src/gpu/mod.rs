@@ -2,7 +2,8 @@
 //!
 //! Below the device, in order (each uses only what comes before it): [`kernel_cache`],
 //! [`nvrtc`], [`kernel_build`] (what each day compiles), [`kernel`] (loading a compiled file
-//! and its kernels), [`tma`], [`cublas`],
+//! and its kernels), [`tma`], [`hopper_tile`] (the limits a Hopper tile table checks),
+//! [`cublas`],
 //! [`cublaslt`] (the 8-bit GEMMs).
 
 pub mod kernel_cache;
@@ -10,6 +11,7 @@ pub mod nvrtc;
 pub mod kernel_build;
 pub mod kernel;
 pub mod tma;
+pub mod hopper_tile;
 pub mod cublas;
 pub mod cublaslt;
 

@@ -1,0 +1,221 @@
+//! `fa_hopper`'s backward tile per head dim: the one table both sides read, as day 10's forward
+//! does (`common::gpu::hopper_tile` holds what both check). The launcher takes its block, its
+//! shared memory, its query tiles and its TMA boxes from [`BackwardTile`]; `fa_hopper_bwd.cu`
+//! gets the same numbers as NVRTC defines ([`hopper_defines`]) and `static_assert`s that its
+//! layout takes exactly the shared memory the launcher gives it. Compiled without the defines,
+//! it stops at an `#error`.
+
+use common::gpu::hopper_tile::{
+    SETMAXNREG_MIN, TileDefines, Violations, WARPGROUP_THREADS, file_define,
+};
+
+/// Consumer warpgroups per block, each owning 64 of the block's keys.
+pub const CONSUMERS: usize = 2;
+
+/// Keys per block: dK and dV of these keys stay in the consumers' registers for the kernel.
+pub const KEYS: usize = 64 * CONSUMERS;
+
+/// dS^T buffers in shared memory: with two, the consumers meet once per step (a buffer is
+/// rewritten two steps later, after every reader of it has passed a later meeting).
+pub const DS_STAGES: usize = 2;
+
+/// Registers each producer thread keeps after `setmaxnreg.dec`: one thread issues the loads,
+/// another is the dQ writer. The block is launched with 168 registers a thread (384 threads
+/// share the SM's 64 K, in multiples of 8), and `setmaxnreg.inc` waits until the block's own
+/// pool has the registers it asks for: 24 + 2 x 240 warpgroup-threads' worth is exactly that
+/// pool, so the producer cannot keep more while the consumers take 240.
+pub const PRODUCER_REGISTERS: usize = SETMAXNREG_MIN;
+
+/// Prefix of the defines `fa_hopper_bwd.cu` reads.
+const PREFIX: &str = "BH";
+
+/// One head dim's tile of the backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackwardTile {
+    pub head_dim: usize,
+    /// Queries per step: S^T and dP^T are 64 keys x this many queries per consumer.
+    pub queries: usize,
+    /// Query tiles (Q, dO, L, D) in flight: the ring.
+    pub stages: usize,
+    /// Registers per consumer thread after `setmaxnreg.inc`.
+    pub consumer_registers: usize,
+}
+
+/// The tiles. Head dim 128: 64 queries per step, so that dK and dV (64 + 64 f32 a thread)
+/// and S^T and dP^T (32 + 32) fit beside each other in 240 registers. Head dim 64: 128 queries
+/// (dK, dV 32 + 32, S^T, dP^T 64 + 64), so that each product is as wide as head dim 128's.
+pub const BACKWARD_TILES: [BackwardTile; 2] = [
+    BackwardTile {
+        head_dim: 64,
+        queries: 128,
+        stages: 2,
+        consumer_registers: 240,
+    },
+    BackwardTile {
+        head_dim: 128,
+        queries: 64,
+        stages: 2,
+        consumer_registers: 240,
+    },
+];
+
+impl BackwardTile {
+    /// The tile for head dim `d`, if `fa_hopper`'s backward is compiled for it.
+    pub fn for_head_dim(d: usize) -> Option<&'static BackwardTile> {
+        BACKWARD_TILES.iter().find(|t| t.head_dim == d)
+    }
+
+    /// Threads per block: the producer warpgroup and the consumers.
+    pub fn threads(&self) -> usize {
+        WARPGROUP_THREADS * (1 + CONSUMERS)
+    }
+
+    /// The dynamic shared memory of a block, as `BhLayout` in `fa_hopper_bwd.cu` lays it out:
+    /// K and V (16-bit), the ring of Q and dO, the dS^T buffers, each consumer's f32 dQ tile
+    /// (64 x 64), the ring of L and D (f32), the barriers (K/V; full and empty per stage; dQ
+    /// full and empty per consumer), and 1024 bytes of slack to align the tiles to the
+    /// swizzle's 1024-byte period.
+    pub fn shared_bytes(&self) -> usize {
+        let (d, bm) = (self.head_dim, self.queries);
+        let halves = 2 * KEYS * d + 2 * self.stages * bm * d + DS_STAGES * KEYS * bm;
+        let floats = CONSUMERS * 64 * 64 + 2 * self.stages * bm;
+        let barriers = 1 + 2 * self.stages + 2 * CONSUMERS;
+        halves * 2 + floats * 4 + 8 * barriers + 1024
+    }
+
+    /// What stops this tile from compiling or running on an H100, as the kernel's
+    /// `static_assert`s check it (one line each; empty when it fits).
+    pub fn violations(&self) -> Vec<String> {
+        let (d, bm) = (self.head_dim, self.queries);
+        let mut v = Violations::new(d);
+        v.whole_boxes();
+        // dQ is split between the two consumers: at head dim 128 each takes 64 columns of
+        // the 64 queries, at 64 each takes all columns of its 64 of the 128 queries.
+        let split = match d {
+            128 => 64,
+            64 => 128,
+            _ => 0,
+        };
+        v.require(bm == split, || {
+            format!(
+                "{bm} queries per step: dQ's split between the consumers takes 64 at head dim \
+                 128 and 128 at 64"
+            )
+        });
+        v.require(self.stages >= 1, || {
+            "at least one query tile in flight".into()
+        });
+        v.registers(PRODUCER_REGISTERS, CONSUMERS, self.consumer_registers);
+        // dK and dV (d / 2 each), S^T and dP^T (bm / 2 each) live at once while dS is made.
+        let live = d + bm;
+        v.require(live < self.consumer_registers, || {
+            format!(
+                "{live} accumulator registers per consumer thread, not under {}",
+                self.consumer_registers
+            )
+        });
+        v.shared_bytes(self.shared_bytes());
+        v.into_lines()
+    }
+
+    fn defines(&self) -> Vec<String> {
+        TileDefines::new(PREFIX, self.head_dim)
+            .set("QUERIES", self.queries)
+            .set("STAGES", self.stages)
+            .set("REGISTERS", self.consumer_registers)
+            .set("SHARED_BYTES", self.shared_bytes())
+            .into_vec()
+    }
+}
+
+/// The NVRTC options that give `fa_hopper_bwd.cu` its tiles: the block's shape and every
+/// tile's defines.
+pub fn hopper_defines() -> Vec<String> {
+    let mut defines = vec![
+        file_define(PREFIX, "CONSUMERS", CONSUMERS),
+        file_define(PREFIX, "KEYS", KEYS),
+        file_define(PREFIX, "DS_STAGES", DS_STAGES),
+        file_define(PREFIX, "PRODUCER_REGISTERS", PRODUCER_REGISTERS),
+    ];
+    for tile in &BACKWARD_TILES {
+        defines.extend(tile.defines());
+    }
+    defines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tile_fits_an_h100() {
+        for tile in &BACKWARD_TILES {
+            assert_eq!(tile.violations(), Vec::<String>::new(), "{tile:?}");
+        }
+        let dims: Vec<usize> = BACKWARD_TILES.iter().map(|t| t.head_dim).collect();
+        assert_eq!(dims, day10::HEAD_DIMS[..2]);
+    }
+
+    #[test]
+    fn the_layouts_add_up() {
+        // Head dim 128: K, V 2 x 32 KiB; Q, dO 2 x 2 x 16 KiB; dS^T 2 x 16 KiB; dQ 2 x 16 KiB;
+        // L, D 2 x 2 x 256 B; 9 barriers; 1 KiB of slack.
+        let d128 = BackwardTile::for_head_dim(128).unwrap();
+        assert_eq!(d128.shared_bytes(), 192 * 1024 + 1024 + 72 + 1024);
+        assert_eq!(d128.threads(), 384);
+        // Head dim 64: K, V 2 x 16 KiB; Q, dO 2 x 2 x 16 KiB; dS^T 2 x 32 KiB; dQ 2 x 16 KiB.
+        let d64 = BackwardTile::for_head_dim(64).unwrap();
+        assert_eq!(d64.shared_bytes(), 192 * 1024 + 2048 + 72 + 1024);
+        assert!(BackwardTile::for_head_dim(256).is_none());
+    }
+
+    #[test]
+    fn tiles_that_do_not_fit_are_named() {
+        let d128 = *BackwardTile::for_head_dim(128).unwrap();
+        let wide = BackwardTile {
+            queries: 128,
+            ..d128
+        };
+        assert!(
+            wide.violations().iter().any(|v| v.contains("128 queries")),
+            "{wide:?}"
+        );
+        let deep = BackwardTile {
+            stages: 3,
+            ..BackwardTile::for_head_dim(64).copied().unwrap()
+        };
+        assert!(
+            deep.violations()
+                .iter()
+                .any(|v| v.contains("shared memory")),
+            "{deep:?}"
+        );
+        let many = BackwardTile {
+            consumer_registers: 256,
+            ..d128
+        };
+        assert!(
+            many.violations()
+                .iter()
+                .any(|v| v.contains("registers, over")),
+            "{many:?}"
+        );
+    }
+
+    #[test]
+    fn the_defines_carry_every_tile() {
+        let defines = hopper_defines();
+        assert_eq!(defines.len(), 4 + 4 * BACKWARD_TILES.len());
+        for expected in [
+            "-DBH_KEYS=128",
+            "-DBH_CONSUMERS=2",
+            "-DBH_DS_STAGES=2",
+            "-DBH_PRODUCER_REGISTERS=24",
+            "-DBH_D128_QUERIES=64",
+            "-DBH_D64_QUERIES=128",
+            "-DBH_D128_SHARED_BYTES=198728",
+        ] {
+            assert!(defines.contains(&expected.to_string()), "{expected}");
+        }
+    }
+}
