@@ -43,29 +43,13 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned long long* ba
                  : "memory");
 }
 
-__device__ __forceinline__ void mbarrier_arrive(unsigned long long* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-
-// Spins until the phase of parity `parity` has completed. A fresh barrier is in phase 0, so
-// waiting for parity 1 returns at once: the producer's first pass over empty stages.
-__device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "wait_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra wait_%=;\n"
-        "}\n" ::"r"(smem_u32(bar)),
-        "r"(parity)
-        : "memory");
-}
-
-// The same by 32-bit shared-memory address, for code that keeps addresses rather than pointers
-// (a producer thread's few registers).
+// Arrivals and waits take the barrier's 32-bit shared-memory address (code that keeps
+// addresses rather than pointers, such as a producer thread on few registers) or a pointer.
 __device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// Spins until the phase of parity `parity` has completed. A fresh barrier is in phase 0, so
+// waiting for parity 1 returns at once: the producer's first pass over empty stages.
 __device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
     asm volatile(
         "{\n"
@@ -76,6 +60,13 @@ __device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
         "}\n" ::"r"(bar),
         "r"(parity)
         : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(unsigned long long* bar) {
+    mbarrier_arrive(smem_u32(bar));
+}
+__device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned parity) {
+    mbarrier_wait(smem_u32(bar), parity);
 }
 
 // ---- TMA ------------------------------------------------------------------------------------
@@ -118,18 +109,15 @@ __device__ __forceinline__ void tma_load_3d_multicast(void* dst, const TmaDescri
 // the tensor's edge skipped. Completion is tracked per issuing thread in bulk groups
 // (`bulk_commit` / `bulk_wait_read` / `bulk_wait`), not on an mbarrier. The shared memory
 // must have been written through the generic proxy and then `fence_proxy_async_shared`.
-__device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* map, const void* src,
-                                                  int x, int y, int z) {
-    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
-                 " [%0, {%1, %2, %3}], [%4];\n" ::"l"(map), "r"(x), "r"(y), "r"(z),
-                 "r"(smem_u32(src))
-                 : "memory");
-}
 __device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* map, unsigned src, int x,
                                                   int y, int z) {
     asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
                  " [%0, {%1, %2, %3}], [%4];\n" ::"l"(map), "r"(x), "r"(y), "r"(z), "r"(src)
                  : "memory");
+}
+__device__ __forceinline__ void tma_reduce_add_3d(const TmaDescriptor* map, const void* src,
+                                                  int x, int y, int z) {
+    tma_reduce_add_3d(map, smem_u32(src), x, y, z);
 }
 // The reverse of tma_load_3d: the box at `src` (shared memory, laid out as the map's swizzle
 // says) to the tensor at (x, y, z); rows and columns past the tensor's edge are not written.
