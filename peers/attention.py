@@ -25,45 +25,64 @@ DAYS = "day10"
 TOKENS, HIDDEN = 16384, 2048
 
 # day10's default problems, then its --sweep (512 to 16384) for both head dims, with and
-# without the causal mask: (batch, heads, seqlen, head dim, causal), 16384 tokens, hidden 2048.
+# without the causal mask: (batch, heads, kv heads, seqlen, head dim, causal), 16384 tokens,
+# hidden 2048.
 PROBLEMS = [
-    (TOKENS // seqlen, HIDDEN // d, seqlen, d, causal)
+    (TOKENS // seqlen, HIDDEN // d, HIDDEN // d, seqlen, d, causal)
     for seqlen, d, causal in [(4096, 128, False), (4096, 64, False), (4096, 128, True)]
     + [(1 << p, d, causal) for causal in (False, True) for d in (128, 64) for p in range(9, 15)]
 ]
-# day10's `--head-dim 256` (alone, and with --causal): batch 1 x 16 heads x seqlen 16384, the
-# issue's hd256 target (FlashAttention-3's published hd256 point).
-PROBLEMS += [(1, 16, 16384, 256, causal) for causal in (False, True)]
+# day10's prefill problem as a server runs it: one sequence of 8192, 32 query heads sharing 8
+# K/V heads (grouped-query), hd128, causal.
+PROBLEMS += [(1, 32, 8, 8192, 128, True)]
+# day10's `--head-dim 256` (alone, and with --causal): batch 1 x 16 heads x seqlen 16384
+# (FlashAttention-3's published hd256 point).
+PROBLEMS += [(1, 16, 16, 16384, 256, causal) for causal in (False, True)]
 BACKENDS = [("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)]
 
 
 def figures():
     seen = set()
-    for batch, heads, seqlen, d, causal in PROBLEMS:
-        key = f"attention/bf16/b{batch}-h{heads}-kv{heads}-d{d}-q{seqlen}-k{seqlen}"
+    for batch, heads, kv_heads, seqlen, d, causal in PROBLEMS:
+        key = f"attention/bf16/b{batch}-h{heads}-kv{kv_heads}-d{d}-q{seqlen}-k{seqlen}"
         key += "-causal" if causal else ""
         if key in seen:
             continue
         seen.add(key)
         gen = torch.Generator(device="cuda").manual_seed(0)
 
-        def rand(lo, hi):
-            x = torch.rand(batch, seqlen, heads, d, device="cuda", generator=gen)
+        def rand(h, lo, hi):
+            x = torch.rand(batch, seqlen, h, d, device="cuda", generator=gen)
             return (x * (hi - lo) + lo).to(torch.bfloat16).transpose(1, 2)
 
-        q, k, v = rand(-2, 2), rand(-2, 2), rand(-1, 1)
-        nbytes = 4 * q.numel() * 2 + batch * heads * seqlen * 4
+        q, k, v = rand(heads, -2, 2), rand(kv_heads, -2, 2), rand(kv_heads, -1, 1)
+        nbytes = 2 * (q.numel() + k.numel()) * 2 + batch * heads * seqlen * 4
         for name, backend in BACKENDS:
-            try:
-                with sdpa_kernel(backend):
-                    sdpa(q, k, v, is_causal=causal)  # fails here if the backend refuses
-                    run = lambda: sdpa(q, k, v, is_causal=causal)
-                    record = _peer.figure(key, name, run, nbytes)
-            except RuntimeError as e:
-                print(f"{key:48s} {name}: not available ({str(e).splitlines()[0]})", flush=True)
-                continue
-            yield record
+            record = timed(key, name, backend, q, k, v, causal, heads // kv_heads, nbytes)
+            if record:
+                yield record
         del q, k, v
+
+
+def timed(key, name, backend, q, k, v, causal, group, nbytes):
+    """One backend's record, or None where it refuses the problem. Grouped-query heads go to
+    SDPA as they are (enable_gqa, no copy of K and V); a backend that refuses that gets K and
+    V repeated to every query head, outside the timing, as a user would have to."""
+    tries = [({"enable_gqa": True}, k, v)] if group > 1 else []
+    if group > 1:
+        tries.append(({}, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)))
+    else:
+        tries.append(({}, k, v))
+    for extra, kk, vv in tries:
+        try:
+            with sdpa_kernel(backend):
+                sdpa(q, kk, vv, is_causal=causal, **extra)  # fails here if the backend refuses
+                run = lambda: sdpa(q, kk, vv, is_causal=causal, **extra)
+                return _peer.figure(key, name, run, nbytes)
+        except RuntimeError as e:
+            reason = str(e).splitlines()[0]
+    print(f"{key:48s} {name}: not available ({reason})", flush=True)
+    return None
 
 
 if __name__ == "__main__":

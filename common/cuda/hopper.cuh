@@ -36,11 +36,14 @@ __device__ __forceinline__ void fence_barrier_init() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// The producer's arrival, announcing `bytes` the TMA will deliver against this phase.
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
-                 "r"(bytes)
+// The producer's arrival, announcing `bytes` the TMA will deliver against this phase (the
+// barrier's 32-bit shared-memory address, or a pointer).
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                  : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+    mbarrier_arrive_expect_tx(smem_u32(bar), bytes);
 }
 
 // Arrivals and waits take the barrier's 32-bit shared-memory address (code that keeps
@@ -83,13 +86,18 @@ __device__ __forceinline__ void bulk_load_1d(void* dst, const void* src, unsigne
 }
 
 // Copies the box at coordinates (x innermost, y, z) of the tensor `map` describes into `dst`
-// and counts its bytes against `bar`. Elements past the tensor's edge arrive as zeros.
+// and counts its bytes against `bar` (32-bit shared-memory addresses, or pointers). Elements
+// past the tensor's edge arrive as zeros.
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaDescriptor* map, unsigned bar,
+                                            int x, int y, int z) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+                 "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar)
+                 : "memory");
+}
 __device__ __forceinline__ void tma_load_3d(void* dst, const TmaDescriptor* map,
                                             unsigned long long* bar, int x, int y, int z) {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_u32(dst)),
-                 "l"(map), "r"(x), "r"(y), "r"(z), "r"(smem_u32(bar))
-                 : "memory");
+    tma_load_3d(smem_u32(dst), map, smem_u32(bar), x, y, z);
 }
 
 // The same box delivered to the same shared-memory offset of every CTA of the cluster named
@@ -166,6 +174,11 @@ __device__ __forceinline__ void fence_proxy_async_global() {
 // synchronises some warpgroups of a block without the others.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// The other half: counts this warp's arrival at named barrier `id` without waiting, so one
+// warpgroup can let another pass its `named_barrier_sync` (a turn handed on).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // ---- stmatrix -------------------------------------------------------------------------------

@@ -12,23 +12,26 @@
 //     instruction, the whole warpgroup), O += P V takes P from registers (the S accumulators
 //     rounded to 16 bits are already a register A operand) and V from shared memory, MN-major;
 //   - overlap inside a warpgroup: while O += P_{n-1} V_{n-1} runs on the tensor cores, the
-//     warpgroup is already computing S_n's softmax; the consumer warpgroups interleave as
-//     well, one's exponentials under another's matrix products;
-//   - persistent blocks (without a mask): one block per SM walks a share of the work items
-//     (query tile, head, sequence); the producer loads the next item's Q and K, V while the
-//     consumers finish and store the last.
+//     warpgroup is already computing S_n's softmax;
+//   - overlap between warpgroups: the consumers take turns issuing their products (named
+//     barriers pass the turn on), so one's exponentials run under another's matrix products;
+//   - persistent blocks: one block per SM; each draws its next work item (query tile, head,
+//     sequence) from a counter, so causal items (the longest first) spread evenly, and the
+//     producer loads the next item's Q (a second Q stage) and K, V while the consumers finish
+//     and store the last.
 //
 // Per block: 64 query rows per consumer warpgroup, block 128 x (1 + consumers). Key tiles of
-// 128 keys (64 at head dim 256) in a ring of 2 stages; Q is freed (q_empty) after an item's
-// last S product:
+// 128 keys (64 at head dim 256) in a ring of 2 stages; a Q stage is freed (q_empty) after
+// its item's last S product:
 //
-//   producer:   per item: wait q_empty -> TMA Q -> q_full;
+//   producer:   per item: draw a ticket; wait q_empty[q] -> item slot, TMA Q -> q_full[q];
 //               per key tile n: wait k_empty[s] -> TMA K -> k_full[s]
 //                               wait v_empty[s] -> TMA V -> v_full[s]
-//   consumer:   wait k_full[s_n]; issue S_n = Q K_n^T; wait v_full[s_{n-1}];
-//               issue O += P_{n-1} V_{n-1}; wait for S_n -> free k_empty[s_n];
-//               softmax(S_n) (exp2 under the P V product); wait for P V -> free v_empty;
-//               rescale O; P_n = S_n in 16 bits
+//   consumer:   per item: wait q_full[q], read the slot; first S_0 and its softmax;
+//               per key tile n: turn: issue S_n = Q K_n^T, O += P_{n-1} V_{n-1}; pass turn;
+//               wait for S_n -> free k_empty[s_n]; softmax(S_n) (exp2 under the P V
+//               products); wait for P V -> free v_empty; rescale O; P_n = S_n in 16 bits;
+//               the last P V; O and L stored
 //
 // Layout as attention.cu: Q, O [total_q, heads, D], K, V [total_k, kv_heads, D] (the tensor
 // maps cover them as [heads][tokens][D], boxes of 64 dims x a tile's tokens of one head), L
@@ -43,11 +46,14 @@
 #include "hopper.cuh"
 
 constexpr int FH_BOX = 64;  // head-dim elements of one 128-byte swizzle row
+// Named barriers: 1 + c is consumer c's turn, FH_MAX_CONSUMERS + 1 + c its own warpgroup's.
+constexpr int FH_MAX_CONSUMERS = 4;
 
 // The tile configuration comes from the host, as defines, one set per head dim D:
 //   FH_D<D>_CONSUMERS      consumer warpgroups, 64 query rows each
 //   FH_D<D>_KEYS           keys per K/V tile
 //   FH_D<D>_STAGES         K/V tiles in flight (the ring)
+//   FH_D<D>_Q_STAGES       Q tiles in flight (2: the next item's Q arrives during this one)
 //   FH_D<D>_REGISTERS      registers per consumer thread after setmaxnreg
 //   FH_D<D>_SHARED_BYTES   the dynamic shared memory the host launches with
 // and FH_PRODUCER_REGISTERS, what the producer keeps. `HOPPER_TILES` in src/hopper_tile.rs is
@@ -56,11 +62,12 @@ constexpr int FH_BOX = 64;  // head-dim elements of one 128-byte swizzle row
 // tile fits an SM. Without the defines the file stops here, so no build runs on stale numbers.
 #if !defined(FH_PRODUCER_REGISTERS) ||                                                        \
     !defined(FH_D64_CONSUMERS) || !defined(FH_D64_KEYS) || !defined(FH_D64_STAGES) ||         \
-    !defined(FH_D64_REGISTERS) || !defined(FH_D64_SHARED_BYTES) ||                            \
+    !defined(FH_D64_REGISTERS) || !defined(FH_D64_SHARED_BYTES) || !defined(FH_D64_Q_STAGES) || \
     !defined(FH_D128_CONSUMERS) || !defined(FH_D128_KEYS) || !defined(FH_D128_STAGES) ||      \
     !defined(FH_D128_REGISTERS) || !defined(FH_D128_SHARED_BYTES) ||                          \
+    !defined(FH_D128_Q_STAGES) ||                                                             \
     !defined(FH_D256_CONSUMERS) || !defined(FH_D256_KEYS) || !defined(FH_D256_STAGES) ||      \
-    !defined(FH_D256_REGISTERS) || !defined(FH_D256_SHARED_BYTES)
+    !defined(FH_D256_REGISTERS) || !defined(FH_D256_SHARED_BYTES) || !defined(FH_D256_Q_STAGES)
 #error "fa_hopper.cu: compile it with the -DFH_ defines of day10's HopperTile table"
 #endif
 
@@ -68,7 +75,7 @@ template <int D> struct FhTile;
 #define FH_TILE(D)                                                                                 \
     template <> struct FhTile<D> {                                                                 \
         static constexpr int CONSUMERS = FH_D##D##_CONSUMERS, KEYS = FH_D##D##_KEYS,               \
-                             STAGES = FH_D##D##_STAGES,                                            \
+                             STAGES = FH_D##D##_STAGES, Q_STAGES = FH_D##D##_Q_STAGES,             \
                              CONSUMER_REGISTERS = FH_D##D##_REGISTERS,                             \
                              SHARED_BYTES = FH_D##D##_SHARED_BYTES;                                \
     };
@@ -91,11 +98,13 @@ template <int D> struct FhConfig : FhTile<D> {
     static constexpr int THREADS = 128 * (1 + Tile::CONSUMERS);
     static_assert(D % FH_BOX == 0, "the head dim is a whole number of 64-element boxes");
     static_assert(Tile::CONSUMERS >= 1 && BM <= 256, "a TMA box of Q has at most 256 rows");
+    static_assert(Tile::CONSUMERS <= FH_MAX_CONSUMERS, "named barriers for at most 4 consumers");
     // P V takes 16 keys per k-step; a K or V box of BN rows of 128 bytes stays on the swizzle's
     // 1024-byte period when BN % 8 == 0; a box and a wgmma's N are at most 256.
     static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256,
                   "keys per tile: a multiple of 16, at most 256");
     static_assert(Tile::STAGES >= 1, "at least one K/V stage");
+    static_assert(Tile::Q_STAGES >= 1, "at least one Q stage");
     // setmaxnreg takes multiples of 8 in 24..256; the SM has 64 K registers for the block.
     static_assert(FH_PRODUCER_REGISTERS % 8 == 0 && FH_PRODUCER_REGISTERS >= 24, "setmaxnreg");
     static_assert(Tile::CONSUMER_REGISTERS % 8 == 0 && Tile::CONSUMER_REGISTERS <= 256,
@@ -106,17 +115,19 @@ template <int D> struct FhConfig : FhTile<D> {
 };
 
 // Shared memory, from a 1024-byte aligned base (the swizzle pattern repeats every 1024 bytes):
-// Q as D / 64 boxes of [BM rows][64], then the K ring and the V ring, each stage D / 64 boxes
-// of [BN keys][64], then the barriers (q_full, q_empty, and full and empty per stage for K and
-// for V). The host adds the same 1024 bytes of alignment slack and launches with exactly that.
+// the Q ring, each stage D / 64 boxes of [BM rows][64], then the K ring and the V ring, each
+// stage D / 64 boxes of [BN keys][64], then the barriers (full and empty per Q stage, full and
+// empty per K/V stage for K and for V), then one 32-byte item slot per Q stage. The host adds
+// the same 1024 bytes of alignment slack and launches with exactly that.
 template <int D> struct FhLayout {
     using C = FhConfig<D>;
     static constexpr int BOXES = D / FH_BOX;
     static constexpr int Q_ELEMS = C::BM * D, KV_ELEMS = C::BN * D;
-    static constexpr int K_OFFSET = Q_ELEMS * 2;
+    static constexpr int K_OFFSET = C::Q_STAGES * Q_ELEMS * 2;
     static constexpr int V_OFFSET = K_OFFSET + C::STAGES * KV_ELEMS * 2;
     static constexpr int BARRIER_OFFSET = V_OFFSET + C::STAGES * KV_ELEMS * 2;
-    static constexpr int BYTES = BARRIER_OFFSET + 8 * (2 + 4 * C::STAGES) + 1024;
+    static constexpr int SLOT_OFFSET = BARRIER_OFFSET + 8 * (2 * C::Q_STAGES + 4 * C::STAGES);
+    static constexpr int BYTES = SLOT_OFFSET + 32 * C::Q_STAGES + 1024;
     static_assert(BYTES == C::SHARED_BYTES,
                   "the host launches with the shared memory this layout takes");
     static_assert(BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block on sm_90");
@@ -139,30 +150,48 @@ __device__ __forceinline__ WorkItem work_item(int w, int q_tiles, int heads, int
     return {causal ? q_tiles - 1 - in_head : in_head, hb % heads, hb / heads};
 }
 
-// A position in the K/V ring: which stage, and the parity of the phase it is in. Producer and
-// consumers walk the same tiles of the same items, so each counts its own and they agree.
-struct Ring {
-    int stage = 0;
-    unsigned phase = 0;
-    __device__ __forceinline__ void advance(int stages) {
-        if (++stage == stages) {
-            stage = 0;
-            phase ^= 1;
-        }
-    }
+// A position in a ring of N stages (K/V tiles, or Q tiles): which stage, and the parity of the
+// phase it is in, from one count of the tiles passed (one register: the producer has 24).
+// Producer and consumers walk the same tiles of the same items, so each counts its own and
+// they agree.
+template <int N> struct Ring {
+    unsigned count = 0;
+    __device__ __forceinline__ int stage() const { return count % N; }
+    __device__ __forceinline__ unsigned phase() const { return (count / N) & 1; }
+    __device__ __forceinline__ void advance() { ++count; }
 };
 
-// grid(min(items, SMs)) persistent blocks, or grid(items) (one item each); either way block w
-// takes items w, w + gridDim.x, ... of the q_tiles x heads x batch items.
+// A work item as the producer hands it to the consumers: the first query row of the tile, the
+// head and the sequence (i0 < 0: no more work). One slot per Q stage, written before the
+// producer's arrival on that stage's q_full and read after the consumers' wait on it; the
+// producer rewrites it only once q_empty says every consumer is done with the item.
+struct FhItem {
+    int i0, h;
+    Sequence s;
+    int unused[2];  // 32 bytes, as the host's layout counts a slot
+};
+static_assert(sizeof(FhItem) == 32, "an item slot is 32 bytes");
+
+// Tickets: block w's first item is item w; after it, each producer draws the next unclaimed
+// item from a counter in global memory, so a block that drew short items draws more of them
+// (causal items differ up to q_tiles-fold in cost; a fixed share per block left some blocks
+// all the long ones).
+__device__ __forceinline__ int next_ticket(int* tickets) {
+    return gridDim.x + atomicAdd(tickets, 1);
+}
+
+// grid(min(items, SMs)) persistent blocks walk the q_tiles x heads x batch items, drawing
+// tickets. `tickets` is [next, producers done], 0 and 0 at launch; the last producer to
+// finish sets both back to 0 for the next launch.
 template <typename T, int D>
 __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaDescriptor* map_k,
                                           const TmaDescriptor* map_v, T* o, float* lse,
                                           const int* cu_q, const int* cu_k, int heads,
                                           int kv_heads, float scale_log2, int causal,
-                                          int q_tiles, int items) {
+                                          int q_tiles, int items, int* tickets) {
     using L = FhLayout<D>;
     using C = FhConfig<D>;
-    constexpr int FH_BM = C::BM, FH_BN = C::BN, STAGES = C::STAGES;
+    constexpr int FH_BM = C::BM, FH_BN = C::BN, STAGES = C::STAGES, Q_STAGES = C::Q_STAGES;
     extern __shared__ unsigned char fh_smem_raw[];
     unsigned char* base = reinterpret_cast<unsigned char*>(
         (reinterpret_cast<unsigned long long>(fh_smem_raw) + 1023) & ~1023ull);
@@ -170,15 +199,18 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     T* sk = reinterpret_cast<T*>(base + L::K_OFFSET);
     T* sv = reinterpret_cast<T*>(base + L::V_OFFSET);
     unsigned long long* q_full = reinterpret_cast<unsigned long long*>(base + L::BARRIER_OFFSET);
-    unsigned long long* q_empty = q_full + 1;
-    unsigned long long* k_full = q_empty + 1;
+    unsigned long long* q_empty = q_full + Q_STAGES;
+    unsigned long long* k_full = q_empty + Q_STAGES;
     unsigned long long* v_full = k_full + STAGES;
     unsigned long long* k_empty = v_full + STAGES;
     unsigned long long* v_empty = k_empty + STAGES;
+    FhItem* slots = reinterpret_cast<FhItem*>(base + L::SLOT_OFFSET);
 
     if (threadIdx.x == 0) {
-        mbarrier_init(q_full, 1);  // the producer's arrival (+ the TMA's bytes)
-        mbarrier_init(q_empty, C::CONSUMERS);  // one arrival per consumer warpgroup
+        for (int st = 0; st < Q_STAGES; ++st) {
+            mbarrier_init(&q_full[st], 1);  // the producer's arrival (+ the TMA's bytes)
+            mbarrier_init(&q_empty[st], C::CONSUMERS);  // one arrival per consumer warpgroup
+        }
         for (int st = 0; st < STAGES; ++st) {
             mbarrier_init(&k_full[st], 1);
             mbarrier_init(&v_full[st], 1);
@@ -190,43 +222,74 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     __syncthreads();
 
     if (threadIdx.x < 128) {
-        // ---- producer: while the consumers finish an item, it already loads the next ----
+        // ---- producer: while the consumers work on an item, it already loads the next ----
         warpgroup_registers_release<FH_PRODUCER_REGISTERS>();
         if (threadIdx.x != 0) return;
-        constexpr unsigned TILE_BYTES = L::KV_ELEMS * sizeof(T);
-        Ring ring;
-        unsigned q_phase = 0;
-        for (int w = blockIdx.x; w < items; w += gridDim.x) {
-            const WorkItem item = work_item(w, q_tiles, heads, causal);
-            const Sequence s = sequence(cu_q, cu_k, item.b);
-            const int i0 = item.tile * FH_BM;
-            if (i0 >= s.lq) continue;
-            const int kvh = item.h / (heads / kv_heads);
-            const int keys = key_end(min(i0 + FH_BM, s.lq) - 1, s, causal);
-            const int tiles = (keys + FH_BN - 1) / FH_BN;
-            mbarrier_wait(q_empty, q_phase ^ 1);  // the previous item's S products are done
-            mbarrier_arrive_expect_tx(q_full, L::Q_ELEMS * sizeof(T));
+        constexpr unsigned TILE_BYTES = L::KV_ELEMS * sizeof(T), Q_BYTES = L::Q_ELEMS * sizeof(T);
+        // 32-bit shared-memory addresses: pointers would take two of the 24 registers each.
+        const unsigned smem = smem_u32(base);
+        const auto bar = [&](int index) { return smem + L::BARRIER_OFFSET + 8 * index; };
+        const int Q_FULL = 0, Q_EMPTY = Q_STAGES, K_FULL = 2 * Q_STAGES,
+                  V_FULL = K_FULL + STAGES, K_EMPTY = V_FULL + STAGES, V_EMPTY = K_EMPTY + STAGES;
+        Ring<STAGES> ring;
+        Ring<Q_STAGES> q_ring;
+        // The ticket after this item's is drawn an item ahead: the counter's answer (a round
+        // trip to L2 that every block contends for) arrives under this item's loads.
+        int w = blockIdx.x, next = next_ticket(tickets);
+#pragma unroll 1
+        for (;; w = next, next = next_ticket(tickets)) {
+            WorkItem wi{};
+            if (w < items) {
+                wi = work_item(w, q_tiles, heads, causal);
+                // Items past a shorter sequence's end hold no rows.
+                if (wi.tile * FH_BM >= cu_q[wi.b + 1] - cu_q[wi.b]) continue;
+            }
+            const int qs = q_ring.stage();
+            mbarrier_wait(bar(Q_EMPTY + qs), q_ring.phase() ^ 1);  // its last item's S are done
+            FhItem& slot = slots[qs];
+            if (w >= items) {
+                slot.i0 = -1;
+                mbarrier_arrive(bar(Q_FULL + qs));  // no bytes: "no more work"
+                break;
+            }
+            const Sequence s = sequence(cu_q, cu_k, wi.b);
+            slot.i0 = wi.tile * FH_BM;
+            slot.h = wi.h;
+            slot.s = s;
+            mbarrier_arrive_expect_tx(bar(Q_FULL + qs), Q_BYTES);
 #pragma unroll
             for (int box = 0; box < L::BOXES; ++box)
-                tma_load_3d(sq + box * FH_BM * FH_BOX, map_q, q_full, box * FH_BOX, s.q0 + i0,
-                            item.h);
-            q_phase ^= 1;
-            for (int n = 0; n < tiles; ++n) {
-                const int key0 = s.k0 + n * FH_BN, st = ring.stage;
-                mbarrier_wait(&k_empty[st], ring.phase ^ 1);
-                mbarrier_arrive_expect_tx(&k_full[st], TILE_BYTES);
+                tma_load_3d(smem + qs * Q_BYTES + box * FH_BM * FH_BOX * 2, map_q,
+                            bar(Q_FULL + qs), box * FH_BOX, s.q0 + wi.tile * FH_BM, wi.h);
+            q_ring.advance();
+            const int kvh = wi.h / (heads / kv_heads);
+            const int keys = key_end(min(wi.tile * FH_BM + FH_BM, s.lq) - 1, s, causal);
+#pragma unroll 1  // unrolled, the loop needs more than the producer's 24 registers
+            for (int key0 = s.k0; key0 < s.k0 + keys; key0 += FH_BN) {
+                const int st = ring.stage();
+                mbarrier_wait(bar(K_EMPTY + st), ring.phase() ^ 1);
+                mbarrier_arrive_expect_tx(bar(K_FULL + st), TILE_BYTES);
 #pragma unroll
                 for (int box = 0; box < L::BOXES; ++box)
-                    tma_load_3d(sk + st * L::KV_ELEMS + box * FH_BN * FH_BOX, map_k, &k_full[st],
-                                box * FH_BOX, key0, kvh);
-                mbarrier_wait(&v_empty[st], ring.phase ^ 1);
-                mbarrier_arrive_expect_tx(&v_full[st], TILE_BYTES);
+                    tma_load_3d(smem + L::K_OFFSET + st * TILE_BYTES + box * FH_BN * FH_BOX * 2,
+                                map_k, bar(K_FULL + st), box * FH_BOX, key0, kvh);
+                mbarrier_wait(bar(V_EMPTY + st), ring.phase() ^ 1);
+                mbarrier_arrive_expect_tx(bar(V_FULL + st), TILE_BYTES);
 #pragma unroll
                 for (int box = 0; box < L::BOXES; ++box)
-                    tma_load_3d(sv + st * L::KV_ELEMS + box * FH_BN * FH_BOX, map_v, &v_full[st],
-                                box * FH_BOX, key0, kvh);
-                ring.advance(STAGES);
+                    tma_load_3d(smem + L::V_OFFSET + st * TILE_BYTES + box * FH_BN * FH_BOX * 2,
+                                map_v, bar(V_FULL + st), box * FH_BOX, key0, kvh);
+                ring.advance();
             }
+        }
+        // Every producer has drawn its last ticket once all have counted themselves here: the
+        // last to do so sets the counter back for the next launch (which, on the same stream,
+        // starts after this one ends).
+        __threadfence();
+        if (atomicAdd(tickets + 1, 1) == (int)gridDim.x - 1) {
+            __threadfence();
+            atomicExch(tickets, 0);
+            atomicExch(tickets + 1, 0);
         }
         return;
     }
@@ -235,7 +298,6 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     warpgroup_registers_claim<C::CONSUMER_REGISTERS>();
     const int consumer = threadIdx.x / 128 - 1;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const T* q_rows = sq + consumer * 64 * FH_BOX;  // this warpgroup's rows of each Q box
 
     float acc[D / 2];           // O, 64 x D per warpgroup
     float sc[FH_BN / 2];        // S, then P in f32, 64 x FH_BN
@@ -244,7 +306,8 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     int end[2], unmasked;
 
     // S = Q K^T over the head dim: k16 steps 32 bytes apart inside a 64-wide box.
-    auto issue_scores = [&](int stage) {
+    auto issue_scores = [&](int stage, int q_stage) {
+        const T* q_rows = sq + q_stage * L::Q_ELEMS + consumer * 64 * FH_BOX;
         const T* kt = sk + stage * L::KV_ELEMS;
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
@@ -325,90 +388,132 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     auto release = [&](unsigned long long* bar) {
         if (tid == 0) mbarrier_arrive(bar);
     };
+    // Taking turns: consumer c issues a step's two products only after consumer c - 1 has
+    // issued its own (named barrier 1 + c: its 128 threads wait, the previous consumer's 128
+    // arrive), so the tensor cores run one warpgroup's products while the others compute
+    // their softmax, instead of all warpgroups issuing at once and then all waiting on the
+    // exponentials together. Every consumer takes the same number of turns (the block's
+    // items and tiles), so the cycle never waits on one that has left.
+    auto take_turn = [&]() { named_barrier_sync(1 + consumer, 256); };
+    auto pass_turn = [&]() { named_barrier_arrive(1 + (consumer + 1) % C::CONSUMERS, 256); };
+    if (consumer == 0) named_barrier_arrive(1, 256);  // the first turn is consumer 0's
 
-    Ring ring;  // the stage of the item's first tile
-    unsigned q_phase = 0;
-    for (int w = blockIdx.x; w < items; w += gridDim.x) {
-        const WorkItem item = work_item(w, q_tiles, heads, causal);
-        const Sequence s = sequence(cu_q, cu_k, item.b);
-        const int i0 = item.tile * FH_BM;
-        if (i0 >= s.lq) continue;
-        // Every consumer walks every tile any row of the block sees: they share the ring.
-        const int keys = key_end(min(i0 + FH_BM, s.lq) - 1, s, causal);
-        const int tiles = (keys + FH_BN - 1) / FH_BN;
-        // This thread's two rows of S and O: row0 and row0 + 8 (the accumulator layout).
-        const int row0 = i0 + consumer * 64 + warp * 16 + g;
-        end[0] = key_end(row0, s, causal);
-        end[1] = key_end(row0 + 8, s, causal);
+    // The item in hand: its Q stage and key tiles, and where its rows go (this thread's two
+    // rows are row0 and row0 + 8 of the accumulator layout; `token0` is row0's index into
+    // O / D, `rows_left` how many of the sequence's rows remain from row0).
+    Ring<STAGES> ring, before;  // the stage of the next S, and of the tile whose P V is pending
+    Ring<Q_STAGES> q_ring;
+    int q_stage = 0, tiles = 0, rows_left = 0;
+    index_t token0 = 0;
+    // Waits for the next item's Q and reads the item; false when there is no more work.
+    auto take_item = [&](int& stage) {
+        stage = q_ring.stage();
+        mbarrier_wait(&q_full[stage], q_ring.phase());
+        q_ring.advance();
+        return slots[stage].i0 >= 0;
+    };
+    auto tiles_of = [&](int stage) {
+        const FhItem& it = slots[stage];
+        const int keys = key_end(min(it.i0 + FH_BM, it.s.lq) - 1, it.s, causal);
+        return (keys + FH_BN - 1) / FH_BN;
+    };
+    // Makes the item in Q stage `stage` the one in hand: its masks, rows and fresh statistics.
+    auto begin = [&](int stage) {
+        const FhItem& it = slots[stage];
+        q_stage = stage;
+        tiles = tiles_of(stage);
+        const int row0 = it.i0 + consumer * 64 + warp * 16 + g;
+        end[0] = key_end(row0, it.s, causal);
+        end[1] = key_end(row0 + 8, it.s, causal);
         // Keys every row of this warpgroup sees: tiles before them need no mask.
-        unmasked = key_end(i0 + consumer * 64, s, causal);
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
+        unmasked = key_end(it.i0 + consumer * 64, it.s, causal);
+        rows_left = it.s.lq - row0;
+        token0 = (index_t)(it.s.q0 + row0) * heads + it.h;
         m[0] = m[1] = NEG_INF;
         l[0] = l[1] = 0.0f;
-
-        mbarrier_wait(q_full, q_phase);
-        q_phase ^= 1;
-        if (tiles == 0) release(q_empty);
-        Ring before = ring;  // the stage of tile n - 1 in the loop
-        if (tiles > 0) {
-            mbarrier_wait(&k_full[ring.stage], ring.phase);
-            wgmma_fence();
-            issue_scores(ring.stage);
-            wgmma_wait<0>();
-            wgmma_fence_operands(sc);
-            release(&k_empty[ring.stage]);
-            if (tiles == 1) release(q_empty);
-            softmax(0);
-            rescale_and_pack();
-            ring.advance(STAGES);
+    };
+    // O = acc / l, straight from the accumulators: the thread holds columns 8j + 2t, +1 of its
+    // two rows. Rows past the sequence's end are not stored.
+    auto store = [&]() {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            l[r] += __shfl_xor_sync(FULL_WARP, l[r], 1);
+            l[r] += __shfl_xor_sync(FULL_WARP, l[r], 2);
+            if (8 * r >= rows_left) continue;
+            const index_t row = token0 + (index_t)(8 * r) * heads;
+            const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+            unsigned* out = reinterpret_cast<unsigned*>(o + row * D);
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j)
+                out[4 * j + t] = pack2<T>(acc[4 * j + 2 * r] * inv, acc[4 * j + 2 * r + 1] * inv);
+            if (t == 0)
+                lse[row] = l[r] > 0.0f ? (m[r] * scale_log2 + log2f(l[r])) * LN2 : NEG_INF;
         }
+    };
+    // The first S of the item in hand, with no P V to hide under.
+    auto first_tile = [&]() {
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
+        if (tiles == 0) {
+            // No S product: only a barrier says every warp has read the item's slot, which
+            // the producer may rewrite once q_empty completes.
+            named_barrier_sync(FH_MAX_CONSUMERS + 1 + consumer, 128);
+            release(&q_empty[q_stage]);
+            return;
+        }
+        mbarrier_wait(&k_full[ring.stage()], ring.phase());
+        wgmma_fence();
+        issue_scores(ring.stage(), q_stage);
+        wgmma_wait<0>();
+        wgmma_fence_operands(sc);
+        release(&k_empty[ring.stage()]);
+        if (tiles == 1) release(&q_empty[q_stage]);
+        softmax(0);
+        rescale_and_pack();
+        ring.advance();
+    };
+    // The last P V of the item in hand, with no softmax to hide.
+    auto last_pv = [&]() {
+        mbarrier_wait(&v_full[before.stage()], before.phase());
+        wgmma_fence();
+        issue_pv(before.stage());
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc);
+        release(&v_empty[before.stage()]);
+        before.advance();
+    };
+
+    // Items one after another: the first S of an item, its steps (S_n beside P_{n-1} V_{n-1},
+    // each a turn), its last P V, its store.
+    int stage;
+    while (take_item(stage)) {
+        begin(stage);
+        first_tile();
+#pragma unroll 1
         for (int n = 1; n < tiles; ++n) {
-            mbarrier_wait(&k_full[ring.stage], ring.phase);
+            take_turn();
+            mbarrier_wait(&k_full[ring.stage()], ring.phase());
             wgmma_fence();
-            issue_scores(ring.stage);
-            mbarrier_wait(&v_full[before.stage], before.phase);
-            issue_pv(before.stage);
+            issue_scores(ring.stage(), q_stage);
+            mbarrier_wait(&v_full[before.stage()], before.phase());
+            issue_pv(before.stage());
+            pass_turn();
             wgmma_wait<1>();  // S_n is done; P_{n-1} V_{n-1} may still run
             wgmma_fence_operands(sc);
-            release(&k_empty[ring.stage]);
-            if (n == tiles - 1) release(q_empty);  // the producer may load the next Q
+            release(&k_empty[ring.stage()]);
+            if (n == tiles - 1) release(&q_empty[q_stage]);  // the producer may load a Q here
             softmax(n);
             wgmma_wait<0>();
             wgmma_fence_operands(acc);
 #pragma unroll
             for (int kk = 0; kk < FH_BN / 16; ++kk) wgmma_fence_operands(p[kk]);
-            release(&v_empty[before.stage]);
+            release(&v_empty[before.stage()]);
             rescale_and_pack();
-            before.advance(STAGES);
-            ring.advance(STAGES);
+            before.advance();
+            ring.advance();
         }
-        if (tiles > 0) {
-            mbarrier_wait(&v_full[before.stage], before.phase);
-            wgmma_fence();
-            issue_pv(before.stage);
-            wgmma_wait<0>();
-            wgmma_fence_operands(acc);
-            release(&v_empty[before.stage]);
-        }
-
-        // O = acc / l, straight from the accumulators: thread holds columns 8j + 2t, +1 of
-        // its two rows. Rows past the sequence's end are not stored.
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            l[r] += __shfl_xor_sync(FULL_WARP, l[r], 1);
-            l[r] += __shfl_xor_sync(FULL_WARP, l[r], 2);
-            const int i = row0 + 8 * r;
-            if (i >= s.lq) continue;
-            const index_t token = (index_t)(s.q0 + i) * heads + item.h;
-            const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-            unsigned* out = reinterpret_cast<unsigned*>(o + token * D);
-#pragma unroll
-            for (int j = 0; j < D / 8; ++j)
-                out[4 * j + t] = pack2<T>(acc[4 * j + 2 * r] * inv, acc[4 * j + 2 * r + 1] * inv);
-            if (t == 0)
-                lse[token] = l[r] > 0.0f ? (m[r] * scale_log2 + log2f(l[r])) * LN2 : NEG_INF;
-        }
+        if (tiles > 0) last_pv();
+        store();
     }
 }
 
@@ -420,9 +525,10 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
                                 const __grid_constant__ TmaDescriptor map_k,                    \
                                 const __grid_constant__ TmaDescriptor map_v, T* o, float* lse,  \
                                 const int* cu_q, const int* cu_k, int heads, int kv_heads,      \
-                                float scale_log2, int causal, int q_tiles, int items) {         \
+                                float scale_log2, int causal, int q_tiles, int items,           \
+                                int* tickets) {                                                 \
         fa_hopper<T, D>(&map_q, &map_k, &map_v, o, lse, cu_q, cu_k, heads, kv_heads,            \
-                        scale_log2, causal, q_tiles, items);                                    \
+                        scale_log2, causal, q_tiles, items, tickets);                           \
     }
 
 FA_HOPPER_KERNEL(bf16_t, bf16, 64)

@@ -12,9 +12,10 @@ use common::gpu::hopper_tile::{
 /// copy; 24 is the instruction's floor).
 pub const HOPPER_PRODUCER_REGISTERS: usize = SETMAXNREG_MIN;
 
-/// The mbarriers: Q full and empty, and full and empty per stage for K and for V.
-fn barrier_bytes(stages: usize) -> usize {
-    8 * (2 + 4 * stages)
+/// The mbarriers (full and empty per Q stage, and per K/V stage for K and for V), then one
+/// 32-byte slot per Q stage through which the producer hands the consumers their next item.
+fn barrier_and_slot_bytes(stages: usize, q_stages: usize) -> usize {
+    8 * (2 * q_stages + 4 * stages) + 32 * q_stages
 }
 
 /// One head dim's tile of `fa_hopper`.
@@ -27,6 +28,9 @@ pub struct HopperTile {
     pub keys: usize,
     /// K/V tiles in flight (the ring).
     pub stages: usize,
+    /// Q tiles in flight: with 2 the next item's Q arrives while this one runs, so its first
+    /// S can be issued before this item's last P V.
+    pub q_stages: usize,
     /// Registers per consumer thread after `setmaxnreg.inc`.
     pub consumer_registers: usize,
 }
@@ -44,6 +48,7 @@ pub const HOPPER_TILES: [HopperTile; 3] = [
         consumers: 3,
         keys: 128,
         stages: 2,
+        q_stages: 2,
         consumer_registers: 160,
     },
     HopperTile {
@@ -51,6 +56,7 @@ pub const HOPPER_TILES: [HopperTile; 3] = [
         consumers: 2,
         keys: 128,
         stages: 2,
+        q_stages: 2,
         consumer_registers: 240,
     },
     HopperTile {
@@ -58,6 +64,7 @@ pub const HOPPER_TILES: [HopperTile; 3] = [
         consumers: 2,
         keys: 64,
         stages: 2,
+        q_stages: 1,
         consumer_registers: 240,
     },
 ];
@@ -78,13 +85,14 @@ impl HopperTile {
         WARPGROUP_THREADS * (1 + self.consumers)
     }
 
-    /// The dynamic shared memory of a block, as `FhLayout` in `fa_hopper.cu` lays it out: Q
-    /// (block rows x d), the K ring and the V ring (stages x keys x d each), all 16-bit, the
-    /// barriers, and 1024 bytes of slack to align the tiles to the swizzle's 1024-byte period.
+    /// The dynamic shared memory of a block, as `FhLayout` in `fa_hopper.cu` lays it out: the
+    /// Q ring (q_stages x block rows x d), the K ring and the V ring (stages x keys x d each),
+    /// all 16-bit, the barriers and item slots, and 1024 bytes of slack to align the tiles to
+    /// the swizzle's 1024-byte period.
     pub fn shared_bytes(&self) -> usize {
         let d = self.head_dim;
-        let tiles = (self.block_rows() * d + 2 * self.stages * self.keys * d) * 2;
-        tiles + barrier_bytes(self.stages) + 1024
+        let tiles = (self.q_stages * self.block_rows() * d + 2 * self.stages * self.keys * d) * 2;
+        tiles + barrier_and_slot_bytes(self.stages, self.q_stages) + 1024
     }
 
     /// What stops this tile from compiling or running on an H100, as the kernel's
@@ -110,6 +118,7 @@ impl HopperTile {
             )
         });
         v.require(self.stages >= 1, || "at least one K/V stage".into());
+        v.require(self.q_stages >= 1, || "at least one Q stage".into());
         v.registers(
             HOPPER_PRODUCER_REGISTERS,
             self.consumers,
@@ -134,6 +143,7 @@ impl HopperTile {
             .set("CONSUMERS", self.consumers)
             .set("KEYS", self.keys)
             .set("STAGES", self.stages)
+            .set("Q_STAGES", self.q_stages)
             .set("REGISTERS", self.consumer_registers)
             .set("SHARED_BYTES", self.shared_bytes())
             .into_vec()
@@ -183,7 +193,7 @@ mod tests {
         );
         assert_eq!(
             (d64.block_rows(), d64.threads(), d64.shared_bytes()),
-            (192, 512, 91_216)
+            (192, 512, 115_872)
         );
         let d128 = HopperTile::for_head_dim(128).unwrap();
         assert_eq!(
@@ -197,12 +207,13 @@ mod tests {
         );
         assert_eq!(
             (d128.block_rows(), d128.threads(), d128.shared_bytes()),
-            (128, 384, 164_944)
+            (128, 384, 197_792)
         );
-        // Head dim 256: Q 64 KiB + K and V 2 x 2 x 32 KiB + 80 bytes of barriers + 1 KiB.
+        // Head dim 256: one Q stage of 64 KiB + K and V 2 x 2 x 32 KiB + 80 bytes of barriers
+        // + one 32-byte item slot + 1 KiB.
         let d256 = HopperTile::for_head_dim(256).unwrap();
         assert_eq!((d256.block_rows(), d256.threads()), (128, 384));
-        assert_eq!(d256.shared_bytes(), 192 * 1024 + 80 + 1024);
+        assert_eq!(d256.shared_bytes(), 192 * 1024 + 80 + 32 + 1024);
         assert!(HopperTile::for_head_dim(96).is_none());
     }
 
@@ -255,10 +266,11 @@ mod tests {
     #[test]
     fn the_defines_carry_every_tile() {
         let defines = hopper_defines();
-        assert_eq!(defines.len(), 1 + 5 * HOPPER_TILES.len());
+        assert_eq!(defines.len(), 1 + 6 * HOPPER_TILES.len());
         assert!(defines.contains(&"-DFH_PRODUCER_REGISTERS=24".to_string()));
         assert!(defines.contains(&"-DFH_D256_KEYS=64".to_string()));
-        assert!(defines.contains(&"-DFH_D128_SHARED_BYTES=164944".to_string()));
+        assert!(defines.contains(&"-DFH_D128_SHARED_BYTES=197792".to_string()));
+        assert!(defines.contains(&"-DFH_D256_Q_STAGES=1".to_string()));
         assert!(defines.contains(&"-DFH_D64_CONSUMERS=3".to_string()));
     }
 }

@@ -115,8 +115,8 @@ pub fn hopper_kernel_names() -> Vec<String> {
 }
 
 /// `fa_hopper`'s work items: query tiles of the longest sequence x heads x sequences (None at
-/// a head dim it has no tile for). Its persistent grid (one block per SM without a mask)
-/// walks them in waves; items past a shorter sequence's end are skipped.
+/// a head dim it has no tile for). Its persistent grid (one block per SM) draws them from a
+/// counter; items past a shorter sequence's end are skipped.
 pub fn hopper_work_items(shape: &AttentionShape) -> Option<usize> {
     let tile = HopperTile::for_head_dim(shape.head_dim)?;
     let max_q = shape.seqlens_q.iter().copied().max().unwrap_or(0);
@@ -375,6 +375,10 @@ pub struct FlashAttention {
     kernels: KernelSet,
     /// `fa_hopper.cu`'s kernels: on Hopper only.
     hopper: Option<KernelSet>,
+    /// `fa_hopper`'s ticket counter, [next item, blocks done]: zero between launches (the
+    /// last block of each launch sets it back), so the launches of one layer must not run at
+    /// once on two streams.
+    tickets: Option<CudaSlice<i32>>,
     sms: usize,
 }
 
@@ -414,9 +418,14 @@ impl FlashAttention {
             Some(_) => Some(KernelSet::load_build(gpu, &hopper)?),
             None => None,
         };
+        let tickets = match hopper {
+            Some(_) => Some(gpu.stream.alloc_zeros::<i32>(2)?),
+            None => None,
+        };
         Ok(Self {
             kernels: KernelSet::load_build(gpu, &portable_build())?,
             hopper,
+            tickets,
             sms: gpu.info.sms as usize,
         })
     }
@@ -474,22 +483,17 @@ impl FlashAttention {
                 let kernel = hopper.get(&format!("fa_hopper_{dtype}_d{d}"))?;
                 let tile = HopperTile::for_head_dim(d).expect("a tile, or refused above");
                 let items = hopper_work_items(&problem.shape).expect("a tile, as above");
-                if items > i32::MAX as usize {
+                // Tickets run up to items + blocks - 1 in an i32.
+                if items + self.sms > i32::MAX as usize {
                     return Err(Refused(format!(
                         "fa_hopper: {items} query tiles x heads x sequences are over 2^31"
                     ))
                     .into());
                 }
-                // Without a mask every item costs the same: one block per SM walks its share,
-                // loading the next item while it stores the last (measured: +3% at 4096, +12%
-                // at 1024). Causal items differ (the longest first): one block each, handed out
-                // by the hardware as SMs free up; a fixed share per block measured up to 40%
-                // slower (a block's items can all be long ones).
-                let blocks = if shape.causal {
-                    items
-                } else {
-                    items.min(self.sms)
-                };
+                // One block per SM, each loading its next item while it computes this one;
+                // the items (causal ones differ in cost, longest first) are drawn from a
+                // counter, so no block is left with a fixed share of long ones.
+                let blocks = items.min(self.sms);
                 let launch = LaunchShape {
                     grid: (blocks.max(1) as u32, 1, 1),
                     block: (tile.threads() as u32, 1, 1),
@@ -663,9 +667,12 @@ impl FlashAttention {
                 let q_tiles = problem.max_q.div_ceil(tile.block_rows()).max(1) as i32;
                 let items = hopper_work_items(shape).expect("planned above") as i32;
                 l.arg(&scale_log2).arg(&causal).arg(&q_tiles).arg(&items);
+                let tickets = self.tickets.as_ref().expect("allocated with the kernels");
+                l.arg(tickets);
                 // SAFETY: matches FA_HOPPER_KERNEL's signature; the maps describe exactly Q,
                 // K and V (lengths checked above) and the TMA zero-fills past their ends; O
-                // and L are written only at rows inside the cumulative lengths.
+                // and L are written only at rows inside the cumulative lengths; the tickets
+                // are the layer's two counters, zero between launches on this stream.
                 unsafe { l.launch(kernel.config(&launch_shape)?) }?;
             }
         }
@@ -680,6 +687,24 @@ mod tests {
     #[test]
     fn every_kernel_compiles_without_spilling() {
         common::testing::assert_builds_compile_without_spills(&kernel_builds());
+    }
+
+    /// ptxas's C7510-C7520: "wgmma.mma_async instructions are serialized" (each product then
+    /// waits for the one before). Issuing one step's two products in a different order on
+    /// two branches did that and measured about 30% slower at every length on the H100.
+    #[test]
+    fn the_hopper_version_keeps_wgmma_asynchronous() {
+        if !common::testing::nvrtc_or_skip("NVRTC compile of fa_hopper.cu for sm_90a") {
+            return;
+        }
+        let build = hopper_build();
+        let compiled =
+            common::gpu::nvrtc::compile(&build.source, "sm_90a", &build.option_args()).unwrap();
+        assert!(
+            !compiled.log.contains("instructions are serialized"),
+            "ptxas serialized the wgmma of fa_hopper.cu:\n{}",
+            compiled.log
+        );
     }
 
     /// Without the tile defines `fa_hopper.cu` stops at its `#error`: the kernels cannot be

@@ -35,6 +35,9 @@ const FULL_CHECK_WORK: usize = 1 << 28;
 /// problem for a tile built for long ones).
 const HD256_BENCHMARK: (usize, usize, usize) = (1, 16384, 16);
 
+/// The prefill target of the default run: seqlen, query heads, K/V heads, head dim.
+const PREFILL: (usize, usize, usize, usize) = (8192, 32, 8, 128);
+
 /// The flags with [`HD256_BENCHMARK`] filled in when `--head-dim 256` is the only size flag
 /// (and no sweep): every other request is the attention runner's as it is.
 fn with_hd256_benchmark(mut args: AttentionArgs) -> AttentionArgs {
@@ -89,6 +92,15 @@ impl AttentionDay for Forward {
             shape.head_dim,
             &versions_named(versions),
         )?)
+    }
+
+    /// A prefill as a server runs it: one sequence of 8192 tokens, 32 query heads sharing 8
+    /// K/V heads (grouped-query), head dim 128, causal.
+    fn more_targets() -> Vec<AttentionShape> {
+        let (seqlen, heads, kv_heads, head_dim) = PREFILL;
+        vec![AttentionShape::uniform(
+            1, seqlen, seqlen, heads, kv_heads, head_dim, true,
+        )]
     }
 
     fn run_problem<T: Element>(&self, run: &Run, shape: &AttentionShape) -> Result<DayReport> {

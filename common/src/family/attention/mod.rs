@@ -71,4 +71,10 @@ pub trait AttentionDay: Sized {
 
     /// Checks and times every version of `run` on one problem stored as `T`.
     fn run_problem<T: Element>(&self, run: &Run, shape: &AttentionShape) -> Result<DayReport>;
+
+    /// Problems the day's run without size flags adds after the benchmark shapes (day 10: a
+    /// prefill as a server runs it).
+    fn more_targets() -> Vec<AttentionShape> {
+        Vec::new()
+    }
 }

@@ -52,6 +52,18 @@ impl AttentionArgs {
         self.head_dim.unwrap_or(128)
     }
 
+    /// No sweep and no flag that sizes a problem: the run of the benchmark targets.
+    pub fn without_size_flags(&self) -> bool {
+        !(self.sweep
+            || self.seqlen.is_some()
+            || !self.varlen.is_empty()
+            || self.heads.is_some()
+            || self.batch.is_some()
+            || self.kv_heads.is_some()
+            || self.seqlen_k.is_some()
+            || self.head_dim.is_some())
+    }
+
     /// The problems the flags ask for: the sweep, the one the size flags give, or the default
     /// targets. Lengths and batch sizes that cannot be built are refused here; the day's
     /// [`AttentionDay::check_shape`] refuses the rest.
@@ -61,14 +73,7 @@ impl AttentionArgs {
                 .map(|p| benchmark_shape(1 << p, self.head_dim(), self.causal))
                 .collect());
         }
-        let custom = self.seqlen.is_some()
-            || !self.varlen.is_empty()
-            || self.heads.is_some()
-            || self.batch.is_some()
-            || self.kv_heads.is_some()
-            || self.seqlen_k.is_some()
-            || self.head_dim.is_some();
-        if !custom {
+        if self.without_size_flags() {
             // The targets of GPU_TARGETS.md: hd128 and hd64 at 4096, and hd128 causal.
             return Ok(vec![
                 benchmark_shape(4096, 128, self.causal),

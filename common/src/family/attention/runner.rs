@@ -36,7 +36,10 @@ pub fn run<D: AttentionDay>(
         versions.retain(|&v| v != "naive");
     }
     D::check_dtype(args.dtype)?;
-    let shapes = args.problems()?;
+    let mut shapes = args.problems()?;
+    if args.without_size_flags() {
+        shapes.extend(D::more_targets());
+    }
     for shape in &shapes {
         D::check_shape(shape, &versions)?;
     }
