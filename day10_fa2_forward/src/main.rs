@@ -29,7 +29,7 @@ struct Args {
 /// Up to this many multiply-adds of the reference (rows x keys x head dim), every row.
 const FULL_CHECK_WORK: usize = 1 << 28;
 
-/// `--head-dim 256` given alone: the hd256 target shape, batch 1 x seqlen 16384 x 16
+/// `--head-dim 256` given alone: the hd256 benchmark shape, batch 1 x seqlen 16384 x 16
 /// heads (FlashAttention-3's published hd256 point is 16k tokens at seqlen 16k), instead of
 /// the other head dims' 4096 (hidden 2048 would leave 8 heads of 4096 tokens: a short-sequence
 /// problem for a tile built for long ones).

@@ -74,7 +74,7 @@ impl AttentionArgs {
                 .collect());
         }
         if self.without_size_flags() {
-            // The targets of GPU_TARGETS.md: hd128 and hd64 at 4096, and hd128 causal.
+            // FlashAttention's benchmark shapes: hd128 and hd64 at 4096, and hd128 causal.
             return Ok(vec![
                 benchmark_shape(4096, 128, self.causal),
                 benchmark_shape(4096, 64, self.causal),
