@@ -28,17 +28,24 @@ DAYS = "day20"
 TOKENS, HIDDEN = 16384, 2048
 
 # day20's default problems, then its --sweep (512 to 16384) for both head dims, with and
-# without the causal mask.
-PROBLEMS = [(4096, 128, False), (4096, 64, False), (4096, 128, True)] + [
-    (1 << p, d, causal) for causal in (False, True) for d in (128, 64) for p in range(9, 15)
+# without the causal mask: (batch, seqlen, heads, head dim, causal), TOKENS x HIDDEN in all.
+PROBLEMS = [
+    (TOKENS // seqlen, seqlen, HIDDEN // d, d, causal)
+    for seqlen, d, causal in [(4096, 128, False), (4096, 64, False), (4096, 128, True)]
+    + [(1 << p, d, causal) for causal in (False, True) for d in (128, 64) for p in range(9, 15)]
+]
+# Head dim 256: `--head-dim 256` alone (1 x 16384 x 16 heads) and 4 x 4096 x 16 heads.
+PROBLEMS += [
+    (batch, seqlen, 16, 256, causal)
+    for batch, seqlen in [(1, 16384), (4, 4096)]
+    for causal in (False, True)
 ]
 BACKENDS = [("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)]
 
 
 def figures():
     seen = set()
-    for seqlen, d, causal in PROBLEMS:
-        batch, heads = TOKENS // seqlen, HIDDEN // d
+    for batch, seqlen, heads, d, causal in PROBLEMS:
         key = f"attention_bwd/bf16/b{batch}-h{heads}-kv{heads}-d{d}-q{seqlen}-k{seqlen}"
         key += "-causal" if causal else ""
         if key in seen:

@@ -360,9 +360,11 @@ __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const unsigne
 #define WGMMA_D8(d, o)                                                                             \
     "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]),    \
         "+f"(d[o + 6]), "+f"(d[o + 7])
+#define WGMMA_D16(d, o) WGMMA_D8(d, o), WGMMA_D8(d, o + 8)
 #define WGMMA_D32(d, o) WGMMA_D8(d, o), WGMMA_D8(d, o + 8), WGMMA_D8(d, o + 16), WGMMA_D8(d, o + 24)
 #define WGMMA_D64(d, o) WGMMA_D32(d, o), WGMMA_D32(d, o + 32)
 #define WGMMA_D128(d, o) WGMMA_D64(d, o), WGMMA_D64(d, o + 64)
+#define WGMMA_D16_LIST "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
 #define WGMMA_D32_LIST \
     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
@@ -412,6 +414,7 @@ __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const unsigne
         }                                                                                          \
     };
 // SS: desc_a = %R, desc_b = %R+1, accumulate = %R+2, trans-a = %R+3, trans-b = %R+4.
+#define WGMMA_SS_TAIL_16(MMA) "setp.ne.b32 p, %18, 0;\n" MMA "%16, %17, p, 1, 1, %19, %20;\n}\n"
 #define WGMMA_SS_TAIL_32(MMA) "setp.ne.b32 p, %34, 0;\n" MMA "%32, %33, p, 1, 1, %35, %36;\n}\n"
 #define WGMMA_SS_TAIL_64(MMA) "setp.ne.b32 p, %66, 0;\n" MMA "%64, %65, p, 1, 1, %67, %68;\n}\n"
 #define WGMMA_SS_TAIL_128(MMA)                                                                     \
@@ -425,13 +428,15 @@ __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const unsigne
     "setp.ne.b32 p, %133, 0;\n" MMA "{%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
 
 // Day 18's GEMM tile is n256; attention's S = Q K^T is n128 or n64 (keys) and O += P V n64,
-// n128 or n256 (the head dim).
+// n128 or n256 (the head dim); the backward's S^T at head dim 256 is n32 (half a 64-query step).
 WGMMA_SS(256, 128, bf16_t, "bf16", WGMMA_SS_TAIL_128)
 WGMMA_SS(256, 128, f16_t, "f16", WGMMA_SS_TAIL_128)
 WGMMA_SS(128, 64, bf16_t, "bf16", WGMMA_SS_TAIL_64)
 WGMMA_SS(128, 64, f16_t, "f16", WGMMA_SS_TAIL_64)
 WGMMA_SS(64, 32, bf16_t, "bf16", WGMMA_SS_TAIL_32)
 WGMMA_SS(64, 32, f16_t, "f16", WGMMA_SS_TAIL_32)
+WGMMA_SS(32, 16, bf16_t, "bf16", WGMMA_SS_TAIL_16)
+WGMMA_SS(32, 16, f16_t, "f16", WGMMA_SS_TAIL_16)
 WGMMA_RS(256, 128, bf16_t, "bf16", WGMMA_RS_TAIL_128)
 WGMMA_RS(256, 128, f16_t, "f16", WGMMA_RS_TAIL_128)
 WGMMA_RS(128, 64, bf16_t, "bf16", WGMMA_RS_TAIL_64)

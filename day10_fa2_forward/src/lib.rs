@@ -8,6 +8,7 @@
 use anyhow::{Result, bail};
 use common::dtype::Dtype;
 use common::element::Element;
+use common::family::attention::AttentionArgs;
 use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
@@ -209,6 +210,30 @@ pub fn validate(shape: &AttentionShape) -> Result<(), UsageError> {
     Ok(())
 }
 
+/// `--head-dim 256` given alone (this day's CLI and day 20's): the hd256 benchmark shape, batch 1 x seqlen 16384 x 16
+/// heads (FlashAttention-3's published hd256 point is 16k tokens at seqlen 16k), instead of
+/// the other head dims' 4096 (hidden 2048 would leave 8 heads of 4096 tokens: a short-sequence
+/// problem for a tile built for long ones).
+pub const HD256_BENCHMARK: (usize, usize, usize) = (1, 16384, 16);
+
+/// The flags with [`HD256_BENCHMARK`] filled in when `--head-dim 256` is the only size flag
+/// (and no sweep): every other request is the attention runner's as it is.
+pub fn with_hd256_benchmark(mut args: AttentionArgs) -> AttentionArgs {
+    let alone = args.head_dim == Some(256)
+        && !args.sweep
+        && args.seqlen.is_none()
+        && args.seqlen_k.is_none()
+        && args.batch.is_none()
+        && args.varlen.is_empty()
+        && args.heads.is_none()
+        && args.kv_heads.is_none();
+    if alone {
+        let (batch, seqlen, heads) = HD256_BENCHMARK;
+        (args.batch, args.seqlen, args.heads) = (Some(batch), Some(seqlen), Some(heads));
+    }
+    args
+}
+
 /// Refuses, before any GPU work, a head dim that none of `versions` takes (`--kernel
 /// fa2_mma --head-dim 96`, or a sweep, which leaves the naive version out).
 pub fn check_head_dim(head_dim: usize, versions: &[Version]) -> Result<(), UsageError> {
@@ -216,38 +241,25 @@ pub fn check_head_dim(head_dim: usize, versions: &[Version]) -> Result<(), Usage
         return Ok(());
     }
     let names: Vec<&str> = versions.iter().map(|v| v.name()).collect();
-    Err(UsageError::new(format!(
+    Err(untaken_head_dim(head_dim, &names))
+}
+
+/// The error for a `--head-dim` none of the versions `names` takes, forward (this day's) or
+/// backward (day 20's, whose versions take the same head dims).
+pub fn untaken_head_dim(head_dim: usize, names: &[&str]) -> UsageError {
+    UsageError::new(format!(
         "--head-dim {head_dim}: none of {} takes it (fa2_scalar and fa2_mma are compiled for \
          head dims {HEAD_DIMS:?}, fa_hopper for {:?}; naive takes 1..={NAIVE_MAX_HEAD_DIM})",
         names.join(", "),
         hopper_head_dims()
-    )))
-}
-
-/// The error for a `--head-dim` none of day 20's versions `names` takes: its flash versions
-/// are compiled for [`HEAD_DIMS`].
-pub fn untaken_head_dim(head_dim: usize, names: &[&str]) -> UsageError {
-    UsageError::new(format!(
-        "--head-dim {head_dim}: none of {} takes it (the flash versions are compiled for head \
-         dims {HEAD_DIMS:?}; naive takes 1..={NAIVE_MAX_HEAD_DIM})",
-        names.join(", ")
     ))
 }
 
-/// Why day 20's `fa_hopper` backward cannot run head dim `d`: its module is not loaded
-/// (`hopper_loaded` false: not a Hopper GPU) or it is not compiled for `d` (it takes
-/// [`HEAD_DIMS`]).
+/// Why `fa_hopper`, this day's forward or day 20's backward, cannot run head dim `d`: its
+/// module is not loaded (`hopper_loaded` false: not a Hopper GPU) or it is not compiled for
+/// `d` (both take the head dims of [`HOPPER_TILES`]).
 pub fn hopper_refusal(hopper_loaded: bool, d: usize) -> Option<Refused> {
-    hopper_refusal_among(hopper_loaded, d, &HEAD_DIMS)
-}
-
-/// Why this day's `fa_hopper` forward cannot run head dim `d`: as [`hopper_refusal`], for the
-/// head dims of [`HOPPER_TILES`].
-pub fn hopper_forward_refusal(hopper_loaded: bool, d: usize) -> Option<Refused> {
-    hopper_refusal_among(hopper_loaded, d, &hopper_head_dims())
-}
-
-fn hopper_refusal_among(hopper_loaded: bool, d: usize, dims: &[usize]) -> Option<Refused> {
+    let dims = hopper_head_dims();
     if !hopper_loaded {
         return Some(Refused(
             "fa_hopper: needs sm_90a (wgmma, TMA), a Hopper GPU; fa2_mma is this GPU's fastest \
@@ -476,7 +488,7 @@ impl FlashAttention {
                 Ok((kernel, launch))
             }
             Version::FaHopper => {
-                if let Some(refused) = hopper_forward_refusal(self.hopper.is_some(), d) {
+                if let Some(refused) = hopper_refusal(self.hopper.is_some(), d) {
                     return Err(refused.into());
                 }
                 let hopper = self.hopper.as_ref().expect("loaded, or refused above");
@@ -895,20 +907,9 @@ mod tests {
         assert!(err.contains("--head-dim 256") && err.contains("fa_hopper for [64, 128, 256]"));
         // Off Hopper fa_hopper refuses for its GPU, on Hopper for a head dim it has no tile for;
         // day 20's backward keeps its own head dims.
-        assert!(hopper_forward_refusal(true, 256).is_none());
-        assert!(
-            hopper_forward_refusal(false, 256)
-                .unwrap()
-                .0
-                .contains("sm_90a")
-        );
-        assert!(
-            hopper_forward_refusal(true, 96)
-                .unwrap()
-                .0
-                .contains("not 96")
-        );
-        assert!(hopper_refusal(true, 256).is_some());
+        assert!(hopper_refusal(true, 256).is_none());
+        assert!(hopper_refusal(false, 256).unwrap().0.contains("sm_90a"));
+        assert!(hopper_refusal(true, 96).unwrap().0.contains("not 96"));
     }
 
     #[test]

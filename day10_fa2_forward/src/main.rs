@@ -29,37 +29,13 @@ struct Args {
 /// Up to this many multiply-adds of the reference (rows x keys x head dim), every row.
 const FULL_CHECK_WORK: usize = 1 << 28;
 
-/// `--head-dim 256` given alone: the hd256 benchmark shape, batch 1 x seqlen 16384 x 16
-/// heads (FlashAttention-3's published hd256 point is 16k tokens at seqlen 16k), instead of
-/// the other head dims' 4096 (hidden 2048 would leave 8 heads of 4096 tokens: a short-sequence
-/// problem for a tile built for long ones).
-const HD256_BENCHMARK: (usize, usize, usize) = (1, 16384, 16);
-
 /// The prefill target of the default run: seqlen, query heads, K/V heads, head dim.
 const PREFILL: (usize, usize, usize, usize) = (8192, 32, 8, 128);
-
-/// The flags with [`HD256_BENCHMARK`] filled in when `--head-dim 256` is the only size flag
-/// (and no sweep): every other request is the attention runner's as it is.
-fn with_hd256_benchmark(mut args: AttentionArgs) -> AttentionArgs {
-    let alone = args.head_dim == Some(256)
-        && !args.sweep
-        && args.seqlen.is_none()
-        && args.seqlen_k.is_none()
-        && args.batch.is_none()
-        && args.varlen.is_empty()
-        && args.heads.is_none()
-        && args.kv_heads.is_none();
-    if alone {
-        let (batch, seqlen, heads) = HD256_BENCHMARK;
-        (args.batch, args.seqlen, args.heads) = (Some(batch), Some(seqlen), Some(heads));
-    }
-    args
-}
 
 fn main() -> ExitCode {
     run_main(|| {
         let args = Args::parse();
-        let attention_args = with_hd256_benchmark(args.attention);
+        let attention_args = day10::with_hd256_benchmark(args.attention);
         attention::run(&attention_args, &args.common, |gpu| {
             Ok(Forward(FlashAttention::load(gpu)?))
         })
@@ -228,7 +204,9 @@ mod tests {
     fn problems(flags: &[&str]) -> Vec<AttentionShape> {
         let args =
             Args::try_parse_from(std::iter::once("day10").chain(flags.iter().copied())).unwrap();
-        with_hd256_benchmark(args.attention).problems().unwrap()
+        day10::with_hd256_benchmark(args.attention)
+            .problems()
+            .unwrap()
     }
 
     #[test]

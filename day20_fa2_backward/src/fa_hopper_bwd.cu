@@ -22,17 +22,29 @@
 //     issued by the math warps, and no wait for them either).
 //
 // Tiles: 128 keys per block; BM = 64 queries per step at head dim 128 (the register file holds
-// dK and dV of 64 x 128 per consumer), 128 at head dim 64. Per query tile, per consumer:
+// dK and dV of 64 x 128 per consumer), 128 at head dim 64. Head dim 256 splits the work the
+// other way (below: "split head dim"). Per query tile, per consumer:
 //
 //   wait q_full[s] -> issue S^T, dP^T -> wait S^T: P = exp2(S scale log2e - L log2e) (masked)
 //   -> wait dP^T: dS = P (dP - D) -> issue dV += P^T dO, dK += dS^T Q -> dS^T to shared memory
 //   -> both consumers meet -> issue dQ = dS K -> wait all -> free q_empty[s] -> wait
 //   dq_empty -> dQ to shared memory -> dq_full (the writer's TMA reduce-add into dq_accum)
 //
+// Split head dim (head dim 256): dK and dV of 64 keys x 256 would take 256 registers a thread,
+// so a block owns 64 keys and both consumers work on all of them: consumer w makes S^T and dP^T
+// for queries 32w .. 32w + 31 of the 64 (no product is computed twice), writes P^T and dS^T to
+// shared memory, and after the meeting owns columns 128w .. 128w + 127 of dV, dK and dQ, all
+// three products reading their A operand (P^T, dS^T, dS) from shared memory.
+//
 // Deterministic mode: the reduce-adds into one dQ tile are ordered by key tile. A counter per
-// (query tile, head, sequence) says how many key-tile halves have added theirs; key tile n
-// adds after the counter reaches 2n and bumps it once its add is complete. Blocks are numbered
-// key tile fastest, so the tiles a block waits for were scheduled before it.
+// (query tile, head, sequence) says how many key-tile halves have added theirs; a key tile
+// adds after the counter reaches twice its rank and bumps it by two once both halves are
+// complete. Without a mask the rank is the key tile n (ascending); causal, it is k - n, k the
+// last key tile the query tile sees (descending): key tile n + 1 starts its walk at a later
+// query tile, so it reaches each tile before key tile n does and nobody waits in a chain.
+// Blocks are numbered so that the tiles a block waits for were scheduled before it: kv head
+// fastest within sections of heads whose Q, dO and dQ fit the L2 (a wave then holds few key
+// tiles of many heads, a short chain), and causal, the last key tile of a head first.
 //
 // Layouts as attention_bwd.cu: Q, dO [total_q, heads, D] (maps [heads][tokens][D], boxes of 64
 // dims x BM tokens), K, V [total_k, kv_heads, D] (boxes of 64 dims x 128 tokens); dq_accum
@@ -48,28 +60,31 @@
 #include "hopper.cuh"
 
 // The tile per head dim comes from the launcher's table (`BACKWARD_TILES` in
-// src/hopper_tile.rs) as NVRTC defines: BH_CONSUMERS and BH_KEYS (the block's warpgroups and
-// keys), BH_DS_STAGES (dS^T buffers), BH_PRODUCER_REGISTERS, and per head dim BH_D<d>_QUERIES
-// (queries per step), _STAGES (the Q/dO ring), _REGISTERS (per consumer thread) and
+// src/hopper_tile.rs) as NVRTC defines: BH_CONSUMERS (the block's consumer warpgroups),
+// BH_DS_STAGES (dS^T buffers), BH_PRODUCER_REGISTERS, and per head dim BH_D<d>_KEYS (keys per
+// block), _QUERIES (queries per step), _STAGES (the Q/dO ring), _REGISTERS (per consumer thread) and
 // _SHARED_BYTES (what the launcher gives the block). The static_asserts below check that this
 // file's layout takes exactly that shared memory and that the tile is one this code handles.
-#if !defined(BH_CONSUMERS) || !defined(BH_KEYS) || !defined(BH_DS_STAGES) ||                  \
-    !defined(BH_PRODUCER_REGISTERS) || !defined(BH_D64_QUERIES) || !defined(BH_D64_STAGES) ||  \
-    !defined(BH_D64_REGISTERS) || !defined(BH_D64_SHARED_BYTES) || !defined(BH_D128_QUERIES) || \
-    !defined(BH_D128_STAGES) || !defined(BH_D128_REGISTERS) || !defined(BH_D128_SHARED_BYTES)
+#if !defined(BH_CONSUMERS) || !defined(BH_DS_STAGES) ||                  \
+    !defined(BH_PRODUCER_REGISTERS) || !defined(BH_D64_KEYS) || !defined(BH_D64_QUERIES) ||    \
+    !defined(BH_D64_STAGES) || !defined(BH_D64_REGISTERS) || !defined(BH_D64_SHARED_BYTES) ||   \
+    !defined(BH_D128_KEYS) || !defined(BH_D128_QUERIES) || !defined(BH_D128_STAGES) ||          \
+    !defined(BH_D128_REGISTERS) || !defined(BH_D128_SHARED_BYTES) || !defined(BH_D256_KEYS) ||  \
+    !defined(BH_D256_QUERIES) || !defined(BH_D256_STAGES) || !defined(BH_D256_REGISTERS) ||     \
+    !defined(BH_D256_SHARED_BYTES)
 #error "fa_hopper_bwd.cu: compile it with the -DBH_ defines of day20's BackwardTile table"
 #endif
 
-constexpr int BH_BN = BH_KEYS;  // keys per block, 64 per consumer warpgroup
 constexpr int BH_BOX = 64;      // head-dim elements of one 128-byte swizzle row
 constexpr int BH_DQ_BOX = 32;   // f32 columns of one 128-byte swizzle row of the dQ tile
 constexpr int BH_THREADS = 128 * (1 + BH_CONSUMERS);  // producer + consumer warpgroups
 // The named barrier (0 is __syncthreads) where the consumers meet once per step: every half
-// of dS^T is in shared memory before any consumer's dQ product reads it.
+// of dS^T (and, split, of P^T) is in shared memory before any consumer's product reads it.
 constexpr int BH_BAR_CONSUMERS = 1;
-static_assert(BH_CONSUMERS == 2 && BH_BN == 64 * BH_CONSUMERS,
-              "two consumer warpgroups of 64 keys: dQ's split (a half of the head dim or of "
-              "the queries each) assumes two");
+static_assert(BH_CONSUMERS == 2,
+              "two consumer warpgroups: dQ's split (a half of the head dim or of the queries "
+              "each) and the split head dim's (half the queries, then half the columns) assume "
+              "two");
 // Two dS^T buffers are what lets one barrier per step suffice: a consumer writes buffer
 // n % 2 at step n only after passing step n - 1's barrier, which every consumer reaches after
 // its dQ product of step n - 2 (the last reader of that buffer) has completed.
@@ -79,25 +94,35 @@ static_assert(BH_PRODUCER_REGISTERS % 8 == 0 && BH_PRODUCER_REGISTERS >= 24, "se
 template <int D> struct BhTile;
 #define BH_TILE(D)                                                                              \
     template <> struct BhTile<D> {                                                              \
-        static constexpr int QUERIES = BH_D##D##_QUERIES, STAGES = BH_D##D##_STAGES,             \
+        static constexpr int KEYS = BH_D##D##_KEYS, QUERIES = BH_D##D##_QUERIES,                 \
+                             STAGES = BH_D##D##_STAGES,                                         \
                              REGISTERS = BH_D##D##_REGISTERS,                                   \
                              SHARED_BYTES = BH_D##D##_SHARED_BYTES;                             \
     };
 BH_TILE(64)
 BH_TILE(128)
+BH_TILE(256)
 #undef BH_TILE
 
 template <int D> struct BhConfig : BhTile<D> {
-    // Queries per step: a consumer holds dK and dV (D / 2 + D / 2 f32 per thread) across the
-    // loop and S^T, dP^T (BM / 2 each) per step.
-    static constexpr int BM = BhTile<D>::QUERIES;
+    // Keys per block and queries per step: a consumer holds dK and dV (DW / 2 + DW / 2 f32 per
+    // thread) across the loop and S^T, dP^T (QW / 2 each) per step.
+    static constexpr int BN = BhTile<D>::KEYS, BM = BhTile<D>::QUERIES;
+    // Split head dim: both consumers take the block's 64 keys, each half of the queries of S^T
+    // and dP^T and half of the columns of dV, dK and dQ. Otherwise each takes 64 keys whole.
+    static constexpr bool SPLIT = BN == 64;
+    static constexpr int QW = SPLIT ? BM / 2 : BM;  // queries of this consumer's S^T, dP^T
+    static constexpr int DW = SPLIT ? D / 2 : D;    // columns of this consumer's dK, dV
+    static constexpr int DQ_COLS = SPLIT ? D / 2 : 64;  // columns of this consumer's dQ tile
     static_assert(D % BH_BOX == 0, "the head dim is a whole number of 64-element boxes");
+    static_assert(BN == 64 * BH_CONSUMERS || (BN == 64 && D == 256),
+                  "64 keys per consumer, or the split head dim's 64 keys at head dim 256");
     static_assert(BM == 64 || BM == 128,
                   "queries per step: whole 64-query boxes of dS^T, at most 128 (one dQ "
                   "product of 64 rows per consumer at head dim 64)");
-    static_assert(D == 128 ? BM == 64 : BM == 128,
+    static_assert(SPLIT ? BM == 64 : D == 128 ? BM == 64 : BM == 128,
                   "dQ's split: head dim 128 halves the columns of 64 queries, 64 halves 128 "
-                  "queries");
+                  "queries, the split head dim halves the columns of 64 queries");
     static_assert(BhTile<D>::STAGES >= 1, "at least one query tile in flight");
     static_assert(BhTile<D>::REGISTERS % 8 == 0 && BhTile<D>::REGISTERS <= 256, "setmaxnreg");
     static_assert(128 * BH_PRODUCER_REGISTERS + BH_CONSUMERS * 128 * BhTile<D>::REGISTERS <=
@@ -109,16 +134,19 @@ template <int D> struct BhConfig : BhTile<D> {
 // tile offset is a multiple of 1024; the host adds the same 1024 bytes of alignment slack.
 template <int D> struct BhLayout {
     using C = BhConfig<D>;
-    static constexpr int BM = C::BM, STAGES = C::STAGES;
-    static constexpr int KV_ELEMS = BH_BN * D, Q_ELEMS = BM * D;
+    static constexpr int BN = C::BN, BM = C::BM, STAGES = C::STAGES;
+    static constexpr int KV_ELEMS = BN * D, Q_ELEMS = BM * D;
     static constexpr int K_OFFSET = 0;
     static constexpr int V_OFFSET = K_OFFSET + KV_ELEMS * 2;
     static constexpr int Q_OFFSET = V_OFFSET + KV_ELEMS * 2;
     static constexpr int DO_OFFSET = Q_OFFSET + STAGES * Q_ELEMS * 2;
-    static constexpr int DS_BYTES = BH_BN * BM * 2;  // one dS^T buffer, BH_BN keys x BM
+    static constexpr int DS_BYTES = BN * BM * 2;  // one dS^T (or P^T) buffer, BN keys x BM
     static constexpr int DS_OFFSET = DO_OFFSET + STAGES * Q_ELEMS * 2;
-    static constexpr int DQ_OFFSET = DS_OFFSET + BH_DS_STAGES * DS_BYTES;
-    static constexpr int DQ_WG_FLOATS = 2 * BH_DQ_BOX * 64;  // two 32 x 64 boxes a consumer
+    // P^T buffers (split head dim only: the other tiles keep P^T in registers).
+    static constexpr int PT_OFFSET = DS_OFFSET + BH_DS_STAGES * DS_BYTES;
+    static constexpr int DQ_OFFSET = PT_OFFSET + (C::SPLIT ? BH_DS_STAGES * DS_BYTES : 0);
+    // A consumer's dQ tile: 64 rows x DQ_COLS, as boxes of 32 floats x 64 rows.
+    static constexpr int DQ_WG_FLOATS = C::DQ_COLS * 64;
     static constexpr int L_OFFSET = DQ_OFFSET + BH_CONSUMERS * DQ_WG_FLOATS * 4;
     static constexpr int DELTA_OFFSET = L_OFFSET + STAGES * BM * 4;
     static constexpr int BARRIER_OFFSET = DELTA_OFFSET + STAGES * BM * 4;
@@ -210,7 +238,7 @@ BH_PREPROCESS(bf16_t, bf16)
 BH_PREPROCESS(f16_t, f16)
 
 // ---------------------------------------------------------------------------------------------
-// The main kernel. grid(ceil(max lk / BH_KEYS), kv_heads, batch), block(BH_THREADS).
+// The main kernel. grid(ceil(max lk / keys per block), kv_heads, batch), block(BH_THREADS).
 
 // A position in the query-tile ring (stage, and the parity of its phase); producer and
 // consumers walk the same tiles and count their own.
@@ -235,50 +263,65 @@ __device__ __forceinline__ int bh_first_tile(int j0, const Sequence& s, int caus
 // The dQ writer (one thread of the producer warpgroup): for every step of the block, for
 // each consumer, waits for its dQ half tile in shared memory, adds it into dq_accum with TMA
 // reduce-adds (head dim 128: the consumer's 64 columns of the 64 queries; 64: all columns of
-// its 64 queries), and hands the buffer back once the TMA has read it. Deterministic mode:
-// first waits until key tiles 0 .. n-1 have added theirs into this query tile (the counter
-// at 2n), and bumps the counter once its own adds are complete in global memory. Only this
-// thread waits on other blocks; the consumers go on with the next step meanwhile.
+// its 64 queries; 256: its 128 columns of the 64 queries), and hands the buffer back once the
+// TMA has read it. Deterministic mode: first waits until the key tiles ranked before this one
+// have added theirs into this query tile (the counter at twice the rank), adds both halves
+// (they cover different elements, so their order does not matter), and bumps the counter by
+// two once both are complete in global memory: one wait on other blocks and one on the adds
+// per step. Only this thread waits on other blocks; the consumers go on with the next step
+// meanwhile.
 //
 // It runs on the producer's 24 registers, so it holds shared memory as 32-bit addresses (the
 // barriers of consumer wg at dq_full + 8 wg and dq_full + 8 (BH_CONSUMERS + wg), its tile at
 // sdq + DQ_WG_FLOATS * 4 wg) and walks the block's (head, query tile) steps.
+template <int D>
 __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsigned dq_full,
-                                             unsigned sdq, int* semaphores, int ordered, int q0,
-                                             int h0, int group, int heads, int m_first,
-                                             int m_end, int q_tiles, int bm, int d) {
-    constexpr unsigned DQ_EMPTY = 8 * BH_CONSUMERS, TILE_BYTES = 2 * BH_DQ_BOX * 64 * 4;
+                                             unsigned sdq, int* semaphores, int ordered,
+                                             const Sequence& s, int causal, int n, int h0,
+                                             int group, int heads, int m_first, int m_end,
+                                             int q_tiles) {
+    using C = BhConfig<D>;
+    constexpr int BM = C::BM, BOXES = C::DQ_COLS / BH_DQ_BOX;
+    constexpr unsigned DQ_EMPTY = 8 * BH_CONSUMERS, BOX_BYTES = BH_DQ_BOX * 64 * 4;
     unsigned phase = 0;
     for (int h = h0; h < h0 + group; ++h)
     for (int m = m_first; m < m_end; ++m) {
         int* counter = semaphores + ((index_t)blockIdx.z * heads + h) * q_tiles + m;
         for (int wg = 0; wg < BH_CONSUMERS; ++wg) {
             mbarrier_wait(dq_full + 8 * wg, phase);
-            if (ordered) {
+            if (ordered && wg == 0) {
+                // This key tile's rank among the query tile's: n, or causal k - n.
+                const int last_row = min((m + 1) * BM, s.lq) - 1;
+                const int rank = causal ? (key_end(last_row, s, causal) - 1) / C::BN - n : n;
                 int seen;
                 do {
                     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n"
                                  : "=r"(seen)
                                  : "l"(counter)
                                  : "memory");
-                } while (seen < BH_CONSUMERS * (int)blockIdx.x);  // key tiles 0 .. n-1, whole
+                } while (seen < BH_CONSUMERS * rank);  // the tiles ranked before, whole
                 fence_proxy_async_global();
             }
-            const int x0 = d == 128 ? wg * 64 : 0;
-            const int y0 = q0 + m * bm + (bm == 128 ? wg * 64 : 0);
-            const unsigned tile = sdq + wg * TILE_BYTES;
-            tma_reduce_add_3d(map_dq, tile, x0, y0, h);
-            tma_reduce_add_3d(map_dq, tile + TILE_BYTES / 2, x0 + BH_DQ_BOX, y0, h);
+            const int x0 = D == 64 ? 0 : wg * C::DQ_COLS;
+            const int y0 = s.q0 + m * BM + (BM == 128 ? wg * 64 : 0);
+            const unsigned tile = sdq + wg * BOXES * BOX_BYTES;
+            // Rolled, as the producer's loads: this thread has 24 registers.
+#pragma unroll 1
+            for (int box = 0; box < BOXES; ++box)
+                tma_reduce_add_3d(map_dq, tile + box * BOX_BYTES, x0 + box * BH_DQ_BOX, y0, h);
             bulk_commit();
-            if (ordered) {
-                bulk_wait<0>();  // the adds are in global memory
-                fence_proxy_async_global();
-                asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter)
-                             : "memory");
-            } else {
+            if (!ordered) {
                 bulk_wait_read<0>();
+                mbarrier_arrive(dq_full + DQ_EMPTY + 8 * wg);
             }
-            mbarrier_arrive(dq_full + DQ_EMPTY + 8 * wg);
+        }
+        if (ordered) {
+            bulk_wait<0>();  // both halves' adds are in global memory
+            fence_proxy_async_global();
+            asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(counter),
+                         "r"(BH_CONSUMERS)
+                         : "memory");
+            for (int wg = 0; wg < BH_CONSUMERS; ++wg) mbarrier_arrive(dq_full + DQ_EMPTY + 8 * wg);
         }
         phase ^= 1;
     }
@@ -296,10 +339,10 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                                               int* semaphores, int ordered, const int* cu_q,
                                               const int* cu_k,
                                               int heads, int kv_heads, float scale,
-                                              int causal, int q_tiles) {
+                                              int causal, int q_tiles, int head_section) {
     using L = BhLayout<D>;
     using C = BhConfig<D>;
-    constexpr int BM = C::BM, STAGES = C::STAGES, BOXES = D / BH_BOX;
+    constexpr int BN = C::BN, BM = C::BM, STAGES = C::STAGES, BOXES = D / BH_BOX;
     extern __shared__ unsigned char bh_smem_raw[];
     unsigned char* base = reinterpret_cast<unsigned char*>(
         (reinterpret_cast<unsigned long long>(bh_smem_raw) + 1023) & ~1023ull);
@@ -322,9 +365,22 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
     if (dynamic_bytes < L::BYTES || blockDim.x != BH_THREADS) __trap();
 
     const Sequence s = sequence(cu_q, cu_k, blockIdx.z);
-    const int j0 = blockIdx.x * BH_BN;
-    if (j0 >= s.lk) return;  // the whole block: no barrier has been used yet
-    const int kvh = blockIdx.y, group = heads / kv_heads;
+    // The block's key tile n and kv head: blockIdx.x and .y, or in deterministic mode the
+    // order its dQ adds need (the header's), within sections of head_section kv heads.
+    int n = blockIdx.x, kvh = blockIdx.y;
+    const int key_tiles = (s.lk + BN - 1) / BN;
+    if (ordered) {
+        const int at = blockIdx.x + gridDim.x * blockIdx.y;
+        const int first = at / (head_section * gridDim.x) * head_section;
+        const int heads_here = min(head_section, kv_heads - first);
+        const int within = at - first * gridDim.x;
+        kvh = first + within % heads_here;
+        n = within / heads_here;
+        if (causal && n < key_tiles) n = key_tiles - 1 - n;
+    }
+    if (n >= key_tiles) return;  // the whole block: no barrier has been used yet
+    const int j0 = n * BN;
+    const int group = heads / kv_heads;
     const int m_first = bh_first_tile(j0, s, causal, BM);
     const int m_end = (s.lq + BM - 1) / BM;
 
@@ -348,16 +404,16 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
         // ---- producer ----
         warpgroup_registers_release<BH_PRODUCER_REGISTERS>();
         if (threadIdx.x == 32) {
-            bh_dq_writer(map_dq, smem_u32(dq_full), smem_u32(sdq), semaphores, ordered, s.q0,
-                         kvh * group, group, heads, m_first, m_end, q_tiles, BM, D);
+            bh_dq_writer<D>(map_dq, smem_u32(dq_full), smem_u32(sdq), semaphores, ordered, s,
+                            causal, n, kvh * group, group, heads, m_first, m_end, q_tiles);
             return;
         }
         if (threadIdx.x != 0) return;
         mbarrier_arrive_expect_tx(kv_full, 2 * L::KV_ELEMS * sizeof(T));
 #pragma unroll
         for (int box = 0; box < BOXES; ++box) {
-            tma_load_3d(sk + box * BH_BN * BH_BOX, map_k, kv_full, box * BH_BOX, s.k0 + j0, kvh);
-            tma_load_3d(sv + box * BH_BN * BH_BOX, map_v, kv_full, box * BH_BOX, s.k0 + j0, kvh);
+            tma_load_3d(sk + box * BN * BH_BOX, map_k, kv_full, box * BH_BOX, s.k0 + j0, kvh);
+            tma_load_3d(sv + box * BN * BH_BOX, map_v, kv_full, box * BH_BOX, s.k0 + j0, kvh);
         }
         constexpr unsigned STAGE_BYTES = 2 * L::Q_ELEMS * sizeof(T) + 2 * BM * sizeof(float);
         BhRing<STAGES> ring;
@@ -366,7 +422,8 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                 const int st = ring.stage, row0 = s.q0 + m * BM;
                 mbarrier_wait(&q_empty[st], ring.phase ^ 1);
                 mbarrier_arrive_expect_tx(&q_full[st], STAGE_BYTES);
-#pragma unroll
+                // Rolled: unrolled, the producer's 24 registers spill the boxes' addresses.
+#pragma unroll 1
                 for (int box = 0; box < BOXES; ++box) {
                     tma_load_3d(sq + st * L::Q_ELEMS + box * BM * BH_BOX, map_q, &q_full[st],
                                 box * BH_BOX, row0, h);
@@ -386,13 +443,20 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
 
     // ---- consumers ----
     warpgroup_registers_claim<C::REGISTERS>();
+    constexpr bool SPLIT = C::SPLIT;
+    constexpr int QW = C::QW, DW = C::DW, DQ_COLS = C::DQ_COLS;
     const int wg = threadIdx.x / 128 - 1;
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const float scale_log2 = scale * LOG2E;
+    // This consumer's keys (the block's rows of K and V it multiplies), the first of its
+    // queries in a step, and the first of its columns of dV, dK and dQ.
+    const int key_row0 = SPLIT ? 0 : wg * 64;
+    const int query0 = SPLIT ? wg * QW : 0;
+    const int col0 = SPLIT ? wg * DW : 0;
     // This thread's two keys (accumulator rows) of S^T, dP^T, dV and dK.
-    const int key0 = j0 + wg * 64 + warp * 16 + g;
+    const int key0 = j0 + key_row0 + warp * 16 + g;
     // Keys of this consumer that every query of a tile starting at i0 sees: no mask needed.
-    const int wg_key_end = j0 + wg * 64 + 64;
+    const int wg_key_end = j0 + key_row0 + 64;
     // The first query that sees each of the thread's two keys (lq: none does), so that the
     // mask is two compares: query i sees key j iff seen_from[j] <= i < lq (attention.cuh's
     // rule, bottom-right causal; without the mask every query sees every key < lk).
@@ -403,14 +467,16 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
         seen_from[r] = key < s.lk ? first_query(key, s, causal) : s.lq;
     }
 
-    float dv_acc[D / 2], dk_acc[D / 2];
+    float dv_acc[DW / 2], dk_acc[DW / 2];
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) dv_acc[i] = dk_acc[i] = 0.0f;
+    for (int i = 0; i < DW / 2; ++i) dv_acc[i] = dk_acc[i] = 0.0f;
 
     const unsigned base32 = smem_u32(base), base16 = (base32 & 0x3FFFF) >> 4;
-    constexpr int A_BOX = BM == 128 ? 1 : 0, B_BOX = D == 128 ? 1 : 0;
+    constexpr int A_BOX = BM == 128 ? 1 : 0;
+    // The first 64-column box of K that this consumer's dQ product reads.
+    const int dq_box0 = SPLIT ? wg * (DQ_COLS / BH_BOX) : D == 128 ? wg : 0;
     constexpr int K_ROWS = L::K_OFFSET + 0, V_ROWS = L::V_OFFSET;  // + this consumer's keys
-    const int wg_rows = wg * 64 * 128;  // 64 key rows of 128 bytes into each K or V box
+    const int wg_rows = key_row0 * 128;  // its key rows of 128 bytes into each K or V box
 
     mbarrier_wait(kv_full, 0);
     BhRing<STAGES> ring;
@@ -419,52 +485,53 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
     for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
         for (int m = m_first; m < m_end; ++m) {
             const int st = ring.stage, i0 = m * BM;
-            float sc[BM / 2], dp[BM / 2];
+            float sc[QW / 2], dp[QW / 2];
             mbarrier_wait(&q_full[st], ring.phase);
 
             // S^T = K Q^T and dP^T = V dO^T over the head dim: k16 steps 32 bytes apart
-            // inside a 64-wide box, the boxes 128 (keys) or BM (queries) rows of 128 bytes apart.
+            // inside a 64-wide box, the boxes BN (keys) or BM (queries) rows of 128 bytes apart.
             const unsigned b16 = bh_fresh(base16);
             const int q_at = L::Q_OFFSET + st * L::Q_ELEMS * 2, do_at = L::DO_OFFSET + st * L::Q_ELEMS * 2;
+            const int my_queries = query0 * 128;  // this consumer's query rows in each box
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
                 const int box = kk / 4, within = (kk % 4) * 32;
-                wgmma_m64k16<BM, T>(sc, bh_desc(b16, K_ROWS + wg_rows + box * BH_BN * 128 + within, 16),
-                                    bh_desc(b16, q_at + box * BM * 128 + within, 16), kk > 0);
+                wgmma_m64k16<QW, T>(sc, bh_desc(b16, K_ROWS + wg_rows + box * BN * 128 + within, 16),
+                                    bh_desc(b16, q_at + my_queries + box * BM * 128 + within, 16), kk > 0);
             }
             wgmma_commit();
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
                 const int box = kk / 4, within = (kk % 4) * 32;
-                wgmma_m64k16<BM, T>(dp, bh_desc(b16, V_ROWS + wg_rows + box * BH_BN * 128 + within, 16),
-                                    bh_desc(b16, do_at + box * BM * 128 + within, 16), kk > 0);
+                wgmma_m64k16<QW, T>(dp, bh_desc(b16, V_ROWS + wg_rows + box * BN * 128 + within, 16),
+                                    bh_desc(b16, do_at + my_queries + box * BM * 128 + within, 16), kk > 0);
             }
             wgmma_commit();
 
             // P = exp2(S scale log2 e - L log2 e), 0 where masked, while dP^T runs. Element e
-            // of 8-column block j: key key0 + 8 (e / 2), query i0 + 8j + 2t + e % 2.
+            // of 8-column block j: key key0 + 8 (e / 2), query i0 + query0 + 8j + 2t + e % 2.
             const unsigned b32 = bh_fresh(base32);
-            const unsigned l2 = b32 + L::L_OFFSET + st * BM * 4 + 8 * t;
-            const unsigned dl = b32 + L::DELTA_OFFSET + st * BM * 4 + 8 * t;
+            const unsigned l2 = b32 + L::L_OFFSET + (st * BM + query0) * 4 + 8 * t;
+            const unsigned dl = b32 + L::DELTA_OFFSET + (st * BM + query0) * 4 + 8 * t;
             const bool needs_mask =
                 i0 + BM > s.lq || wg_key_end > key_end(i0, s, causal);
             wgmma_wait<1>();
             wgmma_fence_operands(sc);
 #pragma unroll
-            for (int j = 0; j < BM / 8; ++j) {
+            for (int j = 0; j < QW / 8; ++j) {
                 const float2 lse2 = bh_ld_f32x2(l2 + 32 * j);
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const float p = bh_exp2(fmaf(sc[4 * j + e], scale_log2, -(e % 2 ? lse2.y : lse2.x)));
-                    const int i = i0 + 8 * j + 2 * t + e % 2;
+                    const int i = i0 + query0 + 8 * j + 2 * t + e % 2;
                     sc[4 * j + e] = !needs_mask || (i >= seen_from[e / 2] && i < s.lq) ? p : 0.0f;
                 }
             }
             wgmma_wait<0>();
             wgmma_fence_operands(dp);
 #pragma unroll
-            for (int j = 0; j < BM / 8; ++j) {
+            for (int j = 0; j < QW / 8; ++j) {
                 const float2 delta = bh_ld_f32x2(dl + 32 * j);
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
@@ -475,9 +542,9 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
             // here on only these halves live: S^T's and dP^T's f32 registers are free before
             // any of the three products below is issued (issued earlier, they kept ptxas from
             // leaving the products asynchronous: C7512).
-            unsigned pa[BM / 16][4], da[BM / 16][4];
+            unsigned pa[QW / 16][4], da[QW / 16][4];
 #pragma unroll
-            for (int kk = 0; kk < BM / 16; ++kk)
+            for (int kk = 0; kk < QW / 16; ++kk)
 #pragma unroll
                 for (int x = 0; x < 4; ++x) {
                     pa[kk][x] = pack2<T>(sc[8 * kk + 2 * x], sc[8 * kk + 2 * x + 1]);
@@ -489,61 +556,101 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
             // swizzled by key % 8. One stmatrix per k16 step: the four 8 x 8 blocks of the
             // warp's 16 keys x 16 queries, each row one 16-byte chunk.
             // Lane l names row l % 8 of 8 x 8 block l / 8, blocks in the accumulator's order
-            // (keys +8 for odd blocks, queries +8 for the upper two).
+            // (keys +8 for odd blocks, queries +8 for the upper two). Split head dim: P^T goes
+            // beside it, in the same layout (the K-major A operand of dV, as dS^T is dK's).
             {
-                const int key = wg * 64 + warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+                const int key = key_row0 + warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
                 const unsigned row = b32 + L::DS_OFFSET + ds_stage * L::DS_BYTES +
                                      (key / 8) * 1024 + (key % 8) * 128;
 #pragma unroll
-                for (int kk = 0; kk < BM / 16; ++kk) {
-                    const int q = 16 * kk + 8 * (lane / 16), box = q / 64, chunk = (q % 64) / 8;
-                    stmatrix_x4(row + box * BH_BN * 128 + ((chunk ^ (key % 8)) * 16), da[kk]);
+                for (int kk = 0; kk < QW / 16; ++kk) {
+                    const int q = query0 + 16 * kk + 8 * (lane / 16), box = q / 64, chunk = (q % 64) / 8;
+                    const unsigned at = row + box * BN * 128 + ((chunk ^ (key % 8)) * 16);
+                    stmatrix_x4(at, da[kk]);
+                    if constexpr (SPLIT) stmatrix_x4(at + (L::PT_OFFSET - L::DS_OFFSET), pa[kk]);
                 }
             }
             fence_proxy_async_shared();
 
-            // dV += P^T dO: B is MN-major (dims along memory), a k16 step is 16 query rows
-            // (2048 bytes) down, the 64-dim boxes BM x 128 bytes apart. It runs while the
-            // consumers meet.
-            wgmma_fence();
+            const int ds_at = L::DS_OFFSET + ds_stage * L::DS_BYTES;
+            float dq[DQ_COLS / 2];
+            if constexpr (!SPLIT) {
+                // dV += P^T dO: B is MN-major (dims along memory), a k16 step is 16 query rows
+                // (2048 bytes) down, the 64-dim boxes BM x 128 bytes apart. It runs while the
+                // consumers meet.
+                wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < BM / 16; ++kk)
-                wgmma_m64k16_rs<D, T, 1>(dv_acc, pa[kk], bh_desc(b16, do_at + kk * 2048, BM * 128), 1);
-            wgmma_commit();
+                for (int kk = 0; kk < BM / 16; ++kk)
+                    wgmma_m64k16_rs<D, T, 1>(dv_acc, pa[kk], bh_desc(b16, do_at + kk * 2048, BM * 128), 1);
+                wgmma_commit();
 
-            named_barrier_sync(BH_BAR_CONSUMERS, 128 * BH_CONSUMERS);  // all of dS^T written
+                named_barrier_sync(BH_BAR_CONSUMERS, 128 * BH_CONSUMERS);  // all of dS^T written
 
-            // dQ = dS K over the block's keys. Head dim 128: this consumer's 64 columns (K
-            // box wg) of all 64 queries; head dim 64: all 64 columns of its 64 queries (dS
-            // box wg). Both operands MN-major, k16 steps 16 key rows down.
-            float dq[32];
-            const int ds_at = L::DS_OFFSET + ds_stage * L::DS_BYTES + A_BOX * wg * BH_BN * 128;
-            const int k_at = L::K_OFFSET + B_BOX * wg * BH_BN * 128;
+                // dQ = dS K over the block's keys. Head dim 128: this consumer's 64 columns (K
+                // box wg) of all 64 queries; head dim 64: all 64 columns of its 64 queries (dS
+                // box wg). Both operands MN-major, k16 steps 16 key rows down.
+                const int my_ds = ds_at + A_BOX * wg * BN * 128;
+                const int k_at = L::K_OFFSET + dq_box0 * BN * 128;
 #pragma unroll
-            for (int kk = 0; kk < BH_BN / 16; ++kk)
-                wgmma_m64k16<64, T, 1, 1>(dq, bh_desc(b16, ds_at + kk * 2048, BH_BN * 128),
-                                          bh_desc(b16, k_at + kk * 2048, BH_BN * 128), kk > 0);
-            wgmma_commit();
-            wgmma_wait<1>();  // dV is done: P^T's registers are free
-            wgmma_fence_operands(dv_acc);
+                for (int kk = 0; kk < BN / 16; ++kk)
+                    wgmma_m64k16<64, T, 1, 1>(dq, bh_desc(b16, my_ds + kk * 2048, BN * 128),
+                                              bh_desc(b16, k_at + kk * 2048, BN * 128), kk > 0);
+                wgmma_commit();
+                wgmma_wait<1>();  // dV is done: P^T's registers are free
+                wgmma_fence_operands(dv_acc);
 #pragma unroll
-            for (int kk = 0; kk < BM / 16; ++kk) wgmma_fence_operands(pa[kk]);
+                for (int kk = 0; kk < BM / 16; ++kk) wgmma_fence_operands(pa[kk]);
 
-            // dK += dS^T Q, the same shape as dV; it runs while dQ goes to shared memory.
-            wgmma_fence();
+                // dK += dS^T Q, the same shape as dV; it runs while dQ goes to shared memory.
+                wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < BM / 16; ++kk)
-                wgmma_m64k16_rs<D, T, 1>(dk_acc, da[kk], bh_desc(b16, q_at + kk * 2048, BM * 128), 1);
-            wgmma_commit();
-            wgmma_wait<1>();  // dQ is done
-            wgmma_fence_operands(dq);
+                for (int kk = 0; kk < BM / 16; ++kk)
+                    wgmma_m64k16_rs<D, T, 1>(dk_acc, da[kk], bh_desc(b16, q_at + kk * 2048, BM * 128), 1);
+                wgmma_commit();
+                wgmma_wait<1>();  // dQ is done
+                wgmma_fence_operands(dq);
+            } else {
+                named_barrier_sync(BH_BAR_CONSUMERS, 128 * BH_CONSUMERS);  // P^T, dS^T written
 
-            // dQ to shared memory (two 32-column boxes of 64 rows, 128-byte swizzled) once the
+                // dV += P^T dO and dK += dS^T Q over this consumer's DW columns: A is P^T or
+                // dS^T (K-major: queries along memory, k16 steps 32 bytes along a row), B is
+                // dO or Q from this consumer's first column box (MN-major, k16 steps 16 query
+                // rows down, the boxes BM x 128 bytes apart). dQ = dS K between them, as above
+                // with this consumer's DQ_COLS columns of K.
+                const int pt_at = L::PT_OFFSET + ds_stage * L::DS_BYTES;
+                const int my_cols = (col0 / BH_BOX) * BM * 128;
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < BM / 16; ++kk) {
+                    const int a = (kk / 4) * BN * 128 + (kk % 4) * 32;
+                    wgmma_m64k16<DW, T, 0, 1>(dv_acc, bh_desc(b16, pt_at + a, 16),
+                                              bh_desc(b16, do_at + my_cols + kk * 2048, BM * 128), 1);
+                }
+                wgmma_commit();
+                const int k_at = L::K_OFFSET + dq_box0 * BN * 128;
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; ++kk)
+                    wgmma_m64k16<DQ_COLS, T, 1, 1>(dq, bh_desc(b16, ds_at + kk * 2048, BN * 128),
+                                                   bh_desc(b16, k_at + kk * 2048, BN * 128), kk > 0);
+                wgmma_commit();
+#pragma unroll
+                for (int kk = 0; kk < BM / 16; ++kk) {
+                    const int a = (kk / 4) * BN * 128 + (kk % 4) * 32;
+                    wgmma_m64k16<DW, T, 0, 1>(dk_acc, bh_desc(b16, ds_at + a, 16),
+                                              bh_desc(b16, q_at + my_cols + kk * 2048, BM * 128), 1);
+                }
+                wgmma_commit();
+                wgmma_wait<1>();  // dV and dQ are done
+                wgmma_fence_operands(dv_acc);
+                wgmma_fence_operands(dq);
+            }
+
+            // dQ to shared memory (32-column boxes of 64 rows, 128-byte swizzled) once the
             // dQ writer's TMA has read the last one; the writer adds it into dq_accum.
             const unsigned my_dq = b32 + L::DQ_OFFSET + wg * L::DQ_WG_FLOATS * 4;
             mbarrier_wait(&dq_empty[wg], dq_phase ^ 1);
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
+            for (int j = 0; j < DQ_COLS / 8; ++j)
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
                     const int row = warp * 16 + g + 8 * r, c = 8 * (j % 4) + 2 * t;
@@ -556,8 +663,10 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
 
             wgmma_wait<0>();  // dK is done: Q, dO, L and D of this stage are read
             wgmma_fence_operands(dk_acc);
+            if constexpr (!SPLIT) {
 #pragma unroll
-            for (int kk = 0; kk < BM / 16; ++kk) wgmma_fence_operands(da[kk]);
+                for (int kk = 0; kk < BM / 16; ++kk) wgmma_fence_operands(da[kk]);
+            }
             if (lane == 0) mbarrier_arrive(&q_empty[st]);
             dq_phase ^= 1;
             ds_stage ^= 1;
@@ -565,16 +674,17 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
         }
     }
 
-    // dK = scale dS^T Q and dV, this thread's two keys, straight from the accumulators.
+    // dK = scale dS^T Q and dV, this thread's two keys and this consumer's columns, straight
+    // from the accumulators.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int key = key0 + 8 * r;
         if (key >= s.lk) continue;
         const index_t token = (index_t)(s.k0 + key) * kv_heads + kvh;
-        unsigned* out_k = reinterpret_cast<unsigned*>(dk + token * D);
-        unsigned* out_v = reinterpret_cast<unsigned*>(dv + token * D);
+        unsigned* out_k = reinterpret_cast<unsigned*>(dk + token * D + col0);
+        unsigned* out_v = reinterpret_cast<unsigned*>(dv + token * D + col0);
 #pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
+        for (int j = 0; j < DW / 8; ++j) {
             out_k[4 * j + t] = pack2<T>(dk_acc[4 * j + 2 * r] * scale, dk_acc[4 * j + 2 * r + 1] * scale);
             out_v[4 * j + t] = pack2<T>(dv_acc[4 * j + 2 * r], dv_acc[4 * j + 2 * r + 1]);
         }
@@ -591,13 +701,15 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
         const __grid_constant__ TmaDescriptor map_delta,                                        \
         const __grid_constant__ TmaDescriptor map_dq, T* dk, T* dv, int* semaphores,            \
         int ordered, const int* cu_q, const int* cu_k, int heads, int kv_heads, float scale,    \
-        int causal, int q_tiles) {                                                              \
+        int causal, int q_tiles, int head_section) {                                            \
         fa_hopper_bwd<T, D>(&map_q, &map_k, &map_v, &map_do, &map_lse2, &map_delta, &map_dq, dk, \
                             dv, semaphores, ordered, cu_q, cu_k, heads, kv_heads, scale, causal, \
-                            q_tiles);                                                           \
+                            q_tiles, head_section);                                             \
     }
 
 FA_HOPPER_BWD_KERNEL(bf16_t, bf16, 64)
 FA_HOPPER_BWD_KERNEL(bf16_t, bf16, 128)
+FA_HOPPER_BWD_KERNEL(bf16_t, bf16, 256)
 FA_HOPPER_BWD_KERNEL(f16_t, f16, 64)
 FA_HOPPER_BWD_KERNEL(f16_t, f16, 128)
+FA_HOPPER_BWD_KERNEL(f16_t, f16, 256)

@@ -9,11 +9,9 @@ use common::gpu::hopper_tile::{
     SETMAXNREG_MIN, TileDefines, Violations, WARPGROUP_THREADS, file_define,
 };
 
-/// Consumer warpgroups per block, each owning 64 of the block's keys.
+/// Consumer warpgroups per block: each owns 64 of the block's keys, or (split head dim) half
+/// of the queries of a step and half of the columns of dK, dV and dQ.
 pub const CONSUMERS: usize = 2;
-
-/// Keys per block: dK and dV of these keys stay in the consumers' registers for the kernel.
-pub const KEYS: usize = 64 * CONSUMERS;
 
 /// dS^T buffers in shared memory: with two, the consumers meet once per step (a buffer is
 /// rewritten two steps later, after every reader of it has passed a later meeting).
@@ -33,6 +31,9 @@ const PREFIX: &str = "BH";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BackwardTile {
     pub head_dim: usize,
+    /// Keys per block: dK and dV of these keys stay in the consumers' registers for the
+    /// kernel. 64 per consumer, or 64 in all where the consumers split the head dim.
+    pub keys: usize,
     /// Queries per step: S^T and dP^T are 64 keys x this many queries per consumer.
     pub queries: usize,
     /// Query tiles (Q, dO, L, D) in flight: the ring.
@@ -44,17 +45,30 @@ pub struct BackwardTile {
 /// The tiles. Head dim 128: 64 queries per step, so that dK and dV (64 + 64 f32 a thread)
 /// and S^T and dP^T (32 + 32) fit beside each other in 240 registers. Head dim 64: 128 queries
 /// (dK, dV 32 + 32, S^T, dP^T 64 + 64), so that each product is as wide as head dim 128's.
-pub const BACKWARD_TILES: [BackwardTile; 2] = [
+/// Head dim 256: dK and dV of 64 keys would be 128 + 128 registers, so the block takes 64
+/// keys and the consumers split the head dim (dK, dV 64 + 64 each, dQ 64, S^T and dP^T of 32
+/// queries 16 + 16); one Q/dO stage, because two (64 KiB more) do not fit beside the f32 dQ
+/// tiles.
+pub const BACKWARD_TILES: [BackwardTile; 3] = [
     BackwardTile {
         head_dim: 64,
+        keys: 128,
         queries: 128,
         stages: 2,
         consumer_registers: 240,
     },
     BackwardTile {
         head_dim: 128,
+        keys: 128,
         queries: 64,
         stages: 2,
+        consumer_registers: 240,
+    },
+    BackwardTile {
+        head_dim: 256,
+        keys: 64,
+        queries: 64,
+        stages: 1,
         consumer_registers: 240,
     },
 ];
@@ -65,20 +79,37 @@ impl BackwardTile {
         BACKWARD_TILES.iter().find(|t| t.head_dim == d)
     }
 
+    /// Whether the consumers share the block's keys and split the head dim (and the queries
+    /// of S^T and dP^T) instead of taking 64 keys each.
+    pub fn splits_head_dim(&self) -> bool {
+        self.keys == 64
+    }
+
+    /// Columns of the f32 dQ tile each consumer writes per step: half the head dim when it
+    /// is split, 64 otherwise (head dim 128: half the columns; 64: all of half the queries).
+    pub fn dq_columns(&self) -> usize {
+        if self.splits_head_dim() {
+            self.head_dim / 2
+        } else {
+            64
+        }
+    }
+
     /// Threads per block: the producer warpgroup and the consumers.
     pub fn threads(&self) -> usize {
         WARPGROUP_THREADS * (1 + CONSUMERS)
     }
 
     /// The dynamic shared memory of a block, as `BhLayout` in `fa_hopper_bwd.cu` lays it out:
-    /// K and V (16-bit), the ring of Q and dO, the dS^T buffers, each consumer's f32 dQ tile
-    /// (64 x 64), the ring of L and D (f32), the barriers (K/V; full and empty per stage; dQ
-    /// full and empty per consumer), and 1024 bytes of slack to align the tiles to the
-    /// swizzle's 1024-byte period.
+    /// K and V (16-bit), the ring of Q and dO, the dS^T buffers (and as many of P^T when the
+    /// head dim is split), each consumer's f32 dQ tile (64 x [`Self::dq_columns`]), the ring
+    /// of L and D (f32), the barriers (K/V; full and empty per stage; dQ full and empty per
+    /// consumer), and 1024 bytes of slack to align the tiles to the swizzle's 1024-byte period.
     pub fn shared_bytes(&self) -> usize {
-        let (d, bm) = (self.head_dim, self.queries);
-        let halves = 2 * KEYS * d + 2 * self.stages * bm * d + DS_STAGES * KEYS * bm;
-        let floats = CONSUMERS * 64 * 64 + 2 * self.stages * bm;
+        let (d, bm, bn) = (self.head_dim, self.queries, self.keys);
+        let transposed = if self.splits_head_dim() { 2 } else { 1 };
+        let halves = 2 * bn * d + 2 * self.stages * bm * d + transposed * DS_STAGES * bn * bm;
+        let floats = CONSUMERS * 64 * self.dq_columns() + 2 * self.stages * bm;
         let barriers = 1 + 2 * self.stages + 2 * CONSUMERS;
         halves * 2 + floats * 4 + 8 * barriers + 1024
     }
@@ -90,24 +121,38 @@ impl BackwardTile {
         let mut v = Violations::new(d);
         v.whole_boxes();
         // dQ is split between the two consumers: at head dim 128 each takes 64 columns of
-        // the 64 queries, at 64 each takes all columns of its 64 of the 128 queries.
-        let split = match d {
-            128 => 64,
-            64 => 128,
-            _ => 0,
+        // the 64 queries, at 64 each takes all columns of its 64 of the 128 queries, with the
+        // head dim split each takes half the columns of the 64 queries.
+        let (keys, queries) = match d {
+            64 => (64 * CONSUMERS, 128),
+            128 => (64 * CONSUMERS, 64),
+            256 => (64, 64),
+            _ => (0, 0),
         };
-        v.require(bm == split, || {
+        v.require(self.keys == keys, || {
             format!(
-                "{bm} queries per step: dQ's split between the consumers takes 64 at head dim \
-                 128 and 128 at 64"
+                "{} keys per block: 64 per consumer at head dims 64 and 128, 64 shared by both \
+                 (the head dim split) at 256",
+                self.keys
+            )
+        });
+        v.require(bm == queries, || {
+            format!(
+                "{bm} queries per step: dQ's split between the consumers takes 64 at head dims \
+                 128 and 256 and 128 at 64"
             )
         });
         v.require(self.stages >= 1, || {
             "at least one query tile in flight".into()
         });
         v.registers(PRODUCER_REGISTERS, CONSUMERS, self.consumer_registers);
-        // dK and dV (d / 2 each), S^T and dP^T (bm / 2 each) live at once while dS is made.
-        let live = d + bm;
+        // dK and dV (d / 2 each, or d / 4 split), S^T and dP^T (bm / 2 each, or bm / 4
+        // split) live at once while dS is made.
+        let live = if self.splits_head_dim() {
+            (d + bm) / 2
+        } else {
+            d + bm
+        };
         v.require(live < self.consumer_registers, || {
             format!(
                 "{live} accumulator registers per consumer thread, not under {}",
@@ -120,6 +165,7 @@ impl BackwardTile {
 
     fn defines(&self) -> Vec<String> {
         TileDefines::new(PREFIX, self.head_dim)
+            .set("KEYS", self.keys)
             .set("QUERIES", self.queries)
             .set("STAGES", self.stages)
             .set("REGISTERS", self.consumer_registers)
@@ -133,7 +179,6 @@ impl BackwardTile {
 pub fn hopper_defines() -> Vec<String> {
     let mut defines = vec![
         file_define(PREFIX, "CONSUMERS", CONSUMERS),
-        file_define(PREFIX, "KEYS", KEYS),
         file_define(PREFIX, "DS_STAGES", DS_STAGES),
         file_define(PREFIX, "PRODUCER_REGISTERS", PRODUCER_REGISTERS),
     ];
@@ -153,7 +198,11 @@ mod tests {
             assert_eq!(tile.violations(), Vec::<String>::new(), "{tile:?}");
         }
         let dims: Vec<usize> = BACKWARD_TILES.iter().map(|t| t.head_dim).collect();
-        assert_eq!(dims, day10::HEAD_DIMS[..2]);
+        assert_eq!(
+            dims,
+            day10::hopper_head_dims(),
+            "the forward's head dims, each with a backward"
+        );
     }
 
     #[test]
@@ -166,7 +215,12 @@ mod tests {
         // Head dim 64: K, V 2 x 16 KiB; Q, dO 2 x 2 x 16 KiB; dS^T 2 x 32 KiB; dQ 2 x 16 KiB.
         let d64 = BackwardTile::for_head_dim(64).unwrap();
         assert_eq!(d64.shared_bytes(), 192 * 1024 + 2048 + 72 + 1024);
-        assert!(BackwardTile::for_head_dim(256).is_none());
+        // Head dim 256: K, V 2 x 32 KiB; Q, dO 2 x 32 KiB (one stage); dS^T and P^T 4 x 8 KiB;
+        // dQ 2 x 32 KiB; L, D 2 x 256 B; 7 barriers.
+        let d256 = BackwardTile::for_head_dim(256).unwrap();
+        assert!(d256.splits_head_dim() && !d128.splits_head_dim());
+        assert_eq!(d256.shared_bytes(), 224 * 1024 + 512 + 56 + 1024);
+        assert!(BackwardTile::for_head_dim(96).is_none());
     }
 
     #[test]
@@ -205,9 +259,10 @@ mod tests {
     #[test]
     fn the_defines_carry_every_tile() {
         let defines = hopper_defines();
-        assert_eq!(defines.len(), 4 + 4 * BACKWARD_TILES.len());
+        assert_eq!(defines.len(), 3 + 5 * BACKWARD_TILES.len());
         for expected in [
-            "-DBH_KEYS=128",
+            "-DBH_D128_KEYS=128",
+            "-DBH_D256_KEYS=64",
             "-DBH_CONSUMERS=2",
             "-DBH_DS_STAGES=2",
             "-DBH_PRODUCER_REGISTERS=24",

@@ -35,8 +35,7 @@ pub const HOPPER_SOURCE: KernelSource = KernelSource {
     code: include_str!("fa_hopper_bwd.cu"),
 };
 
-/// `fa_hopper`'s tile for head dim `d` (every head dim the flash versions take has one: a
-/// unit test checks it).
+/// `fa_hopper`'s tile for head dim `d` (callers have checked that the version takes `d`).
 fn hopper_tile(d: usize) -> &'static BackwardTile {
     BackwardTile::for_head_dim(d).expect("every flash head dim has a backward tile")
 }
@@ -84,23 +83,24 @@ impl Version {
         Self::ALL.into_iter().find(|v| v.name() == name)
     }
 
-    /// Whether this version is compiled for (or takes any) head dim `d`: the flash versions
-    /// for [`HEAD_DIMS`], the naive one for 1 to [`NAIVE_MAX_HEAD_DIM`] (a thread per column;
-    /// the CLI then runs day 10's naive forward for O and L).
+    /// Whether this version is compiled for (or takes any) head dim `d`: `fa2_*` for
+    /// [`HEAD_DIMS`], `fa_hopper` for its tiles' ([`BACKWARD_TILES`]: 64, 128 and 256), the
+    /// naive one for 1 to [`NAIVE_MAX_HEAD_DIM`] (a thread per column; the CLI then runs day
+    /// 10's naive forward for O and L).
     pub fn takes_head_dim(self, d: usize) -> bool {
         match self {
             Version::Naive => (1..=NAIVE_MAX_HEAD_DIM).contains(&d),
+            Version::FaHopper => BackwardTile::for_head_dim(d).is_some(),
             _ => HEAD_DIMS.contains(&d),
         }
     }
 
-    /// (queries, keys) per tile of the flash versions.
+    /// (queries, keys) per tile of the `fa2_*` versions (`fa_hopper`'s are its table's).
     fn tiles(self) -> (usize, usize) {
         match self {
-            Version::Naive => (1, 1),
             Version::Fa2Scalar => (8, 32),
             Version::Fa2Mma => (64, 64),
-            Version::FaHopper => (64, hopper_tile::KEYS),
+            Version::Naive | Version::FaHopper => (1, 1),
         }
     }
 
@@ -142,14 +142,32 @@ pub fn check_head_dim(head_dim: usize, versions: &[Version]) -> Result<(), Usage
 }
 
 /// `fa_hopper`'s grid: a block per key tile of the longest sequence, kv head and sequence
-/// (each walks the query tiles of its sequence).
+/// (each walks the query tiles of its sequence). The shape's head dim must have a tile.
 pub fn hopper_grid(shape: &AttentionShape) -> (u32, u32, u32) {
     let max_k = shape.seqlens_k.iter().copied().max().unwrap_or(0);
     (
-        max_k.div_ceil(hopper_tile::KEYS).max(1) as u32,
+        max_k.div_ceil(hopper_tile(shape.head_dim).keys).max(1) as u32,
         shape.kv_heads as u32,
         shape.batch() as u32,
     )
+}
+
+/// The L2 bytes `fa_hopper`'s deterministic order fills a section of kv heads up to: the Q,
+/// dO and f32 dQ of the heads whose blocks run side by side (of the H100's 50 MiB, room for
+/// the K and V tiles being read).
+const DETERMINISTIC_SECTION_BYTES: usize = 40 << 20;
+
+/// The kv heads per section of `fa_hopper`'s deterministic block order: blocks are numbered
+/// kv head fastest within a section (a wave holds few key tiles of many heads, so the ordered
+/// dQ adds form short chains), and a section's heads read at most
+/// [`DETERMINISTIC_SECTION_BYTES`] of Q, dO and dQ (a power of two, at least one head, at
+/// most all of them).
+pub fn deterministic_head_section(shape: &AttentionShape, max_q: usize) -> usize {
+    let group = shape.heads / shape.kv_heads.max(1);
+    let per_kv_head = (group * max_q * shape.head_dim * (2 + 2 + 4)).max(1);
+    let fits = (DETERMINISTIC_SECTION_BYTES / per_kv_head).max(1);
+    let power_of_two = 1 << fits.ilog2();
+    power_of_two.min(shape.kv_heads).max(1)
 }
 
 /// Every CUDA function of `attention_bwd.cu`.
@@ -175,8 +193,8 @@ pub fn hopper_kernel_names() -> Vec<String> {
     let mut names = Vec::new();
     for dtype in ["bf16", "f16"] {
         names.push(format!("fa_hopper_bwd_preprocess_{dtype}"));
-        for d in HEAD_DIMS {
-            names.push(format!("fa_hopper_bwd_{dtype}_d{d}"));
+        for tile in &BACKWARD_TILES {
+            names.push(format!("fa_hopper_bwd_{dtype}_d{}", tile.head_dim));
         }
     }
     names
@@ -251,6 +269,20 @@ pub struct Workspace {
 struct HopperScratch {
     lse2: CudaSlice<f32>,
     semaphores: CudaSlice<i32>,
+    /// The kv heads per section of the deterministic block order, when not
+    /// [`deterministic_head_section`]'s.
+    head_section: Option<usize>,
+}
+
+impl Workspace {
+    /// `fa_hopper`, deterministic mode: number the blocks with `heads` kv heads per section
+    /// instead of the L2-sized default. The gradients' bits must not change: the tests run
+    /// the same problem in several block orders and compare them.
+    pub fn set_deterministic_head_section(&mut self, heads: usize) {
+        if let Some(scratch) = self.hopper.as_mut() {
+            scratch.head_section = Some(heads.max(1));
+        }
+    }
 }
 
 /// The inputs of one backward call; the gradients go to one buffer `[dQ | dK | dV]`.
@@ -427,12 +459,15 @@ impl FlashAttention {
         // fa_hopper: D and L transposed (a padded row per head and sequence), and a counter per
         // query tile.
         let transposed = shape.heads * shape.batch() * hopper_pitch(problem.max_q);
-        let counters = problem
-            .max_q
-            .div_ceil(hopper_tile(shape.head_dim).queries)
-            .max(1)
-            * shape.heads
-            * shape.batch();
+        let counters = match version {
+            Version::FaHopper => {
+                let Some(tile) = BackwardTile::for_head_dim(shape.head_dim) else {
+                    bail!("fa_hopper: no tile for head dim {}", shape.head_dim);
+                };
+                problem.max_q.div_ceil(tile.queries).max(1) * shape.heads * shape.batch()
+            }
+            _ => 0,
+        };
         let (delta_len, hopper_floats) = match version {
             Version::FaHopper => (transposed, transposed + counters),
             _ => (rows, 0),
@@ -461,6 +496,7 @@ impl FlashAttention {
                 Version::FaHopper => Some(HopperScratch {
                     lse2: gpu.stream.alloc_zeros::<f32>(transposed)?,
                     semaphores: gpu.stream.alloc_zeros::<i32>(counters)?,
+                    head_section: None,
                 }),
                 _ => None,
             },
@@ -742,7 +778,7 @@ impl FlashAttention {
             box_tokens: box_tokens as u32,
         };
         let q_tiles_map = heads_tiles(shape.total_q(), shape.heads, bm);
-        let kv_tiles_map = heads_tiles(shape.total_k(), shape.kv_heads, hopper_tile::KEYS);
+        let kv_tiles_map = heads_tiles(shape.total_k(), shape.kv_heads, hopper_tile(d).keys);
         let map_q = q_tiles_map.encode(gpu, t.q)?;
         let map_do = q_tiles_map.encode(gpu, t.d_o)?;
         let map_k = kv_tiles_map.encode(gpu, t.k)?;
@@ -765,6 +801,10 @@ impl FlashAttention {
         let (mut dq, mut dkv) = grads.split_at_mut(q_len);
         let (mut dk, mut dv) = dkv.split_at_mut(k_len);
         let q_tiles_i32 = q_tiles as i32;
+        let head_section = scratch
+            .head_section
+            .unwrap_or_else(|| deterministic_head_section(shape, problem.max_q))
+            .min(shape.kv_heads) as i32;
         let mut l = gpu.stream.launch_builder(&main.func);
         l.arg(&map_q).arg(&map_k).arg(&map_v).arg(&map_do);
         l.arg(&map_lse2).arg(&map_delta).arg(&map_dq);
@@ -774,12 +814,14 @@ impl FlashAttention {
             .arg(&kv_heads)
             .arg(&scale)
             .arg(&causal)
-            .arg(&q_tiles_i32);
+            .arg(&q_tiles_i32)
+            .arg(&head_section);
         // SAFETY: matches FA_HOPPER_BWD_KERNEL's signature. The maps describe exactly Q, dO,
         // K, V (lengths checked by `backward`), the transposed L and D (heads x pitch) and the
         // dQ accumulator (q_len floats); the TMA zero-fills loads and skips adds past their
         // ends. dK and dV are written only at keys inside the cumulative lengths; the counters
-        // hold q_tiles x heads x batch ints, indexed by (sequence, head, query tile < q_tiles).
+        // hold q_tiles x heads x batch ints, indexed by (sequence, head, query tile < q_tiles);
+        // head_section (>= 1) only renumbers the grid's blocks.
         unsafe { l.launch(main.config(&launch)?) }?;
 
         self.convert_dq(gpu, &ws.dq_accum, &mut dq, scale)
@@ -924,12 +966,12 @@ mod tests {
         if !common::testing::nvrtc_or_skip("NVRTC compile of fa_hopper_bwd.cu for sm_90a") {
             return;
         }
-        // Spill bytes, stores plus loads, as ptxas counts them. The dQ writer runs on the
-        // producer's 24 registers and keeps 16 bytes of its loop state on the stack (16 + 16
-        // at head dim 128, reloaded once per step from L1); head dim 64's consumers, with 128
-        // queries a step (S^T and dP^T of 64 floats each beside dK and dV), add a few
-        // loop-invariant scalars (232 in all). Bounded so that a change that spills in the
-        // main loop fails.
+        // Spill bytes, stores plus loads, as ptxas counts them. Head dim 64's consumers, with
+        // 128 queries a step (S^T and dP^T of 64 floats each beside dK and dV), keep a few
+        // loop-invariant scalars on the stack (232 bytes in all, reloaded from L1). The
+        // producer runs on 24 registers: its loops over the 64-column boxes of Q and dO and
+        // over the dQ tile's boxes stay rolled (unrolled at head dim 256, their addresses
+        // spilled 608 bytes). Bounded so that a change that spills in the main loop fails.
         let build = hopper_build();
         let compiled =
             common::gpu::nvrtc::compile(&build.source, "sm_90a", &build.option_args()).unwrap();
@@ -945,7 +987,6 @@ mod tests {
         for name in &build.functions {
             let limit = match name {
                 n if n.ends_with("_d64") => 256,
-                n if n.ends_with("_d128") => 32,
                 _ => 0,
             };
             let spilled = compiled.spills.get(name).copied();
@@ -1024,6 +1065,19 @@ mod tests {
                 .check(Gradient::Dk, &wrong, None, &[dk.len()])
                 .passed()
         );
+    }
+
+    #[test]
+    fn deterministic_sections_hold_what_the_l2_takes() {
+        // 4096 queries of hd128: 4 MiB of Q, dO and dQ per head, 10 fit 40 MiB: sections of 8.
+        let mha = AttentionShape::uniform(4, 4096, 4096, 16, 16, 128, false);
+        assert_eq!(deterministic_head_section(&mha, 4096), 8);
+        // GQA 4 on 1 kv head: one section of the only kv head.
+        let gqa = AttentionShape::uniform(1, 16384, 16384, 4, 1, 128, false);
+        assert_eq!(deterministic_head_section(&gqa, 16384), 1);
+        // Short sequences: every head in one section, never more than there are.
+        let short = AttentionShape::uniform(2, 100, 100, 6, 6, 64, true);
+        assert_eq!(deterministic_head_section(&short, 100), 6);
     }
 
     #[test]

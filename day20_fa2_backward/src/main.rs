@@ -45,7 +45,8 @@ fn main() -> ExitCode {
             true => Mode::Deterministic,
             false => Mode::Atomic,
         };
-        attention::run(&args.attention, &args.common, |gpu| {
+        let attention_args = day10::with_hd256_benchmark(args.attention);
+        attention::run(&attention_args, &args.common, |gpu| {
             Ok(Backward {
                 day: FlashAttention::load(gpu)?,
                 mode,
@@ -117,9 +118,9 @@ impl AttentionDay for Backward {
         // given the same ones.
         let mut o_dev = gpu.alloc_poisoned::<T>(q_len)?;
         let mut lse_dev = gpu.alloc_poisoned::<f32>(rows)?;
-        let fwd_version = match day20::HEAD_DIMS.contains(&d) {
-            true => day.fastest().0,
-            false => day10::Version::Naive,
+        let fwd_version = match day.fastest().0 {
+            fastest if fastest.takes_head_dim(d) => fastest,
+            _ => day10::Version::Naive,
         };
         let mut fwd_scores = match fwd_version {
             day10::Version::Naive => Some(
