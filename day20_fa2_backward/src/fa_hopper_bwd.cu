@@ -44,7 +44,8 @@
 // query tile, so it reaches each tile before key tile n does and nobody waits in a chain.
 // Blocks are numbered so that the tiles a block waits for were scheduled before it: kv head
 // fastest within sections of heads whose Q, dO and dQ fit the L2 (a wave then holds few key
-// tiles of many heads, a short chain), and causal, the last key tile of a head first.
+// tiles of many heads, a short chain; in either mode the heads' tiles are shared in the L2),
+// and causal, the last key tile of a head first.
 //
 // Layouts as attention_bwd.cu: Q, dO [total_q, heads, D] (maps [heads][tokens][D], boxes of 64
 // dims x BM tokens), K, V [total_k, kv_heads, D] (boxes of 64 dims x 128 tokens); dq_accum
@@ -365,19 +366,18 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
     if (dynamic_bytes < L::BYTES || blockDim.x != BH_THREADS) __trap();
 
     const Sequence s = sequence(cu_q, cu_k, blockIdx.z);
-    // The block's key tile n and kv head: blockIdx.x and .y, or in deterministic mode the
-    // order its dQ adds need (the header's), within sections of head_section kv heads.
-    int n = blockIdx.x, kvh = blockIdx.y;
+    // The block's key tile n and kv head: kv head fastest within sections of head_section kv
+    // heads (the header's order; the blocks running side by side share their heads' Q and dO
+    // in the L2), key tiles in order (causal: the longest first), or in deterministic mode
+    // causal, the last key tile first, as the ordered dQ adds need.
     const int key_tiles = (s.lk + BN - 1) / BN;
-    if (ordered) {
-        const int at = blockIdx.x + gridDim.x * blockIdx.y;
-        const int first = at / (head_section * gridDim.x) * head_section;
-        const int heads_here = min(head_section, kv_heads - first);
-        const int within = at - first * gridDim.x;
-        kvh = first + within % heads_here;
-        n = within / heads_here;
-        if (causal && n < key_tiles) n = key_tiles - 1 - n;
-    }
+    const int at = blockIdx.x + gridDim.x * blockIdx.y;
+    const int first = at / (head_section * gridDim.x) * head_section;
+    const int heads_here = min(head_section, kv_heads - first);
+    const int within = at - first * gridDim.x;
+    const int kvh = first + within % heads_here;
+    int n = within / heads_here;
+    if (ordered && causal && n < key_tiles) n = key_tiles - 1 - n;
     if (n >= key_tiles) return;  // the whole block: no barrier has been used yet
     const int j0 = n * BN;
     const int group = heads / kv_heads;

@@ -152,20 +152,21 @@ pub fn hopper_grid(shape: &AttentionShape) -> (u32, u32, u32) {
     )
 }
 
-/// The L2 bytes `fa_hopper`'s deterministic order fills a section of kv heads up to: the Q,
-/// dO and f32 dQ of the heads whose blocks run side by side (of the H100's 50 MiB, room for
-/// the K and V tiles being read).
-const DETERMINISTIC_SECTION_BYTES: usize = 40 << 20;
+/// The L2 bytes `fa_hopper`'s block order fills a section of kv heads up to: the Q, dO and
+/// f32 dQ of the heads whose blocks run side by side (of the H100's 50 MiB, room for the K
+/// and V tiles being read).
+const SECTION_L2_BYTES: usize = 40 << 20;
 
-/// The kv heads per section of `fa_hopper`'s deterministic block order: blocks are numbered
-/// kv head fastest within a section (a wave holds few key tiles of many heads, so the ordered
-/// dQ adds form short chains), and a section's heads read at most
-/// [`DETERMINISTIC_SECTION_BYTES`] of Q, dO and dQ (a power of two, at least one head, at
+/// The kv heads per section of `fa_hopper`'s block order: blocks are numbered kv head fastest
+/// within a section (a wave holds few key tiles of many heads: the deterministic mode's
+/// ordered dQ adds form short chains, and in either mode the heads' Q and dO are read by
+/// blocks running side by side), and a section's heads read at most
+/// [`SECTION_L2_BYTES`] of Q, dO and dQ (a power of two, at least one head, at
 /// most all of them).
-pub fn deterministic_head_section(shape: &AttentionShape, max_q: usize) -> usize {
+pub fn head_section(shape: &AttentionShape, max_q: usize) -> usize {
     let group = shape.heads / shape.kv_heads.max(1);
     let per_kv_head = (group * max_q * shape.head_dim * (2 + 2 + 4)).max(1);
-    let fits = (DETERMINISTIC_SECTION_BYTES / per_kv_head).max(1);
+    let fits = (SECTION_L2_BYTES / per_kv_head).max(1);
     let power_of_two = 1 << fits.ilog2();
     power_of_two.min(shape.kv_heads).max(1)
 }
@@ -269,16 +270,16 @@ pub struct Workspace {
 struct HopperScratch {
     lse2: CudaSlice<f32>,
     semaphores: CudaSlice<i32>,
-    /// The kv heads per section of the deterministic block order, when not
-    /// [`deterministic_head_section`]'s.
+    /// The kv heads per section of the block order, when not
+    /// [`head_section`]'s.
     head_section: Option<usize>,
 }
 
 impl Workspace {
-    /// `fa_hopper`, deterministic mode: number the blocks with `heads` kv heads per section
-    /// instead of the L2-sized default. The gradients' bits must not change: the tests run
-    /// the same problem in several block orders and compare them.
-    pub fn set_deterministic_head_section(&mut self, heads: usize) {
+    /// `fa_hopper`: number the blocks with `heads` kv heads per section instead of the
+    /// L2-sized default. In deterministic mode the gradients' bits must not change: the tests
+    /// run the same problem in several block orders and compare them.
+    pub fn set_head_section(&mut self, heads: usize) {
         if let Some(scratch) = self.hopper.as_mut() {
             scratch.head_section = Some(heads.max(1));
         }
@@ -803,7 +804,7 @@ impl FlashAttention {
         let q_tiles_i32 = q_tiles as i32;
         let head_section = scratch
             .head_section
-            .unwrap_or_else(|| deterministic_head_section(shape, problem.max_q))
+            .unwrap_or_else(|| head_section(shape, problem.max_q))
             .min(shape.kv_heads) as i32;
         let mut l = gpu.stream.launch_builder(&main.func);
         l.arg(&map_q).arg(&map_k).arg(&map_v).arg(&map_do);
@@ -1068,16 +1069,16 @@ mod tests {
     }
 
     #[test]
-    fn deterministic_sections_hold_what_the_l2_takes() {
+    fn head_sections_hold_what_the_l2_takes() {
         // 4096 queries of hd128: 4 MiB of Q, dO and dQ per head, 10 fit 40 MiB: sections of 8.
         let mha = AttentionShape::uniform(4, 4096, 4096, 16, 16, 128, false);
-        assert_eq!(deterministic_head_section(&mha, 4096), 8);
+        assert_eq!(head_section(&mha, 4096), 8);
         // GQA 4 on 1 kv head: one section of the only kv head.
         let gqa = AttentionShape::uniform(1, 16384, 16384, 4, 1, 128, false);
-        assert_eq!(deterministic_head_section(&gqa, 16384), 1);
+        assert_eq!(head_section(&gqa, 16384), 1);
         // Short sequences: every head in one section, never more than there are.
         let short = AttentionShape::uniform(2, 100, 100, 6, 6, 64, true);
-        assert_eq!(deterministic_head_section(&short, 100), 6);
+        assert_eq!(head_section(&short, 100), 6);
     }
 
     #[test]

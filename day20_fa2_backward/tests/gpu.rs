@@ -150,7 +150,7 @@ fn check_shape<T: Element>(
                 // then all of them, are two more launch orders that must give the same bits.
                 if version == Version::FaHopper {
                     for heads in [1, shape.kv_heads] {
-                        ws.set_deterministic_head_section(heads);
+                        ws.set_head_section(heads);
                         let reordered =
                             launch_and_read(gpu, &mut grads, &mut |g| backward(&mut ws, g))
                                 .unwrap();
