@@ -261,7 +261,15 @@ __device__ __forceinline__ int bh_first_tile(int j0, const Sequence& s, int caus
     return first_query(j0, s, causal) / bm;
 }
 
-// The dQ writer (one thread of the producer warpgroup): for every step of the block, for
+// Step i (m_first <= i < m_end) of a block's walk over its query tiles: tile i + rotation,
+// wrapped into [m_first, m_end).
+__device__ __forceinline__ int bh_walk(int i, int rotation, int m_first, int m_end) {
+    const int m = i + rotation;
+    return m < m_end ? m : m - (m_end - m_first);
+}
+
+// The dQ writer (one thread of the producer warpgroup): for every step of the block (the
+// query tiles in bh_walk's order, as the consumers walk them), for
 // each consumer, waits for its dQ half tile in shared memory, adds it into dq_accum with TMA
 // reduce-adds (head dim 128: the consumer's 64 columns of the 64 queries; 64: all columns of
 // its 64 queries; 256: its 128 columns of the 64 queries), and hands the buffer back once the
@@ -279,14 +287,15 @@ template <int D>
 __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsigned dq_full,
                                              unsigned sdq, int* semaphores, int ordered,
                                              const Sequence& s, int causal, int n, int h0,
-                                             int group, int heads, int m_first, int m_end,
-                                             int q_tiles) {
+                                             int group, int heads, int m_first, int rotation,
+                                             int m_end, int q_tiles) {
     using C = BhConfig<D>;
     constexpr int BM = C::BM, BOXES = C::DQ_COLS / BH_DQ_BOX;
     constexpr unsigned DQ_EMPTY = 8 * BH_CONSUMERS, BOX_BYTES = BH_DQ_BOX * 64 * 4;
     unsigned phase = 0;
     for (int h = h0; h < h0 + group; ++h)
-    for (int m = m_first; m < m_end; ++m) {
+    for (int i = m_first; i < m_end; ++i) {
+        const int m = bh_walk(i, rotation, m_first, m_end);
         int* counter = semaphores + ((index_t)blockIdx.z * heads + h) * q_tiles + m;
         for (int wg = 0; wg < BH_CONSUMERS; ++wg) {
             mbarrier_wait(dq_full + 8 * wg, phase);
@@ -383,6 +392,12 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
     const int group = heads / kv_heads;
     const int m_first = bh_first_tile(j0, s, causal, BM);
     const int m_end = (s.lq + BM - 1) / BM;
+    // Fast mode: key tile n starts its walk n query tiles in (and wraps), so that the key
+    // tiles running side by side add into different dQ tiles rather than all into the same
+    // one at once. Deterministic mode: in order (the ranks assume it). Head dim 64 walks in
+    // order: its consumers have no registers for the wrap (they spilled 92 bytes more).
+    constexpr bool STAGGER = D != 64;
+    const int rotation = !STAGGER || ordered || m_end <= m_first ? 0 : n % (m_end - m_first);
 
     if (threadIdx.x == 0) {
         mbarrier_init(kv_full, 1);
@@ -405,7 +420,8 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
         warpgroup_registers_release<BH_PRODUCER_REGISTERS>();
         if (threadIdx.x == 32) {
             bh_dq_writer<D>(map_dq, smem_u32(dq_full), smem_u32(sdq), semaphores, ordered, s,
-                            causal, n, kvh * group, group, heads, m_first, m_end, q_tiles);
+                            causal, n, kvh * group, group, heads, m_first, rotation, m_end,
+                            q_tiles);
             return;
         }
         if (threadIdx.x != 0) return;
@@ -418,7 +434,8 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
         constexpr unsigned STAGE_BYTES = 2 * L::Q_ELEMS * sizeof(T) + 2 * BM * sizeof(float);
         BhRing<STAGES> ring;
         for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-            for (int m = m_first; m < m_end; ++m) {
+            for (int i = m_first; i < m_end; ++i) {
+                const int m = bh_walk(i, rotation, m_first, m_end);
                 const int st = ring.stage, row0 = s.q0 + m * BM;
                 mbarrier_wait(&q_empty[st], ring.phase ^ 1);
                 mbarrier_arrive_expect_tx(&q_full[st], STAGE_BYTES);
@@ -483,7 +500,8 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
     unsigned dq_phase = 0;
     int ds_stage = 0;
     for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-        for (int m = m_first; m < m_end; ++m) {
+        for (int i = m_first; i < m_end; ++i) {
+            const int m = bh_walk(i, rotation, m_first, m_end);
             const int st = ring.stage, i0 = m * BM;
             float sc[QW / 2], dp[QW / 2];
             mbarrier_wait(&q_full[st], ring.phase);
