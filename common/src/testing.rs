@@ -67,6 +67,28 @@ pub fn assert_builds_compile_without_spills(builds: &[KernelBuild]) {
     }
 }
 
+/// Compiles a Hopper build for `BUNDLED_DEVICE_ARCH` (sm_90a) and asserts that ptxas kept
+/// its `wgmma` asynchronous: none of its C7510-C7520 warnings ("wgmma.mma_async instructions
+/// are serialized ...", for want of registers or because of a divergent path), each of which
+/// makes every product wait for the one before. Returns the compile for further checks
+/// (spills), or None when NVRTC is missing and the test skipped.
+pub fn compile_keeping_wgmma_asynchronous(build: &KernelBuild) -> Option<nvrtc::Compiled> {
+    let arch = BUNDLED_DEVICE_ARCH;
+    let what = format!("NVRTC compile of {}", build.describe(arch));
+    if !nvrtc_or_skip(&what) {
+        return None;
+    }
+    let arch = build.arch_on(arch).expect("every build runs on Hopper");
+    let compiled = nvrtc::compile(&build.source, &arch, &build.option_args())
+        .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    assert!(
+        !compiled.log.contains("instructions are serialized"),
+        "{what}: ptxas serialized the wgmma:\n{}",
+        compiled.log
+    );
+    Some(compiled)
+}
+
 /// Prints `SKIPPED <what>: <why>` on the test's own output for a part of a test that cannot
 /// run on this GPU (a version that needs sm_90a on an older GPU), so a passing test still
 /// says what it did not check. Unlike [`gpu_or_skip`], `REQUIRE_GPU=1` does not turn it into

@@ -706,17 +706,7 @@ mod tests {
     /// two branches did that and measured about 30% slower at every length on the H100.
     #[test]
     fn the_hopper_version_keeps_wgmma_asynchronous() {
-        if !common::testing::nvrtc_or_skip("NVRTC compile of fa_hopper.cu for sm_90a") {
-            return;
-        }
-        let build = hopper_build();
-        let compiled =
-            common::gpu::nvrtc::compile(&build.source, "sm_90a", &build.option_args()).unwrap();
-        assert!(
-            !compiled.log.contains("instructions are serialized"),
-            "ptxas serialized the wgmma of fa_hopper.cu:\n{}",
-            compiled.log
-        );
+        common::testing::compile_keeping_wgmma_asynchronous(&hopper_build());
     }
 
     /// Without the tile defines `fa_hopper.cu` stops at its `#error`: the kernels cannot be
