@@ -12,6 +12,9 @@ use crate::measure::bench::TimingOptions;
 /// naive matmul at 8192 gets a few seconds' worth (at least three runs).
 pub const TIMING_BUDGET_MS: f64 = 3000.0;
 
+/// The most timed or warm-up runs a version may ask for.
+pub const MAX_RUNS: u32 = 100_000;
+
 /// Flags shared by every day (`#[command(flatten)]` them into the day's own).
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
@@ -19,10 +22,10 @@ pub struct CommonArgs {
     #[arg(long, value_delimiter = ',', value_name = "NAME[,NAME]")]
     pub kernel: Vec<String>,
     /// Timed runs per version (the table shows their median and minimum).
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, default_value_t = 50, value_parser = |s: &str| crate::sizes::positive_at_most(s, MAX_RUNS))]
     pub iters: u32,
     /// Untimed runs before timing.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    #[arg(long, default_value_t = 5, value_parser = |s: &str| crate::sizes::count_at_most(s, MAX_RUNS))]
     pub warmup: u32,
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]
@@ -195,17 +198,46 @@ pub struct FamilyArgs<A: clap::Args> {
 pub fn family_main<A: clap::Args>(
     day: &'static str,
     title: &str,
+    versions: &[&str],
     run: impl FnOnce(&A, &CommonArgs) -> anyhow::Result<()>,
 ) -> ExitCode {
-    use clap::{CommandFactory, FromArgMatches};
+    use clap::CommandFactory;
     let command = FamilyArgs::<A>::command()
         .name(day)
         .about(format!("{day}: {title}"));
-    let args = match FamilyArgs::<A>::from_arg_matches(&command.get_matches()) {
+    let args: FamilyArgs<A> = parse_command(command, versions);
+    run_main(|| run(&args.family, &args.common))
+}
+
+/// A day's flags from the command line, with `--help` listing the kernel versions `--kernel`
+/// takes. Every day's `main` parses through this (or [`family_main`]); clap's own errors and
+/// `--help` exit here as they would from `Args::parse()`.
+pub fn parse_args<A: clap::Parser>(versions: &[&str]) -> A {
+    parse_command(A::command(), versions)
+}
+
+fn parse_command<A: clap::FromArgMatches>(command: clap::Command, versions: &[&str]) -> A {
+    let command = list_versions(command, versions);
+    match A::from_arg_matches(&command.get_matches()) {
         Ok(args) => args,
         Err(e) => e.exit(),
-    };
-    run_main(|| run(&args.family, &args.common))
+    }
+}
+
+/// `--kernel`'s help with the version names appended (in the day's order, each once).
+fn list_versions(command: clap::Command, versions: &[&str]) -> clap::Command {
+    let mut names: Vec<&str> = Vec::with_capacity(versions.len());
+    for v in versions {
+        if !names.contains(v) {
+            names.push(v);
+        }
+    }
+    command.mut_arg("kernel", |arg| {
+        // clap drops a doc comment's closing period; the sentence after needs it back.
+        let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+        let help = help.trim_end_matches('.');
+        arg.help(format!("{help}. Versions: {}.", names.join(", ")))
+    })
 }
 
 /// Runs a day's `main`, turning an error into one `error:` line and its exit code: no panic
@@ -308,5 +340,13 @@ mod tests {
     fn absurd_host_requests_are_refused() {
         assert!(check_host_fits("x", u64::MAX).is_err());
         assert!(check_host_fits("x", 1024).is_ok());
+    }
+
+    #[test]
+    fn help_lists_each_version_once() {
+        use clap::CommandFactory;
+        let mut command = list_versions(Args::command(), &["naive", "vec", "naive"]);
+        let help = command.render_help().to_string();
+        assert!(help.contains("by default. Versions: naive, vec."), "{help}");
     }
 }

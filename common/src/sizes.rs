@@ -15,6 +15,28 @@ pub fn positive(text: &str) -> Result<usize, String> {
     }
 }
 
+/// [`positive`] for flags held as `u64`.
+pub fn positive_u64(text: &str) -> Result<u64, String> {
+    positive(text).map(|n| n as u64)
+}
+
+/// A count from 0 to `max`: `--warmup`.
+pub fn count_at_most(text: &str, max: u32) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(n) if n > max => Err(format!("must be at most {max}")),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a whole number ({e})")),
+    }
+}
+
+/// A count from 1 to `max`: `--iters`.
+pub fn positive_at_most(text: &str, max: u32) -> Result<u32, String> {
+    match count_at_most(text, max)? {
+        0 => Err("must be at least 1".to_string()),
+        n => Ok(n),
+    }
+}
+
 /// The product of `factors`, or a [`UsageError`] naming `what` when it overflows.
 pub fn product(what: &str, factors: &[usize]) -> Result<usize, UsageError> {
     factors

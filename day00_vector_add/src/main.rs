@@ -15,7 +15,7 @@ use day00::{VectorAdd, Version};
 #[command(version, about)]
 struct Args {
     /// Number of elements (default 2^26: three 256 MiB arrays, far larger than L2).
-    #[arg(long, default_value_t = 1 << 26, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1 << 26, value_parser = common::sizes::positive_u64)]
     n: u64,
     #[command(flatten)]
     common: CommonArgs,
@@ -26,12 +26,16 @@ struct Args {
 const TOLERANCE: Tolerance = Tolerance::new(0.0, 6e-8);
 
 fn main() -> ExitCode {
-    run_main(|| run(Args::parse()))
+    run_main(|| run(common::cli::parse_args(&kernel_names())))
+}
+
+/// Every version `--kernel` can name, in table order (`--help` lists them).
+fn kernel_names() -> Vec<&'static str> {
+    Version::ALL.iter().map(|v| v.name()).collect()
 }
 
 fn run(args: Args) -> Result<()> {
-    let names: Vec<&str> = Version::ALL.iter().map(|v| v.name()).collect();
-    let selected = args.common.select_versions(&names)?;
+    let selected = args.common.select_versions(&kernel_names())?;
     let n = args.n;
     let device_bytes = bytes_for("--n", n, 3 * 4)?;
     // a, b and one output as f32, and the f64 reference.

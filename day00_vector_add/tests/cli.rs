@@ -5,7 +5,7 @@ use common::testing::{assert_refused, day_binary};
 
 /// (arguments separated by spaces, what the error must say).
 const REFUSED: &[(&str, &str)] = &[
-    ("--n 0", "invalid value '0' for '--n"),
+    ("--n 0", "'--n <N>': must be at least 1"),
     ("--n 12abc", "invalid value '12abc'"),
     (
         "--n 18446744073709551615",
@@ -14,7 +14,7 @@ const REFUSED: &[(&str, &str)] = &[
     ("--n 2305843009213693952", "too many to address"),
     ("--n 1000000000000000", "of host memory"),
     ("--n 5 --kernel nope", "there is no kernel `nope` here"),
-    ("--n 5 --iters 0", "invalid value '0' for '--iters"),
+    ("--n 5 --iters 0", "'--iters <ITERS>': must be at least 1"),
 ];
 
 #[test]

@@ -34,7 +34,7 @@ const PREFILL: (usize, usize, usize, usize) = (8192, 32, 8, 128);
 
 fn main() -> ExitCode {
     run_main(|| {
-        let args = Args::parse();
+        let args: Args = common::cli::parse_args(&Forward::versions());
         let attention_args = day10::with_hd256_benchmark(args.attention);
         attention::run(&attention_args, &args.common, |gpu| {
             Ok(Forward(FlashAttention::load(gpu)?))

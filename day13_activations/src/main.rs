@@ -21,10 +21,10 @@ struct Args {
     #[arg(long, value_enum, value_delimiter = ',', value_name = "OP[,OP]")]
     op: Vec<Op>,
     /// Rows of every problem.
-    #[arg(long, default_value_t = day13::DEFAULT_ROWS, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day13::DEFAULT_ROWS, value_parser = common::sizes::positive_u64)]
     rows: u64,
     /// Columns of every problem (the bias length of bias_dropout_add).
-    #[arg(long, default_value_t = day13::DEFAULT_COLS, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day13::DEFAULT_COLS, value_parser = common::sizes::positive_u64)]
     cols: u64,
     /// Storage type (math is f32); default: bf16, f16 for bias_dropout_add.
     #[arg(long, value_enum)]
@@ -42,9 +42,9 @@ struct Args {
     common: CommonArgs,
 }
 
-/// The default run: the activation targets of GPU_TARGETS.md, two backward passes, the fused
-/// bias kernel of seed 001 day 5, and seed 003's activations (ReLU, leaky ReLU, HardTanh, SiLU)
-/// with their backward: each is a goal of its own (at least 95% of the copy, ahead of torch),
+/// The default run: the GELUs and SwiGLU of a transformer's MLP, two backward passes, the
+/// challenge's fused bias-dropout-add, and the rectifiers and SiLU (ReLU, leaky ReLU, HardTanh,
+/// SiLU) with their backward: each is a goal of its own (at least 95% of the copy, ahead of torch),
 /// so each gets its row.
 const DEFAULT_OPS: [Op; 14] = [
     Op::GeluTanh,
@@ -108,7 +108,12 @@ fn op_params(args: &Args, ops: &[Op]) -> Result<OpParams, UsageError> {
 }
 
 fn main() -> std::process::ExitCode {
-    run_main(|| run(Args::parse()))
+    run_main(|| run(common::cli::parse_args(&kernel_names())))
+}
+
+/// Every version `--kernel` can name, in table order (`--help` lists them).
+fn kernel_names() -> Vec<&'static str> {
+    VERSIONS.to_vec()
 }
 
 fn run(args: Args) -> Result<()> {

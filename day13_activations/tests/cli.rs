@@ -5,8 +5,8 @@ use common::testing::{assert_refused, day_binary};
 
 /// (arguments separated by spaces, what the error must say).
 const REFUSED: &[(&str, &str)] = &[
-    ("--rows 0", "invalid value '0' for '--rows"),
-    ("--cols 0", "invalid value '0' for '--cols"),
+    ("--rows 0", "'--rows <ROWS>': must be at least 1"),
+    ("--cols 0", "'--cols <COLS>': must be at least 1"),
     (
         "--rows 18446744073709551615",
         "--rows x --cols: 18446744073709551615 x 4096 is too large",

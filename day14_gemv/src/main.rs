@@ -14,17 +14,22 @@ use day14::{DEFAULT_SHAPES, Gemv, VERSIONS};
 #[command(version, about)]
 struct Args {
     /// Rows of A (with --n, replaces the three default shapes).
-    #[arg(long, requires = "n", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, requires = "n", value_parser = common::sizes::positive_u64)]
     m: Option<u64>,
     /// Columns of A (the length of x).
-    #[arg(long, requires = "m", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, requires = "m", value_parser = common::sizes::positive_u64)]
     n: Option<u64>,
     #[command(flatten)]
     common: CommonArgs,
 }
 
 fn main() -> std::process::ExitCode {
-    run_main(|| run(Args::parse()))
+    run_main(|| run(common::cli::parse_args(&kernel_names())))
+}
+
+/// Every version `--kernel` can name, in table order (`--help` lists them).
+fn kernel_names() -> Vec<&'static str> {
+    VERSIONS.to_vec()
 }
 
 /// The key peers and reports share: `gemv/f32/8192x8192`.

@@ -5,8 +5,8 @@ use common::testing::{assert_refused, day_binary};
 
 /// (arguments separated by spaces, what the error must say).
 const REFUSED: &[(&str, &str)] = &[
-    ("--m 0 --n 4", "invalid value '0' for '--m"),
-    ("--m 4 --n 0", "invalid value '0' for '--n"),
+    ("--m 0 --n 4", "'--m <M>': must be at least 1"),
+    ("--m 4 --n 0", "'--n <N>': must be at least 1"),
     (
         "--m 1 --n 18446744073709551615",
         "--m x --n: 1 x 18446744073709551615 x 4 is too large",

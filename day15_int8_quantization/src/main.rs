@@ -28,16 +28,16 @@ struct Args {
     #[arg(long, value_delimiter = ',', value_name = "OP[,OP]")]
     op: Vec<String>,
     /// Rows of the tensor to quantize (its elements are rows x cols; the scale is per tensor).
-    #[arg(long, default_value_t = day15::DEFAULT_ROWS, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day15::DEFAULT_ROWS, value_parser = common::sizes::positive_u64)]
     rows: u64,
-    #[arg(long, default_value_t = day15::DEFAULT_COLS, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day15::DEFAULT_COLS, value_parser = common::sizes::positive_u64)]
     cols: u64,
     /// INT8 matmul sizes: A is m x k, B is k x n (stored transposed), C is m x n int32.
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 4096, value_parser = common::sizes::positive_u64)]
     m: u64,
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 4096, value_parser = common::sizes::positive_u64)]
     n: u64,
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 4096, value_parser = common::sizes::positive_u64)]
     k: u64,
     /// Zero points of A and B in the INT8 matmul (int8 range).
     #[arg(long, default_value_t = -3, allow_negative_numbers = true)]
@@ -49,7 +49,15 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    run_main(|| run(Args::parse()))
+    run_main(|| run(common::cli::parse_args(&kernel_names())))
+}
+
+/// Every version `--kernel` can name, in table order (`--help` lists them).
+fn kernel_names() -> Vec<&'static str> {
+    let mut names: Vec<&str> = Version::ALL.iter().map(|v| v.name()).collect();
+    names.push(DEQUANTIZE_VERSION);
+    names.extend(int8_matmul::Version::ALL.iter().map(|v| v.name()));
+    names
 }
 
 fn run(args: Args) -> Result<()> {
@@ -64,10 +72,7 @@ fn run(args: Args) -> Result<()> {
     }
     let wants = |op: &str| args.op.is_empty() || args.op.iter().any(|o| o == op);
     // --kernel names any version of any op; each problem runs those it has.
-    let mut all_versions: Vec<&str> = Version::ALL.iter().map(|v| v.name()).collect();
-    all_versions.push(DEQUANTIZE_VERSION);
-    all_versions.extend(int8_matmul::Version::ALL.iter().map(|v| v.name()));
-    args.common.select_versions(&all_versions)?;
+    args.common.select_versions(&kernel_names())?;
     let selected =
         |name: &str| args.common.kernel.is_empty() || args.common.kernel.iter().any(|k| k == name);
 
@@ -291,7 +296,7 @@ fn quantize_problem<Q: Element>(
         session.run_version(run, &mut out, &expected, |out| {
             plan.launch(gpu, &x_dev, out, &mut params_dev)
         })?;
-        // After the session's launches: the poison check above launches only when some
+        // After the runs `session` launched: the poison check above launches only when some
         // element's value is the poison (never for symmetric int8, whose range stops at -127).
         let got = gpu.download(&params_dev)?;
         if got[0] != params.scale || got[1] != params.zero_point as f32 {

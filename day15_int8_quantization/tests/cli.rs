@@ -5,9 +5,9 @@ use common::testing::{assert_refused, day_binary};
 
 /// (arguments separated by spaces, what the error must say).
 const REFUSED: &[(&str, &str)] = &[
-    ("--rows 0", "invalid value '0' for '--rows"),
-    ("--m 0", "invalid value '0' for '--m"),
-    ("--k 0", "invalid value '0' for '--k"),
+    ("--rows 0", "'--rows <ROWS>': must be at least 1"),
+    ("--m 0", "'--m <M>': must be at least 1"),
+    ("--k 0", "'--k <K>': must be at least 1"),
     (
         "--rows 4294967296 --cols 4294967296",
         "4294967296 x 4294967296 is too large to address",

@@ -22,10 +22,10 @@ struct Args {
     #[arg(long, value_enum, value_delimiter = ',')]
     problem: Vec<Which>,
     /// Elements of every problem (default 2^28: 1 GiB of f32, 20x the L2).
-    #[arg(long, default_value_t = day16::DEFAULT_N, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day16::DEFAULT_N, value_parser = common::sizes::positive_u64)]
     n: u64,
     /// Segment length of the segment sum; --n must be a multiple of it.
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 4096, value_parser = common::sizes::positive_u64)]
     segment_len: u64,
     /// The value the count looks for (inputs are 1..=16, so about n / 16 match).
     #[arg(long, default_value_t = 7)]
@@ -44,7 +44,17 @@ enum Which {
 }
 
 fn main() -> std::process::ExitCode {
-    run_main(|| run(Args::parse()))
+    run_main(|| run(common::cli::parse_args(&kernel_names())))
+}
+
+/// Every version `--kernel` can name, in table order (`--help` lists them).
+fn kernel_names() -> Vec<&'static str> {
+    let mut names: Vec<&str> = SumVersion::ALL.iter().map(|v| v.name()).collect();
+    names.extend(CountVersion::ALL.iter().map(|v| v.name()));
+    names.extend(DotVersion::ALL.iter().map(|v| v.name()));
+    names.extend(SegmentVersion::ALL.iter().map(|v| v.name()));
+    names.extend(ScanVersion::ALL.iter().map(|v| v.name()));
+    names
 }
 
 fn run(args: Args) -> Result<()> {

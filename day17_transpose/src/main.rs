@@ -24,19 +24,30 @@ struct Args {
     #[arg(long, value_delimiter = ',', value_name = "OP[,OP]")]
     op: Vec<String>,
     /// Rows and columns of the matrix to copy and transpose (default: 1 GiB of f32).
-    #[arg(long, default_value_t = day17::DEFAULT_ROWS, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day17::DEFAULT_ROWS, value_parser = common::sizes::positive_u64)]
     rows: u64,
-    #[arg(long, default_value_t = day17::DEFAULT_COLS, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day17::DEFAULT_COLS, value_parser = common::sizes::positive_u64)]
     cols: u64,
     /// Length of the array to reverse (default 2^26: 256 MiB, far larger than L2).
-    #[arg(long, default_value_t = 1 << 26, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1 << 26, value_parser = common::sizes::positive_u64)]
     n: u64,
     #[command(flatten)]
     common: CommonArgs,
 }
 
 fn main() -> ExitCode {
-    run_main(|| run(Args::parse()))
+    run_main(|| run(common::cli::parse_args(&kernel_names())))
+}
+
+/// Every version `--kernel` can name, in table order (`--help` lists them).
+fn kernel_names() -> Vec<&'static str> {
+    let mut names = vec![COPY_VERSION];
+    names.extend(Transpose::ALL.iter().map(|v| v.name()));
+    names.extend(Reverse::ALL.iter().map(|v| v.name()));
+    // Reversal and transpose both have a `naive`: --kernel naive runs both.
+    names.sort_unstable();
+    names.dedup();
+    names
 }
 
 fn run(args: Args) -> Result<()> {
@@ -50,13 +61,7 @@ fn run(args: Args) -> Result<()> {
         }
     }
     let wants = |op: &str| args.op.is_empty() || args.op.iter().any(|o| o == op);
-    let mut names = vec![COPY_VERSION];
-    names.extend(Transpose::ALL.iter().map(|v| v.name()));
-    names.extend(Reverse::ALL.iter().map(|v| v.name()));
-    // Reversal and transpose both have a `naive`: --kernel naive runs both.
-    names.sort_unstable();
-    names.dedup();
-    args.common.select_versions(&names)?;
+    args.common.select_versions(&kernel_names())?;
     let selected =
         |name: &str| args.common.kernel.is_empty() || args.common.kernel.iter().any(|k| k == name);
 

@@ -5,8 +5,8 @@ use common::testing::{assert_refused, day_binary};
 
 /// (arguments separated by spaces, what the error must say).
 const REFUSED: &[(&str, &str)] = &[
-    ("--rows 0", "invalid value '0' for '--rows"),
-    ("--n 0", "invalid value '0' for '--n"),
+    ("--rows 0", "'--rows <ROWS>': must be at least 1"),
+    ("--n 0", "'--n <N>': must be at least 1"),
     (
         "--rows 4294967296 --cols 4294967296",
         "4294967296 x 4294967296 is too large to address",

@@ -84,13 +84,20 @@ impl From<StoredArg> for Stored {
 const CUBLAS: &str = "cublas";
 /// The FP8 tables' ceiling row (selected with `cublas`).
 const CUBLASLT: &str = "cublaslt";
-/// The FP8 problems of the default run: GPU_TARGETS.md's sizes.
+/// The FP8 problems of the default run: the two square sizes the bf16 table leads with.
 const FP8_DEFAULT_SIZES: [usize; 2] = [4096, 8192];
 /// Outputs up to this many multiply-adds are all checked; beyond, a sample.
 const FULL_CHECK_MACS: usize = 1 << 28;
 
 fn main() -> ExitCode {
-    run_main(|| run(Args::parse()))
+    run_main(|| run(common::cli::parse_args(&kernel_names())))
+}
+
+/// Every version `--kernel` can name, in table order (`--help` lists them).
+fn kernel_names() -> Vec<&'static str> {
+    let mut names = vec![CUBLAS];
+    names.extend(Version::ALL.iter().map(|v| v.name()));
+    names
 }
 
 fn problems(args: &Args) -> Result<Vec<GemmShape>> {
@@ -111,7 +118,8 @@ fn problems(args: &Args) -> Result<Vec<GemmShape>> {
             ..GemmShape::square(1)
         }]
     } else {
-        // GPU_TARGETS.md's two sizes, and an odd one whose k no cp.async/TMA version takes.
+        // The two square sizes peers are usually quoted at, and an odd one whose k no
+        // cp.async/TMA version takes.
         vec![
             GemmShape::square(4096),
             GemmShape::square(8192),
@@ -151,9 +159,7 @@ fn run(args: Args) -> Result<()> {
         ))
         .into());
     }
-    let mut names = vec![CUBLAS];
-    names.extend(Version::ALL.iter().map(|v| v.name()));
-    let selected = args.common.select_versions(&names)?;
+    let selected = args.common.select_versions(&kernel_names())?;
     let default_run = !args.sweep && args.size.is_none() && args.m.is_none();
     let fp8_shapes = if args.fp8 {
         problems(&args)?

@@ -25,17 +25,17 @@ use half::bf16;
 #[command(version, about)]
 struct Args {
     /// Tokens T (rows of H and of the logits).
-    #[arg(long, default_value_t = day19::DEFAULT_TOKENS, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day19::DEFAULT_TOKENS, value_parser = common::sizes::positive_u64)]
     tokens: u64,
     /// Hidden size Hd (columns of H and W).
-    #[arg(long, default_value_t = day19::DEFAULT_HIDDEN, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day19::DEFAULT_HIDDEN, value_parser = common::sizes::positive_u64)]
     hidden: u64,
     /// Vocabulary V (rows of W, columns of the logits).
-    #[arg(long, default_value_t = day19::DEFAULT_VOCAB, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day19::DEFAULT_VOCAB, value_parser = common::sizes::positive_u64)]
     vocab: u64,
     /// Tokens per chunk of chunked_cublas and chunked_day18 (default: the logits chunk about 4x the size of H,
     /// a power of two, at least 128 rows).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = common::sizes::positive_u64)]
     chunk: Option<u64>,
     #[arg(long, default_value_t = 0.0)]
     label_smoothing: f64,
@@ -61,7 +61,12 @@ const SAMPLED_DW_ROWS: usize = 64;
 const LOGITS_BLOCK_BYTES: usize = 1 << 30;
 
 fn main() -> std::process::ExitCode {
-    run_main(|| run(Args::parse()))
+    run_main(|| run(common::cli::parse_args(&kernel_names())))
+}
+
+/// Every version `--kernel` can name, in table order (`--help` lists them).
+fn kernel_names() -> Vec<&'static str> {
+    FUSED_VERSIONS.iter().chain(CE_VERSIONS).copied().collect()
 }
 
 fn run(args: Args) -> Result<()> {
@@ -92,8 +97,7 @@ fn run(args: Args) -> Result<()> {
         "T x Hd x V x 6",
         &[shape.tokens, shape.hidden, shape.vocab, 6],
     )?;
-    let all: Vec<&str> = FUSED_VERSIONS.iter().chain(CE_VERSIONS).copied().collect();
-    let selected = args.common.select_versions(&all)?;
+    let selected = args.common.select_versions(&kernel_names())?;
     let fused: Vec<&str> = selected
         .iter()
         .copied()

@@ -40,7 +40,7 @@ const FULL_CHECK_WORK: usize = 1 << 27;
 
 fn main() -> ExitCode {
     run_main(|| {
-        let args = Args::parse();
+        let args: Args = common::cli::parse_args(&Backward::versions());
         let mode = match args.deterministic {
             true => Mode::Deterministic,
             false => Mode::Atomic,

@@ -58,7 +58,12 @@ fn two_sizes(text: &str) -> Result<(usize, usize), String> {
 }
 
 fn main() -> std::process::ExitCode {
-    run_main(|| run(Args::parse()))
+    run_main(|| run(common::cli::parse_args(&kernel_names())))
+}
+
+/// Every version `--kernel` can name, in table order (`--help` lists them).
+fn kernel_names() -> Vec<&'static str> {
+    VERSIONS.to_vec()
 }
 
 /// The problems asked for, every size checked: (op, dtype, shape).

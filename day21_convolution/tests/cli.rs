@@ -13,8 +13,14 @@ const REFUSED: &[(&str, &str)] = &[
         "--op conv2d_nchw --in-channels 7000 --out-channels 7000 --filter 7x7 --image 1x1",
         "the filter (--out-channels x --in-channels x --filter) is 2401000000, more than the",
     ),
-    ("--op conv1d --length 0", "invalid value '0' for '--length"),
-    ("--op conv1d --width 0", "invalid value '0' for '--width"),
+    (
+        "--op conv1d --length 0",
+        "'--length <LENGTH>': must be at least 1",
+    ),
+    (
+        "--op conv1d --width 0",
+        "'--width <WIDTH>': must be at least 1",
+    ),
     (
         "--op conv1d --width 32",
         "--width is 32, more than the 31 this can take",
@@ -38,7 +44,7 @@ const REFUSED: &[(&str, &str)] = &[
     ),
     (
         "--op conv2d_nchw --in-channels 0",
-        "invalid value '0' for '--in-channels",
+        "'--in-channels <IN_CHANNELS>': must be at least 1",
     ),
     (
         "--op conv2d --out-channels 4",

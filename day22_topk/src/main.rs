@@ -47,7 +47,7 @@ impl Dtype {
     }
 }
 
-/// Many rows of a mid-size vocabulary (the GPU_TARGETS.md problem), a batch of 64 over
+/// Many rows of a mid-size vocabulary (4096 rows of 32768, k 64), a batch of 64 over
 /// Llama 3's 128256-token vocabulary in bf16 (top-50 sampling), and 16 rows of 1M with k 1024.
 const DEFAULT_PROBLEMS: [(usize, usize, usize, Dtype); 3] = [
     (4096, 32768, 64, Dtype::F32),
@@ -56,7 +56,12 @@ const DEFAULT_PROBLEMS: [(usize, usize, usize, Dtype); 3] = [
 ];
 
 fn main() -> std::process::ExitCode {
-    run_main(|| run(Args::parse()))
+    run_main(|| run(common::cli::parse_args(&kernel_names())))
+}
+
+/// Every version `--kernel` can name, in table order (`--help` lists them).
+fn kernel_names() -> Vec<&'static str> {
+    VERSIONS.to_vec()
 }
 
 fn run(args: Args) -> Result<()> {

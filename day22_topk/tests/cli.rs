@@ -5,9 +5,15 @@ use common::testing::{assert_all_refused, day_binary};
 
 /// (arguments separated by spaces, what the error must say).
 const REFUSED: &[(&str, &str)] = &[
-    ("--rows 4 --width 16 --k 0", "invalid value '0' for '--k"),
-    ("--rows 0 --width 16 --k 1", "invalid value '0' for '--rows"),
-    ("--rows 4 --width 0 --k 1", "invalid value '0' for '--width"),
+    ("--rows 4 --width 16 --k 0", "'--k <K>': must be at least 1"),
+    (
+        "--rows 0 --width 16 --k 1",
+        "'--rows <ROWS>': must be at least 1",
+    ),
+    (
+        "--rows 4 --width 0 --k 1",
+        "'--width <WIDTH>': must be at least 1",
+    ),
     (
         "--rows 4 --width 16 --k 17",
         "--k 17 is more than the row's --width 16",

@@ -59,7 +59,14 @@ enum OutArg {
 const CUBLASLT: &str = "cublaslt";
 
 fn main() -> ExitCode {
-    run_main(|| run(Args::parse()))
+    run_main(|| run(common::cli::parse_args(&kernel_names())))
+}
+
+/// Every version `--kernel` can name, in table order (`--help` lists them).
+fn kernel_names() -> Vec<&'static str> {
+    let mut names = vec![CUBLASLT];
+    names.extend(Version::ALL.iter().map(|v| v.name()));
+    names
 }
 
 /// The problems to run, each checked before anything is allocated.
@@ -93,7 +100,7 @@ fn problems(args: &Args) -> Result<Vec<(Shape, Out, Quant)>> {
                 )
                 .into());
             }
-            // GPU_TARGETS.md's INT8 rows (torch._int_mm's problem), and a quantized linear
+            // torch._int_mm's problem (square int8 in, int32 out), and a quantized linear
             // layer's: per-channel weight zero points and scales, bf16 out.
             let s = Shape::square(4096);
             vec![
@@ -116,9 +123,7 @@ fn problems(args: &Args) -> Result<Vec<(Shape, Out, Quant)>> {
 }
 
 fn run(args: Args) -> Result<()> {
-    let mut names = vec![CUBLASLT];
-    names.extend(Version::ALL.iter().map(|v| v.name()));
-    let selected = args.common.select_versions(&names)?;
+    let selected = args.common.select_versions(&kernel_names())?;
     let problems = problems(&args)?;
     for (s, out, _) in &problems {
         // A, B, C as downloaded, and the reference (f64 plus the i64 it came from) of at most

@@ -30,26 +30,34 @@ struct Args {
     #[arg(long, value_delimiter = ',', value_name = "OP[,OP]")]
     op: Vec<String>,
     /// Rows of the tensor to quantize and dequantize.
-    #[arg(long, default_value_t = day24::DEFAULT_QUANTIZE_SHAPE.0 as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day24::DEFAULT_QUANTIZE_SHAPE.0 as u64, value_parser = common::sizes::positive_u64)]
     rows: u64,
     /// Columns of that tensor: a multiple of 16.
-    #[arg(long, default_value_t = day24::DEFAULT_QUANTIZE_SHAPE.1 as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day24::DEFAULT_QUANTIZE_SHAPE.1 as u64, value_parser = common::sizes::positive_u64)]
     cols: u64,
     /// Rows of W (GEMV and GEMM; with --k replaces the default shapes).
-    #[arg(long, requires = "k", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, requires = "k", value_parser = common::sizes::positive_u64)]
     n: Option<u64>,
     /// Columns of W, the length of x: a multiple of 16.
-    #[arg(long, requires = "n", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, requires = "n", value_parser = common::sizes::positive_u64)]
     k: Option<u64>,
     /// Rows of A in the GEMM.
-    #[arg(long, default_value_t = day24::DEFAULT_GEMM_SHAPE.0 as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = day24::DEFAULT_GEMM_SHAPE.0 as u64, value_parser = common::sizes::positive_u64)]
     m: u64,
     #[command(flatten)]
     common: CommonArgs,
 }
 
 fn main() -> std::process::ExitCode {
-    run_main(|| run(Args::parse()))
+    run_main(|| run(common::cli::parse_args(&kernel_names())))
+}
+
+/// Every version `--kernel` can name, in table order (`--help` lists them).
+fn kernel_names() -> Vec<&'static str> {
+    let mut names: Vec<&str> = vec!["quantize", "dequantize"];
+    names.extend(gemv::VERSIONS);
+    names.extend(gemm::VERSIONS);
+    names
 }
 
 fn usize_of(v: u64) -> usize {
@@ -66,10 +74,7 @@ fn run(args: Args) -> Result<()> {
         }
     }
     let wants = |op: &str| args.op.is_empty() || args.op.iter().any(|o| o == op);
-    let mut all: Vec<&str> = vec!["quantize", "dequantize"];
-    all.extend(gemv::VERSIONS);
-    all.extend(gemm::VERSIONS);
-    args.common.select_versions(&all)?;
+    args.common.select_versions(&kernel_names())?;
     let selected =
         |name: &str| args.common.kernel.is_empty() || args.common.kernel.iter().any(|k| k == name);
     let versions_of = |op: &str| -> Vec<&'static str> {

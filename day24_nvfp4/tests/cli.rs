@@ -5,10 +5,10 @@ use common::testing::{assert_refused, day_binary};
 
 /// (arguments separated by spaces, what the error must say).
 const REFUSED: &[(&str, &str)] = &[
-    ("--rows 0", "invalid value '0' for '--rows"),
-    ("--cols 0", "invalid value '0' for '--cols"),
-    ("--m 0", "invalid value '0' for '--m"),
-    ("--n 0 --k 16", "invalid value '0' for '--n"),
+    ("--rows 0", "'--rows <ROWS>': must be at least 1"),
+    ("--cols 0", "'--cols <COLS>': must be at least 1"),
+    ("--m 0", "'--m <M>': must be at least 1"),
+    ("--n 0 --k 16", "'--n <N>': must be at least 1"),
     (
         "--op quantize --rows 4 --cols 40",
         "K = 40 is not a multiple of 16",

@@ -91,16 +91,16 @@ pub const SWEEP_SIZES: [usize; 8] = [256, 512, 1024, 2048, 3072, 4096, 6144, 819
 #[derive(clap::Args, Debug, Clone)]
 pub struct MatmulArgs {
     /// A square problem m = n = k = SIZE, instead of the day's default problems.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), conflicts_with_all = ["m", "n", "k"])]
+    #[arg(long, value_parser = crate::sizes::positive_u64, conflicts_with_all = ["m", "n", "k"])]
     pub size: Option<u64>,
     /// Rows of A and C (with --n and --k, a problem instead of the defaults).
-    #[arg(long, requires_all = ["n", "k"], value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, requires_all = ["n", "k"], value_parser = crate::sizes::positive_u64)]
     pub m: Option<u64>,
     /// Columns of B and C.
-    #[arg(long, requires_all = ["m", "k"], value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, requires_all = ["m", "k"], value_parser = crate::sizes::positive_u64)]
     pub n: Option<u64>,
     /// Columns of A, rows of B: the length of each dot product.
-    #[arg(long, requires_all = ["m", "n"], value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, requires_all = ["m", "n"], value_parser = crate::sizes::positive_u64)]
     pub k: Option<u64>,
     /// Run cuBLAS and every version on square sizes 256 to 8192 and plot TFLOP/s.
     #[arg(long, conflicts_with_all = ["size", "m", "n", "k"])]
@@ -146,7 +146,7 @@ pub trait MatmulDay: Sized {
 
 /// The whole `main` of a matmul day.
 pub fn main<D: MatmulDay>() -> ExitCode {
-    family_main(D::DAY, D::TITLE, run::<D>)
+    family_main(D::DAY, D::TITLE, D::VERSIONS, run::<D>)
 }
 
 fn run<D: MatmulDay>(family: &MatmulArgs, common: &CommonArgs) -> Result<()> {
@@ -582,9 +582,9 @@ pub fn check_sizes(a: usize, b: usize, c: usize, shape: Shape) -> Result<()> {
 /// line saying this: `(arguments, what the error must say)`. Each day's `tests/cli.rs`
 /// runs them (`testing::assert_all_refused`) beside what only that day refuses.
 pub const REFUSED_REQUESTS: &[(&str, &str)] = &[
-    ("--size 0", "invalid value '0' for '--size"),
-    ("--m 0 --n 4 --k 4", "invalid value '0' for '--m"),
-    ("--m 4 --n 4 --k 0", "invalid value '0' for '--k"),
+    ("--size 0", "'--size <SIZE>': must be at least 1"),
+    ("--m 0 --n 4 --k 4", "'--m <M>': must be at least 1"),
+    ("--m 4 --n 4 --k 0", "'--k <K>': must be at least 1"),
     ("--size 2147483648", "--size 2147483648 is too large"),
     (
         "--m 4 --n 18446744073709551615 --k 4",

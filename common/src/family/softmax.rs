@@ -62,10 +62,10 @@ pub fn sweep_shapes(dtype: Dtype) -> Vec<Shape> {
 #[derive(clap::Args, Debug, Clone)]
 pub struct SoftmaxArgs {
     /// Rows (one softmax each). With --cols, replaces the day's default problems.
-    #[arg(long, requires = "cols", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, requires = "cols", value_parser = crate::sizes::positive_u64)]
     pub rows: Option<u64>,
     /// Columns (the length of each softmax).
-    #[arg(long, requires = "rows", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, requires = "rows", value_parser = crate::sizes::positive_u64)]
     pub cols: Option<u64>,
     /// Storage type (math is f32 whatever it is); default: that of each default problem.
     #[arg(long, value_enum)]
@@ -125,7 +125,7 @@ pub trait SoftmaxDay: Sized {
 
 /// The whole `main` of a softmax day.
 pub fn main<D: SoftmaxDay>() -> ExitCode {
-    family_main(D::DAY, D::TITLE, run::<D>)
+    family_main(D::DAY, D::TITLE, D::VERSIONS, run::<D>)
 }
 
 fn run<D: SoftmaxDay>(family: &SoftmaxArgs, common: &CommonArgs) -> Result<()> {
@@ -602,8 +602,8 @@ fn test_versions<T: Element, D: SoftmaxDay>(gpu: &Gpu, day: &D) -> Vec<(usize, V
 /// line saying this: `(arguments, what the error must say)`. Each day's `tests/cli.rs`
 /// runs them (`testing::assert_all_refused`) beside what only that day refuses.
 pub const REFUSED_REQUESTS: &[(&str, &str)] = &[
-    ("--rows 0 --cols 4", "invalid value '0' for '--rows"),
-    ("--rows 4 --cols 0", "invalid value '0' for '--cols"),
+    ("--rows 0 --cols 4", "'--rows <ROWS>': must be at least 1"),
+    ("--rows 4 --cols 0", "'--cols <COLS>': must be at least 1"),
     ("--rows -3 --cols 4", "unexpected argument '-3'"),
     ("--rows 4x --cols 4", "invalid value '4x'"),
     (
@@ -626,7 +626,7 @@ pub const REFUSED_REQUESTS: &[(&str, &str)] = &[
     ),
     (
         "--rows 4 --cols 4 --iters 0",
-        "invalid value '0' for '--iters",
+        "'--iters <ITERS>': must be at least 1",
     ),
 ];
 

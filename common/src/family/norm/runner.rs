@@ -7,10 +7,10 @@ use super::*;
 #[derive(clap::Args, Debug, Clone)]
 pub struct NormArgs {
     /// Rows (one normalization each). With --cols, replaces the day's default problems.
-    #[arg(long, requires = "cols", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, requires = "cols", value_parser = crate::sizes::positive_u64)]
     pub rows: Option<u64>,
     /// Columns (the normalized width).
-    #[arg(long, requires = "rows", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, requires = "rows", value_parser = crate::sizes::positive_u64)]
     pub cols: Option<u64>,
     /// Storage type (math is f32 whatever it is); default: that of each default problem.
     #[arg(long, value_enum)]
@@ -26,7 +26,12 @@ pub struct NormArgs {
 
 /// The whole `main` of a norm day.
 pub fn main<D: NormDay>() -> ExitCode {
-    family_main(D::DAY, D::TITLE, run::<D>)
+    family_main(
+        D::DAY,
+        D::TITLE,
+        &[D::FORWARD_VERSIONS, D::BACKWARD_VERSIONS].concat(),
+        run::<D>,
+    )
 }
 
 fn run<D: NormDay>(family: &NormArgs, common: &CommonArgs) -> Result<()> {
@@ -248,8 +253,8 @@ impl<D: NormDay> Run<'_, D> {
 /// line saying this: `(arguments, what the error must say)`. Each day's `tests/cli.rs`
 /// runs them (`testing::assert_all_refused`) beside what only that day refuses.
 pub const REFUSED_REQUESTS: &[(&str, &str)] = &[
-    ("--rows 0 --cols 4", "invalid value '0' for '--rows"),
-    ("--rows 4 --cols 0", "invalid value '0' for '--cols"),
+    ("--rows 0 --cols 4", "'--rows <ROWS>': must be at least 1"),
+    ("--rows 4 --cols 0", "'--cols <COLS>': must be at least 1"),
     (
         "--rows 18446744073709551615 --cols 4",
         "--rows x --cols: 18446744073709551615 x 4 is too large",
