@@ -10,7 +10,7 @@ cross_entropy/bf16/8192x128256). Times with triton.testing.do_bench (median, L2 
 One timed run is the forward and the backward: the gradients are set to None first, so each
 run allocates them as training does. `extra_gib` is torch.cuda.max_memory_allocated during one
 such run minus what was allocated before it (the inputs): scratch and outputs (dH, dW or
-dlogits) together, the figure GPU_TARGETS.md quotes. The day prints the same sum as "with the
+dlogits) together, the figure day 19's README quotes. The day prints the same sum as "with the
 outputs". Eager torch upcasts the logits to f32 before the loss, as Hugging Face models do.
 Liger is optional: without liger_kernel one line says so and its figures are skipped.
 

@@ -1,6 +1,6 @@
 // day00: vector addition, out[i] = a[i] + b[i], the smallest complete lesson.
 //
-// Every day repeats the four steps that seed 000 lists for loading a kernel into a framework,
+// Every day repeats the four steps a challenge log lists for loading a kernel into a framework,
 // here in Rust instead of a PyTorch extension:
 //   1. launch configuration: how many blocks of how many threads cover the data (below, above
 //      each kernel, and in src/lib.rs where the numbers are chosen);

@@ -1,4 +1,4 @@
-// day01: naive softmax, one thread per row (seed 000, day 1).
+// day01: naive softmax, one thread per row.
 //
 //   y[r][c] = exp(x[r][c] - m_r) / sum_c' exp(x[r][c'] - m_r),   m_r = max_c x[r][c]
 //

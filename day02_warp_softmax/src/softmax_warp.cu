@@ -1,4 +1,4 @@
-// day02: warp softmax, one warp per row (seed 000, day 2).
+// day02: warp softmax, one warp per row.
 //
 // Day 1 gave each row one thread, so a warp's 32 loads went to 32 different rows. Here the
 // 32 lanes of a warp share one row: lane l reads columns l, l+32, l+64, ..., so each load

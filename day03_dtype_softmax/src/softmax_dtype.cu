@@ -1,4 +1,4 @@
-// day03: dtype-aware softmax, one template for f32, f16 and bf16 (seed 000, day 3).
+// day03: dtype-aware softmax, one template for f32, f16 and bf16.
 //
 // The storage type only decides how many bytes cross the memory bus: values are loaded in
 // their type, converted to f32, and every max, exp and sum is done in f32; only the final

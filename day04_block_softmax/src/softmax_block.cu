@@ -1,5 +1,4 @@
-// day04: block softmax for long rows, the online softmax, and rows split across blocks
-// (seed 000, day 4).
+// day04: block softmax for long rows, the online softmax, and rows split across blocks.
 //
 // A warp per row leaves each lane with cols/32 elements to walk: 1024 of them at 32768
 // columns, one dependent load after another. Giving a row a whole block (512 threads) cuts

@@ -1,4 +1,4 @@
-// day05: vectorized softmax, the row kept in registers (seed 000, day 5).
+// day05: vectorized softmax, the row kept in registers.
 //
 // Two changes to day 4, both about the memory bus:
 // 1. 16-byte loads and stores: a thread moves 4 floats or 8 halves per instruction

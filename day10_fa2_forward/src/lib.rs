@@ -300,7 +300,7 @@ fn unit_roundoff(dtype: Dtype) -> f64 {
 /// millions of keys, and is still 16 times below bf16's unit roundoff. The largest head dim,
 /// 256 (`fa_hopper`), moves each P by at most scale x 256 x 2^-24 x sum |q k|, about 2^-12
 /// with the tests' inputs (sum |q k| ~ 256, scale 1/16) if every rounding went the same
-/// way, about 2^-16 at random: inside the budget.
+/// way, about 2^-16 at random: inside that allowance.
 const O_F32_PARTS: f64 = 1.0 / 4096.0;
 
 /// The per-element tolerance of O, the part that scales with the output itself: `2 u |O|`,
@@ -394,7 +394,7 @@ pub struct FlashAttention {
     sms: usize,
 }
 
-/// `fa2.cu`'s versions, for the GPU's own architecture.
+/// `attention.cu`'s versions, for the GPU's own architecture.
 fn portable_build() -> KernelBuild {
     KernelBuild::device(SOURCE, kernel_names())
 }
@@ -405,7 +405,7 @@ fn hopper_build() -> KernelBuild {
     KernelBuild::hopper(HOPPER_SOURCE, hopper_kernel_names()).with_options(hopper_defines())
 }
 
-/// What the day compiles: `fa2.cu` for the GPU's own architecture and, on Hopper,
+/// What the day compiles: `attention.cu` for the GPU's own architecture and, on Hopper,
 /// `fa_hopper.cu` for sm_90a. The loader compiles these, the compile test checks them, and
 /// `cargo xtask bundle` compiles them ahead of time for the GPU host's kernel cache.
 pub fn kernel_builds() -> Vec<KernelBuild> {

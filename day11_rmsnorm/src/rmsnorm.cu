@@ -1,4 +1,5 @@
-// day11: RMSNorm forward and backward (seed 001 day 1, seed 002 days 8-10, seed 003 days 16-18).
+// day11: RMSNorm forward and backward (the challenge's RMSNorm days: warp and block reductions,
+// a two-kernel split, a naive single-block version improved with the reduction's tricks).
 //
 //   y = x * rstd * w,   rstd = 1 / sqrt(mean(x^2) + eps)          (per row, w per column)
 //   dx = rstd * (g - xhat * mean(g * xhat)),  g = w * dy,  xhat = x * rstd
@@ -8,10 +9,10 @@
 // rstd from x (it reads x anyway, and the row is in registers): nothing is saved by the
 // forward, so the backward's inputs are x, w and dy only.
 //
-// Forward versions (the path of the seeds, then the row in registers):
-//   naive      one thread per row, two passes over its row (seed 001 day 1)
-//   split      a block per row writes rstd, then an elementwise kernel scales (seed 002 day 9)
-//   block      a block per row, sum then scale, one launch, scalar loads (seed 003 day 17)
+// Forward versions (the path the challenge took, then the row in registers):
+//   naive      one thread per row, two passes over its row
+//   split      a block per row writes rstd, then an elementwise kernel scales
+//   block      a block per row, sum then scale, one launch, scalar loads
 //   vec_regs   the row in registers, 16-byte loads: x read once, y written once (day05)
 // Backward versions:
 //   bwd_split     a block per row writes dx and rstd; dw by a two-stage column sum that reads

@@ -1,4 +1,4 @@
-// day12: LayerNorm forward and backward (seed 004, day 24: the CUDA layernorm blog's kernels).
+// day12: LayerNorm forward and backward (the challenge's day on a CUDA LayerNorm blog's kernels).
 //
 //   y = (x - mean) * rstd * w + b,   rstd = 1 / sqrt(mean((x - mean)^2) + eps)   (per row)
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = w * dy,  xhat = (x - mean) * rstd

@@ -1,5 +1,5 @@
 // day13: element-wise activations, forward and backward, and a fused bias-dropout-add
-// (seed 001 days 2 and 5, seed 003 days 2, 4, 15-16).
+// (the challenge's GELU, ReLU, leaky ReLU, HardTanh, SiLU, SwiGLU and fused bias-mask-add days).
 //
 // An element-wise kernel does a few flops per element and moves every byte once: it is a copy
 // with arithmetic in the middle, and its speed is the copy's if (1) each access is 16 bytes,

@@ -1,7 +1,7 @@
 #line 1 "rectifiers.cu"
-// day13, continued: the piecewise-linear activations of seed 003 day 2 (ReLU, leaky ReLU,
-// HardTanh) and their backward passes. lib.rs appends this file to activations.cu (NVRTC
-// compiles one program), so the ops here are mapped by the same templates and macros:
+// day13, continued: the piecewise-linear activations of the challenge's activations day (ReLU,
+// leaky ReLU, HardTanh) and their backward passes. lib.rs appends this file to activations.cu
+// (NVRTC compiles one program), so the ops here are mapped by the same templates and macros:
 // `scalar` (one element per thread) and `vec` (two 16-byte packs per thread).
 //
 // Each op is a select and at most one multiply per element: the kernels are pure traffic, and

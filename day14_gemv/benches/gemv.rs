@@ -9,7 +9,7 @@ use common::{Gpu, measure::inputs};
 use cudarc::driver::CudaSlice;
 use day14::Gemv;
 
-/// The first of main.rs's default shapes: the square problem of GPU_TARGETS.md.
+/// The first of main.rs's default shapes: the square problem, the one the day's goal is set on.
 const M: usize = day14::DEFAULT_SHAPES[0].0;
 const N: usize = day14::DEFAULT_SHAPES[0].1;
 

@@ -1,4 +1,5 @@
-// day14: f32 GEMV, y = A x with A row-major m x n, at the memory bandwidth (seed 001, day 3).
+// day14: f32 GEMV, y = A x with A row-major m x n, at the memory bandwidth (the challenge's
+// GEMV day).
 //
 // Every element of A is used once: 2 flops per 4 bytes, so GEMV is a streaming problem and the
 // only question is whether A flows from HBM at the copy rate. x (n floats) is reused by every

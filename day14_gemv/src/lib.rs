@@ -11,7 +11,7 @@ use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape, Tolerance};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-/// Square (the GPU_TARGETS.md problem), tall-skinny and short-wide: 256 MiB of A each.
+/// Square (the problem the day's goal is set on), tall-skinny and short-wide: 256 MiB of A each.
 pub const DEFAULT_SHAPES: [(usize, usize); 3] = [(8192, 8192), (1 << 20, 64), (64, 1 << 20)];
 
 pub const SOURCE: KernelSource = KernelSource {

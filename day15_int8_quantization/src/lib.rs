@@ -50,7 +50,7 @@ pub mod poison_check {
     //!
     //! Integers have no spare bit pattern: uint8 quantization writes every value 0..=255,
     //! the u8 poison (0xa5) included, and the check would call such an element "never
-    //! written". So it is checked twice: the session compares every element whose reference
+    //! written". So it is checked twice: `Session` compares every element whose reference
     //! is not the poison (the output was filled with the poison), and [`verify_poison_valued`]
     //! runs the kernel again on an output filled with zeros and checks that the remaining
     //! elements now hold the poison value. Each element is thus compared after a fill that

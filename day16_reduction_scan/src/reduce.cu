@@ -1,4 +1,4 @@
-// day16, part 1: reductions (seed 003 days 3-4, 19-21, 30; seed 002 days 5-6).
+// day16, part 1: reductions (the challenge's sum, count, dot product and segment-sum days).
 //
 // A reduction reads n values and writes one (or one per segment): it is bound by the read
 // bandwidth alone, and the whole lesson is how to keep enough loads in flight while the adds
@@ -239,8 +239,8 @@ KERNEL void count_finish_u32(const unsigned* __restrict__ counter, unsigned* __r
 
 // ---------------------------------------------------------------------------------------------
 // Segment sum: out[s] = x[s * len] + ... + x[s * len + len - 1] (consecutive segments of one
-// length: the row sums an RMSNorm needs, seed 002 day 8). VEC: len % 4 == 0, so every segment
-// starts on a 16-byte boundary.
+// length: the row sums an RMSNorm needs, as the challenge used it). VEC: len % 4 == 0, so every
+// segment starts on a 16-byte boundary.
 
 // grid(ceil(segments / 8)), block(256): one warp per segment; lane l reads float4s l, l + 32,
 // ... of it (512 contiguous bytes per warp per step), 5 shuffles add the lanes.

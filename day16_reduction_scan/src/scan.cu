@@ -1,4 +1,5 @@
-// day16, part 2: the inclusive prefix sum y_i = x_0 + ... + x_i (seed 003 days 5-7).
+// day16, part 2: the inclusive prefix sum y_i = x_0 + ... + x_i (the challenge's prefix-sum
+// days: one block, then across blocks, then hierarchical).
 //
 // Every output depends on every input before it, yet the goal is a copy: read x once, write y
 // once. The three versions are the three classic answers to "how does a block learn the sum

@@ -18,7 +18,7 @@
 //   reverse naive        out[i] = x[n - 1 - i], one thread per element
 //   reverse vec4         float4 stores of reversed packs (float4 loads too when n % 4 == 0)
 //   reverse inplace_vec4 in place: thread i swaps pack i with its mirror, reversing both in
-//                        registers (seed 003 day 14's "tiled register swap")
+//                        registers (the challenge's "tiled register swap")
 //
 // Run: cargo run --release -p day17 -- --op transpose --kernel vec4_swizzled
 #include "common.cuh"

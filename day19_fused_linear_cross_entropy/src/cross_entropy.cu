@@ -1,4 +1,5 @@
-// day19: fused linear + cross-entropy, forward and backward (seeds 001/002, D20 optional).
+// day19: fused linear + cross-entropy, forward and backward (the challenge's optional
+// "fused chunked cross-entropy loss and its backward", with Liger Kernel as the reference).
 //
 // The loss of a language model's last layer: logits = H W^T over a vocabulary of 128256, then
 // cross-entropy against the targets. Materialising the [T, V] logits costs 2 GB in bf16 (and

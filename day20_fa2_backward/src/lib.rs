@@ -314,7 +314,7 @@ pub struct FlashAttention {
     hopper: Option<KernelSet>,
 }
 
-/// `fa2_bwd.cu`'s versions, for the GPU's own architecture.
+/// `attention_bwd.cu`'s versions, for the GPU's own architecture.
 fn portable_build() -> KernelBuild {
     KernelBuild::device(SOURCE, kernel_names())
 }

@@ -1,5 +1,5 @@
 // day21: 1D and 2D convolution, "same" output size, from one thread per output to a filter in
-// constant memory and register-blocked tiles (seed 001, days 12 and 13).
+// constant memory and register-blocked tiles (one challenge log's days 12 and 13).
 //
 // A convolution here is PyTorch's conv1d/conv2d (a cross-correlation, the filter not flipped):
 //   1D: y[i] = sum_j x[i + j - left] w[j],  left = (K - 1) / 2, right = K - 1 - left

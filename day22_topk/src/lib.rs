@@ -1,6 +1,6 @@
 //! Day 22: per-row top-k. For each row of a `rows x width` matrix (f32 or bf16), the `k`
 //! largest values in descending order and their column indices, as LLM sampling needs for
-//! every token. Three versions of `topk.cu`: [`sort_row`] (a block sorts the row chunk by
+//! every token. Three versions, one `.cu` each: [`sort_row`] (a block sorts the row chunk by
 //! chunk, the baseline), [`warp_bitonic`] (a warp keeps a sorted top-k in shared memory and
 //! merges the few elements that beat its k-th, k <= 128) and [`radix_select`] (the k-th
 //! largest found digit by digit with histograms, then the k gathered and sorted).

@@ -4,9 +4,12 @@
 //!   day's kernels for Hopper, into `target/bundle/` with `run.sh`, to copy to a GPU host
 //!   that has no Rust;
 //! - `report DIR/results.json [DIR2/results.json ...]`: write the tables of a GPU run into the
-//!   READMEs (a run split over several `run.sh --days` calls at one commit gives several).
+//!   READMEs (a run split over several `run.sh --days` calls at one commit gives several);
+//! - `check-docs`: fail on a broken relative link, a cited file the repository does not have,
+//!   or words about how the work was organised rather than about the code.
 
 mod bundle;
+mod docs;
 mod readme;
 
 use std::path::PathBuf;
@@ -15,7 +18,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(about = "Workspace chores: bundle for a GPU host, report its results")]
+#[command(about = "Workspace chores: bundle for a GPU host, report its results, check the docs")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -42,6 +45,9 @@ enum Command {
         #[arg(long)]
         allow_dirty: bool,
     },
+    /// Check every tracked text file: relative links and images, cited files, and words that
+    /// speak of anything but this repository.
+    CheckDocs,
 }
 
 fn main() -> ExitCode {
@@ -53,6 +59,7 @@ fn main() -> ExitCode {
             results,
             allow_dirty,
         } => readme::report(&root, &results, allow_dirty),
+        Command::CheckDocs => docs::run(&root),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -10,7 +10,7 @@
 //!   `Phi(x) + x phi(x)`, `phi(x) = exp(-x^2/2) / sqrt(2 pi)`.
 //! - SwiGLU's gate (`F.silu(g) * x`): `out = silu(g) x = g sigmoid(g) x`. Gradients, for an
 //!   upstream `dout`: `dg = dout x sigmoid(g) (1 + g (1 - sigmoid(g)))`, `dx = dout silu(g)`.
-//! - Bias-dropout-add (seed 001, day 5, "fused bias, mask, scale and add"): for a `rows x cols`
+//! - Bias-dropout-add (the challenge's "fused bias, mask, scale and add"): for a `rows x cols`
 //!   `x`, a bias of `cols`, a keep mask of 0/1 bytes and a residual,
 //!   `out[r][c] = residual[r][c] + (x[r][c] + bias[c]) * (mask[r][c] != 0 ? scale : 0)`,
 //!   `scale = 1 / (1 - p)` for a dropout probability `p`: the `bias_dropout_add` of
