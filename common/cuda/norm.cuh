@@ -243,3 +243,78 @@ __device__ __forceinline__ void staged_row(const uint4* buf, int t, index_t cols
     NORM_BWD_TIERS(T, NAME, PACK, v, true)                                                         \
     NORM_BWD_TIERS(T, NAME, PACK, s, false)                                                        \
     NORM_BWD_PIPE_TIERS(T, NAME, PACK)
+
+// ---- the backward from the forward's saved statistics (bwd_saved) ----
+// Training keeps each row's statistics from the forward (RMSNorm's rstd, LayerNorm's mean and
+// rstd, f32), so the backward need not recompute them: what is left per row is one set of
+// sums reduced once. These kernels keep a thread's packs of x and dy packed (half the
+// registers of floats), so the next row's loads are already in flight while a row is reduced
+// and written, and reduce with one barrier per row: the warps' partial sums go to one of two
+// scratch buffers, alternating by row. A warp that races ahead to row r + 1 writes the other
+// buffer, and it cannot reach row r + 2 (this buffer again) before every thread has passed row
+// r + 1's barrier, after reading row r's sums.
+
+// Rows of 16-byte packs only (cols a multiple of the pack; bwd_vec_regs takes the others).
+template <typename T, int GROUP, int EPT>
+__device__ __forceinline__ void load_packs(const T* __restrict__ in, int t, index_t cols,
+                                           uint4 (&packs)[EPT * sizeof(T) / 16]) {
+    constexpr int N = 16 / sizeof(T);
+#pragma unroll
+    for (int p = 0; p < EPT / N; ++p) {
+        const index_t col = ((index_t)p * GROUP + t) * N;
+        packs[p] = col < cols ? *reinterpret_cast<const uint4*>(in + col) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// The N elements of a pack as f32.
+template <typename T>
+__device__ __forceinline__ void unpack(const uint4& raw, float (&v)[16 / sizeof(T)]) {
+    Pack16<T> pack;
+    *reinterpret_cast<uint4*>(&pack) = raw;
+#pragma unroll
+    for (int k = 0; k < 16 / (int)sizeof(T); ++k) v[k] = to_f32(pack.v[k]);
+}
+
+// Writes load_packs' layout from floats (slots past the row are not written).
+template <typename T, int GROUP, int EPT>
+__device__ __forceinline__ void store_packs(T* __restrict__ out, int t, index_t cols, int p,
+                                            const float (&v)[16 / sizeof(T)]) {
+    constexpr int N = 16 / sizeof(T);
+    const index_t col = ((index_t)p * GROUP + t) * N;
+    if (col < cols) {
+        Pack16<T> pack;
+#pragma unroll
+        for (int k = 0; k < N; ++k) pack.v[k] = from_f32<T>(v[k]);
+        store16(out + col, pack);
+    }
+}
+
+// Rows a block of bwd_saved works on at once: a warp per row in the 32-thread tier (8 warps,
+// 8 rows), one row per block otherwise.
+template <int GROUP> __host__ __device__ constexpr int saved_rows_per_block() {
+    return GROUP == 32 ? 8 : 1;
+}
+
+// N sums over a row's GROUP threads with one barrier (none for a warp per row). `scratch`
+// holds 2 x N x 32 floats; `buffer` alternates 0, 1 from row to row (see above).
+template <int GROUP, int N>
+__device__ __forceinline__ void row_sum_n_one_barrier(float (&v)[N], float* scratch, int buffer) {
+    warp_sum_n<N>(v);
+    if constexpr (GROUP > 32) {
+        constexpr int WARPS = GROUP / 32;
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        float* mine = scratch + buffer * N * 32;
+        if (lane == 0) {
+#pragma unroll
+            for (int i = 0; i < N; ++i) mine[i * 32 + warp] = v[i];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            float total = 0.0f;
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) total += mine[i * 32 + w];  // same order everywhere
+            v[i] = total;
+        }
+    }
+}

@@ -9,7 +9,7 @@ use common::family::norm::{
     Inputs, Kind, NormDay, Pass, Plan, Refused, Shape, backward_len, backward_tiers,
     block_per_row_grid, block_terms, bwd_regs_function, check_sizes, column_terms,
     forward_register_plan, forward_tiers, fused_backward_launch, launch_column_sums, load_suffix,
-    pipe_function,
+    pipe_function, saved_backward_launch, saved_function, saved_tiers,
 };
 use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
@@ -68,6 +68,9 @@ fn all_functions() -> Vec<String> {
         }
         for (group, ept) in backward_tiers(dtype) {
             names.push(pipe_function("rmsnorm", dtype, group, ept));
+        }
+        for (group, ept) in saved_tiers(dtype) {
+            names.push(saved_function("rmsnorm", dtype, group, ept));
         }
     }
     names
@@ -356,6 +359,58 @@ impl Day11 {
         self.plan_bwd_rows(gpu, kernel, shape, ept, rows, cols, eps)
     }
 
+    /// `bwd_saved`: the forward's saved rstd read instead of recomputed, one barrier per row,
+    /// the next row's x and dy loaded while this one is reduced; then `column_sums`.
+    fn plan_bwd_saved<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Plan<'a, T>> {
+        let (kernel, shape, ept, groups) =
+            saved_backward_launch(&self.kernels, "rmsnorm", T::DTYPE, rows, cols, self.sms)?;
+        let sums = self.kernel::<T>("column_sums")?;
+        let mut partials = gpu.stream.alloc_zeros::<f32>(groups * cols)?;
+        Ok(Plan {
+            kernel,
+            shape,
+            row_terms: ept + 10,
+            col_terms: column_terms(rows.div_ceil(groups), groups),
+            launch: Box::new(move |inputs: &Inputs<T>, out| {
+                check_sizes(
+                    inputs,
+                    out.len(),
+                    rows,
+                    cols,
+                    backward_len(Kind::Rms, rows, cols),
+                )?;
+                let dy = inputs.dy()?;
+                let saved = inputs.saved_stats()?;
+                if saved.len() != rows {
+                    anyhow::bail!("bwd_saved: {} saved rstd for {rows} rows", saved.len());
+                }
+                let (mut dx, mut dw) = out.split_at_mut(rows * cols);
+                let (rows64, cols64) = (rows as u64, cols as u64);
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch
+                    .arg(&inputs.x)
+                    .arg(&inputs.weight)
+                    .arg(dy)
+                    .arg(saved)
+                    .arg(&mut dx)
+                    .arg(&mut partials)
+                    .arg(&rows64)
+                    .arg(&cols64);
+                // SAFETY: rmsnorm_bwd_saved_<T>_g<G>_e<E>(const T* x, const T* w, const T* dy,
+                // const float* saved_rstd, T* dx, float* partials, rows, cols): the tier holds
+                // the row, rows are whole 16-byte packs (saved_backward_launch refuses others),
+                // saved_rstd has a value per row (checked above), partials a row per row group.
+                unsafe { launch.launch(kernel.config(&shape)?) }?;
+                launch_column_sums(gpu, sums, &partials, &mut dw, groups, cols)
+            }),
+        })
+    }
+
     /// The plan of a fused backward kernel whose blocks loop over rows (`bwd_vec_regs`,
     /// `bwd_vec_pipe`: the same arguments), one dw partial row per block, then `column_sums`.
     #[allow(clippy::too_many_arguments)]
@@ -416,7 +471,7 @@ impl NormDay for Day11 {
     const KIND: Kind = Kind::Rms;
     const FORWARD_VERSIONS: &'static [&'static str] = &["naive", "split", "block", "vec_regs"];
     const BACKWARD_VERSIONS: &'static [&'static str] =
-        &["bwd_split", "bwd_vec_regs", "bwd_vec_pipe"];
+        &["bwd_split", "bwd_vec_regs", "bwd_vec_pipe", "bwd_saved"];
     const DEFAULT_PROBLEMS: &'static [Shape] = &[
         Shape::new(Pass::Forward, 16384, 4096, Dtype::Bf16),
         Shape::new(Pass::Backward, 16384, 4096, Dtype::Bf16),
@@ -446,6 +501,7 @@ impl NormDay for Day11 {
             "bwd_split" => self.plan_bwd_split(gpu, rows, cols, eps),
             "bwd_vec_regs" => self.plan_bwd_regs(gpu, rows, cols, eps),
             "bwd_vec_pipe" => self.plan_bwd_pipe(gpu, rows, cols, eps),
+            "bwd_saved" => self.plan_bwd_saved(gpu, rows, cols),
             other => Err(Refused(format!("day11 has no version `{other}`")).into()),
         }
     }

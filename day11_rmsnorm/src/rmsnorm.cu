@@ -290,6 +290,77 @@ __device__ __forceinline__ void rmsnorm_bwd_pipe(const T* __restrict__ x, const 
 }
 
 // ---------------------------------------------------------------------------------------
+// bwd_saved: grid(blocks), block(GROUP; 256 = a warp per row, 8 rows, in the 32-thread
+// tiers): the forward's rstd read (one f32 per row, as training saves it) instead of
+// recomputed, so a row needs one sum, sum(g * x), reduced with one barrier (none for a warp).
+// Row group j of block b takes rows b * R + j, then + gridDim.x * R, ... (R rows per block).
+// Thread t's packs of x and dy stay packed in registers, and the next row's are loaded before
+// this row is reduced and written. dw as bwd_vec_regs: each row group's share in registers,
+// one partial row per row group at the end. 16-byte rows only.
+template <typename T, int GROUP, int EPT>
+__device__ __forceinline__ void rmsnorm_bwd_saved(const T* __restrict__ x, const T* __restrict__ w,
+                                                  const T* __restrict__ dy,
+                                                  const float* __restrict__ saved_rstd,
+                                                  T* __restrict__ dx, float* __restrict__ partials,
+                                                  index_t rows, index_t cols) {
+    constexpr int N = 16 / sizeof(T), P = EPT / N, R = saved_rows_per_block<GROUP>();
+    __shared__ float scratch[2 * 32];
+    const int t = threadIdx.x % GROUP;
+    const index_t group = (index_t)blockIdx.x * R + threadIdx.x / GROUP;
+    const index_t stride = (index_t)gridDim.x * R;
+    float wv[EPT], acc[EPT];
+    load_row<T, GROUP, EPT, true>(w, t, cols, wv);  // 0 past the row: g is 0 there
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) acc[i] = 0.0f;
+    uint4 xp[P], dyp[P];
+    if (group < rows) {
+        load_packs<T, GROUP, EPT>(x + group * cols, t, cols, xp);
+        load_packs<T, GROUP, EPT>(dy + group * cols, t, cols, dyp);
+    }
+    int buffer = 0;
+    for (index_t row = group; row < rows; row += stride) {
+        const index_t next = row + stride;
+        uint4 xn[P], dyn[P];
+        if (next < rows) {
+            load_packs<T, GROUP, EPT>(x + next * cols, t, cols, xn);
+            load_packs<T, GROUP, EPT>(dy + next * cols, t, cols, dyn);
+        }
+        const float rstd = saved_rstd[row];
+        float sum[1] = {0.0f};  // sum(g * x)
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            float xv[N], dyv[N];
+            unpack<T>(xp[p], xv);
+            unpack<T>(dyp[p], dyv);
+#pragma unroll
+            for (int k = 0; k < N; ++k) sum[0] += wv[p * N + k] * dyv[k] * xv[k];
+        }
+        row_sum_n_one_barrier<GROUP, 1>(sum, scratch, buffer);
+        buffer ^= 1;
+        const float mean_g_xhat = rstd * sum[0] / (float)cols;
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            float xv[N], dyv[N], out[N];
+            unpack<T>(xp[p], xv);
+            unpack<T>(dyp[p], dyv);
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const float xhat = xv[k] * rstd;
+                acc[p * N + k] += dyv[k] * xhat;
+                out[k] = rstd * (wv[p * N + k] * dyv[k] - xhat * mean_g_xhat);
+            }
+            store_packs<T, GROUP, EPT>(dx + row * cols, t, cols, p, out);
+        }
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            xp[p] = xn[p];
+            dyp[p] = dyn[p];
+        }
+    }
+    store_partial<T, GROUP, EPT, true>(partials + group * cols, t, cols, acc);
+}
+
+// ---------------------------------------------------------------------------------------
 // Instantiations. Names: op, method, dtype, then the tier (threads per row g, elements per
 // thread e) and v (16-byte loads) or s (scalar loads, for widths no pack divides).
 #define SIMPLE_KERNELS(T, NAME)                                                                \
@@ -348,6 +419,27 @@ __device__ __forceinline__ void rmsnorm_bwd_pipe(const T* __restrict__ x, const 
                                                    index_t cols, float eps) {                  \
         rmsnorm_bwd_pipe<T, GROUP, EPT>(x, w, dy, dx, partials, rows, cols, eps);              \
     }
+
+// bwd_saved's tiers (saved_tiers in the launcher): a warp per row up to 16 elements a thread,
+// then blocks of 128 and 256 threads with 32 each. Registers: x and dy packed (twice, the next
+// row's too), w and the dw accumulators as floats.
+#define BWD_SAVED_TIER(T, NAME, GROUP, EPT, BLOCK, MIN_BLOCKS)                                 \
+    KERNEL void __launch_bounds__(BLOCK, MIN_BLOCKS)                                           \
+        rmsnorm_bwd_saved_##NAME##_g##GROUP##_e##EPT(const T* x, const T* w, const T* dy,      \
+                                                    const float* saved_rstd, T* dx,            \
+                                                    float* partials, index_t rows,             \
+                                                    index_t cols) {                            \
+        rmsnorm_bwd_saved<T, GROUP, EPT>(x, w, dy, saved_rstd, dx, partials, rows, cols);      \
+    }
+#define BWD_SAVED_KERNELS(T, NAME, PACK)                                                       \
+    BWD_SAVED_TIER(T, NAME, 32, PACK, 256, 2)                                                  \
+    BWD_SAVED_TIER(T, NAME, 32, 16, 256, 1)                                                    \
+    BWD_SAVED_TIER(T, NAME, 128, 32, 128, 2)                                                   \
+    BWD_SAVED_TIER(T, NAME, 256, 32, 256, 1)
+
+BWD_SAVED_KERNELS(float, f32, 4)
+BWD_SAVED_KERNELS(f16_t, f16, 8)
+BWD_SAVED_KERNELS(bf16_t, bf16, 8)
 
 NORM_ALL_KERNELS(float, f32, 4)
 NORM_ALL_KERNELS(f16_t, f16, 8)

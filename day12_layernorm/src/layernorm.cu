@@ -359,6 +359,84 @@ __device__ __forceinline__ void layernorm_bwd_pipe(const T* __restrict__ x,
 }
 
 // ---------------------------------------------------------------------------------------
+// bwd_saved: day11's bwd_saved for LayerNorm. The forward's mean and rstd are read (f32,
+// saved_stats = [mean | rstd], rows each) instead of recomputed, so a row needs sum(g) and
+// sum(g * xhat) only: one reduction of two sums, one barrier (none for a warp per row),
+// where bwd_vec_regs reduces twice with four barriers. Padding slots hold x = 0 and dy = 0,
+// so g = 0 there and they add nothing. w stays in registers: the packed x and dy leave room.
+template <typename T, int GROUP, int EPT>
+__device__ __forceinline__ void layernorm_bwd_saved(const T* __restrict__ x,
+                                                    const T* __restrict__ w,
+                                                    const T* __restrict__ dy,
+                                                    const float* __restrict__ saved_stats,
+                                                    T* __restrict__ dx,
+                                                    float* __restrict__ partials_w,
+                                                    float* __restrict__ partials_b,
+                                                    index_t rows, index_t cols) {
+    constexpr int N = 16 / sizeof(T), P = EPT / N, R = saved_rows_per_block<GROUP>();
+    __shared__ float scratch[2 * 2 * 32];
+    const int t = threadIdx.x % GROUP;
+    const index_t group = (index_t)blockIdx.x * R + threadIdx.x / GROUP;
+    const index_t stride = (index_t)gridDim.x * R;
+    float wv[EPT], acc_w[EPT], acc_b[EPT];
+    load_row<T, GROUP, EPT, true>(w, t, cols, wv);
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) acc_w[i] = acc_b[i] = 0.0f;
+    uint4 xp[P], dyp[P];
+    if (group < rows) {
+        load_packs<T, GROUP, EPT>(x + group * cols, t, cols, xp);
+        load_packs<T, GROUP, EPT>(dy + group * cols, t, cols, dyp);
+    }
+    int buffer = 0;
+    for (index_t row = group; row < rows; row += stride) {
+        const index_t next = row + stride;
+        uint4 xn[P], dyn[P];
+        if (next < rows) {
+            load_packs<T, GROUP, EPT>(x + next * cols, t, cols, xn);
+            load_packs<T, GROUP, EPT>(dy + next * cols, t, cols, dyn);
+        }
+        const float mean = saved_stats[row], rstd = saved_stats[rows + row];
+        float sums[2] = {0.0f, 0.0f};  // sum(g), sum(g * xhat)
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            float xv[N], dyv[N];
+            unpack<T>(xp[p], xv);
+            unpack<T>(dyp[p], dyv);
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const float g = wv[p * N + k] * dyv[k];
+                sums[0] += g;
+                sums[1] += g * ((xv[k] - mean) * rstd);
+            }
+        }
+        row_sum_n_one_barrier<GROUP, 2>(sums, scratch, buffer);
+        buffer ^= 1;
+        const float mean_g = sums[0] / (float)cols, mean_g_xhat = sums[1] / (float)cols;
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            float xv[N], dyv[N], out[N];
+            unpack<T>(xp[p], xv);
+            unpack<T>(dyp[p], dyv);
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const float xhat = (xv[k] - mean) * rstd;
+                acc_w[p * N + k] += dyv[k] * xhat;
+                acc_b[p * N + k] += dyv[k];
+                out[k] = rstd * (wv[p * N + k] * dyv[k] - mean_g - xhat * mean_g_xhat);
+            }
+            store_packs<T, GROUP, EPT>(dx + row * cols, t, cols, p, out);
+        }
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            xp[p] = xn[p];
+            dyp[p] = dyn[p];
+        }
+    }
+    store_partial<T, GROUP, EPT, true>(partials_w + group * cols, t, cols, acc_w);
+    store_partial<T, GROUP, EPT, true>(partials_b + group * cols, t, cols, acc_b);
+}
+
+// ---------------------------------------------------------------------------------------
 // Instantiations: op, method, dtype, then the tier (g threads per row, e elements per thread)
 // and v (16-byte loads) or s (scalar loads, for widths no pack divides).
 #define SIMPLE_KERNELS(T, NAME)                                                                \
@@ -411,6 +489,25 @@ __device__ __forceinline__ void layernorm_bwd_pipe(const T* __restrict__ x,
         layernorm_bwd_pipe<T, GROUP, EPT>(x, w, dy, dx, partials_w, partials_b, rows, cols,    \
                                           eps);                                                \
     }
+
+// bwd_saved's tiers, as day11's (saved_tiers in the launcher).
+#define BWD_SAVED_TIER(T, NAME, GROUP, EPT, BLOCK, MIN_BLOCKS)                                 \
+    KERNEL void __launch_bounds__(BLOCK, MIN_BLOCKS)                                           \
+        layernorm_bwd_saved_##NAME##_g##GROUP##_e##EPT(                                        \
+            const T* x, const T* w, const T* dy, const float* saved_stats, T* dx,              \
+            float* partials_w, float* partials_b, index_t rows, index_t cols) {                \
+        layernorm_bwd_saved<T, GROUP, EPT>(x, w, dy, saved_stats, dx, partials_w, partials_b,  \
+                                           rows, cols);                                        \
+    }
+#define BWD_SAVED_KERNELS(T, NAME, PACK)                                                       \
+    BWD_SAVED_TIER(T, NAME, 32, PACK, 256, 2)                                                  \
+    BWD_SAVED_TIER(T, NAME, 32, 16, 256, 1)                                                    \
+    BWD_SAVED_TIER(T, NAME, 128, 32, 128, 2)                                                   \
+    BWD_SAVED_TIER(T, NAME, 256, 32, 256, 1)
+
+BWD_SAVED_KERNELS(float, f32, 4)
+BWD_SAVED_KERNELS(f16_t, f16, 8)
+BWD_SAVED_KERNELS(bf16_t, bf16, 8)
 
 NORM_ALL_KERNELS(float, f32, 4)
 NORM_ALL_KERNELS(f16_t, f16, 8)

@@ -9,7 +9,7 @@ use common::family::norm::{
     Inputs, Kind, NormDay, Pass, Plan, Refused, Shape, backward_len, backward_tiers,
     block_per_row_grid, block_terms, bwd_regs_function, check_sizes, column_terms,
     forward_register_plan, forward_tiers, fused_backward_launch, launch_column_sums, load_suffix,
-    pipe_function,
+    pipe_function, saved_backward_launch, saved_function, saved_tiers,
 };
 use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
@@ -66,6 +66,9 @@ fn all_functions() -> Vec<String> {
         }
         for (group, ept) in backward_tiers(dtype) {
             names.push(pipe_function("layernorm", dtype, group, ept));
+        }
+        for (group, ept) in saved_tiers(dtype) {
+            names.push(saved_function("layernorm", dtype, group, ept));
         }
     }
     names
@@ -314,6 +317,62 @@ impl Day12 {
         self.plan_bwd_rows(gpu, kernel, shape, ept, rows, cols, eps)
     }
 
+    /// `bwd_saved`: the forward's saved mean and rstd read instead of recomputed, one
+    /// reduction (of two sums) and one barrier per row, the next row's x and dy loaded while
+    /// this one is reduced; then `column_sums` for dw and db.
+    fn plan_bwd_saved<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Plan<'a, T>> {
+        let (kernel, shape, ept, groups) =
+            saved_backward_launch(&self.kernels, "layernorm", T::DTYPE, rows, cols, self.sms)?;
+        let sums = self.kernel::<T>("column_sums")?;
+        let mut partials_w = gpu.stream.alloc_zeros::<f32>(groups * cols)?;
+        let mut partials_b = gpu.stream.alloc_zeros::<f32>(groups * cols)?;
+        Ok(Plan {
+            kernel,
+            shape,
+            row_terms: ept + 10,
+            col_terms: column_terms(rows.div_ceil(groups), groups),
+            launch: Box::new(move |inputs: &Inputs<T>, out| {
+                let len = backward_len(Kind::Layer, rows, cols);
+                check_sizes(inputs, out.len(), rows, cols, len)?;
+                let dy = inputs.dy()?;
+                let saved = inputs.saved_stats()?;
+                if saved.len() != 2 * rows {
+                    anyhow::bail!(
+                        "bwd_saved: {} saved statistics for {rows} rows",
+                        saved.len()
+                    );
+                }
+                let (mut dx, mut grads) = out.split_at_mut(rows * cols);
+                let (mut dw, mut db) = grads.split_at_mut(cols);
+                let (rows64, cols64) = (rows as u64, cols as u64);
+                let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch
+                    .arg(&inputs.x)
+                    .arg(&inputs.weight)
+                    .arg(dy)
+                    .arg(saved)
+                    .arg(&mut dx)
+                    .arg(&mut partials_w)
+                    .arg(&mut partials_b)
+                    .arg(&rows64)
+                    .arg(&cols64);
+                // SAFETY: layernorm_bwd_saved_<T>_g<G>_e<E>(const T* x, const T* w, const T*
+                // dy, const float* saved_stats, T* dx, float* partials_w, float* partials_b,
+                // rows, cols): the tier holds the row, rows are whole 16-byte packs
+                // (saved_backward_launch refuses others), saved_stats holds the means then the
+                // rstds (checked above), each partials array has a row per row group.
+                unsafe { launch.launch(kernel.config(&shape)?) }?;
+                launch_column_sums(gpu, sums, &partials_w, &mut dw, groups, cols)?;
+                launch_column_sums(gpu, sums, &partials_b, &mut db, groups, cols)
+            }),
+        })
+    }
+
     /// The plan of a fused backward kernel whose blocks loop over rows (`bwd_vec_regs`,
     /// `bwd_vec_pipe`: the same arguments), one dw and one db partial row per block, then
     /// `column_sums` for each.
@@ -375,7 +434,7 @@ impl NormDay for Day12 {
     const KIND: Kind = Kind::Layer;
     const FORWARD_VERSIONS: &'static [&'static str] = &["naive", "welford_block", "vec_regs"];
     const BACKWARD_VERSIONS: &'static [&'static str] =
-        &["bwd_split", "bwd_vec_regs", "bwd_vec_pipe"];
+        &["bwd_split", "bwd_vec_regs", "bwd_vec_pipe", "bwd_saved"];
     const DEFAULT_PROBLEMS: &'static [Shape] = &[
         Shape::new(Pass::Forward, 16384, 4096, Dtype::Bf16),
         Shape::new(Pass::Backward, 16384, 4096, Dtype::Bf16),
@@ -404,6 +463,7 @@ impl NormDay for Day12 {
             "bwd_split" => self.plan_bwd_split(gpu, rows, cols, eps),
             "bwd_vec_regs" => self.plan_bwd_regs(gpu, rows, cols, eps),
             "bwd_vec_pipe" => self.plan_bwd_pipe(gpu, rows, cols, eps),
+            "bwd_saved" => self.plan_bwd_saved(gpu, rows, cols),
             other => Err(Refused(format!("day12 has no version `{other}`")).into()),
         }
     }

@@ -60,7 +60,7 @@ fn typed<'a, T: Element, D: NormDay>(
     let (rows, cols) = (shape.rows, shape.cols);
     let host = HostInputs::<T>::new(rows, cols, default_seed()?);
     // Shared by every case of the pass; each has its own output.
-    let inputs = Rc::new(host.upload(gpu, D::KIND, shape.pass)?);
+    let inputs = Rc::new(host.upload(gpu, D::KIND, shape.pass, D::DEFAULT_EPS as f32)?);
     drop(host);
     let out_len = match shape.pass {
         Pass::Forward => rows * cols,

@@ -43,7 +43,7 @@ fn test_dtype<T: Element, D: NormDay>(gpu: &Gpu, day: &D) {
     for (i, (rows, cols)) in test_shapes().into_iter().enumerate() {
         let host = HostInputs::<T>::new(rows, cols, 100 + i as u64);
         for pass in [Pass::Forward, Pass::Backward] {
-            let inputs = host.upload(gpu, D::KIND, pass).expect("upload");
+            let inputs = host.upload(gpu, D::KIND, pass, eps).expect("upload");
             let (forward, grads) = match pass {
                 Pass::Forward => (Some(host.forward(D::KIND, rows, cols, eps)), None),
                 Pass::Backward => (None, Some(host.backward(D::KIND, rows, cols, eps))),

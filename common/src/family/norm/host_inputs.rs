@@ -23,8 +23,9 @@ impl<T: Element> HostInputs<T> {
         }
     }
 
-    /// The device copies a launch of `kind`'s `pass` reads.
-    pub fn upload(&self, gpu: &Gpu, kind: Kind, pass: Pass) -> Result<Inputs<T>> {
+    /// The device copies a launch of `kind`'s `pass` reads; a backward's include the
+    /// statistics the forward saves with `eps` ([`Self::saved_stats`]).
+    pub fn upload(&self, gpu: &Gpu, kind: Kind, pass: Pass, eps: f32) -> Result<Inputs<T>> {
         Ok(Inputs {
             x: gpu.upload(&self.x)?,
             weight: gpu.upload(&self.weight)?,
@@ -36,7 +37,40 @@ impl<T: Element> HostInputs<T> {
                 Pass::Backward => Some(gpu.upload(&self.dy)?),
                 Pass::Forward => None,
             },
+            saved_stats: match pass {
+                Pass::Backward => {
+                    let rows = self.x.len() / self.weight.len();
+                    Some(gpu.upload(&self.saved_stats(kind, rows, self.weight.len(), eps))?)
+                }
+                Pass::Forward => None,
+            },
         })
+    }
+
+    /// What a training forward saves for the backward, f32 per row, computed in f64 from the
+    /// stored x: RMSNorm's `rstd` (`rows` values); LayerNorm's `mean`, then its `rstd`
+    /// (`2 x rows`), in the layout [`Inputs::saved_stats`] describes.
+    pub fn saved_stats(&self, kind: Kind, rows: usize, cols: usize, eps: f32) -> Vec<f32> {
+        let eps = eps as f64;
+        let row = |r: usize| self.x[r * cols..(r + 1) * cols].iter().map(|v| v.to_f64());
+        match kind {
+            Kind::Rms => (0..rows)
+                .map(|r| {
+                    let mean_square = row(r).map(|v| v * v).sum::<f64>() / cols as f64;
+                    (1.0 / (mean_square + eps).sqrt()) as f32
+                })
+                .collect(),
+            Kind::Layer => {
+                let means: Vec<f64> = (0..rows)
+                    .map(|r| row(r).sum::<f64>() / cols as f64)
+                    .collect();
+                let rstds = (0..rows).map(|r| {
+                    let var = row(r).map(|v| (v - means[r]).powi(2)).sum::<f64>() / cols as f64;
+                    (1.0 / (var + eps).sqrt()) as f32
+                });
+                means.iter().map(|&m| m as f32).chain(rstds).collect()
+            }
+        }
     }
 
     pub fn forward(&self, kind: Kind, rows: usize, cols: usize, eps: f32) -> Forward {

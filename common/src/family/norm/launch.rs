@@ -220,6 +220,60 @@ pub fn pipe_tier(dtype: Dtype, cols: usize) -> Result<(usize, usize)> {
     backward_register_tier(dtype, cols, "bwd_split")
 }
 
+/// The tiers of `bwd_saved` (threads per row, elements per thread), as `BWD_SAVED_KERNELS`
+/// instantiates them: a warp per row (8 rows per block of 256) up to 16 elements a thread,
+/// then blocks of 128 and 256 threads with 32 each. Its threads keep x and dy packed, so 32
+/// elements fit where the recomputing backward keeps 8.
+pub fn saved_tiers(dtype: Dtype) -> [(usize, usize); 4] {
+    [(32, pack(dtype)), (32, 16), (128, 32), (256, 32)]
+}
+
+/// The widest row `bwd_saved` takes.
+pub const MAX_SAVED_ROW: usize = 256 * 32;
+
+/// The `bwd_saved` kernel of a tier: `<op>_bwd_saved_<dtype>_g<group>_e<ept>`.
+pub fn saved_function(op: &str, dtype: Dtype, group: usize, ept: usize) -> String {
+    format!("{op}_bwd_saved_{dtype}_g{group}_e{ept}")
+}
+
+/// Rows a `bwd_saved` block works on at once, as `saved_rows_per_block` in `norm.cuh`: 8 in
+/// the warp-per-row tiers, else 1.
+pub fn saved_rows_per_block(group: usize) -> usize {
+    if group == 32 { 8 } else { 1 }
+}
+
+/// A `bwd_saved` kernel for rows of `cols`, its launch (blocks as the GPU holds them at once,
+/// at most one row group each), its tier's elements per thread and its row groups (one dw
+/// partial row each), or a refusal: rows of whole 16-byte packs up to [`MAX_SAVED_ROW`].
+pub fn saved_backward_launch<'a>(
+    kernels: &'a KernelSet,
+    op: &str,
+    dtype: Dtype,
+    rows: usize,
+    cols: usize,
+    sms: usize,
+) -> Result<(&'a Kernel, LaunchShape, usize, usize)> {
+    if !cols.is_multiple_of(pack(dtype)) {
+        return Err(Refused(format!(
+            "rows of {cols} are not whole 16-byte packs of {} (bwd_vec_regs takes them)",
+            pack(dtype)
+        ))
+        .into());
+    }
+    let (group, ept) = tier_for(&saved_tiers(dtype), cols).ok_or_else(|| {
+        Refused(format!(
+            "rows of {cols} exceed the {MAX_SAVED_ROW} elements bwd_saved keeps in registers \
+             (bwd_split takes them)"
+        ))
+    })?;
+    let per_block = saved_rows_per_block(group);
+    let threads = (group * per_block) as u32;
+    let kernel = kernels.get(&saved_function(op, dtype, group, ept))?;
+    let blocks = resident_blocks(kernel, threads, sms, rows.div_ceil(per_block))?;
+    let shape = LaunchShape::linear(blocks as u32, threads);
+    Ok((kernel, shape, ept, blocks * per_block))
+}
+
 /// The launch shape of `column_sums_<T>`: 32 columns per block, `COLUMN_SLICES` = 8 threads
 /// per column.
 pub fn column_sums_shape(cols: usize) -> LaunchShape {
@@ -282,6 +336,20 @@ mod tests {
         );
         assert!(forward_register_plan(Dtype::F32, 4, MAX_REGISTER_ROW + 1, "x").is_err());
         assert!(backward_register_tier(Dtype::F32, MAX_BACKWARD_REGISTER_ROW + 1, "x").is_err());
+    }
+
+    #[test]
+    fn saved_tiers_grow_to_their_limit_in_whole_packs() {
+        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+            let tiers = saved_tiers(dtype);
+            let caps: Vec<usize> = tiers.iter().map(|(g, e)| g * e).collect();
+            assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
+            assert_eq!(*caps.last().unwrap(), MAX_SAVED_ROW);
+            assert!(tiers.iter().all(|(_, e)| e % pack(dtype) == 0));
+        }
+        // The default problem: 128 threads x 32 elements, one row per block.
+        assert_eq!(tier_for(&saved_tiers(Dtype::Bf16), 4096), Some((128, 32)));
+        assert_eq!(saved_rows_per_block(32), 8);
     }
 
     #[test]

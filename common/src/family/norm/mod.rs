@@ -122,9 +122,11 @@ pub fn backward_len(kind: Kind, rows: usize, cols: usize) -> usize {
 }
 
 /// Least traffic of one run. Forward: x read, y written, the parameters read. Backward: x and
-/// dy read, dx written, the weight read, a gradient per parameter written (the per-row
-/// statistics are recomputed from x, not read; the column sums' partials stay in L2 and are
-/// not counted). `peers/norm.py` counts the same bytes for torch.
+/// dy read, dx written, the weight read, a gradient per parameter written (the column sums'
+/// partials stay in L2 and are not counted). `peers/norm.py` counts the same bytes for torch.
+/// The `bwd_saved` versions also read the forward's saved statistics, 4 bytes per row and
+/// statistic: 64 KiB of RMSNorm's 16384 x 4096 bf16 problem (384 MiB), 0.02%, which this count
+/// leaves out for every version alike.
 pub fn bytes_per_run(kind: Kind, shape: &Shape) -> u64 {
     let (n, c) = (shape.elements() as u64, shape.cols as u64);
     let p = params(kind) as u64;
@@ -135,12 +137,16 @@ pub fn bytes_per_run(kind: Kind, shape: &Shape) -> u64 {
     elements * shape.dtype.size() as u64
 }
 
-/// The inputs of one launch; `bias` only for the LayerNorm forward, `dy` only for backward.
+/// The inputs of one launch; `bias` only for the LayerNorm forward, `dy` and `saved_stats`
+/// only for the backward.
 pub struct Inputs<T> {
     pub x: CudaSlice<T>,
     pub weight: CudaSlice<T>,
     pub bias: Option<CudaSlice<T>>,
     pub dy: Option<CudaSlice<T>>,
+    /// The per-row statistics a training forward saves, f32: RMSNorm's `rstd[rows]`;
+    /// LayerNorm's `mean[rows]` then `rstd[rows]`. Only the `bwd_saved` versions read them.
+    pub saved_stats: Option<CudaSlice<f32>>,
 }
 
 impl<T> Inputs<T> {
@@ -149,6 +155,13 @@ impl<T> Inputs<T> {
         self.bias
             .as_ref()
             .ok_or_else(|| anyhow::anyhow!("this launch needs a bias"))
+    }
+
+    /// The forward's saved statistics, which a `bwd_saved` backward reads.
+    pub fn saved_stats(&self) -> Result<&CudaSlice<f32>> {
+        self.saved_stats
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("this launch needs the forward's saved statistics"))
     }
 
     /// The upstream gradient, which a backward needs.

@@ -169,7 +169,7 @@ impl<D: NormDay> Run<'_, D> {
         )?;
         session.save_input("x", &[rows, cols], &host.x)?;
         session.save_input("weight", &[cols], &host.weight)?;
-        let inputs = host.upload(self.gpu, D::KIND, shape.pass)?;
+        let inputs = host.upload(self.gpu, D::KIND, shape.pass, self.eps)?;
         let versions = versions_of::<D>(shape.pass)
             .iter()
             .copied()
