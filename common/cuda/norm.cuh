@@ -104,19 +104,25 @@ template <int GROUP> __device__ __forceinline__ float group_sum(float v, float* 
     else return block_sum(v, scratch);
 }
 
-// Threads per column in column_sums: each adds every COLUMN_SLICES-th partial row.
-#define COLUMN_SLICES 8
+// Threads per column in column_sums: each adds every COLUMN_SLICES-th partial row. 32 (8
+// before): the partial rows (a few hundred) are read from L2 by chains of dependent loads, and
+// with 8 slices the second stage took 5-10 us of a 150 us backward; `COLUMN_SLICES` in
+// `common::family::norm` is the host's copy.
+#define COLUMN_SLICES 32
 
-// grid(ceil(cols / 32)), block(32, COLUMN_SLICES): out[c] = sum over k < chunks of
-// partials[k * cols + c], the second stage of a two-stage column sum (the first stage wrote
-// one f32 row of partial sums per block of rows). A warp reads 32 consecutive columns of one
-// partial row (128 bytes, coalesced); slice s adds rows s, s + 8, ... in order, then thread
-// (c, 0) adds the 8 slice sums in order. The order never depends on timing, so every run gives
-// the same bits: no float atomics. Longest chain: chunks / 8 + 8 additions.
+// grid(ceil(cols / 32), arrays), block(32, COLUMN_SLICES): out[a * cols + c] = sum over
+// k < chunks of partials[(a * chunks + k) * cols + c], the second stage of a two-stage column
+// sum (the first stage wrote one f32 row of partial sums per block of rows) for `arrays`
+// column sums at once (LayerNorm's dw and db in one launch). A warp reads 32 consecutive
+// columns of one partial row (128 bytes, coalesced); slice s adds rows s, s + 32, ... in order,
+// then thread (c, 0) adds the 32 slice sums in order. The order never depends on timing, so
+// every run gives the same bits: no float atomics. Longest chain: chunks / 32 + 32 additions.
 template <typename T>
 __device__ __forceinline__ void column_sums(const float* __restrict__ partials, T* __restrict__ out,
                                             index_t chunks, index_t cols) {
     __shared__ float slice_sums[COLUMN_SLICES][32];
+    partials += (index_t)blockIdx.y * chunks * cols;
+    out += (index_t)blockIdx.y * cols;
     const index_t c = (index_t)blockIdx.x * 32 + threadIdx.x;
     float sum = 0.0f;
     if (c < cols) {

@@ -312,7 +312,7 @@ impl Day11 {
                 // SAFETY: rmsnorm_bwd_dw_partials_<T>(const T* x, const T* dy, const float*
                 // rstd, float* partials, rows, cols, chunk_rows); partials holds chunks x cols.
                 unsafe { second.launch(partials_kernel.config(&partials_shape)?) }?;
-                launch_column_sums(gpu, sums, &partials, &mut dw, chunks, cols)
+                launch_column_sums(gpu, sums, &partials, &mut dw, 1, chunks, cols)
             }),
         })
     }
@@ -406,7 +406,7 @@ impl Day11 {
                 // the row, rows are whole 16-byte packs (saved_backward_launch refuses others),
                 // saved_rstd has a value per row (checked above), partials a row per row group.
                 unsafe { launch.launch(kernel.config(&shape)?) }?;
-                launch_column_sums(gpu, sums, &partials, &mut dw, groups, cols)
+                launch_column_sums(gpu, sums, &partials, &mut dw, 1, groups, cols)
             }),
         })
     }
@@ -459,7 +459,7 @@ impl Day11 {
                 // rows, a pipe kernel's shared memory is its stages' buffers (its shape says
                 // so), partials has a row per block.
                 unsafe { launch.launch(kernel.config(&shape)?) }?;
-                launch_column_sums(gpu, sums, &partials, &mut dw, blocks, cols)
+                launch_column_sums(gpu, sums, &partials, &mut dw, 1, blocks, cols)
             }),
         })
     }

@@ -228,8 +228,8 @@ impl Day12 {
         };
         // (mean, rstd) per row, as float2.
         let mut stats = gpu.stream.alloc_zeros::<f32>(2 * rows)?;
-        let mut partials_w = gpu.stream.alloc_zeros::<f32>(chunks * cols)?;
-        let mut partials_b = gpu.stream.alloc_zeros::<f32>(chunks * cols)?;
+        // dw's partial rows, then db's: one column_sums launch adds both.
+        let mut partials = gpu.stream.alloc_zeros::<f32>(2 * chunks * cols)?;
         Ok(Plan {
             kernel: dx_kernel,
             shape: dx_shape,
@@ -240,7 +240,8 @@ impl Day12 {
                 check_sizes(inputs, out.len(), rows, cols, len)?;
                 let dy = inputs.dy()?;
                 let (mut dx, mut grads) = out.split_at_mut(rows * cols);
-                let (mut dw, mut db) = grads.split_at_mut(cols);
+                let half = partials.len() / 2;
+                let (mut partials_w, mut partials_b) = partials.split_at_mut(half);
                 let (rows64, cols64, chunk64) = (rows as u64, cols as u64, CHUNK_ROWS as u64);
                 let mut first = gpu.stream.launch_builder(&dx_kernel.func);
                 first
@@ -269,8 +270,7 @@ impl Day12 {
                 // stats, float* partials_w, float* partials_b, rows, cols, chunk_rows); each
                 // partials array holds chunks x cols.
                 unsafe { second.launch(partials_kernel.config(&partials_shape)?) }?;
-                launch_column_sums(gpu, sums, &partials_w, &mut dw, chunks, cols)?;
-                launch_column_sums(gpu, sums, &partials_b, &mut db, chunks, cols)
+                launch_column_sums(gpu, sums, &partials, &mut grads, 2, chunks, cols)
             }),
         })
     }
@@ -329,8 +329,8 @@ impl Day12 {
         let (kernel, shape, ept, groups) =
             saved_backward_launch(&self.kernels, "layernorm", T::DTYPE, rows, cols, self.sms)?;
         let sums = self.kernel::<T>("column_sums")?;
-        let mut partials_w = gpu.stream.alloc_zeros::<f32>(groups * cols)?;
-        let mut partials_b = gpu.stream.alloc_zeros::<f32>(groups * cols)?;
+        // dw's partial rows, then db's: one column_sums launch adds both.
+        let mut partials = gpu.stream.alloc_zeros::<f32>(2 * groups * cols)?;
         Ok(Plan {
             kernel,
             shape,
@@ -348,7 +348,8 @@ impl Day12 {
                     );
                 }
                 let (mut dx, mut grads) = out.split_at_mut(rows * cols);
-                let (mut dw, mut db) = grads.split_at_mut(cols);
+                let half = partials.len() / 2;
+                let (mut partials_w, mut partials_b) = partials.split_at_mut(half);
                 let (rows64, cols64) = (rows as u64, cols as u64);
                 let mut launch = gpu.stream.launch_builder(&kernel.func);
                 launch
@@ -367,8 +368,7 @@ impl Day12 {
                 // (saved_backward_launch refuses others), saved_stats holds the means then the
                 // rstds (checked above), each partials array has a row per row group.
                 unsafe { launch.launch(kernel.config(&shape)?) }?;
-                launch_column_sums(gpu, sums, &partials_w, &mut dw, groups, cols)?;
-                launch_column_sums(gpu, sums, &partials_b, &mut db, groups, cols)
+                launch_column_sums(gpu, sums, &partials, &mut grads, 2, groups, cols)
             }),
         })
     }
@@ -389,8 +389,8 @@ impl Day12 {
     ) -> Result<Plan<'a, T>> {
         let sums = self.kernel::<T>("column_sums")?;
         let blocks = shape.grid.0 as usize;
-        let mut partials_w = gpu.stream.alloc_zeros::<f32>(blocks * cols)?;
-        let mut partials_b = gpu.stream.alloc_zeros::<f32>(blocks * cols)?;
+        // dw's partial rows, then db's: one column_sums launch adds both.
+        let mut partials = gpu.stream.alloc_zeros::<f32>(2 * blocks * cols)?;
         Ok(Plan {
             kernel,
             shape,
@@ -402,7 +402,8 @@ impl Day12 {
                 check_sizes(inputs, out.len(), rows, cols, len)?;
                 let dy = inputs.dy()?;
                 let (mut dx, mut grads) = out.split_at_mut(rows * cols);
-                let (mut dw, mut db) = grads.split_at_mut(cols);
+                let half = partials.len() / 2;
+                let (mut partials_w, mut partials_b) = partials.split_at_mut(half);
                 let (rows64, cols64) = (rows as u64, cols as u64);
                 let mut launch = gpu.stream.launch_builder(&kernel.func);
                 launch
@@ -421,8 +422,7 @@ impl Day12 {
                 // only for 16-byte aligned rows, a pipe kernel's shared memory is its stages'
                 // buffers (its shape says so), each partials array has a row per block.
                 unsafe { launch.launch(kernel.config(&shape)?) }?;
-                launch_column_sums(gpu, sums, &partials_w, &mut dw, blocks, cols)?;
-                launch_column_sums(gpu, sums, &partials_b, &mut db, blocks, cols)
+                launch_column_sums(gpu, sums, &partials, &mut grads, 2, blocks, cols)
             }),
         })
     }

@@ -274,42 +274,48 @@ pub fn saved_backward_launch<'a>(
     Ok((kernel, shape, ept, blocks * per_block))
 }
 
-/// The launch shape of `column_sums_<T>`: 32 columns per block, `COLUMN_SLICES` = 8 threads
-/// per column.
-pub fn column_sums_shape(cols: usize) -> LaunchShape {
+/// Threads per column in `column_sums`, as `COLUMN_SLICES` in `norm.cuh` defines it.
+pub const COLUMN_SLICES: usize = 32;
+
+/// The launch shape of `column_sums_<T>` over `arrays` column sums: 32 columns per block,
+/// [`COLUMN_SLICES`] threads per column, one grid row per array.
+pub fn column_sums_shape(cols: usize, arrays: usize) -> LaunchShape {
     LaunchShape {
-        grid: (cols.div_ceil(32) as u32, 1, 1),
-        block: (32, 8, 1),
+        grid: (cols.div_ceil(32) as u32, arrays as u32, 1),
+        block: (32, COLUMN_SLICES as u32, 1),
         dynamic_shared_bytes: 0,
     }
 }
 
 /// The longest chain of additions in a two-stage column sum: `rows_per_chunk` in the first
-/// stage, then `chunks / 8 + 8` in `column_sums`.
+/// stage, then `chunks / 32 + 32` in `column_sums`.
 pub fn column_terms(rows_per_chunk: usize, chunks: usize) -> usize {
-    rows_per_chunk + chunks.div_ceil(8) + 8
+    rows_per_chunk + chunks.div_ceil(COLUMN_SLICES) + COLUMN_SLICES
 }
 
-/// Enqueues `column_sums_<T>(partials, out, chunks, cols)`: `out[c]` = the sum of column `c`
-/// of the `chunks x cols` partial sums, in a fixed order.
+/// Enqueues `column_sums_<T>(partials, out, chunks, cols)` over `arrays` column sums:
+/// `out[a * cols + c]` = the sum of column `c` of array `a`'s `chunks x cols` partial sums
+/// (stored one array after the other), in a fixed order.
 pub fn launch_column_sums<T: Element>(
     gpu: &Gpu,
     kernel: &Kernel,
     partials: &CudaSlice<f32>,
     out: &mut cudarc::driver::CudaViewMut<'_, T>,
+    arrays: usize,
     chunks: usize,
     cols: usize,
 ) -> Result<()> {
     use cudarc::driver::PushKernelArg;
-    if partials.len() < chunks * cols || out.len() != cols {
-        anyhow::bail!("column_sums: buffers do not hold {chunks} x {cols} partials");
+    if partials.len() < arrays * chunks * cols || out.len() != arrays * cols {
+        anyhow::bail!("column_sums: buffers do not hold {arrays} x {chunks} x {cols} partials");
     }
     let (chunks, cols64) = (chunks as u64, cols as u64);
     let mut launch = gpu.stream.launch_builder(&kernel.func);
     launch.arg(partials).arg(out).arg(&chunks).arg(&cols64);
     // SAFETY: column_sums_<T>(const float* partials, T* out, index_t chunks, index_t cols),
-    // with partials holding chunks x cols floats and out cols elements, checked above.
-    unsafe { launch.launch(kernel.config(&column_sums_shape(cols))?) }?;
+    // grid.y = arrays, with partials holding arrays x chunks x cols floats and out arrays x
+    // cols elements, checked above.
+    unsafe { launch.launch(kernel.config(&column_sums_shape(cols, arrays))?) }?;
     Ok(())
 }
 
