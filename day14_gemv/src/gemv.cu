@@ -20,7 +20,9 @@
 //   warp_vec4    a warp per row, 16-byte loads of A (evict-first: A is never read again),
 //                4 in flight per lane; a row of odd width starts off a 16-byte boundary, so its
 //                first 0-3 and last 0-3 columns are done one by one (head and tail)
-//   rows_vec4    L lanes per row (L = 1..32, chosen from n), 32 / L rows per warp
+//   rows_vec4    L lanes per row (L = 1..32, chosen from n), 32 / L rows per warp; rows of 4L
+//                floats (n <= 128, a multiple of 4) take gemv_narrow: one float4 per lane,
+//                whole rows per warp load
 //   split_row    warps over (16 rows x 512 columns) tiles writing partial sums, then a warp per
 //                row adding them: a deterministic two-pass reduction
 //
@@ -156,6 +158,55 @@ GEMV_ROWS(4)
 GEMV_ROWS(8)
 GEMV_ROWS(16)
 GEMV_ROWS(32)
+
+// rows_vec4 for narrow rows of whole float4s (n = 4L, L = 1, 2, ..., 32): L lanes per row with
+// one float4 each, so each warp load covers 32 / L whole rows (512 contiguous bytes; the
+// general kernel's L = 2 lanes of 8 float4s spread a load over 16 rows), and a lane's float4
+// of x stays in a register. NARROW_LOADS loads in flight per lane: a warp takes NARROW_LOADS x
+// 32 / L consecutive rows. grid(ceil(m / (8 x that))), block(256). A and x 16-byte aligned
+// (the launcher takes this kernel only when n is a multiple of 4).
+#define NARROW_LOADS 4
+template <int L>
+__device__ __forceinline__ void gemv_narrow(const float* __restrict__ a, const float* __restrict__ x,
+                                            float* __restrict__ y, index_t m) {
+    constexpr int ROWS_PER_LOAD = 32 / L, ROWS_PER_WARP = NARROW_LOADS * ROWS_PER_LOAD;
+    const int lane = threadIdx.x % 32, part = lane % L;
+    const float4 xv = reinterpret_cast<const float4*>(x)[part];
+    const float4* a4 = reinterpret_cast<const float4*>(a);
+    const index_t first = ((index_t)blockIdx.x * 8 + threadIdx.x / 32) * ROWS_PER_WARP + lane / L;
+    float sum[NARROW_LOADS];
+#pragma unroll
+    for (int u = 0; u < NARROW_LOADS; ++u) {
+        const index_t row = first + (index_t)u * ROWS_PER_LOAD;
+        const float4 av = row < m ? load_streaming(a4 + row * L + part) : make_float4(0, 0, 0, 0);
+        sum[u] = fma4(av, xv, 0.0f);
+    }
+    // Butterfly within each group of L lanes (every lane joins: rows past m hold 0).
+#pragma unroll
+    for (int offset = L / 2; offset > 0; offset >>= 1) {
+#pragma unroll
+        for (int u = 0; u < NARROW_LOADS; ++u) sum[u] += __shfl_xor_sync(FULL_WARP, sum[u], offset);
+    }
+    if (part == 0) {
+#pragma unroll
+        for (int u = 0; u < NARROW_LOADS; ++u) {
+            const index_t row = first + (index_t)u * ROWS_PER_LOAD;
+            if (row < m) y[row] = sum[u];
+        }
+    }
+}
+
+#define GEMV_NARROW(L)                                                                          \
+    KERNEL void gemv_narrow_f32x4_l##L(const float* __restrict__ a, const float* __restrict__ x, \
+                                       float* __restrict__ y, index_t m, index_t n) {           \
+        gemv_narrow<L>(a, x, y, m);                                                             \
+    }
+GEMV_NARROW(1)
+GEMV_NARROW(2)
+GEMV_NARROW(4)
+GEMV_NARROW(8)
+GEMV_NARROW(16)
+GEMV_NARROW(32)
 
 // Tile of one warp in the split kernel: 16 rows x 512 columns (4 float4 per lane per row).
 #define SPLIT_ROWS 16

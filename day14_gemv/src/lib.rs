@@ -43,6 +43,20 @@ fn rows_function(lanes: usize) -> String {
     format!("gemv_rows_f32x4_l{lanes}")
 }
 
+fn narrow_function(lanes: usize) -> String {
+    format!("gemv_narrow_f32x4_l{lanes}")
+}
+
+/// Loads in flight per lane in `gemv_narrow` (`NARROW_LOADS` in the .cu).
+const NARROW_LOADS: usize = 4;
+
+/// Lanes per row of `gemv_narrow`, for rows of whole float4s that one lane group of a warp
+/// covers with one float4 each (n = 4, 8, ..., 128): `n / 4`; None for other widths.
+pub fn narrow_lanes(n: usize) -> Option<usize> {
+    let lanes = n / 4;
+    (n.is_multiple_of(4) && ROW_LANES.contains(&lanes)).then_some(lanes)
+}
+
 fn all_functions() -> Vec<String> {
     let mut names: Vec<String> = [
         "gemv_warp_f32",
@@ -53,6 +67,7 @@ fn all_functions() -> Vec<String> {
     .map(String::from)
     .into();
     names.extend(ROW_LANES.map(rows_function));
+    names.extend(ROW_LANES.map(narrow_function));
     names
 }
 
@@ -125,10 +140,16 @@ impl Gemv {
         match version {
             "warp_scalar" => one_kernel("gemv_warp_f32", WARPS_PER_BLOCK, n.div_ceil(32) + 5),
             "warp_vec4" => one_kernel("gemv_warp_f32x4", WARPS_PER_BLOCK, chain_of(32)),
-            "rows_vec4" => {
-                let lanes = lanes_per_row(n);
-                one_kernel(&rows_function(lanes), THREADS / lanes, chain_of(lanes))
-            }
+            "rows_vec4" => match narrow_lanes(n) {
+                Some(lanes) => {
+                    let rows_per_block = WARPS_PER_BLOCK * NARROW_LOADS * (32 / lanes);
+                    one_kernel(&narrow_function(lanes), rows_per_block, chain_of(lanes))
+                }
+                None => {
+                    let lanes = lanes_per_row(n);
+                    one_kernel(&rows_function(lanes), THREADS / lanes, chain_of(lanes))
+                }
+            },
             "split_row" => self.plan_split(gpu, m, n),
             other => bail!("day14 has no version `{other}`"),
         }

@@ -9,8 +9,21 @@ use day14::{Gemv, VERSIONS};
 const SIZES: &[usize] = &[1, 3, 33, 1000, 4097];
 
 /// Beyond the grid: several 4096-column blocks with a ragged last one, 5 rows of 9 x 4096 + 5
-/// columns; and 20 rows (more than one 16-row group) of 8195.
-const EXTRA: &[(usize, usize)] = &[(5, 9 * 4096 + 5), (20, 8195), (2, 1 << 16)];
+/// columns; and 20 rows (more than one 16-row group) of 8195. Then the narrow rows of
+/// `rows_vec4` (n = 4 to 128, whole float4s: gemv_narrow), with m that ends mid-warp and m of
+/// more blocks than the GPU holds at once (70001 x 16: 547 blocks of 128 rows).
+const EXTRA: &[(usize, usize)] = &[
+    (5, 9 * 4096 + 5),
+    (20, 8195),
+    (2, 1 << 16),
+    (1, 4),
+    (33, 8),
+    (1000, 64),
+    (4097, 64),
+    (70001, 16),
+    (3, 128),
+    (5000, 32),
+];
 
 fn check_shape(gpu: &common::Gpu, day: &Gemv, m: usize, n: usize) {
     let seed = (m * 7919 + n) as u64;

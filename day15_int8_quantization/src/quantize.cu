@@ -327,10 +327,12 @@ QUANTIZE_KERNELS(sym, false)
 QUANTIZE_KERNELS(asym, true)
 
 // ---------------------------------------------------------------------------------------
-// dequantize. grid(SMs * 8), block(256): grid-stride over tiles of 4 x 4 bytes per thread
-// (four 4-byte loads in flight), each giving one float4 store; (q - zp) is an exact integer,
-// so the one f32 product is correctly rounded, as on the CPU. The n % 4 leftovers go to the
-// first threads of block 0.
+// dequantize. grid(ceil(n / 4 / 256)), block(256): a thread per 4 bytes of q, one float4
+// store each; (q - zp) is an exact integer, so the one f32 product is correctly rounded, as on
+// the CPU. The n % 4 leftovers go to the first threads of block 0. One tile per block rather
+// than a grid-stride loop over SMs x 8 blocks, which measured slower (README, How we got
+// here): each of the loop's blocks waits a full load latency per step, while new blocks start
+// their loads as soon as any block ends. The loop stays, so any grid is correct.
 template <typename Q>
 __device__ __forceinline__ float dequantize_one(Q v, QuantParams p) {
     return (float)((int)v - p.zero_point) * p.scale;
@@ -342,25 +344,16 @@ __device__ __forceinline__ void dequantize_pass(const Q* __restrict__ q, float* 
     const QuantParams p = {params[0], (int)params[1]};
     const unsigned* q4 = reinterpret_cast<const unsigned*>(q);
     float4* y4 = reinterpret_cast<float4*>(y);
-    const index_t n4 = n / 4, tile = 4 * (index_t)blockDim.x;
+    const index_t n4 = n / 4, tile = (index_t)blockDim.x;
     const index_t tiles = (n4 + tile - 1) / tile;
     for (index_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const index_t base = t * tile + threadIdx.x;
-        unsigned w[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const index_t i = base + u * blockDim.x;
-            if (i < n4) w[u] = q4[i];
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const index_t i = base + u * blockDim.x;
-            if (i < n4) {
-                const Q b0 = (Q)(w[u] & 0xff), b1 = (Q)((w[u] >> 8) & 0xff),
-                        b2 = (Q)((w[u] >> 16) & 0xff), b3 = (Q)(w[u] >> 24);
-                y4[i] = make_float4(dequantize_one(b0, p), dequantize_one(b1, p),
-                                    dequantize_one(b2, p), dequantize_one(b3, p));
-            }
+        const index_t i = t * tile + threadIdx.x;
+        if (i < n4) {
+            const unsigned w = q4[i];
+            const Q b0 = (Q)(w & 0xff), b1 = (Q)((w >> 8) & 0xff), b2 = (Q)((w >> 16) & 0xff),
+                    b3 = (Q)(w >> 24);
+            y4[i] = make_float4(dequantize_one(b0, p), dequantize_one(b1, p),
+                                dequantize_one(b2, p), dequantize_one(b3, p));
         }
     }
     if (blockIdx.x == 0 && threadIdx.x < n - 4 * n4) {

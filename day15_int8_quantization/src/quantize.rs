@@ -287,10 +287,16 @@ impl<'a> QuantizePlan<'a> {
 
 /// The dequantize kernels.
 impl Quantize {
+    /// A block per 256 words of q (4 bytes, one float4 of y, per thread): see the kernel for
+    /// why not a wave of grid-stride blocks. The grid is capped at 2^31 - 1 blocks (the
+    /// kernel's loop takes the rest).
     pub fn dequantize_kernel(&self, scheme: Scheme, n: usize) -> Result<(&Kernel, LaunchShape)> {
+        let tiles = (n / 4)
+            .div_ceil(THREADS as usize)
+            .clamp(1, i32::MAX as usize);
         Ok((
             self.kernels.get(&dequantize_function(scheme))?,
-            LaunchShape::linear(self.wave(n), THREADS),
+            LaunchShape::linear(tiles as u32, THREADS),
         ))
     }
 
