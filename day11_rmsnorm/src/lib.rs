@@ -368,7 +368,7 @@ impl Day11 {
         cols: usize,
     ) -> Result<Plan<'a, T>> {
         let (kernel, shape, ept, groups) =
-            saved_backward_launch(&self.kernels, "rmsnorm", T::DTYPE, rows, cols, self.sms)?;
+            saved_backward_launch(&self.kernels, "rmsnorm", T::DTYPE, rows, cols, self.sms, 0)?;
         let sums = self.kernel::<T>("column_sums")?;
         let mut partials = gpu.stream.alloc_zeros::<f32>(groups * cols)?;
         Ok(Plan {

@@ -362,8 +362,13 @@ __device__ __forceinline__ void layernorm_bwd_pipe(const T* __restrict__ x,
 // bwd_saved: day11's bwd_saved for LayerNorm. The forward's mean and rstd are read (f32,
 // saved_stats = [mean | rstd], rows each) instead of recomputed, so a row needs sum(g) and
 // sum(g * xhat) only: one reduction of two sums, one barrier (none for a warp per row),
-// where bwd_vec_regs reduces twice with four barriers. Padding slots hold x = 0 and dy = 0,
-// so g = 0 there and they add nothing. w stays in registers: the packed x and dy leave room.
+// where bwd_vec_regs reduces twice with four barriers. Unlike day11's, the rows wait in
+// dynamic shared memory, SAVED_STAGES per row group (this row and two on their way, by
+// cp.async), not in registers: w and two accumulators already take 96 of a thread's
+// registers, and with the next row packed in registers too (254 registers, 2 blocks per SM)
+// an SM had one row ahead in flight per block. Each thread copies and reads only its own
+// packs (no barrier guards the stages), and a pack past the row is zero-filled: g = 0 there.
+#define SAVED_STAGES 3
 template <typename T, int GROUP, int EPT>
 __device__ __forceinline__ void layernorm_bwd_saved(const T* __restrict__ x,
                                                     const T* __restrict__ w,
@@ -374,34 +379,49 @@ __device__ __forceinline__ void layernorm_bwd_saved(const T* __restrict__ x,
                                                     float* __restrict__ partials_b,
                                                     index_t rows, index_t cols) {
     constexpr int N = 16 / sizeof(T), P = EPT / N, R = saved_rows_per_block<GROUP>();
+    constexpr int SLOTS = P * GROUP;  // packs of one input row
+    extern __shared__ uint4 staged_all[];
     __shared__ float scratch[2 * 2 * 32];
     const int t = threadIdx.x % GROUP;
     const index_t group = (index_t)blockIdx.x * R + threadIdx.x / GROUP;
     const index_t stride = (index_t)gridDim.x * R;
+    uint4* staged = staged_all + (threadIdx.x / GROUP) * SAVED_STAGES * 2 * SLOTS;
+    auto stage = [&](index_t row, int s) {
+        if (row < rows) {
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+                const index_t col = ((index_t)p * GROUP + t) * N;
+                const bool inside = col < cols;
+                const index_t from = inside ? col : 0;
+                cp_async_16_zfill(&staged[(2 * s) * SLOTS + p * GROUP + t],
+                                  x + row * cols + from, inside);
+                cp_async_16_zfill(&staged[(2 * s + 1) * SLOTS + p * GROUP + t],
+                                  dy + row * cols + from, inside);
+            }
+        }
+        cp_async_commit();  // an empty group past the last row keeps the count uniform
+    };
+#pragma unroll
+    for (int s = 0; s < SAVED_STAGES - 1; ++s) stage(group + (index_t)s * stride, s);
     float wv[EPT], acc_w[EPT], acc_b[EPT];
     load_row<T, GROUP, EPT, true>(w, t, cols, wv);
 #pragma unroll
     for (int i = 0; i < EPT; ++i) acc_w[i] = acc_b[i] = 0.0f;
-    uint4 xp[P], dyp[P];
-    if (group < rows) {
-        load_packs<T, GROUP, EPT>(x + group * cols, t, cols, xp);
-        load_packs<T, GROUP, EPT>(dy + group * cols, t, cols, dyp);
-    }
-    int buffer = 0;
+    int buffer = 0, s = 0;  // s: the stage holding `row`
     for (index_t row = group; row < rows; row += stride) {
-        const index_t next = row + stride;
-        uint4 xn[P], dyn[P];
-        if (next < rows) {
-            load_packs<T, GROUP, EPT>(x + next * cols, t, cols, xn);
-            load_packs<T, GROUP, EPT>(dy + next * cols, t, cols, dyn);
-        }
+        // Refill the stage this thread finished reading last iteration, two rows ahead.
+        stage(row + (index_t)(SAVED_STAGES - 1) * stride, s == 0 ? SAVED_STAGES - 1 : s - 1);
+        cp_async_wait<SAVED_STAGES - 1>();  // all but the newest two groups: this row's
+        const uint4* xs = &staged[(2 * s) * SLOTS + t];
+        const uint4* dys = &staged[(2 * s + 1) * SLOTS + t];
+        s = s == SAVED_STAGES - 1 ? 0 : s + 1;
         const float mean = saved_stats[row], rstd = saved_stats[rows + row];
         float sums[2] = {0.0f, 0.0f};  // sum(g), sum(g * xhat)
 #pragma unroll
         for (int p = 0; p < P; ++p) {
             float xv[N], dyv[N];
-            unpack<T>(xp[p], xv);
-            unpack<T>(dyp[p], dyv);
+            unpack<T>(xs[p * GROUP], xv);
+            unpack<T>(dys[p * GROUP], dyv);
 #pragma unroll
             for (int k = 0; k < N; ++k) {
                 const float g = wv[p * N + k] * dyv[k];
@@ -415,8 +435,8 @@ __device__ __forceinline__ void layernorm_bwd_saved(const T* __restrict__ x,
 #pragma unroll
         for (int p = 0; p < P; ++p) {
             float xv[N], dyv[N], out[N];
-            unpack<T>(xp[p], xv);
-            unpack<T>(dyp[p], dyv);
+            unpack<T>(xs[p * GROUP], xv);
+            unpack<T>(dys[p * GROUP], dyv);
 #pragma unroll
             for (int k = 0; k < N; ++k) {
                 const float xhat = (xv[k] - mean) * rstd;
@@ -426,12 +446,8 @@ __device__ __forceinline__ void layernorm_bwd_saved(const T* __restrict__ x,
             }
             store_packs<T, GROUP, EPT>(dx + row * cols, t, cols, p, out);
         }
-#pragma unroll
-        for (int p = 0; p < P; ++p) {
-            xp[p] = xn[p];
-            dyp[p] = dyn[p];
-        }
     }
+    cp_async_wait<0>();  // nothing in flight when the block ends
     store_partial<T, GROUP, EPT, true>(partials_w + group * cols, t, cols, acc_w);
     store_partial<T, GROUP, EPT, true>(partials_b + group * cols, t, cols, acc_b);
 }
@@ -490,7 +506,8 @@ __device__ __forceinline__ void layernorm_bwd_saved(const T* __restrict__ x,
                                           eps);                                                \
     }
 
-// bwd_saved's tiers, as day11's (saved_tiers in the launcher).
+// bwd_saved's tiers, as day11's (saved_tiers in the launcher), with 3 blocks of 128 threads per
+// SM at 4096 columns: the rows are in shared memory, so 168 registers hold the rest unspilled.
 #define BWD_SAVED_TIER(T, NAME, GROUP, EPT, BLOCK, MIN_BLOCKS)                                 \
     KERNEL void __launch_bounds__(BLOCK, MIN_BLOCKS)                                           \
         layernorm_bwd_saved_##NAME##_g##GROUP##_e##EPT(                                        \
@@ -502,7 +519,7 @@ __device__ __forceinline__ void layernorm_bwd_saved(const T* __restrict__ x,
 #define BWD_SAVED_KERNELS(T, NAME, PACK)                                                       \
     BWD_SAVED_TIER(T, NAME, 32, PACK, 256, 2)                                                  \
     BWD_SAVED_TIER(T, NAME, 32, 16, 256, 1)                                                    \
-    BWD_SAVED_TIER(T, NAME, 128, 32, 128, 2)                                                   \
+    BWD_SAVED_TIER(T, NAME, 128, 32, 128, 3)                                                   \
     BWD_SAVED_TIER(T, NAME, 256, 32, 256, 1)
 
 BWD_SAVED_KERNELS(float, f32, 4)

@@ -33,6 +33,10 @@ pub fn kernel_builds() -> Vec<KernelBuild> {
 
 const DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::Bf16];
 
+/// Rows of x and dy `bwd_saved` keeps in shared memory per row group (`SAVED_STAGES` in
+/// layernorm.cu): the one it works on and two on their way.
+const SAVED_STAGES: usize = 3;
+
 /// Threads per block of the block-per-row and elementwise kernels.
 const BLOCK_THREADS: u32 = 256;
 /// Threads per block of `naive` (one per row).
@@ -326,8 +330,15 @@ impl Day12 {
         rows: usize,
         cols: usize,
     ) -> Result<Plan<'a, T>> {
-        let (kernel, shape, ept, groups) =
-            saved_backward_launch(&self.kernels, "layernorm", T::DTYPE, rows, cols, self.sms)?;
+        let (kernel, shape, ept, groups) = saved_backward_launch(
+            &self.kernels,
+            "layernorm",
+            T::DTYPE,
+            rows,
+            cols,
+            self.sms,
+            SAVED_STAGES,
+        )?;
         let sums = self.kernel::<T>("column_sums")?;
         // dw's partial rows, then db's: one column_sums launch adds both.
         let mut partials = gpu.stream.alloc_zeros::<f32>(2 * groups * cols)?;
@@ -365,8 +376,10 @@ impl Day12 {
                 // SAFETY: layernorm_bwd_saved_<T>_g<G>_e<E>(const T* x, const T* w, const T*
                 // dy, const float* saved_stats, T* dx, float* partials_w, float* partials_b,
                 // rows, cols): the tier holds the row, rows are whole 16-byte packs
-                // (saved_backward_launch refuses others), saved_stats holds the means then the
-                // rstds (checked above), each partials array has a row per row group.
+                // (saved_backward_launch refuses others), the dynamic shared memory holds
+                // SAVED_STAGES rows of x and dy per row group (the shape says so), saved_stats
+                // holds the means then the rstds (checked above), each partials array has a
+                // row per row group.
                 unsafe { launch.launch(kernel.config(&shape)?) }?;
                 launch_column_sums(gpu, sums, &partials, &mut grads, 2, groups, cols)
             }),

@@ -245,6 +245,8 @@ pub fn saved_rows_per_block(group: usize) -> usize {
 /// A `bwd_saved` kernel for rows of `cols`, its launch (blocks as the GPU holds them at once,
 /// at most one row group each), its tier's elements per thread and its row groups (one dw
 /// partial row each), or a refusal: rows of whole 16-byte packs up to [`MAX_SAVED_ROW`].
+/// `staged_rows`: rows of x and dy each row group keeps in dynamic shared memory (0 when the
+/// kernel keeps them in registers).
 pub fn saved_backward_launch<'a>(
     kernels: &'a KernelSet,
     op: &str,
@@ -252,6 +254,7 @@ pub fn saved_backward_launch<'a>(
     rows: usize,
     cols: usize,
     sms: usize,
+    staged_rows: usize,
 ) -> Result<(&'a Kernel, LaunchShape, usize, usize)> {
     if !cols.is_multiple_of(pack(dtype)) {
         return Err(Refused(format!(
@@ -269,8 +272,14 @@ pub fn saved_backward_launch<'a>(
     let per_block = saved_rows_per_block(group);
     let threads = (group * per_block) as u32;
     let kernel = kernels.get(&saved_function(op, dtype, group, ept))?;
-    let blocks = resident_blocks(kernel, threads, sms, rows.div_ceil(per_block))?;
-    let shape = LaunchShape::linear(blocks as u32, threads);
+    let shared = (staged_rows * 2 * group * ept * dtype.size() * per_block) as u32;
+    let blocks =
+        resident_blocks_with_shared(kernel, threads, shared, sms, rows.div_ceil(per_block))?;
+    let shape = LaunchShape {
+        grid: (blocks as u32, 1, 1),
+        block: (threads, 1, 1),
+        dynamic_shared_bytes: shared,
+    };
     Ok((kernel, shape, ept, blocks * per_block))
 }
 
