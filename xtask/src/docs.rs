@@ -3,7 +3,7 @@
 //!
 //! - Markdown links and images whose relative target (file, and `#heading` where one is given)
 //!   does not exist;
-//! - file names cited in prose or comments (`gemm.cu`, `src/lib.rs`, `NOTES.md`) that no
+//! - file names cited in prose or comments (`gemm.cu`, `src/lib.rs`, `CHANGELOG.md`) that no
 //!   tracked file has, apart from the files the tools themselves write;
 //! - words about how the work was organised rather than about the code: the challenge logs'
 //!   internal numbering, numbered tasks, working periods and their budgets.
