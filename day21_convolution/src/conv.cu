@@ -270,11 +270,21 @@ __device__ __forceinline__ void conv2d_tile(const T* __restrict__ x, const T* __
 // columns with the ones a narrower filter lacks skipped by a uniform branch, so the window is
 // indexed by compile-time constants and stays in registers. The tile is staged per input
 // channel; taps come from constant memory (one address per warp: a broadcast).
-template <typename T, int OC, int OY>
+// KH, KW: the filter's size fixed at compile time (0: read from the shape). Fixed, every loop
+// over the filter unrolls, the taps of a channel are read once into registers, and what is
+// left per output row window is 3 shared loads and the FMAs: the runtime-sized loops cost an
+// index, a bounds test and a constant-memory load per tap, and kept the 5 x 5 kernel bound by
+// its instructions, not by memory.
+template <typename T, int OC, int OY, int KH = 0, int KW = 0>
 __device__ __forceinline__ void conv2d_vec(const T* __restrict__ x, T* __restrict__ y,
                                            Conv2dShape s) {
     constexpr int P = 16 / sizeof(T);
     constexpr int PACKS = BLOCK_X + 2;
+    constexpr bool FIXED = KH > 0 && KW > 0;
+    if constexpr (FIXED) {
+        s.kh = KH;  // the launcher takes this kernel only for this filter size
+        s.kw = KW;
+    }
     extern __shared__ uint4 tile_packs[];
     const int top = (s.kh - 1) / 2, left = (s.kw - 1) / 2;
     const int shift = KMAX_HALF - left;
@@ -321,6 +331,20 @@ __device__ __forceinline__ void conv2d_vec(const T* __restrict__ x, T* __restric
         }
         __syncthreads();
         const int wchan = ci * s.kh * s.kw;
+        // The channel's taps in registers when the filter size is fixed (else unused).
+        float taps[OC][FIXED ? KH : 1][FIXED ? KW : 1];
+        if constexpr (FIXED) {
+#pragma unroll
+            for (int c = 0; c < OC; ++c)
+#pragma unroll
+                for (int ky = 0; ky < KH; ++ky)
+#pragma unroll
+                    for (int kx = 0; kx < KW; ++kx)
+                        taps[c][ky][kx] = co0 + c < s.cout
+                            ? const_tap<T>((co0 + c) * s.cin * KH * KW + wchan + ky * KW + kx)
+                            : 0.0f;
+        }
+#pragma unroll
         for (int r = 0; r < OY + s.kh - 1; ++r) {
             float win[3 * P];
             const uint4* row = tile_packs + (threadIdx.y * OY + r) * PACKS + threadIdx.x;
@@ -342,7 +366,9 @@ __device__ __forceinline__ void conv2d_vec(const T* __restrict__ x, T* __restric
 #pragma unroll
                     for (int c = 0; c < OC; ++c) {
                         if (co0 + c >= s.cout) break;
-                        const float t = const_tap<T>((co0 + c) * s.cin * s.kh * s.kw + wchan + ky * s.kw + kx);
+                        float t;
+                        if constexpr (FIXED) t = taps[c][ky][kx];
+                        else t = const_tap<T>((co0 + c) * s.cin * s.kh * s.kw + wchan + ky * s.kw + kx);
 #pragma unroll
                         for (int e = 0; e < P; ++e)
                             acc[c][oy][e] = fmaf(win[P - KMAX_HALF + e + k], t, acc[c][oy][e]);
@@ -388,6 +414,9 @@ __device__ __forceinline__ void conv2d_vec(const T* __restrict__ x, T* __restric
     }                                                                                              \
     KERNEL void conv2d_vec_##NAME##x##P##_oc1_oy4(const T* x, T* y, Conv2dShape s) {               \
         conv2d_vec<T, 1, 4>(x, y, s);                                                              \
+    }                                                                                              \
+    KERNEL void conv2d_vec_##NAME##x##P##_oc1_oy4_k5x5(const T* x, T* y, Conv2dShape s) {          \
+        conv2d_vec<T, 1, 4, 5, 5>(x, y, s);                                                        \
     }                                                                                              \
     KERNEL void conv2d_vec_##NAME##x##P##_oc8_oy1(const T* x, T* y, Conv2dShape s) {               \
         conv2d_vec<T, 8, 1>(x, y, s);                                                              \

@@ -47,6 +47,20 @@ pub fn vec_function(dtype: Dtype, b: Blocking) -> String {
     )
 }
 
+/// The one filter size `vec_regs` has a kernel fixed at compile time for (`conv2d_vec<..., 5,
+/// 5>`: every filter loop unrolled, the taps in registers), with the single-channel blocking.
+pub const FIXED_FILTER: (usize, usize) = (5, 5);
+
+/// `vec_regs`'s kernel for a filter of `kh x kw` with blocking `b`: the fixed-size one where it
+/// exists (`conv2d_vec_f32x4_oc1_oy4_k5x5`), else [`vec_function`].
+pub fn vec_kernel_for(dtype: Dtype, b: Blocking, kh: usize, kw: usize) -> String {
+    if (kh, kw) == FIXED_FILTER && b == BLOCKINGS[0] {
+        format!("{}_k{kh}x{kw}", vec_function(dtype, b))
+    } else {
+        vec_function(dtype, b)
+    }
+}
+
 /// The blocking `vec_regs` uses for `out_channels`.
 pub fn blocking_for(out_channels: usize) -> Blocking {
     if out_channels == 1 {
@@ -153,7 +167,8 @@ impl Conv {
                 // (8 OY + KH - 1) rows of 34 packs of 16 bytes: 32 packs and one each side.
                 let shared = (by * b.rows + s.kernel_h - 1) * (bx + 2) * 16;
                 let grid = tiles(bx * pack(dtype), by * b.rows, b.channels)?;
-                (vec_function(dtype, b), grid, shared, true)
+                let name = vec_kernel_for(dtype, b, s.kernel_h, s.kernel_w);
+                (name, grid, shared, true)
             }
             other => bail!("day21 has no version `{other}`"),
         };

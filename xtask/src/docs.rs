@@ -4,7 +4,7 @@
 //! - Markdown links and images whose relative target (file, and `#heading` where one is given)
 //!   does not exist;
 //! - file names cited in prose or comments (`gemm.cu`, `src/lib.rs`, `CHANGELOG.md`) that no
-//!   tracked file has, apart from the files the tools themselves write;
+//!   tracked file has (a path from the citing file, from the root, or the tail of a tracked path);
 //! - words about how the work was organised rather than about the code: the challenge logs'
 //!   internal numbering, numbered tasks, working periods and their budgets.
 //!
