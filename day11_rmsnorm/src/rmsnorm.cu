@@ -5,9 +5,9 @@
 //   dx = rstd * (g - xhat * mean(g * xhat)),  g = w * dy,  xhat = x * rstd
 //   dw = sum over rows of dy * xhat                               (a column sum)
 //
-// Storage f32, f16 or bf16; every sum and product is f32. The backward recomputes each row's
-// rstd from x (it reads x anyway, and the row is in registers): nothing is saved by the
-// forward, so the backward's inputs are x, w and dy only.
+// Storage f32, f16 or bf16; every sum and product is f32. The first three backward versions
+// recompute each row's rstd from x (they read x anyway, and the row is in registers), so
+// their inputs are x, w and dy only; bwd_saved reads the rstd a training forward saves.
 //
 // Forward versions (the path the challenge took, then the row in registers):
 //   naive      one thread per row, two passes over its row
@@ -23,6 +23,8 @@
 //   bwd_vec_pipe  bwd_vec_regs with the next rows' x and dy already on their way into shared
 //                 memory (cp.async, 4 rows ahead in 16-bit types, 1 in f32) while a row is
 //                 reduced and written: more bytes in flight per SM than occupancy alone gives
+//   bwd_saved     the forward's saved rstd read: one sum per row, one barrier, 128 threads x
+//                 32 elements, the next row's x and dy loaded into registers meanwhile
 //
 // Run: cargo run --release -p day11 -- --rows 16384 --cols 4096 --dtype bf16 --kernel vec_regs
 #include "common.cuh"

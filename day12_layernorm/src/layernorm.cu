@@ -19,7 +19,7 @@
 //                  warps, then a write pass (scalar loads, the row read twice)
 //   vec_regs       the row in registers with 16-byte loads, two-pass statistics from
 //                  registers: x read once, y written once
-// Backward versions (each recomputes mean and rstd from x: nothing is saved by the forward):
+// Backward versions (the first three recompute mean and rstd from x; bwd_saved reads them):
 //   bwd_split      a block per row writes dx (and mean, rstd); dw and db by a two-stage column
 //                  sum that reads x and dy again
 //   bwd_vec_regs   blocks loop over rows with the row in registers; dx, and the block's shares
@@ -27,6 +27,8 @@
 //   bwd_vec_pipe   bwd_vec_regs with the next rows' x and dy already on their way into shared
 //                  memory (cp.async, 4 rows ahead in 16-bit types, 1 in f32) while a row is
 //                  reduced and written: more bytes in flight per SM than occupancy alone gives
+//   bwd_saved      the forward's saved mean and rstd read: one reduction of two sums and one
+//                  barrier per row, x and dy staged three rows deep in shared memory
 //
 // Run: cargo run --release -p day12 -- --rows 16384 --cols 4096 --dtype bf16 --kernel vec_regs
 #include "common.cuh"
