@@ -27,6 +27,7 @@
 // Run: cargo run --release -p day21 -- --op conv1d --kernel vec_regs
 #include "common.cuh"
 #include "dtype.cuh"
+#include "mma.cuh"
 
 // The filter of const_filter and vec_regs, copied here (by the launcher, on the stream, before
 // each launch) from the global buffer every version is given. 8192 elements of each type: 32
@@ -309,25 +310,40 @@ __device__ __forceinline__ void conv2d_vec(const T* __restrict__ x, T* __restric
 
     for (int ci = 0; ci < s.cin; ++ci) {
         const T* xp = x + ((index_t)b * s.cin + ci) * plane;
-        for (int t = tid; t < rows * PACKS; t += BLOCK_X * BLOCK_Y) {
-            const int iy = y0 + t / PACKS, ix = xs + (t % PACKS) * P;
-            Pack16<T> pack;
-            const bool row_inside = iy >= 0 && iy < s.h;
-            if (packed_rows) {
-                if (row_inside && ix >= 0 && ix < s.w) {
-                    pack = load16(xp + (index_t)iy * s.w + ix);
+        if (FIXED && packed_rows) {
+            // The fixed-size kernel stages its tile with cp.async: every pack's copy is issued
+            // before any is waited for (the loop below waits a load latency per iteration, and
+            // with the arithmetic unrolled that wait was half of the kernel's stalls). Packs
+            // outside the image are zero-filled.
+            for (int t = tid; t < rows * PACKS; t += BLOCK_X * BLOCK_Y) {
+                const int iy = y0 + t / PACKS, ix = xs + (t % PACKS) * P;
+                const bool inside = iy >= 0 && iy < s.h && ix >= 0 && ix < s.w;
+                const T* from = inside ? xp + (index_t)iy * s.w + ix : xp;
+                cp_async_16_zfill(&tile_packs[t], from, inside);
+            }
+            cp_async_commit();
+            cp_async_wait<0>();
+        } else {
+            for (int t = tid; t < rows * PACKS; t += BLOCK_X * BLOCK_Y) {
+                const int iy = y0 + t / PACKS, ix = xs + (t % PACKS) * P;
+                Pack16<T> pack;
+                const bool row_inside = iy >= 0 && iy < s.h;
+                if (packed_rows) {
+                    if (row_inside && ix >= 0 && ix < s.w) {
+                        pack = load16(xp + (index_t)iy * s.w + ix);
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < P; ++e) pack.v[e] = from_f32<T>(0.0f);
+                    }
                 } else {
 #pragma unroll
-                    for (int e = 0; e < P; ++e) pack.v[e] = from_f32<T>(0.0f);
+                    for (int e = 0; e < P; ++e) {
+                        const bool inside = row_inside && ix + e >= 0 && ix + e < s.w;
+                        pack.v[e] = inside ? xp[(index_t)iy * s.w + ix + e] : from_f32<T>(0.0f);
+                    }
                 }
-            } else {
-#pragma unroll
-                for (int e = 0; e < P; ++e) {
-                    const bool inside = row_inside && ix + e >= 0 && ix + e < s.w;
-                    pack.v[e] = inside ? xp[(index_t)iy * s.w + ix + e] : from_f32<T>(0.0f);
-                }
+                tile_packs[t] = *reinterpret_cast<const uint4*>(&pack);
             }
-            tile_packs[t] = *reinterpret_cast<const uint4*>(&pack);
         }
         __syncthreads();
         const int wchan = ci * s.kh * s.kw;
