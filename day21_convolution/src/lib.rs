@@ -183,8 +183,7 @@ fn all_functions() -> Vec<String> {
         for blocking in conv2d::BLOCKINGS {
             names.push(conv2d::vec_function(*dtype, blocking));
         }
-        let (kh, kw) = conv2d::FIXED_FILTER;
-        names.push(conv2d::vec_kernel_for(*dtype, conv2d::BLOCKINGS[0], kh, kw));
+        names.push(conv2d::vec_kernel_for(*dtype, conv2d::FIXED_BLOCKING));
     }
     names
 }
