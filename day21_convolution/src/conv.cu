@@ -431,8 +431,8 @@ __device__ __forceinline__ void conv2d_vec(const T* __restrict__ x, T* __restric
     KERNEL void conv2d_vec_##NAME##x##P##_oc1_oy4(const T* x, T* y, Conv2dShape s) {               \
         conv2d_vec<T, 1, 4>(x, y, s);                                                              \
     }                                                                                              \
-    KERNEL void conv2d_vec_##NAME##x##P##_oc1_oy2_k5x5(const T* x, T* y, Conv2dShape s) {          \
-        conv2d_vec<T, 1, 2, 5, 5>(x, y, s);                                                        \
+    KERNEL void conv2d_vec_##NAME##x##P##_oc1_oy4_k5x5(const T* x, T* y, Conv2dShape s) {          \
+        conv2d_vec<T, 1, 4, 5, 5>(x, y, s);                                                        \
     }                                                                                              \
     KERNEL void conv2d_vec_##NAME##x##P##_oc8_oy1(const T* x, T* y, Conv2dShape s) {               \
         conv2d_vec<T, 8, 1>(x, y, s);                                                              \

@@ -48,34 +48,22 @@ pub fn vec_function(dtype: Dtype, b: Blocking) -> String {
 }
 
 /// The one filter size `vec_regs` has a kernel fixed at compile time for (`conv2d_vec<..., 5,
-/// 5>`: every filter loop unrolled, the taps in registers, the tile staged by cp.async), for
-/// one output channel.
+/// 5>`: every filter loop unrolled, the taps in registers), with the single-channel blocking.
 pub const FIXED_FILTER: (usize, usize) = (5, 5);
 
-/// The fixed-size kernel's blocking: 2 output rows a thread, not 4, so that fewer registers
-/// (acc and the row window) let more blocks share an SM, one's tile loading while another
-/// computes.
-pub const FIXED_BLOCKING: Blocking = Blocking {
-    channels: 1,
-    rows: 2,
-};
-
-/// `vec_regs`'s kernel for blocking `b`: `conv2d_vec_f32x4_oc1_oy2_k5x5` for
-/// [`FIXED_BLOCKING`], else [`vec_function`].
-pub fn vec_kernel_for(dtype: Dtype, b: Blocking) -> String {
-    if b == FIXED_BLOCKING {
-        let (kh, kw) = FIXED_FILTER;
+/// `vec_regs`'s kernel for a filter of `kh x kw` with blocking `b`: the fixed-size one where it
+/// exists (`conv2d_vec_f32x4_oc1_oy4_k5x5`), else [`vec_function`].
+pub fn vec_kernel_for(dtype: Dtype, b: Blocking, kh: usize, kw: usize) -> String {
+    if (kh, kw) == FIXED_FILTER && b == BLOCKINGS[0] {
         format!("{}_k{kh}x{kw}", vec_function(dtype, b))
     } else {
         vec_function(dtype, b)
     }
 }
 
-/// The blocking `vec_regs` uses for `out_channels` and a `kh x kw` filter.
-pub fn blocking_for(out_channels: usize, kh: usize, kw: usize) -> Blocking {
-    if out_channels == 1 && (kh, kw) == FIXED_FILTER {
-        FIXED_BLOCKING
-    } else if out_channels == 1 {
+/// The blocking `vec_regs` uses for `out_channels`.
+pub fn blocking_for(out_channels: usize) -> Blocking {
+    if out_channels == 1 {
         BLOCKINGS[0]
     } else {
         BLOCKINGS[1]
@@ -175,11 +163,11 @@ impl Conv {
             }
             "vec_regs" => {
                 check_constant_fits(version, s.weight_len())?;
-                let b = blocking_for(s.out_channels, s.kernel_h, s.kernel_w);
+                let b = blocking_for(s.out_channels);
                 // (8 OY + KH - 1) rows of 34 packs of 16 bytes: 32 packs and one each side.
                 let shared = (by * b.rows + s.kernel_h - 1) * (bx + 2) * 16;
                 let grid = tiles(bx * pack(dtype), by * b.rows, b.channels)?;
-                let name = vec_kernel_for(dtype, b);
+                let name = vec_kernel_for(dtype, b, s.kernel_h, s.kernel_w);
                 (name, grid, shared, true)
             }
             other => bail!("day21 has no version `{other}`"),
@@ -233,12 +221,7 @@ mod tests {
             vec_function(Dtype::Bf16, BLOCKINGS[1]),
             "conv2d_vec_bf16x8_oc8_oy1"
         );
-        assert_eq!(blocking_for(1, 3, 3).channels, 1);
-        assert_eq!(blocking_for(3, 3, 3).channels, 8);
-        assert_eq!(blocking_for(1, 5, 5), FIXED_BLOCKING);
-        assert_eq!(
-            vec_kernel_for(Dtype::F32, FIXED_BLOCKING),
-            "conv2d_vec_f32x4_oc1_oy2_k5x5"
-        );
+        assert_eq!(blocking_for(1).channels, 1);
+        assert_eq!(blocking_for(3).channels, 8);
     }
 }

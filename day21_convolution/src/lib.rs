@@ -183,7 +183,8 @@ fn all_functions() -> Vec<String> {
         for blocking in conv2d::BLOCKINGS {
             names.push(conv2d::vec_function(*dtype, blocking));
         }
-        names.push(conv2d::vec_kernel_for(*dtype, conv2d::FIXED_BLOCKING));
+        let (kh, kw) = conv2d::FIXED_FILTER;
+        names.push(conv2d::vec_kernel_for(*dtype, conv2d::BLOCKINGS[0], kh, kw));
     }
     names
 }
