@@ -335,7 +335,8 @@ impl Day11 {
             cols,
             self.sms,
         )?;
-        self.plan_bwd_rows(gpu, kernel, shape, ept, rows, cols, eps)
+        let blocks = shape.grid.0 as usize;
+        self.plan_bwd_rows(gpu, kernel, shape, ept, blocks, rows, cols, Some(eps))
     }
 
     /// `bwd_vec_pipe`: `bwd_vec_regs` with the next rows' x and dy staged in shared memory
@@ -356,7 +357,8 @@ impl Day11 {
             cols,
             self.sms,
         )?;
-        self.plan_bwd_rows(gpu, kernel, shape, ept, rows, cols, eps)
+        let blocks = shape.grid.0 as usize;
+        self.plan_bwd_rows(gpu, kernel, shape, ept, blocks, rows, cols, Some(eps))
     }
 
     /// `bwd_saved`: the forward's saved rstd read instead of recomputed, one barrier per row,
@@ -369,6 +371,25 @@ impl Day11 {
     ) -> Result<Plan<'a, T>> {
         let (kernel, shape, ept, groups) =
             saved_backward_launch(&self.kernels, "rmsnorm", T::DTYPE, rows, cols, self.sms, 0)?;
+        self.plan_bwd_rows(gpu, kernel, shape, ept, groups, rows, cols, None)
+    }
+
+    /// The plan of a fused backward kernel whose row groups loop over rows, one dw partial row
+    /// per row group (`groups` of them), then `column_sums`. `eps`: the recomputing kernels'
+    /// (`bwd_vec_regs`, `bwd_vec_pipe`: the last argument); None for `bwd_saved`, which reads
+    /// the saved rstd after dy instead.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_bwd_rows<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        kernel: &'a Kernel,
+        shape: LaunchShape,
+        ept: usize,
+        groups: usize,
+        rows: usize,
+        cols: usize,
+        eps: Option<f32>,
+    ) -> Result<Plan<'a, T>> {
         let sums = self.kernel::<T>("column_sums")?;
         let mut partials = gpu.stream.alloc_zeros::<f32>(groups * cols)?;
         Ok(Plan {
@@ -385,81 +406,38 @@ impl Day11 {
                     backward_len(Kind::Rms, rows, cols),
                 )?;
                 let dy = inputs.dy()?;
-                let saved = inputs.saved_stats()?;
-                if saved.len() != rows {
+                let saved = match eps {
+                    Some(_) => None,
+                    None => Some(inputs.saved_stats()?),
+                };
+                if let Some(saved) = saved.filter(|s| s.len() != rows) {
                     anyhow::bail!("bwd_saved: {} saved rstd for {rows} rows", saved.len());
                 }
                 let (mut dx, mut dw) = out.split_at_mut(rows * cols);
                 let (rows64, cols64) = (rows as u64, cols as u64);
                 let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch.arg(&inputs.x).arg(&inputs.weight).arg(dy);
+                if let Some(saved) = saved {
+                    launch.arg(saved);
+                }
                 launch
-                    .arg(&inputs.x)
-                    .arg(&inputs.weight)
-                    .arg(dy)
-                    .arg(saved)
                     .arg(&mut dx)
                     .arg(&mut partials)
                     .arg(&rows64)
                     .arg(&cols64);
-                // SAFETY: rmsnorm_bwd_saved_<T>_g<G>_e<E>(const T* x, const T* w, const T* dy,
-                // const float* saved_rstd, T* dx, float* partials, rows, cols): the tier holds
-                // the row, rows are whole 16-byte packs (saved_backward_launch refuses others),
-                // saved_rstd has a value per row (checked above), partials a row per row group.
+                if let Some(eps) = eps.as_ref() {
+                    launch.arg(eps);
+                }
+                // SAFETY: rmsnorm_bwd_{regs,pipe}_<T>_g<G>_e<E>[_<v|s>](const T* x, const T* w,
+                // const T* dy, T* dx, float* partials, rows, cols, eps) or
+                // rmsnorm_bwd_saved_<T>_g<G>_e<E>(const T* x, const T* w, const T* dy, const
+                // float* saved_rstd, T* dx, float* partials, rows, cols), the arguments pushed
+                // above by `eps`; the tier holds the row, 16-byte loads (`_v`, every pipe and
+                // saved kernel) only for 16-byte aligned rows, a pipe kernel's shared memory
+                // is its stages' buffers (its shape says so), saved_rstd has a value per row
+                // (checked above), partials has a row per row group.
                 unsafe { launch.launch(kernel.config(&shape)?) }?;
                 launch_column_sums(gpu, sums, &partials, &mut dw, 1, groups, cols)
-            }),
-        })
-    }
-
-    /// The plan of a fused backward kernel whose blocks loop over rows (`bwd_vec_regs`,
-    /// `bwd_vec_pipe`: the same arguments), one dw partial row per block, then `column_sums`.
-    #[allow(clippy::too_many_arguments)]
-    fn plan_bwd_rows<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        kernel: &'a Kernel,
-        shape: LaunchShape,
-        ept: usize,
-        rows: usize,
-        cols: usize,
-        eps: f32,
-    ) -> Result<Plan<'a, T>> {
-        let sums = self.kernel::<T>("column_sums")?;
-        let blocks = shape.grid.0 as usize;
-        let mut partials = gpu.stream.alloc_zeros::<f32>(blocks * cols)?;
-        Ok(Plan {
-            kernel,
-            shape,
-            row_terms: ept + 10,
-            col_terms: column_terms(rows.div_ceil(blocks), blocks),
-            launch: Box::new(move |inputs: &Inputs<T>, out| {
-                check_sizes(
-                    inputs,
-                    out.len(),
-                    rows,
-                    cols,
-                    backward_len(Kind::Rms, rows, cols),
-                )?;
-                let dy = inputs.dy()?;
-                let (mut dx, mut dw) = out.split_at_mut(rows * cols);
-                let (rows64, cols64) = (rows as u64, cols as u64);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch
-                    .arg(&inputs.x)
-                    .arg(&inputs.weight)
-                    .arg(dy)
-                    .arg(&mut dx)
-                    .arg(&mut partials)
-                    .arg(&rows64)
-                    .arg(&cols64)
-                    .arg(&eps);
-                // SAFETY: rmsnorm_bwd_{regs,pipe}_<T>_g<G>_e<E>[_<v|s>](const T* x, const T* w,
-                // const T* dy, T* dx, float* partials, rows, cols, eps); the tier holds the
-                // row, 16-byte loads (`_v`, and every pipe kernel) only for 16-byte aligned
-                // rows, a pipe kernel's shared memory is its stages' buffers (its shape says
-                // so), partials has a row per block.
-                unsafe { launch.launch(kernel.config(&shape)?) }?;
-                launch_column_sums(gpu, sums, &partials, &mut dw, 1, blocks, cols)
             }),
         })
     }

@@ -297,7 +297,8 @@ impl Day12 {
             cols,
             self.sms,
         )?;
-        self.plan_bwd_rows(gpu, kernel, shape, ept, rows, cols, eps)
+        let blocks = shape.grid.0 as usize;
+        self.plan_bwd_rows(gpu, kernel, shape, ept, blocks, rows, cols, Some(eps))
     }
 
     /// `bwd_vec_pipe`: `bwd_vec_regs` with the next rows' x and dy staged in shared memory
@@ -318,12 +319,13 @@ impl Day12 {
             cols,
             self.sms,
         )?;
-        self.plan_bwd_rows(gpu, kernel, shape, ept, rows, cols, eps)
+        let blocks = shape.grid.0 as usize;
+        self.plan_bwd_rows(gpu, kernel, shape, ept, blocks, rows, cols, Some(eps))
     }
 
     /// `bwd_saved`: the forward's saved mean and rstd read instead of recomputed, one
-    /// reduction (of two sums) and one barrier per row, the next row's x and dy loaded while
-    /// this one is reduced; then `column_sums` for dw and db.
+    /// reduction (of two sums) and one barrier per row, the next rows' x and dy staged in
+    /// shared memory while this one is reduced; then `column_sums` for dw and db.
     fn plan_bwd_saved<'a, T: Element>(
         &'a self,
         gpu: &'a Gpu,
@@ -339,20 +341,44 @@ impl Day12 {
             self.sms,
             SAVED_STAGES,
         )?;
+        self.plan_bwd_rows(gpu, kernel, shape, ept, groups, rows, cols, None)
+    }
+
+    /// The plan of a fused backward kernel whose row groups loop over rows, one dw and one db
+    /// partial row per row group (`groups` of them), then one `column_sums` launch for both.
+    /// `eps`: the recomputing kernels' (`bwd_vec_regs`, `bwd_vec_pipe`: the last argument);
+    /// None for `bwd_saved`, which reads the saved mean and rstd after dy instead.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_bwd_rows<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        kernel: &'a Kernel,
+        shape: LaunchShape,
+        ept: usize,
+        groups: usize,
+        rows: usize,
+        cols: usize,
+        eps: Option<f32>,
+    ) -> Result<Plan<'a, T>> {
         let sums = self.kernel::<T>("column_sums")?;
         // dw's partial rows, then db's: one column_sums launch adds both.
         let mut partials = gpu.stream.alloc_zeros::<f32>(2 * groups * cols)?;
         Ok(Plan {
             kernel,
             shape,
-            row_terms: ept + 10,
+            // Recomputing, two block sums per row (the mean's, then the rest's); from the
+            // saved statistics, one.
+            row_terms: ept + if eps.is_some() { 20 } else { 10 },
             col_terms: column_terms(rows.div_ceil(groups), groups),
             launch: Box::new(move |inputs: &Inputs<T>, out| {
                 let len = backward_len(Kind::Layer, rows, cols);
                 check_sizes(inputs, out.len(), rows, cols, len)?;
                 let dy = inputs.dy()?;
-                let saved = inputs.saved_stats()?;
-                if saved.len() != 2 * rows {
+                let saved = match eps {
+                    Some(_) => None,
+                    None => Some(inputs.saved_stats()?),
+                };
+                if let Some(saved) = saved.filter(|s| s.len() != 2 * rows) {
                     anyhow::bail!(
                         "bwd_saved: {} saved statistics for {rows} rows",
                         saved.len()
@@ -363,79 +389,30 @@ impl Day12 {
                 let (mut partials_w, mut partials_b) = partials.split_at_mut(half);
                 let (rows64, cols64) = (rows as u64, cols as u64);
                 let mut launch = gpu.stream.launch_builder(&kernel.func);
+                launch.arg(&inputs.x).arg(&inputs.weight).arg(dy);
+                if let Some(saved) = saved {
+                    launch.arg(saved);
+                }
                 launch
-                    .arg(&inputs.x)
-                    .arg(&inputs.weight)
-                    .arg(dy)
-                    .arg(saved)
                     .arg(&mut dx)
                     .arg(&mut partials_w)
                     .arg(&mut partials_b)
                     .arg(&rows64)
                     .arg(&cols64);
-                // SAFETY: layernorm_bwd_saved_<T>_g<G>_e<E>(const T* x, const T* w, const T*
-                // dy, const float* saved_stats, T* dx, float* partials_w, float* partials_b,
-                // rows, cols): the tier holds the row, rows are whole 16-byte packs
-                // (saved_backward_launch refuses others), the dynamic shared memory holds
-                // SAVED_STAGES rows of x and dy per row group (the shape says so), saved_stats
-                // holds the means then the rstds (checked above), each partials array has a
-                // row per row group.
-                unsafe { launch.launch(kernel.config(&shape)?) }?;
-                launch_column_sums(gpu, sums, &partials, &mut grads, 2, groups, cols)
-            }),
-        })
-    }
-
-    /// The plan of a fused backward kernel whose blocks loop over rows (`bwd_vec_regs`,
-    /// `bwd_vec_pipe`: the same arguments), one dw and one db partial row per block, then
-    /// `column_sums` for each.
-    #[allow(clippy::too_many_arguments)]
-    fn plan_bwd_rows<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        kernel: &'a Kernel,
-        shape: LaunchShape,
-        ept: usize,
-        rows: usize,
-        cols: usize,
-        eps: f32,
-    ) -> Result<Plan<'a, T>> {
-        let sums = self.kernel::<T>("column_sums")?;
-        let blocks = shape.grid.0 as usize;
-        // dw's partial rows, then db's: one column_sums launch adds both.
-        let mut partials = gpu.stream.alloc_zeros::<f32>(2 * blocks * cols)?;
-        Ok(Plan {
-            kernel,
-            shape,
-            // Two block sums per row: the mean's, then the rest's.
-            row_terms: ept + 20,
-            col_terms: column_terms(rows.div_ceil(blocks), blocks),
-            launch: Box::new(move |inputs: &Inputs<T>, out| {
-                let len = backward_len(Kind::Layer, rows, cols);
-                check_sizes(inputs, out.len(), rows, cols, len)?;
-                let dy = inputs.dy()?;
-                let (mut dx, mut grads) = out.split_at_mut(rows * cols);
-                let half = partials.len() / 2;
-                let (mut partials_w, mut partials_b) = partials.split_at_mut(half);
-                let (rows64, cols64) = (rows as u64, cols as u64);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch
-                    .arg(&inputs.x)
-                    .arg(&inputs.weight)
-                    .arg(dy)
-                    .arg(&mut dx)
-                    .arg(&mut partials_w)
-                    .arg(&mut partials_b)
-                    .arg(&rows64)
-                    .arg(&cols64)
-                    .arg(&eps);
+                if let Some(eps) = eps.as_ref() {
+                    launch.arg(eps);
+                }
                 // SAFETY: layernorm_bwd_{regs,pipe}_<T>_g<G>_e<E>[_<v|s>](const T* x, const T*
                 // w, const T* dy, T* dx, float* partials_w, float* partials_b, rows, cols,
-                // eps); the tier holds the row, 16-byte loads (`_v`, and every pipe kernel)
-                // only for 16-byte aligned rows, a pipe kernel's shared memory is its stages'
-                // buffers (its shape says so), each partials array has a row per block.
+                // eps) or layernorm_bwd_saved_<T>_g<G>_e<E>(const T* x, const T* w, const T*
+                // dy, const float* saved_stats, T* dx, float* partials_w, float* partials_b,
+                // rows, cols), the arguments pushed above by `eps`; the tier holds the row,
+                // 16-byte loads (`_v`, every pipe and saved kernel) only for 16-byte aligned
+                // rows, a pipe or saved kernel's shared memory is its staged rows (its shape
+                // says so), saved_stats holds the means then the rstds (checked above), each
+                // partials array has a row per row group.
                 unsafe { launch.launch(kernel.config(&shape)?) }?;
-                launch_column_sums(gpu, sums, &partials, &mut grads, 2, blocks, cols)
+                launch_column_sums(gpu, sums, &partials, &mut grads, 2, groups, cols)
             }),
         })
     }

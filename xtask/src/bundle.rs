@@ -32,6 +32,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
+use crate::command::stdout_of;
+
 const RUN_SH: &str = include_str!("../assets/run.sh");
 
 /// The most the bundle may weigh: a copy to a GPU host stays quick.
@@ -49,43 +51,33 @@ pub fn bundle(root: &Path, out: &Path, with_kernels: bool) -> Result<()> {
     let bins = day_binaries(root)?;
 
     eprintln!("building test executables...");
-    let output = Command::new(&cargo)
-        .current_dir(root)
-        .args([
-            "test",
-            "--no-run",
-            "--message-format=json-render-diagnostics",
-        ])
-        .args(common_args)
-        .output()
-        .context("running cargo test --no-run")?;
-    if !output.status.success() {
-        bail!(
-            "cargo test --no-run failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let tests = test_executables(&String::from_utf8_lossy(&output.stdout))?;
+    let output = stdout_of(
+        Command::new(&cargo)
+            .current_dir(root)
+            .args([
+                "test",
+                "--no-run",
+                "--message-format=json-render-diagnostics",
+            ])
+            .args(common_args),
+        "cargo test --no-run",
+    )?;
+    let tests = test_executables(&String::from_utf8_lossy(&output))?;
 
     eprintln!("building criterion benches...");
-    let output = Command::new(&cargo)
-        .current_dir(root)
-        .args([
-            "bench",
-            "--no-run",
-            "--benches",
-            "--message-format=json-render-diagnostics",
-        ])
-        .args(["--workspace", "--exclude", "xtask"])
-        .output()
-        .context("running cargo bench --no-run")?;
-    if !output.status.success() {
-        bail!(
-            "cargo bench --no-run failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let benches = bench_executables(&String::from_utf8_lossy(&output.stdout));
+    let output = stdout_of(
+        Command::new(&cargo)
+            .current_dir(root)
+            .args([
+                "bench",
+                "--no-run",
+                "--benches",
+                "--message-format=json-render-diagnostics",
+            ])
+            .args(["--workspace", "--exclude", "xtask"]),
+        "cargo bench --no-run",
+    )?;
+    let benches = bench_executables(&String::from_utf8_lossy(&output));
     // Every day has a `cargo bench`; `run.sh --bench` would otherwise skip a day in silence.
     for day in crate::readme::day_folders(root)? {
         let prefix = format!("{}-bench-", day.package);

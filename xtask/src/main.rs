@@ -9,6 +9,7 @@
 //!   or words about how the work was organised rather than about the code.
 
 mod bundle;
+mod command;
 mod docs;
 mod readme;
 

@@ -10,6 +10,12 @@ pub const TEST_COLS: &[usize] = &[1, 7, 127, 128, 1000, 4096, 4097, 8192, 8193];
 /// Widths at the forward's register limit and one past it, with fewer rows (the f64
 /// reference of 1000 x 32769 would dominate the test's time).
 pub const TEST_WIDE: &[(usize, usize)] = &[(1, 32768), (3, 32769), (17, 32768), (17, 32769)];
+/// Many rows, so that the kernels whose row groups loop over rows go round many times: at
+/// 1000 rows `bwd_saved`'s warp-per-row tiers (8 rows a block, a block per 8 rows) give each
+/// row group a single row, and its staged rows (day 12: 3 per group) never wrap. 30000 x 128
+/// puts ~14 rows on each warp of the warp tiers on an H100, 4000 x 4096 ~10 on each block of
+/// 128 threads.
+pub const TEST_TALL: &[(usize, usize)] = &[(30000, 128), (4000, 4096)];
 
 fn test_shapes() -> Vec<(usize, usize)> {
     let mut shapes: Vec<(usize, usize)> = TEST_ROWS
@@ -17,6 +23,7 @@ fn test_shapes() -> Vec<(usize, usize)> {
         .flat_map(|&r| TEST_COLS.iter().map(move |&c| (r, c)))
         .collect();
     shapes.extend_from_slice(TEST_WIDE);
+    shapes.extend_from_slice(TEST_TALL);
     shapes
 }
 
@@ -100,5 +107,6 @@ mod tests {
         let shapes = test_shapes();
         assert!(shapes.contains(&(1000, 8193)) && shapes.contains(&(17, 32769)));
         assert!(shapes.contains(&(1, 1)));
+        assert!(TEST_TALL.iter().all(|s| shapes.contains(s)));
     }
 }

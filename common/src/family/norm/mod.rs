@@ -30,7 +30,7 @@ use half::{bf16, f16};
 pub use crate::reference::norm::Kind;
 pub use crate::session::Refused;
 pub use backward_check::check_backward;
-pub use gpu_test::{TEST_COLS, TEST_ROWS, TEST_WIDE, test_every_version};
+pub use gpu_test::{TEST_COLS, TEST_ROWS, TEST_TALL, TEST_WIDE, test_every_version};
 pub use host_inputs::HostInputs;
 pub use launch::*;
 pub use runner::{NormArgs, REFUSED_REQUESTS, main};
