@@ -129,7 +129,7 @@ pub fn check(root: &Path) -> Result<Vec<Finding>> {
         let dir = path.parent().unwrap_or(Path::new(""));
         for caps in file_name.captures_iter(&prose_of(path, &text)) {
             let cited = caps.get(1).expect("group 1 always takes part");
-            if !known.cited_exists(root, dir, cited.as_str()) {
+            if !known.cited_exists(dir, cited.as_str()) {
                 report(
                     cited.start(),
                     format!("`{}` is not a file of this repository", cited.as_str()),
@@ -317,8 +317,10 @@ fn heading_slugs(text: &str) -> BTreeSet<String> {
     slugs
 }
 
-/// What a cited file name may refer to: a tracked file or folder, by its path from the citing
-/// file's folder, from the root, or as the tail of any tracked path (`src/lib.rs`, `gemm.cu`).
+/// What a cited file name may refer to: a tracked file, by its path from the citing file's
+/// folder, from the root, or as the tail of any tracked path (`src/lib.rs`, `gemm.cu`); or a build
+/// output under `target/`, which the workspace's own commands write. Only tracked paths count, never
+/// what happens to lie in a work tree, so a clean clone and a worked-in one give the same answer.
 struct KnownFiles {
     tails: BTreeSet<String>,
 }
@@ -338,11 +340,30 @@ impl KnownFiles {
         Self { tails }
     }
 
-    fn cited_exists(&self, root: &Path, dir: &Path, cited: &str) -> bool {
-        self.tails.contains(cited.trim_start_matches("./"))
-            || root.join(dir).join(cited).exists()
-            || root.join(cited).exists()
+    fn cited_exists(&self, dir: &Path, cited: &str) -> bool {
+        let cited = cited.trim_start_matches("./");
+        cited.starts_with("target/")
+            || self.tails.contains(cited)
+            || lexical_join(dir, cited).is_some_and(|joined| self.tails.contains(&joined))
     }
+}
+
+/// `dir/cited` with `.` and `..` resolved by name alone; `None` when it climbs out of the root.
+fn lexical_join(dir: &Path, cited: &str) -> Option<String> {
+    let mut parts: Vec<String> = dir
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    for part in cited.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            name => parts.push(name.to_owned()),
+        }
+    }
+    Some(parts.join("/"))
 }
 
 /// Byte offset to 1-based line number.
@@ -422,17 +443,27 @@ mod tests {
     #[test]
     fn cited_files_must_be_tracked_here() {
         let known = KnownFiles::new(&[PathBuf::from("xtask/src/docs.rs")]);
-        let root = crate::workspace_root();
-        for here in ["docs.rs", "src/docs.rs", "xtask/src/docs.rs"] {
-            assert!(
-                known.cited_exists(&root, Path::new("day01"), here),
-                "{here}"
-            );
+        let here = [
+            "docs.rs",
+            "src/docs.rs",
+            "xtask/src/docs.rs",
+            "../xtask/src/docs.rs",
+        ];
+        // Build outputs are named by where the workspace's commands write them.
+        for cited in here.into_iter().chain(["target/bundle/run.sh"]) {
+            assert!(known.cited_exists(Path::new("day01"), cited), "{cited}");
         }
-        // A notes file kept beside the repository, or one it never had, is not a citation.
-        for elsewhere in ["PLANS.md", "../notes/PLANS.md", "notes/docs.rs"] {
+        // A notes file kept beside the repository, or one it never had, is not a citation; nor
+        // is a file that lies in the work tree without being tracked.
+        for elsewhere in [
+            "PLANS.md",
+            "../notes/PLANS.md",
+            "notes/docs.rs",
+            "../../xtask/src/docs.rs",
+            "Cargo.lock.md",
+        ] {
             assert!(
-                !known.cited_exists(&root, Path::new("day01"), elsewhere),
+                !known.cited_exists(Path::new("day01"), elsewhere),
                 "{elsewhere}"
             );
         }
