@@ -65,6 +65,14 @@ __device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
         : "memory");
 }
 
+// The arrival of this thread's earlier `cp.async` copies: the barrier counts it once they
+// have all landed. `.noinc`: the arrival is one of those the barrier was initialised with
+// (a warp of loaders, each lane arriving this way, adds 32 to the count).
+__device__ __forceinline__ void cp_async_mbarrier_arrive(unsigned long long* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar))
+                 : "memory");
+}
+
 __device__ __forceinline__ void mbarrier_arrive(unsigned long long* bar) {
     mbarrier_arrive(smem_u32(bar));
 }
@@ -250,6 +258,20 @@ template <int N> __device__ __forceinline__ void warpgroup_registers_release() {
 }
 template <int N> __device__ __forceinline__ void warpgroup_registers_claim() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// ---- persistent tile order ------------------------------------------------------------------
+
+// Tile t of a (tiles_m x tiles_n) grid, in groups of 8 tile-rows walked column by column, so
+// the blocks running at once share A rows and B columns in L2 (the GEMMs of days 18 and 24).
+__device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
+    constexpr int GROUP = 8;
+    const int per_group = GROUP * tiles_n;
+    const int group = t / per_group, first_m = group * GROUP;
+    const int rows = min(tiles_m - first_m, GROUP);
+    const int in_group = t % per_group;
+    tm = first_m + in_group % rows;
+    tn = in_group / rows;
 }
 
 // ---- wgmma ----------------------------------------------------------------------------------

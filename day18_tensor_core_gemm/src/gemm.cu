@@ -320,18 +320,6 @@ constexpr int WG_OUT_ROWS = 64, WG_OUT_COLS = 64;
 constexpr int WG_OUT_CHUNK = WG_OUT_ROWS * 128;
 constexpr int WG_STAGING = WG_CONSUMERS * 2 * WG_OUT_CHUNK;
 
-// Tile t of a (tiles_m x tiles_n) grid, in groups of 8 tile-rows walked column by column, so
-// the blocks running at once share A rows and B columns in L2.
-__device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
-    constexpr int GROUP = 8;
-    const int per_group = GROUP * tiles_n;
-    const int group = t / per_group, first_m = group * GROUP;
-    const int rows = min(tiles_m - first_m, GROUP);
-    const int in_group = t % per_group;
-    tm = first_m + in_group % rows;
-    tn = in_group / rows;
-}
-
 // A tile's place: product z, tile row tm, tile column tn. With clusters of 2, the two CTAs of
 // a cluster take tile rows 2p and 2p + 1 of the same column: they share B's tile.
 struct TilePlace {

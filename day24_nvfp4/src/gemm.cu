@@ -8,9 +8,11 @@
 // 128-row tile of A: for a large M it hides under the MMAs; the gain of the format here is
 // the memory (W in 0.28x the bytes), not speed.
 //
-// Version:
+// Versions:
 //   mma_bf16  block tile 128 x 128 x 32, 8 warps of 64 x 32, two shared-memory stages: A by
 //             cp.async, W loaded to registers a tile ahead, decoded and stored after the MMAs
+//   wgmma_rs  (Hopper) C^T = W A^T on wgmma: W decoded straight into register fragments, A by
+//             the TMA into a ring of shared-memory stages; see below
 //
 // Run: cargo run --release -p day24 -- --op gemm --m 4096 --n 4096 --k 4096
 #include "mma.cuh"
@@ -162,3 +164,318 @@ KERNEL void __launch_bounds__(256) gemm_nvfp4_mma_bf16(const bf16_t* __restrict_
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// wgmma_rs (sm_90a only; the host compiles this file for sm_90a on Hopper).
+//
+// The product is turned around: C^T = W A^T, so the NVFP4 weights are wgmma's A operand and
+// come from registers ("RS"), where each consumer thread decodes its own fragment, and the
+// activations are the B operand, read by the tensor cores from shared memory where the TMA put
+// them. A CTA owns 128 rows of W (two consumer warpgroups of 64) x 256 rows of A (the wgmma's
+// n), persistent over the tiles; the decoded weights never touch shared memory.
+//
+// Two warpgroups of 256 threads and no producer warp: each thread may hold 255 registers,
+// which the accumulators (128), two fragment sets (32) and a step's codes need. A third
+// warpgroup (or even a ninth warp) would cap every thread at 168: registers are split among
+// the SM's four quarters, and setmaxnreg moves them between warpgroups only at run time;
+// ptxas allocates within the launch bound.
+//
+// The loads run WG_STAGES - 1 k-steps ahead in a ring of stages, over the CTA's whole
+// sequence of (tile, k-step) pairs, so the next tile's first stages fill during this tile's
+// last steps and its epilogue:
+//   thread 0: waits until both warpgroups freed the stage (empty[s]), then the TMA brings A's
+//     256 x 64 bf16 box (128-byte swizzle, 32 KiB), counted in bytes on full[s]
+//   every thread: cp.async of its own rows' codes (8 bytes of row r and of row r + 8): a warp
+//     loads exactly the 16 rows x 32 bytes it decodes, so only the warp waits for them
+//   per step: wait full[s] and this thread's cp.async group -> decode the 4 fragments (rows r,
+//     r + 8 of the warp's 16, k 2t.., 2t + 8.. of each k16) with the rows' scales (loaded from
+//     global memory a step ahead) -> 4 wgmma m64n256k16, A from registers -> wait for the
+//     previous step's wgmma and free its stage -> issue the loads of the step WG_STAGES - 1
+//     ahead into it
+// The fragment registers alternate between two sets, so a step's decode runs while the
+// previous step's wgmma still reads the other set.
+//
+// The tile sizes and the ring's depth come from the host (gemm.rs, `-D`), which sizes the grid,
+// the TMA box and the shared memory from the same numbers; the decode below is written for
+// them, as the asserts say.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#include "hopper.cuh"
+
+#if !defined(WG_TILE_N) || !defined(WG_TILE_M) || !defined(WG_TILE_K) || !defined(WG_STAGES)
+#error "gemm.rs passes the wgmma_rs tile (-DWG_TILE_N, WG_TILE_M, WG_TILE_K, WG_STAGES)"
+#endif
+static_assert(WG_TILE_N == 128, "two consumer warpgroups of 64 W rows (wgmma's m)");
+static_assert(WG_TILE_M == 256, "the activations' rows are wgmma's n: at most 256");
+static_assert(WG_TILE_K == 64, "a step is one 128-byte swizzle row of bf16: 4 k16, 32 code bytes");
+constexpr int WG_A_STAGE = WG_TILE_M * WG_TILE_K * 2;   // bytes of activations per stage
+constexpr int WG_W_STAGE = WG_TILE_N * WG_TILE_K / 2;   // bytes of codes per stage
+constexpr int WG_CODE_ROW = WG_TILE_K / 2;              // 32 bytes of one W row per stage
+static_assert(WG_A_STAGE % 1024 == 0, "each activation tile starts on a swizzle period");
+
+// The e2m1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 as bf16, split into byte tables for `prmt`:
+// the low bytes (00 00 80 C0 00 40 80 C0) and the high bytes (00 3F 3F 3F 40 40 40 40),
+// entries 0..3 in the first word, 4..7 in the second.
+constexpr unsigned E2M1_BF16_LO0 = 0xC0800000u, E2M1_BF16_LO1 = 0xC0804000u;
+constexpr unsigned E2M1_BF16_HI0 = 0x3F3F3F00u, E2M1_BF16_HI1 = 0x40404040u;
+
+__device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned selector) {
+    unsigned d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
+    return d;
+}
+
+// a x b for two bf16 pairs, exact here (at most 6 significant bits): fma with -0 leaves every
+// product, +0 and -0 included, as it is.
+__device__ __forceinline__ unsigned bf16x2_mul(unsigned a, unsigned b) {
+    unsigned d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    return d;
+}
+
+// Two e4m3 scales (bytes 0 and 1 of `two`) as bf16 pairs (s0, s0) and (s1, s1), exact; the
+// e4m3 NaN stays NaN. The hardware conversion gives f16 (which holds every e4m3 value), then
+// each is widened and repeated into both halves.
+__device__ __forceinline__ void e4m3x2_to_bf16_pairs(unsigned two, unsigned& s0, unsigned& s1) {
+    unsigned h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)two));
+    const float2 f = f16x2_to_f32x2(h);
+    asm("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(s0) : "f"(f.x));
+    asm("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(s1) : "f"(f.y));
+}
+
+// One k16 step's register A fragment (wgmma's layout: a[0] = row r, k 2t and 2t + 1; a[1] the
+// same 8 rows lower; a[2], a[3] the same at k + 8), code x scale in bf16.
+//   lo0, hi0: the words of row r holding codes 0..7 and 8..15 of this k16 (byte t of each is
+//             the pair at k 2t and at 2t + 8); lo1, hi1 the same of row r + 8
+//   select_t: t | (t + 4) << 4, the prmt selector of byte t of two words
+//   scale0, scale1: the block scales of rows r and r + 8 as bf16 pairs
+// The four bytes of codes go into one word X (nibbles: row r k 2t, 2t+1, 2t+8, 2t+9, then the
+// same of row r + 8). Their magnitudes index the byte tables (one prmt gives four bytes), the
+// sign bits come from a prmt in sign-replicate mode (selector bit 3: the top bit of the chosen
+// byte, repeated; X << 4 brings the even codes' sign bits to the top), and a last prmt
+// interleaves low and high bytes into bf16 pairs. 22 instructions for 8 weights.
+__device__ __forceinline__ void decode_fragment(unsigned lo0, unsigned hi0, unsigned lo1,
+                                                unsigned hi1, unsigned select_t, unsigned scale0,
+                                                unsigned scale1, unsigned (&a)[4]) {
+    const unsigned x = prmt(prmt(lo0, hi0, select_t), prmt(lo1, hi1, select_t), 0x5410);
+    const unsigned magnitude = x & 0x77777777u;
+    const unsigned low_r = prmt(E2M1_BF16_LO0, E2M1_BF16_LO1, magnitude);
+    const unsigned low_r8 = prmt(E2M1_BF16_LO0, E2M1_BF16_LO1, magnitude >> 16);
+    unsigned high_r = prmt(E2M1_BF16_HI0, E2M1_BF16_HI1, magnitude);
+    unsigned high_r8 = prmt(E2M1_BF16_HI0, E2M1_BF16_HI1, magnitude >> 16);
+    const unsigned x4 = x << 4;
+    high_r |= prmt(x4, x, 0xD9C8) & 0x80808080u;   // signs of nibbles 0, 1, 2, 3
+    high_r8 |= prmt(x4, x, 0xFBEA) & 0x80808080u;  // signs of nibbles 4, 5, 6, 7
+    a[0] = bf16x2_mul(prmt(low_r, high_r, 0x5140), scale0);
+    a[2] = bf16x2_mul(prmt(low_r, high_r, 0x7362), scale0);
+    a[1] = bf16x2_mul(prmt(low_r8, high_r8, 0x5140), scale1);
+    a[3] = bf16x2_mul(prmt(low_r8, high_r8, 0x7362), scale1);
+}
+
+// The 4 scale bytes of `row` for k-step `step` (blocks 4 step .. 4 step + 3), one byte per
+// k16; 0 past the matrix, in n or in k (its codes are zero-filled too, so those weights decode
+// to 0). One 32-bit load when every row's scales start 4-byte aligned (K a multiple of 64).
+__device__ __forceinline__ unsigned load_step_scales(const unsigned char* __restrict__ scales,
+                                                     int n, int k, int row, int step) {
+    const int blocks = k / 16, first = 4 * step;
+    if (row >= n || first >= blocks) return 0;
+    const unsigned char* p = scales + (index_t)row * blocks + first;
+    if (blocks % 4 == 0) return __ldg(reinterpret_cast<const unsigned*>(p));
+    unsigned v = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        if (first + i < blocks) v |= (unsigned)__ldg(p + i) << (8 * i);
+    return v;
+}
+
+// 8 bytes of codes (16 weights, one block) by cp.async; zeros when `valid` is false.
+__device__ __forceinline__ void cp_async_8_zfill(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(valid ? 8u : 0u)
+                 : "memory");
+}
+
+// One consumer k-step: decode the fragments of the stage's codes into `a`, then the wgmma.
+__device__ __forceinline__ void consume_step(float (&d)[WG_TILE_M / 2], unsigned (&a)[4][4],
+                                             const unsigned char* codes_r,
+                                             const unsigned char* codes_r8,
+                                             const unsigned char* act, unsigned scales_r,
+                                             unsigned scales_r8, unsigned select_t,
+                                             bool first) {
+    const uint4 r_lo = *reinterpret_cast<const uint4*>(codes_r);
+    const uint4 r_hi = *reinterpret_cast<const uint4*>(codes_r + 16);
+    const uint4 r8_lo = *reinterpret_cast<const uint4*>(codes_r8);
+    const uint4 r8_hi = *reinterpret_cast<const uint4*>(codes_r8 + 16);
+    const unsigned wr[8] = {r_lo.x, r_lo.y, r_lo.z, r_lo.w, r_hi.x, r_hi.y, r_hi.z, r_hi.w};
+    const unsigned wr8[8] = {r8_lo.x, r8_lo.y, r8_lo.z, r8_lo.w, r8_hi.x, r8_hi.y, r8_hi.z, r8_hi.w};
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+        unsigned s0, s1;
+        e4m3x2_to_bf16_pairs(prmt(scales_r, scales_r8, kk | (kk + 4) << 4), s0, s1);
+        decode_fragment(wr[2 * kk], wr[2 * kk + 1], wr8[2 * kk], wr8[2 * kk + 1], select_t, s0,
+                        s1, a[kk]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+        wgmma_m64k16_rs<WG_TILE_M, bf16_t>(d, a[kk], wgmma_descriptor_k_major_sw128(act + 32 * kk),
+                                           !first || kk > 0);
+    wgmma_commit();
+}
+
+// Where the CTA's g-th k-step lies: its tile's first W row and A row, and the step in k.
+struct StepPlace {
+    int n0, m0, step;
+};
+__device__ __forceinline__ StepPlace step_place(int g, int steps, int tiles_n, int tiles_m) {
+    const int t = blockIdx.x + (g / steps) * gridDim.x;
+    int tn, tm;  // W rows are the grid's "rows": a group of 8 tiles shares W's rows in L2
+    tile_coords(t, tiles_n, tiles_m, tn, tm);
+    return {tn * WG_TILE_N, tm * WG_TILE_M, g % steps};
+}
+
+// grid(min(tiles, SMs)), block(256), dynamic shared WG_STAGES x (32 + 4) KiB + barriers + 1 KiB
+// of alignment. map_a covers A as [1][m][k] bf16 in boxes of 64 k x 256 rows, 128-byte swizzle.
+// C[m][n] = tensor_scale x sum_k A[m][k] W[n][k]; K a multiple of 16; any m, n.
+KERNEL void __launch_bounds__(256, 1)
+    gemm_nvfp4_wgmma_rs(const __grid_constant__ TmaDescriptor map_a,
+                        const unsigned char* __restrict__ packed,
+                        const unsigned char* __restrict__ scales,
+                        const float* __restrict__ tensor_scale, float* __restrict__ c, int m, int n,
+                        int k) {
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* act = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
+    unsigned char* codes = act + WG_STAGES * WG_A_STAGE;
+    unsigned long long* full =
+        reinterpret_cast<unsigned long long*>(codes + WG_STAGES * WG_W_STAGE);
+    unsigned long long* empty = full + WG_STAGES;
+
+    const int tiles_n = (n + WG_TILE_N - 1) / WG_TILE_N, tiles_m = (m + WG_TILE_M - 1) / WG_TILE_M;
+    const int tiles = tiles_n * tiles_m;
+    // k-steps per tile, rounded up to even for the two fragment sets: a step past k reads
+    // zero-filled codes, scales and activations and adds exactly 0.
+    const int steps = ((k + WG_TILE_K - 1) / WG_TILE_K + 1) & ~1;
+    const int my_tiles = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+    const int total = my_tiles * steps;  // this CTA's k-steps over all its tiles
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < WG_STAGES; ++s) {
+            mbarrier_init(&full[s], 1);   // thread 0's expect_tx, then the TMA's bytes
+            mbarrier_init(&empty[s], 2);  // each warpgroup, once its wgmma read the stage
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+
+    const int consumer = threadIdx.x / 128;
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+    const int r = consumer * 64 + warp * 16 + lane / 4;  // this thread's W rows r, r + 8 of the tile
+    const int t4 = lane % 4;
+    const unsigned select_t = t4 | (t4 + 4) << 4;
+
+    // The loads of step g into stage g % WG_STAGES; every thread commits one cp.async group
+    // per call (empty past the end) so that "wait for the group of step g" is one count.
+    auto load_step = [&](int g) {
+        if (g < total) {
+            const StepPlace p = step_place(g, steps, tiles_n, tiles_m);
+            const int stage = g % WG_STAGES;
+            if (threadIdx.x == 0) {
+                // Step g - WG_STAGES used this stage; its release is empty's (g / STAGES - 1)-th
+                // phase. The first pass over the ring waits for nothing.
+                if (g >= WG_STAGES) mbarrier_wait(&empty[stage], (g / WG_STAGES - 1) & 1);
+                mbarrier_arrive_expect_tx(&full[stage], WG_A_STAGE);  // zero-filled edges count
+                tma_load_3d(act + stage * WG_A_STAGE, &map_a, &full[stage], p.step * WG_TILE_K,
+                            p.m0, 0);
+            }
+            // Block t4 (16 codes, 8 bytes) of rows r and r + 8; past n or k: zeros.
+            unsigned char* dst = codes + stage * WG_W_STAGE;
+            const int kb = p.step * WG_TILE_K + 16 * t4;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = p.n0 + r + 8 * h;
+                const bool valid = row < n && kb < k;
+                const unsigned char* src = valid ? packed + (index_t)row * (k / 2) + kb / 2 : packed;
+                cp_async_8_zfill(dst + (r + 8 * h) * WG_CODE_ROW + 8 * t4, src, valid);
+            }
+        }
+        cp_async_commit();
+    };
+    // The scales of step g's rows r and r + 8 (4 bytes each).
+    auto load_scales = [&](int g, unsigned& s_r, unsigned& s_r8) {
+        s_r = s_r8 = 0;
+        if (g < total) {
+            const StepPlace p = step_place(g, steps, tiles_n, tiles_m);
+            s_r = load_step_scales(scales, n, k, p.n0 + r, p.step);
+            s_r8 = load_step_scales(scales, n, k, p.n0 + r + 8, p.step);
+        }
+    };
+
+    for (int g = 0; g < WG_STAGES - 1; ++g) load_step(g);
+    unsigned s_r, s_r8;
+    load_scales(0, s_r, s_r8);
+    const float ts = *tensor_scale;
+    float d[WG_TILE_M / 2];
+    // The two fragment sets, step parity picking one; zero so that the fences below never read
+    // an unset register.
+    unsigned a0[4][4] = {}, a1[4][4] = {};
+    // Step g with fragment set `a` (the other set, `b`, was read by step g - 1's wgmma).
+    auto run_step = [&](int g, unsigned (&a)[4][4], unsigned (&b)[4][4]) {
+        const StepPlace p = step_place(g, steps, tiles_n, tiles_m);
+        const int stage = g % WG_STAGES;
+        unsigned next_r, next_r8;
+        load_scales(g + 1, next_r, next_r8);
+        mbarrier_wait(&full[stage], (g / WG_STAGES) & 1);
+        cp_async_wait<WG_STAGES - 2>();  // this thread's codes of step g (later groups may fly)
+        __syncwarp();                    // and the other lanes' of the warp's rows
+        const unsigned char* w = codes + stage * WG_W_STAGE;
+        consume_step(d, a, w + r * WG_CODE_ROW, w + (r + 8) * WG_CODE_ROW,
+                     act + stage * WG_A_STAGE, s_r, s_r8, select_t, p.step == 0);
+        // The previous step's wgmma is done: its stage and its fragment set are free.
+        wgmma_wait<1>();
+        wgmma_fence_operands(d);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wgmma_fence_operands(b[kk]);
+        if (g > 0 && threadIdx.x % 128 == 0) mbarrier_arrive(&empty[(g - 1) % WG_STAGES]);
+        __syncwarp();  // every lane has read the stage's codes before any overwrites them
+        load_step(g + WG_STAGES - 1);
+        s_r = next_r;
+        s_r8 = next_r8;
+    };
+    // Two steps per pass, one per fragment set, with no branch around either wgmma, and the
+    // epilogue after the tile's steps rather than under a test of the step: ptxas serializes
+    // every wgmma of a kernel where one of them, or a use of their accumulators, sits on a
+    // path it cannot prove uniform. `steps` is even.
+    for (int tile = 0, g = 0; tile < my_tiles; ++tile) {
+        for (int step = 0; step < steps; step += 2, g += 2) {
+            run_step(g, a0, a1);
+            run_step(g + 1, a1, a0);
+        }
+        wgmma_wait<0>();
+        wgmma_fence_operands(d);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            wgmma_fence_operands(a0[kk]);
+            wgmma_fence_operands(a1[kk]);
+        }
+        // d[4j + h] = D[r][8j + 2 t4 + h] and d[4j + 2 + h] = D[r + 8][...]: D's rows are W's
+        // (C's columns), its columns A's (C's rows). A warp's store covers 8 consecutive
+        // columns of C in 4 rows: four 32-byte pieces.
+        const StepPlace p = step_place(g - 1, steps, tiles_n, tiles_m);
+        const int col = p.n0 + r;
+#pragma unroll
+        for (int j = 0; j < WG_TILE_M / 8; ++j) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = p.m0 + 8 * j + 2 * t4 + h;
+                if (row < m) {
+                    float* out = c + (index_t)row * n;
+                    if (col < n) __stcs(out + col, d[4 * j + h] * ts);
+                    if (col + 8 < n) __stcs(out + col + 8, d[4 * j + 2 + h] * ts);
+                }
+            }
+        }
+    }
+    // No cp.async may still be writing when the block leaves.
+    cp_async_wait<0>();
+}
+#endif

@@ -21,9 +21,12 @@ pub use common::reference::nvfp4::BLOCK;
 /// are a large part of their time); the third is 132 MB, past the 50 MB L2, the size at which
 /// a decode-time GEMV on a large model actually runs.
 pub const DEFAULT_GEMV_SHAPES: [(usize, usize); 3] = [(8192, 8192), (14336, 4096), (28672, 8192)];
-/// The quantize/dequantize tensor and the GEMM.
+/// The quantize/dequantize tensor.
 pub const DEFAULT_QUANTIZE_SHAPE: (usize, usize) = (8192, 8192);
-pub const DEFAULT_GEMM_SHAPE: (usize, usize, usize) = (4096, 4096, 4096);
+/// The GEMMs (m x n x k): square, and a Llama-3-8B MLP projection (14336 x 4096 weights) on a
+/// batch of 8192 tokens, the size at which a prefill or a training step runs it.
+pub const DEFAULT_GEMM_SHAPES: [(usize, usize, usize); 2] =
+    [(4096, 4096, 4096), (8192, 14336, 4096)];
 
 /// Each kernel file is compiled with the format's device code in front of it.
 pub const QUANTIZE_SOURCE: KernelSource = KernelSource {
@@ -42,15 +45,18 @@ pub const GEMM_SOURCE: KernelSource = KernelSource {
     code: concat!(include_str!("nvfp4_format.cuh"), include_str!("gemm.cu")),
 };
 
-/// What the day compiles: its three files, every kernel, for the GPU's own architecture. The
-/// loaders compile the same, the compile test checks this list, and `cargo xtask bundle`
-/// compiles it ahead of time for the GPU host's kernel cache.
+/// What the day compiles: its three files, every kernel, for the GPU's own architecture, and
+/// `gemm.cu` for Hopper too (its wgmma version). The loaders compile the same, the compile
+/// test checks this list, and `cargo xtask bundle` compiles it ahead of time for the GPU
+/// host's kernel cache.
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![
         KernelBuild::device(QUANTIZE_SOURCE, quantize::FUNCTIONS.iter().copied()),
         KernelBuild::device(GEMV_SOURCE, gemv::all_functions()),
-        KernelBuild::device(GEMM_SOURCE, gemm::FUNCTIONS.iter().copied()),
     ]
+    .into_iter()
+    .chain(gemm::kernel_builds())
+    .collect()
 }
 
 /// A matrix in NVFP4 on the GPU: `rows x cols` codes packed two per byte (even column in the

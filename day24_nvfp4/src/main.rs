@@ -9,7 +9,7 @@ use common::measure::check;
 use common::measure::report::DayReport;
 use common::reference::matmul::{FULL_REFERENCE_MAX_MACS, RANDOM_SAMPLES, sample_outputs};
 use common::reference::nvfp4::{self as fmt, Nvfp4};
-use common::session::{Expected, Problem, Session, Version};
+use common::session::{Expected, Problem, Refused, Session, Version};
 use common::{Gpu, Tolerance, UsageError, measure::inputs, sizes};
 use cudarc::driver::CudaSlice;
 use day15::poison_check;
@@ -41,9 +41,10 @@ struct Args {
     /// Columns of W, the length of x: a multiple of 16.
     #[arg(long, requires = "n", value_parser = common::sizes::positive_u64)]
     k: Option<u64>,
-    /// Rows of A in the GEMM.
-    #[arg(long, default_value_t = day24::DEFAULT_GEMM_SHAPE.0 as u64, value_parser = common::sizes::positive_u64)]
-    m: u64,
+    /// Rows of A in the GEMM (4096 with --n and --k; alone, it replaces the default problems'
+    /// m).
+    #[arg(long, value_parser = common::sizes::positive_u64)]
+    m: Option<u64>,
     #[command(flatten)]
     common: CommonArgs,
 }
@@ -127,29 +128,31 @@ fn run(args: Args) -> Result<()> {
             device_bytes.push((what.clone(), bytes_for(&what, (n * k) as u64, 3)?));
         }
     }
-    let (gm, gn, gk) = match (args.n, args.k) {
-        (Some(n), Some(k)) => (usize_of(args.m), usize_of(n), usize_of(k)),
-        _ => {
-            let (_, n, k) = day24::DEFAULT_GEMM_SHAPE;
-            (usize_of(args.m), n, k)
-        }
+    let gemm_shapes: Vec<(usize, usize, usize)> = match (args.n, args.k) {
+        (Some(n), Some(k)) => vec![(usize_of(args.m.unwrap_or(4096)), usize_of(n), usize_of(k))],
+        _ => day24::DEFAULT_GEMM_SHAPES
+            .iter()
+            .map(|&(m, n, k)| (args.m.map_or(m, usize_of), n, k))
+            .collect(),
     };
     if runs("gemm") {
-        let what = format!("gemm {gm} x {gn} x {gk}");
-        check_shape(&what, gn, gk)?;
-        check_shape(&what, gm, gk)?;
-        gemm::launch_shape(gm, gn)?;
-        let elements = sizes::sum(
-            &what,
-            &[
-                sizes::product(&what, &[gm, gk])?,
-                sizes::product(&what, &[gn, gk])?,
-                sizes::product(&what, &[gm, gn])?,
-            ],
-        )?;
-        sizes::product(&what, &[gm, gn, gk, 2])?;
-        check_host_fits(&what, bytes_for(&what, elements as u64, 8)?)?;
-        device_bytes.push((what.clone(), bytes_for(&what, elements as u64, 4)?));
+        for &(gm, gn, gk) in &gemm_shapes {
+            let what = format!("gemm {gm} x {gn} x {gk}");
+            check_shape(&what, gn, gk)?;
+            check_shape(&what, gm, gk)?;
+            gemm::launch_shape(gm, gn)?;
+            let elements = sizes::sum(
+                &what,
+                &[
+                    sizes::product(&what, &[gm, gk])?,
+                    sizes::product(&what, &[gn, gk])?,
+                    sizes::product(&what, &[gm, gn])?,
+                ],
+            )?;
+            sizes::product(&what, &[gm, gn, gk, 2])?;
+            check_host_fits(&what, bytes_for(&what, elements as u64, 8)?)?;
+            device_bytes.push((what.clone(), bytes_for(&what, elements as u64, 4)?));
+        }
     }
 
     let gpu = args.common.open_gpu()?;
@@ -180,7 +183,14 @@ fn run(args: Args) -> Result<()> {
         }
     }
     if runs("gemm") {
-        reports.push(gemm_problem(&gpu, &args.common, gm, gn, gk)?);
+        let versions: Vec<&str> = gemm::VERSIONS
+            .iter()
+            .copied()
+            .filter(|v| selected(v))
+            .collect();
+        for &shape in &gemm_shapes {
+            reports.push(gemm_problem(&gpu, &args.common, &versions, shape)?);
+        }
     }
     finish_reports(&args.common, &reports)
 }
@@ -414,7 +424,12 @@ fn gemv_problem(
     Ok(session.finish())
 }
 
-fn gemm_problem(gpu: &Gpu, common: &CommonArgs, m: usize, n: usize, k: usize) -> Result<DayReport> {
+fn gemm_problem(
+    gpu: &Gpu,
+    common: &CommonArgs,
+    versions: &[&str],
+    (m, n, k): (usize, usize, usize),
+) -> Result<DayReport> {
     let seed = common.seed;
     let a: Vec<bf16> = inputs::uniform(m * k, -1.0, 1.0, seed.wrapping_add(30));
     let w_bf16: Vec<bf16> = inputs::uniform(n * k, -1.0, 1.0, seed.wrapping_add(31));
@@ -440,8 +455,8 @@ fn gemm_problem(gpu: &Gpu, common: &CommonArgs, m: usize, n: usize, k: usize) ->
             day: "day24",
             title: "nvfp4",
             description: format!(
-                "GEMM C = A W^T, A {m} x {k} bf16, W {n} x {k} NVFP4 decoded to bf16 in shared \
-                 memory, C f32 ({})",
+                "GEMM C = A W^T, A {m} x {k} bf16, W {n} x {k} NVFP4 decoded to bf16 (in shared \
+                 memory for mma_bf16, in registers for wgmma_rs), C f32 ({})",
                 if at.len() == m * n {
                     "every output checked"
                 } else {
@@ -457,16 +472,25 @@ fn gemm_problem(gpu: &Gpu, common: &CommonArgs, m: usize, n: usize, k: usize) ->
     let a_dev = gpu.upload(&a)?;
     let w_dev = Nvfp4Dev::upload(gpu, &w)?;
     let mut c = gpu.alloc_poisoned::<f32>(m * n)?;
-    let (kernel, shape) = day.kernel(m, n)?;
-    session.run_version(
-        Version {
-            name: "mma_bf16",
-            kernel: Some((kernel, shape)),
-            global_bytes: None,
-        },
-        &mut c,
-        &expected,
-        |c| day.launch(gpu, &a_dev, &w_dev, c, m),
-    )?;
+    for &name in versions {
+        let (kernel, shape) = match day.kernel(name, m, n, k) {
+            Ok(plan) => plan,
+            Err(e) if e.is::<Refused>() => {
+                session.skip_version(name, &e.to_string());
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        session.run_version(
+            Version {
+                name,
+                kernel: Some((kernel, shape)),
+                global_bytes: None,
+            },
+            &mut c,
+            &expected,
+            |c| day.launch(gpu, name, &a_dev, &w_dev, c, m),
+        )?;
+    }
     Ok(session.finish())
 }

@@ -4,7 +4,7 @@
 //! and more rows than the GPU has SMs, into poisoned outputs.
 
 use common::reference::nvfp4::{self as fmt, Nvfp4};
-use common::session::launch_and_read;
+use common::session::{Refused, launch_and_read};
 use common::{Gpu, Tolerance, measure::check, measure::inputs, testing};
 use day15::poison_check;
 use day24::gemm::{self, Gemm};
@@ -233,8 +233,13 @@ fn gemm_is_right_on_odd_shapes() {
         (129, 7, 32),
         (130, 257, 4112),
         (300, 200, 64),
-        // More tiles than SMs: 17 x 12 = 204 blocks.
+        // More tiles than SMs: 17 x 12 = 204 blocks of mma_bf16.
         (2100, 1600, 48),
+        // wgmma_rs: 17 x 17 = 289 tiles of 256 x 128 on a persistent grid (each CTA takes 2 or
+        // 3), k steps of 64 with a partial last one, scales not 4-byte aligned.
+        (4100, 2100, 208),
+        // Scales 4-byte aligned (k a multiple of 64), several k steps, odd m and n.
+        (515, 389, 1024),
     ];
     for (i, &(m, n, k)) in shapes.iter().enumerate() {
         let a: Vec<bf16> = inputs::uniform(m * k, -1.0, 1.0, 200 + 2 * i as u64);
@@ -247,18 +252,27 @@ fn gemm_is_right_on_odd_shapes() {
         };
         let (want, _) = fmt::gemm_at(&a, &w, m, &at);
         let (a_dev, w_dev) = (gpu.upload(&a).unwrap(), Nvfp4Dev::upload(&gpu, &w).unwrap());
-        let mut c = gpu.alloc_poisoned::<f32>(m * n).unwrap();
-        let got = launch_and_read(&gpu, &mut c, &mut |c| {
-            day.launch(&gpu, &a_dev, &w_dev, c, m)
-        })
-        .unwrap();
-        let report = check::compare_at(&got, &at, &want, &[m, n], gemm::tolerance(k));
-        assert!(report.passed(), "gemm {m} x {n} x {k}: {report}");
-        // Every output was written, not only the sampled ones.
-        assert!(
-            got.iter().all(|v| v.is_finite()),
-            "gemm {m} x {n} x {k}: an output was never written"
-        );
+        for version in gemm::VERSIONS {
+            if day
+                .kernel(version, m, n, k)
+                .is_err_and(|e| e.is::<Refused>())
+            {
+                println!("SKIPPED {version} on {m} x {n} x {k}: not for this GPU or size");
+                continue;
+            }
+            let mut c = gpu.alloc_poisoned::<f32>(m * n).unwrap();
+            let got = launch_and_read(&gpu, &mut c, &mut |c| {
+                day.launch(&gpu, version, &a_dev, &w_dev, c, m)
+            })
+            .unwrap();
+            let report = check::compare_at(&got, &at, &want, &[m, n], gemm::tolerance(k));
+            assert!(report.passed(), "{version} {m} x {n} x {k}: {report}");
+            // Every output was written, not only the sampled ones.
+            assert!(
+                got.iter().all(|v| v.is_finite()),
+                "{version} {m} x {n} x {k}: an output was never written"
+            );
+        }
     }
 }
 
