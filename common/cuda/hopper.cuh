@@ -263,7 +263,7 @@ template <int N> __device__ __forceinline__ void warpgroup_registers_claim() {
 // ---- persistent tile order ------------------------------------------------------------------
 
 // Tile t of a (tiles_m x tiles_n) grid, in groups of 8 tile-rows walked column by column, so
-// the blocks running at once share A rows and B columns in L2 (the GEMMs of days 18 and 24).
+// the blocks running at once share A rows and B columns in L2 (the GEMMs of days 18, 23 and 24).
 __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
     constexpr int GROUP = 8;
     const int per_group = GROUP * tiles_n;

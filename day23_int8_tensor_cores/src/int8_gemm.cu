@@ -280,18 +280,6 @@ constexpr int WG_OUT_ROWS = 64, WG_OUT_ROW_BYTES = 128;
 constexpr int WG_OUT_CHUNK = WG_OUT_ROWS * WG_OUT_ROW_BYTES;
 constexpr int WG_STAGING = WG_CONSUMERS * 2 * WG_OUT_CHUNK;
 
-// Tile t of a (tiles_m x tiles_n) grid, in groups of 8 tile-rows walked column by column, so
-// the blocks running at once share A rows and B columns in L2.
-__device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
-    constexpr int GROUP = 8;
-    const int per_group = GROUP * tiles_n;
-    const int group = t / per_group, first_m = group * GROUP;
-    const int rows = min(tiles_m - first_m, GROUP);
-    const int in_group = t % per_group;
-    tm = first_m + in_group % rows;
-    tn = in_group / rows;
-}
-
 // D (64 x 256, s32) (+)= A (64 x 32 int8) B (32 x 256 int8), both from shared memory through
 // K-major 128-byte-swizzle descriptors. Integer wgmma has no scale or transpose immediates:
 // only scale-d (0: overwrite D, the first k step of a tile). The accumulator layout is the
