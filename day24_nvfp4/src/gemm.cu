@@ -272,40 +272,31 @@ __device__ __forceinline__ void decode_fragment(unsigned lo0, unsigned hi0, unsi
     a[3] = bf16x2_mul(prmt(low_r8, high_r8, 0x7362), scale1);
 }
 
-// The 4 scale bytes of `row` for k-step `step` (blocks 4 step .. 4 step + 3), one byte per
-// k16; 0 past the matrix, in n or in k (its codes are zero-filled too, so those weights decode
-// to 0). One 32-bit load when every row's scales start 4-byte aligned (K a multiple of 64).
-__device__ __forceinline__ unsigned load_step_scales(const unsigned char* __restrict__ scales,
-                                                     int n, int k, int row, int step) {
-    const int blocks = k / 16, first = 4 * step;
-    if (row >= n || first >= blocks) return 0;
-    const unsigned char* p = scales + (index_t)row * blocks + first;
-    if (blocks % 4 == 0) return __ldg(reinterpret_cast<const unsigned*>(p));
-    unsigned v = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-        if (first + i < blocks) v |= (unsigned)__ldg(p + i) << (8 * i);
-    return v;
-}
-
 // 8 bytes of codes (16 weights, one block) by cp.async; zeros when `valid` is false.
-__device__ __forceinline__ void cp_async_8_zfill(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+__device__ __forceinline__ void cp_async_8_zfill(unsigned dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
                  "r"(valid ? 8u : 0u)
                  : "memory");
 }
 
-// One consumer k-step: decode the fragments of the stage's codes into `a`, then the wgmma.
+// 16 bytes of shared memory at a 32-bit shared address.
+__device__ __forceinline__ uint4 lds128(unsigned address) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(address));
+    return v;
+}
+
+// One consumer k-step: decode the fragments of the stage's codes (rows r and r + 8 at shared
+// addresses codes_r, codes_r8) into `a`, then the wgmma on the stage's activations.
 __device__ __forceinline__ void consume_step(float (&d)[WG_TILE_M / 2], unsigned (&a)[4][4],
-                                             const unsigned char* codes_r,
-                                             const unsigned char* codes_r8,
+                                             unsigned codes_r, unsigned codes_r8,
                                              const unsigned char* act, unsigned scales_r,
                                              unsigned scales_r8, unsigned select_t,
                                              bool first) {
-    const uint4 r_lo = *reinterpret_cast<const uint4*>(codes_r);
-    const uint4 r_hi = *reinterpret_cast<const uint4*>(codes_r + 16);
-    const uint4 r8_lo = *reinterpret_cast<const uint4*>(codes_r8);
-    const uint4 r8_hi = *reinterpret_cast<const uint4*>(codes_r8 + 16);
+    const uint4 r_lo = lds128(codes_r), r_hi = lds128(codes_r + 16);
+    const uint4 r8_lo = lds128(codes_r8), r8_hi = lds128(codes_r8 + 16);
     const unsigned wr[8] = {r_lo.x, r_lo.y, r_lo.z, r_lo.w, r_hi.x, r_hi.y, r_hi.z, r_hi.w};
     const unsigned wr8[8] = {r8_lo.x, r8_lo.y, r8_lo.z, r8_lo.w, r8_hi.x, r8_hi.y, r8_hi.z, r8_hi.w};
 #pragma unroll
@@ -323,15 +314,66 @@ __device__ __forceinline__ void consume_step(float (&d)[WG_TILE_M / 2], unsigned
     wgmma_commit();
 }
 
-// Where the CTA's g-th k-step lies: its tile's first W row and A row, and the step in k.
-struct StepPlace {
-    int n0, m0, step;
+// A walk over the CTA's sequence of (tile, k-step) pairs (tile slot i is tile blockIdx.x + i
+// gridDim.x), carrying what one thread reads at each step: the TMA's coordinates, and the
+// addresses of its rows' codes (block t4 of rows r and r + 8) and scales. A step adds to them;
+// a new tile (every `steps` steps) works them out again, with the tile order's divisions.
+struct StepCursor {
+    int slot, step;
+    int m0, k0;                          // the A box: rows m0.., k k0..
+    const unsigned char* code[2];        // 8 bytes of codes of rows r, r + 8 (when in n)
+    const unsigned char* scale[2];       // 4 scale bytes of rows r, r + 8 (when in n)
+    bool in_n[2];
+    int code_k;                          // the k of this thread's block of codes
+
+    __device__ __forceinline__ void place(const unsigned char* packed,
+                                          const unsigned char* scales, int n, int k, int r,
+                                          int t4, int tiles_n, int tiles_m) {
+        const int t = blockIdx.x + slot * gridDim.x;
+        int tn = 0, tm = 0;  // W rows are the grid's "rows": a group of 8 tiles shares W in L2
+        if (t < tiles_n * tiles_m) tile_coords(t, tiles_n, tiles_m, tn, tm);
+        m0 = tm * WG_TILE_M;
+        k0 = 0;
+        code_k = 16 * t4;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = tn * WG_TILE_N + r + 8 * h;
+            in_n[h] = row < n;
+            code[h] = packed + (index_t)(in_n[h] ? row : 0) * (k / 2) + 8 * t4;
+            scale[h] = scales + (index_t)(in_n[h] ? row : 0) * (k / 16);
+        }
+    }
+    __device__ __forceinline__ void advance(const unsigned char* packed,
+                                            const unsigned char* scales, int n, int k, int r,
+                                            int t4, int steps, int tiles_n, int tiles_m) {
+        if (++step == steps) {
+            step = 0;
+            ++slot;
+            place(packed, scales, n, k, r, t4, tiles_n, tiles_m);
+        } else {
+            k0 += WG_TILE_K;
+            code_k += WG_TILE_K;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                code[h] += WG_TILE_K / 2;
+                scale[h] += WG_TILE_K / 16;
+            }
+        }
+    }
 };
-__device__ __forceinline__ StepPlace step_place(int g, int steps, int tiles_n, int tiles_m) {
-    const int t = blockIdx.x + (g / steps) * gridDim.x;
-    int tn, tm;  // W rows are the grid's "rows": a group of 8 tiles shares W's rows in L2
-    tile_coords(t, tiles_n, tiles_m, tn, tm);
-    return {tn * WG_TILE_N, tm * WG_TILE_M, g % steps};
+
+// The 4 scale bytes at `p` (blocks first .. first + 3 of a row of `blocks`), one byte per k16;
+// 0 past the matrix, in n or in k (its codes are zero-filled too, so those weights decode to
+// 0). One 32-bit load when every row's scales start 4-byte aligned (K a multiple of 64).
+__device__ __forceinline__ unsigned load_step_scales(const unsigned char* p, bool in_n, int first,
+                                                     int blocks) {
+    if (!in_n || first >= blocks) return 0;
+    if (blocks % 4 == 0) return __ldg(reinterpret_cast<const unsigned*>(p));
+    unsigned v = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        if (first + i < blocks) v |= (unsigned)__ldg(p + i) << (8 * i);
+    return v;
 }
 
 // grid(min(tiles, SMs)), block(256), dynamic shared WG_STAGES x (32 + 4) KiB + barriers + 1 KiB
@@ -373,40 +415,44 @@ KERNEL void __launch_bounds__(256, 1)
     const int t4 = lane % 4;
     const unsigned select_t = t4 | (t4 + 4) << 4;
 
-    // The loads of step g into stage g % WG_STAGES; every thread commits one cp.async group
-    // per call (empty past the end) so that "wait for the group of step g" is one count.
+    // The loads of step g into stage g % WG_STAGES, for consecutive g; every thread commits
+    // one cp.async group per call (empty past the end) so that "wait for the group of step g"
+    // is one count.
+    StepCursor loads = {0, 0};
+    loads.place(packed, scales, n, k, r, t4, tiles_n, tiles_m);
+    const unsigned code_dst = smem_u32(codes) + r * WG_CODE_ROW + 8 * t4;  // + stage, + 8 rows
     auto load_step = [&](int g) {
         if (g < total) {
-            const StepPlace p = step_place(g, steps, tiles_n, tiles_m);
             const int stage = g % WG_STAGES;
             if (threadIdx.x == 0) {
                 // Step g - WG_STAGES used this stage; its release is empty's (g / STAGES - 1)-th
                 // phase. The first pass over the ring waits for nothing.
                 if (g >= WG_STAGES) mbarrier_wait(&empty[stage], (g / WG_STAGES - 1) & 1);
                 mbarrier_arrive_expect_tx(&full[stage], WG_A_STAGE);  // zero-filled edges count
-                tma_load_3d(act + stage * WG_A_STAGE, &map_a, &full[stage], p.step * WG_TILE_K,
-                            p.m0, 0);
+                tma_load_3d(act + stage * WG_A_STAGE, &map_a, &full[stage], loads.k0, loads.m0, 0);
             }
             // Block t4 (16 codes, 8 bytes) of rows r and r + 8; past n or k: zeros.
-            unsigned char* dst = codes + stage * WG_W_STAGE;
-            const int kb = p.step * WG_TILE_K + 16 * t4;
+            const bool in_k = loads.code_k < k;
+            const unsigned dst = code_dst + stage * WG_W_STAGE;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int row = p.n0 + r + 8 * h;
-                const bool valid = row < n && kb < k;
-                const unsigned char* src = valid ? packed + (index_t)row * (k / 2) + kb / 2 : packed;
-                cp_async_8_zfill(dst + (r + 8 * h) * WG_CODE_ROW + 8 * t4, src, valid);
+                const bool valid = loads.in_n[h] && in_k;  // else read nothing, write zeros
+                cp_async_8_zfill(dst + 8 * h * WG_CODE_ROW, valid ? loads.code[h] : packed, valid);
             }
+            loads.advance(packed, scales, n, k, r, t4, steps, tiles_n, tiles_m);
         }
         cp_async_commit();
     };
-    // The scales of step g's rows r and r + 8 (4 bytes each).
+    // The scales of rows r and r + 8 (4 bytes each) of consecutive steps, one step ahead.
+    StepCursor scale_steps = {0, 0};
+    scale_steps.place(packed, scales, n, k, r, t4, tiles_n, tiles_m);
     auto load_scales = [&](int g, unsigned& s_r, unsigned& s_r8) {
         s_r = s_r8 = 0;
         if (g < total) {
-            const StepPlace p = step_place(g, steps, tiles_n, tiles_m);
-            s_r = load_step_scales(scales, n, k, p.n0 + r, p.step);
-            s_r8 = load_step_scales(scales, n, k, p.n0 + r + 8, p.step);
+            const int first = 4 * scale_steps.step;
+            s_r = load_step_scales(scale_steps.scale[0], scale_steps.in_n[0], first, k / 16);
+            s_r8 = load_step_scales(scale_steps.scale[1], scale_steps.in_n[1], first, k / 16);
+            scale_steps.advance(packed, scales, n, k, r, t4, steps, tiles_n, tiles_m);
         }
     };
 
@@ -418,18 +464,18 @@ KERNEL void __launch_bounds__(256, 1)
     // The two fragment sets, step parity picking one; zero so that the fences below never read
     // an unset register.
     unsigned a0[4][4] = {}, a1[4][4] = {};
+    const unsigned code_rows = smem_u32(codes) + r * WG_CODE_ROW;  // row r of stage 0
     // Step g with fragment set `a` (the other set, `b`, was read by step g - 1's wgmma).
-    auto run_step = [&](int g, unsigned (&a)[4][4], unsigned (&b)[4][4]) {
-        const StepPlace p = step_place(g, steps, tiles_n, tiles_m);
+    auto run_step = [&](int g, bool first, unsigned (&a)[4][4], unsigned (&b)[4][4]) {
         const int stage = g % WG_STAGES;
         unsigned next_r, next_r8;
         load_scales(g + 1, next_r, next_r8);
         mbarrier_wait(&full[stage], (g / WG_STAGES) & 1);
         cp_async_wait<WG_STAGES - 2>();  // this thread's codes of step g (later groups may fly)
         __syncwarp();                    // and the other lanes' of the warp's rows
-        const unsigned char* w = codes + stage * WG_W_STAGE;
-        consume_step(d, a, w + r * WG_CODE_ROW, w + (r + 8) * WG_CODE_ROW,
-                     act + stage * WG_A_STAGE, s_r, s_r8, select_t, p.step == 0);
+        const unsigned w = code_rows + stage * WG_W_STAGE;
+        consume_step(d, a, w, w + 8 * WG_CODE_ROW, act + stage * WG_A_STAGE, s_r, s_r8, select_t,
+                     first);
         // The previous step's wgmma is done: its stage and its fragment set are free.
         wgmma_wait<1>();
         wgmma_fence_operands(d);
@@ -445,10 +491,10 @@ KERNEL void __launch_bounds__(256, 1)
     // epilogue after the tile's steps rather than under a test of the step: ptxas serializes
     // every wgmma of a kernel where one of them, or a use of their accumulators, sits on a
     // path it cannot prove uniform. `steps` is even.
-    for (int tile = 0, g = 0; tile < my_tiles; ++tile) {
+    for (int slot = 0, g = 0; slot < my_tiles; ++slot) {
         for (int step = 0; step < steps; step += 2, g += 2) {
-            run_step(g, a0, a1);
-            run_step(g + 1, a1, a0);
+            run_step(g, step == 0, a0, a1);
+            run_step(g + 1, false, a1, a0);
         }
         wgmma_wait<0>();
         wgmma_fence_operands(d);
@@ -460,13 +506,14 @@ KERNEL void __launch_bounds__(256, 1)
         // d[4j + h] = D[r][8j + 2 t4 + h] and d[4j + 2 + h] = D[r + 8][...]: D's rows are W's
         // (C's columns), its columns A's (C's rows). A warp's store covers 8 consecutive
         // columns of C in 4 rows: four 32-byte pieces.
-        const StepPlace p = step_place(g - 1, steps, tiles_n, tiles_m);
-        const int col = p.n0 + r;
+        int tn, tm;
+        tile_coords(blockIdx.x + slot * gridDim.x, tiles_n, tiles_m, tn, tm);
+        const int col = tn * WG_TILE_N + r;
 #pragma unroll
         for (int j = 0; j < WG_TILE_M / 8; ++j) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int row = p.m0 + 8 * j + 2 * t4 + h;
+                const int row = tm * WG_TILE_M + 8 * j + 2 * t4 + h;
                 if (row < m) {
                     float* out = c + (index_t)row * n;
                     if (col < n) __stcs(out + col, d[4 * j + h] * ts);
