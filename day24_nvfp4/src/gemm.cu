@@ -180,20 +180,21 @@ KERNEL void __launch_bounds__(256) gemm_nvfp4_mma_bf16(const bf16_t* __restrict_
 // the SM's four quarters, and setmaxnreg moves them between warpgroups only at run time;
 // ptxas allocates within the launch bound.
 //
-// The loads run WG_STAGES - 1 k-steps ahead in a ring of stages, over the CTA's whole
+// The loads run WG_STAGES - 1 k-steps of 128 ahead in a ring of stages, over the CTA's whole
 // sequence of (tile, k-step) pairs, so the next tile's first stages fill during this tile's
 // last steps and its epilogue:
 //   thread 0: waits until both warpgroups freed the stage (empty[s]), then the TMA brings A's
-//     256 x 64 bf16 box (128-byte swizzle, 32 KiB), counted in bytes on full[s]
-//   every thread: cp.async of its own rows' codes (8 bytes of row r and of row r + 8): a warp
-//     loads exactly the 16 rows x 32 bytes it decodes, so only the warp waits for them
-//   per step: wait full[s] and this thread's cp.async group -> decode the 4 fragments (rows r,
-//     r + 8 of the warp's 16, k 2t.., 2t + 8.. of each k16) with the rows' scales (loaded from
-//     global memory a step ahead) -> 4 wgmma m64n256k16, A from registers -> wait for the
-//     previous step's wgmma and free its stage -> issue the loads of the step WG_STAGES - 1
-//     ahead into it
-// The fragment registers alternate between two sets, so a step's decode runs while the
-// previous step's wgmma still reads the other set.
+//     two 256 x 64 bf16 boxes (128-byte swizzle, 64 KiB), counted in bytes on full[s]
+//   every thread: cp.async of its own rows' codes (2 x 8 bytes of row r and of row r + 8): a
+//     warp loads exactly the 16 rows x 64 bytes it decodes, so only the warp waits for them
+//   per step, in two halves of 64 k: wait full[s] and this thread's cp.async group -> decode
+//     half 0's 4 fragments (rows r, r + 8 of the warp's 16, k 2t.., 2t + 8.. of each k16) with
+//     the rows' scales (loaded from global memory a step ahead) -> 4 wgmma m64n256k16, A from
+//     registers -> wait for the previous half, free the previous step's stage and issue the
+//     loads of the step WG_STAGES - 1 ahead into it -> the same for half 1
+// The halves use two fragment sets, so one half is decoded while the other's wgmma still reads
+// its set. The per-step work (barriers, loads, addresses) is paid once per 128 k: a warp's
+// instructions, not the tensor cores, set this kernel's pace.
 //
 // The tile sizes and the ring's depth come from the host (gemm.rs, `-D`), which sizes the grid,
 // the TMA box and the shared memory from the same numbers; the decode below is written for
@@ -201,15 +202,20 @@ KERNEL void __launch_bounds__(256) gemm_nvfp4_mma_bf16(const bf16_t* __restrict_
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "hopper.cuh"
 
-#if !defined(WG_TILE_N) || !defined(WG_TILE_M) || !defined(WG_TILE_K) || !defined(WG_STAGES)
-#error "gemm.rs passes the wgmma_rs tile (-DWG_TILE_N, WG_TILE_M, WG_TILE_K, WG_STAGES)"
+#if !defined(WG_TILE_N) || !defined(WG_TILE_M) || !defined(WG_TILE_K) || !defined(WG_BOX_K) || \
+    !defined(WG_STAGES)
+#error "gemm.rs passes the wgmma_rs tile (-DWG_TILE_N, WG_TILE_M, WG_TILE_K, WG_BOX_K, WG_STAGES)"
 #endif
 static_assert(WG_TILE_N == 128, "two consumer warpgroups of 64 W rows (wgmma's m)");
 static_assert(WG_TILE_M == 256, "the activations' rows are wgmma's n: at most 256");
-static_assert(WG_TILE_K == 64, "a step is one 128-byte swizzle row of bf16: 4 k16, 32 code bytes");
-constexpr int WG_A_STAGE = WG_TILE_M * WG_TILE_K * 2;   // bytes of activations per stage
+static_assert(WG_BOX_K == 64, "a TMA box is one 128-byte swizzle row of bf16");
+static_assert(WG_TILE_K == 2 * WG_BOX_K,
+              "a step is two boxes, each 4 k16 of one fragment set (two halves of 32 code bytes)");
+constexpr int WG_A_BOX = WG_TILE_M * WG_BOX_K * 2;      // bytes of one box of activations
+constexpr int WG_A_STAGE = 2 * WG_A_BOX;                // bytes of activations per stage
 constexpr int WG_W_STAGE = WG_TILE_N * WG_TILE_K / 2;   // bytes of codes per stage
-constexpr int WG_CODE_ROW = WG_TILE_K / 2;              // 32 bytes of one W row per stage
+constexpr int WG_CODE_ROW = WG_TILE_K / 2;              // 64 bytes of one W row per stage
+constexpr int WG_CODE_HALF = WG_CODE_ROW / 2;           // a half-step's 32 bytes of a row
 static_assert(WG_A_STAGE % 1024 == 0, "each activation tile starts on a swizzle period");
 
 // The e2m1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 as bf16, split into byte tables for `prmt`:
@@ -217,6 +223,11 @@ static_assert(WG_A_STAGE % 1024 == 0, "each activation tile starts on a swizzle 
 // entries 0..3 in the first word, 4..7 in the second.
 constexpr unsigned E2M1_BF16_LO0 = 0xC0800000u, E2M1_BF16_LO1 = 0xC0804000u;
 constexpr unsigned E2M1_BF16_HI0 = 0x3F3F3F00u, E2M1_BF16_HI1 = 0x40404040u;
+
+// The four table words, passed down to the decode.
+struct E2m1Tables {
+    unsigned lo0, lo1, hi0, hi1;
+};
 
 __device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned selector) {
     unsigned d;
@@ -256,13 +267,14 @@ __device__ __forceinline__ void e4m3x2_to_bf16_pairs(unsigned two, unsigned& s0,
 // interleaves low and high bytes into bf16 pairs. 22 instructions for 8 weights.
 __device__ __forceinline__ void decode_fragment(unsigned lo0, unsigned hi0, unsigned lo1,
                                                 unsigned hi1, unsigned select_t, unsigned scale0,
-                                                unsigned scale1, unsigned (&a)[4]) {
+                                                unsigned scale1, const E2m1Tables& t,
+                                                unsigned (&a)[4]) {
     const unsigned x = prmt(prmt(lo0, hi0, select_t), prmt(lo1, hi1, select_t), 0x5410);
     const unsigned magnitude = x & 0x77777777u;
-    const unsigned low_r = prmt(E2M1_BF16_LO0, E2M1_BF16_LO1, magnitude);
-    const unsigned low_r8 = prmt(E2M1_BF16_LO0, E2M1_BF16_LO1, magnitude >> 16);
-    unsigned high_r = prmt(E2M1_BF16_HI0, E2M1_BF16_HI1, magnitude);
-    unsigned high_r8 = prmt(E2M1_BF16_HI0, E2M1_BF16_HI1, magnitude >> 16);
+    const unsigned low_r = prmt(t.lo0, t.lo1, magnitude);
+    const unsigned low_r8 = prmt(t.lo0, t.lo1, magnitude >> 16);
+    unsigned high_r = prmt(t.hi0, t.hi1, magnitude);
+    unsigned high_r8 = prmt(t.hi0, t.hi1, magnitude >> 16);
     const unsigned x4 = x << 4;
     high_r |= prmt(x4, x, 0xD9C8) & 0x80808080u;   // signs of nibbles 0, 1, 2, 3
     high_r8 |= prmt(x4, x, 0xFBEA) & 0x80808080u;  // signs of nibbles 4, 5, 6, 7
@@ -294,7 +306,7 @@ __device__ __forceinline__ void consume_step(float (&d)[WG_TILE_M / 2], unsigned
                                              unsigned codes_r, unsigned codes_r8,
                                              const unsigned char* act, unsigned scales_r,
                                              unsigned scales_r8, unsigned select_t,
-                                             bool first) {
+                                             const E2m1Tables& tables, bool first) {
     const uint4 r_lo = lds128(codes_r), r_hi = lds128(codes_r + 16);
     const uint4 r8_lo = lds128(codes_r8), r8_hi = lds128(codes_r8 + 16);
     const unsigned wr[8] = {r_lo.x, r_lo.y, r_lo.z, r_lo.w, r_hi.x, r_hi.y, r_hi.z, r_hi.w};
@@ -304,7 +316,7 @@ __device__ __forceinline__ void consume_step(float (&d)[WG_TILE_M / 2], unsigned
         unsigned s0, s1;
         e4m3x2_to_bf16_pairs(prmt(scales_r, scales_r8, kk | (kk + 4) << 4), s0, s1);
         decode_fragment(wr[2 * kk], wr[2 * kk + 1], wr8[2 * kk], wr8[2 * kk + 1], select_t, s0,
-                        s1, a[kk]);
+                        s1, tables, a[kk]);
     }
     wgmma_fence();
 #pragma unroll
@@ -376,7 +388,7 @@ __device__ __forceinline__ unsigned load_step_scales(const unsigned char* p, boo
     return v;
 }
 
-// grid(min(tiles, SMs)), block(256), dynamic shared WG_STAGES x (32 + 4) KiB + barriers + 1 KiB
+// grid(min(tiles, SMs)), block(256), dynamic shared WG_STAGES x (64 + 8) KiB + barriers + 1 KiB
 // of alignment. map_a covers A as [1][m][k] bf16 in boxes of 64 k x 256 rows, 128-byte swizzle.
 // C[m][n] = tensor_scale x sum_k A[m][k] W[n][k]; K a multiple of 16; any m, n.
 KERNEL void __launch_bounds__(256, 1)
@@ -395,9 +407,7 @@ KERNEL void __launch_bounds__(256, 1)
 
     const int tiles_n = (n + WG_TILE_N - 1) / WG_TILE_N, tiles_m = (m + WG_TILE_M - 1) / WG_TILE_M;
     const int tiles = tiles_n * tiles_m;
-    // k-steps per tile, rounded up to even for the two fragment sets: a step past k reads
-    // zero-filled codes, scales and activations and adds exactly 0.
-    const int steps = ((k + WG_TILE_K - 1) / WG_TILE_K + 1) & ~1;
+    const int steps = (k + WG_TILE_K - 1) / WG_TILE_K;  // k-steps per tile
     const int my_tiles = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
     const int total = my_tiles * steps;  // this CTA's k-steps over all its tiles
     if (threadIdx.x == 0) {
@@ -414,6 +424,7 @@ KERNEL void __launch_bounds__(256, 1)
     const int r = consumer * 64 + warp * 16 + lane / 4;  // this thread's W rows r, r + 8 of the tile
     const int t4 = lane % 4;
     const unsigned select_t = t4 | (t4 + 4) << 4;
+    const E2m1Tables tables = {E2M1_BF16_LO0, E2M1_BF16_LO1, E2M1_BF16_HI0, E2M1_BF16_HI1};
 
     // The loads of step g into stage g % WG_STAGES, for consecutive g; every thread commits
     // one cp.async group per call (empty past the end) so that "wait for the group of step g"
@@ -430,72 +441,89 @@ KERNEL void __launch_bounds__(256, 1)
                 if (g >= WG_STAGES) mbarrier_wait(&empty[stage], (g / WG_STAGES - 1) & 1);
                 mbarrier_arrive_expect_tx(&full[stage], WG_A_STAGE);  // zero-filled edges count
                 tma_load_3d(act + stage * WG_A_STAGE, &map_a, &full[stage], loads.k0, loads.m0, 0);
+                tma_load_3d(act + stage * WG_A_STAGE + WG_A_BOX, &map_a, &full[stage],
+                            loads.k0 + WG_BOX_K, loads.m0, 0);
             }
-            // Block t4 (16 codes, 8 bytes) of rows r and r + 8; past n or k: zeros.
-            const bool in_k = loads.code_k < k;
+            // Blocks t4 and t4 + 4 (16 codes, 8 bytes each: one per half-step) of rows r and
+            // r + 8; past n or k: zeros.
             const unsigned dst = code_dst + stage * WG_W_STAGE;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const bool valid = loads.in_n[h] && in_k;  // else read nothing, write zeros
-                cp_async_8_zfill(dst + 8 * h * WG_CODE_ROW, valid ? loads.code[h] : packed, valid);
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    // else read nothing, write zeros
+                    const bool valid = loads.in_n[h] && loads.code_k + half * WG_BOX_K < k;
+                    cp_async_8_zfill(dst + 8 * h * WG_CODE_ROW + half * WG_CODE_HALF,
+                                     valid ? loads.code[h] + half * WG_CODE_HALF : packed, valid);
+                }
             }
             loads.advance(packed, scales, n, k, r, t4, steps, tiles_n, tiles_m);
         }
         cp_async_commit();
     };
-    // The scales of rows r and r + 8 (4 bytes each) of consecutive steps, one step ahead.
+    // The scales of rows r and r + 8 of consecutive steps, one step ahead: per half-step 4
+    // bytes of each row, s[half][row].
     StepCursor scale_steps = {0, 0};
     scale_steps.place(packed, scales, n, k, r, t4, tiles_n, tiles_m);
-    auto load_scales = [&](int g, unsigned& s_r, unsigned& s_r8) {
-        s_r = s_r8 = 0;
-        if (g < total) {
-            const int first = 4 * scale_steps.step;
-            s_r = load_step_scales(scale_steps.scale[0], scale_steps.in_n[0], first, k / 16);
-            s_r8 = load_step_scales(scale_steps.scale[1], scale_steps.in_n[1], first, k / 16);
-            scale_steps.advance(packed, scales, n, k, r, t4, steps, tiles_n, tiles_m);
+    auto load_scales = [&](int g, unsigned (&s)[2][2]) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                s[half][h] = g < total ? load_step_scales(scale_steps.scale[h] + 4 * half,
+                                                          scale_steps.in_n[h],
+                                                          8 * scale_steps.step + 4 * half, k / 16)
+                                       : 0;
+            }
         }
+        if (g < total) scale_steps.advance(packed, scales, n, k, r, t4, steps, tiles_n, tiles_m);
     };
 
     for (int g = 0; g < WG_STAGES - 1; ++g) load_step(g);
-    unsigned s_r, s_r8;
-    load_scales(0, s_r, s_r8);
+    unsigned s[2][2];
+    load_scales(0, s);
     const float ts = *tensor_scale;
     float d[WG_TILE_M / 2];
-    // The two fragment sets, step parity picking one; zero so that the fences below never read
-    // an unset register.
+    // The two fragment sets: a0 for the first half of every step, a1 for the second.
     unsigned a0[4][4] = {}, a1[4][4] = {};
     const unsigned code_rows = smem_u32(codes) + r * WG_CODE_ROW;  // row r of stage 0
-    // Step g with fragment set `a` (the other set, `b`, was read by step g - 1's wgmma).
-    auto run_step = [&](int g, bool first, unsigned (&a)[4][4], unsigned (&b)[4][4]) {
+    // Step g: half 0 (a0, the first box), then half 1 (a1, the second box). Each half's wgmma
+    // runs while the next half is decoded; a wait for all but the newest group frees the
+    // other fragment set, and the first of the step frees the previous step's stage.
+    auto run_step = [&](int g, bool first) {
         const int stage = g % WG_STAGES;
-        unsigned next_r, next_r8;
-        load_scales(g + 1, next_r, next_r8);
+        unsigned next[2][2];
+        load_scales(g + 1, next);
         mbarrier_wait(&full[stage], (g / WG_STAGES) & 1);
         cp_async_wait<WG_STAGES - 2>();  // this thread's codes of step g (later groups may fly)
         __syncwarp();                    // and the other lanes' of the warp's rows
         const unsigned w = code_rows + stage * WG_W_STAGE;
-        consume_step(d, a, w, w + 8 * WG_CODE_ROW, act + stage * WG_A_STAGE, s_r, s_r8, select_t,
-                     first);
-        // The previous step's wgmma is done: its stage and its fragment set are free.
-        wgmma_wait<1>();
+        const unsigned char* x = act + stage * WG_A_STAGE;
+        consume_step(d, a0, w, w + 8 * WG_CODE_ROW, x, s[0][0], s[0][1], select_t, tables, first);
+        wgmma_wait<1>();  // step g - 1's second half is done: a1 and that step's stage are free
         wgmma_fence_operands(d);
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wgmma_fence_operands(b[kk]);
+        for (int kk = 0; kk < 4; ++kk) wgmma_fence_operands(a1[kk]);
         if (g > 0 && threadIdx.x % 128 == 0) mbarrier_arrive(&empty[(g - 1) % WG_STAGES]);
         __syncwarp();  // every lane has read the stage's codes before any overwrites them
         load_step(g + WG_STAGES - 1);
-        s_r = next_r;
-        s_r8 = next_r8;
-    };
-    // Two steps per pass, one per fragment set, with no branch around either wgmma, and the
-    // epilogue after the tile's steps rather than under a test of the step: ptxas serializes
-    // every wgmma of a kernel where one of them, or a use of their accumulators, sits on a
-    // path it cannot prove uniform. `steps` is even.
-    for (int slot = 0, g = 0; slot < my_tiles; ++slot) {
-        for (int step = 0; step < steps; step += 2, g += 2) {
-            run_step(g, step == 0, a0, a1);
-            run_step(g + 1, false, a1, a0);
+        consume_step(d, a1, w + WG_CODE_HALF, w + 8 * WG_CODE_ROW + WG_CODE_HALF, x + WG_A_BOX,
+                     s[1][0], s[1][1], select_t, tables, false);
+        wgmma_wait<1>();  // the first half is done: a0 is free
+        wgmma_fence_operands(d);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wgmma_fence_operands(a0[kk]);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            s[half][0] = next[half][0];
+            s[half][1] = next[half][1];
         }
+    };
+    // The epilogue follows the tile's steps rather than sitting under a test of the step:
+    // ptxas serializes every wgmma of a kernel where one of them, or a use of their
+    // accumulators, sits on a path it cannot prove uniform.
+    for (int slot = 0, g = 0; slot < my_tiles; ++slot) {
+        for (int step = 0; step < steps; ++step, ++g) run_step(g, step == 0);
         wgmma_wait<0>();
         wgmma_fence_operands(d);
 #pragma unroll

@@ -26,18 +26,19 @@ const WGMMA_FUNCTION: &str = "gemm_nvfp4_wgmma_rs";
 /// `mma_bf16`'s block tile of C (128 x 128).
 const MMA_TILE: usize = 128;
 
-/// `wgmma_rs`'s CTA tile: 128 rows of W (two consumer warpgroups of wgmma's m = 64) x 256 rows
-/// of A (wgmma's n), 64 k per stage (one 128-byte swizzle row of bf16), and the stages of its
-/// shared-memory ring.
+/// `wgmma_rs`'s CTA tile: 128 rows of W (two warpgroups of wgmma's m = 64) x 256 rows of A
+/// (wgmma's n), 128 k per stage in two TMA boxes of 64 k (one 128-byte swizzle row of bf16
+/// each), and the stages of its shared-memory ring (3 x 72 KiB).
 pub const WG_TILE_N: usize = 128;
 pub const WG_TILE_M: usize = 256;
-pub const WG_TILE_K: usize = 64;
-pub const WG_STAGES: usize = 6;
+pub const WG_TILE_K: usize = 128;
+pub const WG_BOX_K: usize = 64;
+pub const WG_STAGES: usize = 3;
 /// Two warpgroups, each loading and multiplying its own half (no producer warp: see gemm.cu).
 const WG_THREADS: u32 = 256;
 
-/// Bytes of dynamic shared memory `wgmma_rs` takes: per stage A's 256 x 64 bf16 and W's
-/// 128 x 32 bytes of codes, the full and empty barriers, 1 KiB to align the swizzled tiles.
+/// Bytes of dynamic shared memory `wgmma_rs` takes: per stage A's 256 x 128 bf16 and W's
+/// 128 x 64 bytes of codes, the full and empty barriers, 1 KiB to align the swizzled tiles.
 pub const fn wgmma_shared_bytes() -> u32 {
     (WG_STAGES * (WG_TILE_M * WG_TILE_K * 2 + WG_TILE_N * WG_TILE_K / 2) + 2 * WG_STAGES * 8 + 1024)
         as u32
@@ -49,6 +50,7 @@ fn wgmma_defines() -> Vec<String> {
         format!("-DWG_TILE_N={WG_TILE_N}"),
         format!("-DWG_TILE_M={WG_TILE_M}"),
         format!("-DWG_TILE_K={WG_TILE_K}"),
+        format!("-DWG_BOX_K={WG_BOX_K}"),
         format!("-DWG_STAGES={WG_STAGES}"),
     ]
 }
@@ -209,7 +211,7 @@ impl Gemm {
             rows: m,
             outer: 1,
             outer_stride: m * k,
-            box_inner: WG_TILE_K as u32,
+            box_inner: WG_BOX_K as u32,
             box_rows: WG_TILE_M as u32,
         }
         .encode(gpu, a)?;
