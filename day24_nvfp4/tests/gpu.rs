@@ -236,7 +236,7 @@ fn gemm_is_right_on_odd_shapes() {
         // More tiles than SMs: 17 x 12 = 204 blocks of mma_bf16.
         (2100, 1600, 48),
         // wgmma_rs: 17 x 17 = 289 tiles of 256 x 128 on a persistent grid (each CTA takes 2 or
-        // 3), k steps of 64 with a partial last one, scales not 4-byte aligned.
+        // 3), k-steps of 128 with a partial last one, scales not 4-byte aligned.
         (4100, 2100, 208),
         // Scales 4-byte aligned (k a multiple of 64), several k steps, odd m and n.
         (515, 389, 1024),
