@@ -317,11 +317,13 @@ impl Day11 {
         })
     }
 
-    /// `bwd_vec_regs`: rows in registers, dx and the block's weight-gradient partials in one
-    /// kernel, then `column_sums`.
-    fn plan_bwd_regs<'a, T: Element>(
+    /// `bwd_vec_regs` (`pipelined` false): rows in registers, dx and the block's weight-gradient
+    /// partials in one kernel, then `column_sums`; `bwd_vec_pipe` (`pipelined` true): the same
+    /// with the next rows' x and dy staged in shared memory while a row is worked on.
+    fn plan_bwd_fused<'a, T: Element>(
         &'a self,
         gpu: &'a Gpu,
+        pipelined: bool,
         rows: usize,
         cols: usize,
         eps: f32,
@@ -329,29 +331,7 @@ impl Day11 {
         let (kernel, shape, ept) = fused_backward_launch(
             &self.kernels,
             "rmsnorm",
-            false,
-            T::DTYPE,
-            rows,
-            cols,
-            self.sms,
-        )?;
-        let blocks = shape.grid.0 as usize;
-        self.plan_bwd_rows(gpu, kernel, shape, ept, blocks, rows, cols, Some(eps))
-    }
-
-    /// `bwd_vec_pipe`: `bwd_vec_regs` with the next rows' x and dy staged in shared memory
-    /// while a row is worked on.
-    fn plan_bwd_pipe<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-        eps: f32,
-    ) -> Result<Plan<'a, T>> {
-        let (kernel, shape, ept) = fused_backward_launch(
-            &self.kernels,
-            "rmsnorm",
-            true,
+            pipelined,
             T::DTYPE,
             rows,
             cols,
@@ -477,8 +457,8 @@ impl NormDay for Day11 {
             "block" => self.plan_block(gpu, rows, cols, eps),
             "vec_regs" => self.plan_regs(gpu, rows, cols, eps),
             "bwd_split" => self.plan_bwd_split(gpu, rows, cols, eps),
-            "bwd_vec_regs" => self.plan_bwd_regs(gpu, rows, cols, eps),
-            "bwd_vec_pipe" => self.plan_bwd_pipe(gpu, rows, cols, eps),
+            "bwd_vec_regs" => self.plan_bwd_fused(gpu, false, rows, cols, eps),
+            "bwd_vec_pipe" => self.plan_bwd_fused(gpu, true, rows, cols, eps),
             "bwd_saved" => self.plan_bwd_saved(gpu, rows, cols),
             other => Err(Refused(format!("day11 has no version `{other}`")).into()),
         }

@@ -279,11 +279,13 @@ impl Day12 {
         })
     }
 
-    /// `bwd_vec_regs`: rows in registers, dx and the block's weight-gradient partials in one
-    /// kernel, then `column_sums`.
-    fn plan_bwd_regs<'a, T: Element>(
+    /// `bwd_vec_regs` (`pipelined` false): rows in registers, dx and the block's weight-gradient
+    /// partials in one kernel, then `column_sums`; `bwd_vec_pipe` (`pipelined` true): the same
+    /// with the next rows' x and dy staged in shared memory while a row is worked on.
+    fn plan_bwd_fused<'a, T: Element>(
         &'a self,
         gpu: &'a Gpu,
+        pipelined: bool,
         rows: usize,
         cols: usize,
         eps: f32,
@@ -291,29 +293,7 @@ impl Day12 {
         let (kernel, shape, ept) = fused_backward_launch(
             &self.kernels,
             "layernorm",
-            false,
-            T::DTYPE,
-            rows,
-            cols,
-            self.sms,
-        )?;
-        let blocks = shape.grid.0 as usize;
-        self.plan_bwd_rows(gpu, kernel, shape, ept, blocks, rows, cols, Some(eps))
-    }
-
-    /// `bwd_vec_pipe`: `bwd_vec_regs` with the next rows' x and dy staged in shared memory
-    /// while a row is worked on.
-    fn plan_bwd_pipe<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-        eps: f32,
-    ) -> Result<Plan<'a, T>> {
-        let (kernel, shape, ept) = fused_backward_launch(
-            &self.kernels,
-            "layernorm",
-            true,
+            pipelined,
             T::DTYPE,
             rows,
             cols,
@@ -451,8 +431,8 @@ impl NormDay for Day12 {
             "welford_block" => self.plan_welford_block(gpu, rows, cols, eps),
             "vec_regs" => self.plan_regs(gpu, rows, cols, eps),
             "bwd_split" => self.plan_bwd_split(gpu, rows, cols, eps),
-            "bwd_vec_regs" => self.plan_bwd_regs(gpu, rows, cols, eps),
-            "bwd_vec_pipe" => self.plan_bwd_pipe(gpu, rows, cols, eps),
+            "bwd_vec_regs" => self.plan_bwd_fused(gpu, false, rows, cols, eps),
+            "bwd_vec_pipe" => self.plan_bwd_fused(gpu, true, rows, cols, eps),
             "bwd_saved" => self.plan_bwd_saved(gpu, rows, cols),
             other => Err(Refused(format!("day12 has no version `{other}`")).into()),
         }

@@ -219,9 +219,9 @@ fn run(args: Args) -> Result<()> {
 
 /// The outputs checked: all of them for small problems; otherwise the edges and random
 /// outputs of the first and the last product (`sample_outputs`), and in every product two
-/// outputs of every 128 x 128 output tile (a random one and the tile's last): every tile of
-/// every version (128 x 128 for mma.sync, 128 x 256 for wgmma, whichever wave of a persistent
-/// kernel computes it) is looked at.
+/// outputs of every 128 x 128 output tile (`tile_outputs`: a random one and the tile's last):
+/// every tile of every version (128 x 128 for mma.sync, 128 x 256 for wgmma, whichever wave of
+/// a persistent kernel computes it) is looked at.
 fn checked_outputs(shape: &GemmShape, seed: u64) -> Option<Vec<usize>> {
     let GemmShape { m, n, k, batch, .. } = *shape;
     if batch * m * n * k <= FULL_CHECK_MACS {
@@ -232,35 +232,13 @@ fn checked_outputs(shape: &GemmShape, seed: u64) -> Option<Vec<usize>> {
     if batch > 1 {
         at.extend(one.iter().map(|i| i + (batch - 1) * m * n));
     }
-    at.extend(per_tile_outputs(shape, seed.wrapping_add(1)));
+    for z in 0..batch {
+        let tiles = reference::tile_outputs(m, n, seed.wrapping_add(1 + z as u64));
+        at.extend(tiles.iter().map(|i| i + z * m * n));
+    }
     at.sort_unstable();
     at.dedup();
     Some(at)
-}
-
-/// The output tiles' side: 128 x 128 divides both tile shapes (mma.sync's 128 x 128 and
-/// wgmma's 128 x 256).
-const CHECK_TILE: usize = 128;
-
-/// Two flat outputs in every `CHECK_TILE` square tile of every product: one at random in the
-/// tile, and the tile's last (its bottom-right corner, clipped to the matrix).
-fn per_tile_outputs(shape: &GemmShape, seed: u64) -> Vec<usize> {
-    use rand::{Rng, SeedableRng};
-    let GemmShape { m, n, batch, .. } = *shape;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut at = Vec::new();
-    for z in 0..batch {
-        for i0 in (0..m).step_by(CHECK_TILE) {
-            let i1 = (i0 + CHECK_TILE).min(m);
-            for j0 in (0..n).step_by(CHECK_TILE) {
-                let j1 = (j0 + CHECK_TILE).min(n);
-                let (i, j) = (rng.random_range(i0..i1), rng.random_range(j0..j1));
-                at.push(z * m * n + i * n + j);
-                at.push(z * m * n + (i1 - 1) * n + j1 - 1);
-            }
-        }
-    }
-    at
 }
 
 fn run_problem<T: Element>(

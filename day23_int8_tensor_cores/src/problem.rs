@@ -237,34 +237,16 @@ pub fn bf16_tolerance() -> Tolerance {
 /// Outputs up to this many multiply-adds are all checked; beyond, a sample.
 pub const FULL_CHECK_MACS: usize = 1 << 28;
 
-/// The side of the squares the sampled check visits: 128 divides both kernels' output tiles
-/// (mma_sync's 128 x 128, wgmma's 128 x 256).
-pub const CHECK_TILE: usize = 128;
-
-/// The outputs checked: `None` (all of them) for small problems; otherwise the edges and
-/// random outputs (`sample_outputs`) and two outputs in every 128 x 128 square (a random one
-/// and its last), so every output tile of every version, whichever wave of a persistent
-/// kernel computes it, is looked at. Sorted, unique.
+/// The outputs checked: `None` (all of them) for small problems; otherwise the edges, random
+/// outputs and two in every 128 x 128 square (`sample_outputs_every_tile`), so every output tile
+/// of every version, whichever wave of a persistent kernel computes it, is looked at.
 pub fn checked_outputs(s: &Shape, seed: u64) -> Option<Vec<usize>> {
-    use common::reference::matmul::{RANDOM_SAMPLES, sample_outputs};
+    use common::reference::matmul::{RANDOM_SAMPLES, sample_outputs_every_tile};
     let Shape { m, n, k } = *s;
     if m.saturating_mul(n).saturating_mul(k) <= FULL_CHECK_MACS {
         return None;
     }
-    let mut at = sample_outputs(m, n, RANDOM_SAMPLES, seed);
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(1));
-    for i0 in (0..m).step_by(CHECK_TILE) {
-        let i1 = (i0 + CHECK_TILE).min(m);
-        for j0 in (0..n).step_by(CHECK_TILE) {
-            let j1 = (j0 + CHECK_TILE).min(n);
-            let (i, j) = (rng.random_range(i0..i1), rng.random_range(j0..j1));
-            at.push(i * n + j);
-            at.push((i1 - 1) * n + j1 - 1);
-        }
-    }
-    at.sort_unstable();
-    at.dedup();
-    Some(at)
+    Some(sample_outputs_every_tile(m, n, RANDOM_SAMPLES, seed))
 }
 
 /// The operands of one problem on the GPU, with the buffers the epilogue reads.

@@ -244,12 +244,9 @@ __device__ __forceinline__ unsigned bf16x2_mul(unsigned a, unsigned b) {
 }
 
 // Two e4m3 scales (bytes 0 and 1 of `two`) as bf16 pairs (s0, s0) and (s1, s1), exact; the
-// e4m3 NaN stays NaN. The hardware conversion gives f16 (which holds every e4m3 value), then
-// each is widened and repeated into both halves.
+// e4m3 NaN stays NaN.
 __device__ __forceinline__ void e4m3x2_to_bf16_pairs(unsigned two, unsigned& s0, unsigned& s1) {
-    unsigned h;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)two));
-    const float2 f = f16x2_to_f32x2(h);
+    const float2 f = e4m3x2_to_f32x2(two);
     asm("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(s0) : "f"(f.x));
     asm("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(s1) : "f"(f.y));
 }

@@ -96,16 +96,6 @@ __device__ __forceinline__ Chunk<WORDS> load_chunk(const unsigned char* packed_r
     return ch;
 }
 
-// The chunk's scale bytes as f32 (exact; the e4m3 NaN stays NaN), by the hardware conversion
-// of two e4m3 to an f16x2 (sm_89+): three instructions for two blocks, where decoding each
-// byte by hand (e4m3_value) takes about eight per block. The first block's byte is the low
-// one and lands in the low half. For a one-block chunk the high byte is 0 and decodes to 0.
-__device__ __forceinline__ float2 e4m3x2_to_f32x2(unsigned two) {
-    unsigned h;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)two));
-    return f16x2_to_f32x2(h);
-}
-
 // Adds one word's 8 codes times x (8 f32) to `s`. Codes J and J + 4 are decoded together.
 __device__ __forceinline__ float dot_word(unsigned w, const float (&xf)[8], float s) {
     float2 f;

@@ -7,7 +7,9 @@ use clap::Parser;
 use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
 use common::measure::check;
 use common::measure::report::DayReport;
-use common::reference::matmul::{FULL_REFERENCE_MAX_MACS, RANDOM_SAMPLES, sample_outputs};
+use common::reference::matmul::{
+    FULL_REFERENCE_MAX_MACS, RANDOM_SAMPLES, sample_outputs_every_tile,
+};
 use common::reference::nvfp4::{self as fmt, Nvfp4};
 use common::session::{Expected, Problem, Refused, Session, Version};
 use common::{Gpu, Tolerance, UsageError, measure::inputs, sizes};
@@ -435,10 +437,11 @@ fn gemm_problem(
     let w_bf16: Vec<bf16> = inputs::uniform(n * k, -1.0, 1.0, seed.wrapping_add(31));
     let w = fmt::quantize(&w_bf16, n, k);
     drop(w_bf16);
+    // Every output, or the edges, random ones and two in every output tile of either version.
     let at: Vec<usize> = if m * n * k <= FULL_REFERENCE_MAX_MACS {
         (0..m * n).collect()
     } else {
-        sample_outputs(m, n, RANDOM_SAMPLES, seed.wrapping_add(32))
+        sample_outputs_every_tile(m, n, RANDOM_SAMPLES, seed.wrapping_add(32))
     };
     let (values, _) = fmt::gemm_at(&a, &w, m, &at);
     let out_shape = [m, n];

@@ -54,6 +54,16 @@ __device__ __forceinline__ float e4m3_value(unsigned b) {
     return (b & 0x80) ? -v : v;
 }
 
+// Two e4m3 bytes (bytes 0 and 1 of `two`) as f32 (exact; the e4m3 NaN stays NaN), by the
+// hardware conversion of two e4m3 to an f16x2 (sm_89+; f16 holds every e4m3 value): three
+// instructions for two scales, where e4m3_value takes about eight per scale. Byte 0 lands in
+// .x. A high byte of 0 decodes to 0.
+__device__ __forceinline__ float2 e4m3x2_to_f32x2(unsigned two) {
+    unsigned h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)two));
+    return f16x2_to_f32x2(h);
+}
+
 // Round to nearest even e4m3, saturating at +-448 (sm_89+ has the conversion in hardware).
 __device__ __forceinline__ unsigned e4m3_encode(float v) {
     unsigned short r;

@@ -221,6 +221,10 @@ fn gemv_versions_are_right_on_odd_shapes() {
     }
 }
 
+/// Shapes up to this many multiply-adds are checked at every output (at most a few hundred
+/// million f64 products for the reference, a second or two in a release build).
+const FULL_CHECK_MACS: usize = 1 << 28;
+
 #[test]
 fn gemm_is_right_on_odd_shapes() {
     let Some(gpu) = testing::gpu_or_skip("day24 gemm correctness") else {
@@ -233,22 +237,26 @@ fn gemm_is_right_on_odd_shapes() {
         (129, 7, 32),
         (130, 257, 4112),
         (300, 200, 64),
-        // More tiles than SMs: 17 x 12 = 204 blocks of mma_bf16.
+        // More tiles than SMs: 17 x 13 = 221 blocks of mma_bf16.
         (2100, 1600, 48),
-        // wgmma_rs: 17 x 17 = 289 tiles of 256 x 128 on a persistent grid (each CTA takes 2 or
-        // 3), k-steps of 128 with a partial last one, scales not 4-byte aligned.
+        // wgmma_rs, every output checked: 9 x 16 = 144 tiles of 256 x 128 on its persistent grid
+        // of 132 CTAs, so 12 CTAs take a second tile (its loads start under the first tile's
+        // last step); one partial k-step.
+        (2050, 1930, 16),
+        // Scales 4-byte aligned (k a multiple of 64), two k-steps, odd m and n.
+        (515, 389, 256),
+        // wgmma_rs, sampled in every tile: 17 x 17 = 289 tiles (each CTA takes 2 or 3), k-steps
+        // of 128 with a partial last one, scales not 4-byte aligned.
         (4100, 2100, 208),
-        // Scales 4-byte aligned (k a multiple of 64), several k steps, odd m and n.
-        (515, 389, 1024),
     ];
     for (i, &(m, n, k)) in shapes.iter().enumerate() {
         let a: Vec<bf16> = inputs::uniform(m * k, -1.0, 1.0, 200 + 2 * i as u64);
         let w_bf16: Vec<bf16> = inputs::uniform(n * k, -1.0, 1.0, 201 + 2 * i as u64);
         let w = fmt::quantize(&w_bf16, n, k);
-        let at: Vec<usize> = if m * n <= 1 << 16 {
+        let at: Vec<usize> = if m * n * k <= FULL_CHECK_MACS {
             (0..m * n).collect()
         } else {
-            common::reference::matmul::sample_outputs(m, n, 4096, i as u64)
+            common::reference::matmul::sample_outputs_every_tile(m, n, 4096, i as u64)
         };
         let (want, _) = fmt::gemm_at(&a, &w, m, &at);
         let (a_dev, w_dev) = (gpu.upload(&a).unwrap(), Nvfp4Dev::upload(&gpu, &w).unwrap());

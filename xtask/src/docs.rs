@@ -48,8 +48,9 @@ const FORBIDDEN: &[(&str, &str)] = &[
         "the challenge logs' numbering: say what the challenge day asked",
     ),
     (
-        // The noun followed by a number is a task; the verb ("warps issue 4 loads") is not:
-        // only a number followed by punctuation or a verb of speech counts in lower case.
+        // A reference to an item of a tracker: capitalised, with `#`, or in lower case only when
+        // the number is followed by punctuation or a verb of speech, so that the verb with a
+        // count ("warps issue 4 loads") stays ordinary prose.
         r"\bIssues? #?\d+|(?i:\bissues? #\d+|\bissues? \d+(?:'s|\)|,|\.|:|;| and\b| or\b| asked\b| said\b)|\bthe issue's\b)",
         "a numbered task: say what was measured, what is missing and why",
     ),

@@ -178,6 +178,39 @@ pub fn sample_outputs(m: usize, n: usize, random: usize, seed: u64) -> Vec<usize
     at
 }
 
+/// The side of the squares [`tile_outputs`] visits: 128 divides every GEMM output tile in the
+/// workspace (mma.sync's 128 x 128, wgmma's 128 x 256, in either orientation).
+pub const CHECK_TILE: usize = 128;
+
+/// Two flat outputs in every `CHECK_TILE` square of an `m x n` output: one at random in the
+/// square (drawn with `seed`) and its last (bottom-right, clipped to the matrix). A sampled check
+/// that includes them looks at every output tile of every version, whichever wave of a
+/// persistent kernel computes it.
+pub fn tile_outputs(m: usize, n: usize, seed: u64) -> Vec<usize> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut at = Vec::with_capacity(2 * m.div_ceil(CHECK_TILE) * n.div_ceil(CHECK_TILE));
+    for i0 in (0..m).step_by(CHECK_TILE) {
+        let i1 = (i0 + CHECK_TILE).min(m);
+        for j0 in (0..n).step_by(CHECK_TILE) {
+            let j1 = (j0 + CHECK_TILE).min(n);
+            let (i, j) = (rng.random_range(i0..i1), rng.random_range(j0..j1));
+            at.push(i * n + j);
+            at.push((i1 - 1) * n + j1 - 1);
+        }
+    }
+    at
+}
+
+/// [`sample_outputs`] and [`tile_outputs`] together, sorted and unique: the edges, `random`
+/// outputs, and two in every output tile.
+pub fn sample_outputs_every_tile(m: usize, n: usize, random: usize, seed: u64) -> Vec<usize> {
+    let mut at = sample_outputs(m, n, random, seed);
+    at.extend(tile_outputs(m, n, seed.wrapping_add(1)));
+    at.sort_unstable();
+    at.dedup();
+    at
+}
+
 /// The check of an f32 matmul with inner dimension `k`, for inputs in [-1, 1].
 ///
 /// Each output is a sum of `k` products. Its partial sums wander like a random walk, to about
@@ -353,5 +386,21 @@ mod tests {
         assert!(t.atol > 1e-3 && t.atol < 0.01, "{t:?}");
         assert!(tolerance(1).atol < 1e-6);
         assert!(tolerance(8192).atol < 0.02);
+    }
+
+    #[test]
+    fn the_tiled_sample_touches_every_tile() {
+        let (m, n) = (300, 1000);
+        let at = sample_outputs_every_tile(m, n, 10, 7);
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "sorted and unique");
+        for ti in 0..m.div_ceil(CHECK_TILE) {
+            for tj in 0..n.div_ceil(CHECK_TILE) {
+                let inside = |&i: &usize| i / n / CHECK_TILE == ti && i % n / CHECK_TILE == tj;
+                assert!(
+                    at.iter().filter(|i| inside(i)).count() >= 2,
+                    "tile {ti}, {tj}"
+                );
+            }
+        }
     }
 }
