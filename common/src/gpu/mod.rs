@@ -135,6 +135,24 @@ impl Gpu {
         })
     }
 
+    /// This GPU with its work enqueued on a stream another library owns (PyTorch's current
+    /// stream, for `torch_layers`): launches through the returned `Gpu` are ordered with that
+    /// library's own work on the stream, with no synchronization between them.
+    ///
+    /// # Safety
+    /// `cu_stream` must be a live stream of this GPU's context (null is the legacy default
+    /// stream), and must outlive the returned `Gpu` and every buffer allocated through it.
+    pub unsafe fn on_borrowed_stream(&self, cu_stream: sys::CUstream) -> Gpu {
+        // SAFETY: as the caller promised; the wrapper never destroys the stream.
+        let stream = unsafe { self.ctx.wrap_borrowed_stream(cu_stream) };
+        Gpu {
+            ctx: self.ctx.clone(),
+            stream,
+            info: self.info.clone(),
+            copy_ceiling_gbs: OnceLock::new(),
+        }
+    }
+
     /// Refuses, before anything is allocated, a problem whose buffers do not fit in the free
     /// device memory (with a little room left for the runtime).
     pub fn check_fits(&self, what: &str, bytes: u64) -> Result<(), UsageError> {

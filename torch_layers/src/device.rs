@@ -1,0 +1,135 @@
+//! One open GPU per device PyTorch uses: its context (the device's primary context, the one
+//! PyTorch uses too), the days' kernels, loaded on first use, and the scratch the kernels keep
+//! between calls.
+//!
+//! Loading and scratch go on the extension's own stream, which is synchronized before anything
+//! made there is used on PyTorch's stream; the kernels themselves run on PyTorch's current
+//! stream ([`Device::on_stream`]), so they are ordered with the model's other work without a
+//! synchronization.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use anyhow::Result;
+use common::Gpu;
+
+/// A day's kernels, loaded once per device.
+pub struct Loaded<T>(Mutex<Option<Arc<T>>>);
+
+impl<T> Default for Loaded<T> {
+    fn default() -> Self {
+        Self(Mutex::new(None))
+    }
+}
+
+impl<T> Loaded<T> {
+    /// The kernels, loaded (compiled by NVRTC, or read from the kernel cache) on the first call.
+    pub fn get(&self, device: &Device, load: impl FnOnce(&Gpu) -> Result<T>) -> Result<Arc<T>> {
+        let mut slot = lock(&self.0);
+        if let Some(loaded) = slot.as_ref() {
+            return Ok(loaded.clone());
+        }
+        let loaded = Arc::new(load(&device.gpu)?);
+        // What the loader allocated on the extension's stream is ready before PyTorch's
+        // stream uses it.
+        device.gpu.synchronize()?;
+        *slot = Some(loaded.clone());
+        Ok(loaded)
+    }
+}
+
+/// Scratch kept per problem (the attention backward's workspace, say), the `CAPACITY` most
+/// recently used problems: a training run repeats a few shapes, and varlen batches would
+/// otherwise keep every shape they ever saw.
+pub struct Cache<K, V> {
+    entries: Mutex<Vec<(K, Arc<V>)>>,
+}
+
+/// Problems whose scratch is kept.
+const CAPACITY: usize = 8;
+
+impl<K: PartialEq, V> Default for Cache<K, V> {
+    fn default() -> Self {
+        Self {
+            entries: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<K: PartialEq, V> Cache<K, V> {
+    /// The entry for `key`, made by `make` on the extension's stream the first time.
+    pub fn get(
+        &self,
+        device: &Device,
+        key: K,
+        make: impl FnOnce(&Gpu) -> Result<V>,
+    ) -> Result<Arc<V>> {
+        let mut entries = lock(&self.entries);
+        if let Some(i) = entries.iter().position(|(k, _)| *k == key) {
+            let entry = entries.remove(i);
+            let value = entry.1.clone();
+            entries.push(entry);
+            return Ok(value);
+        }
+        if entries.len() == CAPACITY {
+            // Work already enqueued on PyTorch's stream may still read the oldest entry's
+            // scratch: wait for the device before it is freed.
+            device.gpu.ctx.synchronize()?;
+            entries.remove(0);
+        }
+        let value = Arc::new(make(&device.gpu)?);
+        device.gpu.synchronize()?;
+        entries.push((key, value.clone()));
+        Ok(value)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves nothing half-written that a later call could
+    // misread (slots are replaced whole), so a poisoned lock is taken as it is.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One GPU, as the extension keeps it.
+pub struct Device {
+    /// The device's primary context and the extension's own stream.
+    pub gpu: Gpu,
+    /// Each layer's kernels and scratch, as its module keeps them.
+    pub attention: crate::attention::State,
+    pub norm: crate::norm::State,
+    pub activation: crate::activation::State,
+    pub loss: crate::loss::State,
+}
+
+// Every field is either plain data or cudarc's handles, which it documents as usable from any
+// thread; the kernels and scratch are only read after loading, under the GIL.
+static DEVICES: Mutex<Vec<(usize, Arc<Device>)>> = Mutex::new(Vec::new());
+
+/// The extension's state for CUDA device `ordinal`, opened on first use.
+pub fn device(ordinal: usize) -> Result<Arc<Device>> {
+    let mut devices = lock(&DEVICES);
+    if let Some((_, d)) = devices.iter().find(|(o, _)| *o == ordinal) {
+        return Ok(d.clone());
+    }
+    let d = Arc::new(Device {
+        gpu: Gpu::open(ordinal)?,
+        attention: Default::default(),
+        norm: Default::default(),
+        activation: Default::default(),
+        loss: Default::default(),
+    });
+    devices.push((ordinal, d.clone()));
+    Ok(d)
+}
+
+impl Device {
+    /// This GPU with its launches on the stream `cu_stream` (PyTorch's current stream, as
+    /// `torch.cuda.current_stream().cuda_stream` gives it; 0 is the legacy default stream).
+    ///
+    /// # Safety
+    /// `cu_stream` must be a live stream of this device's primary context, alive until the
+    /// returned `Gpu` is dropped; nothing may be allocated through it that outlives the call.
+    pub unsafe fn on_stream(&self, cu_stream: u64) -> Gpu {
+        // SAFETY: as the caller promised.
+        unsafe { self.gpu.on_borrowed_stream(cu_stream as usize as _) }
+    }
+}
