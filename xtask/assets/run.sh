@@ -3,7 +3,7 @@
 # REQUIRE_NVRTC=1, then every day's default benchmark, and writes DIR/results.json for
 # `cargo xtask report`. The host needs the NVIDIA driver and NVRTC (CUDA 13), not Rust.
 #
-#   run.sh --out DIR [--days day06,day09] [--parts tests,bench,sweeps,verify] [--jobs N]
+#   run.sh --out DIR [--days day06,day09] [--parts tests,bench,sweeps,verify,torch,train] [--jobs N]
 #          [--peers-from FILE] [--bench] [--sanitize]
 #
 # --days runs only those days' test executables, benchmarks, sweeps, checks and peers (each
@@ -14,6 +14,10 @@
 # the same host instead of running peers/*.py again (a run split over several calls times the
 # peers once). --bench also runs every day's criterion bench (what `cargo bench -p dayNN`
 # runs), keeping criterion's history beside the bundle so a later run compares with it.
+# The torch part installs the PyTorch extension's wheel (torch_layers/wheels) into a scratch
+# folder and runs its tests (torch_layers/tests, pytest) with REQUIRE_GPU=1 into DIR/torch.log;
+# the train part (not a default one) trains examples/train_gpt.py's small GPT on PyTorch's
+# layers and on ours into DIR/train_gpt/ (results.json, loss.png) and DIR/train.log.
 # --sanitize also runs every day on small odd problems under compute-sanitizer's memcheck,
 # racecheck, initcheck and synccheck (verify/sanitize.py), where the host has it.
 #
@@ -36,10 +40,10 @@ if [ "${BASH_VERSINFO[0]}" -lt 4 ] || { [ "${BASH_VERSINFO[0]}" -eq 4 ] && [ "${
 fi
 here=$(cd "$(dirname "$0")" && pwd)
 
-usage() { echo "usage: $0 --out DIR [--days dayNN,dayMM] [--parts tests,bench,sweeps,verify] [--jobs N] [--peers-from FILE] [--bench] [--sanitize]" >&2; }
+usage() { echo "usage: $0 --out DIR [--days dayNN,dayMM] [--parts tests,bench,sweeps,verify,torch,train] [--jobs N] [--peers-from FILE] [--bench] [--sanitize]" >&2; }
 out=""
 days=""
-parts_wanted=",tests,bench,sweeps,verify,"
+parts_wanted=",tests,bench,sweeps,verify,torch,"
 criterion=0
 sanitize=0
 jobs=8
@@ -132,7 +136,7 @@ for d in $(printf '%s' "$days" | tr ',' ' '); do
 done
 [ -z "$days" ] || [ "$day_items" -gt 0 ] || { echo "--days: empty list" >&2; exit 2; }
 for p in $(printf '%s' "$parts_wanted" | tr ',' ' '); do
-  case "$p" in tests|bench|sweeps|verify|none) ;; *) echo "--parts: no part \`$p\` (tests, bench, sweeps, verify, none)" >&2; exit 2 ;; esac
+  case "$p" in tests|bench|sweeps|verify|torch|train|none) ;; *) echo "--parts: no part \`$p\` (tests, bench, sweeps, verify, torch, train, none)" >&2; exit 2 ;; esac
 done
 
 # The kernels come compiled (xtask/src/bundle.rs): copied into the cache the days read, so
@@ -276,6 +280,40 @@ for b in "$exe"/bin/day*; do
   record_run "$name" sweep "$rc"
   if [ "$rc" = 0 ]; then note sweep "$name" ok; else note sweep "$name" "FAILED (exit $rc)"; failed=1; fi
 done
+
+# The PyTorch extension (torch_layers/): its wheel, installed for this run only.
+if part torch || part train; then
+  site="$parts/site"
+  if ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    echo "== torch: skipped (no python3 with torch and a CUDA device)"
+    part torch && note torch pytest "SKIPPED (no torch with CUDA)"
+    part train && note train train_gpt "SKIPPED (no torch with CUDA)"
+  elif ! python3 -m pip install --quiet --no-index --no-deps --no-compile --target "$site" \
+         "$here"/torch_layers/wheels/*.whl > "$out/torch.log" 2>&1; then
+    echo "== torch: the wheel did not install (log: $out/torch.log)"
+    note torch wheel "FAILED (pip install)"; failed=1
+  else
+    if part torch; then
+      echo "== torch: the extension's tests (log: $out/torch.log)"
+      started
+      (cd "$parts" && PYTHONPATH="$site" python3 -m pytest -q -rs -p no:cacheprovider \
+         "$here/torch_layers/tests") 2>&1 | tee -a "$out/torch.log"
+      rc=${PIPESTATUS[0]}
+      record_run all torch "$rc"
+      if [ "$rc" = 0 ]; then note torch pytest ok; else note torch pytest "FAILED (exit $rc)"; failed=1; fi
+    fi
+    if part train; then
+      echo "== train: a small GPT on PyTorch's layers and on ours (log: $out/train.log)"
+      started
+      # Its corpus is the repository's own text: the bundle sits in the checkout's target/.
+      PYTHONPATH="$site" PYTHONUNBUFFERED=1 python3 "$here/torch_layers/examples/train_gpt.py" \
+        --corpus-root "$here/../.." --out "$out/train_gpt" 2>&1 | tee "$out/train.log"
+      rc=${PIPESTATUS[0]}
+      record_run all train "$rc"
+      if [ "$rc" = 0 ]; then note train train_gpt ok; else note train train_gpt "FAILED (exit $rc)"; failed=1; fi
+    fi
+  fi
+fi
 
 # The --days selection as verify.py and sanitize.py take it (day05,day10), or nothing.
 days_args=()

@@ -13,6 +13,9 @@
 //!   peers/*.py          the PyTorch timings of the same problems
 //!   verify/*.py         every day's outputs recomputed with PyTorch and compared, and the
 //!                       compute-sanitizer runs on small problems
+//!   torch_layers/       the PyTorch extension: wheels/day_kernels-*.whl (built here with
+//!                       maturin), tests/*.py (pytest) and examples/*.py, which run.sh's
+//!                       `torch` and `train` parts install and run where torch is
 //! ```
 //! Binaries load libcuda and libnvrtc at run time and embed their kernel sources, so the host
 //! needs only the NVIDIA driver and NVRTC. Their kernels come compiled: NVRTC needs no GPU,
@@ -41,7 +44,15 @@ const MAX_BUNDLE_BYTES: u64 = 64 << 20;
 
 pub fn bundle(root: &Path, out: &Path, with_kernels: bool) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let common_args = ["--release", "--workspace", "--exclude", "xtask"];
+    // torch_layers is a Python extension: maturin builds it, as a wheel, below.
+    let common_args = [
+        "--release",
+        "--workspace",
+        "--exclude",
+        "xtask",
+        "--exclude",
+        "torch_layers",
+    ];
 
     eprintln!("building release binaries...");
     run(Command::new(&cargo)
@@ -74,7 +85,7 @@ pub fn bundle(root: &Path, out: &Path, with_kernels: bool) -> Result<()> {
                 "--benches",
                 "--message-format=json-render-diagnostics",
             ])
-            .args(["--workspace", "--exclude", "xtask"]),
+            .args(["--workspace", "--exclude", "xtask", "--exclude", "torch_layers"]),
         "cargo bench --no-run",
     )?;
     let benches = bench_executables(&String::from_utf8_lossy(&output));
@@ -117,6 +128,9 @@ pub fn bundle(root: &Path, out: &Path, with_kernels: bool) -> Result<()> {
     fs::remove_dir_all(&staging)?;
     let peers = copy_scripts(root, "peers", out)?;
     let verify = copy_scripts(root, "verify", out)?;
+    let wheel = build_wheel(root, &out.join(TORCH_LAYERS))?;
+    copy_scripts(root, "torch_layers/tests", &out.join(TORCH_LAYERS))?;
+    copy_scripts(root, "torch_layers/examples", &out.join(TORCH_LAYERS))?;
     fs::write(out.join("run.sh"), RUN_SH)?;
     fs::set_permissions(out.join("run.sh"), fs::Permissions::from_mode(0o755))?;
     fs::write(out.join("BUILD_INFO"), build_info(root)?)?;
@@ -125,7 +139,7 @@ pub fn bundle(root: &Path, out: &Path, with_kernels: bool) -> Result<()> {
     eprintln!(
         "bundle: {} ({} binaries, {} test executables, {} benches and {kernels} compiled \
          kernel files ({:.1} MiB, packed), {peers} peer scripts, {verify} verify scripts, \
-         {:.1} MiB)\n\
+         {wheel}, {:.1} MiB)\n\
          on the GPU host: {}/run.sh --out DIR",
         out.display(),
         bins.len(),
@@ -206,10 +220,42 @@ with tarfile.open(sys.argv[1], "w:xz") as archive:
         archive.add(sys.argv[2] + "/" + part, part)
 "#;
 
-/// The Python scripts of `folder` (`peers/*.py`, `verify/*.py`) travel with the bundle;
-/// run.sh runs them where torch is.
+/// The PyTorch extension's folder in the bundle.
+const TORCH_LAYERS: &str = "torch_layers";
+
+/// Builds the PyTorch extension's wheel into `dir/wheels` with maturin (from `$MATURIN`, or
+/// `maturin` on the path: `pip install maturin`); returns the wheel's file name.
+fn build_wheel(root: &Path, dir: &Path) -> Result<String> {
+    eprintln!("building the PyTorch extension's wheel (maturin)...");
+    let maturin = std::env::var("MATURIN").unwrap_or_else(|_| "maturin".to_string());
+    let wheels = dir.join("wheels");
+    let status = Command::new(&maturin)
+        .current_dir(root)
+        .args(["build", "--release", "--quiet", "-m", "torch_layers/Cargo.toml", "-o"])
+        .arg(&wheels)
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => bail!("maturin build of torch_layers failed with {s}"),
+        Err(e) => bail!(
+            "cannot run `{maturin}` ({e}): the bundle carries the PyTorch extension's wheel, \
+             built with maturin (`pip install maturin`, or set MATURIN to its path)"
+        ),
+    }
+    let mut names: Vec<String> = fs::read_dir(&wheels)?
+        .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.ends_with(".whl"))
+        .collect();
+    match names.len() {
+        1 => Ok(names.remove(0)),
+        n => bail!("maturin left {n} wheels in {}, not one", wheels.display()),
+    }
+}
+
+/// The Python scripts of `folder` (`peers/*.py`, `verify/*.py`) travel with the bundle, into
+/// `out/<last part of folder>`; run.sh runs them where torch is.
 fn copy_scripts(root: &Path, folder: &str, out: &Path) -> Result<usize> {
-    let dir = out.join(folder);
+    let dir = out.join(Path::new(folder).file_name().expect("a folder name"));
     fs::create_dir_all(&dir)?;
     let mut count = 0;
     for entry in fs::read_dir(root.join(folder))? {

@@ -16,11 +16,10 @@ DTYPE_NAMES = {
 
 
 def cuda_tensor(fn, name, t, dtypes, dims=None):
-    """Checks one tensor argument of ``fn``; returns it."""
+    """Checks one tensor argument of ``fn``; returns it. The device comes last, so a CPU
+    tensor's dtype and layout are judged too (and tested without a GPU)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{fn}: {name} must be a torch.Tensor, not {type(t).__name__}")
-    if t.device.type != "cuda":
-        raise ValueError(f"{fn}: {name} is on {t.device}; the kernels run on CUDA tensors")
     if t.dtype not in dtypes:
         wanted = " or ".join(str(d).replace("torch.", "") for d in dtypes)
         raise TypeError(f"{fn}: {name} is {str(t.dtype).replace('torch.', '')}; it must be {wanted}")
@@ -30,8 +29,10 @@ def cuda_tensor(fn, name, t, dtypes, dims=None):
     if not t.is_contiguous():
         raise ValueError(
             f"{fn}: {name} is not contiguous (strides {t.stride()}); the kernels read rows "
-            "back to back: pass {name}.contiguous()".replace("{name}", name)
+            f"back to back: pass {name}.contiguous()"
         )
+    if t.device.type != "cuda":
+        raise ValueError(f"{fn}: {name} is on {t.device}; the kernels run on CUDA tensors")
     return t
 
 
