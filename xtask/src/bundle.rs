@@ -85,7 +85,13 @@ pub fn bundle(root: &Path, out: &Path, with_kernels: bool) -> Result<()> {
                 "--benches",
                 "--message-format=json-render-diagnostics",
             ])
-            .args(["--workspace", "--exclude", "xtask", "--exclude", "torch_layers"]),
+            .args([
+                "--workspace",
+                "--exclude",
+                "xtask",
+                "--exclude",
+                "torch_layers",
+            ]),
         "cargo bench --no-run",
     )?;
     let benches = bench_executables(&String::from_utf8_lossy(&output));
@@ -231,7 +237,14 @@ fn build_wheel(root: &Path, dir: &Path) -> Result<String> {
     let wheels = dir.join("wheels");
     let status = Command::new(&maturin)
         .current_dir(root)
-        .args(["build", "--release", "--quiet", "-m", "torch_layers/Cargo.toml", "-o"])
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-m",
+            "torch_layers/Cargo.toml",
+            "-o",
+        ])
         .arg(&wheels)
         .status();
     match status {
