@@ -27,13 +27,11 @@ def test_a_non_contiguous_tensor_is_a_value_error():
 
 
 def test_a_tensor_of_the_wrong_rank_is_a_value_error():
-    with pytest.raises(ValueError, match="k has 2 dimensions"):
-        flash_attention(torch.zeros(2, 16, 4, 64, dtype=torch.bfloat16),
-                        torch.zeros(16, 64, dtype=torch.bfloat16),
-                        torch.zeros(16, 64, dtype=torch.bfloat16))
+    # Each tensor's own checks come before its device, q's before k's.
+    with pytest.raises(ValueError, match="q has 2 dimensions"):
+        flash_attention(torch.zeros(16, 64, dtype=torch.bfloat16), *qkv()[1:])
 
 
 def test_not_a_tensor_is_a_type_error():
-    with pytest.raises(TypeError, match="v must be a torch.Tensor, not list"):
-        q, k, _ = qkv()
-        flash_attention(q, k, [1.0])
+    with pytest.raises(TypeError, match="q must be a torch.Tensor, not list"):
+        flash_attention([1.0], *qkv()[1:])

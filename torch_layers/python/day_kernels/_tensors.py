@@ -57,7 +57,14 @@ def same_dtype(fn, **tensors):
     return first
 
 
+# The current stream's raw handle without making a Stream object each call (what Triton's
+# launcher reads); the public route where a build of torch lacks it.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def where(device):
     """(device index, PyTorch's current stream on it): where a launch is enqueued."""
     index = device.index if device.index is not None else torch.cuda.current_device()
+    if _raw_stream is not None:
+        return index, _raw_stream(index)
     return index, torch.cuda.current_stream(index).cuda_stream
