@@ -1,12 +1,421 @@
-//! (being written)
+//! `rms_norm` and `layer_norm`: days 11 and 12, forward and backward, on PyTorch's tensors.
+//!
+//! The tensors arrive as device pointers the Python layer has checked (device, dtype,
+//! contiguity, sizes): x `[rows, cols]` (any leading dimensions flattened into rows), the
+//! weight (and LayerNorm's bias) `[cols]`, the output y `[rows, cols]`; the backward reads x,
+//! the weight and dy and writes one buffer `dx | dweight [| dbias]`, as the days' backward
+//! kernels do.
+//!
+//! Versions: the fastest of each pass in the days' Results tables (`vec_regs` forward,
+//! `bwd_vec_pipe` backward), then the next one where a version refuses the width (rows past
+//! the register tiers, rows that are not whole 16-byte packs). `bwd_saved` is faster still but
+//! reads statistics the forward would have to save; the recomputing backward needs only x.
 
+use std::ops::Deref;
+
+use anyhow::Result;
+use common::error::{Refused, UsageError};
+use common::family::norm::{Inputs, Kind, NormDay, Pass, Plan, backward_len, load_suffix};
+use common::{Element, Gpu};
+use day11::Day11;
+use day12::Day12;
+use half::{bf16, f16};
 use pyo3::prelude::*;
 
-/// The layer's state on one device.
+use crate::borrowed::{Borrowed, release};
+use crate::device::{Device, Loaded, device};
+use crate::errors::to_py;
+
+/// The layer's state on one device: days 11 and 12's kernels, loaded on first use. The days'
+/// plans hold their own scratch (the column sums' partial rows), made per call on PyTorch's
+/// stream and freed there, ordered after the launch that reads it.
 #[derive(Default)]
-pub struct State {}
+pub struct State {
+    rms: Loaded<Day11>,
+    layer: Loaded<Day12>,
+}
+
+/// A normalization day as the layer uses it: where its kernels are kept, and its name for
+/// messages.
+trait Day: NormDay {
+    /// The Python function's name.
+    const FN: &'static str;
+    fn slot(dev: &Device) -> &Loaded<Self>;
+}
+
+impl Day for Day11 {
+    const FN: &'static str = "rms_norm";
+    fn slot(dev: &Device) -> &Loaded<Self> {
+        &dev.norm.rms
+    }
+}
+
+impl Day for Day12 {
+    const FN: &'static str = "layer_norm";
+    fn slot(dev: &Device) -> &Loaded<Self> {
+        &dev.norm.layer
+    }
+}
+
+/// One call's problem: where it runs and its sizes.
+pub struct Call {
+    pub device: usize,
+    /// PyTorch's current stream.
+    pub stream: u64,
+    /// `bfloat16`, `float16` or `float32`.
+    pub dtype: String,
+    pub rows: usize,
+    pub cols: usize,
+    pub eps: f64,
+}
+
+/// Device pointers of one launch: the bias only for LayerNorm's forward, dy only for a
+/// backward; `out` is y (forward) or `dx | dweight [| dbias]` (backward).
+pub struct Pointers {
+    pub x: u64,
+    pub weight: u64,
+    pub bias: Option<u64>,
+    pub dy: Option<u64>,
+    pub out: u64,
+}
+
+impl Pointers {
+    fn all(&self) -> impl Iterator<Item = u64> + '_ {
+        [
+            Some(self.x),
+            Some(self.weight),
+            self.bias,
+            self.dy,
+            Some(self.out),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// Whether the register versions may run: at widths of whole 16-byte packs they load and
+    /// store x, the weight, dy and the outputs 16 bytes at a time, which a tensor that starts
+    /// inside its storage (a view at an odd offset) may not allow. Other widths take their
+    /// scalar-load kernels (`_s`), which any element-aligned pointer serves.
+    fn serve_register_versions<T: Element>(&self, cols: usize) -> bool {
+        load_suffix(T::DTYPE, cols) == "s" || self.all().all(|p| p.is_multiple_of(16))
+    }
+}
+
+/// The versions tried in order: the days' fastest first, each later one taking what the one
+/// before refuses. `register` false (pointers not 16-byte aligned) leaves the versions with
+/// scalar loads only.
+fn versions(kind: Kind, pass: Pass, register: bool) -> &'static [&'static str] {
+    match (pass, kind, register) {
+        (Pass::Forward, Kind::Rms, true) => &["vec_regs", "block"],
+        (Pass::Forward, Kind::Rms, false) => &["block"],
+        (Pass::Forward, Kind::Layer, true) => &["vec_regs", "welford_block"],
+        (Pass::Forward, Kind::Layer, false) => &["welford_block"],
+        (Pass::Backward, _, true) => &["bwd_vec_pipe", "bwd_vec_regs", "bwd_split"],
+        (Pass::Backward, _, false) => &["bwd_split"],
+    }
+}
+
+/// Checks the sizes and eps before anything touches the GPU; returns eps as the kernels take
+/// it. The days' launchers check the buffers again, but their messages are internal errors;
+/// these are the caller's.
+fn check(fn_name: &str, call: &Call) -> Result<f32, UsageError> {
+    let (rows, cols) = (call.rows, call.cols);
+    if rows == 0 || cols == 0 {
+        return Err(UsageError::new(format!(
+            "{fn_name}: {rows} rows of {cols} columns is empty; the kernels take at least one \
+             of each"
+        )));
+    }
+    // The largest buffer is the backward's `dx | dweight [| dbias]`, of f32 at most.
+    let fits = rows
+        .checked_add(2)
+        .and_then(|r| r.checked_mul(cols))
+        .and_then(|n| n.checked_mul(4))
+        .is_some_and(|bytes| bytes <= isize::MAX as usize);
+    if !fits {
+        return Err(UsageError::new(format!(
+            "{fn_name}: {rows} rows of {cols} columns cannot be addressed"
+        )));
+    }
+    let eps32 = call.eps as f32;
+    if !(call.eps >= 0.0 && eps32.is_finite()) {
+        return Err(UsageError::new(format!(
+            "{fn_name}: eps must be a non-negative number an f32 holds, not {}",
+            call.eps
+        )));
+    }
+    Ok(eps32)
+}
+
+/// Runs one pass of day `D` on the stream; returns the version that ran.
+fn run<D: Day>(call: &Call, p: &Pointers, pass: Pass) -> Result<&'static str> {
+    let eps = check(D::FN, call)?;
+    match call.dtype.as_str() {
+        "bfloat16" => run_as::<D, bf16>(call, p, pass, eps),
+        "float16" => run_as::<D, f16>(call, p, pass, eps),
+        "float32" => run_as::<D, f32>(call, p, pass, eps),
+        other => Err(UsageError::new(format!(
+            "{} takes bfloat16, float16 or float32 tensors, not {other}",
+            D::FN
+        ))
+        .into()),
+    }
+}
+
+fn run_as<D: Day, T: Element>(
+    call: &Call,
+    p: &Pointers,
+    pass: Pass,
+    eps: f32,
+) -> Result<&'static str> {
+    let (rows, cols) = (call.rows, call.cols);
+    let dev = device(call.device)?;
+    let day = D::slot(&dev).get(&dev, D::load)?;
+    // SAFETY: PyTorch's current stream of this device, alive for the call; what the plan
+    // allocates on it is freed (stream-ordered) when the plan drops, before this returns.
+    let gpu = unsafe { dev.on_stream(call.stream) };
+    let register = p.serve_register_versions::<T>(cols);
+    let (version, mut plan) = first_plan::<D, T>(
+        &day,
+        &gpu,
+        versions(D::KIND, pass, register),
+        rows,
+        cols,
+        eps,
+    )?;
+    let out_len = match pass {
+        Pass::Forward => rows * cols,
+        Pass::Backward => backward_len(D::KIND, rows, cols),
+    };
+    // SAFETY: the Python layer checked each tensor: on this device, contiguous, of T, x and dy
+    // rows x cols, the weight and bias cols, the output `out_len` elements; it holds them
+    // until the work is enqueued, and PyTorch's allocator keeps their memory for the stream's
+    // work after that.
+    let (inputs, mut out) = unsafe {
+        (
+            Lent::<T>::new(&gpu, p, rows * cols, cols),
+            Borrowed::<T>::new(&gpu, p.out, out_len),
+        )
+    };
+    (plan.launch)(&inputs, &mut out)?;
+    Ok(version)
+}
+
+/// The plan of the first version in `versions` that takes the problem; the last refusal if
+/// none does (a `ValueError` naming the width).
+fn first_plan<'a, D: NormDay, T: Element>(
+    day: &'a D,
+    gpu: &'a Gpu,
+    versions: &[&'static str],
+    rows: usize,
+    cols: usize,
+    eps: f32,
+) -> Result<(&'static str, Plan<'a, T>)> {
+    let mut refusal = None;
+    for &version in versions {
+        match day.plan::<T>(gpu, version, rows, cols, eps) {
+            Ok(plan) => return Ok((version, plan)),
+            Err(e) if e.is::<Refused>() => refusal = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(refusal.unwrap_or_else(|| Refused("no version to run".into()).into()))
+}
+
+/// The days' `Inputs`, which own their `CudaSlice`s, made of PyTorch's memory: every slice is
+/// released (leaked, never freed) when this drops, on every path.
+struct Lent<T>(Option<Inputs<T>>);
+
+impl<T> Lent<T> {
+    /// # Safety
+    /// As [`Borrowed::new`] for each pointer of `p` but the output: x (and dy) of `n`
+    /// elements, the weight (and bias) of `cols`.
+    unsafe fn new(gpu: &Gpu, p: &Pointers, n: usize, cols: usize) -> Self {
+        // SAFETY: as the caller promised. Each `Borrowed` releases its slice if a later one
+        // panics; from here to the struct nothing can fail.
+        let (x, weight, bias, dy) = unsafe {
+            (
+                Borrowed::<T>::new(gpu, p.x, n),
+                Borrowed::<T>::new(gpu, p.weight, cols),
+                p.bias.map(|b| Borrowed::<T>::new(gpu, b, cols)),
+                p.dy.map(|d| Borrowed::<T>::new(gpu, d, n)),
+            )
+        };
+        Self(Some(Inputs {
+            x: x.into_slice(),
+            weight: weight.into_slice(),
+            bias: bias.map(Borrowed::into_slice),
+            dy: dy.map(Borrowed::into_slice),
+            saved_stats: None,
+        }))
+    }
+}
+
+impl<T> Deref for Lent<T> {
+    type Target = Inputs<T>;
+    fn deref(&self) -> &Inputs<T> {
+        self.0.as_ref().expect("taken only by drop")
+    }
+}
+
+impl<T> Drop for Lent<T> {
+    fn drop(&mut self) {
+        let Some(inputs) = self.0.take() else { return };
+        release(inputs.x);
+        release(inputs.weight);
+        if let Some(bias) = inputs.bias {
+            release(bias);
+        }
+        if let Some(dy) = inputs.dy {
+            release(dy);
+        }
+        if let Some(stats) = inputs.saved_stats {
+            release(stats);
+        }
+    }
+}
+
+/// Day 11's forward: `y = x * rstd * weight`, `rstd = 1 / sqrt(mean(x^2) + eps)` per row of
+/// `cols`; returns the version that ran.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn rms_norm_forward(
+    device: usize,
+    stream: u64,
+    dtype: String,
+    rows: usize,
+    cols: usize,
+    eps: f64,
+    x: u64,
+    weight: u64,
+    y: u64,
+) -> PyResult<&'static str> {
+    let call = Call {
+        device,
+        stream,
+        dtype,
+        rows,
+        cols,
+        eps,
+    };
+    let p = Pointers {
+        x,
+        weight,
+        bias: None,
+        dy: None,
+        out: y,
+    };
+    run::<Day11>(&call, &p, Pass::Forward).map_err(to_py)
+}
+
+/// Day 11's backward: writes `dx | dweight` (`(rows + 1) x cols`) into `grads`, recomputing
+/// each row's rstd from x; returns the version that ran.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn rms_norm_backward(
+    device: usize,
+    stream: u64,
+    dtype: String,
+    rows: usize,
+    cols: usize,
+    eps: f64,
+    x: u64,
+    weight: u64,
+    dy: u64,
+    grads: u64,
+) -> PyResult<&'static str> {
+    let call = Call {
+        device,
+        stream,
+        dtype,
+        rows,
+        cols,
+        eps,
+    };
+    let p = Pointers {
+        x,
+        weight,
+        bias: None,
+        dy: Some(dy),
+        out: grads,
+    };
+    run::<Day11>(&call, &p, Pass::Backward).map_err(to_py)
+}
+
+/// Day 12's forward: `y = (x - mean) * rstd * weight + bias` per row of `cols`, the biased
+/// variance; returns the version that ran.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn layer_norm_forward(
+    device: usize,
+    stream: u64,
+    dtype: String,
+    rows: usize,
+    cols: usize,
+    eps: f64,
+    x: u64,
+    weight: u64,
+    bias: u64,
+    y: u64,
+) -> PyResult<&'static str> {
+    let call = Call {
+        device,
+        stream,
+        dtype,
+        rows,
+        cols,
+        eps,
+    };
+    let p = Pointers {
+        x,
+        weight,
+        bias: Some(bias),
+        dy: None,
+        out: y,
+    };
+    run::<Day12>(&call, &p, Pass::Forward).map_err(to_py)
+}
+
+/// Day 12's backward: writes `dx | dweight | dbias` (`(rows + 2) x cols`) into `grads`,
+/// recomputing each row's mean and rstd from x (the bias does not enter the gradients);
+/// returns the version that ran.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn layer_norm_backward(
+    device: usize,
+    stream: u64,
+    dtype: String,
+    rows: usize,
+    cols: usize,
+    eps: f64,
+    x: u64,
+    weight: u64,
+    dy: u64,
+    grads: u64,
+) -> PyResult<&'static str> {
+    let call = Call {
+        device,
+        stream,
+        dtype,
+        rows,
+        cols,
+        eps,
+    };
+    let p = Pointers {
+        x,
+        weight,
+        bias: None,
+        dy: Some(dy),
+        out: grads,
+    };
+    run::<Day12>(&call, &p, Pass::Backward).map_err(to_py)
+}
 
 /// Adds the layer's functions to the module.
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(rms_norm_forward, m)?)?;
+    m.add_function(wrap_pyfunction!(rms_norm_backward, m)?)?;
+    m.add_function(wrap_pyfunction!(layer_norm_forward, m)?)?;
+    m.add_function(wrap_pyfunction!(layer_norm_backward, m)?)?;
     Ok(())
 }

@@ -44,9 +44,9 @@ def reference(q, k, v, do, lq, lk, causal, scale):
         dp = doi @ vi.transpose(1, 2)
         delta = (doi * o).sum(-1, keepdim=True)
         ds = p * (dp - delta)
-        # dS's terms before they cancel: what the rounding of dP and D (from the 16-bit O)
-        # moves it by, however small dS itself is (a causal row that sees a few keys).
-        ds_terms = p * (dp.abs() + delta.abs())
+        # dS's terms before they cancel: what the rounding of dS, and D's sum over the 16-bit
+        # O, move it by, however small dS itself is (a causal row that sees a few keys).
+        ds_terms = p * (dp.abs() + (doi * o).abs().sum(-1, keepdim=True))
         dq = scale * ds @ ki
         dk = scale * ds.transpose(1, 2) @ qi
         dv = p.transpose(1, 2) @ doi

@@ -16,7 +16,7 @@
 # runs), keeping criterion's history beside the bundle so a later run compares with it.
 # The torch part installs the PyTorch extension's wheel (torch_layers/wheels) into a scratch
 # folder and runs its tests (torch_layers/tests, pytest) with REQUIRE_GPU=1 into DIR/torch.log;
-# the train part (not a default one) trains examples/train_gpt.py's small GPT on PyTorch's
+# the train part (not a default one) trains torch_layers/examples/train_gpt.py's small GPT on PyTorch's
 # layers and on ours into DIR/train_gpt/ (results.json, loss.png) and DIR/train.log.
 # --sanitize also runs every day on small odd problems under compute-sanitizer's memcheck,
 # racecheck, initcheck and synccheck (verify/sanitize.py), where the host has it.
