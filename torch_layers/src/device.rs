@@ -104,10 +104,16 @@ pub struct Device {
 // thread; the kernels and scratch are only read after loading, under the GIL.
 static DEVICES: Mutex<Vec<(usize, Arc<Device>)>> = Mutex::new(Vec::new());
 
-/// The extension's state for CUDA device `ordinal`, opened on first use.
+/// The extension's state for CUDA device `ordinal`, opened on first use, with its context
+/// current on the calling thread.
+///
+/// Autograd runs a backward on a thread of its own, where PyTorch may not have made any
+/// context current yet (the first operation there is ours): the driver calls that take no
+/// stream (an allocation, a memset of scratch) would then fail with an invalid context.
 pub fn device(ordinal: usize) -> Result<Arc<Device>> {
     let mut devices = lock(&DEVICES);
     if let Some((_, d)) = devices.iter().find(|(o, _)| *o == ordinal) {
+        d.gpu.ctx.bind_to_thread()?;
         return Ok(d.clone());
     }
     let d = Arc::new(Device {

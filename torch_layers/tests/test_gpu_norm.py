@@ -278,3 +278,30 @@ def test_the_fastest_version_runs_and_the_next_takes_what_it_refuses(kind):
     assert native_version(kind, 3, 4097, bf16, backward=True) == "bwd_vec_regs"
     assert native_version(kind, 3, 8193, bf16, backward=True) == "bwd_split"
     torch.cuda.synchronize()
+
+
+def test_a_backward_on_a_thread_with_no_current_context():
+    # Autograd runs backwards on a thread of its own, where PyTorch may have made no context
+    # current: the backward's scratch allocation must find the device's context there. A new
+    # thread that calls the extension before any CUDA work of its own is that thread.
+    import threading
+
+    rows, cols = 64, 512
+    x, w, dy = (torch.randn(n, device="cuda", dtype=torch.bfloat16) for n in ((rows, cols), (cols,), (rows, cols)))
+    grads = torch.empty((rows + 1) * cols, device="cuda", dtype=torch.bfloat16)
+    device, stream = where(x.device)
+    failures = []
+
+    def run():
+        try:
+            _native.rms_norm_backward(device, stream, "bfloat16", rows, cols, 1e-6, x.data_ptr(),
+                                      w.data_ptr(), dy.data_ptr(), grads.data_ptr())
+        except Exception as e:  # noqa: BLE001 (reported below)
+            failures.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    torch.cuda.synchronize()
+    assert not failures, failures[0]
+    assert torch.isfinite(grads).all()
