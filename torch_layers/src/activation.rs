@@ -11,8 +11,6 @@
 //! `unfused` version (torch's two kernels, `silu(g)` stored between them) is slower in its
 //! table and is not used.
 
-use std::ops::Deref;
-
 use anyhow::Result;
 use common::error::UsageError;
 use common::{Element, Gpu};
@@ -20,7 +18,7 @@ use day13::{Activations, DeviceInputs, Op, OpParams};
 use half::{bf16, f16};
 use pyo3::prelude::*;
 
-use crate::borrowed::{Borrowed, release};
+use crate::borrowed::{Borrowed, Lent, Release, release};
 use crate::device::{Loaded, device};
 use crate::errors::to_py;
 
@@ -107,7 +105,7 @@ fn run_as<T: Element>(call: &Call) -> Result<&'static str> {
     // that.
     let (inputs, mut out) = unsafe {
         (
-            Lent::<T>::new(&gpu, call),
+            lend::<T>(&gpu, call),
             Borrowed::<T>::new(&gpu, call.out, call.n * call.op.outputs()),
         )
     };
@@ -116,46 +114,34 @@ fn run_as<T: Element>(call: &Call) -> Result<&'static str> {
     Ok(version)
 }
 
-/// The day's `DeviceInputs`, which own their `CudaSlice`s, made of PyTorch's memory: every
-/// slice is released (leaked, never freed) when this drops, on every path.
-struct Lent<T>(Option<DeviceInputs<T>>);
-
-impl<T> Lent<T> {
-    /// # Safety
-    /// As [`Borrowed::new`] for each of `call.inputs`, `call.n` elements each.
-    unsafe fn new(gpu: &Gpu, call: &Call) -> Self {
-        let borrowed: Vec<Borrowed<T>> = call
-            .inputs
-            .iter()
-            // SAFETY: as the caller promised. A `Borrowed` releases its slice if a later one
-            // panics; from here to the struct nothing can fail.
-            .map(|&p| unsafe { Borrowed::<T>::new(gpu, p, call.n) })
-            .collect();
-        Self(Some(DeviceInputs {
-            op: call.op,
-            // The ops are element-wise: one row of n is the same problem as any other split.
-            rows: 1,
-            cols: call.n,
-            tensors: borrowed.into_iter().map(Borrowed::into_slice).collect(),
-            mask: None,
-            scale: 1.0,
-            params: OpParams::default(),
-        }))
-    }
+/// The day's `DeviceInputs` of one call, made of PyTorch's memory.
+///
+/// # Safety
+/// As [`Borrowed::new`] for each of `call.inputs`, `call.n` elements each.
+unsafe fn lend<T>(gpu: &Gpu, call: &Call) -> Lent<DeviceInputs<T>> {
+    let borrowed: Vec<Borrowed<T>> = call
+        .inputs
+        .iter()
+        // SAFETY: as the caller promised. A `Borrowed` releases its slice if a later one
+        // panics; from here to the guard nothing can fail.
+        .map(|&p| unsafe { Borrowed::<T>::new(gpu, p, call.n) })
+        .collect();
+    Lent::new(DeviceInputs {
+        op: call.op,
+        // The ops are element-wise: one row of n is the same problem as any other split.
+        rows: 1,
+        cols: call.n,
+        tensors: borrowed.into_iter().map(Borrowed::into_slice).collect(),
+        mask: None,
+        scale: 1.0,
+        params: OpParams::default(),
+    })
 }
 
-impl<T> Deref for Lent<T> {
-    type Target = DeviceInputs<T>;
-    fn deref(&self) -> &DeviceInputs<T> {
-        self.0.as_ref().expect("taken only by drop")
-    }
-}
-
-impl<T> Drop for Lent<T> {
-    fn drop(&mut self) {
-        let Some(inputs) = self.0.take() else { return };
-        inputs.tensors.into_iter().for_each(release);
-        if let Some(mask) = inputs.mask {
+impl<T> Release for DeviceInputs<T> {
+    fn release(self) {
+        self.tensors.into_iter().for_each(release);
+        if let Some(mask) = self.mask {
             release(mask);
         }
     }

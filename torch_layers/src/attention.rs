@@ -97,14 +97,11 @@ pub fn backward(call: &Call, p: &BackwardPointers, deterministic: bool) -> Resul
     }
 }
 
-/// Elements of Q (and O) and of K (and V), and rows of L.
-fn lens(shape: &AttentionShape) -> (usize, usize, usize) {
-    let d = shape.head_dim;
-    (
-        shape.total_q() * shape.heads * d,
-        shape.total_k() * shape.kv_heads * d,
-        shape.total_q() * shape.heads,
-    )
+/// Elements of Q (and O) and of K (and V), as day 20 counts them, and rows of L.
+fn lens(problem: &BackwardProblem) -> (usize, usize, usize) {
+    let (q_len, k_len) = problem.lens();
+    let shape = problem.shape();
+    (q_len, k_len, shape.total_q() * shape.heads)
 }
 
 fn forward_as<T: Element>(call: &Call, p: &ForwardPointers) -> Result<&'static str> {
@@ -116,7 +113,7 @@ fn forward_as<T: Element>(call: &Call, p: &ForwardPointers) -> Result<&'static s
         .get(&dev, day20::FlashAttention::load)?;
     let (version, _) = day.fastest();
     let scratch = call.scratch(&dev)?;
-    let (q_len, k_len, rows) = lens(&call.shape);
+    let (q_len, k_len, rows) = lens(&scratch.problem);
     // SAFETY: PyTorch's current stream of this device, alive for the call.
     let gpu = unsafe { dev.on_stream(call.stream) };
     // SAFETY: the Python layer checked each tensor: on this device, contiguous, of T, of these
@@ -161,7 +158,7 @@ fn backward_as<T: Element>(
         dev.gpu.synchronize()?;
     }
     let ws = workspace.as_mut().expect("made above");
-    let (q_len, k_len, rows) = lens(&call.shape);
+    let (q_len, k_len, rows) = lens(&scratch.problem);
     // SAFETY: as in `forward_as`.
     let gpu = unsafe { dev.on_stream(call.stream) };
     // SAFETY: as in `forward_as`; the gradients buffer holds dQ, dK and dV back to back.

@@ -60,3 +60,36 @@ impl<T> Drop for Borrowed<T> {
         release(unsafe { ManuallyDrop::take(&mut self.0) });
     }
 }
+
+/// A day's struct that owns `CudaSlice`s (the norms' `Inputs`, the activations'
+/// `DeviceInputs`), made here of PyTorch's memory with [`Borrowed::into_slice`]: it says how
+/// to let go of every slice it holds.
+pub trait Release {
+    /// Lets go of every slice with [`release`].
+    fn release(self);
+}
+
+/// Such a struct, for one call: every slice is released (leaked, never freed) when this
+/// drops, on every path.
+pub struct Lent<S: Release>(Option<S>);
+
+impl<S: Release> Lent<S> {
+    pub fn new(inner: S) -> Self {
+        Self(Some(inner))
+    }
+}
+
+impl<S: Release> Deref for Lent<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        self.0.as_ref().expect("taken only by drop")
+    }
+}
+
+impl<S: Release> Drop for Lent<S> {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.take() {
+            inner.release();
+        }
+    }
+}

@@ -11,8 +11,6 @@
 //! the register tiers, rows that are not whole 16-byte packs). `bwd_saved` is faster still but
 //! reads statistics the forward would have to save; the recomputing backward needs only x.
 
-use std::ops::Deref;
-
 use anyhow::Result;
 use common::error::{Refused, UsageError};
 use common::family::norm::{Inputs, Kind, NormDay, Pass, Plan, backward_len, load_suffix};
@@ -22,7 +20,7 @@ use day12::Day12;
 use half::{bf16, f16};
 use pyo3::prelude::*;
 
-use crate::borrowed::{Borrowed, release};
+use crate::borrowed::{Borrowed, Lent, Release, release};
 use crate::device::{Device, Loaded, device};
 use crate::errors::to_py;
 
@@ -193,7 +191,7 @@ fn run_as<D: Day, T: Element>(
     // work after that.
     let (inputs, mut out) = unsafe {
         (
-            Lent::<T>::new(&gpu, p, rows * cols, cols),
+            lend::<T>(&gpu, p, rows * cols, cols),
             Borrowed::<T>::new(&gpu, p.out, out_len),
         )
     };
@@ -222,57 +220,71 @@ fn first_plan<'a, D: NormDay, T: Element>(
     Err(refusal.unwrap_or_else(|| Refused("no version to run".into()).into()))
 }
 
-/// The days' `Inputs`, which own their `CudaSlice`s, made of PyTorch's memory: every slice is
-/// released (leaked, never freed) when this drops, on every path.
-struct Lent<T>(Option<Inputs<T>>);
-
-impl<T> Lent<T> {
-    /// # Safety
-    /// As [`Borrowed::new`] for each pointer of `p` but the output: x (and dy) of `n`
-    /// elements, the weight (and bias) of `cols`.
-    unsafe fn new(gpu: &Gpu, p: &Pointers, n: usize, cols: usize) -> Self {
-        // SAFETY: as the caller promised. Each `Borrowed` releases its slice if a later one
-        // panics; from here to the struct nothing can fail.
-        let (x, weight, bias, dy) = unsafe {
-            (
-                Borrowed::<T>::new(gpu, p.x, n),
-                Borrowed::<T>::new(gpu, p.weight, cols),
-                p.bias.map(|b| Borrowed::<T>::new(gpu, b, cols)),
-                p.dy.map(|d| Borrowed::<T>::new(gpu, d, n)),
-            )
-        };
-        Self(Some(Inputs {
-            x: x.into_slice(),
-            weight: weight.into_slice(),
-            bias: bias.map(Borrowed::into_slice),
-            dy: dy.map(Borrowed::into_slice),
-            saved_stats: None,
-        }))
-    }
+/// The days' `Inputs` of one call, made of PyTorch's memory.
+///
+/// # Safety
+/// As [`Borrowed::new`] for each pointer of `p` but the output: x (and dy) of `n` elements,
+/// the weight (and bias) of `cols`.
+unsafe fn lend<T>(gpu: &Gpu, p: &Pointers, n: usize, cols: usize) -> Lent<Inputs<T>> {
+    // SAFETY: as the caller promised. Each `Borrowed` releases its slice if a later one
+    // panics; from here to the guard nothing can fail.
+    let (x, weight, bias, dy) = unsafe {
+        (
+            Borrowed::<T>::new(gpu, p.x, n),
+            Borrowed::<T>::new(gpu, p.weight, cols),
+            p.bias.map(|b| Borrowed::<T>::new(gpu, b, cols)),
+            p.dy.map(|d| Borrowed::<T>::new(gpu, d, n)),
+        )
+    };
+    Lent::new(Inputs {
+        x: x.into_slice(),
+        weight: weight.into_slice(),
+        bias: bias.map(Borrowed::into_slice),
+        dy: dy.map(Borrowed::into_slice),
+        saved_stats: None,
+    })
 }
 
-impl<T> Deref for Lent<T> {
-    type Target = Inputs<T>;
-    fn deref(&self) -> &Inputs<T> {
-        self.0.as_ref().expect("taken only by drop")
-    }
-}
-
-impl<T> Drop for Lent<T> {
-    fn drop(&mut self) {
-        let Some(inputs) = self.0.take() else { return };
-        release(inputs.x);
-        release(inputs.weight);
-        if let Some(bias) = inputs.bias {
-            release(bias);
-        }
-        if let Some(dy) = inputs.dy {
-            release(dy);
-        }
-        if let Some(stats) = inputs.saved_stats {
+impl<T> Release for Inputs<T> {
+    fn release(self) {
+        release(self.x);
+        release(self.weight);
+        [self.bias, self.dy].into_iter().flatten().for_each(release);
+        if let Some(stats) = self.saved_stats {
             release(stats);
         }
     }
+}
+
+/// One launch as the Python functions below describe it: `bias` only for LayerNorm's
+/// forward, `dy` only for a backward; `out` is y or the backward's gradients buffer.
+#[allow(clippy::too_many_arguments)]
+fn launch<D: Day>(
+    pass: Pass,
+    (device, stream, dtype): (usize, u64, String),
+    (rows, cols, eps): (usize, usize, f64),
+    x: u64,
+    weight: u64,
+    bias: Option<u64>,
+    dy: Option<u64>,
+    out: u64,
+) -> PyResult<&'static str> {
+    let call = Call {
+        device,
+        stream,
+        dtype,
+        rows,
+        cols,
+        eps,
+    };
+    let p = Pointers {
+        x,
+        weight,
+        bias,
+        dy,
+        out,
+    };
+    run::<D>(&call, &p, pass).map_err(to_py)
 }
 
 /// Day 11's forward: `y = x * rstd * weight`, `rstd = 1 / sqrt(mean(x^2) + eps)` per row of
@@ -290,22 +302,8 @@ fn rms_norm_forward(
     weight: u64,
     y: u64,
 ) -> PyResult<&'static str> {
-    let call = Call {
-        device,
-        stream,
-        dtype,
-        rows,
-        cols,
-        eps,
-    };
-    let p = Pointers {
-        x,
-        weight,
-        bias: None,
-        dy: None,
-        out: y,
-    };
-    run::<Day11>(&call, &p, Pass::Forward).map_err(to_py)
+    let (on, size) = ((device, stream, dtype), (rows, cols, eps));
+    launch::<Day11>(Pass::Forward, on, size, x, weight, None, None, y)
 }
 
 /// Day 11's backward: writes `dx | dweight` (`(rows + 1) x cols`) into `grads`, recomputing
@@ -324,22 +322,8 @@ fn rms_norm_backward(
     dy: u64,
     grads: u64,
 ) -> PyResult<&'static str> {
-    let call = Call {
-        device,
-        stream,
-        dtype,
-        rows,
-        cols,
-        eps,
-    };
-    let p = Pointers {
-        x,
-        weight,
-        bias: None,
-        dy: Some(dy),
-        out: grads,
-    };
-    run::<Day11>(&call, &p, Pass::Backward).map_err(to_py)
+    let (on, size) = ((device, stream, dtype), (rows, cols, eps));
+    launch::<Day11>(Pass::Backward, on, size, x, weight, None, Some(dy), grads)
 }
 
 /// Day 12's forward: `y = (x - mean) * rstd * weight + bias` per row of `cols`, the biased
@@ -358,22 +342,8 @@ fn layer_norm_forward(
     bias: u64,
     y: u64,
 ) -> PyResult<&'static str> {
-    let call = Call {
-        device,
-        stream,
-        dtype,
-        rows,
-        cols,
-        eps,
-    };
-    let p = Pointers {
-        x,
-        weight,
-        bias: Some(bias),
-        dy: None,
-        out: y,
-    };
-    run::<Day12>(&call, &p, Pass::Forward).map_err(to_py)
+    let (on, size) = ((device, stream, dtype), (rows, cols, eps));
+    launch::<Day12>(Pass::Forward, on, size, x, weight, Some(bias), None, y)
 }
 
 /// Day 12's backward: writes `dx | dweight | dbias` (`(rows + 2) x cols`) into `grads`,
@@ -393,22 +363,8 @@ fn layer_norm_backward(
     dy: u64,
     grads: u64,
 ) -> PyResult<&'static str> {
-    let call = Call {
-        device,
-        stream,
-        dtype,
-        rows,
-        cols,
-        eps,
-    };
-    let p = Pointers {
-        x,
-        weight,
-        bias: None,
-        dy: Some(dy),
-        out: grads,
-    };
-    run::<Day12>(&call, &p, Pass::Backward).map_err(to_py)
+    let (on, size) = ((device, stream, dtype), (rows, cols, eps));
+    launch::<Day12>(Pass::Backward, on, size, x, weight, None, Some(dy), grads)
 }
 
 /// Adds the layer's functions to the module.

@@ -104,6 +104,24 @@ def _empty_grads(x, params):
     return (torch.empty_like(x), *(torch.zeros(cols, dtype=x.dtype, device=x.device) for _ in range(params)))
 
 
+def _backward(ctx, dy, native, params):
+    """dx and the `params` parameter gradients of either norm, by its native backward."""
+    x, weight = ctx.saved_tensors
+    if x.numel() == 0:
+        return _empty_grads(x, params)
+    # Autograd may hand over a broadcast gradient (from a sum, say); the kernels read rows of
+    # x's dtype.
+    dy = dy.to(x.dtype).contiguous()
+    rows, cols = _rows(x)
+    device, stream = where(x.device)
+    grads = torch.empty((rows + params) * cols, dtype=x.dtype, device=x.device)
+    native(
+        device, stream, DTYPE_NAMES[x.dtype], rows, cols, ctx.eps, x.data_ptr(),
+        weight.data_ptr(), dy.data_ptr(), grads.data_ptr(),
+    )
+    return _split(grads, x, params)
+
+
 class _RmsNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
@@ -123,20 +141,7 @@ class _RmsNorm(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        x, weight = ctx.saved_tensors
-        if x.numel() == 0:
-            return (*_empty_grads(x, 1), None)
-        # Autograd may hand over a broadcast gradient (from a sum, say); the kernels read rows
-        # of x's dtype.
-        dy = dy.to(x.dtype).contiguous()
-        rows, cols = _rows(x)
-        device, stream = where(x.device)
-        grads = torch.empty((rows + 1) * cols, dtype=x.dtype, device=x.device)
-        _native.rms_norm_backward(
-            device, stream, DTYPE_NAMES[x.dtype], rows, cols, ctx.eps, x.data_ptr(),
-            weight.data_ptr(), dy.data_ptr(), grads.data_ptr(),
-        )
-        return (*_split(grads, x, 1), None)
+        return (*_backward(ctx, dy, _native.rms_norm_backward, 1), None)
 
 
 class _LayerNorm(torch.autograd.Function):
@@ -159,15 +164,4 @@ class _LayerNorm(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        x, weight = ctx.saved_tensors
-        if x.numel() == 0:
-            return (*_empty_grads(x, 2), None)
-        dy = dy.to(x.dtype).contiguous()
-        rows, cols = _rows(x)
-        device, stream = where(x.device)
-        grads = torch.empty((rows + 2) * cols, dtype=x.dtype, device=x.device)
-        _native.layer_norm_backward(
-            device, stream, DTYPE_NAMES[x.dtype], rows, cols, ctx.eps, x.data_ptr(),
-            weight.data_ptr(), dy.data_ptr(), grads.data_ptr(),
-        )
-        return (*_split(grads, x, 2), None)
+        return (*_backward(ctx, dy, _native.layer_norm_backward, 2), None)
