@@ -6,8 +6,11 @@
 //! - `report DIR/results.json [DIR2/results.json ...]`: write the tables of a GPU run into the
 //!   READMEs (a run split over several `run.sh --days` calls at one commit gives several);
 //! - `check-docs`: fail on a broken relative link, a cited file the repository does not have,
-//!   or words about how the work was organised rather than about the code.
+//!   or words about how the work was organised rather than about the code;
+//! - `book`: build the READMEs, each day's kernels beside its lesson, into an mdBook site in
+//!   `target/book/` (opens from disk), and fail on any link or image of it that does not open.
 
+mod book;
 mod bundle;
 mod command;
 mod docs;
@@ -19,7 +22,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(about = "Workspace chores: bundle for a GPU host, report its results, check the docs")]
+#[command(
+    about = "Workspace chores: bundle for a GPU host, report its results, check the docs, build the book"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -49,6 +54,12 @@ enum Command {
     /// Check every tracked text file: relative links and images, cited files, and words that
     /// speak of anything but this repository.
     CheckDocs,
+    /// Build the READMEs and each day's kernels into an mdBook site, and check its links.
+    Book {
+        /// Where to put the site.
+        #[arg(long, default_value = "target/book")]
+        out: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -61,6 +72,7 @@ fn main() -> ExitCode {
             allow_dirty,
         } => readme::report(&root, &results, allow_dirty),
         Command::CheckDocs => docs::run(&root),
+        Command::Book { out } => book::run(&root, &root.join(out)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
