@@ -3,7 +3,9 @@ writes the JSON run.sh merges. run.sh runs every `peers/*.py` but this one (name
 with `_` are helpers, not peers); the scripts import it from their own folder.
 
 A script defines `figures()`, a generator of `figure(...)` records, and ends with
-`sys.exit(_peer.main(__doc__, figures))`.
+`sys.exit(_peer.main(__doc__, figures))`. Beside each eager row a script may add the same
+expression under `torch.compile` (`compiled_figure`, `compiled_backward`) and Liger's kernel
+for it (`liger()`); their row names carry the versions that made them.
 """
 
 import argparse
@@ -47,6 +49,114 @@ def figure(key, peer, fn, nbytes, ops=None):
     extra = f" {ops / ms / 1e9:7.1f} TOPS" if ops else ""
     print(f"{key:48s} {peer:30s} {ms:8.4f} ms {gb_per_s:7.0f} GB/s{extra}", flush=True)
     return {"key": key, "peer": peer, "median_ms": ms, "gb_per_s": gb_per_s}
+
+
+def torch_version():
+    return torch.__version__.split("+")[0]
+
+
+def triton_version():
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:
+        return "none"
+
+
+def compiled_name(what):
+    """A torch.compile row's name: what was compiled and the versions that compiled it."""
+    return f"torch.compile {what} (torch {torch_version()}, Triton {triton_version()})"
+
+
+def _let_inductor_specialize():
+    """Every problem compiles its own kernels (`dynamic=False`, as a user whose shapes do not
+    change gets them); the scripts compile one expression for many shapes, more than dynamo's
+    default limit of recompiles before it falls back to eager."""
+    import torch._dynamo
+
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                 "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 1024)
+
+
+def compile_static(fn):
+    """`torch.compile(fn)` in Inductor's default mode, specialized to the shapes it sees."""
+    _let_inductor_specialize()
+    return torch.compile(fn, dynamic=False)
+
+
+def compiled_figure(key, what, fn, nbytes, ops=None):
+    """Times `torch.compile(fn)` (the same expression as the eager row, no arguments) after
+    compiling and warming it outside the timing."""
+    compiled = compile_static(fn)
+    for _ in range(3):
+        compiled()
+    torch.cuda.synchronize()
+    return figure(key, compiled_name(what), compiled, nbytes, ops)
+
+
+def keep_saved_tensors():
+    """Backward rows call the backward of one saved graph many times (retain_graph). AOTAutograd
+    may donate saved tensors to the backward as scratch, which forbids a second call; donation
+    saves memory, not time, so it is turned off for the compiled backward rows."""
+    import torch._functorch.config
+
+    torch._functorch.config.donated_buffer = False
+
+
+def compiled_backward(key, what, forward, inputs, wrt, dy, nbytes):
+    """Times the backward of `torch.compile(forward)(*inputs)`, AOTAutograd's compiled backward
+    for the gradients of `wrt`, as the eager `_bwd` rows time autograd's: the forward runs once
+    outside the timing and each timed run is `torch.autograd.grad` of the saved graph."""
+    keep_saved_tensors()
+    y = compile_static(forward)(*inputs)
+    run = lambda: torch.autograd.grad(y, wrt, dy, retain_graph=True)  # noqa: E731
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    return figure(key, compiled_name(f"{what} backward"), run, nbytes)
+
+
+def rows(key, name, fn, nbytes, ops=None, liger_kernel=None):
+    """The records of one problem: eager `fn` as `name`, the same `fn` under torch.compile,
+    and Liger's kernel where given (`liger_kernel`: (its name, a function to time)). A peer
+    that refuses the problem leaves its row out with one line saying why."""
+    yield figure(key, name, fn, nbytes, ops)
+    yield from tried(key, compiled_name(name), lambda: compiled_figure(key, name, fn, nbytes, ops))
+    if liger_kernel is not None:
+        what, liger_fn = liger_kernel
+        yield from tried(key, f"Liger {what}", lambda: figure(key, liger_name(what), liger_fn, nbytes, ops))
+
+
+def tried(key, name, make):
+    """`[make()]`, or `[]` with one line saying why when the peer refuses the problem (a
+    compile that fails, a kernel that does not take the shape): the other rows still run."""
+    try:
+        return [make()]
+    except Exception as e:  # noqa: BLE001 - any failure of a peer is reported, not fatal
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        print(f"{key:48s} {name}: not available ({type(e).__name__}: {reason})", flush=True)
+        return []
+
+
+def liger():
+    """Liger Kernel's functional API (`liger_kernel.transformers.functional`), or None with one
+    SKIPPED line when the package is missing (run.sh installs the wheel the bundle carries)."""
+    try:
+        import liger_kernel.transformers.functional as functional
+    except ImportError as e:
+        print(f"SKIPPED Liger rows: liger_kernel is not installed ({e})", flush=True)
+        return None
+    return functional
+
+
+def liger_name(what):
+    """A Liger row's name: the kernel and the versions it ran with."""
+    from importlib.metadata import version
+
+    return f"Liger {what} ({version('liger-kernel')}, Triton {triton_version()})"
 
 
 def main(doc, figures):

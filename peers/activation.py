@@ -25,6 +25,11 @@ What is timed for each key:
   torch.ops.aten.threshold_backward(dy, y, 0) (autograd passes relu's output y; y <= 0 exactly
   where x <= 0, so day13 reads x: the same bytes), aten.leaky_relu_backward(dy, x, 0.01,
   False), aten.hardtanh_backward(dy, x, -1, 1), aten.silu_backward(dy, x).
+
+Beside each eager row: the same function under `torch.compile` (Inductor fuses the swiglu and
+bias-dropout-add chains into one kernel each), and for swiglu and swiglu_bwd Liger's SwiGLU
+kernel (`liger_swiglu(g, x)`, its backward through autograd of its forward, on copies: it
+writes the gradients over the saved inputs) where liger_kernel is installed.
 """
 
 import sys
@@ -94,23 +99,34 @@ def uniform(shape, lo, hi, dtype, gen):
     return (torch.rand(shape, device="cuda", generator=gen) * (hi - lo) + lo).to(dtype)
 
 
-def problem(op, dtype, gen):
-    """(peer name, function to time, least bytes) for one problem."""
+def liger_swiglu_backward(lib, dout, g, x):
+    """Liger's SwiGLU backward of one saved forward, on copies of g and x (it writes dg and dx
+    over them)."""
+    g = g.clone().requires_grad_(True)
+    x = x.clone().requires_grad_(True)
+    out = lib.liger_swiglu(g, x)
+    return lambda: torch.autograd.grad(out, (g, x), dout, retain_graph=True)
+
+
+def problem(op, dtype, gen, lib):
+    """(peer name, function to time, least bytes, Liger's (name, function) or None) for one
+    problem."""
     n = ROWS * COLS
     size = torch.finfo(dtype).bits // 8
     shape = (ROWS, COLS)
     if op in ("gelu_tanh", "gelu_erf"):
         x = uniform(shape, -6, 6, dtype, gen)
         approximate = "tanh" if op == "gelu_tanh" else "none"
-        return "F.gelu", lambda: F.gelu(x, approximate=approximate), 2 * n * size
+        return "F.gelu", lambda: F.gelu(x, approximate=approximate), 2 * n * size, None
     if op == "swiglu":
         g, x = uniform(shape, -6, 6, dtype, gen), uniform(shape, -6, 6, dtype, gen)
-        return "F.silu(g) * x", lambda: F.silu(g) * x, 3 * n * size
+        liger_kernel = ("SwiGLU", lambda: lib.liger_swiglu(g, x)) if lib else None
+        return "F.silu(g) * x", lambda: F.silu(g) * x, 3 * n * size, liger_kernel
     if op in ("gelu_tanh_bwd", "gelu_erf_bwd"):
         dy, x = uniform(shape, -1, 1, dtype, gen), uniform(shape, -6, 6, dtype, gen)
         approximate = "tanh" if op == "gelu_tanh_bwd" else "none"
         fn = lambda: torch.ops.aten.gelu_backward(dy, x, approximate=approximate)
-        return "aten.gelu_backward", fn, 3 * n * size
+        return "aten.gelu_backward", fn, 3 * n * size, None
     if op == "swiglu_bwd":
         dout = uniform(shape, -1, 1, dtype, gen)
         g, x = uniform(shape, -6, 6, dtype, gen), uniform(shape, -6, 6, dtype, gen)
@@ -121,31 +137,36 @@ def problem(op, dtype, gen):
             dg = torch.ops.aten.silu_backward(dout * x, g)
             return dg, dx
 
-        return "autograd formula", backward, 5 * n * size
+        liger_kernel = None
+        if lib:
+            liger_kernel = ("SwiGLU backward", liger_swiglu_backward(lib, dout, g, x))
+        return "autograd formula", backward, 5 * n * size, liger_kernel
     if op == "bias_dropout_add":
         x, residual = uniform(shape, -2, 2, dtype, gen), uniform(shape, -2, 2, dtype, gen)
         bias = uniform((COLS,), -1, 1, dtype, gen)
         mask = (torch.rand(shape, device="cuda", generator=gen) >= DROPOUT_P).to(torch.uint8)
         scale = 1.0 / (1.0 - DROPOUT_P)
         fn = lambda: residual + (x + bias) * mask * scale
-        return "torch eager", fn, n * (3 * size + 1) + COLS * size
+        return "torch eager", fn, n * (3 * size + 1) + COLS * size, None
     if op in UNARY:
         peer, f = UNARY[op]
         x = uniform(shape, -6, 6, dtype, gen)
-        return peer, lambda: f(x), 2 * n * size
+        return peer, lambda: f(x), 2 * n * size, None
     if op in BACKWARD:
         peer, f = BACKWARD[op]
         dy, x = uniform(shape, -1, 1, dtype, gen), uniform(shape, -6, 6, dtype, gen)
-        return peer, lambda: f(dy, x), 3 * n * size
+        return peer, lambda: f(dy, x), 3 * n * size, None
     raise ValueError(op)
 
 
 def figures():
+    lib = _peer.liger()
     for op, dtype in PROBLEMS:
         key = f"{op}/{dtype}/{ROWS}x{COLS}"
         gen = torch.Generator(device="cuda").manual_seed(0)
-        peer, fn, nbytes = problem(op, DTYPES[dtype], gen)
-        yield _peer.figure(key, peer, fn, nbytes)
+        peer, fn, nbytes, liger_kernel = problem(op, DTYPES[dtype], gen, lib)
+        yield from _peer.rows(key, peer, fn, nbytes, liger_kernel=liger_kernel)
+        del fn, liger_kernel
         torch.cuda.empty_cache()
 
 

@@ -9,6 +9,11 @@ keys as day10's reports name its problems (attention/bf16/b4-h16-kv16-d128-q4096
 handed to SDPA as transposed views ([batch, heads, seqlen, head_dim]), which both backends take
 without a copy. Times with triton.testing.do_bench (median). GB/s counts Q, K, V and O once
 and the f32 log-sum-exp, as the day does; the days' tables turn median_ms into TFLOP/s.
+
+FlexAttention (`torch.nn.attention.flex_attention`, Triton kernels that torch.compile writes)
+runs the same problems from the same transposed views: compiled for each shape outside the
+timing, the causal mask as a block mask (made outside the timing too, as a model makes it
+once per shape), grouped-query heads with `enable_gqa`.
 """
 
 import sys
@@ -17,6 +22,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
+import _flex
 import _peer
 
 # The days whose tables use these figures: run.sh --days runs this script only for them.
@@ -61,7 +67,19 @@ def figures():
             record = timed(key, name, backend, q, k, v, causal, heads // kv_heads, nbytes)
             if record:
                 yield record
+        name = _peer.compiled_name("flex_attention")
+        yield from _peer.tried(key, name, lambda: flex_figure(key, q, k, v, causal, heads != kv_heads, nbytes))
         del q, k, v
+
+
+def flex_figure(key, q, k, v, causal, gqa, nbytes):
+    flex = _flex.compiled()
+    mask = _flex.causal_block_mask(q.shape[2]) if causal else None
+    run = lambda: flex(q, k, v, block_mask=mask, enable_gqa=gqa)  # noqa: E731
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    return _peer.figure(key, _peer.compiled_name("flex_attention"), run, nbytes)
 
 
 def timed(key, name, backend, q, k, v, causal, group, nbytes):

@@ -12,6 +12,11 @@ and dQ conversion included, as day 20's are). Inputs are [batch, seqlen, heads, 
 day20 stores them, handed to SDPA as transposed views. GB/s counts Q, K, V, O, dO read once,
 dQ, dK, dV written once and the f32 log-sum-exp, as the day does; the days' tables turn
 median_ms into TFLOP/s (2.5 times the forward's FLOPs).
+
+FlexAttention's backward (`torch.nn.attention.flex_attention` under torch.compile, Triton
+kernels) is timed the same way: its forward compiled for each shape and run once, outside the
+timing, with the causal mask as a block mask; each timed call is the autograd.grad above,
+which runs the backward kernels AOTAutograd compiled.
 """
 
 import sys
@@ -20,6 +25,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
+import _flex
 import _peer
 
 # The days whose tables use these figures: run.sh --days runs this script only for them.
@@ -75,7 +81,21 @@ def figures():
             finally:
                 out = None
             yield record
+        name = _peer.compiled_name("flex_attention backward")
+        make = lambda: flex_backward_figure(key, q, k, v, grad_out, causal, nbytes, flops)  # noqa: E731
+        yield from _peer.tried(key, name, make)
         del q, k, v, grad_out
+
+
+def flex_backward_figure(key, q, k, v, grad_out, causal, nbytes, flops):
+    _peer.keep_saved_tensors()
+    mask = _flex.causal_block_mask(q.shape[1]) if causal else None
+    out = _flex.compiled()(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=mask)
+    run = lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)  # noqa: E731
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    return _peer.figure(key, _peer.compiled_name("flex_attention backward"), run, nbytes, ops=flops)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@ else with CUDA events around each run after writing a buffer of twice the L2 siz
 counts the least traffic as day21 does: x, w and y once each. The TOPS printed beside are 2 x
 multiply-adds of the output's full window (day21 counts only products inside the input: the
 same to a fraction of a percent on these sizes).
+
+Beside each eager row, the same expression under `torch.compile` (compiled for each shape
+outside the timing): where Inductor has no kernel of its own for the op it calls the same
+library kernel, and the row shows what compiling costs or saves around it.
 """
 
 import sys
@@ -57,7 +61,7 @@ def figures():
         size = x.element_size()
         nbytes = size * (numel(x_shape) + numel(w_shape) + numel(out_shape))
         macs = numel(out_shape) * numel(w_shape[1:])
-        yield _peer.figure(
+        yield from _peer.rows(
             key,
             f"F.{conv.__name__}",
             lambda: conv(x, w, padding="same"),

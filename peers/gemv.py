@@ -9,6 +9,10 @@ triton.testing.do_bench (median, L2 cleared between runs) when Triton is there, 
 events around each run after writing a buffer of twice the L2 size. TF32 is off (it does not
 apply to GEMV, but the figure must be plain f32 whatever the default). GB/s counts the least
 traffic as day14 does: A, x and y once each, 4 * (m n + n + m) bytes.
+
+Beside each eager row, the same expression under `torch.compile` (compiled for each shape
+outside the timing): where Inductor has no kernel of its own for the op it calls the same
+library kernel, and the row shows what compiling costs or saves around it.
 """
 
 import sys
@@ -31,7 +35,7 @@ def figures():
         a = torch.rand(m, n, device="cuda", generator=gen) * 2 - 1
         x = torch.rand(n, device="cuda", generator=gen) * 2 - 1
         nbytes = 4 * (m * n + n + m)
-        yield _peer.figure(f"gemv/f32/{m}x{n}", "torch.mv", lambda: torch.mv(a, x), nbytes)
+        yield from _peer.rows(f"gemv/f32/{m}x{n}", "torch.mv", lambda: torch.mv(a, x), nbytes)
         del a, x
         torch.cuda.empty_cache()
 

@@ -12,7 +12,9 @@ run allocates them as training does. `extra_gib` is torch.cuda.max_memory_alloca
 such run minus what was allocated before it (the inputs): scratch and outputs (dH, dW or
 dlogits) together, the figure day 19's README quotes. The day prints the same sum as "with the
 outputs". Eager torch upcasts the logits to f32 before the loss, as Hugging Face models do.
-Liger is optional: without liger_kernel one line says so and its figures are skipped.
+Liger is optional: without liger_kernel one line says so and its figures are skipped. Both
+problems also get the eager expression under `torch.compile` (compiled outside the timing;
+the backward is the one AOTAutograd compiles for it).
 
 Bytes as the day counts them: fused, H and W read, dH and dW written, targets read, loss
 written; cross-entropy alone, the logits read and the gradient written once.
@@ -57,9 +59,24 @@ def liger():
             LigerFusedLinearCrossEntropyLoss,
         )
     except ImportError as e:
-        print(f"liger_kernel is not installed ({e}); skipping its figures", flush=True)
+        print(f"SKIPPED Liger rows: liger_kernel is not installed ({e})", flush=True)
         return None
     return LigerCrossEntropyLoss, LigerFusedLinearCrossEntropyLoss
+
+
+def compiled_record(key, what, loss, args, clear, nbytes, ops=None):
+    """`loss(*args).backward()` with `loss` under torch.compile, compiled and warmed before the
+    memory and time are measured; `clear` drops the previous run's gradients."""
+    compiled = _peer.compile_static(loss)
+
+    def run():
+        clear()
+        compiled(*args).backward()
+
+    for _ in range(3):
+        run()
+    clear()
+    return record(key, _peer.compiled_name(what), run, nbytes, ops)
 
 
 def figures():
@@ -85,6 +102,16 @@ def figures():
 
     yield record(key, "torch eager (F.linear + F.cross_entropy)", eager, nbytes, ops)
 
+    def clear_hw():
+        h.grad, w.grad = None, None
+
+    def linear_loss(h, w, t):
+        return F.cross_entropy(F.linear(h, w).float(), t, ignore_index=IGNORE_INDEX)
+
+    what = "(F.linear + F.cross_entropy)"
+    make = lambda: compiled_record(key, what, linear_loss, (h, w, t), clear_hw, nbytes, ops)  # noqa: E731
+    yield from _peer.tried(key, _peer.compiled_name(what), make)
+
     if lib is not None:
         fused = lib[1](ignore_index=IGNORE_INDEX)
 
@@ -109,6 +136,16 @@ def figures():
         F.cross_entropy(logits, t, ignore_index=IGNORE_INDEX).backward()
 
     yield record(key, "torch F.cross_entropy", torch_ce, nbytes)
+
+    def clear_logits():
+        logits.grad = None
+
+    def loss(logits, t):
+        return F.cross_entropy(logits, t, ignore_index=IGNORE_INDEX)
+
+    make = lambda: compiled_record(key, "F.cross_entropy", loss, (logits, t), clear_logits, nbytes)  # noqa: E731
+    yield from _peer.tried(key, _peer.compiled_name("F.cross_entropy"), make)
+    logits.grad = None
 
     if lib is not None:
         ce = lib[0](ignore_index=IGNORE_INDEX)

@@ -13,6 +13,11 @@ and y written once plus the weight (and bias) read; backward, x and dy read, dx 
 weight read and one gradient per parameter written. The backward figure times only the
 backward: the forward runs once, outside the timing, and each timed run is
 `torch.autograd.grad` of the saved graph (retain_graph) for the same dy.
+
+Beside eager torch: the same forward under `torch.compile` (its backward rows time the
+backward AOTAutograd compiled for it), and Liger's RMSNorm and LayerNorm kernels (its
+module's defaults: RMSNorm's "llama" casting, dx written over dy) where liger_kernel is
+installed.
 """
 
 import sys
@@ -50,7 +55,23 @@ def least_bytes(op, rows, cols, size, backward):
     return elements * size
 
 
+def liger_forward(lib, op, x, w, b):
+    if op == "rmsnorm":
+        return lib.liger_rms_norm(x, w, EPS[op])
+    return lib.liger_layer_norm(x, w, b, EPS[op])
+
+
+def liger_backward(lib, op, x, w, b, dy):
+    """Liger's backward of its own forward, timed like the eager one; dy is copied because
+    Liger's RMSNorm writes dx over it."""
+    y = liger_forward(lib, op, x, w, b)
+    wrt = [x, w] + ([b] if b is not None else [])
+    dy = dy.clone()
+    return lambda: torch.autograd.grad(y, wrt, dy, retain_graph=True)
+
+
 def figures():
+    lib = _peer.liger()
     for op, dtype, rows, cols in PROBLEMS:
         gen = torch.Generator(device="cuda").manual_seed(0)
         dt = DTYPES[dtype]
@@ -67,9 +88,13 @@ def figures():
 
         key = f"{op}/{dtype}/{rows}x{cols}"
         nbytes = least_bytes(op, rows, cols, size, backward=False)
+        liger_name = "RMSNorm" if op == "rmsnorm" else "LayerNorm"
+        liger_kernel = (liger_name, lambda: liger_forward(lib, op, x, w, b)) if lib else None
         with torch.no_grad():
-            record = _peer.figure(key, peer, lambda: forward(op, x, w, b), nbytes)
-        yield record
+            records = list(
+                _peer.rows(key, peer, lambda: forward(op, x, w, b), nbytes, liger_kernel=liger_kernel)
+            )
+        yield from records
 
         # Backward: gradients of x, the weight (and bias), as the days compute them.
         xg = x.detach().requires_grad_(True)
@@ -81,6 +106,17 @@ def figures():
         nbytes = least_bytes(op, rows, cols, size, backward=True)
         backward = lambda: torch.autograd.grad(y, wrt, dy, retain_graph=True)
         yield _peer.figure(key, f"{peer} backward", backward, nbytes)
+        y = None
+
+        def compiled():
+            fwd = lambda x, w, b: forward(op, x, w, b)  # noqa: E731
+            return _peer.compiled_backward(key, peer, fwd, (xg, wg, bg), wrt, dy, nbytes)
+
+        yield from _peer.tried(key, _peer.compiled_name(peer), compiled)
+        if lib is not None:
+            name = _peer.liger_name(f"{liger_name} backward")
+            make = lambda: _peer.figure(key, name, liger_backward(lib, op, xg, wg, bg, dy), nbytes)  # noqa: E731
+            yield from _peer.tried(key, name, make)
         del x, w, b, dy, xg, wg, bg, y, wrt
 
 

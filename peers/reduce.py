@@ -7,6 +7,10 @@ with keys as day16's report names its problems (sum/f32/268435456), for `--peers
 `cargo xtask report`. Times with triton.testing.do_bench (median, L2 cleared between runs)
 when Triton is there, else with CUDA events around each run after writing a buffer of twice
 the L2 size. GB/s counts each input read once and each output written once, as the day does.
+
+Beside each eager row, the same expression under `torch.compile` (compiled for each shape
+outside the timing): where Inductor has no kernel of its own for the op it calls the same
+library kernel, and the row shows what compiling costs or saves around it.
 """
 
 import sys
@@ -60,7 +64,7 @@ def problems(gen):
 def figures():
     gen = torch.Generator(device="cuda").manual_seed(0)
     for key, peer, fn, nbytes in problems(gen):
-        yield _peer.figure(key, peer, fn, nbytes)
+        yield from _peer.rows(key, peer, fn, nbytes)
 
 
 if __name__ == "__main__":

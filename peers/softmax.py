@@ -8,6 +8,10 @@ with keys as the days' reports name their problems (softmax/f32/32768x4096), for
 cleared between runs) when Triton is there, else with CUDA events around each run after
 writing a buffer of twice the L2 size. GB/s counts the input read once and the output
 written once, as the days do.
+
+Beside eager `torch.softmax`, the same expression under `torch.compile` (Inductor's Triton
+kernel, compiled for each shape outside the timing) and Liger's softmax kernel where the
+liger_kernel package is installed.
 """
 
 import sys
@@ -33,6 +37,7 @@ PROBLEMS = [
 
 
 def figures():
+    lib = _peer.liger()
     seen = set()
     for dtype, rows, cols in PROBLEMS:
         key = f"softmax/{dtype}/{rows}x{cols}"
@@ -42,7 +47,9 @@ def figures():
         gen = torch.Generator(device="cuda").manual_seed(0)
         x = (torch.rand(rows, cols, device="cuda", generator=gen) * 8 - 4).to(DTYPES[dtype])
         nbytes = 2 * x.numel() * x.element_size()
-        yield _peer.figure(key, "torch.softmax", lambda: torch.softmax(x, dim=-1), nbytes)
+        softmax = lambda: torch.softmax(x, dim=-1)  # noqa: E731
+        liger_kernel = ("softmax", lambda: lib.liger_softmax(x)) if lib else None
+        yield from _peer.rows(key, "torch.softmax", softmax, nbytes, liger_kernel=liger_kernel)
         del x
 
 

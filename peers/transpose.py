@@ -5,6 +5,10 @@
 x.clone() for the copy, x.t().contiguous() for the transpose, torch.flip for the reversal.
 Writes {"torch", "device", "figures": [{key, peer, median_ms, gb_per_s}]} with the day's keys;
 GB/s counts the input read once and the output written once (8 bytes per f32 element).
+
+Beside each eager row, the same expression under `torch.compile` (compiled for each shape
+outside the timing): where Inductor has no kernel of its own for the op it calls the same
+library kernel, and the row shows what compiling costs or saves around it.
 """
 
 import sys
@@ -24,13 +28,13 @@ def figures():
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.rand(ROWS, COLS, device="cuda", generator=gen) * 2 - 1
     shape = f"{ROWS}x{COLS}"
-    yield _peer.figure(f"copy/f32/{shape}", "x.clone()", lambda: x.clone(), 8 * x.numel())
+    yield from _peer.rows(f"copy/f32/{shape}", "x.clone()", lambda: x.clone(), 8 * x.numel())
     transpose = lambda: x.t().contiguous()
-    yield _peer.figure(f"transpose/f32/{shape}", ".t().contiguous()", transpose, 8 * x.numel())
+    yield from _peer.rows(f"transpose/f32/{shape}", ".t().contiguous()", transpose, 8 * x.numel())
     del x
     v = torch.rand(REVERSE_N, device="cuda", generator=gen)
     flip = lambda: torch.flip(v, [0])
-    yield _peer.figure(f"reverse/f32/{REVERSE_N}", "torch.flip", flip, 8 * v.numel())
+    yield from _peer.rows(f"reverse/f32/{REVERSE_N}", "torch.flip", flip, 8 * v.numel())
 
 
 if __name__ == "__main__":

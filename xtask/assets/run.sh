@@ -21,8 +21,9 @@
 # --sanitize also runs every day on small odd problems under compute-sanitizer's memcheck,
 # racecheck, initcheck and synccheck (verify/sanitize.py), where the host has it.
 #
-# First the peers (peers/*.py, when python3 has torch and a GPU) into DIR/peers.json, which
-# every day then gets as --peers. Writes DIR/tests.log, DIR/peers.log, DIR/bench.log,
+# First the peers (peers/*.py, when python3 has torch and a GPU; the wheels in peers/wheels/
+# installed for them into a scratch folder) into DIR/peers.json, which every day then gets as
+# --peers. Writes DIR/tests.log, DIR/peers.log, DIR/bench.log,
 # DIR/results.json and DIR/plots/dayNN.svg (the sweeps); the verify part (verify/verify.py:
 # each day's outputs recomputed with PyTorch) writes DIR/verify.log and DIR/verify/; --bench
 # DIR/criterion.log; --sanitize DIR/sanitize.log and DIR/sanitize/. results.json records every
@@ -215,6 +216,17 @@ elif [ -d "$here/peers" ] && python3 -c 'import sys, torch; sys.exit(0 if torch.
   echo "== peers (log: $out/peers.log)"
   : > "$out/peers.log"
   peers_start=$(date +%s)
+  # Peers the host's Python lacks (Liger) travel as wheels in peers/wheels/, installed for
+  # this run only; without them those rows print one SKIPPED line each and the rest run.
+  peers_site="$parts/peers-site"
+  if compgen -G "$here/peers/wheels/*.whl" > /dev/null; then
+    if python3 -m pip install --quiet --no-index --no-deps --no-compile --target "$peers_site" \
+         "$here"/peers/wheels/*.whl >> "$out/peers.log" 2>&1; then
+      note peer wheels "ok ($(cd "$here/peers/wheels" && ls -- *.whl | tr '\n' ' '))"
+    else
+      note peer wheels "SKIPPED (pip could not install peers/wheels: see peers.log)"
+    fi
+  fi
   # Names starting with `_` are helpers the scripts import (peers/_peer.py), not peers.
   for p in "$here"/peers/[!_]*.py; do
     name=$(basename "$p" .py)
@@ -225,8 +237,9 @@ elif [ -d "$here/peers" ] && python3 -c 'import sys, torch; sys.exit(0 if torch.
       for d in $peer_days; do selected "$d" && wanted=1; done
       [ "$wanted" = 1 ] || continue
     fi
-    if python3 "$p" --out "$parts/peers_$name.json" >> "$out/peers.log" 2>&1; then
-      note peer "$name" ok
+    peer_start=$(date +%s)
+    if PYTHONPATH="$peers_site${PYTHONPATH:+:$PYTHONPATH}" python3 "$p" --out "$parts/peers_$name.json" >> "$out/peers.log" 2>&1; then
+      note peer "$name" "ok ($(( $(date +%s) - peer_start )) s, torch.compile's compiles included)"
     else
       note peer "$name" "FAILED (see peers.log; tables go without it)"
     fi

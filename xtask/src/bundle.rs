@@ -10,7 +10,9 @@
 //!                       bench, package-bench-target: `cargo bench -p dayNN` without cargo)
 //!                       and kernel-cache/ (every day's kernels compiled for Hopper, sm_90
 //!                       and sm_90a, by the `kernels` crate, with a MANIFEST)
-//!   peers/*.py          the PyTorch timings of the same problems
+//!   peers/*.py          the PyTorch timings of the same problems; peers/wheels/ the
+//!                       packages of peers/requirements.txt the host lacks (Liger), fetched
+//!                       here with pip and installed by run.sh for the peers alone
 //!   verify/*.py         every day's outputs recomputed with PyTorch and compared, and the
 //!                       compute-sanitizer runs on small problems
 //!   torch_layers/       the PyTorch extension: wheels/day_kernels-*.whl (built here with
@@ -133,6 +135,7 @@ pub fn bundle(root: &Path, out: &Path, with_kernels: bool) -> Result<()> {
     pack(&staging, &parts, &out.join(ARCHIVE))?;
     fs::remove_dir_all(&staging)?;
     let peers = copy_scripts(root, "peers", out)?;
+    let peer_wheels = fetch_peer_wheels(root, &out.join("peers").join("wheels"));
     let verify = copy_scripts(root, "verify", out)?;
     let wheel = build_wheel(root, &out.join(TORCH_LAYERS))?;
     copy_scripts(root, "torch_layers/tests", &out.join(TORCH_LAYERS))?;
@@ -144,8 +147,8 @@ pub fn bundle(root: &Path, out: &Path, with_kernels: bool) -> Result<()> {
     let size = folder_size(out)?;
     eprintln!(
         "bundle: {} ({} binaries, {} test executables, {} benches and {kernels} compiled \
-         kernel files ({:.1} MiB, packed), {peers} peer scripts, {verify} verify scripts, \
-         {wheel}, {:.1} MiB)\n\
+         kernel files ({:.1} MiB, packed), {peers} peer scripts, {peer_wheels}, {verify} \
+         verify scripts, {wheel}, {:.1} MiB)\n\
          on the GPU host: {}/run.sh --out DIR",
         out.display(),
         bins.len(),
@@ -262,6 +265,51 @@ fn build_wheel(root: &Path, dir: &Path) -> Result<String> {
     match names.len() {
         1 => Ok(names.remove(0)),
         n => bail!("maturin left {n} wheels in {}, not one", wheels.display()),
+    }
+}
+
+/// Fetches the wheels `peers/requirements.txt` pins into `dir` (pure-Python packages the GPU
+/// host lacks, run there on its own torch and Triton: `--no-deps`). Where pip or the network
+/// is missing the bundle is still whole: the peers that need them print one SKIPPED line each
+/// on the GPU host, as this warning says. Returns what to say of them in the summary.
+fn fetch_peer_wheels(root: &Path, dir: &Path) -> String {
+    let requirements = root.join("peers/requirements.txt");
+    if !requirements.exists() {
+        return "no peer wheels".to_string();
+    }
+    let status = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-r",
+        ])
+        .arg(&requirements)
+        .arg("-d")
+        .arg(dir)
+        .status();
+    let count = fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "whl"))
+            })
+            .count()
+    });
+    match status {
+        Ok(s) if s.success() => format!("{count} peer wheels"),
+        other => {
+            eprintln!(
+                "warning: could not fetch the wheels of peers/requirements.txt ({}): the GPU \
+                 host will skip the peers that need them",
+                other.map_or_else(|e| e.to_string(), |s| s.to_string())
+            );
+            "no peer wheels (fetch failed)".to_string()
+        }
     }
 }
 
