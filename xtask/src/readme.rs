@@ -310,6 +310,9 @@ fn day_block(
         for refused in &report.refused {
             out += &format!("\nNot run: `{}` ({}).\n", refused.version, refused.why);
         }
+        if let Some(line) = faster_peers_line(report) {
+            out += &format!("\n{line}\n");
+        }
     }
     if has_roofline {
         out += &format!(
@@ -342,6 +345,34 @@ fn day_block(
         };
     }
     out
+}
+
+/// One sentence naming every peer that ran faster than the day's best version on this problem
+/// (none: `None`), so a table never claims by silence that our kernel leads.
+fn faster_peers_line(report: &DayReport) -> Option<String> {
+    let best = report.best()?;
+    let ours = best.timing?.median_ms;
+    let mut faster: Vec<_> = report.peers.iter().filter(|p| p.median_ms < ours).collect();
+    if faster.is_empty() {
+        return None;
+    }
+    faster.sort_by(|a, b| a.median_ms.total_cmp(&b.median_ms));
+    let names: Vec<String> = faster
+        .iter()
+        .map(|p| {
+            format!(
+                "{} ({:.4} ms, {:.2}x ours)",
+                p.peer,
+                p.median_ms,
+                ours / p.median_ms
+            )
+        })
+        .collect();
+    Some(format!(
+        "**Faster than our best version (`{}`, {ours:.4} ms) here:** {}.",
+        best.version,
+        names.join("; ")
+    ))
 }
 
 /// The root README's index: every day, with its best kernel on each of its problems, what it
@@ -553,6 +584,38 @@ mod tests {
         assert_eq!(f, ["bench day05 wrote no report"]);
         let f = failures(&run(r#"{"name": "day05-test-gpu", "passed": false}"#, ""));
         assert_eq!(f, ["test day05-test-gpu failed"]);
+    }
+
+    #[test]
+    fn peers_faster_than_our_best_are_named() {
+        let report = |peer_ms: f64| -> DayReport {
+            serde_json::from_value(serde_json::json!({
+                "day": "day05", "title": "t", "problem": "p", "key": "k",
+                "device": {"name": "H100", "ordinal": 0, "arch": "sm_90", "sms": 132,
+                           "l2_bytes": 0, "memory_bytes": 0, "max_threads_per_sm": 2048,
+                           "max_shared_per_block_optin": 0, "driver_cuda_version": 13000},
+                "copy_ceiling_gbs": 3000.0, "bytes_per_run": 1000, "baseline": null,
+                "rows": [{
+                    "version": "vec", "function": "f", "launch": "1 x 1", "attrs": null,
+                    "occupancy": null,
+                    "check": {"elements": 4, "tolerance": {"atol": 0.0, "rtol": 0.0,
+                              "max_rel_l2": 0.0}, "mismatches": 0, "unwritten": 0, "nans": 0,
+                              "max_abs_err": 0.0, "max_rel_err": 0.0, "rel_l2_err": 0.0},
+                    "timing": {"median_ms": 0.2, "min_ms": 0.2, "max_ms": 0.2, "runs": 5,
+                               "l2_flushed": false},
+                    "gb_per_s": null, "fraction_of_copy": null, "speedup_vs_baseline": null
+                }],
+                "peers": [{"key": "k", "peer": "torch.compile x", "median_ms": peer_ms,
+                           "gb_per_s": 1.0}]
+            }))
+            .unwrap()
+        };
+        assert_eq!(faster_peers_line(&report(0.25)), None);
+        assert_eq!(
+            faster_peers_line(&report(0.1)).unwrap(),
+            "**Faster than our best version (`vec`, 0.2000 ms) here:** torch.compile x \
+             (0.1000 ms, 2.00x ours)."
+        );
     }
 
     #[test]
