@@ -381,7 +381,7 @@ fn faster_peers_line(report: &DayReport) -> Option<String> {
 /// so a run of some days updates theirs and leaves the others' figures with their own run.
 fn index_block(days: &[DayFolder], results: &RunResults, previous: &str) -> String {
     let mut out = String::from(
-        "| day | topic | problem | best kernel | median ms | throughput | of the ceiling | peer \
+        "| day | topic | problem | best kernel | median ms | throughput | of the ceiling | best peer \
          | run |\n|---|---|---|---|---:|---:|---:|---:|---|\n",
     );
     let mut device_line = None;
@@ -435,7 +435,12 @@ fn index_block(days: &[DayFolder], results: &RunResults, previous: &str) -> Stri
                         throughput(t.median_ms),
                         fraction,
                         fastest.map_or_else(String::new, |p| {
-                            format!("{} ({})", throughput(p.median_ms), p.peer)
+                            format!(
+                                "{} ({}); ours {:.2}x",
+                                throughput(p.median_ms),
+                                p.peer,
+                                p.median_ms / t.median_ms
+                            )
                         }),
                     )
                 }
