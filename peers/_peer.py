@@ -127,7 +127,8 @@ def rows(key, name, fn, nbytes, ops=None, liger_kernel=None):
     yield from tried(key, compiled_name(name), lambda: compiled_figure(key, name, fn, nbytes, ops))
     if liger_kernel is not None:
         what, liger_fn = liger_kernel
-        yield from tried(key, f"Liger {what}", lambda: figure(key, liger_name(what), liger_fn, nbytes, ops))
+        make = lambda: figure(key, liger_name(what), liger_fn, nbytes, ops)  # noqa: E731
+        yield from tried(key, f"Liger {what}", make)
 
 
 def tried(key, name, make):

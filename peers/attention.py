@@ -68,7 +68,8 @@ def figures():
             if record:
                 yield record
         name = _peer.compiled_name("flex_attention")
-        yield from _peer.tried(key, name, lambda: flex_figure(key, q, k, v, causal, heads != kv_heads, nbytes))
+        make = lambda: flex_figure(key, q, k, v, causal, heads != kv_heads, nbytes)  # noqa: E731
+        yield from _peer.tried(key, name, make)
         del q, k, v
 
 

@@ -82,7 +82,10 @@ def figures():
                 out = None
             yield record
         name = _peer.compiled_name("flex_attention backward")
-        make = lambda: flex_backward_figure(key, q, k, v, grad_out, causal, nbytes, flops)  # noqa: E731
+
+        def make():
+            return flex_backward_figure(key, q, k, v, grad_out, causal, nbytes, flops)
+
         yield from _peer.tried(key, name, make)
         del q, k, v, grad_out
 

@@ -109,7 +109,9 @@ def figures():
         return F.cross_entropy(F.linear(h, w).float(), t, ignore_index=IGNORE_INDEX)
 
     what = "(F.linear + F.cross_entropy)"
-    make = lambda: compiled_record(key, what, linear_loss, (h, w, t), clear_hw, nbytes, ops)  # noqa: E731
+    def make():
+        return compiled_record(key, what, linear_loss, (h, w, t), clear_hw, nbytes, ops)
+
     yield from _peer.tried(key, _peer.compiled_name(what), make)
 
     if lib is not None:
@@ -143,7 +145,9 @@ def figures():
     def loss(logits, t):
         return F.cross_entropy(logits, t, ignore_index=IGNORE_INDEX)
 
-    make = lambda: compiled_record(key, "F.cross_entropy", loss, (logits, t), clear_logits, nbytes)  # noqa: E731
+    def make():
+        return compiled_record(key, "F.cross_entropy", loss, (logits, t), clear_logits, nbytes)
+
     yield from _peer.tried(key, _peer.compiled_name("F.cross_entropy"), make)
     logits.grad = None
 

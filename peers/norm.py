@@ -91,9 +91,8 @@ def figures():
         liger_name = "RMSNorm" if op == "rmsnorm" else "LayerNorm"
         liger_kernel = (liger_name, lambda: liger_forward(lib, op, x, w, b)) if lib else None
         with torch.no_grad():
-            records = list(
-                _peer.rows(key, peer, lambda: forward(op, x, w, b), nbytes, liger_kernel=liger_kernel)
-            )
+            eager = lambda: forward(op, x, w, b)  # noqa: E731
+            records = list(_peer.rows(key, peer, eager, nbytes, liger_kernel=liger_kernel))
         yield from records
 
         # Backward: gradients of x, the weight (and bias), as the days compute them.
@@ -115,8 +114,8 @@ def figures():
         yield from _peer.tried(key, _peer.compiled_name(peer), compiled)
         if lib is not None:
             name = _peer.liger_name(f"{liger_name} backward")
-            make = lambda: _peer.figure(key, name, liger_backward(lib, op, xg, wg, bg, dy), nbytes)  # noqa: E731
-            yield from _peer.tried(key, name, make)
+            liger_run = lambda: liger_backward(lib, op, xg, wg, bg, dy)  # noqa: E731
+            yield from _peer.tried(key, name, lambda: _peer.figure(key, name, liger_run(), nbytes))
         del x, w, b, dy, xg, wg, bg, y, wrt
 
 
