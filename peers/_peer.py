@@ -147,8 +147,9 @@ def liger():
     SKIPPED line when the package is missing (run.sh installs the wheel the bundle carries)."""
     try:
         import liger_kernel.transformers.functional as functional
-    except ImportError as e:
-        print(f"SKIPPED Liger rows: liger_kernel is not installed ({e})", flush=True)
+    except Exception as e:  # noqa: BLE001 - a broken install skips Liger's rows, not the script
+        reason = f"{type(e).__name__}: {e}"
+        print(f"SKIPPED Liger rows: liger_kernel does not import ({reason})", flush=True)
         return None
     return functional
 

@@ -58,8 +58,9 @@ def liger():
         from liger_kernel.transformers.fused_linear_cross_entropy import (
             LigerFusedLinearCrossEntropyLoss,
         )
-    except ImportError as e:
-        print(f"SKIPPED Liger rows: liger_kernel is not installed ({e})", flush=True)
+    except Exception as e:  # noqa: BLE001 - a broken install skips Liger's rows, not the script
+        reason = f"{type(e).__name__}: {e}"
+        print(f"SKIPPED Liger rows: liger_kernel does not import ({reason})", flush=True)
         return None
     return LigerCrossEntropyLoss, LigerFusedLinearCrossEntropyLoss
 
@@ -123,7 +124,11 @@ def figures():
 
         # The previous peer's gradients would otherwise count as already allocated.
         h.grad, w.grad = None, None
-        yield record(key, "Liger FusedLinearCrossEntropy", liger_fused, nbytes, ops)
+        def liger_row():
+            name = _peer.liger_name("FusedLinearCrossEntropy")
+            return record(key, name, liger_fused, nbytes, ops)
+
+        yield from _peer.tried(key, "Liger FusedLinearCrossEntropy", liger_row)
     del h, w
     torch.cuda.empty_cache()
 
@@ -162,7 +167,8 @@ def figures():
             ce(x, t).backward()
 
         logits.grad = None
-        yield record(key, "Liger CrossEntropy", liger_ce, nbytes)
+        make = lambda: record(key, _peer.liger_name("CrossEntropy"), liger_ce, nbytes)  # noqa: E731
+        yield from _peer.tried(key, "Liger CrossEntropy", make)
 
 
 if __name__ == "__main__":

@@ -113,9 +113,13 @@ def figures():
 
         yield from _peer.tried(key, _peer.compiled_name(peer), compiled)
         if lib is not None:
-            name = _peer.liger_name(f"{liger_name} backward")
-            liger_run = lambda: liger_backward(lib, op, xg, wg, bg, dy)  # noqa: E731
-            yield from _peer.tried(key, name, lambda: _peer.figure(key, name, liger_run(), nbytes))
+            what = f"{liger_name} backward"
+
+            def liger_row():
+                run = liger_backward(lib, op, xg, wg, bg, dy)
+                return _peer.figure(key, _peer.liger_name(what), run, nbytes)
+
+            yield from _peer.tried(key, f"Liger {what}", liger_row)
         del x, w, b, dy, xg, wg, bg, y, wrt
 
 

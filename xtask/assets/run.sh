@@ -222,7 +222,7 @@ elif [ -d "$here/peers" ] && python3 -c 'import sys, torch; sys.exit(0 if torch.
   if compgen -G "$here/peers/wheels/*.whl" > /dev/null; then
     if python3 -m pip install --quiet --no-index --no-deps --no-compile --target "$peers_site" \
          "$here"/peers/wheels/*.whl >> "$out/peers.log" 2>&1; then
-      note peer wheels "ok ($(cd "$here/peers/wheels" && ls -- *.whl | tr '\n' ' '))"
+      note peer wheels "ok ($(cd "$here/peers/wheels" && echo *.whl))"
     else
       note peer wheels "SKIPPED (pip could not install peers/wheels: see peers.log)"
     fi

@@ -271,7 +271,7 @@ fn build_wheel(root: &Path, dir: &Path) -> Result<String> {
 /// Fetches the wheels `peers/requirements.txt` pins into `dir` (pure-Python packages the GPU
 /// host lacks, run there on its own torch and Triton: `--no-deps`). Where pip or the network
 /// is missing the bundle is still whole: the peers that need them print one SKIPPED line each
-/// on the GPU host, as this warning says. Returns what to say of them in the summary.
+/// on the GPU host, as this warning says. Returns the summary's words for them.
 fn fetch_peer_wheels(root: &Path, dir: &Path) -> String {
     let requirements = root.join("peers/requirements.txt");
     if !requirements.exists() {
@@ -284,6 +284,11 @@ fn fetch_peer_wheels(root: &Path, dir: &Path) -> String {
             "download",
             "--quiet",
             "--disable-pip-version-check",
+            // Without a network pip would retry for minutes; a bundle must not stall on it.
+            "--timeout",
+            "20",
+            "--retries",
+            "1",
             "--no-deps",
             "--only-binary=:all:",
             "-r",
@@ -308,7 +313,7 @@ fn fetch_peer_wheels(root: &Path, dir: &Path) -> String {
                  host will skip the peers that need them",
                 other.map_or_else(|e| e.to_string(), |s| s.to_string())
             );
-            "no peer wheels (fetch failed)".to_string()
+            format!("{count} peer wheels (the fetch failed part way)")
         }
     }
 }

@@ -347,8 +347,9 @@ fn day_block(
     out
 }
 
-/// One sentence naming every peer that ran faster than the day's best version on this problem
-/// (none: `None`), so a table never claims by silence that our kernel leads.
+/// One sentence naming every peer (a `(peer)` row: not a day's ceiling row, such as cuBLAS,
+/// which the table shows beside ours anyway) that ran faster than the day's best version on
+/// this problem, or `None`: a table never leaves a faster peer for the reader to spot.
 fn faster_peers_line(report: &DayReport) -> Option<String> {
     let best = report.best()?;
     let ours = best.timing?.median_ms;
@@ -361,7 +362,7 @@ fn faster_peers_line(report: &DayReport) -> Option<String> {
         .iter()
         .map(|p| {
             format!(
-                "{} ({:.4} ms, {:.2}x ours)",
+                "{} ({:.4} ms, {:.3}x as fast)",
                 p.peer,
                 p.median_ms,
                 ours / p.median_ms
@@ -436,7 +437,7 @@ fn index_block(days: &[DayFolder], results: &RunResults, previous: &str) -> Stri
                         fraction,
                         fastest.map_or_else(String::new, |p| {
                             format!(
-                                "{} ({}); ours {:.2}x",
+                                "{} ({}); ours {:.3}x as fast",
                                 throughput(p.median_ms),
                                 p.peer,
                                 p.median_ms / t.median_ms
@@ -619,7 +620,7 @@ mod tests {
         assert_eq!(
             faster_peers_line(&report(0.1)).unwrap(),
             "**Faster than our best version (`vec`, 0.2000 ms) here:** torch.compile x \
-             (0.1000 ms, 2.00x ours)."
+             (0.1000 ms, 2.000x as fast)."
         );
     }
 
