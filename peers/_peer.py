@@ -90,11 +90,21 @@ def compile_static(fn):
 def compiled_figure(key, what, fn, nbytes, ops=None):
     """Times `torch.compile(fn)` (the same expression as the eager row, no arguments) after
     compiling and warming it outside the timing."""
-    compiled = compile_static(fn)
+    return compiled_row(key, what, compile_static(fn), nbytes, ops)
+
+
+def warm_up(run):
+    """Three calls of `run` before it is measured: the first compiles (torch.compile compiles
+    at its first call for a shape), the others settle caches and clocks."""
     for _ in range(3):
-        compiled()
+        run()
     torch.cuda.synchronize()
-    return figure(key, compiled_name(what), compiled, nbytes, ops)
+
+
+def compiled_row(key, what, run, nbytes, ops=None):
+    """The record of `run`, a call into compiled code, warmed up outside the timing."""
+    warm_up(run)
+    return figure(key, compiled_name(what), run, nbytes, ops)
 
 
 def keep_saved_tensors():
@@ -113,10 +123,7 @@ def compiled_backward(key, what, forward, inputs, wrt, dy, nbytes):
     keep_saved_tensors()
     y = compile_static(forward)(*inputs)
     run = lambda: torch.autograd.grad(y, wrt, dy, retain_graph=True)  # noqa: E731
-    for _ in range(3):
-        run()
-    torch.cuda.synchronize()
-    return figure(key, compiled_name(f"{what} backward"), run, nbytes)
+    return compiled_row(key, f"{what} backward", run, nbytes)
 
 
 def rows(key, name, fn, nbytes, ops=None, liger_kernel=None):

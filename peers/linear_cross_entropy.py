@@ -74,8 +74,7 @@ def compiled_record(key, what, loss, args, clear, nbytes, ops=None):
         clear()
         compiled(*args).backward()
 
-    for _ in range(3):
-        run()
+    _peer.warm_up(run)
     clear()
     return record(key, _peer.compiled_name(what), run, nbytes, ops)
 

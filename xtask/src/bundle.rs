@@ -191,12 +191,19 @@ fn precompile_kernels(root: &Path, dir: &Path) -> Result<usize> {
              the compiling to the GPU host"
         );
     }
-    Ok(fs::read_dir(dir)?
-        .filter(|e| {
-            e.as_ref()
-                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "cubin"))
-        })
-        .count())
+    Ok(files_with_extension(dir, "cubin"))
+}
+
+/// How many files of `dir` end in `.ext` (0 when it cannot be read).
+fn files_with_extension(dir: &Path, ext: &str) -> usize {
+    fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.path().extension().is_some_and(|x| x == ext))
+            })
+            .count()
+    })
 }
 
 /// Packs `parts` (folders of `dir`) into the xz archive `archive`: with the system's tar
@@ -297,14 +304,7 @@ fn fetch_peer_wheels(root: &Path, dir: &Path) -> String {
         .arg("-d")
         .arg(dir)
         .status();
-    let count = fs::read_dir(dir).map_or(0, |entries| {
-        entries
-            .filter(|e| {
-                e.as_ref()
-                    .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "whl"))
-            })
-            .count()
-    });
+    let count = files_with_extension(dir, "whl");
     match status {
         Ok(s) if s.success() => format!("{count} peer wheels"),
         other => {

@@ -20,6 +20,7 @@ use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 use regex::Regex;
 
 use crate::command::stdout_of;
+use crate::paths::lexical_join;
 
 /// One thing a reader would stumble on.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -345,26 +346,9 @@ impl KnownFiles {
         let cited = cited.trim_start_matches("./");
         cited.starts_with("target/")
             || self.tails.contains(cited)
-            || lexical_join(dir, cited).is_some_and(|joined| self.tails.contains(&joined))
+            || lexical_join(dir, cited)
+                .is_some_and(|joined| self.tails.contains(joined.to_string_lossy().as_ref()))
     }
-}
-
-/// `dir/cited` with `.` and `..` resolved by name alone; `None` when it climbs out of the root.
-fn lexical_join(dir: &Path, cited: &str) -> Option<String> {
-    let mut parts: Vec<String> = dir
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    for part in cited.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            name => parts.push(name.to_owned()),
-        }
-    }
-    Some(parts.join("/"))
 }
 
 /// Byte offset to 1-based line number.

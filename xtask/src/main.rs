@@ -14,6 +14,7 @@ mod book;
 mod bundle;
 mod command;
 mod docs;
+mod paths;
 mod readme;
 
 use std::path::PathBuf;

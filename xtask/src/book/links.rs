@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use regex::Regex;
 
+use crate::paths::lexical_join;
+
 /// What the check looked at, and what it found broken (`page: target: why`).
 #[derive(Debug, Default)]
 pub struct Summary {
@@ -64,7 +66,7 @@ pub fn check(site: &Path) -> Result<Summary> {
         let dir = path.parent().unwrap_or(Path::new(""));
         let dir = match page.base.as_deref() {
             Some(base) if base.starts_with('/') => PathBuf::from(base.trim_start_matches('/')),
-            Some(base) => match join(dir, base) {
+            Some(base) => match lexical_join(dir, base) {
                 Some(dir) => dir,
                 None => {
                     summary.broken.push(format!(
@@ -112,7 +114,7 @@ fn broken(
     let linked = if file.is_empty() {
         path.to_path_buf()
     } else {
-        match join(dir, &percent_decoded(file)) {
+        match lexical_join(dir, &percent_decoded(file)) {
             Some(linked) => linked,
             None => return Some("climbs out of the site".to_string()),
         }
@@ -213,24 +215,6 @@ fn percent_decoded(value: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// `dir/link` with `.` and `..` resolved by name; None when it climbs out of the site.
-fn join(dir: &Path, link: &str) -> Option<PathBuf> {
-    let mut parts: Vec<String> = dir
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    for part in link.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            name => parts.push(name.to_owned()),
-        }
-    }
-    Some(parts.iter().collect())
 }
 
 fn html_files(dir: &Path) -> Result<Vec<PathBuf>> {

@@ -16,6 +16,7 @@ use anyhow::{Context, Result, bail};
 use pulldown_cmark::{Event, LinkType, Options, Parser, Tag};
 use regex::Regex;
 
+use crate::paths::lexical_join;
 use crate::readme::day_folders;
 
 /// Shown as images (and copied into the book as they are).
@@ -444,24 +445,6 @@ fn inline_destination(text: &str, range: Range<usize>, dest: &str) -> Option<Ran
         let start = range.start + open + skipped + angle;
         start..start + dest.len()
     })
-}
-
-/// `dir/link` with `.` and `..` resolved by name alone; None when it climbs out of the root.
-fn lexical_join(dir: &Path, link: &str) -> Option<PathBuf> {
-    let mut parts: Vec<String> = dir
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    for part in link.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            name => parts.push(name.to_owned()),
-        }
-    }
-    Some(parts.iter().collect())
 }
 
 /// The link from a page in `from_dir` to `to` (both relative to the book's root), with `/`.
