@@ -240,6 +240,49 @@ __device__ __forceinline__ float load_cluster_f32(const float* local, unsigned r
     return v;
 }
 
+// The shared::cluster address of `local`'s counterpart in CTA `rank` of the cluster.
+__device__ __forceinline__ unsigned cluster_address(const void* local, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                 : "=r"(remote)
+                 : "r"(smem_u32(local)), "r"(rank));
+    return remote;
+}
+
+// Pushes a value into another CTA's shared memory (`remote`, from cluster_address) and counts
+// its bytes against that CTA's barrier `remote_bar`, whose waiters then see it: one
+// asynchronous store, no cluster barrier, and the sender never waits. The receiver's barrier
+// must exist first (initialised, then a cluster barrier, before the first push).
+__device__ __forceinline__ void push_f32(unsigned remote, float v, unsigned remote_bar) {
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(
+            remote),
+        "r"(__float_as_uint(v)), "r"(remote_bar)
+        : "memory");
+}
+__device__ __forceinline__ void push_f32x4(unsigned remote, float4 v, unsigned remote_bar) {
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, "
+        "%4}, [%5];\n" ::"r"(remote),
+        "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
+        "r"(__float_as_uint(v.w)), "r"(remote_bar)
+        : "memory");
+}
+
+// mbarrier_wait for a barrier other CTAs of the cluster complete (pushes): acquires at
+// cluster scope, so their pushed values are visible after it.
+__device__ __forceinline__ void mbarrier_wait_cluster(unsigned long long* bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "wait_%=:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_%=;\n"
+        "}\n" ::"r"(smem_u32(bar)),
+        "r"(parity)
+        : "memory");
+}
+
 // Arrives on the barrier at `bar`'s offset in the shared memory of CTA `cta` of the cluster
 // (this CTA's own when `cta` is its rank).
 __device__ __forceinline__ void mbarrier_arrive_cluster(unsigned long long* bar, unsigned cta) {

@@ -27,9 +27,21 @@
 //   wgmma_overlap  the same, but a consumer keeps one k step's wgmma running while it issues
 //                  the next (wgmma.wait_group 1): a stage is freed one step later, and the
 //                  tensor cores no longer drain between steps. Every layout.
-//   wgmma_cluster  the same in clusters of 2 CTAs on neighbouring tile rows: each loads half of
-//                  the B tile they share and the TMA multicasts it into both, so B crosses
-//                  from L2 once per pair of tiles instead of once per tile. K-major only.
+//   wgmma_tma_store  wgmma_overlap's main loop; the epilogue writes the tile into shared
+//                  memory and the TMA stores it, so the consumers return to the next tile's
+//                  wgmma while the stores drain. At beta = 1 (an accumulation, C += A B) the
+//                  TMA adds the tile into C in L2 instead (cp.reduce.async.bulk.tensor .add),
+//                  so C is never read into the SM at all. Every layout.
+//   wgmma_prefetch_c  wgmma_tma_store, for beta != 0: the TMA loads each consumer's 64 x 256
+//                  slice of C into shared memory during the main loop, so the epilogue reads C
+//                  there instead of loading it from global memory while it issues no wgmma.
+//                  Written for accumulating GEMMs of few k steps per tile (day 19's dW +=
+//                  dz^T H: 16). 3 stages instead of 4 make room for the whole slice. Every
+//                  layout.
+//   wgmma_cluster  wgmma_overlap in clusters of 2 CTAs on neighbouring tile rows: each loads
+//                  half of the B tile they share and the TMA multicasts it into both, so B
+//                  crosses from L2 once per pair of tiles instead of once per tile. K-major
+//                  only.
 //
 //   cargo run --release -p day18 -- --size 4096 --kernel wgmma_tma
 //   cargo run --release -p day18 -- --size 4096 --a transposed --b as-is   (layout "tn")
@@ -41,9 +53,12 @@
 // in and masked on the way out). mma_ldmatrix takes any k; the cp.async and TMA versions need
 // k % 8 == 0 (rows of 16-byte multiples) and the host refuses other k for them; an MN-major
 // operand's rows are m (or n) long, so it needs m % 8 == 0 (n % 8 == 0) in the same way.
+// wgmma_tma_store and wgmma_prefetch_c move C's rows by TMA too: they need n % 8 == 0.
 //
 // Epilogue: C = alpha acc + beta C in f32, rounded once to T. C is read only when beta != 0,
-// so with beta = 0 whatever C held (NaN included) never reaches the result.
+// so with beta = 0 whatever C held (NaN included) never reaches the result. One exception:
+// wgmma_tma_store at beta = 1 has the TMA add alpha acc (rounded to T) into C in L2 (its
+// reduce-add), so C is rounded twice there, as cuBLAS's bf16 kernels do at beta != 0.
 #include "common.cuh"
 #include "dtype.cuh"
 #include "mma.cuh"
@@ -320,6 +335,24 @@ constexpr int WG_OUT_ROWS = 64, WG_OUT_COLS = 64;
 constexpr int WG_OUT_CHUNK = WG_OUT_ROWS * 128;
 constexpr int WG_STAGING = WG_CONSUMERS * 2 * WG_OUT_CHUNK;
 
+// wgmma_prefetch_c's: per consumer its whole 64 x 256 slice of C, the 4 chunks side by side
+// (64 KiB in all), into which the TMA loads C during the main loop. Beside 4 stages it would
+// not fit (256 KiB); 3 stages (144 KiB) still keep two k steps in flight ahead of the one
+// being multiplied.
+constexpr int WG_PREFETCH_STAGES = 3;
+constexpr int WG_SLICE_CHUNKS = WG_BN / WG_OUT_COLS;
+constexpr int WG_PREFETCH_STAGING = WG_CONSUMERS * WG_SLICE_CHUNKS * WG_OUT_CHUNK;
+
+// The dynamic shared memory a configuration takes (the host's WG_SHARED + WG_STAGING and
+// WG_PREFETCH_SHARED): the stages, the staging, the full and empty barriers of each stage and
+// (PREFETCH_C) one c_full per consumer, and 1 KiB to align the tiles.
+template <int STAGES, bool TMA_STORE, bool PREFETCH_C>
+__device__ constexpr int wg_shared_bytes() {
+    const int staging = PREFETCH_C ? WG_PREFETCH_STAGING : TMA_STORE ? WG_STAGING : 0;
+    const int barriers = 2 * STAGES + (PREFETCH_C ? WG_CONSUMERS : 0);
+    return STAGES * (WG_A_TILE + WG_B_TILE) + staging + 8 * barriers + 1024;
+}
+
 // A tile's place: product z, tile row tm, tile column tn. With clusters of 2, the two CTAs of
 // a cluster take tile rows 2p and 2p + 1 of the same column: they share B's tile.
 struct TilePlace {
@@ -420,8 +453,9 @@ __device__ __forceinline__ void store_tile_direct(const float (&d)[WG_BN / 2], T
 //   all write alpha acc (+ beta C) of the chunk, rounded, swizzled -> proxy fence -> barrier ->
 //   leader issues the TMA store and commits it; nobody waits for it to finish.
 // The consumer goes back to the next tile's wgmma while the last chunks drain; the next
-// epilogue (or the kernel's end) waits for them. The TMA drops what falls past m and n, so
-// only C's reads (beta != 0) are masked. C's rows are 16-byte multiples (the host's rule),
+// epilogue (or the kernel's end) waits for them. At beta = 1 the TMA adds the chunk into C
+// instead of storing it. The TMA drops what falls past m and n, so only C's reads (beta other
+// than 0 and 1) are masked. C's rows are 16-byte multiples (the host's rule),
 // so a pair of columns is always an aligned 32-bit word.
 template <typename TOut>
 __device__ __forceinline__ void store_tile_by_tma(const float (&d)[WG_BN / 2],
@@ -436,6 +470,11 @@ __device__ __forceinline__ void store_tile_by_tma(const float (&d)[WG_BN / 2],
     const bool leader = threadIdx.x % 128 == 0;
     const int lane = threadIdx.x % 32, r = ((threadIdx.x / 32) % 4) * 16 + lane / 4;
     const int barrier = 1 + consumer;  // named barrier of this warpgroup (0 is __syncthreads)
+    // beta = 1: C += alpha acc is the TMA's reduce-add, done in L2 as the chunk leaves, so C
+    // never crosses into the SM and nobody waits for it (the sum is rounded twice: alpha acc
+    // to TOut, then C + that, as cuBLAS's bf16 kernels do).
+    const bool add_in_l2 = e.beta == 1.0f;
+    const bool read_c = e.beta != 0.0f && !add_in_l2;
 #pragma unroll
     for (int q = 0; q < CHUNKS; ++q) {
         unsigned char* chunk = staging + (q % 2) * WG_OUT_CHUNK;
@@ -444,7 +483,7 @@ __device__ __forceinline__ void store_tile_by_tma(const float (&d)[WG_BN / 2],
         // shared-memory stores they would wait one after another (the compiler cannot move a
         // global load above a store it cannot prove is elsewhere).
         unsigned before[GROUPS][2];
-        if (e.beta != 0.0f) {
+        if (read_c) {
 #pragma unroll
             for (int g = 0; g < GROUPS; ++g) {
                 const int col = col0 + q * WG_OUT_COLS + g * 8 + 2 * (lane % 4);
@@ -466,7 +505,7 @@ __device__ __forceinline__ void store_tile_by_tma(const float (&d)[WG_BN / 2],
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 float v0 = e.alpha * d[4 * j + 2 * h], v1 = e.alpha * d[4 * j + 2 * h + 1];
-                if (e.beta != 0.0f) {
+                if (read_c) {
                     float c0, c1;
                     unpack2<TOut>(before[g][h], c0, c1);
                     v0 += e.beta * c0;
@@ -479,18 +518,109 @@ __device__ __forceinline__ void store_tile_by_tma(const float (&d)[WG_BN / 2],
         fence_proxy_async_shared();  // these writes, before the TMA reads them
         named_barrier_sync(barrier, 128);
         if (leader) {
+            if (add_in_l2) {
+                tma_reduce_add_3d(map_c, chunk, col0 + q * WG_OUT_COLS, row0, z);
+            } else {
+                tma_store_3d(map_c, chunk, col0 + q * WG_OUT_COLS, row0, z);
+            }
+            bulk_commit();
+        }
+    }
+}
+
+// wgmma_prefetch_c: the TMA loads a consumer's 64 x 256 slice of C (rows row0.., columns
+// col0.. of product z) into its 4 staging chunks, in the boxes and the swizzle the stores use,
+// counted on `c_full`. Issued by the consumer's leader once the previous tile's stores are done
+// reading the chunks. Boxes past m or n arrive zero-filled and still count whole.
+__device__ __forceinline__ void tma_load_c_slice(unsigned char* slice, const TmaDescriptor* map_c,
+                                                 unsigned long long* c_full, int row0, int col0,
+                                                 int z) {
+    mbarrier_arrive_expect_tx(c_full, WG_SLICE_CHUNKS * WG_OUT_CHUNK);
+#pragma unroll
+    for (int q = 0; q < WG_SLICE_CHUNKS; ++q)
+        tma_load_3d(slice + q * WG_OUT_CHUNK, map_c, c_full, col0 + q * WG_OUT_COLS, row0, z);
+}
+
+// wgmma_prefetch_c's epilogue: store_tile_by_tma's, over a slice that already holds C.
+//   beta != 0: all wait on c_full (C has landed; it was loaded only after the last tile's
+//   stores had read the slice). beta = 0: the leader waits until those stores are done
+//   reading, then a barrier; C is never loaded, so whatever it held never reaches the result.
+//   Then per chunk: each warp reads C in the 8 x 8 blocks of its own 16 rows that it writes
+//   (so no warp waits for another), then writes alpha acc (+ beta C), rounded, in place ->
+//   proxy fence -> barrier -> leader issues the chunk's TMA store and
+//   commits it, so the first chunks drain while the last are written. Nobody waits for the
+//   stores: the next tile's prefetch (or epilogue, or the kernel's end) does.
+template <typename TOut>
+__device__ __forceinline__ void store_tile_over_c(const float (&d)[WG_BN / 2],
+                                                  unsigned char* slice,
+                                                  const TmaDescriptor* map_c,
+                                                  unsigned long long* c_full, unsigned parity,
+                                                  int consumer, int row0, int col0, int z,
+                                                  const Epilogue& e) {
+    static_assert(sizeof(TOut) == 2, "a staged chunk row is 64 16-bit outputs");
+    constexpr int GROUPS = WG_OUT_COLS / 8;  // 8-column accumulator groups per chunk
+    const bool leader = threadIdx.x % 128 == 0;
+    const int lane = threadIdx.x % 32;
+    const int barrier = 1 + consumer;  // named barrier of this warpgroup (0 is __syncthreads)
+    if (e.beta != 0.0f) {
+        mbarrier_wait(c_full, parity);
+    } else {
+        if (leader) bulk_wait_read<0>();
+        named_barrier_sync(barrier, 128);
+    }
+    // Whole 8 x 8 blocks move at once: ldmatrix reads C in the accumulator's own fragment
+    // layout (lane l: row l / 4, columns 2 (l % 4), +1) and stmatrix writes the result back,
+    // 4 blocks per instruction, so a chunk takes 4 + 4 shared-memory instructions per thread
+    // instead of 16 + 16 word accesses. Lane l gives the address of row l % 8 of block l / 8:
+    // blocks 0-3 of instruction gg are (rows 0-7, group 2gg), (rows 8-15, 2gg), (0-7, 2gg + 1),
+    // (8-15, 2gg + 1) of the warp's 16 rows, each a swizzled 16-byte chunk of its row.
+    const int block = lane / 8;
+    const int block_row = ((threadIdx.x / 32) % 4) * 16 + 8 * (block % 2) + lane % 8;
+#pragma unroll
+    for (int q = 0; q < WG_SLICE_CHUNKS; ++q) {
+        unsigned char* chunk = slice + q * WG_OUT_CHUNK;
+        auto rows_of = [&](int gg) {  // this lane's row address for instruction gg
+            return swizzled_128(chunk, block_row, (2 * gg + block / 2) * 16);
+        };
+        // beta != 0: the chunk's C blocks are all read first, so their latencies overlap.
+        unsigned before[GROUPS / 2][4];
+        if (e.beta != 0.0f) {
+#pragma unroll
+            for (int gg = 0; gg < GROUPS / 2; ++gg) ldmatrix_x4(before[gg], rows_of(gg));
+        }
+#pragma unroll
+        for (int gg = 0; gg < GROUPS / 2; ++gg) {
+            unsigned out[4];
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                const int j = q * GROUPS + 2 * gg + b / 2, h = b % 2;
+                float v0 = e.alpha * d[4 * j + 2 * h], v1 = e.alpha * d[4 * j + 2 * h + 1];
+                if (e.beta != 0.0f) {
+                    float c0, c1;
+                    unpack2<TOut>(before[gg][b], c0, c1);
+                    v0 += e.beta * c0;
+                    v1 += e.beta * c1;
+                }
+                out[b] = pack2<TOut>(v0, v1);
+            }
+            stmatrix_x4(smem_u32(rows_of(gg)), out);
+        }
+        fence_proxy_async_shared();  // these writes, before the TMA reads them
+        named_barrier_sync(barrier, 128);
+        if (leader) {
             tma_store_3d(map_c, chunk, col0 + q * WG_OUT_COLS, row0, z);
             bulk_commit();
         }
     }
 }
 
-// grid(min(tiles, SMs)) (a multiple of CLUSTER), block(384), dynamic shared 4 x 48 KiB + 1 KiB
-// for alignment (+ 32 KiB of staging with TMA_STORE). The tensor maps cover A as
-// [batch][m][k] (A_MN: [batch][k][m]) and B as [batch][n][k] (B_MN: [batch][k][n]), 128-byte
-// swizzle; K-major boxes are 128 bytes of k x 128 rows for A and x 256 / CLUSTER rows for B,
-// MN-major boxes 64 (m or n) x 64 (k). C is [batch][m][n] with products `stride_c` apart;
-// with TMA_STORE its map covers it in boxes of 64 columns x 64 rows, 128-byte swizzle.
+// grid(min(tiles, SMs)) (a multiple of CLUSTER), block(384), dynamic shared STAGES x 48 KiB +
+// 1 KiB for alignment (+ 32 KiB of staging with TMA_STORE, 64 KiB with PREFETCH_C; see
+// wg_shared_bytes). The tensor maps cover A as [batch][m][k] (A_MN: [batch][k][m]) and B as
+// [batch][n][k] (B_MN: [batch][k][n]), 128-byte swizzle; K-major boxes are 128 bytes of k x
+// 128 rows for A and x 256 / CLUSTER rows for B, MN-major boxes 64 (m or n) x 64 (k). C is
+// [batch][m][n] with products `stride_c` apart; with TMA_STORE its map covers it in boxes of
+// 64 columns x 64 rows, 128-byte swizzle (PREFETCH_C loads C through the same map).
 //
 // TIn is the operands' type (bf16, f16, or FP8 e4m3), TOut C's (bf16 or f16); the
 // accumulators are f32 either way.
@@ -499,8 +629,16 @@ __device__ __forceinline__ void store_tile_by_tma(const float (&d)[WG_BN / 2],
 // both CTAs' shared memory; a stage may be refilled only when the consumers of both CTAs have
 // freed it, so every consumer arrives on the `empty` barrier of each CTA of the cluster.
 // K-major operands only.
+//
+// PREFETCH_C (with TMA_STORE; STAGES = 3 to make room): when beta != 0, each consumer's leader
+// has the TMA load the consumer's slice of C for a tile into its staging while the tile's
+// wgmma run: before the main loop for the first tile, and for each later one right after
+// step 0's wgmma is issued (the tensor cores are busy) and the last tile's stores are done
+// reading the staging. The epilogue (store_tile_over_c) then waits on c_full[consumer], whose
+// phase parity is the count of tiles this CTA has done, & 1. A tile of one k step is still
+// correct: the epilogue waits for the loads however late they were issued.
 template <typename TIn, typename TOut, int IN_FLIGHT, int CLUSTER, bool A_MN, bool B_MN,
-          bool TMA_STORE>
+          bool TMA_STORE, int STAGES, bool PREFETCH_C>
 __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                                                const TmaDescriptor* map_b,
                                                const TmaDescriptor* map_c, TOut* c, int m,
@@ -508,17 +646,21 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                                                float alpha, float beta) {
     static_assert(CLUSTER == 1 || (!A_MN && !B_MN), "the cluster version is K-major only");
     static_assert(CLUSTER == 1 || !TMA_STORE, "the cluster version stores from registers");
+    static_assert(TMA_STORE || !PREFETCH_C, "C is prefetched into the TMA store's staging");
+    static_assert(wg_shared_bytes<STAGES, TMA_STORE, PREFETCH_C>() <= 227 * 1024,
+                  "at most 227 KiB of shared memory per block on sm_90");
     constexpr int BK = wg_bk<TIn>();  // k per stage
     extern __shared__ unsigned char wg_smem_raw[];
     // The 128-byte swizzle pattern repeats every 1024 bytes: tiles start on that boundary.
     unsigned char* sa = reinterpret_cast<unsigned char*>(
         (reinterpret_cast<unsigned long long>(wg_smem_raw) + 1023) & ~1023ull);
-    unsigned char* sb = sa + WG_STAGES * WG_A_TILE;
+    unsigned char* sb = sa + STAGES * WG_A_TILE;
     // The staging buffers (TMA_STORE only) follow the stages, on a 1024-byte boundary still.
-    unsigned char* staging = sb + WG_STAGES * WG_B_TILE;
-    unsigned long long* full =
-        reinterpret_cast<unsigned long long*>(staging + (TMA_STORE ? WG_STAGING : 0));
-    unsigned long long* empty = full + WG_STAGES;
+    unsigned char* staging = sb + STAGES * WG_B_TILE;
+    constexpr int STAGING = PREFETCH_C ? WG_PREFETCH_STAGING : TMA_STORE ? WG_STAGING : 0;
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(staging + STAGING);
+    unsigned long long* empty = full + STAGES;
+    unsigned long long* c_full = empty + STAGES;  // one per consumer (PREFETCH_C only)
 
     const int tiles_m = (m + WG_BM - 1) / WG_BM, tiles_n = (n + WG_BN - 1) / WG_BN;
     const int tiles = (tiles_m + CLUSTER - 1) / CLUSTER * tiles_n * batch;  // per cluster
@@ -528,9 +670,13 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
     const int first = blockIdx.x / CLUSTER, stride = gridDim.x / CLUSTER;
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < WG_STAGES; ++s) {
+        for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(&full[s], 1);  // the producer's arrival (+ TMA bytes)
             mbarrier_init(&empty[s], WG_CONSUMERS * CLUSTER);  // each consumer of the cluster
+        }
+        if (PREFETCH_C) {
+            // The consumer leader's arrival (+ the bytes of its slice of C).
+            for (int w = 0; w < WG_CONSUMERS; ++w) mbarrier_init(&c_full[w], 1);
         }
         fence_barrier_init();
     }
@@ -565,7 +711,7 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                                               p.tn * WG_BN + rank * HALF, p.z,
                                               (unsigned short)((1u << CLUSTER) - 1));
                     }
-                    if (++stage == WG_STAGES) {
+                    if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
                     }
@@ -588,8 +734,20 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
         int stage = 0;
         unsigned phase = 0;
         float d[WG_BN / 2];
+        // PREFETCH_C: this consumer's slice of the staging, whether C is loaded into it at
+        // all (beta != 0), and the parity of c_full's phase for the current tile.
+        unsigned char* slice = staging + consumer * WG_SLICE_CHUNKS * WG_OUT_CHUNK;
+        const bool prefetch = PREFETCH_C && beta != 0.0f;
+        unsigned c_parity = 0;
         for (int t = first; t < tiles; t += stride) {
             const TilePlace p = tile_place<CLUSTER>(t, tiles_m, tiles_n, rank);
+            const bool first_tile = t == first;
+            // Only the leader issues the loads; the coordinates are the epilogue's stores'.
+            auto load_c = [&] {
+                tma_load_c_slice(slice, map_c, &c_full[consumer], p.tm * WG_BM + consumer * 64,
+                                 p.tn * WG_BN, p.z);
+            };
+            if (prefetch && first_tile && threadIdx.x % 128 == 0) load_c();
             int previous = -1;  // the stage whose wgmma may still be running (IN_FLIGHT)
             for (int step = 0; step < steps; ++step) {
                 mbarrier_wait(&full[stage], phase);
@@ -603,6 +761,12 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                         step > 0 || kk > 0);
                 }
                 wgmma_commit();
+                // The tensor cores now have step 0 to run: the leader frees the slice from the
+                // last tile's stores (waiting only while they still read it) and loads C.
+                if (prefetch && step == 0 && !first_tile && threadIdx.x % 128 == 0) {
+                    bulk_wait_read<0>();
+                    load_c();
+                }
                 // IN_FLIGHT = 0: wait for this step's products, then free its stage; the tensor
                 // cores idle until the next step is issued. IN_FLIGHT = 1: wait only for the
                 // previous step's, free that stage, and return to issue the next step while
@@ -612,7 +776,7 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                 const int done = IN_FLIGHT ? previous : stage;
                 if (done >= 0) release(done);
                 previous = stage;
-                if (++stage == WG_STAGES) {
+                if (++stage == STAGES) {
                     stage = 0;
                     phase ^= 1;
                 }
@@ -625,7 +789,11 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
             TOut* cz = c + (index_t)p.z * stride_c;
             const Epilogue e = make_epilogue(cz, n, alpha, beta);
             const int row0 = p.tm * WG_BM + consumer * 64, col0 = p.tn * WG_BN;
-            if constexpr (TMA_STORE) {
+            if constexpr (PREFETCH_C) {
+                store_tile_over_c<TOut>(d, slice, map_c, &c_full[consumer], c_parity, consumer,
+                                        row0, col0, p.z, e);
+                c_parity ^= 1;
+            } else if constexpr (TMA_STORE) {
                 store_tile_by_tma<TOut>(d, staging + consumer * 2 * WG_OUT_CHUNK, map_c, cz,
                                         consumer, m, n, row0, col0, p.z, e);
             } else {
@@ -646,14 +814,15 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
 // t: transposed); A_MN = (A transposed), B_MN = (B as is). Every kernel takes C's tensor map;
 // the versions that store from registers leave it unread (the host passes A's).
 #define WGMMA_KERNEL(TIn, TOut, NAME, VERSION, LAYOUT, IN_FLIGHT, CLUSTER, A_MN, B_MN,         \
-                     TMA_STORE, ATTRIBUTES)                                                    \
+                     TMA_STORE, STAGES, PREFETCH_C, ATTRIBUTES)                                \
     KERNEL void __launch_bounds__(WG_THREADS, 1) ATTRIBUTES                                    \
         gemm_##VERSION##_##LAYOUT##_##NAME(                                                    \
             const __grid_constant__ TmaDescriptor map_a,                                       \
             const __grid_constant__ TmaDescriptor map_b,                                       \
             const __grid_constant__ TmaDescriptor map_c, TOut* c, int m, int n, int k,         \
             int batch, index_t stride_c, float alpha, float beta) {                            \
-        gemm_wgmma_tma<TIn, TOut, IN_FLIGHT, CLUSTER, A_MN, B_MN, TMA_STORE>(                  \
+        gemm_wgmma_tma<TIn, TOut, IN_FLIGHT, CLUSTER, A_MN, B_MN, TMA_STORE, STAGES,           \
+                       PREFETCH_C>(                                                            \
             &map_a, &map_b, &map_c, c, m, n, k, batch, stride_c, alpha, beta);                 \
     }
 #define NO_ATTRIBUTES
@@ -661,24 +830,34 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
 
 // The single-CTA versions in the four layouts: nt (both K-major, today's linear layer), nn (B
 // MN-major), tn (both MN-major), tt (A MN-major).
-#define WGMMA_LAYOUTS(T, NAME, VERSION, IN_FLIGHT, TMA_STORE)                                  \
-    WGMMA_KERNEL(T, T, NAME, VERSION, nt, IN_FLIGHT, 1, false, false, TMA_STORE, NO_ATTRIBUTES) \
-    WGMMA_KERNEL(T, T, NAME, VERSION, nn, IN_FLIGHT, 1, false, true, TMA_STORE, NO_ATTRIBUTES)  \
-    WGMMA_KERNEL(T, T, NAME, VERSION, tn, IN_FLIGHT, 1, true, true, TMA_STORE, NO_ATTRIBUTES)   \
-    WGMMA_KERNEL(T, T, NAME, VERSION, tt, IN_FLIGHT, 1, true, false, TMA_STORE, NO_ATTRIBUTES)
+#define WGMMA_LAYOUTS(T, NAME, VERSION, IN_FLIGHT, TMA_STORE, STAGES, PREFETCH_C)             \
+    WGMMA_KERNEL(T, T, NAME, VERSION, nt, IN_FLIGHT, 1, false, false, TMA_STORE, STAGES,       \
+                 PREFETCH_C, NO_ATTRIBUTES)                                                    \
+    WGMMA_KERNEL(T, T, NAME, VERSION, nn, IN_FLIGHT, 1, false, true, TMA_STORE, STAGES,        \
+                 PREFETCH_C, NO_ATTRIBUTES)                                                    \
+    WGMMA_KERNEL(T, T, NAME, VERSION, tn, IN_FLIGHT, 1, true, true, TMA_STORE, STAGES,         \
+                 PREFETCH_C, NO_ATTRIBUTES)                                                    \
+    WGMMA_KERNEL(T, T, NAME, VERSION, tt, IN_FLIGHT, 1, true, false, TMA_STORE, STAGES,        \
+                 PREFETCH_C, NO_ATTRIBUTES)
 
-WGMMA_LAYOUTS(bf16_t, bf16, wgmma_tma, 0, false)
-WGMMA_LAYOUTS(f16_t, f16, wgmma_tma, 0, false)
-WGMMA_LAYOUTS(bf16_t, bf16, wgmma_overlap, 1, false)
-WGMMA_LAYOUTS(f16_t, f16, wgmma_overlap, 1, false)
-WGMMA_LAYOUTS(bf16_t, bf16, wgmma_tma_store, 1, true)
-WGMMA_LAYOUTS(f16_t, f16, wgmma_tma_store, 1, true)
-WGMMA_KERNEL(bf16_t, bf16_t, bf16, wgmma_cluster, nt, 1, 2, false, false, false, CLUSTER_OF_2)
-WGMMA_KERNEL(f16_t, f16_t, f16, wgmma_cluster, nt, 1, 2, false, false, false, CLUSTER_OF_2)
+WGMMA_LAYOUTS(bf16_t, bf16, wgmma_tma, 0, false, WG_STAGES, false)
+WGMMA_LAYOUTS(f16_t, f16, wgmma_tma, 0, false, WG_STAGES, false)
+WGMMA_LAYOUTS(bf16_t, bf16, wgmma_overlap, 1, false, WG_STAGES, false)
+WGMMA_LAYOUTS(f16_t, f16, wgmma_overlap, 1, false, WG_STAGES, false)
+WGMMA_LAYOUTS(bf16_t, bf16, wgmma_tma_store, 1, true, WG_STAGES, false)
+WGMMA_LAYOUTS(f16_t, f16, wgmma_tma_store, 1, true, WG_STAGES, false)
+WGMMA_LAYOUTS(bf16_t, bf16, wgmma_prefetch_c, 1, true, WG_PREFETCH_STAGES, true)
+WGMMA_LAYOUTS(f16_t, f16, wgmma_prefetch_c, 1, true, WG_PREFETCH_STAGES, true)
+WGMMA_KERNEL(bf16_t, bf16_t, bf16, wgmma_cluster, nt, 1, 2, false, false, false, WG_STAGES, false,
+             CLUSTER_OF_2)
+WGMMA_KERNEL(f16_t, f16_t, f16, wgmma_cluster, nt, 1, 2, false, false, false, WG_STAGES, false,
+             CLUSTER_OF_2)
 
 // FP8 (e4m3 in, f32 accumulation, bf16 out), K-major (layout nt) only: the same ring with 128
 // k per stage, one m64n256k32 per 32 bytes of k. `wgmma_overlap`'s epilogue from registers
 // (any n) and `wgmma_tma_store`'s through the TMA.
-WGMMA_KERNEL(e4m3_t, bf16_t, e4m3, wgmma_overlap, nt, 1, 1, false, false, false, NO_ATTRIBUTES)
-WGMMA_KERNEL(e4m3_t, bf16_t, e4m3, wgmma_tma_store, nt, 1, 1, false, false, true, NO_ATTRIBUTES)
+WGMMA_KERNEL(e4m3_t, bf16_t, e4m3, wgmma_overlap, nt, 1, 1, false, false, false, WG_STAGES, false,
+             NO_ATTRIBUTES)
+WGMMA_KERNEL(e4m3_t, bf16_t, e4m3, wgmma_tma_store, nt, 1, 1, false, false, true, WG_STAGES,
+             false, NO_ATTRIBUTES)
 #endif

@@ -115,16 +115,18 @@ pub enum Version {
     WgmmaTma,
     WgmmaOverlap,
     WgmmaTmaStore,
+    WgmmaPrefetchC,
     WgmmaCluster,
 }
 
 impl Version {
-    pub const ALL: [Version; 6] = [
+    pub const ALL: [Version; 7] = [
         Version::MmaLdmatrix,
         Version::MmaPipelined,
         Version::WgmmaTma,
         Version::WgmmaOverlap,
         Version::WgmmaTmaStore,
+        Version::WgmmaPrefetchC,
         Version::WgmmaCluster,
     ];
 
@@ -139,6 +141,7 @@ impl Version {
             Version::WgmmaTma => "wgmma_tma",
             Version::WgmmaOverlap => "wgmma_overlap",
             Version::WgmmaTmaStore => "wgmma_tma_store",
+            Version::WgmmaPrefetchC => "wgmma_prefetch_c",
             Version::WgmmaCluster => "wgmma_cluster",
         }
     }
@@ -154,6 +157,7 @@ impl Version {
             Version::WgmmaTma
                 | Version::WgmmaOverlap
                 | Version::WgmmaTmaStore
+                | Version::WgmmaPrefetchC
                 | Version::WgmmaCluster
         )
     }
@@ -162,7 +166,10 @@ impl Version {
     /// versions, the K-major `nt` for the others.
     pub fn layouts(self) -> &'static [Layout] {
         match self {
-            Version::WgmmaTma | Version::WgmmaOverlap | Version::WgmmaTmaStore => &Layout::ALL,
+            Version::WgmmaTma
+            | Version::WgmmaOverlap
+            | Version::WgmmaTmaStore
+            | Version::WgmmaPrefetchC => &Layout::ALL,
             _ => &Layout::ALL[..1],
         }
     }
@@ -171,9 +178,10 @@ impl Version {
         self.is_hopper_only()
     }
 
-    /// Writes C through shared memory and TMA stores (C's rows must be 16-byte multiples).
-    fn stores_by_tma(self) -> bool {
-        self == Version::WgmmaTmaStore
+    /// Moves C through shared memory and the TMA (stores, and for `wgmma_prefetch_c` loads
+    /// too), so C's rows and batch stride must be 16-byte multiples.
+    pub fn stores_by_tma(self) -> bool {
+        matches!(self, Version::WgmmaTmaStore | Version::WgmmaPrefetchC)
     }
 
     /// CTAs per thread-block cluster (they share B's tile through TMA multicast).
@@ -351,6 +359,16 @@ const WG_THREADS: u32 = 384;
 const WG_SHARED: u32 = 4 * (128 + 256) * WG_BK_BYTES as u32 + 8 * 8 + 1024;
 /// `wgmma_tma_store`'s staging: 2 consumers x 2 buffers of 64 rows x 128 bytes.
 const WG_STAGING: u32 = 2 * 2 * 64 * 128;
+/// `wgmma_prefetch_c`: 3 stages, the 6 barriers of the ring and one per consumer for its slice
+/// of C, 1 KiB to align the tiles, and the staging, 2 consumers x a whole 64 x 256 slice of C
+/// (4 chunks of 64 rows x 128 bytes), which the TMA fills during the main loop (gemm.cu's
+/// `wg_shared_bytes`).
+const WG_PREFETCH_SHARED: u32 =
+    3 * (128 + 256) * WG_BK_BYTES as u32 + (2 * 3 + 2) * 8 + 1024 + 2 * 4 * 64 * 128;
+const _: () = assert!(
+    WG_SHARED + WG_STAGING <= 227 * 1024 && WG_PREFETCH_SHARED <= 227 * 1024,
+    "an H100 block may have 227 KiB of shared memory"
+);
 /// C's TMA-store boxes: 64 columns (128 bytes of a 16-bit type) x 64 rows.
 const WG_OUT_BOX: u32 = 64;
 
@@ -579,6 +597,7 @@ impl TensorCoreGemm {
             Version::WgmmaTma
             | Version::WgmmaOverlap
             | Version::WgmmaTmaStore
+            | Version::WgmmaPrefetchC
             | Version::WgmmaCluster => {
                 // A cluster's CTAs take neighbouring tile rows: tiles are counted per cluster.
                 let cluster = version.cluster() as u64;
@@ -592,12 +611,11 @@ impl TensorCoreGemm {
                 let mut launch = LaunchShape {
                     grid: (0, 1, 1),
                     block: (WG_THREADS, 1, 1),
-                    dynamic_shared_bytes: WG_SHARED
-                        + if version.stores_by_tma() {
-                            WG_STAGING
-                        } else {
-                            0
-                        },
+                    dynamic_shared_bytes: match version {
+                        Version::WgmmaPrefetchC => WG_PREFETCH_SHARED,
+                        Version::WgmmaTmaStore => WG_SHARED + WG_STAGING,
+                        _ => WG_SHARED,
+                    },
                 };
                 // Persistent: as many CTAs as can be resident at once (one per SM; for
                 // clusters, as many whole clusters as the GPCs hold), never more than tiles.
@@ -732,8 +750,9 @@ where
     // With clusters each CTA loads (and multicasts) its share of B's tile rows.
     let box_b = WG_BN / version.cluster();
     let map_b = operand_map(gpu, b, layout.b_mn_major(), g.n, g, g.stride_b, box_b)?;
-    // C as [batch][m][n] in boxes of 64 x 64 for the TMA store; the other versions store from
-    // registers and leave the parameter unread (A's map fills it).
+    // C as [batch][m][n] in boxes of 64 x 64 for the TMA stores (and wgmma_prefetch_c's loads);
+    // the other versions store from registers and leave the parameter unread (A's map fills
+    // it).
     let map_c = if version.stores_by_tma() {
         KMajorTiles {
             inner: g.n,
@@ -808,17 +827,40 @@ pub struct Gemm {
 }
 
 impl Gemm {
-    /// Versions in order of preference. `wgmma_tma_store` first (its epilogue overlaps the
-    /// next tile's math); `wgmma_overlap` where C's rows or address do not suit the TMA
-    /// (`wgmma_tma` measured level with it); `wgmma_cluster` half as fast, so never chosen.
-    /// The mma.sync versions take what the Hopper path cannot (k % 8 != 0, unaligned views
-    /// in layout nt) or GPUs before Hopper.
+    /// Versions in order of preference where C is not read into the SM: beta = 0, and beta =
+    /// 1, where `wgmma_tma_store`'s TMA adds the tile into C in L2. `wgmma_tma_store`
+    /// first (its epilogue overlaps the next tile's math); `wgmma_overlap` where C's rows or
+    /// address do not suit the TMA (`wgmma_tma` measured level with it); `wgmma_cluster` half
+    /// as fast, so never chosen. The mma.sync versions take what the Hopper path cannot (k %
+    /// 8 != 0, unaligned views in layout nt) or GPUs before Hopper. `wgmma_prefetch_c` is not
+    /// here: with beta = 0 it loads nothing and only has a stage fewer.
     pub const PREFERENCE: [Version; 4] = [
         Version::WgmmaTmaStore,
         Version::WgmmaOverlap,
         Version::MmaPipelined,
         Version::MmaLdmatrix,
     ];
+
+    /// Versions in order of preference where C is read (beta other than 0 and 1): `wgmma_prefetch_c` first
+    /// (the TMA loads C during the main loop; the others read it in the epilogue, while that
+    /// consumer issues no wgmma), then [`Gemm::PREFERENCE`]. It takes exactly what `wgmma_tma_store`
+    /// takes (C's rows and batch stride 16-byte multiples, Hopper).
+    pub const PREFERENCE_READING_C: [Version; 5] = [
+        Version::WgmmaPrefetchC,
+        Version::WgmmaTmaStore,
+        Version::WgmmaOverlap,
+        Version::MmaPipelined,
+        Version::MmaLdmatrix,
+    ];
+
+    /// The order [`Gemm::choose`] and [`Gemm::run`] try for `g`: by whether it reads C.
+    pub fn preference(g: &GemmEx) -> &'static [Version] {
+        if g.beta != 0.0 && g.beta != 1.0 {
+            &Self::PREFERENCE_READING_C
+        } else {
+            &Self::PREFERENCE
+        }
+    }
 
     pub fn load(gpu: &Gpu) -> Result<Self> {
         Ok(Self {
@@ -835,7 +877,7 @@ impl Gemm {
     /// takes its sizes.
     pub fn choose<T: Element>(&self, g: &GemmEx) -> Result<Version> {
         let mut first_refusal = None;
-        for v in Self::PREFERENCE {
+        for &v in Self::preference(g) {
             match self.day.check::<T>(v, g) {
                 Ok(()) => return Ok(v),
                 Err(e) if e.is::<Refused>() => {
@@ -847,7 +889,7 @@ impl Gemm {
         Err(first_refusal.expect("PREFERENCE is not empty"))
     }
 
-    /// Enqueues `g` with the first version of [`Gemm::PREFERENCE`] that takes it (sizes, then
+    /// Enqueues `g` with the first version of [`Gemm::preference`] that takes it (sizes, then
     /// the operands' alignment); [`Refused`] with the best version's reason when none does.
     pub fn run<T, A, B, C>(&self, gpu: &Gpu, g: &GemmEx, a: &A, b: &B, c: &mut C) -> Result<()>
     where
@@ -857,7 +899,7 @@ impl Gemm {
         C: DevicePtr<T> + DevicePtrMut<T> + DeviceSlice<T>,
     {
         let mut first_refusal = None;
-        for v in Self::PREFERENCE {
+        for &v in Self::preference(g) {
             if let Err(e) = self.day.check::<T>(v, g) {
                 if !e.is::<Refused>() {
                     return Err(e);
@@ -885,6 +927,18 @@ mod tests {
     fn every_kernel_compiles_without_spilling() {
         // sm_90a (all of them) and sm_90 (no wgmma, as a GPU before Hopper compiles it).
         common::testing::assert_builds_compile_without_spills(&kernel_builds());
+    }
+
+    /// ptxas's C7510-C7520 ("wgmma.mma_async instructions are serialized"): each product
+    /// would wait for the one before. `wgmma_prefetch_c` branches between a step's commit and
+    /// its wait (the leader's loads of C), which must not do that.
+    #[test]
+    fn the_hopper_kernels_keep_wgmma_asynchronous() {
+        let hopper = kernel_builds()
+            .into_iter()
+            .find(|b| b.target == Target::Hopper)
+            .expect("a Hopper build");
+        common::testing::compile_keeping_wgmma_asynchronous(&hopper);
     }
 
     #[test]
@@ -940,20 +994,40 @@ mod tests {
         assert!(tn.a_mn_major() && tn.b_mn_major());
         assert_eq!(tn.describe(), "C = A^T B (A [k, m], B [k, n])");
         assert_eq!(Layout::NT.describe(), "C = A B^T (A [m, k], B [n, k])");
-        // Every version has the linear layer's layout; only wgmma_tma/overlap all four.
+        // Every version has the linear layer's layout; only the single-CTA Hopper ones all four.
         for v in Version::ALL {
             assert_eq!(v.layouts()[0], Layout::NT);
         }
         assert_eq!(Version::WgmmaOverlap.layouts().len(), 4);
+        assert_eq!(Version::WgmmaPrefetchC.layouts().len(), 4);
         assert_eq!(Version::WgmmaCluster.layouts().len(), 1);
         let names = kernel_names(true);
         assert!(names.contains(&"gemm_wgmma_overlap_tn_bf16".to_string()));
+        assert!(names.contains(&"gemm_wgmma_prefetch_c_tn_bf16".to_string()));
+        assert!(names.contains(&"gemm_wgmma_prefetch_c_tt_f16".to_string()));
         assert!(names.contains(&"gemm_mma_ldmatrix_nt_f16".to_string()));
         assert!(!names.contains(&"gemm_wgmma_cluster_tn_bf16".to_string()));
         assert!(names.contains(&"gemm_wgmma_tma_store_nt_e4m3".to_string()));
-        // Per 16-bit dtype: 2 mma.sync, 3 single-CTA Hopper versions x 4 layouts, the
+        assert!(!names.contains(&"gemm_wgmma_prefetch_c_nt_e4m3".to_string()));
+        // Per 16-bit dtype: 2 mma.sync, 4 single-CTA Hopper versions x 4 layouts, the
         // cluster; then the 2 FP8 kernels.
-        assert_eq!(names.len(), 2 * (1 + 1 + 4 + 4 + 4 + 1) + 2);
+        assert_eq!(names.len(), 2 * (1 + 1 + 4 + 4 + 4 + 4 + 1) + 2);
         assert_eq!(kernel_names(false).len(), 2 * 2);
+    }
+
+    #[test]
+    fn reading_c_prefers_the_version_that_prefetches_it() {
+        let g = GemmEx::new(128, 256, 64);
+        assert_eq!(Gemm::preference(&g)[0], Version::WgmmaTmaStore);
+        // beta = 1: wgmma_tma_store adds into C in L2; C is not read into the SM.
+        let accumulate = GemmEx { beta: 1.0, ..g };
+        assert_eq!(Gemm::preference(&accumulate), Gemm::PREFERENCE);
+        let scaled = GemmEx { beta: 0.5, ..g };
+        assert_eq!(Gemm::preference(&scaled)[0], Version::WgmmaPrefetchC);
+        // Past it, the same order as with beta = 0: it refuses only what wgmma_tma_store does.
+        assert_eq!(Gemm::preference(&scaled)[1..], Gemm::PREFERENCE);
+        assert!(!Gemm::PREFERENCE.contains(&Version::WgmmaPrefetchC));
+        assert!(Version::WgmmaPrefetchC.stores_by_tma() && Version::WgmmaTmaStore.stores_by_tma());
+        assert!(!Version::FP8.contains(&Version::WgmmaPrefetchC));
     }
 }

@@ -3,8 +3,10 @@
 //! primes, one past a tile), k not a multiple of 8 or of 64, batches, bf16 and f16; outputs
 //! poisoned before each run. Each version takes a shape or refuses it exactly as the rules
 //! say (k % 8 for K-major operands, m % 8 / n % 8 for MN-major ones, nt only for the
-//! mma.sync versions and wgmma_cluster). Then alpha and beta with padded batch strides, views
-//! at odd offsets through `Gemm::run`, and the refusals' wording.
+//! mma.sync versions and wgmma_cluster, n % 8 and C's batch stride for the versions that move
+//! C by TMA). Then alpha and beta with padded batch strides, beta != 0 over several waves of
+//! tiles (wgmma_prefetch_c loads each tile's C during the main loop), views at odd offsets
+//! through `Gemm::run`, which version it chooses, and the refusals' wording.
 
 use common::element::Element;
 use common::gpu::cublas::{Cublas, GemmEx, Stored};
@@ -77,10 +79,11 @@ fn should_refuse(version: Version, g: &GemmEx, hopper: bool) -> bool {
         || (layout.a_mn_major() && !g.m.is_multiple_of(8))
         || (layout.b_mn_major() && !g.n.is_multiple_of(8))
         || (version.is_hopper_only() && !hopper)
-        || (version == Version::WgmmaTmaStore && !tma_can_store_c(g))
+        || (version.stores_by_tma() && !tma_can_store_c(g))
 }
 
-/// The TMA stores C in rows of 16-byte multiples, matrices 16-byte multiples apart.
+/// The TMA stores (and wgmma_prefetch_c loads) C in rows of 16-byte multiples, matrices
+/// 16-byte multiples apart.
 fn tma_can_store_c(g: &GemmEx) -> bool {
     g.n.is_multiple_of(8) && (g.batch == 1 || (g.stride_c > 0 && g.stride_c.is_multiple_of(8)))
 }
@@ -232,6 +235,92 @@ fn persistent_versions_are_checked_in_full_over_several_waves() {
     }
 }
 
+/// `C = alpha op(A) op(B) + beta C` over the multi-wave shapes, every layout, every output:
+/// each CTA of a persistent version reads C for several tiles, so wgmma_prefetch_c's loads of
+/// C go round its staging and its barrier's phases more than once (the padded test below has
+/// fewer tiles than SMs). Tiles of one k step (k = 24) and of two (k = 72).
+#[test]
+fn reading_c_over_several_waves() {
+    let Some(gpu) = testing::gpu_or_skip("day18 GPU beta over several waves") else {
+        return;
+    };
+    let day = TensorCoreGemm::load(&gpu).unwrap();
+    let mut ran = [0; Version::ALL.len()];
+    // beta = 0.5 reads C (wgmma_prefetch_c's loads); beta = 1 is wgmma_tma_store's
+    // reduce-add into C in L2.
+    for (layout, (alpha, beta)) in Layout::ALL
+        .into_iter()
+        .flat_map(|l| [(-0.75, 0.5), (1.0, 1.0)].map(|ab| (l, ab)))
+    {
+        for shape in multi_wave_shapes() {
+            let shape = GemmShape { layout, ..shape };
+            let g = GemmEx {
+                alpha,
+                beta,
+                ..shape.gemm_ex()
+            };
+            let seed = (shape.m * 31 + shape.n * 7 + shape.k) as u64;
+            let a: Vec<bf16> = inputs::uniform(shape.a_len(), -1.0, 1.0, seed);
+            let b: Vec<bf16> = inputs::uniform(shape.b_len(), -1.0, 1.0, seed + 1);
+            let c0: Vec<bf16> = inputs::uniform(shape.c_len(), -1.0, 1.0, seed + 2);
+            let expected = reference::gemm_ex(&a, &b, Some(&c0), &g);
+            let tolerance = reference::tolerance_stored_in(shape.k, unit_roundoff::<bf16>());
+            let (a_dev, b_dev) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
+            for (v, version) in Version::ALL.into_iter().enumerate() {
+                let what = format!("{} {} beta {beta} {shape:?}", version.name(), layout.name());
+                let tolerance = if rounds_twice(version, &g) {
+                    two_roundings(tolerance, &expected, g.beta, unit_roundoff::<bf16>())
+                } else {
+                    tolerance
+                };
+                if let Err(e) = day.plan::<bf16>(version, &g) {
+                    assert!(e.is::<Refused>(), "{what}: {e:#}");
+                    assert!(
+                        should_refuse(version, &g, day.is_hopper()),
+                        "{what} was refused: {e:#}"
+                    );
+                    continue;
+                }
+                let mut c = gpu.upload(&c0).unwrap();
+                day.gemm(&gpu, version, &g, &a_dev, &b_dev, &mut c)
+                    .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+                gpu.synchronize().unwrap();
+                let got = gpu.download(&c).unwrap();
+                let report = check::compare(&got, &expected, &[shape.c_len()], tolerance);
+                assert!(report.passed(), "{what}: {report}");
+                ran[v] += 1;
+            }
+        }
+    }
+    assert_every_version_ran("day18 beta multi-wave", &day, &ran);
+    for (version, &count) in Version::ALL.iter().zip(&ran) {
+        if version.is_hopper_only() && day.is_hopper() {
+            let expected = version.layouts().len() * 2 * 2;
+            assert_eq!(count, expected, "{} ran {count} shapes", version.name());
+        }
+    }
+}
+
+/// Whether `version` rounds `alpha op(A) op(B)` to the output type before adding C:
+/// wgmma_tma_store at beta = 1, whose TMA adds the stored tile into C in L2.
+fn rounds_twice(version: Version, g: &GemmEx) -> bool {
+    version == Version::WgmmaTmaStore && g.beta == 1.0
+}
+
+/// The tolerance of a result rounded twice: the product rounded to the output type first,
+/// an error relative to the product, not to the result (a product of 10 and a C of -9.8
+/// leave 0.2 with an error of the product's half ulp): one output roundoff of the largest
+/// product as an absolute allowance, and a second relative one.
+fn two_roundings(tolerance: Tolerance, expected: &[f64], beta: f32, unit: f64) -> Tolerance {
+    let largest = expected.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    Tolerance {
+        // |alpha op(A) op(B)| <= |result| + |beta C|, and C is in [-1, 1].
+        atol: tolerance.atol + unit * (largest + f64::from(beta.abs())),
+        rtol: 2.0 * tolerance.rtol,
+        max_rel_l2: 2.0 * tolerance.max_rel_l2,
+    }
+}
+
 /// `C = alpha op(A) op(B) + beta C` with every stride padded: A and B matrices 8 elements
 /// further apart than their size (the gaps hold data that must not be read), C `c_pad`
 /// elements further: 3 (odd: the second product's rows start off a 4-byte boundary, so the
@@ -306,14 +395,10 @@ fn check_alpha_beta<T: Element>(
     // relative to the product, not to the result (a product of 10 and a C of -9.8 leave 0.2
     // with an error of the product's half ulp), so its row gets one output roundoff of the
     // largest product as an absolute allowance, and a second relative one. Ours round once.
+    // wgmma_tma_store at beta = 1 rounds the same way (its TMA adds the rounded product into
+    // C in L2).
     let cublas_tolerance = if beta != 0.0 {
-        let largest = expected.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        Tolerance {
-            // |alpha op(A) op(B)| <= |result| + |beta C|, and C is in [-1, 1].
-            atol: tolerance.atol + unit_roundoff::<T>() * (largest + f64::from(beta.abs())),
-            rtol: 2.0 * tolerance.rtol,
-            max_rel_l2: 2.0 * tolerance.max_rel_l2,
-        }
+        two_roundings(tolerance, &expected, beta, unit_roundoff::<T>())
     } else {
         tolerance
     };
@@ -329,6 +414,11 @@ fn check_alpha_beta<T: Element>(
             );
             continue;
         }
+        let tolerance = if rounds_twice(version, &g) {
+            cublas_tolerance
+        } else {
+            tolerance
+        };
         run_checked(&format!("{} {what}", version.name()), tolerance, &mut |c| {
             day.gemm(gpu, version, &g, &a_dev, &b_dev, c)
         });
@@ -416,8 +506,9 @@ fn the_library_entry_point_takes_views_and_refuses_what_it_must() {
             assert!(report.passed(), "{what}: {report}");
         }
     }
-    // Which version it picks: wgmma_tma_store for every layout on Hopper when sizes allow,
-    // wgmma_overlap when C's rows are not 16-byte multiples.
+    // Which version it picks: wgmma_tma_store for every layout on Hopper when sizes allow
+    // (wgmma_prefetch_c where C is read), wgmma_overlap when C's rows are not 16-byte
+    // multiples.
     if gemm.versions().is_hopper() {
         for layout in Layout::ALL {
             let g = GemmEx {
@@ -426,10 +517,25 @@ fn the_library_entry_point_takes_views_and_refuses_what_it_must() {
                 ..GemmEx::new(128, 256, 64)
             };
             assert_eq!(gemm.choose::<bf16>(&g).unwrap(), Version::WgmmaTmaStore);
+            let accumulating = GemmEx { beta: 1.0, ..g };
+            assert_eq!(
+                gemm.choose::<bf16>(&accumulating).unwrap(),
+                Version::WgmmaTmaStore
+            );
+            let reading_c = GemmEx { beta: 0.5, ..g };
+            assert_eq!(
+                gemm.choose::<bf16>(&reading_c).unwrap(),
+                Version::WgmmaPrefetchC
+            );
             // n = 250: C's rows are not 16-byte multiples. With B K-major only the TMA store
             // minds (an MN-major B has rows of n too, and every Hopper version refuses).
             if !layout.b_mn_major() {
                 let odd_n = GemmEx { n: 250, ..g };
+                assert_eq!(gemm.choose::<bf16>(&odd_n).unwrap(), Version::WgmmaOverlap);
+                let odd_n = GemmEx {
+                    n: 250,
+                    ..reading_c
+                };
                 assert_eq!(gemm.choose::<bf16>(&odd_n).unwrap(), Version::WgmmaOverlap);
             }
         }
@@ -466,6 +572,7 @@ fn refusals_are_refusals() {
         Version::WgmmaTma,
         Version::WgmmaOverlap,
         Version::WgmmaTmaStore,
+        Version::WgmmaPrefetchC,
     ] {
         assert!(refusal(v, &odd_k).contains("multiple of 8"));
     }
@@ -506,19 +613,25 @@ fn refusals_are_refusals() {
         };
         assert!(refusal(Version::WgmmaOverlap, &g).contains("batch strides"));
     }
-    // The TMA store: C's rows (n = 1001) and C's batch stride (not 16 bytes) refused.
-    let why = refusal(Version::WgmmaTmaStore, &nt(64, 1001, 64));
-    assert!(
-        why.contains("n = 1001") && why.contains("TMA stores"),
-        "{why}"
-    );
-    let g = GemmEx {
+    // The TMA store (and wgmma_prefetch_c's loads of C): C's rows (n = 1001) and C's batch
+    // stride (not 16 bytes) refused.
+    let odd_stride_c = GemmEx {
         batch: 2,
         stride_c: 64 * 64 + 4,
         ..nt(64, 64, 64)
     };
-    assert!(refusal(Version::WgmmaTmaStore, &g).contains("C's batch stride"));
-    assert!(day.plan::<bf16>(Version::WgmmaOverlap, &g).is_ok());
+    for v in [Version::WgmmaTmaStore, Version::WgmmaPrefetchC] {
+        let why = refusal(v, &nt(64, 1001, 64));
+        assert!(
+            why.contains("n = 1001") && why.contains("TMA stores"),
+            "{why}"
+        );
+        assert!(refusal(v, &odd_stride_c).contains("C's batch stride"));
+    }
+    assert!(
+        day.plan::<bf16>(Version::WgmmaOverlap, &odd_stride_c)
+            .is_ok()
+    );
 }
 
 /// The FP8 versions (e4m3 in, bf16 out) against the f64 reference of the decoded inputs,

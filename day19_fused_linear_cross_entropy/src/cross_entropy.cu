@@ -26,6 +26,10 @@
 //                             the next rows already on its way into shared memory (bulk
 //                             copies, 3 or 4 stages) while this row is reduced and written,
 //                             so loads never wait for a cluster to be scheduled
+//   ce_rows_cluster_push_bf16x8  cluster8's split, each block's slice brought into shared
+//                             memory by one bulk copy, the partial statistics pushed into all
+//                             8 blocks (st.async + mbarrier) instead of read after cluster
+//                             barriers; blocks of 256 threads, 6 per SM. The fused loop's
 //   ce_mean_loss_f32          the per-row losses summed in a fixed order: deterministic
 //
 // Every row kernel takes `logits` and `grad` that may be the same buffer (the gradient
@@ -35,6 +39,7 @@
 #include "common.cuh"
 #include "dtype.cuh"
 #include "hopper.cuh"
+#include "mma.cuh"
 #include "reduce.cuh"
 
 #define LOG2E 1.4426950408889634f
@@ -506,6 +511,207 @@ __device__ __forceinline__ void ce_rows_cluster_stream(const bf16_t* logits, bf1
     }
 CLUSTER_STREAM_KERNEL(4)
 CLUSTER_STREAM_KERNEL(8)
+
+// ---- Statistics pushed to every block of the cluster, the slice in shared memory -----------
+//
+// cluster8's split (a row over 8 blocks of one cluster), with less work per logit, no cluster
+// barrier inside a row, and more blocks per SM. cluster8 spends per logit two exponentials, a
+// rescale of the running sum, a 64-bit column compare and a dozen conversions, holds its slice
+// in 16 registers a thread (40 in all: 3 blocks of 512 per SM), and waits twice at cluster
+// barriers for its slowest block. Here, for block `rank` of a row:
+//   0. one thread has the TMA bring the block's slice (32 KB at V = 128256) into shared memory
+//      in one bulk copy: every byte in flight at once, no registers held;
+//   1. the row's maximum, two logits per instruction (max.bf16x2: exact, no rescaling later);
+//   2. e = 2^(z log2e - max) per logit, summed (and z summed for label smoothing);
+//   3. the gradient, e again times one constant minus another: p (1 + 2 zc lse) / N - eps/V/N.
+//      The target's element is written once more by the thread that holds it, less
+//      (1 - eps) / N, so no logit pays for a compare.
+// After 1 and 2 each warp pushes its partial (max; then sum of e, sum of z, the target's z)
+// into the shared memory of all 8 blocks with st.async, counted on the receiver's mbarrier:
+// a block waits only for the 8 x 8 values it needs and combines them in (rank, warp) order,
+// so every block, and every run, gets the same bits. The one cluster barrier is at the start
+// (the barriers exist before the first push), waited for after the copy is issued.
+// Blocks of 256 threads with 32 KB each: 6 per SM (40 registers), whose phases interleave, so
+// some block is always loading or storing. (The path here, measured, is in the README:
+// keeping e in registers for the gradient cost more in occupancy than its exponential saved.)
+//
+// grid(8 * rows), block(256), cluster(8), dynamic shared memory 32 KB: block `rank` owns packs
+// [rank * per_block, (rank + 1) * per_block) of its row, at most 8 per thread. V a multiple of
+// 8 and at most 8 x 256 x 8 x 8 = 131072; the launcher checks.
+#define PUSH_THREADS 256
+#define PUSH_PACKS_PER_THREAD 8
+#define PUSH_WARPS (PUSH_THREADS / 32)
+#define PUSH_PARTS (CLUSTER_BLOCKS * PUSH_WARPS)  // partials per row and round: 64
+
+__device__ __forceinline__ unsigned bf16x2_max(unsigned a, unsigned b) {
+    unsigned r;
+    asm("max.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ float ex2_approx(float x) {  // 2^x; 2^-inf = 0
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
+}
+// The two logits of a 32-bit word of bf16 pairs, exactly (a bf16 is the top half of an f32).
+__device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w & 0xFFFF0000u); }
+// Logit i (0..7, a constant once unrolled) of a pack of 8: a select, not an index, so the
+// pack stays in registers.
+__device__ __forceinline__ float pack_logit(const uint4& r, int i) {
+    const unsigned w = i < 4 ? (i < 2 ? r.x : r.y) : (i < 6 ? r.z : r.w);
+    return i % 2 ? bf16_hi(w) : bf16_lo(w);
+}
+
+KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(PUSH_THREADS, 6)
+    ce_rows_cluster_push_bf16x8(const bf16_t* logits, bf16_t* grad,
+                                const int* __restrict__ targets, float* __restrict__ row_loss,
+                                const float* __restrict__ inv_count_p, index_t vocab, float eps,
+                                float z_loss, int ignore_index) {
+    static_assert(PUSH_PARTS % 32 == 0, "a warp reads the partials in whole rounds of 32");
+    __shared__ float maxima[PUSH_PARTS];  // round 1: every warp's max of z, from all 8 blocks
+    __shared__ float4 sums[PUSH_PARTS];   // round 2: (sum of e, sum of z, z at the target, 0)
+    __shared__ unsigned long long arrived[2];
+    __shared__ unsigned long long loaded;  // the slice's bulk copy
+    extern __shared__ __align__(128) uint4 slice[];  // [PUSH_THREADS * PUSH_PACKS_PER_THREAD]
+    const unsigned rank = cluster_rank();
+    const index_t row = blockIdx.x / CLUSTER_BLOCKS;
+    const int y = targets[row];
+    // Pack indices inside a row fit in 32 bits (V <= 131072): fewer registers than index_t.
+    const int packs = (int)(vocab / BF16_PER_PACK);
+    const int per_block = (packs + CLUSTER_BLOCKS - 1) / CLUSTER_BLOCKS;
+    const int first = min((int)rank * per_block, packs);
+    const int end = min(first + per_block, packs);
+    const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+    const int target_pack = y / BF16_PER_PACK, target_slot = y % BF16_PER_PACK;
+    uint4* out16 = reinterpret_cast<uint4*>(grad + row * vocab);
+    // The whole cluster sees the same target: an ignored row pushes nothing and waits for
+    // nothing, so its blocks leave as soon as they have written zeros.
+    if (!is_valid_target(y, ignore_index, vocab)) {
+        const uint4 zero = make_uint4(0, 0, 0, 0);  // bf16 +0 is all zero bits
+        for (int p = first + t; p < end; p += PUSH_THREADS) out16[p] = zero;
+        if (rank == 0 && t == 0) row_loss[row] = 0.0f;
+        return;
+    }
+    if (t == 0) {
+        mbarrier_init(&arrived[0], 1);
+        mbarrier_init(&arrived[1], 1);
+        mbarrier_init(&loaded, 1);
+        fence_barrier_init();
+        // The one arrival of each phase, with the bytes the 8 blocks' warps will push.
+        mbarrier_arrive_expect_tx(&arrived[0], (unsigned)(PUSH_PARTS * sizeof(float)));
+        mbarrier_arrive_expect_tx(&arrived[1], (unsigned)(PUSH_PARTS * sizeof(float4)));
+        const unsigned bytes = (unsigned)(end - first) * 16;
+        mbarrier_arrive_expect_tx(&loaded, bytes);  // 0 bytes: the arrival alone
+        if (bytes > 0)
+            bulk_load_1d(slice, reinterpret_cast<const uint4*>(logits + row * vocab) + first,
+                         bytes, &loaded);
+    }
+    cluster_arrive();  // releases the barriers' initialisation to the cluster
+    __syncthreads();   // ... and to this block, before anyone waits on them
+    mbarrier_wait(&loaded, 0);
+    // Pack k of this thread; packs past the slice's end read as bf16 -inf (e = 0).
+    auto pack = [&](int k) -> uint4 {
+        const int i = t + k * PUSH_THREADS;
+        return first + i < end ? slice[i]
+                               : make_uint4(0xFF80FF80u, 0xFF80FF80u, 0xFF80FF80u, 0xFF80FF80u);
+    };
+
+    // 1. The maximum, on bf16 pairs: -inf padding never wins (a row has a real logit).
+    unsigned m2 = 0xFF80FF80u;
+#pragma unroll
+    for (int k = 0; k < PUSH_PACKS_PER_THREAD; ++k) {
+        const uint4 r = pack(k);
+        m2 = bf16x2_max(bf16x2_max(bf16x2_max(m2, r.x), bf16x2_max(r.y, r.z)), r.w);
+    }
+    float m = fmaxf(bf16_lo(m2), bf16_hi(m2));
+    for (int offset = 16; offset > 0; offset >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(FULL_WARP, m, offset));
+    cluster_wait();  // every block's barriers exist
+    if (lane < CLUSTER_BLOCKS)
+        push_f32(cluster_address(&maxima[rank * PUSH_WARPS + warp], lane), m,
+                 cluster_address(&arrived[0], lane));
+    mbarrier_wait_cluster(&arrived[0], 0);
+    m = NEG_INF;
+#pragma unroll
+    for (int i = 0; i < PUSH_PARTS / 32; ++i) m = fmaxf(m, maxima[i * 32 + lane]);
+    for (int offset = 16; offset > 0; offset >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(FULL_WARP, m, offset));
+    const float max2 = m * LOG2E;
+
+    // 2. e = 2^(z log2e - max2) summed, the sum of z (label smoothing only) and the target's z
+    // (the one thread whose pack holds it). Two packs at a time: all eight at once would keep
+    // 32 registers of loads in flight (and spill at 6 blocks per SM).
+    float s = 0.0f, zsum = 0.0f, z_mine = 0.0f;
+    bool holds_target = false;
+    const bool smoothing = eps != 0.0f;
+#pragma unroll 2
+    for (int k = 0; k < PUSH_PACKS_PER_THREAD; ++k) {
+        const int p = first + t + k * PUSH_THREADS;
+        const uint4 r = pack(k);
+#pragma unroll
+        for (int i = 0; i < BF16_PER_PACK; ++i) {
+            const float z = pack_logit(r, i);
+            s += ex2_approx(fmaf(z, LOG2E, -max2));
+            if (smoothing && p < end) zsum += z;
+        }
+        if (p < end && p == target_pack) {  // a p past end is another block's
+            z_mine = pack_logit(r, target_slot);
+            holds_target = true;
+        }
+    }
+    float z_target = z_mine;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        s += __shfl_xor_sync(FULL_WARP, s, offset);
+        zsum += __shfl_xor_sync(FULL_WARP, zsum, offset);
+        z_target += __shfl_xor_sync(FULL_WARP, z_target, offset);
+    }
+    if (lane < CLUSTER_BLOCKS)
+        push_f32x4(cluster_address(&sums[rank * PUSH_WARPS + warp], lane),
+                   make_float4(s, zsum, z_target, 0.0f), cluster_address(&arrived[1], lane));
+    mbarrier_wait_cluster(&arrived[1], 0);
+    // The same partials in the same order in every block: lane l sums parts l, l + 32, ...,
+    // then the butterfly (a + b = b + a: every lane ends with the same bits).
+    s = zsum = z_target = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PUSH_PARTS / 32; ++i) {
+        const float4 part = sums[i * 32 + lane];
+        s += part.x;
+        zsum += part.y;
+        z_target += part.z;
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        s += __shfl_xor_sync(FULL_WARP, s, offset);
+        zsum += __shfl_xor_sync(FULL_WARP, zsum, offset);
+        z_target += __shfl_xor_sync(FULL_WARP, z_target, offset);
+    }
+
+    // 3. The loss, and the gradient.
+    RowGrad g;
+    const float loss = row_finish({max2, s, zsum}, z_target, vocab, eps, z_loss, inv_count_p[0],
+                                  g);
+    if (rank == 0 && t == 0) row_loss[row] = loss;
+    const float scale = g.p_scale / s;  // p_j = e_j / s
+#pragma unroll 2
+    for (int k = 0; k < PUSH_PACKS_PER_THREAD; ++k) {
+        const int p = first + t + k * PUSH_THREADS;
+        if (p >= end) continue;
+        const uint4 r = pack(k);
+        float d[BF16_PER_PACK];
+#pragma unroll
+        for (int i = 0; i < BF16_PER_PACK; ++i)
+            d[i] = fmaf(ex2_approx(fmaf(pack_logit(r, i), LOG2E, -max2)), scale, -g.offset);
+        out16[p] = make_uint4(pack2<bf16_t>(d[0], d[1]), pack2<bf16_t>(d[2], d[3]),
+                              pack2<bf16_t>(d[4], d[5]), pack2<bf16_t>(d[6], d[7]));
+    }
+    if (holds_target) {  // the same bits as above, less `hot`; this later store wins
+        const float e_y = ex2_approx(fmaf(z_mine, LOG2E, -max2));
+        reinterpret_cast<bf16_t*>(out16)[y] =
+            from_f32<bf16_t>(fmaf(e_y, scale, -g.offset) - g.hot);
+    }
+    // No cluster barrier at the end: every value pushed into this block was counted on its
+    // barriers before it got here, and nothing reads another block's shared memory.
+}
 
 // grid(1), block(1024): loss = (sum of the row losses) / N, each thread summing a fixed
 // stride, then a fixed tree: the same bits every run, no atomics.

@@ -37,7 +37,7 @@ pub fn kernel_builds() -> Vec<KernelBuild> {
 /// Versions of the fused problem, in table order.
 pub const FUSED_VERSIONS: &[&str] = &["naive", "chunked_cublas", "chunked_day18"];
 /// Versions of cross-entropy alone on given logits.
-pub const CE_VERSIONS: &[&str] = &["two_pass", "cluster8", "cluster_stream"];
+pub const CE_VERSIONS: &[&str] = &["two_pass", "cluster8", "cluster_stream", "cluster_push"];
 
 const FUNCTIONS: &[&str] = &[
     "ce_count_valid_i32",
@@ -45,6 +45,7 @@ const FUNCTIONS: &[&str] = &[
     "ce_rows_cluster8_bf16x8",
     "ce_rows_cluster_stream4_bf16x8",
     "ce_rows_cluster_stream8_bf16x8",
+    "ce_rows_cluster_push_bf16x8",
     "ce_mean_loss_f32",
 ];
 
@@ -53,12 +54,17 @@ const REDUCE_THREADS: u32 = 1024;
 const TWO_PASS_THREADS: u32 = 1024;
 const CLUSTER_BLOCKS: usize = 8;
 const CLUSTER_THREADS: u32 = 512;
-/// 8 blocks x 512 threads x 4 packs x 8 bf16.
+/// 8 blocks x 512 threads x 4 packs x 8 bf16 (cluster_push's 8 x 256 x 8 x 8 is the same).
 pub const CLUSTER_MAX_VOCAB: usize = CLUSTER_BLOCKS * CLUSTER_THREADS as usize * 4 * 8;
 /// cluster_stream (StreamShape in the .cu): 512 threads a block and, per cluster size, the
 /// stages of 16-byte packs in shared memory (3 x 2048 for clusters of 8, 3 x 4096 for 4).
 const STREAM_THREADS: u32 = 512;
 const STREAM_CLUSTER_SIZES: [(usize, u32); 2] = [(4, 3 * 4096 * 16), (8, 3 * 2048 * 16)];
+/// cluster_push (PUSH_* in the .cu): 256 threads a block, each block's slice of a row in
+/// shared memory, 8 packs of 16 bytes a thread (32 KiB; V = 128256 fills 31.3 KiB of it).
+const PUSH_THREADS: u32 = 256;
+const PUSH_SLICE_BYTES: u32 = PUSH_THREADS * 8 * 16;
+const _: () = assert!(CLUSTER_BLOCKS * PUSH_THREADS as usize * 8 * 8 == CLUSTER_MAX_VOCAB);
 
 /// Which row kernel computes the loss and writes the gradient.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +76,10 @@ pub enum RowKernel {
     /// Cluster8's split in 16 persistent clusters, the next rows' slices loading into shared
     /// memory while this one is written.
     ClusterStream,
+    /// Cluster8's split, each block's slice brought into shared memory by one bulk copy and
+    /// the statistics pushed into every block of the cluster (st.async) instead of read after
+    /// cluster barriers: blocks of 256 threads, 6 per SM.
+    ClusterPush,
 }
 
 impl RowKernel {
@@ -78,6 +88,7 @@ impl RowKernel {
             "two_pass" => Ok(Self::TwoPass),
             "cluster8" => Ok(Self::Cluster8),
             "cluster_stream" => Ok(Self::ClusterStream),
+            "cluster_push" => Ok(Self::ClusterPush),
             other => bail!("day19 has no cross-entropy version `{other}`"),
         }
     }
@@ -88,6 +99,7 @@ impl RowKernel {
             Self::Cluster8 => "ce_rows_cluster8_bf16x8",
             // Compiled for clusters of 4 and of 8; `CrossEntropy::row_launch` picks one.
             Self::ClusterStream => "ce_rows_cluster_stream8_bf16x8",
+            Self::ClusterPush => "ce_rows_cluster_push_bf16x8",
         }
     }
 
@@ -99,25 +111,30 @@ impl RowKernel {
                 "cluster8 needs rows on 16-byte boundaries (V a multiple of 8); V = {vocab}"
             )),
             Self::Cluster8 if vocab > CLUSTER_MAX_VOCAB => Some(format!(
-                "cluster8 holds rows of at most {CLUSTER_MAX_VOCAB} in registers; V = {vocab}"
+                "cluster8 holds rows of at most {CLUSTER_MAX_VOCAB} in its cluster; V = {vocab}"
             )),
             Self::Cluster8 => None,
             Self::ClusterStream => Self::Cluster8
                 .refusal(vocab)
                 .map(|why| why.replace("cluster8", "cluster_stream")),
+            // The same split and limit: 8 blocks x 256 threads x 8 packs x 8 = 131072.
+            Self::ClusterPush => Self::Cluster8
+                .refusal(vocab)
+                .map(|why| why.replace("cluster8", "cluster_push")),
         }
     }
 
-    /// The fastest kernel that takes rows of `vocab`: cluster8 for long rows; a block per row
-    /// where a row has fewer 16-byte packs than cluster8 has threads (a byte-level model's
-    /// 256 entries would give each of its 4096 threads nothing to load, behind two cluster
-    /// barriers: `torch_layers`' small GPT measured it at 0.9 ms a step for 8192 rows).
+    /// The fastest kernel that takes rows of `vocab`: cluster_push for long rows; a block per
+    /// row where a row has fewer 16-byte packs than cluster8 has threads (a byte-level model's
+    /// 256 entries would give each of cluster8's 4096 threads nothing to load, behind two
+    /// cluster barriers: `torch_layers`' small GPT measured it at 0.9 ms a step for 8192 rows;
+    /// that crossover, 32768, was measured for cluster8 and is kept for cluster_push).
     pub fn best_for(vocab: usize) -> Self {
         let packs = vocab / 8;
         if packs >= CLUSTER_BLOCKS * CLUSTER_THREADS as usize
             && Self::Cluster8.refusal(vocab).is_none()
         {
-            Self::Cluster8
+            Self::ClusterPush
         } else {
             Self::TwoPass
         }
@@ -133,6 +150,11 @@ impl RowKernel {
                 CLUSTER_THREADS,
             )),
             Self::ClusterStream => None,
+            Self::ClusterPush => Some(LaunchShape {
+                grid: ((rows * CLUSTER_BLOCKS) as u32, 1, 1),
+                block: (PUSH_THREADS, 1, 1),
+                dynamic_shared_bytes: PUSH_SLICE_BYTES,
+            }),
         }
     }
 }
@@ -909,9 +931,18 @@ mod tests {
         assert!(RowKernel::Cluster8.refusal(4099).is_some());
         assert!(RowKernel::Cluster8.refusal(CLUSTER_MAX_VOCAB + 8).is_some());
         assert_eq!(RowKernel::best_for(4099), RowKernel::TwoPass);
-        assert_eq!(RowKernel::best_for(128256), RowKernel::Cluster8);
-        assert_eq!(RowKernel::best_for(32768), RowKernel::Cluster8);
+        assert!(RowKernel::ClusterPush.refusal(CLUSTER_MAX_VOCAB).is_none());
+        assert!(
+            RowKernel::ClusterPush
+                .refusal(CLUSTER_MAX_VOCAB + 8)
+                .is_some()
+        );
+        assert_eq!(RowKernel::best_for(128256), RowKernel::ClusterPush);
+        assert_eq!(RowKernel::best_for(32768), RowKernel::ClusterPush);
+        assert_eq!(RowKernel::best_for(32000), RowKernel::TwoPass);
         assert_eq!(RowKernel::best_for(256), RowKernel::TwoPass);
         assert_eq!(RowKernel::Cluster8.shape(3).unwrap().grid, (24, 1, 1));
+        let push = RowKernel::ClusterPush.shape(3).unwrap();
+        assert_eq!((push.grid, push.dynamic_shared_bytes), ((24, 1, 1), 32768));
     }
 }

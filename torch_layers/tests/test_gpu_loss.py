@@ -122,9 +122,9 @@ CASES = [
     (37, 4096, 32003, 0.0, "mean", 0.0, 0.0, None),
     # The default chunk is 512 here: two chunks, the last of 488.
     (1000, 4096, 32003, 0.1, "sum", 0.0, 0.0, None),
-    # A vocabulary of whole 16-byte rows: day 19's cluster8 row kernel (the others two_pass).
+    # A vocabulary of whole 16-byte rows, under 32768: day 19's two_pass row kernel.
     (1000, 512, 32000, 0.1, "mean", 0.1, 1e-4, None),
-    # Llama 3's vocabulary in 11 chunks, the last of 40.
+    # Llama 3's vocabulary in 11 chunks, the last of 40: day 19's cluster_push row kernel.
     (1000, 64, 128256, 0.0, "mean", 0.0, 0.0, 96),
     # Ragged small chunks with every option on.
     (100, 512, 4099, 0.25, "sum", 0.2, 1e-3, 7),
