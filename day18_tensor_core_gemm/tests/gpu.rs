@@ -4,9 +4,10 @@
 //! poisoned before each run. Each version takes a shape or refuses it exactly as the rules
 //! say (k % 8 for K-major operands, m % 8 / n % 8 for MN-major ones, nt only for the
 //! mma.sync versions and wgmma_cluster, n % 8 and C's batch stride for the versions that move
-//! C by TMA). Then alpha and beta with padded batch strides, beta != 0 over several waves of
-//! tiles (wgmma_prefetch_c loads each tile's C during the main loop), views at odd offsets
-//! through `Gemm::run`, which version it chooses, and the refusals' wording.
+//! C by TMA). Then alpha and beta with padded batch strides, beta = 0.5 and 1 over several
+//! waves of tiles (wgmma_prefetch_c loads each tile's C during the main loop; wgmma_tma_store
+//! adds into C in L2 at beta = 1), views at odd offsets through `Gemm::run`, which version it
+//! chooses, and the refusals' wording.
 
 use common::element::Element;
 use common::gpu::cublas::{Cublas, GemmEx, Stored};
