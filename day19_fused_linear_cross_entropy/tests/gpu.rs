@@ -219,6 +219,31 @@ fn chunked_day18_refuses_what_day18_refuses() {
     assert!(plan.check_backend(&cublas).is_ok());
 }
 
+/// More chunks than the H100 has SMs (140 chunks of one token): dW accumulated 139 times (day
+/// 18's at beta = 1 is the TMA's reduce-add into dW), every chunk's dH and row losses, over a
+/// vocabulary that is not a multiple of any tile and is long enough for cluster_push (32776).
+#[test]
+fn more_chunks_than_sms() {
+    let Some(gpu) = testing::gpu_or_skip("day19 GPU many chunks") else {
+        return;
+    };
+    let ce = CrossEntropy::load(&gpu).unwrap();
+    let shape = Shape {
+        tokens: 140,
+        hidden: 64,
+        vocab: 32776,
+    };
+    assert_eq!(RowKernel::best_for(shape.vocab), RowKernel::ClusterPush);
+    let cublas = Cublas::open(&gpu).unwrap();
+    check_fused(&gpu, &ce, &cublas, shape, 1, &options(0.05, 1e-4), 0.1);
+    if gpu_is_hopper(&gpu) {
+        let day18 = Day18Gemm::load(&gpu).unwrap();
+        check_fused(&gpu, &ce, &day18, shape, 1, &options(0.05, 1e-4), 0.1);
+    } else {
+        testing::note_skip("day19 chunked_day18 many chunks", "needs an sm_90 GPU");
+    }
+}
+
 #[test]
 fn all_ignored_gives_zero_loss_and_zero_gradients() {
     let Some(gpu) = testing::gpu_or_skip("day19 GPU all ignored") else {
