@@ -12,7 +12,7 @@ from problem import Problem, flags
 IGNORE_INDEX = -100
 BF16 = UNIT_ROUNDOFF["bf16"]
 FUSED = ("naive", "chunked_cublas", "chunked_day18")
-CE_ONLY = ("two_pass", "cluster8", "cluster_stream")
+CE_ONLY = ("two_pass", "cluster8", "cluster_stream", "cluster_push")
 
 
 def problem(label, which, tokens, hidden, vocab, chunk=None, label_smoothing=0.0, z_loss=0.0, ignore_fraction=0.0):

@@ -228,25 +228,24 @@ __device__ __forceinline__ void cluster_sync() {
     cluster_wait();
 }
 
-// A float in CTA `rank`'s shared memory (distributed shared memory), at the address `local`
-// has in this CTA's.
-__device__ __forceinline__ float load_cluster_f32(const float* local, unsigned rank) {
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                 : "=r"(remote)
-                 : "r"(smem_u32(local)), "r"(rank));
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
-    return v;
-}
-
-// The shared::cluster address of `local`'s counterpart in CTA `rank` of the cluster.
+// The shared::cluster address of `local`'s counterpart in CTA `rank` of the cluster
+// (distributed shared memory).
 __device__ __forceinline__ unsigned cluster_address(const void* local, unsigned rank) {
     unsigned remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
                  : "=r"(remote)
                  : "r"(smem_u32(local)), "r"(rank));
     return remote;
+}
+
+// A float in CTA `rank`'s shared memory, at the address `local` has in this CTA's.
+__device__ __forceinline__ float load_cluster_f32(const float* local, unsigned rank) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n"
+                 : "=f"(v)
+                 : "r"(cluster_address(local, rank))
+                 : "memory");
+    return v;
 }
 
 // Pushes a value into another CTA's shared memory (`remote`, from cluster_address) and counts
@@ -286,9 +285,8 @@ __device__ __forceinline__ void mbarrier_wait_cluster(unsigned long long* bar, u
 // Arrives on the barrier at `bar`'s offset in the shared memory of CTA `cta` of the cluster
 // (this CTA's own when `cta` is its rank).
 __device__ __forceinline__ void mbarrier_arrive_cluster(unsigned long long* bar, unsigned cta) {
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_u32(bar)), "r"(cta));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(
+                     cluster_address(bar, cta))
                  : "memory");
 }
 

@@ -36,8 +36,9 @@
 //                  slice of C into shared memory during the main loop, so the epilogue reads C
 //                  there instead of loading it from global memory while it issues no wgmma.
 //                  Written for accumulating GEMMs of few k steps per tile (day 19's dW +=
-//                  dz^T H: 16). 3 stages instead of 4 make room for the whole slice. Every
-//                  layout.
+//                  dz^T H: 16). 3 stages instead of 4 make room for the whole slice. At
+//                  beta = 1 wgmma_tma_store's reduce-add measured faster (day 19 uses that),
+//                  so day18::Gemm takes this version only at other beta. Every layout.
 //   wgmma_cluster  wgmma_overlap in clusters of 2 CTAs on neighbouring tile rows: each loads
 //                  half of the B tile they share and the TMA multicasts it into both, so B
 //                  crosses from L2 once per pair of tiles instead of once per tile. K-major

@@ -841,10 +841,11 @@ impl Gemm {
         Version::MmaLdmatrix,
     ];
 
-    /// Versions in order of preference where C is read (beta other than 0 and 1): `wgmma_prefetch_c` first
-    /// (the TMA loads C during the main loop; the others read it in the epilogue, while that
-    /// consumer issues no wgmma), then [`Gemm::PREFERENCE`]. It takes exactly what `wgmma_tma_store`
-    /// takes (C's rows and batch stride 16-byte multiples, Hopper).
+    /// Versions in order of preference where C is read (beta other than 0 and 1):
+    /// `wgmma_prefetch_c` first (the TMA loads C during the main loop; the others read it in
+    /// the epilogue, while that consumer issues no wgmma), then [`Gemm::PREFERENCE`]. It takes
+    /// exactly what `wgmma_tma_store` takes (C's rows and batch stride 16-byte multiples,
+    /// Hopper).
     pub const PREFERENCE_READING_C: [Version; 5] = [
         Version::WgmmaPrefetchC,
         Version::WgmmaTmaStore,

@@ -30,12 +30,15 @@
 //                             memory by one bulk copy, the partial statistics pushed into all
 //                             8 blocks (st.async + mbarrier) instead of read after cluster
 //                             barriers; blocks of 256 threads, 6 per SM. The fused loop's
+//                             row kernel for rows of 32768 to 131072 (RowKernel::best_for)
 //   ce_mean_loss_f32          the per-row losses summed in a fixed order: deterministic
 //
 // Every row kernel takes `logits` and `grad` that may be the same buffer (the gradient
-// written in place): each element is read before it is written, by the same thread.
+// written in place): each element is read before it is written, by the thread that writes it
+// or (cluster_stream, cluster_push) into the block's shared memory by a bulk copy the block
+// has waited for; no block writes another block's part of a row.
 //
-// Run: cargo run --release -p day19 (both problems), --kernel cluster8 for one CE version.
+// Run: cargo run --release -p day19 (both problems), --kernel cluster_push for one CE version.
 #include "common.cuh"
 #include "dtype.cuh"
 #include "hopper.cuh"
@@ -705,6 +708,9 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(PUSH_THREAD
                               pack2<bf16_t>(d[4], d[5]), pack2<bf16_t>(d[6], d[7]));
     }
     if (holds_target) {  // the same bits as above, less `hot`; this later store wins
+        // The store above was a uint4, this one a bf16 at an address inside it: no compiler
+        // may reorder them on the grounds that the types cannot alias.
+        asm volatile("" ::: "memory");
         const float e_y = ex2_approx(fmaf(z_mine, LOG2E, -max2));
         reinterpret_cast<bf16_t*>(out16)[y] =
             from_f32<bf16_t>(fmaf(e_y, scale, -g.offset) - g.hot);
