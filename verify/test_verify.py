@@ -668,7 +668,10 @@ class Sanitize(unittest.TestCase):
     def test_initcheck_narrows_the_kernel_list_and_the_other_tools_do_not(self):
         runs = {tool: args for tool, _, args in sanitize.runs_of("day19")}
         self.assertEqual(runs["initcheck"].count("--kernel"), 1)
-        self.assertEqual(runs["initcheck"][-2:], ("--kernel", "chunked_day18"))
+        self.assertEqual(runs["initcheck"][-2:], ("--kernel", sanitize.INITCHECK_KERNELS["day19"]))
+        # The row kernels on host-uploaded logits: every cross-entropy version, no fused one.
+        self.assertIn("cluster_push", sanitize.INITCHECK_KERNELS["day19"])
+        self.assertNotIn("chunked", sanitize.INITCHECK_KERNELS["day19"])
         self.assertIn("naive,chunked_cublas,chunked_day18", runs["racecheck"])
 
     def test_with_kernels_replaces_a_list_or_adds_one(self):
