@@ -627,9 +627,7 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(PUSH_THREAD
         const uint4 r = pack(k);
         m2 = bf16x2_max(bf16x2_max(bf16x2_max(m2, r.x), bf16x2_max(r.y, r.z)), r.w);
     }
-    float m = fmaxf(bf16_lo(m2), bf16_hi(m2));
-    for (int offset = 16; offset > 0; offset >>= 1)
-        m = fmaxf(m, __shfl_xor_sync(FULL_WARP, m, offset));
+    float m = warp_max(fmaxf(bf16_lo(m2), bf16_hi(m2)));
     cluster_wait();  // every block's barriers exist
     if (lane < CLUSTER_BLOCKS)
         push_f32(cluster_address(&maxima[rank * PUSH_WARPS + warp], lane), m,
@@ -638,9 +636,7 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(PUSH_THREAD
     m = NEG_INF;
 #pragma unroll
     for (int i = 0; i < PUSH_PARTS / 32; ++i) m = fmaxf(m, maxima[i * 32 + lane]);
-    for (int offset = 16; offset > 0; offset >>= 1)
-        m = fmaxf(m, __shfl_xor_sync(FULL_WARP, m, offset));
-    const float max2 = m * LOG2E;
+    const float max2 = warp_max(m) * LOG2E;
 
     // 2. e = 2^(z log2e - max2) summed, the sum of z (label smoothing only) and the target's z
     // (the one thread whose pack holds it). Two packs at a time: all eight at once would keep
@@ -663,18 +659,15 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(PUSH_THREAD
             holds_target = true;
         }
     }
-    float z_target = z_mine;
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        s += __shfl_xor_sync(FULL_WARP, s, offset);
-        zsum += __shfl_xor_sync(FULL_WARP, zsum, offset);
-        z_target += __shfl_xor_sync(FULL_WARP, z_target, offset);
-    }
+    s = warp_sum(s);
+    zsum = warp_sum(zsum);
+    float z_target = warp_sum(z_mine);
     if (lane < CLUSTER_BLOCKS)
         push_f32x4(cluster_address(&sums[rank * PUSH_WARPS + warp], lane),
                    make_float4(s, zsum, z_target, 0.0f), cluster_address(&arrived[1], lane));
     mbarrier_wait_cluster(&arrived[1], 0);
     // The same partials in the same order in every block: lane l sums parts l, l + 32, ...,
-    // then the butterfly (a + b = b + a: every lane ends with the same bits).
+    // then warp_sum's butterfly (a + b = b + a: every lane ends with the same bits).
     s = zsum = z_target = 0.0f;
 #pragma unroll
     for (int i = 0; i < PUSH_PARTS / 32; ++i) {
@@ -683,11 +676,9 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(PUSH_THREAD
         zsum += part.y;
         z_target += part.z;
     }
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        s += __shfl_xor_sync(FULL_WARP, s, offset);
-        zsum += __shfl_xor_sync(FULL_WARP, zsum, offset);
-        z_target += __shfl_xor_sync(FULL_WARP, z_target, offset);
-    }
+    s = warp_sum(s);
+    zsum = warp_sum(zsum);
+    z_target = warp_sum(z_target);
 
     // 3. The loss, and the gradient.
     RowGrad g;
