@@ -1,7 +1,7 @@
 //! The crate every day uses, in layers, each a folder (or a file) that imports only from the
 //! layers before it (a test, `layers.rs`, holds that):
 //!
-//! 1. values and errors: [`dtype`], [`element`], [`error`] (the user's errors and their exit
+//! 1. values and errors: [`versions`] (the `versions!` macro), [`dtype`], [`element`], [`error`] (the user's errors and their exit
 //!    codes), [`sizes`] (checked sizes);
 //! 2. [`gpu`]: the device and its memory, [`gpu::nvrtc`] and [`gpu::kernel_cache`], loaded
 //!    kernels ([`gpu::kernel`]), TMA descriptors, cuBLAS;
@@ -17,6 +17,7 @@
 //! inputs and a CPU reference, then hands each kernel version to a [`session::Session`],
 //! which checks it, times it and prints the table.
 
+pub mod versions;
 pub mod dtype;
 pub mod element;
 pub mod error;

@@ -8,7 +8,7 @@ use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::reference::softmax::tolerance_for;
 use common::{Element, Gpu, Kernel, LaunchShape, Tolerance};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 use day01::NaiveSoftmax;
 
 pub const SOURCE: KernelSource = KernelSource {
@@ -24,6 +24,11 @@ pub fn kernel_builds() -> Vec<KernelBuild> {
 }
 
 pub const WARP_FUNCTION: &str = "softmax_warp_f32";
+
+common::kernel_args! {
+    /// `softmax_warp_f32(const float* x, float* out, index_t rows, index_t cols)`
+    fn softmax_warp_f32(x: &CudaSlice<f32>, out: &mut CudaSlice<f32>, rows: u64, cols: u64);
+}
 
 /// 8 warps per block: one row each.
 const ROWS_PER_BLOCK: usize = 8;
@@ -63,13 +68,10 @@ impl WarpSoftmax {
         cols: usize,
     ) -> Result<()> {
         check_sizes(x.len(), out.len(), rows, cols)?;
-        let config = self.kernel.config(&self.shape(rows))?;
-        let (rows, cols) = (rows as u64, cols as u64);
-        let mut launch = gpu.stream.launch_builder(&self.kernel.func);
-        launch.arg(x).arg(out).arg(&rows).arg(&cols);
-        // SAFETY: matches softmax_warp_f32(const float*, float*, index_t rows, index_t cols);
-        // warps past the last row return before touching memory.
-        unsafe { launch.launch(config) }?;
+        let shape = self.shape(rows);
+        // SAFETY: x and out hold rows x cols values (checked above); warps past the last row
+        // return before touching memory.
+        unsafe { softmax_warp_f32(gpu, &self.kernel, &shape, x, out, rows as u64, cols as u64) }?;
         Ok(())
     }
 }

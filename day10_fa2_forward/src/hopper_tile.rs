@@ -4,9 +4,7 @@
 //! exactly the shared memory the launcher gives it and that the tile fits an SM. Compiled
 //! without the defines, `fa_hopper.cu` stops at an `#error`.
 
-use common::gpu::hopper_tile::{
-    SETMAXNREG_MIN, TileDefines, Violations, WARPGROUP_THREADS, file_define,
-};
+use common::gpu::tile::{Defines, SETMAXNREG_MIN, Violations, WARPGROUP_THREADS, file_define};
 
 /// Registers each producer thread keeps after `setmaxnreg.dec` (one thread issues every TMA
 /// copy; 24 is the instruction's floor).
@@ -99,8 +97,8 @@ impl HopperTile {
     /// `static_assert`s check it (one line each; empty when it fits).
     pub fn violations(&self) -> Vec<String> {
         let d = self.head_dim;
-        let mut v = Violations::new(d);
-        v.whole_boxes();
+        let mut v = Violations::new(format_args!("head dim {d}"));
+        v.whole_boxes("head dim", d);
         v.require((1..=4).contains(&self.consumers), || {
             format!(
                 "{} consumers: a TMA box of Q is at most 256 rows (4 consumers)",
@@ -139,7 +137,7 @@ impl HopperTile {
 
     /// This tile's NVRTC defines, as `fa_hopper.cu` reads them.
     fn defines(&self) -> Vec<String> {
-        TileDefines::new("FH", self.head_dim)
+        Defines::tile("FH", self.head_dim)
             .set("CONSUMERS", self.consumers)
             .set("KEYS", self.keys)
             .set("STAGES", self.stages)

@@ -7,13 +7,13 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 use clap::Parser;
 use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
+use common::measure::poison_check;
 use common::measure::report::DayReport;
 use common::reference::quantize::{self as qref, QuantParams};
 use common::session::{Expected, Problem, Session, Version as RunVersion};
 use common::{Element, Gpu, Tolerance, UsageError, measure::inputs, sizes};
 use cudarc::driver::CudaSlice;
 use day15::int8_matmul::{self, Int8Matmul, Shape};
-use day15::poison_check;
 use day15::quantize::{Quantize, Scheme, Version};
 
 const OPS: &[&str] = &["quantize_sym", "quantize_asym", "dequantize", "int8_matmul"];

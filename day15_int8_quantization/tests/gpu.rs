@@ -1,12 +1,12 @@
 //! day15 on the GPU: every version against the exact CPU reference over sizes that are not
 //! multiples of the float4, the block, the tile or the fused kernel's chunk.
 
+use common::measure::poison_check;
 use common::reference::quantize as qref;
 use common::session::launch_and_read;
 use common::{Element, Gpu, Tolerance, measure::check, measure::inputs, testing};
 use cudarc::driver::CudaSlice;
 use day15::int8_matmul::{self, Int8Matmul, Shape};
-use day15::poison_check;
 use day15::quantize::{Quantize, Scheme, Version};
 
 const SIZES: &[usize] = &[

@@ -60,10 +60,10 @@ mod tests {
     #[test]
     fn names_round_trip() {
         for v in SumVersion::ALL {
-            assert_eq!(SumVersion::from_name(v.name()), Some(*v));
+            assert_eq!(SumVersion::from_name(v.name()), Some(v));
         }
         for v in CountVersion::ALL {
-            assert_eq!(CountVersion::from_name(v.name()), Some(*v));
+            assert_eq!(CountVersion::from_name(v.name()), Some(v));
         }
         for v in ScanVersion::ALL {
             assert_eq!(ScanVersion::from_name(v.name()), Some(*v));

@@ -23,32 +23,22 @@ const TREE_ELEMENTS: usize = 512;
 /// warp (5) and the block (5) shuffles, and the second stage (at most 2 + 5 + 5), rounded up.
 const COMBINE_DEPTH: u64 = 32;
 
-/// Declares a version enum with its `--kernel` names.
-macro_rules! versions {
-    ($name:ident { $($v:ident => $s:literal),+ $(,)? }) => {
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum $name { $($v),+ }
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$v),+];
-            /// The name `--kernel` takes.
-            pub fn name(self) -> &'static str {
-                match self { $($name::$v => $s),+ }
-            }
-            pub fn from_name(name: &str) -> Option<Self> {
-                Self::ALL.iter().copied().find(|v| v.name() == name)
-            }
-        }
-    };
+common::versions! {
+    pub enum SumVersion { Tree => "tree", WarpShuffle => "warp_shuffle", Vec4 => "vec4" }
 }
-
-versions!(SumVersion { Tree => "tree", WarpShuffle => "warp_shuffle", Vec4 => "vec4" });
-versions!(CountVersion {
-    GlobalAtomic => "global_atomic",
-    WarpAggregated => "warp_aggregated",
-    BlockLocal => "block_local",
-});
-versions!(DotVersion { Vec4 => "vec4" });
-versions!(SegmentVersion { Warp => "warp", Block => "block" });
+common::versions! {
+    pub enum CountVersion {
+        GlobalAtomic => "global_atomic",
+        WarpAggregated => "warp_aggregated",
+        BlockLocal => "block_local",
+    }
+}
+common::versions! {
+    pub enum DotVersion { Vec4 => "vec4" }
+}
+common::versions! {
+    pub enum SegmentVersion { Warp => "warp", Block => "block" }
+}
 
 /// Every CUDA function of `reduce.cu`.
 pub const FUNCTIONS: &[&str] = &[

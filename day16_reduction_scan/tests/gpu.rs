@@ -47,7 +47,7 @@ fn sum_and_dot_match_the_reference_within_their_bounds() {
         let y = floats(n, 100 + i as u64);
         let (x_dev, y_dev) = (gpu.upload(&x).unwrap(), gpu.upload(&y).unwrap());
         let (sum, abs) = (reference::sum(&x), reference::abs_sum(&x));
-        for &version in SumVersion::ALL {
+        for version in SumVersion::ALL {
             let mut out = gpu.alloc_poisoned::<f32>(1).unwrap();
             let got = launch_and_read(&gpu, &mut out, &mut |out| {
                 day.sum(&gpu, version, &x_dev, out, &mut scratch)
@@ -57,7 +57,7 @@ fn sum_and_dot_match_the_reference_within_their_bounds() {
             assert_passes(&got, &[sum], tol, &format!("sum {} n={n}", version.name()));
         }
         let (dot, dot_abs) = reference::dot(&x, &y);
-        for &version in DotVersion::ALL {
+        for version in DotVersion::ALL {
             let mut out = gpu.alloc_poisoned::<f32>(1).unwrap();
             let got = launch_and_read(&gpu, &mut out, &mut |out| {
                 day.dot(&gpu, version, &x_dev, &y_dev, out, &mut scratch)
@@ -78,7 +78,7 @@ fn the_two_stage_sum_is_the_same_bit_for_bit_on_every_run() {
     let n = (1 << 22) + 1;
     let x_dev = gpu.upload(&floats(n, 7)).unwrap();
     let mut scratch = day.scratch(&gpu, n).unwrap();
-    for &version in SumVersion::ALL {
+    for version in SumVersion::ALL {
         let mut out = gpu.alloc_poisoned::<f32>(1).unwrap();
         let mut run = || {
             launch_and_read(&gpu, &mut out, &mut |out| {
@@ -105,7 +105,7 @@ fn counts_are_exact_for_every_version() {
         // A value with many matches, one with few, and one with none.
         for value in [7, 16, 99] {
             let count = reference::count_equal(&x, value) as f64;
-            for &version in CountVersion::ALL {
+            for version in CountVersion::ALL {
                 let mut out = gpu.alloc_poisoned::<u32>(1).unwrap();
                 let got = launch_and_read(&gpu, &mut out, &mut |out| {
                     day.count(&gpu, version, &x_dev, value, out, &mut scratch)
@@ -142,7 +142,7 @@ fn segment_sums_match_for_aligned_and_unaligned_lengths() {
         let x = floats(segments * len, 200 + i as u64);
         let (sums, abs) = reference::segment_sums(&x, len);
         let x_dev = gpu.upload(&x).unwrap();
-        for &version in SegmentVersion::ALL {
+        for version in SegmentVersion::ALL {
             let mut out = gpu.alloc_poisoned::<f32>(segments).unwrap();
             let got = launch_and_read(&gpu, &mut out, &mut |out| {
                 day.segment_sum(&gpu, version, &x_dev, len, out)

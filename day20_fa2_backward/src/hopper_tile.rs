@@ -5,9 +5,7 @@
 //! layout takes exactly the shared memory the launcher gives it. Compiled without the defines,
 //! it stops at an `#error`.
 
-use common::gpu::hopper_tile::{
-    SETMAXNREG_MIN, TileDefines, Violations, WARPGROUP_THREADS, file_define,
-};
+use common::gpu::tile::{Defines, SETMAXNREG_MIN, Violations, WARPGROUP_THREADS, file_define};
 
 /// Consumer warpgroups per block: each owns 64 of the block's keys, or (split head dim) half
 /// of the queries of a step and half of the columns of dK, dV and dQ.
@@ -118,8 +116,8 @@ impl BackwardTile {
     /// `static_assert`s check it (one line each; empty when it fits).
     pub fn violations(&self) -> Vec<String> {
         let (d, bm) = (self.head_dim, self.queries);
-        let mut v = Violations::new(d);
-        v.whole_boxes();
+        let mut v = Violations::new(format_args!("head dim {d}"));
+        v.whole_boxes("head dim", d);
         // dQ is split between the two consumers: at head dim 128 each takes 64 columns of
         // the 64 queries, at 64 each takes all columns of its 64 of the 128 queries, with the
         // head dim split each takes half the columns of the 64 queries.
@@ -164,7 +162,7 @@ impl BackwardTile {
     }
 
     fn defines(&self) -> Vec<String> {
-        TileDefines::new(PREFIX, self.head_dim)
+        Defines::tile(PREFIX, self.head_dim)
             .set("KEYS", self.keys)
             .set("QUERIES", self.queries)
             .set("STAGES", self.stages)

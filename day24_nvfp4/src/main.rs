@@ -6,6 +6,7 @@ use anyhow::{Result, bail};
 use clap::Parser;
 use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
 use common::measure::check;
+use common::measure::poison_check;
 use common::measure::report::DayReport;
 use common::reference::matmul::{
     FULL_REFERENCE_MAX_MACS, RANDOM_SAMPLES, sample_outputs_every_tile,
@@ -14,7 +15,6 @@ use common::reference::nvfp4::{self as fmt, Nvfp4};
 use common::session::{Expected, Problem, Refused, Session, Version};
 use common::{Gpu, Tolerance, UsageError, measure::inputs, sizes};
 use cudarc::driver::CudaSlice;
-use day15::poison_check;
 use day24::gemm::{self, Gemm};
 use day24::gemv::{self, Gemv};
 use day24::quantize::Quantize;
@@ -218,7 +218,7 @@ fn quantize_problem(
     let n = rows * cols;
     let reference: Vec<f64> = q.packed.iter().map(|&b| f64::from(b)).collect();
     // A packed byte may legitimately equal the u8 poison: those are checked after a zero
-    // fill instead (day15's poison_check).
+    // fill instead (`common::measure::poison_check`).
     let split = poison_check::split::<u8>(&reference);
     let shape = [rows, cols / 2];
     let expected = Expected {

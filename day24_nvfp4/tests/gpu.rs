@@ -3,10 +3,10 @@
 //! shapes with K = 16, 32, 48 and 4112 (not a multiple of 32: the 8-byte path), N = 1, 7, 129
 //! and more rows than the GPU has SMs, into poisoned outputs.
 
+use common::measure::poison_check;
 use common::reference::nvfp4::{self as fmt, Nvfp4};
 use common::session::{Refused, launch_and_read};
 use common::{Gpu, Tolerance, measure::check, measure::inputs, testing};
-use day15::poison_check;
 use day24::gemm::{self, Gemm};
 use day24::gemv::{self, Gemv};
 use day24::quantize::Quantize;

@@ -2,7 +2,7 @@
 //!
 //! Below the device, in order (each uses only what comes before it): [`kernel_cache`],
 //! [`nvrtc`], [`kernel_build`] (what each day compiles), [`kernel`] (loading a compiled file
-//! and its kernels), [`tma`], [`hopper_tile`] (the limits a Hopper tile table checks),
+//! and its kernels), [`tma`], [`launch`] (typed kernel launches, `kernel_args!`), [`tile`] (the numbers a kernel and its launcher share: defines, shared bytes, the limits a tile table checks),
 //! [`cublas`],
 //! [`cublaslt`] (the 8-bit GEMMs).
 
@@ -11,7 +11,8 @@ pub mod nvrtc;
 pub mod kernel_build;
 pub mod kernel;
 pub mod tma;
-pub mod hopper_tile;
+pub mod launch;
+pub mod tile;
 pub mod cublas;
 pub mod cublaslt;
 

@@ -5,6 +5,7 @@
 pub mod inputs;
 pub mod bench;
 pub mod check;
+pub mod poison_check;
 pub mod peers;
 pub mod report;
 pub mod plot;

@@ -1,10 +1,16 @@
-//! What a warp-specialised Hopper kernel's tile must respect, for the days that describe
-//! their tiles in one Rust table (day 10's forward, day 20's backward). Each such day keeps a
-//! table of tiles per head dim; the launcher takes its block, shared memory and TMA boxes from
-//! it, the kernel gets the same numbers as NVRTC defines ([`TileDefines`]) and
-//! `static_assert`s that its own layout takes exactly the shared memory the launcher gives and
-//! that the tile fits an SM. [`Violations`] is the host-side list of those checks, so a tile
-//! that cannot fit is named in a unit test, with no GPU and no compiler.
+//! The numbers a kernel file and its launcher share, written once. A day whose host code knows
+//! a kernel's layout (its tile, its threads, its shared memory, its TMA boxes) keeps them in one
+//! Rust table; the launcher takes its block, shared memory and boxes from it, the kernel gets
+//! the same numbers as NVRTC defines ([`Defines`]) and `static_assert`s that its own layout
+//! takes exactly the shared memory the launcher gives and that the tile fits an SM.
+//! [`Violations`] is the host-side list of those checks, so a tile that cannot fit is named in a
+//! unit test, with no GPU and no compiler. [`SharedLayout`] adds up a block's shared memory in
+//! the order the kernel lays it out, alignment included.
+//!
+//! A kernel file compiled without its defines stops at an `#error`: a number the host did not
+//! send is never silently the kernel's own.
+
+use std::fmt::Display;
 
 /// Dynamic shared memory a block may opt into on sm_90: 227 KiB.
 pub const SM90_MAX_SHARED_BYTES: usize = 227 * 1024;
@@ -23,23 +29,24 @@ pub fn launch_registers(threads: usize) -> usize {
     (SM90_REGISTERS / threads / 8 * 8).min(255)
 }
 
-/// Head-dim elements of one TMA box: 64 16-bit values, one 128-byte swizzle row.
+/// Elements of one TMA box row of a 16-bit type: 64 values, one 128-byte swizzle row.
 pub const BOX_ELEMS: usize = 64;
 
 /// Threads of a warpgroup, the unit `setmaxnreg` and `wgmma` work on.
 pub const WARPGROUP_THREADS: usize = 128;
 
-/// The reasons one head dim's tile cannot compile or run on an H100, one line each.
+/// The reasons one tile cannot compile or run on an H100, one line each, each starting with
+/// the tile's label (`head dim 96: ...`, `gemm 128x256: ...`).
 #[derive(Debug, Default)]
 pub struct Violations {
-    head_dim: usize,
+    label: String,
     why: Vec<String>,
 }
 
 impl Violations {
-    pub fn new(head_dim: usize) -> Self {
+    pub fn new(label: impl Display) -> Self {
         Violations {
-            head_dim,
+            label: label.to_string(),
             why: Vec::new(),
         }
     }
@@ -47,16 +54,14 @@ impl Violations {
     /// Records `what` unless `holds`.
     pub fn require(&mut self, holds: bool, what: impl FnOnce() -> String) {
         if !holds {
-            self.why
-                .push(format!("head dim {}: {}", self.head_dim, what()));
+            self.why.push(format!("{}: {}", self.label, what()));
         }
     }
 
-    /// The head dim is a whole number of TMA boxes.
-    pub fn whole_boxes(&mut self) {
-        let d = self.head_dim;
-        self.require(d > 0 && d.is_multiple_of(BOX_ELEMS), || {
-            format!("the head dim must be a whole number of {BOX_ELEMS}-element TMA boxes")
+    /// `elems` (named `what`) is a whole number of 16-bit TMA box rows.
+    pub fn whole_boxes(&mut self, what: &str, elems: usize) {
+        self.require(elems > 0 && elems.is_multiple_of(BOX_ELEMS), || {
+            format!("the {what} must be a whole number of {BOX_ELEMS}-element TMA boxes")
         });
     }
 
@@ -91,28 +96,31 @@ impl Violations {
     }
 }
 
-/// One tile's NVRTC defines, named `-D{prefix}_D{head dim}_{NAME}=value` (the kernel file
-/// builds its per-head-dim constants from exactly these names).
-pub struct TileDefines {
-    prefix: &'static str,
-    head_dim: usize,
+/// NVRTC defines under one prefix, `-D{prefix}_{NAME}=value`: a whole file's (`GEMM_WG`) or
+/// one tile's among several (`FH_D128`, [`Defines::tile`]); the kernel file builds its
+/// constants from exactly these names.
+pub struct Defines {
+    prefix: String,
     defines: Vec<String>,
 }
 
-impl TileDefines {
-    pub fn new(prefix: &'static str, head_dim: usize) -> Self {
-        TileDefines {
-            prefix,
-            head_dim,
+impl Defines {
+    pub fn new(prefix: impl Display) -> Self {
+        Defines {
+            prefix: prefix.to_string(),
             defines: Vec::new(),
         }
     }
 
+    /// One tile's defines among a file's several, keyed by the head dim or size it serves:
+    /// `-D{prefix}_D{key}_{NAME}=value`.
+    pub fn tile(prefix: &str, key: usize) -> Self {
+        Defines::new(format!("{prefix}_D{key}"))
+    }
+
     pub fn set(mut self, name: &str, value: usize) -> Self {
-        self.defines.push(format!(
-            "-D{}_D{}_{name}={value}",
-            self.prefix, self.head_dim
-        ));
+        self.defines
+            .push(format!("-D{}_{name}={value}", self.prefix));
         self
     }
 
@@ -126,14 +134,47 @@ pub fn file_define(prefix: &str, name: &str, value: usize) -> String {
     format!("-D{prefix}_{name}={value}")
 }
 
+/// A block's dynamic shared memory, added up region by region in the order the kernel lays it
+/// out, each region starting at the alignment it needs: the host's figure and the kernel's
+/// `static_assert` then come from the same walk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SharedLayout {
+    bytes: usize,
+}
+
+impl SharedLayout {
+    pub const fn new() -> Self {
+        SharedLayout { bytes: 0 }
+    }
+
+    /// Adds a region of `bytes`.
+    pub const fn region(self, bytes: usize) -> Self {
+        SharedLayout {
+            bytes: self.bytes + bytes,
+        }
+    }
+
+    /// Pads to the next multiple of `align` (a power of two): a swizzled TMA tile starts on
+    /// 1024 bytes, an mbarrier on 8.
+    pub const fn align(self, align: usize) -> Self {
+        SharedLayout {
+            bytes: self.bytes.next_multiple_of(align),
+        }
+    }
+
+    pub const fn bytes(self) -> usize {
+        self.bytes
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn violations_name_the_head_dim_and_what_failed() {
-        let mut v = Violations::new(96);
-        v.whole_boxes();
+    fn violations_name_the_tile_and_what_failed() {
+        let mut v = Violations::new("head dim 96");
+        v.whole_boxes("head dim", 96);
         v.registers(24, 3, 240);
         v.registers(24, 2, 164);
         v.shared_bytes(SM90_MAX_SHARED_BYTES + 1);
@@ -145,8 +186,8 @@ mod tests {
         assert!(lines[2].contains("setmaxnreg"));
         assert!(lines[3].contains("shared memory"));
 
-        let mut fits = Violations::new(128);
-        fits.whole_boxes();
+        let mut fits = Violations::new("head dim 128");
+        fits.whole_boxes("head dim", 128);
         fits.registers(24, 2, 240);
         fits.shared_bytes(SM90_MAX_SHARED_BYTES);
         assert!(fits.into_lines().is_empty());
@@ -158,18 +199,31 @@ mod tests {
         assert_eq!(launch_registers(512), 128);
         assert_eq!(launch_registers(128), 255);
         // Two consumers of 240: the producer keeps 24 (3072 + 61440 = 168 x 384), not 32.
-        let mut fits = Violations::new(128);
+        let mut fits = Violations::new("t");
         fits.registers(24, 2, 240);
         assert!(fits.into_lines().is_empty());
-        let mut over = Violations::new(128);
+        let mut over = Violations::new("t");
         over.registers(32, 2, 240);
         assert_eq!(over.into_lines().len(), 1);
     }
 
     #[test]
-    fn defines_carry_the_prefix_and_head_dim() {
-        let d = TileDefines::new("XY", 64).set("KEYS", 128).into_vec();
+    fn defines_carry_the_prefix_and_key() {
+        let d = Defines::tile("XY", 64).set("KEYS", 128).into_vec();
         assert_eq!(d, ["-DXY_D64_KEYS=128"]);
+        let d = Defines::new("GEMM_WG").set("BM", 128).into_vec();
+        assert_eq!(d, ["-DGEMM_WG_BM=128"]);
         assert_eq!(file_define("XY", "THREADS", 384), "-DXY_THREADS=384");
+    }
+
+    #[test]
+    fn shared_layout_pads_each_region_to_its_alignment() {
+        let layout = SharedLayout::new()
+            .region(100)
+            .align(8)
+            .region(16)
+            .align(1024);
+        assert_eq!(layout.bytes(), 1024);
+        assert_eq!(SharedLayout::new().region(8).align(8).region(3).bytes(), 11);
     }
 }
