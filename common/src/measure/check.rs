@@ -24,6 +24,10 @@ pub struct Tolerance {
 }
 
 impl Tolerance {
+    /// Every element equal to its reference: for outputs computed exactly (integer sums,
+    /// counts, data movement, selections).
+    pub const EXACT: Tolerance = Tolerance::new(0.0, 0.0);
+
     /// Per-element bounds; the relative L2 error may then be at most `rtol` as well.
     pub const fn new(atol: f64, rtol: f64) -> Self {
         Self {
