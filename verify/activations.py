@@ -127,7 +127,7 @@ def check(saved, tc, op: str, rows: int, cols: int, dtype: str, scalars: dict) -
         # Kept in f32, as the kernel gets it.
         t[spec.needs] = tc.tensor(saved.input(spec.needs, (1,)), "f32")
     outputs = spec.torch(tc, t)
-    # common/src/reference/activation.rs: the f32 part (a few ulp, the conditioning of exp,
+    # day13_activations/src/reference.rs: the f32 part (a few ulp, the conditioning of exp,
     # cancellation where a gradient crosses zero) is within 1e-5 + 1e-5 |y| for inputs in
     # [-6, 6]; each rounding to the storage type adds half an ulp relative (and f16's subnormal
     # spacing absolutely).

@@ -104,7 +104,7 @@ def check(saved, tc, op: str, x_shape, w_shape, dtype: str) -> Expectation:
         magnitude = tc.numpy(same_conv(tc, op, x64.abs(), w64.abs()))
     # Each output sums k = C_in KH KW (1D: width) products in f32, within gamma_k sum |x w| of
     # the exact sum in any order, then is stored once: u_out of itself (0 for f32, where the
-    # sum is the output). common/src/reference/conv.rs: u_out |s| + (1 + u_out) gamma_k M.
+    # sum is the output). day21_convolution/src/reference.rs: u_out |s| + (1 + u_out) gamma_k M.
     terms = int(np.prod(w_shape[1:])) if op != "conv1d" else int(w_shape[0])
     u_out = 0.0 if dtype == "f32" else UNIT_ROUNDOFF[dtype]
     slack = (1.0 + u_out) * sum_bound(terms, magnitude)

@@ -1,7 +1,7 @@
 """Day 19: the fused linear + cross-entropy (`logits = H W^T`, the mean loss over tokens whose
 target is not -100, with label smoothing and z-loss; the output is dH then dW, bf16), and
 cross-entropy alone on given bf16 logits (the output is dlogits). The formulas are
-common/src/reference/cross_entropy.rs's, which are torch's (plus the z-loss term
+day19_fused_linear_cross_entropy/src/reference.rs's, which are torch's (plus the z-loss term
 `z * lse^2` per token)."""
 
 import math
@@ -59,7 +59,7 @@ def check_fused(saved, tc, tokens, hidden, vocab, label_smoothing, z_loss, chunk
         valid = (targets != IGNORE_INDEX).float()[:, None]
         hot = torch.nn.functional.one_hot(targets.clamp(min=0), vocab).float() * (1 - label_smoothing)
         dz = (p * (1 + 2 * z_loss * lse[:, None]) - hot - label_smoothing / vocab) * valid / n.float()
-        # The size of each gradient element's terms (reference/cross_entropy.rs).
+        # The size of each gradient element's terms (day 19's reference.rs).
         m = dz.abs() + p * (1 + 2 * z_loss * lse[:, None]).abs() * z.abs() * valid / n.float()
         dh_terms = tc.numpy(m @ w.float().abs())
         dw_terms = tc.numpy(m.T @ h.float().abs())

@@ -95,3 +95,28 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+
+// A block's cp.async ring of STAGES slots over `steps` k steps: `load(slot, step)` issues the
+// copies of k step `step` into ring slot `slot`, `compute(slot)` multiplies a slot that has
+// landed. The loads of step s + STAGES - 1 fly while step s computes. Returns once every copy
+// has landed. (Days 18 and 23's cp.async GEMMs.)
+template <int STAGES, typename Load, typename Compute>
+__device__ __forceinline__ void cp_async_ring(int steps, Load load, Compute compute) {
+    // Prologue: stages 0 .. STAGES - 2 in flight. A group is committed even when empty so the
+    // wait below always counts the same number of groups.
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < steps) load(s, s);
+        cp_async_commit();
+    }
+    for (int step = 0; step < steps; ++step) {
+        cp_async_wait<STAGES - 2>();  // this step's slot has landed (for this thread)
+        __syncthreads();              // ... and for every thread; the slot refilled below was
+                                      // last read before this barrier
+        const int next = step + STAGES - 1;
+        if (next < steps) load(next % STAGES, next);
+        cp_async_commit();
+        compute(step % STAGES);
+    }
+    cp_async_wait<0>();
+}

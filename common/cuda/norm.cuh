@@ -250,6 +250,25 @@ __device__ __forceinline__ void staged_row(const uint4* buf, int t, index_t cols
     NORM_BWD_TIERS(T, NAME, PACK, s, false)                                                        \
     NORM_BWD_PIPE_TIERS(T, NAME, PACK)
 
+// bwd_saved's tiers (BWD_SAVED_TIER(T, NAME, GROUP, EPT, BLOCK, MIN_BLOCKS), one extern "C"
+// kernel each; saved_tiers in the launcher): a warp per row (8 rows a block of 256) up to 16
+// elements a thread, then blocks of 128 and 256 threads with 32 each. MIN_BLOCKS_128: the
+// blocks of 128 threads per SM the day's kernel is sized for.
+#define NORM_BWD_SAVED_TIERS(T, NAME, PACK, MIN_BLOCKS_128)                                         \
+    BWD_SAVED_TIER(T, NAME, 32, PACK, 256, 2)                                                      \
+    BWD_SAVED_TIER(T, NAME, 32, 16, 256, 1)                                                        \
+    BWD_SAVED_TIER(T, NAME, 128, 32, 128, MIN_BLOCKS_128)                                          \
+    BWD_SAVED_TIER(T, NAME, 256, 32, 256, 1)
+
+// Every kernel of a norm day for f32, f16 and bf16: bwd_saved's tiers, then NORM_ALL_KERNELS.
+#define NORM_KERNELS_EVERY_DTYPE(SAVED_MIN_BLOCKS_128)                                             \
+    NORM_BWD_SAVED_TIERS(float, f32, 4, SAVED_MIN_BLOCKS_128)                                      \
+    NORM_BWD_SAVED_TIERS(f16_t, f16, 8, SAVED_MIN_BLOCKS_128)                                      \
+    NORM_BWD_SAVED_TIERS(bf16_t, bf16, 8, SAVED_MIN_BLOCKS_128)                                    \
+    NORM_ALL_KERNELS(float, f32, 4)                                                                \
+    NORM_ALL_KERNELS(f16_t, f16, 8)                                                                \
+    NORM_ALL_KERNELS(bf16_t, bf16, 8)
+
 // ---- the backward from the forward's saved statistics (bwd_saved) ----
 // Training keeps each row's statistics from the forward (RMSNorm's rstd, LayerNorm's mean and
 // rstd, f32), so the backward need not recompute them: what is left per row is one set of

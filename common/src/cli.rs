@@ -216,7 +216,9 @@ pub fn parse_args<A: clap::Parser>(versions: &[&str]) -> A {
     parse_command(A::command(), versions)
 }
 
-fn parse_command<A: clap::FromArgMatches>(command: clap::Command, versions: &[&str]) -> A {
+/// `command`'s flags from the command line, with `--help` listing the kernel versions: for a
+/// runner that renames the command or adds to it before parsing (`family::ops`).
+pub fn parse_command<A: clap::FromArgMatches>(command: clap::Command, versions: &[&str]) -> A {
     let command = list_versions(command, versions);
     match A::from_arg_matches(&command.get_matches()) {
         Ok(args) => args,

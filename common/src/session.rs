@@ -14,6 +14,7 @@ use crate::gpu::Gpu;
 use crate::gpu::kernel::{Kernel, LaunchShape};
 use crate::measure::bench::{self, gb_per_s};
 use crate::measure::check::{self, CheckReport, Tolerance};
+use crate::measure::poison_check::PoisonSplit;
 use crate::measure::report::{DayReport, RefusedVersion, Row};
 use crate::{measure::peers, measure::save};
 
@@ -58,6 +59,18 @@ impl<'a> Expected<'a> {
         }
     }
 
+    /// The exact reference of the elements a poisoned run can check: those of `split` whose
+    /// value is not the poison (the others are checked after a zero fill:
+    /// [`PoisonSplit::require_written`]).
+    pub fn exact_unless_poison(split: &'a PoisonSplit, shape: &'a [usize]) -> Self {
+        Self {
+            values: &split.checked_values,
+            shape,
+            tolerance: Tolerance::EXACT,
+            at: Some(&split.checked_at),
+        }
+    }
+
     /// Compares `got` (the whole output) with this reference.
     pub fn check<T: Element>(&self, got: &[T]) -> CheckReport {
         match self.at {
@@ -75,6 +88,18 @@ pub struct Version<'a> {
     /// stores, cache hits included): with the FLOPs, the intensity of a roofline. None where
     /// only the least traffic is known.
     pub global_bytes: Option<u64>,
+}
+
+impl<'a> Version<'a> {
+    /// A version whose row describes `kernel` (its only kernel, or its main one) launched at
+    /// `shape`, with only the least traffic known.
+    pub fn of(name: &'a str, kernel: &'a Kernel, shape: LaunchShape) -> Self {
+        Self {
+            name,
+            kernel: Some((kernel, shape)),
+            global_bytes: None,
+        }
+    }
 }
 
 pub struct Session<'g> {
@@ -140,6 +165,19 @@ impl<'g> Session<'g> {
             version: version.to_string(),
             why: why.to_string(),
         });
+    }
+
+    /// A version's plan, or None where it was [`Refused`] (then listed under the table as not
+    /// run, as [`Session::skip_version`] does); any other error is the caller's.
+    pub fn plan_or_skip<P>(&mut self, version: &str, plan: Result<P>) -> Result<Option<P>> {
+        match plan {
+            Ok(plan) => Ok(Some(plan)),
+            Err(e) if e.is::<Refused>() => {
+                self.skip_version(version, &e.to_string());
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Saves an input array when `--save DIR` was given.

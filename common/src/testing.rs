@@ -67,6 +67,20 @@ pub fn assert_builds_compile_without_spills(builds: &[KernelBuild]) {
     }
 }
 
+/// The compile test of a day's `lib.rs`, written once: `common::test_kernel_builds!();` makes
+/// the unit test `kernel_builds_compile_without_spills`, which runs
+/// [`assert_builds_compile_without_spills`] over the day's `kernel_builds()`.
+#[macro_export]
+macro_rules! test_kernel_builds {
+    () => {
+        #[cfg(test)]
+        #[test]
+        fn kernel_builds_compile_without_spills() {
+            $crate::testing::assert_builds_compile_without_spills(&kernel_builds());
+        }
+    };
+}
+
 /// Compiles a Hopper build for `BUNDLED_DEVICE_ARCH` (sm_90a) and asserts that ptxas kept
 /// its `wgmma` asynchronous: none of its C7510-C7520 warnings ("wgmma.mma_async instructions
 /// are serialized ...", for want of registers or because of a divergent path), each of which
@@ -87,6 +101,24 @@ pub fn compile_keeping_wgmma_asynchronous(build: &KernelBuild) -> Option<nvrtc::
         compiled.log
     );
     Some(compiled)
+}
+
+/// Checks that a kernel file whose layout comes from a host table refuses to compile for
+/// `arch` without that table's defines: NVRTC stops at its `#error`, whose message names the
+/// table (`table`), so no build runs on numbers the launcher did not send. Skips (one line)
+/// without NVRTC.
+pub fn assert_needs_its_defines(source: &nvrtc::KernelSource, arch: &str, table: &str) {
+    let what = format!(
+        "NVRTC compile of {} for {arch} without defines",
+        source.file_name
+    );
+    if !nvrtc_or_skip(&what) {
+        return;
+    }
+    let Err(err) = nvrtc::compile(source, arch, &[]) else {
+        panic!("{what}: compiled");
+    };
+    assert!(format!("{err:#}").contains(table), "{what}: {err:#}");
 }
 
 /// Prints `SKIPPED <what>: <why>` on the test's own output for a part of a test that cannot

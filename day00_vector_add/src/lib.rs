@@ -1,20 +1,18 @@
 //! Day 0: vector addition. The launchers for `vector_add.cu`: each version's launch
-//! configuration (step 1 of the lesson) and a typed, size-checked launch (step 2).
+//! configuration (step 1 of the lesson) and a typed, size-checked launch (step 2), and the CPU
+//! reference the check compares with ([`reference`]).
+
+pub mod reference;
 
 use anyhow::{Result, bail};
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::{Gpu, Kernel, LaunchShape};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "vector_add.cu",
-    code: include_str!("vector_add.cu"),
-};
+pub const SOURCE: KernelSource = common::kernel_source!("vector_add.cu");
 
-/// What the day compiles: `vector_add.cu`, every version's kernel, for the GPU's own architecture.
-/// The loader compiles the same, the compile test checks this list, and `cargo xtask bundle`
-/// compiles it ahead of time for the GPU host's kernel cache.
+/// What the day compiles: every version's kernel for the GPU's own architecture.
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(
         SOURCE,
@@ -22,30 +20,22 @@ pub fn kernel_builds() -> Vec<KernelBuild> {
     )]
 }
 
+common::test_kernel_builds!();
+
 /// Threads per block for every version: a multiple of the 32-thread warp, small enough that
 /// 8 blocks fill an SM's 2048 threads.
 const THREADS: u32 = 256;
 
-/// The kernel versions, in the order the table shows them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
-    Naive,
-    Vec4,
-    GridStride,
+common::versions! {
+    /// The kernel versions, in the order the table shows them.
+    pub enum Version {
+        Naive => "naive",
+        Vec4 => "vec4",
+        GridStride => "grid_stride",
+    }
 }
 
 impl Version {
-    pub const ALL: [Version; 3] = [Version::Naive, Version::Vec4, Version::GridStride];
-
-    /// The name `--kernel` takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            Version::Naive => "naive",
-            Version::Vec4 => "vec4",
-            Version::GridStride => "grid_stride",
-        }
-    }
-
     /// The CUDA function in `vector_add.cu`.
     pub fn function(self) -> &'static str {
         match self {
@@ -54,10 +44,11 @@ impl Version {
             Version::GridStride => "vector_add_grid_stride_f32x4",
         }
     }
+}
 
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|v| v.name() == name)
-    }
+common::kernel_args! {
+    /// Every version's kernel: `(const float* a, const float* b, float* out, index_t n)`.
+    fn vector_add(a: &CudaSlice<f32>, b: &CudaSlice<f32>, out: &mut CudaSlice<f32>, n: u64);
 }
 
 /// The day's kernels, compiled and loaded for one GPU.
@@ -121,32 +112,10 @@ impl VectorAdd {
                 b.len()
             );
         }
-        let kernel = self.kernel(version);
-        let config = kernel.config(&self.shape(version, n))?;
-        let n = n as u64;
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch.arg(a).arg(b).arg(out).arg(&n);
-        // SAFETY: the arguments match the kernel's signature (three float buffers of `n`
-        // elements, then `index_t n`), and the grid covers exactly the indices < n.
-        unsafe { launch.launch(config) }?;
+        let shape = self.shape(version, n);
+        // SAFETY: a, b and out hold n floats each (checked above), and every version's kernel
+        // touches only the indices below n.
+        unsafe { vector_add(gpu, self.kernel(version), &shape, a, b, out, n as u64) }?;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
-    }
-
-    #[test]
-    fn names_round_trip() {
-        for v in Version::ALL {
-            assert_eq!(Version::from_name(v.name()), Some(v));
-        }
-        assert_eq!(Version::from_name("nope"), None);
     }
 }

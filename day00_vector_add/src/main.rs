@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Parser;
 use common::cli::{CommonArgs, bytes_for, check_host_fits, run_main};
 use common::session::{Expected, Problem, Session, Version as RunVersion};
-use common::{Tolerance, measure::inputs, reference};
+use common::{Tolerance, measure::inputs};
 use day00::{VectorAdd, Version};
 
 /// Day 0: vector addition, out = a + b, f32.
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
 
 /// Every version `--kernel` can name, in table order (`--help` lists them).
 fn kernel_names() -> Vec<&'static str> {
-    Version::ALL.iter().map(|v| v.name()).collect()
+    Version::NAMES.to_vec()
 }
 
 fn run(args: Args) -> Result<()> {
@@ -49,7 +49,7 @@ fn run(args: Args) -> Result<()> {
     let seed = args.common.seed;
     let a: Vec<f32> = inputs::uniform(n, -1.0, 1.0, seed);
     let b: Vec<f32> = inputs::uniform(n, -1.0, 1.0, seed.wrapping_add(1));
-    let reference = reference::vector_add::vector_add(&a, &b);
+    let reference = day00::reference::vector_add(&a, &b);
     let out_shape = [n];
     let expected = Expected::full(&reference, &out_shape, TOLERANCE);
 

@@ -2,7 +2,7 @@
 //! multiples of the block, of the float4, or of the grid-stride sweep.
 
 use common::session::launch_and_read;
-use common::{Tolerance, measure::check, measure::inputs, reference, testing};
+use common::{Tolerance, measure::check, measure::inputs, testing};
 use day00::{VectorAdd, Version};
 
 const SIZES: &[usize] = &[
@@ -31,7 +31,7 @@ fn every_version_matches_the_reference_on_odd_sizes() {
     for (i, &n) in SIZES.iter().enumerate() {
         let a: Vec<f32> = inputs::uniform(n, -10.0, 10.0, 2 * i as u64);
         let b: Vec<f32> = inputs::uniform(n, -10.0, 10.0, 2 * i as u64 + 1);
-        let expected = reference::vector_add::vector_add(&a, &b);
+        let expected = day00::reference::vector_add(&a, &b);
         let (a_dev, b_dev) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
         for version in Version::ALL {
             let mut out = gpu.alloc_poisoned::<f32>(n).unwrap();

@@ -2,23 +2,19 @@
 
 use anyhow::Result;
 use common::dtype::Dtype;
-use common::family::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes};
+use common::family::softmax::{Plan, Refused, Rows, Shape, SoftmaxDay, f32_only, plan_rows};
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::{Element, Gpu, Kernel, LaunchShape, Tolerance};
-use cudarc::driver::{CudaSlice, PushKernelArg};
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "softmax_naive.cu",
-    code: include_str!("softmax_naive.cu"),
-};
+pub const SOURCE: KernelSource = common::kernel_source!("softmax_naive.cu");
 
-/// What the day compiles: `softmax_naive.cu`'s one kernel, for the GPU's own architecture.
-/// The loader compiles the same, the compile test checks this list, and `cargo xtask bundle`
-/// compiles it ahead of time for the GPU host's kernel cache.
+/// What the day compiles: `softmax_naive.cu`'s one kernel for the GPU's own architecture.
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(SOURCE, [NAIVE_FUNCTION])]
 }
+
+common::test_kernel_builds!();
 
 /// The check's tolerance for rows of `cols` columns: each thread sums its whole row one term
 /// after another, so the error bound grows with `cols` (see
@@ -47,34 +43,12 @@ impl NaiveSoftmax {
         })
     }
 
-    pub fn kernel(&self) -> &Kernel {
-        &self.kernel
-    }
-
-    /// One thread per row.
-    pub fn shape(&self, rows: usize) -> LaunchShape {
-        let blocks = rows.div_ceil(THREADS as usize).min(u32::MAX as usize) as u32;
-        LaunchShape::linear(blocks, THREADS)
-    }
-
-    /// Row-wise softmax of the `rows x cols` matrix `x` into `out`, on the GPU's stream.
-    pub fn launch(
-        &self,
-        gpu: &Gpu,
-        x: &CudaSlice<f32>,
-        out: &mut CudaSlice<f32>,
-        rows: usize,
-        cols: usize,
-    ) -> Result<()> {
-        check_sizes(x.len(), out.len(), rows, cols)?;
-        let config = self.kernel.config(&self.shape(rows))?;
-        let (rows, cols) = (rows as u64, cols as u64);
-        let mut launch = gpu.stream.launch_builder(&self.kernel.func);
-        launch.arg(x).arg(out).arg(&rows).arg(&cols);
-        // SAFETY: the arguments match the kernel's signature (input and output of rows * cols
-        // floats, then rows and cols as index_t); threads past the last row return at once.
-        unsafe { launch.launch(config) }?;
-        Ok(())
+    /// The version's plan, f32 only: one thread per row.
+    pub fn plan<'a, T: Element>(&'a self, on: Rows<'a>) -> Result<Plan<'a, T>> {
+        f32_only::<T>()?;
+        let blocks = on.rows.div_ceil(THREADS as usize).min(u32::MAX as usize) as u32;
+        let shape = LaunchShape::linear(blocks, THREADS);
+        Ok(plan_rows(&self.kernel, shape, tolerance(on.cols), on))
     }
 }
 
@@ -97,31 +71,10 @@ impl SoftmaxDay for Day01 {
         })
     }
 
-    fn plan<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        version: &str,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
+    fn plan<'a, T: Element>(&'a self, version: &str, on: Rows<'a>) -> Result<Plan<'a, T>> {
         match version {
-            "naive" => Plan::f32_only(
-                self.naive.kernel(),
-                self.naive.shape(rows),
-                tolerance(cols),
-                move |x, out| self.naive.launch(gpu, x, out, rows, cols),
-            ),
+            "naive" => self.naive.plan(on),
             other => Err(Refused(format!("day01 has no version `{other}`")).into()),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 }

@@ -2,6 +2,7 @@
 //! widths, long rows, -inf entries and an all -inf row, defined as zeros), against the f64
 //! reference, and the launcher's size checks.
 
+use common::family::softmax::Rows;
 use day01::{Day01, NaiveSoftmax};
 
 #[test]
@@ -14,10 +15,19 @@ fn wrong_sizes_are_refused() {
     let Some(gpu) = common::testing::gpu_or_skip("day01 GPU launcher checks") else {
         return;
     };
-    let day = NaiveSoftmax::load(&gpu).unwrap();
+    let naive = NaiveSoftmax::load(&gpu).unwrap();
     let x = gpu.upload(&[0.5f32; 12]).unwrap();
     let mut out = gpu.alloc_poisoned::<f32>(12).unwrap();
-    assert!(day.launch(&gpu, &x, &mut out, 5, 3).is_err());
-    assert!(day.launch(&gpu, &x, &mut out, 0, 12).is_err());
-    assert!(day.launch(&gpu, &x, &mut out, 4, 3).is_ok());
+    let mut launch = |rows, cols| {
+        let on = Rows {
+            gpu: &gpu,
+            rows,
+            cols,
+        };
+        let mut plan = naive.plan::<f32>(on).unwrap();
+        (plan.launch)(&x, &mut out)
+    };
+    assert!(launch(5, 3).is_err());
+    assert!(launch(0, 12).is_err());
+    assert!(launch(4, 3).is_ok());
 }

@@ -3,35 +3,38 @@
 
 use anyhow::Result;
 use common::dtype::Dtype;
-use common::family::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes};
+use common::family::softmax::{Plan, Refused, Rows, Shape, SoftmaxDay, f32_only, plan_rows};
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::reference::softmax::tolerance_for;
-use common::{Element, Gpu, Kernel, LaunchShape, Tolerance};
-use cudarc::driver::CudaSlice;
+use common::{Element, Gpu, Kernel, LaunchShape};
 use day01::NaiveSoftmax;
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "softmax_warp.cu",
-    code: include_str!("softmax_warp.cu"),
-};
+pub const SOURCE: KernelSource = common::kernel_source!("softmax_warp.cu");
 
-/// What the day compiles: the warp kernel, for the GPU's own architecture. The loader compiles the
-/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of time for
-/// the GPU host's kernel cache.
+/// What the day compiles: the warp kernel for the GPU's own architecture.
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(SOURCE, [WARP_FUNCTION])]
 }
 
-pub const WARP_FUNCTION: &str = "softmax_warp_f32";
+common::test_kernel_builds!();
 
-common::kernel_args! {
-    /// `softmax_warp_f32(const float* x, float* out, index_t rows, index_t cols)`
-    fn softmax_warp_f32(x: &CudaSlice<f32>, out: &mut CudaSlice<f32>, rows: u64, cols: u64);
-}
+pub const WARP_FUNCTION: &str = "softmax_warp_f32";
 
 /// 8 warps per block: one row each.
 const ROWS_PER_BLOCK: usize = 8;
+
+/// The launch shape: a warp per row, 8 rows per block.
+pub fn shape(rows: usize) -> LaunchShape {
+    let blocks = rows.div_ceil(ROWS_PER_BLOCK).min(u32::MAX as usize) as u32;
+    LaunchShape::linear(blocks, 32 * ROWS_PER_BLOCK as u32)
+}
+
+/// The longest chain of additions in a row's sum: each lane adds cols/32 terms one after
+/// another, then 5 shuffle steps.
+pub fn sum_terms(cols: usize) -> usize {
+    cols.div_ceil(32) + 5
+}
 
 /// One warp per row, f32.
 pub struct WarpSoftmax {
@@ -45,34 +48,11 @@ impl WarpSoftmax {
         })
     }
 
-    pub fn kernel(&self) -> &Kernel {
-        &self.kernel
-    }
-
-    pub fn shape(&self, rows: usize) -> LaunchShape {
-        let blocks = rows.div_ceil(ROWS_PER_BLOCK).min(u32::MAX as usize) as u32;
-        LaunchShape::linear(blocks, 32 * ROWS_PER_BLOCK as u32)
-    }
-
-    /// Each lane sums cols/32 terms one after another, then 5 shuffle steps.
-    pub fn tolerance(cols: usize) -> Tolerance {
-        tolerance_for::<f32>(cols.div_ceil(32) + 5)
-    }
-
-    pub fn launch(
-        &self,
-        gpu: &Gpu,
-        x: &CudaSlice<f32>,
-        out: &mut CudaSlice<f32>,
-        rows: usize,
-        cols: usize,
-    ) -> Result<()> {
-        check_sizes(x.len(), out.len(), rows, cols)?;
-        let shape = self.shape(rows);
-        // SAFETY: x and out hold rows x cols values (checked above); warps past the last row
-        // return before touching memory.
-        unsafe { softmax_warp_f32(gpu, &self.kernel, &shape, x, out, rows as u64, cols as u64) }?;
-        Ok(())
+    /// The version's plan, f32 only.
+    pub fn plan<'a, T: Element>(&'a self, on: Rows<'a>) -> Result<Plan<'a, T>> {
+        f32_only::<T>()?;
+        let tolerance = tolerance_for::<f32>(sum_terms(on.cols));
+        Ok(plan_rows(&self.kernel, shape(on.rows), tolerance, on))
     }
 }
 
@@ -90,43 +70,15 @@ impl SoftmaxDay for Day02 {
     const DTYPES: &'static [Dtype] = &[Dtype::F32];
 
     fn load(gpu: &Gpu) -> Result<Self> {
-        Ok(Self {
-            naive: NaiveSoftmax::load(gpu)?,
-            warp: WarpSoftmax::load(gpu)?,
-        })
+        let (naive, warp) = (NaiveSoftmax::load(gpu)?, WarpSoftmax::load(gpu)?);
+        Ok(Self { naive, warp })
     }
 
-    fn plan<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        version: &str,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
+    fn plan<'a, T: Element>(&'a self, version: &str, on: Rows<'a>) -> Result<Plan<'a, T>> {
         match version {
-            "day01_naive" => Plan::f32_only(
-                self.naive.kernel(),
-                self.naive.shape(rows),
-                day01::tolerance(cols),
-                move |x, out| self.naive.launch(gpu, x, out, rows, cols),
-            ),
-            "warp" => Plan::f32_only(
-                self.warp.kernel(),
-                self.warp.shape(rows),
-                WarpSoftmax::tolerance(cols),
-                move |x, out| self.warp.launch(gpu, x, out, rows, cols),
-            ),
+            "day01_naive" => self.naive.plan(on),
+            "warp" => self.warp.plan(on),
             other => Err(Refused(format!("day02 has no version `{other}`")).into()),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 }

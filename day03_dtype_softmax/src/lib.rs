@@ -3,23 +3,17 @@
 
 use anyhow::Result;
 use common::dtype::Dtype;
-use common::family::softmax::{Plan, Refused, Shape, SoftmaxDay, check_sizes};
+use common::family::softmax::{Plan, Refused, Rows, Shape, SoftmaxDay, plan_rows};
 use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::reference::softmax::tolerance_for;
-use common::{Element, Gpu, LaunchShape, Tolerance};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use common::{Element, Gpu};
 use day02::WarpSoftmax;
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "softmax_dtype.cu",
-    code: include_str!("softmax_dtype.cu"),
-};
+pub const SOURCE: KernelSource = common::kernel_source!("softmax_dtype.cu");
 
-/// What the day compiles: one kernel per storage type, for the GPU's own architecture. The loader
-/// compiles the same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead
-/// of time for the GPU host's kernel cache.
+/// What the day compiles: one kernel per storage type for the GPU's own architecture.
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(
         SOURCE,
@@ -27,14 +21,14 @@ pub fn kernel_builds() -> Vec<KernelBuild> {
     )]
 }
 
+common::test_kernel_builds!();
+
 pub const DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::Bf16];
 
 /// `softmax_warp_f32`, `softmax_warp_f16`, `softmax_warp_bf16`.
 pub fn function(dtype: Dtype) -> String {
     format!("softmax_warp_{dtype}")
 }
-
-const ROWS_PER_BLOCK: usize = 8;
 
 /// One warp per row, any storage type.
 pub struct DtypeSoftmax {
@@ -49,49 +43,14 @@ impl DtypeSoftmax {
         })
     }
 
-    pub fn shape(&self, rows: usize) -> LaunchShape {
-        let blocks = rows.div_ceil(ROWS_PER_BLOCK).min(u32::MAX as usize) as u32;
-        LaunchShape::linear(blocks, 32 * ROWS_PER_BLOCK as u32)
-    }
-
-    /// As day 2 (cols/32 sequential terms per lane, 5 shuffles), plus the output rounding.
-    pub fn tolerance<T: Element>(cols: usize) -> Tolerance {
-        tolerance_for::<T>(cols.div_ceil(32) + 5)
-    }
-
-    /// A version plan for the shared runner.
-    pub fn plan<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
-        Ok(Plan {
-            kernel: self.kernels.get(&function(T::DTYPE))?,
-            shape: self.shape(rows),
-            tolerance: Self::tolerance::<T>(cols),
-            launch: Box::new(move |x, out| self.launch(gpu, x, out, rows, cols)),
-        })
-    }
-
-    pub fn launch<T: Element>(
-        &self,
-        gpu: &Gpu,
-        x: &CudaSlice<T>,
-        out: &mut CudaSlice<T>,
-        rows: usize,
-        cols: usize,
-    ) -> Result<()> {
-        check_sizes(x.len(), out.len(), rows, cols)?;
+    /// The version's plan, any storage type: day 2's launch and summation order, the output
+    /// rounded to `T`.
+    pub fn plan<'a, T: Element>(&'a self, on: Rows<'a>) -> Result<Plan<'a, T>> {
         let kernel = self.kernels.get(&function(T::DTYPE))?;
-        let config = kernel.config(&self.shape(rows))?;
-        let (rows, cols) = (rows as u64, cols as u64);
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch.arg(x).arg(out).arg(&rows).arg(&cols);
-        // SAFETY: matches softmax_warp_<T>(const T*, T*, index_t rows, index_t cols), where the
-        // CUDA storage type has T's size and layout (f16_t/bf16_t are 16-bit containers).
-        unsafe { launch.launch(config) }?;
-        Ok(())
+        let tolerance = tolerance_for::<T>(day02::sum_terms(on.cols));
+        // softmax_warp_<T>'s storage type has T's size and layout (f16_t and bf16_t are
+        // 16-bit containers).
+        Ok(plan_rows(kernel, day02::shape(on.rows), tolerance, on))
     }
 }
 
@@ -113,38 +72,15 @@ impl SoftmaxDay for Day03 {
     const F32_ONLY: &'static [&'static str] = &["day02_warp"];
 
     fn load(gpu: &Gpu) -> Result<Self> {
-        Ok(Self {
-            day02: WarpSoftmax::load(gpu)?,
-            warp: DtypeSoftmax::load(gpu)?,
-        })
+        let (day02, warp) = (WarpSoftmax::load(gpu)?, DtypeSoftmax::load(gpu)?);
+        Ok(Self { day02, warp })
     }
 
-    fn plan<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        version: &str,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
+    fn plan<'a, T: Element>(&'a self, version: &str, on: Rows<'a>) -> Result<Plan<'a, T>> {
         match version {
-            "day02_warp" => Plan::f32_only(
-                self.day02.kernel(),
-                self.day02.shape(rows),
-                WarpSoftmax::tolerance(cols),
-                move |x, out| self.day02.launch(gpu, x, out, rows, cols),
-            ),
-            "warp" => self.warp.plan(gpu, rows, cols),
+            "day02_warp" => self.day02.plan(on),
+            "warp" => self.warp.plan(on),
             other => Err(Refused(format!("day03 has no version `{other}`")).into()),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_dtype_compiles_for_sm90_without_spilling() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 }

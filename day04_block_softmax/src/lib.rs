@@ -4,7 +4,7 @@
 use anyhow::Result;
 use common::dtype::Dtype;
 use common::family::softmax::{
-    Plan, Refused, Shape, SoftmaxDay, plan_block_per_row, plan_split_rows,
+    Plan, Refused, Rows, Shape, SoftmaxDay, plan_block_per_row, plan_split_rows,
 };
 use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
@@ -13,14 +13,9 @@ use common::reference::softmax::tolerance_for;
 use common::{Element, Gpu, Kernel};
 use day03::DtypeSoftmax;
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "softmax_block.cu",
-    code: include_str!("softmax_block.cu"),
-};
+pub const SOURCE: KernelSource = common::kernel_source!("softmax_block.cu");
 
-/// What the day compiles: every kind of kernel in every storage type, for the GPU's own
-/// architecture. The loader compiles the same, the compile test checks this list, and `cargo xtask
-/// bundle` compiles it ahead of time for the GPU host's kernel cache.
+/// What the day compiles: each kind of kernel in each storage type, for the GPU's architecture.
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(
         SOURCE,
@@ -29,6 +24,8 @@ pub fn kernel_builds() -> Vec<KernelBuild> {
             .flat_map(|k| DTYPES.iter().map(move |&d| function(k, d))),
     )]
 }
+
+common::test_kernel_builds!();
 
 const DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::Bf16];
 
@@ -73,13 +70,7 @@ impl BlockSoftmax {
     }
 
     /// `block` (three passes) or `block_online` (two), a block of 512 threads per row.
-    pub fn plan_row<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        online: bool,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
+    pub fn plan_row<'a, T: Element>(&'a self, online: bool, on: Rows<'a>) -> Result<Plan<'a, T>> {
         let kind = if online {
             "softmax_block_online"
         } else {
@@ -87,38 +78,18 @@ impl BlockSoftmax {
         };
         // Each thread adds its share one after another, then 10 tree levels; the online form
         // also rescales its running sum up to once per element.
-        let per_thread = cols.div_ceil(ROW_THREADS as usize);
+        let per_thread = on.cols.div_ceil(ROW_THREADS as usize);
         let terms = if online { 2 * per_thread } else { per_thread } + 10;
-        plan_block_per_row(
-            gpu,
-            self.kernel::<T>(kind)?,
-            rows,
-            cols,
-            ROW_THREADS,
-            tolerance_for::<T>(terms),
-        )
+        let tolerance = tolerance_for::<T>(terms);
+        plan_block_per_row(self.kernel::<T>(kind)?, on, ROW_THREADS, tolerance)
     }
 
     /// `split_row`: chunks of each row on separate blocks (about 4 blocks of 256 threads per
     /// SM), then a merge-and-write kernel.
-    pub fn plan_split<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
+    pub fn plan_split<'a, T: Element>(&'a self, on: Rows<'a>) -> Result<Plan<'a, T>> {
         let stats = self.kernel::<T>("softmax_split_stats")?;
         let write = self.kernel::<T>("softmax_split_write")?;
-        plan_split_rows(
-            gpu,
-            stats,
-            write,
-            rows,
-            cols,
-            SPLIT_THREADS,
-            4 * self.sms,
-            1,
-        )
+        plan_split_rows(stats, write, on, SPLIT_THREADS, 4 * self.sms, 1)
     }
 }
 
@@ -138,35 +109,17 @@ impl SoftmaxDay for Day04 {
     const DTYPES: &'static [Dtype] = DTYPES;
 
     fn load(gpu: &Gpu) -> Result<Self> {
-        Ok(Self {
-            day03: DtypeSoftmax::load(gpu)?,
-            block: BlockSoftmax::load(gpu)?,
-        })
+        let (day03, block) = (DtypeSoftmax::load(gpu)?, BlockSoftmax::load(gpu)?);
+        Ok(Self { day03, block })
     }
 
-    fn plan<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        version: &str,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
+    fn plan<'a, T: Element>(&'a self, version: &str, on: Rows<'a>) -> Result<Plan<'a, T>> {
         match version {
-            "day03_warp" => self.day03.plan(gpu, rows, cols),
-            "block" => self.block.plan_row(gpu, false, rows, cols),
-            "block_online" => self.block.plan_row(gpu, true, rows, cols),
-            "split_row" => self.block.plan_split(gpu, rows, cols),
+            "day03_warp" => self.day03.plan(on),
+            "block" => self.block.plan_row(false, on),
+            "block_online" => self.block.plan_row(true, on),
+            "split_row" => self.block.plan_split(on),
             other => Err(Refused(format!("day04 has no version `{other}`")).into()),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 }

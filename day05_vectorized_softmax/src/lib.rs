@@ -5,7 +5,7 @@
 use anyhow::Result;
 use common::dtype::Dtype;
 use common::family::softmax::{
-    Plan, Refused, Shape, SoftmaxDay, check_sizes, plan_block_per_row, plan_split_rows,
+    Plan, Refused, Rows, Shape, SoftmaxDay, plan_block_per_row, plan_rows, plan_split_rows,
     split_chunks,
 };
 use common::gpu::kernel::KernelSet;
@@ -16,17 +16,14 @@ use common::{Element, Gpu, Kernel, LaunchShape};
 use cudarc::driver::PushKernelArg;
 use day04::BlockSoftmax;
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "softmax_vec.cu",
-    code: include_str!("softmax_vec.cu"),
-};
+pub const SOURCE: KernelSource = common::kernel_source!("softmax_vec.cu");
 
-/// What the day compiles: every kernel, for the GPU's own architecture. The loader compiles the
-/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of time for
-/// the GPU host's kernel cache.
+/// What the day compiles: every kernel for the GPU's own architecture.
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(SOURCE, all_functions())]
 }
+
+common::test_kernel_builds!();
 
 const DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::Bf16];
 
@@ -38,14 +35,7 @@ fn pack(dtype: Dtype) -> usize {
 /// The register tiers of `softmax_vec.cu`, smallest first: (threads per row, elements per
 /// thread). A row of `cols` takes the first whose capacity (the product) holds it.
 fn tiers(dtype: Dtype) -> [(usize, usize); 6] {
-    [
-        (32, pack(dtype)),
-        (32, 16),
-        (128, 32),
-        (256, 32),
-        (512, 32),
-        (1024, 32),
-    ]
+    common::family::tiers::register_tiers(dtype)
 }
 
 /// The longest row the register kernels take: 32 elements in each of 1024 threads.
@@ -121,12 +111,8 @@ impl VecSoftmax {
     }
 
     /// `vec_regs`: the row in registers, read once and written once.
-    pub fn plan_regs<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
+    pub fn plan_regs<'a, T: Element>(&'a self, on: Rows<'a>) -> Result<Plan<'a, T>> {
+        let Rows { rows, cols, .. } = on;
         let Some((group, ept)) = tiers(T::DTYPE).into_iter().find(|(g, e)| g * e >= cols) else {
             return Err(Refused(format!(
                 "rows of {cols} exceed the {MAX_REGISTER_ROW} elements kept in registers \
@@ -142,65 +128,32 @@ impl VecSoftmax {
         } else {
             LaunchShape::linear(rows.min(u32::MAX as usize) as u32, group as u32)
         };
-        Ok(Plan {
-            kernel,
-            shape,
-            // Each thread adds its elements one after another, then up to 10 tree levels.
-            tolerance: tolerance_for::<T>(ept + 10),
-            launch: Box::new(move |x, out| {
-                check_sizes(x.len(), out.len(), rows, cols)?;
-                let config = kernel.config(&shape)?;
-                let (rows, cols) = (rows as u64, cols as u64);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch.arg(x).arg(out).arg(&rows).arg(&cols);
-                // SAFETY: matches softmax_regs_<T>_g<G>_e<E>_<v|s>(const T*, T*, rows, cols);
-                // the tier holds the row (G * E >= cols) and `_v` is chosen only when every
-                // row starts on a 16-byte boundary.
-                unsafe { launch.launch(config) }?;
-                Ok(())
-            }),
-        })
+        // Each thread adds its elements one after another, then up to 10 tree levels.
+        let tolerance = tolerance_for::<T>(ept + 10);
+        // The tier holds the row (G * E >= cols), and `_v` is chosen only when every row
+        // starts on a 16-byte boundary.
+        Ok(plan_rows(kernel, shape, tolerance, on))
     }
 
     /// `vec_online`: a block per row, online max+sum then write, 16-byte loads.
-    pub fn plan_online<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
-        let kernel = self.streaming::<T>("softmax_online", cols)?;
-        let terms = 2 * cols.div_ceil(STREAM_THREADS as usize) + 10;
-        plan_block_per_row(
-            gpu,
-            kernel,
-            rows,
-            cols,
-            STREAM_THREADS,
-            tolerance_for::<T>(terms),
-        )
+    pub fn plan_online<'a, T: Element>(&'a self, on: Rows<'a>) -> Result<Plan<'a, T>> {
+        let kernel = self.streaming::<T>("softmax_online", on.cols)?;
+        let terms = 2 * on.cols.div_ceil(STREAM_THREADS as usize) + 10;
+        plan_block_per_row(kernel, on, STREAM_THREADS, tolerance_for::<T>(terms))
     }
 
     /// `vec_split`: day 4's split rows (4 blocks of 256 threads per SM) with 16-byte loads;
     /// chunks are whole packs.
-    pub fn plan_split<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
-        let stats = self.streaming::<T>("softmax_split_stats", cols)?;
-        let write = self.streaming::<T>("softmax_split_write", cols)?;
-        let align = pack(T::DTYPE);
+    pub fn plan_split<'a, T: Element>(&'a self, on: Rows<'a>) -> Result<Plan<'a, T>> {
+        let stats = self.streaming::<T>("softmax_split_stats", on.cols)?;
+        let write = self.streaming::<T>("softmax_split_write", on.cols)?;
         plan_split_rows(
-            gpu,
             stats,
             write,
-            rows,
-            cols,
+            on,
             SPLIT_THREADS,
             4 * self.sms,
-            align,
+            pack(T::DTYPE),
         )
     }
 }
@@ -209,12 +162,8 @@ impl VecSoftmax {
     /// `vec_split_fused`: `vec_split` in one cooperative launch. Every block must be resident
     /// at once (blocks wait for the other chunks of their row), so the grid is refused where
     /// the GPU cannot hold it, and the driver checks it again at launch.
-    pub fn plan_split_fused<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
+    pub fn plan_split_fused<'a, T: Element>(&'a self, on: Rows<'a>) -> Result<Plan<'a, T>> {
+        let Rows { rows, cols, .. } = on;
         let kernel = self.streaming::<T>("softmax_split_fused", cols)?;
         if rows > 65535 {
             return Err(Refused(format!("{rows} rows exceed the grid's 65535 in y")).into());
@@ -234,7 +183,7 @@ impl VecSoftmax {
             dynamic_shared_bytes: 0,
         };
         let terms = 2 * chunk.div_ceil(SPLIT_THREADS as usize) + chunks + 16;
-        cooperative_plan(gpu, kernel, shape, rows, cols, chunk, chunks, None, terms)
+        cooperative_plan(kernel, shape, on, chunk, chunks, None, terms)
     }
 }
 
@@ -243,12 +192,8 @@ impl VecSoftmax {
     /// shared memory) between its summary and its write, so the input is read once. Every
     /// block must be resident at once and hold its chunk: rows x cols must fit in the blocks
     /// the GPU holds (one per SM, 256 KB of input each), and rows must be whole 16-byte packs.
-    pub fn plan_split_onchip<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
+    pub fn plan_split_onchip<'a, T: Element>(&'a self, on: Rows<'a>) -> Result<Plan<'a, T>> {
+        let Rows { rows, cols, .. } = on;
         let n = pack(T::DTYPE);
         if !cols.is_multiple_of(n) {
             return Err(Refused(format!(
@@ -281,7 +226,7 @@ impl VecSoftmax {
         // Per thread: up to 16 x pack exponentials summed in order, then the block's tree and
         // the merge of `chunks` summaries.
         let terms = ONCHIP_PACKS_PER_THREAD * n + 10 + chunks + 10;
-        cooperative_plan(gpu, kernel, shape, rows, cols, chunk, chunks, None, terms)
+        cooperative_plan(kernel, shape, on, chunk, chunks, None, terms)
     }
 }
 
@@ -289,12 +234,8 @@ impl VecSoftmax {
     /// `vec_rows_overlap`: every block holds a chunk of every row (at most 8 rows of whole
     /// packs, f32) and writes each row as soon as its summaries are in, while later rows still
     /// arrive. Every block must be resident at once (a cooperative launch).
-    pub fn plan_rows_overlap<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
+    pub fn plan_rows_overlap<'a, T: Element>(&'a self, on: Rows<'a>) -> Result<Plan<'a, T>> {
+        let Rows { rows, cols, .. } = on;
         let n = pack(T::DTYPE);
         if T::DTYPE != Dtype::F32 {
             return Err(Refused(format!(
@@ -332,17 +273,7 @@ impl VecSoftmax {
         // Per thread: 2 packs summed online, the block's tree, then `blocks` summaries.
         let terms = 2 * n + 10 + blocks + 10;
         // Its chunk counts packs; every row's `blocks` summaries meet through its own counter.
-        cooperative_plan(
-            gpu,
-            kernel,
-            shape,
-            rows,
-            cols,
-            chunk,
-            blocks,
-            Some(rows),
-            terms,
-        )
+        cooperative_plan(kernel, shape, on, chunk, blocks, Some(rows), terms)
     }
 }
 
@@ -353,49 +284,44 @@ impl VecSoftmax {
 /// (this launch's number times `per_row`) never needs the counters reset. `with_rows` passes
 /// the rows argument the kernels that loop over rows take. A cooperative launch fails rather
 /// than run with blocks that are not all resident, which would otherwise wait forever.
-#[allow(clippy::too_many_arguments)]
 fn cooperative_plan<'a, T: Element>(
-    gpu: &'a Gpu,
     kernel: &'a Kernel,
     shape: LaunchShape,
-    rows: usize,
-    cols: usize,
+    on: Rows<'a>,
     chunk: usize,
     per_row: usize,
     with_rows: Option<usize>,
     terms: usize,
 ) -> Result<Plan<'a, T>> {
+    let Rows { gpu, rows, cols } = on;
     let mut partials = gpu.stream.alloc_zeros::<f32>(2 * rows * per_row)?;
     let mut arrivals = gpu.stream.alloc_zeros::<u32>(rows)?;
     let mut launches: u32 = 0;
-    Ok(Plan {
-        kernel,
-        shape,
-        tolerance: tolerance_for::<T>(terms),
-        launch: Box::new(move |x, out| {
-            check_sizes(x.len(), out.len(), rows, cols)?;
-            launches += 1;
-            let target = launches
-                .checked_mul(per_row as u32)
-                .ok_or_else(|| anyhow::anyhow!("arrival counters would overflow"))?;
-            let (cols, chunk) = (cols as u64, chunk as u64);
-            let rows_arg = with_rows.map(|r| r as u64);
-            let mut launch = gpu.stream.launch_builder(&kernel.func);
-            launch.arg(x).arg(out).arg(&mut partials).arg(&mut arrivals);
-            if let Some(rows_arg) = rows_arg.as_ref() {
-                launch.arg(rows_arg);
-            }
-            launch.arg(&cols).arg(&chunk).arg(&target);
-            // SAFETY: matches softmax_split_fused_<T>_<v|s>, softmax_split_onchip_<T>_v (const
-            // T*, T*, MaxSum*, unsigned* arrivals, cols, chunk, unsigned target) and
-            // softmax_rows_overlap_f32_v (the same with rows before cols), as `with_rows` says;
-            // partials hold `per_row` summaries of every row and arrivals a counter a row; the
-            // callers checked that every chunk fits its block and every row start is aligned
-            // where the kernel loads 16 bytes.
-            unsafe { launch.launch_cooperative(kernel.config(&shape)?) }?;
-            Ok(())
-        }),
-    })
+    let tolerance = tolerance_for::<T>(terms);
+    Ok(Plan::new(kernel, shape, tolerance, on, move |x, out| {
+        launches += 1;
+        let target = launches
+            .checked_mul(per_row as u32)
+            .ok_or_else(|| anyhow::anyhow!("arrival counters would overflow"))?;
+        let (cols, chunk) = (cols as u64, chunk as u64);
+        let rows_arg = with_rows.map(|r| r as u64);
+        // A cooperative launch, which `kernel_args!` does not make: the arguments are pushed
+        // here one by one.
+        let mut launch = gpu.stream.launch_builder(&kernel.func);
+        launch.arg(x).arg(out).arg(&mut partials).arg(&mut arrivals);
+        if let Some(rows_arg) = rows_arg.as_ref() {
+            launch.arg(rows_arg);
+        }
+        launch.arg(&cols).arg(&chunk).arg(&target);
+        // SAFETY: matches softmax_split_fused_<T>_<v|s>, softmax_split_onchip_<T>_v (const
+        // T*, T*, MaxSum*, unsigned* arrivals, cols, chunk, unsigned target) and
+        // softmax_rows_overlap_f32_v (the same with rows before cols), as `with_rows` says;
+        // x and out hold rows x cols (the plan checks), partials hold `per_row` summaries of
+        // every row and arrivals a counter a row; the callers checked that every chunk fits
+        // its block and every row start is aligned where the kernel loads 16 bytes.
+        unsafe { launch.launch_cooperative(kernel.config(&shape)?) }?;
+        Ok(())
+    }))
 }
 
 pub struct Day05 {
@@ -428,28 +354,20 @@ impl SoftmaxDay for Day05 {
     const F32_ONLY: &'static [&'static str] = &["vec_rows_overlap"];
 
     fn load(gpu: &Gpu) -> Result<Self> {
-        Ok(Self {
-            day04: BlockSoftmax::load(gpu)?,
-            vec: VecSoftmax::load(gpu)?,
-        })
+        let (day04, vec) = (BlockSoftmax::load(gpu)?, VecSoftmax::load(gpu)?);
+        Ok(Self { day04, vec })
     }
 
-    fn plan<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        version: &str,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
+    fn plan<'a, T: Element>(&'a self, version: &str, on: Rows<'a>) -> Result<Plan<'a, T>> {
         match version {
-            "day04_block_online" => self.day04.plan_row(gpu, true, rows, cols),
-            "day04_split_row" => self.day04.plan_split(gpu, rows, cols),
-            "vec_regs" => self.vec.plan_regs(gpu, rows, cols),
-            "vec_online" => self.vec.plan_online(gpu, rows, cols),
-            "vec_split" => self.vec.plan_split(gpu, rows, cols),
-            "vec_split_fused" => self.vec.plan_split_fused(gpu, rows, cols),
-            "vec_split_onchip" => self.vec.plan_split_onchip(gpu, rows, cols),
-            "vec_rows_overlap" => self.vec.plan_rows_overlap(gpu, rows, cols),
+            "day04_block_online" => self.day04.plan_row(true, on),
+            "day04_split_row" => self.day04.plan_split(on),
+            "vec_regs" => self.vec.plan_regs(on),
+            "vec_online" => self.vec.plan_online(on),
+            "vec_split" => self.vec.plan_split(on),
+            "vec_split_fused" => self.vec.plan_split_fused(on),
+            "vec_split_onchip" => self.vec.plan_split_onchip(on),
+            "vec_rows_overlap" => self.vec.plan_rows_overlap(on),
             other => Err(Refused(format!("day05 has no version `{other}`")).into()),
         }
     }
@@ -458,11 +376,6 @@ impl SoftmaxDay for Day05 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
-    }
 
     #[test]
     fn tiers_grow_and_end_at_the_register_limit() {

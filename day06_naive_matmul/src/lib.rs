@@ -7,17 +7,14 @@ use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::{Gpu, Kernel};
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "matmul_naive.cu",
-    code: include_str!("matmul_naive.cu"),
-};
+pub const SOURCE: KernelSource = common::kernel_source!("matmul_naive.cu");
 
-/// What the day compiles: both kernels, for the GPU's own architecture. The loader compiles the
-/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of time for
-/// the GPU host's kernel cache.
+/// What the day compiles: both kernels for the GPU's own architecture.
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(SOURCE, [UNCOALESCED, COALESCED])]
 }
+
+common::test_kernel_builds!();
 
 pub const UNCOALESCED: &str = "matmul_naive_uncoalesced";
 pub const COALESCED: &str = "matmul_naive_coalesced";
@@ -89,15 +86,5 @@ impl MatmulDay for Day06 {
             "naive_coalesced" => self.naive.plan(gpu, true, shape),
             other => anyhow::bail!("day06 has no version `{other}`"),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kernels_compile_without_spills() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 }

@@ -9,20 +9,17 @@ use common::gpu::nvrtc::KernelSource;
 use common::{Gpu, Kernel};
 use day06::NaiveMatmul;
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "matmul_tiled.cu",
-    code: include_str!("matmul_tiled.cu"),
-};
+pub const SOURCE: KernelSource = common::kernel_source!("matmul_tiled.cu");
 
-/// What the day compiles: one kernel per tile, for the GPU's own architecture. The loader compiles
-/// the same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of time
-/// for the GPU host's kernel cache.
+/// What the day compiles: one kernel per tile for the GPU's own architecture.
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(
         SOURCE,
         TILES.iter().map(|&t| function(t)),
     )]
 }
+
+common::test_kernel_builds!();
 
 /// The tile sides compiled, and the version names that run them.
 pub const TILES: [u32; 3] = [8, 16, 32];
@@ -79,10 +76,8 @@ impl MatmulDay for Day07 {
     const DEFAULT_PROBLEMS: &'static [Shape] = &[Shape::square(4096), Shape::new(1000, 1001, 999)];
 
     fn load(gpu: &Gpu) -> Result<Self> {
-        Ok(Self {
-            naive: NaiveMatmul::load(gpu)?,
-            tiled: TiledMatmul::load(gpu)?,
-        })
+        let (naive, tiled) = (NaiveMatmul::load(gpu)?, TiledMatmul::load(gpu)?);
+        Ok(Self { naive, tiled })
     }
 
     fn plan<'a>(&'a self, gpu: &'a Gpu, version: &str, shape: Shape) -> Result<Plan<'a>> {
@@ -93,15 +88,5 @@ impl MatmulDay for Day07 {
             Some(i) => self.tiled.plan(gpu, TILES[i], shape),
             None => anyhow::bail!("day07 has no version `{version}`"),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kernels_compile_without_spills() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
     }
 }

@@ -7,17 +7,23 @@
 use anyhow::Result;
 use common::Gpu;
 use common::family::matmul::{MatmulDay, Plan, Shape};
-use day06::NaiveMatmul;
+use day06::Day06;
 use day07::{TILED_VERSIONS, TILES, TiledMatmul};
 
+/// The day for the shared matmul runner: no kernel of its own.
 pub struct Day08 {
-    naive: NaiveMatmul,
+    /// Day 6, its two thread mappings under its own names.
+    day06: Day06,
+    /// Day 7's three tile sizes.
     tiled: TiledMatmul,
 }
 
 impl MatmulDay for Day08 {
     const DAY: &'static str = "day08";
     const TITLE: &'static str = "matmul profiling";
+    /// The problem of the profiles and the roofline.
+    const DEFAULT_PROBLEMS: &'static [Shape] = &[Shape::square(4096)];
+    /// Day 6's, then day 7's.
     const VERSIONS: &'static [&'static str] = &[
         "naive_uncoalesced",
         "naive_coalesced",
@@ -25,23 +31,17 @@ impl MatmulDay for Day08 {
         "tiled_16",
         "tiled_32",
     ];
-    const DEFAULT_PROBLEMS: &'static [Shape] = &[Shape::square(4096)];
 
     fn load(gpu: &Gpu) -> Result<Self> {
-        Ok(Self {
-            naive: NaiveMatmul::load(gpu)?,
-            tiled: TiledMatmul::load(gpu)?,
-        })
+        let (day06, tiled) = (Day06::load(gpu)?, TiledMatmul::load(gpu)?);
+        Ok(Self { day06, tiled })
     }
 
     fn plan<'a>(&'a self, gpu: &'a Gpu, version: &str, shape: Shape) -> Result<Plan<'a>> {
-        match version {
-            "naive_uncoalesced" => self.naive.plan(gpu, false, shape),
-            "naive_coalesced" => self.naive.plan(gpu, true, shape),
-            other => match TILED_VERSIONS.iter().position(|v| *v == other) {
-                Some(i) => self.tiled.plan(gpu, TILES[i], shape),
-                None => anyhow::bail!("day08 has no version `{other}`"),
-            },
+        match TILED_VERSIONS.iter().position(|v| *v == version) {
+            Some(i) => self.tiled.plan(gpu, TILES[i], shape),
+            None if Day06::VERSIONS.contains(&version) => self.day06.plan(gpu, version, shape),
+            None => anyhow::bail!("day08 has no version `{version}`"),
         }
     }
 }

@@ -15,184 +15,22 @@ use common::session::Refused;
 use common::{Gpu, Kernel};
 use day07::TiledMatmul;
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "sgemm.cu",
-    code: include_str!("sgemm.cu"),
-};
+pub mod tile;
+
+pub use tile::{BLOCK_KERNELS, BlockKernel, FIRST_MULTISTAGE, Tiling, WARP_TILINGS};
+
+pub const SOURCE: KernelSource = common::kernel_source!("sgemm.cu");
 
 /// What the day compiles: every kernel, for the GPU's own architecture. The loader compiles the
 /// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of time for
 /// the GPU host's kernel cache.
 pub fn kernel_builds() -> Vec<KernelBuild> {
-    vec![KernelBuild::device(SOURCE, all_functions())]
+    vec![kernel_build()]
 }
 
-/// A block tile shape: `bm x bn` outputs per block of `threads`, `bk` steps of k per tile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tiling {
-    pub bm: usize,
-    pub bn: usize,
-    pub bk: usize,
-    /// Warp tile (warp-tiled kernels only; 0 otherwise).
-    pub wm: usize,
-    pub wn: usize,
-    /// Rows of the warp's 32 lanes (8 x 4 or 4 x 8); 0 for kernels without warp tiles.
-    pub lanes_m: usize,
-    pub threads: u32,
-    /// Tiles in flight through `cp.async` (the multi-stage kernels); 0 for kernels that stage
-    /// through registers.
-    pub stages: usize,
-}
-
-impl Tiling {
-    const fn block(bm: usize, bn: usize, threads: u32) -> Self {
-        Self {
-            bm,
-            bn,
-            bk: 8,
-            wm: 0,
-            wn: 0,
-            lanes_m: 0,
-            threads,
-            stages: 0,
-        }
-    }
-
-    const fn warp(bm: usize, bn: usize, bk: usize, wm: usize, wn: usize) -> Self {
-        Self {
-            bm,
-            bn,
-            bk,
-            wm,
-            wn,
-            lanes_m: 8,
-            threads: 256,
-            stages: 0,
-        }
-    }
-
-    const fn with_threads(self, threads: u32) -> Self {
-        Self { threads, ..self }
-    }
-
-    const fn with_lanes_m(self, lanes_m: usize) -> Self {
-        Self { lanes_m, ..self }
-    }
-
-    const fn multistage(self, stages: usize) -> Self {
-        Self { stages, ..self }
-    }
-
-    /// `128x128x8_w64x32_l8` (`_s4` with 4 stages), as in the CUDA function names.
-    pub fn label(&self) -> String {
-        let stages = if self.stages > 0 {
-            format!("_s{}", self.stages)
-        } else {
-            String::new()
-        };
-        format!(
-            "{}x{}x{}_w{}x{}_l{}{stages}",
-            self.bm, self.bn, self.bk, self.wm, self.wn, self.lanes_m
-        )
-    }
-
-    /// Dynamic shared memory: `stages` pairs of tiles (A transposed with 4 words of padding
-    /// per row, as `Tiles` in `sgemm.cu`).
-    pub fn dynamic_shared_bytes(&self) -> u32 {
-        (self.stages * self.bk * ((self.bm + 4) + self.bn) * 4) as u32
-    }
-}
-
-/// A version of the day: its CUDA function (without the `_v`/`_s` suffix where it has both
-/// forms) and its tiling.
-struct Variant {
-    version: &'static str,
-    function: &'static str,
-    /// Whether it comes as `_v` (16-byte accesses) and `_s` (4-byte accesses).
-    two_forms: bool,
-    tiling: Tiling,
-}
-
-const VARIANTS: &[Variant] = &[
-    Variant {
-        version: "tile1d",
-        function: "sgemm_tile1d",
-        two_forms: false,
-        tiling: Tiling::block(64, 64, 512),
-    },
-    Variant {
-        version: "tile2d",
-        function: "sgemm_tile2d",
-        two_forms: false,
-        tiling: Tiling::block(128, 128, 256),
-    },
-    Variant {
-        version: "vec4",
-        function: "sgemm_vec4",
-        two_forms: true,
-        tiling: Tiling::block(128, 128, 256),
-    },
-    Variant {
-        version: "transposed_a",
-        function: "sgemm_transposed_a",
-        two_forms: true,
-        tiling: Tiling::block(128, 128, 256),
-    },
-    Variant {
-        version: "double_buffer",
-        function: "sgemm_double_buffer",
-        two_forms: true,
-        tiling: Tiling::block(128, 128, 256),
-    },
-];
-
-/// The warp-tile configurations compiled (`WARPTILE` and `MULTISTAGE` in `sgemm.cu`): the
-/// first is the `warptile` version, the first multi-stage one the `multistage` version, and
-/// `autotuned` picks among all of them.
-pub const WARP_TILINGS: [Tiling; 18] = [
-    Tiling::warp(128, 128, 8, 64, 32),
-    Tiling::warp(128, 128, 16, 64, 32),
-    Tiling::warp(128, 128, 8, 32, 64),
-    Tiling::warp(128, 256, 8, 64, 64),
-    Tiling::warp(256, 128, 8, 64, 64),
-    Tiling::warp(128, 64, 16, 32, 32),
-    Tiling::warp(64, 128, 16, 32, 32),
-    Tiling::warp(128, 128, 8, 64, 64).with_threads(128),
-    Tiling::warp(128, 128, 8, 32, 64).with_lanes_m(4),
-    Tiling::warp(128, 128, 16, 32, 64).with_lanes_m(4),
-    Tiling::warp(128, 256, 8, 64, 64).with_lanes_m(4),
-    Tiling::warp(256, 128, 8, 64, 64).with_lanes_m(4),
-    Tiling::warp(128, 128, 8, 64, 64)
-        .with_threads(128)
-        .with_lanes_m(4),
-    // The multi-stage (cp.async) kernels; the first is the `multistage` version.
-    Tiling::warp(256, 128, 8, 64, 64)
-        .with_lanes_m(4)
-        .multistage(4),
-    Tiling::warp(128, 256, 8, 64, 64)
-        .with_lanes_m(4)
-        .multistage(4),
-    Tiling::warp(256, 128, 8, 64, 64)
-        .with_lanes_m(4)
-        .multistage(3),
-    Tiling::warp(128, 128, 8, 32, 64)
-        .with_lanes_m(4)
-        .multistage(4),
-    Tiling::warp(128, 128, 16, 32, 64)
-        .with_lanes_m(4)
-        .multistage(3),
-];
-
-/// Where the multi-stage kernels start in [`WARP_TILINGS`].
-const FIRST_MULTISTAGE: usize = 13;
-
-fn warptile_function(t: &Tiling) -> String {
-    let kind = if t.stages > 0 {
-        "multistage"
-    } else {
-        "warptile"
-    };
-    format!("sgemm_{kind}_{}", t.label())
+/// `sgemm.cu` for the GPU's own architecture, with the tile table's defines.
+fn kernel_build() -> KernelBuild {
+    KernelBuild::device(SOURCE, all_functions()).with_options(tile::defines())
 }
 
 /// `_v` when every row of A and B starts on a 16-byte boundary (k and n multiples of 4).
@@ -207,17 +45,17 @@ fn form(shape: Shape) -> &'static str {
 /// Every CUDA function of `sgemm.cu`.
 pub fn all_functions() -> Vec<String> {
     let mut names = Vec::new();
-    for v in VARIANTS {
-        if v.two_forms {
-            names.push(format!("{}_v", v.function));
-            names.push(format!("{}_s", v.function));
+    for k in BLOCK_KERNELS {
+        if k.two_forms {
+            names.push(format!("{}_v", k.function));
+            names.push(format!("{}_s", k.function));
         } else {
-            names.push(v.function.to_string());
+            names.push(k.function.to_string());
         }
     }
     for t in &WARP_TILINGS {
-        names.push(format!("{}_v", warptile_function(t)));
-        names.push(format!("{}_s", warptile_function(t)));
+        names.push(format!("{}_v", t.warp_function()));
+        names.push(format!("{}_s", t.warp_function()));
     }
     names
 }
@@ -231,25 +69,25 @@ pub struct Sgemm {
 impl Sgemm {
     pub fn load(gpu: &Gpu) -> Result<Self> {
         Ok(Self {
-            kernels: KernelSet::load(gpu, &SOURCE, all_functions())?,
+            kernels: KernelSet::load_build(gpu, &kernel_build())?,
             tuned: RefCell::new(HashMap::new()),
         })
     }
 
     /// One of the block-tiled versions (`tile1d` ... `double_buffer`).
-    fn plan_variant<'a>(&'a self, gpu: &'a Gpu, v: &Variant, shape: Shape) -> Result<Plan<'a>> {
-        let name = if v.two_forms {
-            format!("{}_{}", v.function, form(shape))
+    fn plan_block<'a>(&'a self, gpu: &'a Gpu, k: &BlockKernel, shape: Shape) -> Result<Plan<'a>> {
+        let name = if k.two_forms {
+            format!("{}_{}", k.function, form(shape))
         } else {
-            v.function.to_string()
+            k.function.to_string()
         };
-        plan_tiled(gpu, self.kernels.get(&name)?, v.tiling, shape)
+        plan_tiled(gpu, self.kernels.get(&name)?, k.tiling, shape)
     }
 
     /// `warptile` or `multistage` with the tiling `WARP_TILINGS[index]`.
     fn plan_warptile<'a>(&'a self, gpu: &'a Gpu, index: usize, shape: Shape) -> Result<Plan<'a>> {
         let tiling = WARP_TILINGS[index];
-        let name = format!("{}_{}", warptile_function(&tiling), form(shape));
+        let name = format!("{}_{}", tiling.warp_function(), form(shape));
         plan_tiled(gpu, self.kernels.get(&name)?, tiling, shape)
     }
 
@@ -329,6 +167,25 @@ fn plan_tiled<'a>(
     )
 }
 
+common::versions! {
+    /// The day's versions, in table order (cuBLAS is added before them).
+    pub enum Version {
+        /// Day 7's best tiled kernel, the baseline.
+        Day07Tiled32 => "day07_tiled_32",
+        Tile1d => "tile1d",
+        Tile2d => "tile2d",
+        Vec4 => "vec4",
+        TransposedA => "transposed_a",
+        DoubleBuffer => "double_buffer",
+        /// The first of [`WARP_TILINGS`].
+        Warptile => "warptile",
+        /// The first multi-stage one.
+        Multistage => "multistage",
+        /// Every warp tiling timed on the problem, the fastest kept.
+        Autotuned => "autotuned",
+    }
+}
+
 pub struct Day09 {
     tiled: TiledMatmul,
     sgemm: Sgemm,
@@ -337,17 +194,7 @@ pub struct Day09 {
 impl MatmulDay for Day09 {
     const DAY: &'static str = "day09";
     const TITLE: &'static str = "optimized SGEMM";
-    const VERSIONS: &'static [&'static str] = &[
-        "day07_tiled_32",
-        "tile1d",
-        "tile2d",
-        "vec4",
-        "transposed_a",
-        "double_buffer",
-        "warptile",
-        "multistage",
-        "autotuned",
-    ];
+    const VERSIONS: &'static [&'static str] = &Version::NAMES;
     const DEFAULT_PROBLEMS: &'static [Shape] = &[
         Shape::square(4096),
         Shape::square(2048),
@@ -362,27 +209,28 @@ impl MatmulDay for Day09 {
     }
 
     fn plan<'a>(&'a self, gpu: &'a Gpu, version: &str, shape: Shape) -> Result<Plan<'a>> {
+        let Some(version) = Version::from_name(version) else {
+            anyhow::bail!("day09 has no version `{version}`");
+        };
         match version {
-            "day07_tiled_32" => self.tiled.plan(gpu, 32, shape),
-            "warptile" => self.sgemm.plan_warptile(gpu, 0, shape),
-            "multistage" => self.sgemm.plan_warptile(gpu, FIRST_MULTISTAGE, shape),
-            "autotuned" => self.sgemm.plan_autotuned(gpu, shape),
-            other => match VARIANTS.iter().find(|v| v.version == other) {
-                Some(v) => self.sgemm.plan_variant(gpu, v, shape),
-                None => anyhow::bail!("day09 has no version `{other}`"),
-            },
+            Version::Day07Tiled32 => self.tiled.plan(gpu, 32, shape),
+            Version::Warptile => self.sgemm.plan_warptile(gpu, 0, shape),
+            Version::Multistage => self.sgemm.plan_warptile(gpu, FIRST_MULTISTAGE, shape),
+            Version::Autotuned => self.sgemm.plan_autotuned(gpu, shape),
+            block => {
+                let k = BLOCK_KERNELS.iter().find(|k| k.version == block.name());
+                let k = k.ok_or_else(|| anyhow::anyhow!("{} has no tile", block.name()))?;
+                self.sgemm.plan_block(gpu, k, shape)
+            }
         }
     }
 }
 
+common::test_kernel_builds!();
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kernels_compile_without_spills() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
-    }
 
     #[test]
     fn the_aligned_form_needs_k_and_n_multiples_of_4() {
@@ -393,31 +241,17 @@ mod tests {
     }
 
     #[test]
-    fn warp_tilings_have_one_warp_per_warp_tile() {
-        for t in &WARP_TILINGS {
-            assert_eq!(
-                (t.bm / t.wm) * (t.bn / t.wn) * 32,
-                t.threads as usize,
-                "{t:?}"
+    fn every_block_version_has_its_tile() {
+        for v in Version::ALL {
+            let tiled = BLOCK_KERNELS.iter().any(|k| k.version == v.name());
+            let other = matches!(
+                v,
+                Version::Day07Tiled32
+                    | Version::Warptile
+                    | Version::Multistage
+                    | Version::Autotuned
             );
+            assert!(tiled != other, "{v:?}");
         }
-        assert!(
-            WARP_TILINGS[..FIRST_MULTISTAGE]
-                .iter()
-                .all(|t| t.stages == 0)
-        );
-        assert!(
-            WARP_TILINGS[FIRST_MULTISTAGE..]
-                .iter()
-                .all(|t| t.stages > 0)
-        );
-    }
-
-    #[test]
-    fn multistage_shared_memory_matches_the_tiles() {
-        // 4 x (8 x (256 + 4) + 8 x 128) floats.
-        let t = WARP_TILINGS[FIRST_MULTISTAGE];
-        assert_eq!(t.dynamic_shared_bytes(), 4 * (8 * 260 + 8 * 128) * 4);
-        assert_eq!(WARP_TILINGS[0].dynamic_shared_bytes(), 0);
     }
 }

@@ -13,7 +13,17 @@
 // bounds-checked. Kernels with 16-byte accesses come in two forms: `_v` when k and n are
 // multiples of 4 (so every row starts 16-byte aligned) and `_s`, the same kernel with 4-byte
 // accesses, otherwise.
+//
+// Every tile comes from day09's table (tile.rs) as -DSG_... defines: the block-tiled kernels'
+// BM x BN x BK and threads, and the warp-tile kernels themselves (SG_WARPTILES and
+// SG_MULTISTAGES, one WARPTILE(...) or MULTISTAGE(...) below per tiling the table lists).
 #include "common.cuh"
+
+#if !defined(SG_TILE1D_BM) || !defined(SG_TILE2D_BM) || !defined(SG_VEC4_BM) ||          \
+    !defined(SG_TRANSPOSED_A_BM) || !defined(SG_DOUBLE_BUFFER_BM) || !defined(SG_WARPTILES) || \
+    !defined(SG_MULTISTAGES)
+#error "sgemm.cu: compile it with the -DSG_ defines of day09's tile table (tile.rs)"
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Loads and stores of 4 consecutive floats of a row, bounds-checked.
@@ -55,14 +65,27 @@ __device__ __forceinline__ float load1(const float* M, int rows, int cols, int r
     return (r < rows && c < cols) ? M[(index_t)r * cols + c] : 0.0f;
 }
 
+// acc += a b^T: the multiply-adds of one step of k on a thread's registers.
+template <int TM, int TN>
+__device__ __forceinline__ void outer_product(float (&acc)[TM][TN], const float (&a)[TM],
+                                              const float (&b)[TN]) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
+}
+
 // ---------------------------------------------------------------------------------------------
 // v1: 1D block tiling. A 64 x 64 tile of C per block of 512 threads; each thread keeps 8
 // outputs of one column in registers. Per step of k, a thread loads one value of B from shared
 // memory and reuses it for 8 multiply-adds (day 7 loaded 2 values per multiply-add).
 // grid(ceil(n / 64), ceil(m / 64)), block(512): a 64 x 64 tile of C, 8 outputs per thread
-KERNEL void __launch_bounds__(512) sgemm_tile1d(const float* A, const float* B, float* C, int m,
-                                                int n, int k) {
-    constexpr int BM = 64, BN = 64, BK = 8, TM = 8;
+KERNEL void __launch_bounds__(SG_TILE1D_THREADS)
+    sgemm_tile1d(const float* A, const float* B, float* C, int m, int n, int k) {
+    constexpr int BM = SG_TILE1D_BM, BN = SG_TILE1D_BN, BK = SG_TILE1D_BK, TM = 8;
+    static_assert((BM / TM) * BN == SG_TILE1D_THREADS, "a thread per 8 outputs of a column");
+    static_assert(BM * BK == SG_TILE1D_THREADS && BK * BN == SG_TILE1D_THREADS,
+                  "one element of each tile per thread");
     __shared__ float As[BM][BK];
     __shared__ float Bs[BK][BN];
     const int tid = threadIdx.x;
@@ -98,9 +121,13 @@ KERNEL void __launch_bounds__(512) sgemm_tile1d(const float* A, const float* B, 
 // outputs. Per step of k it loads 8 values of A and 8 of B into registers and does 64
 // multiply-adds with them: 16 shared loads per 64 FMAs instead of 9 per 8.
 // grid(ceil(n / 128), ceil(m / 128)), block(256): a 128 x 128 tile of C, 8 x 8 per thread
-KERNEL void __launch_bounds__(256) sgemm_tile2d(const float* A, const float* B, float* C, int m,
-                                                int n, int k) {
-    constexpr int BM = 128, BN = 128, BK = 8, TM = 8, TN = 8, THREADS = 256;
+KERNEL void __launch_bounds__(SG_TILE2D_THREADS)
+    sgemm_tile2d(const float* A, const float* B, float* C, int m, int n, int k) {
+    constexpr int BM = SG_TILE2D_BM, BN = SG_TILE2D_BN, BK = SG_TILE2D_BK, TM = 8, TN = 8,
+                  THREADS = SG_TILE2D_THREADS;
+    static_assert((BM / TM) * (BN / TN) == THREADS, "a thread per 8 x 8 outputs");
+    static_assert(BM * BK % THREADS == 0 && BK * BN % THREADS == 0,
+                  "the tiles split evenly over the threads");
     __shared__ float As[BM][BK];
     __shared__ float Bs[BK][BN];
     const int tid = threadIdx.x;
@@ -127,10 +154,7 @@ KERNEL void __launch_bounds__(256) sgemm_tile2d(const float* A, const float* B, 
             for (int i = 0; i < TM; ++i) regM[i] = As[trow * TM + i][l];
 #pragma unroll
             for (int j = 0; j < TN; ++j) regN[j] = Bs[l][tcol * TN + j];
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] += regM[i] * regN[j];
+            outer_product(acc, regM, regN);
         }
         __syncthreads();
     }
@@ -144,22 +168,33 @@ KERNEL void __launch_bounds__(256) sgemm_tile2d(const float* A, const float* B, 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Where a thread of v3, v4 and v5 works: the block's BM x BN tile of C starts at (row0,
+// col0); the thread owns the 8 x 8 outputs at (8 trow, 8 tcol) of it and loads one float4 of
+// A's BM x BK tile (row a_r, columns a_c ..) and one of B's BK x BN tile (row b_r, columns
+// b_c ..) per step of k. A macro rather than a struct: with a struct's constructor NVRTC
+// orders v4's and v5's accumulator set-up differently.
+#define BLOCK_8X8_THREAD(BM, BN, BK, THREADS)                                                  \
+    static_assert((BM / 8) * (BN / 8) == THREADS, "a thread per 8 x 8 outputs");               \
+    static_assert(THREADS * 4 == BM * BK && THREADS * 4 == BK * BN,                            \
+                  "one float4 of each tile per thread");                                       \
+    const int tid = threadIdx.x;                                                               \
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;                                  \
+    const int trow = tid / (BN / 8), tcol = tid % (BN / 8);                                    \
+    const int a_r = tid / (BK / 4), a_c = (tid % (BK / 4)) * 4;                                \
+    const int b_r = tid / (BN / 4), b_c = (tid % (BN / 4)) * 4
+
 // v3: v2 with 16-byte accesses: each thread loads one float4 of A's tile and one of B's
 // (instead of 4 + 4 scalars), reads B's 8 values from shared memory as two float4, and stores
 // C as float4. Fewer instructions for the same bytes; A is still read one word at a time.
 template <bool VEC>
 __device__ __forceinline__ void sgemm_vec4(const float* A, const float* B, float* C, int m, int n,
                                            int k) {
-    constexpr int BM = 128, BN = 128, BK = 8, TM = 8, TN = 8;
+    constexpr int BM = SG_VEC4_BM, BN = SG_VEC4_BN, BK = SG_VEC4_BK, TM = 8, TN = 8;
     __shared__ float As[BM][BK];
     __shared__ __align__(16) float Bs[BK][BN];
-    const int tid = threadIdx.x;
-    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
-    const int trow = tid / (BN / TN), tcol = tid % (BN / TN);
     // One float4 of each tile per thread: A's 128 x 8 is 128 rows of 2, B's 8 x 128 is 8 rows
     // of 32.
-    const int a_r = tid / (BK / 4), a_c = (tid % (BK / 4)) * 4;
-    const int b_r = tid / (BN / 4), b_c = (tid % (BN / 4)) * 4;
+    BLOCK_8X8_THREAD(BM, BN, BK, SG_VEC4_THREADS);
     float acc[TM][TN] = {};
     float regM[TM], regN[TN];
     for (int k0 = 0; k0 < k; k0 += BK) {
@@ -178,10 +213,7 @@ __device__ __forceinline__ void sgemm_vec4(const float* A, const float* B, float
             const float4 b1 = *reinterpret_cast<const float4*>(&Bs[l][tcol * TN + 4]);
             regN[0] = b0.x, regN[1] = b0.y, regN[2] = b0.z, regN[3] = b0.w;
             regN[4] = b1.x, regN[5] = b1.y, regN[6] = b1.z, regN[7] = b1.w;
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] += regM[i] * regN[j];
+            outer_product(acc, regM, regN);
         }
         __syncthreads();
     }
@@ -230,10 +262,7 @@ __device__ __forceinline__ void multiply_8x8(const Tiles<BM, BN, BK>& t, int tro
         *reinterpret_cast<float4*>(&regN[0]) = *reinterpret_cast<const float4*>(&t.Bs[l][tcol * 8]);
         *reinterpret_cast<float4*>(&regN[4]) =
             *reinterpret_cast<const float4*>(&t.Bs[l][tcol * 8 + 4]);
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-            for (int j = 0; j < 8; ++j) acc[i][j] += regM[i] * regN[j];
+        outer_product(acc, regM, regN);
     }
 }
 
@@ -252,13 +281,9 @@ __device__ __forceinline__ void store_8x8(float* C, int m, int n, int r0, int c0
 template <bool VEC>
 __device__ __forceinline__ void sgemm_transposed_a(const float* A, const float* B, float* C, int m,
                                                    int n, int k) {
-    constexpr int BM = 128, BN = 128, BK = 8;
+    constexpr int BM = SG_TRANSPOSED_A_BM, BN = SG_TRANSPOSED_A_BN, BK = SG_TRANSPOSED_A_BK;
     __shared__ __align__(16) Tiles<BM, BN, BK> t;
-    const int tid = threadIdx.x;
-    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
-    const int trow = tid / (BN / 8), tcol = tid % (BN / 8);
-    const int a_r = tid / (BK / 4), a_c = (tid % (BK / 4)) * 4;
-    const int b_r = tid / (BN / 4), b_c = (tid % (BN / 4)) * 4;
+    BLOCK_8X8_THREAD(BM, BN, BK, SG_TRANSPOSED_A_THREADS);
     float acc[8][8] = {};
     for (int k0 = 0; k0 < k; k0 += BK) {
         store_a_transposed(t, a_r, a_c, load4<VEC>(A, m, k, row0 + a_r, k0 + a_c));
@@ -277,13 +302,9 @@ __device__ __forceinline__ void sgemm_transposed_a(const float* A, const float* 
 template <bool VEC>
 __device__ __forceinline__ void sgemm_double_buffer(const float* A, const float* B, float* C, int m,
                                                     int n, int k) {
-    constexpr int BM = 128, BN = 128, BK = 8;
+    constexpr int BM = SG_DOUBLE_BUFFER_BM, BN = SG_DOUBLE_BUFFER_BN, BK = SG_DOUBLE_BUFFER_BK;
     __shared__ __align__(16) Tiles<BM, BN, BK> t[2];
-    const int tid = threadIdx.x;
-    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
-    const int trow = tid / (BN / 8), tcol = tid % (BN / 8);
-    const int a_r = tid / (BK / 4), a_c = (tid % (BK / 4)) * 4;
-    const int b_r = tid / (BN / 4), b_c = (tid % (BN / 4)) * 4;
+    BLOCK_8X8_THREAD(BM, BN, BK, SG_DOUBLE_BUFFER_THREADS);
     float acc[8][8] = {};
     store_a_transposed(t[0], a_r, a_c, load4<VEC>(A, m, k, row0 + a_r, a_c));
     *reinterpret_cast<float4*>(&t[0].Bs[b_r][b_c]) = load4<VEC>(B, k, n, b_r, col0 + b_c);
@@ -342,10 +363,7 @@ struct WarpTile {
             for (int j = 0; j < N_ITER; ++j)
                 *reinterpret_cast<float4*>(&regN[j * 4]) =
                     *reinterpret_cast<const float4*>(&t.Bs[l][wcol + j * SUB_N]);
-#pragma unroll
-            for (int i = 0; i < M_ITER * 4; ++i)
-#pragma unroll
-                for (int j = 0; j < N_ITER * 4; ++j) acc[i][j] += regM[i] * regN[j];
+            outer_product(acc, regM, regN);
         }
     }
 
@@ -535,14 +553,14 @@ __device__ __forceinline__ void sgemm_multistage(const float* A, const float* B,
         name<false>(A, B, C, m, n, k);                                                         \
     }
 
-BOTH_FORMS(sgemm_vec4, 256, 1)
-BOTH_FORMS(sgemm_transposed_a, 256, 1)
-BOTH_FORMS(sgemm_double_buffer, 256, 2)
+BOTH_FORMS(sgemm_vec4, SG_VEC4_THREADS, 1)
+BOTH_FORMS(sgemm_transposed_a, SG_TRANSPOSED_A_THREADS, 1)
+BOTH_FORMS(sgemm_double_buffer, SG_DOUBLE_BUFFER_THREADS, 2)
 
 // Warp-tile configurations: block BM x BN x BK, warp WM x WN, lanes LM x (32 / LM), THREADS =
-// 32 per warp. The first is the `warptile` version; `autotuned` times them all on the problem
-// and keeps the fastest. MIN_BLOCKS asks ptxas to fit that many blocks per SM (registers capped
-// to match).
+// 32 per warp; SG_WARPTILES instantiates those of day09's WARP_TILINGS. The first is the
+// `warptile` version; `autotuned` times them all on the problem and keeps the fastest.
+// MIN_BLOCKS asks ptxas to fit that many blocks per SM (registers capped to match).
 // grid(ceil(n / BN), ceil(m / BM)), block(THREADS): a BM x BN tile of C, a WM x WN tile per warp
 #define WARPTILE(BM, BN, BK, WM, WN, LM, THREADS, MIN_BLOCKS)                                  \
     KERNEL void __launch_bounds__(THREADS, MIN_BLOCKS)                                         \
@@ -556,25 +574,16 @@ BOTH_FORMS(sgemm_double_buffer, 256, 2)
         sgemm_warptile<BM, BN, BK, WM, WN, LM, THREADS, false>(A, B, C, m, n, k);              \
     }
 
-WARPTILE(128, 128, 8, 64, 32, 8, 256, 2)
-WARPTILE(128, 128, 16, 64, 32, 8, 256, 1)
-WARPTILE(128, 128, 8, 32, 64, 8, 256, 2)
-WARPTILE(128, 256, 8, 64, 64, 8, 256, 1)
-WARPTILE(256, 128, 8, 64, 64, 8, 256, 1)
-WARPTILE(128, 64, 16, 32, 32, 8, 256, 2)
-WARPTILE(64, 128, 16, 32, 32, 8, 256, 2)
-WARPTILE(128, 128, 8, 64, 64, 8, 128, 2)
-WARPTILE(128, 128, 8, 32, 64, 4, 256, 2)
-WARPTILE(128, 128, 16, 32, 64, 4, 256, 1)
-WARPTILE(128, 256, 8, 64, 64, 4, 256, 1)
-WARPTILE(256, 128, 8, 64, 64, 4, 256, 1)
-WARPTILE(128, 128, 8, 64, 64, 4, 128, 2)
+SG_WARPTILES
 
 // Multi-stage configurations: as WARPTILE, plus STAGES tiles in flight (dynamic shared memory
-// of STAGES x the tile pair, set by the launcher).
+// of STAGES x the tile pair: SHARED_BYTES, what the launcher gives); SG_MULTISTAGES
+// instantiates those of day09's WARP_TILINGS.
 // grid(ceil(n / BN), ceil(m / BM)), block(THREADS), dynamic shared memory STAGES x (A and B
 // tiles): a BM x BN tile of C, a WM x WN tile per warp
-#define MULTISTAGE(BM, BN, BK, WM, WN, LM, THREADS, STAGES, MIN_BLOCKS)                        \
+#define MULTISTAGE(BM, BN, BK, WM, WN, LM, THREADS, STAGES, MIN_BLOCKS, SHARED_BYTES)          \
+    static_assert(STAGES * sizeof(Tiles<BM, BN, BK>) == SHARED_BYTES,                          \
+                  "the launcher's dynamic shared memory holds STAGES pairs of tiles");         \
     KERNEL void __launch_bounds__(THREADS, MIN_BLOCKS)                                         \
         sgemm_multistage_##BM##x##BN##x##BK##_w##WM##x##WN##_l##LM##_s##STAGES##_v(            \
             const float* A, const float* B, float* C, int m, int n, int k) {                   \
@@ -586,8 +595,4 @@ WARPTILE(128, 128, 8, 64, 64, 4, 128, 2)
         sgemm_multistage<BM, BN, BK, WM, WN, LM, THREADS, STAGES, false>(A, B, C, m, n, k);    \
     }
 
-MULTISTAGE(256, 128, 8, 64, 64, 4, 256, 4, 1)
-MULTISTAGE(128, 256, 8, 64, 64, 4, 256, 4, 1)
-MULTISTAGE(256, 128, 8, 64, 64, 4, 256, 3, 1)
-MULTISTAGE(128, 128, 8, 32, 64, 4, 256, 4, 2)
-MULTISTAGE(128, 128, 16, 32, 64, 4, 256, 3, 1)
+SG_MULTISTAGES

@@ -24,6 +24,27 @@
 #include "reduce.cuh"
 #include "attention.cuh"  // Sequence, key_end
 
+// The flash versions' tiles come from the host as NVRTC defines (attention.rs's FA2_SCALAR and
+// FA2_MMA, the one table both sides read): the launcher sizes its grid, block and shared memory
+// from the same numbers, and the static_asserts below check that this file's layouts agree.
+// Without the defines the file stops here, so no build runs on stale numbers.
+#if !defined(FA2_SCALAR_ROWS) || !defined(FA2_SCALAR_KEYS) || !defined(FA2_SCALAR_THREADS) || \
+    !defined(FA2_MMA_ROWS) || !defined(FA2_MMA_KEYS) || !defined(FA2_MMA_THREADS) ||          \
+    !defined(FA2_MMA_PAD) || !defined(FA2_MMA_D64_SHARED_BYTES) ||                           \
+    !defined(FA2_MMA_D128_SHARED_BYTES)
+#error "attention.cu: compile it with the -DFA2_ defines of day10's FlashTile table"
+#endif
+
+// The dynamic shared memory the host launches fa2_mma with, per head dim (enumerators: a
+// compile-time number that takes no storage in the module).
+template <int D> struct Fa2MmaHost;
+template <> struct Fa2MmaHost<64> {
+    enum : int { SHARED_BYTES = FA2_MMA_D64_SHARED_BYTES };
+};
+template <> struct Fa2MmaHost<128> {
+    enum : int { SHARED_BYTES = FA2_MMA_D128_SHARED_BYTES };
+};
+
 // ---------------------------------------------------------------------------------------------
 // naive, step 1: S[b, h, i, j] = scale * q_i . k_j, or -inf where the mask hides key j.
 // grid(ceil(max lk / 16), ceil(max lq / 16), batch * heads), block(16, 16): one thread per score.
@@ -114,7 +135,9 @@ template <typename T, int D>
 __device__ __forceinline__ void fa2_scalar(const T* q, const T* k, const T* v, T* o, float* lse,
                                            const int* cu_q, const int* cu_k, int heads,
                                            int kv_heads, float scale_log2, int causal) {
-    constexpr int ROWS = 4, BR = 4 * ROWS, BC = 32, C = D / 32;
+    constexpr int BR = FA2_SCALAR_ROWS, ROWS = BR / 4, BC = FA2_SCALAR_KEYS, C = D / 32;
+    static_assert(FA2_SCALAR_THREADS == 128 && BR % 4 == 0, "four warps, ROWS query rows each");
+    static_assert(BC == 32, "lane j of a warp scores key j of the tile");
     __shared__ float qs[BR][D];
     __shared__ float ks[BC][D + 1];  // +1: lane j reads row j, so a column walk is conflict-free
     __shared__ float vs[BC][D];
@@ -199,12 +222,18 @@ template <typename T, int D>
 __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o, float* lse,
                                         const int* cu_q, const int* cu_k, int heads, int kv_heads,
                                         float scale_log2, int causal) {
-    constexpr int BR = 64, BC = 64, THREADS = 128, STRIDE = D + 8;
+    constexpr int BR = FA2_MMA_ROWS, BC = FA2_MMA_KEYS, THREADS = FA2_MMA_THREADS;
+    constexpr int STRIDE = D + FA2_MMA_PAD;
     constexpr int KSTEPS = D / 16, NTILES = BC / 8, DTILES = D / 8, CHUNKS = D / 8;
+    static_assert(THREADS == 128 && BR == 16 * (THREADS / 32), "four warps, 16 query rows each");
+    static_assert(BR == 64 && BC == 64, "load_tile copies tiles of 64 rows");
+    static_assert(FA2_MMA_PAD * sizeof(T) == 16, "shared rows are padded by 16 bytes");
     extern __shared__ __align__(16) unsigned char shared_bytes[];
     T* qs = reinterpret_cast<T*>(shared_bytes);  // [BR][STRIDE]
     T* ks = qs + BR * STRIDE;                     // [2][BC][STRIDE]
     T* vs = ks + 2 * BC * STRIDE;                 // [2][BC][STRIDE]
+    static_assert((BR + 4 * BC) * STRIDE * sizeof(T) == Fa2MmaHost<D>::SHARED_BYTES,
+                  "the host launches with the shared memory this layout takes");
 
     const Sequence s = sequence(cu_q, cu_k, blockIdx.z);
     // Causal blocks further down a sequence have more keys to visit: start those first.

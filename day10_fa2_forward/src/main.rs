@@ -7,14 +7,13 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Parser;
 use common::cli::{CommonArgs, check_host_fits, run_main};
-use common::dtype::Dtype;
 use common::element::Element;
 use common::family::attention::{self, AttentionArgs, AttentionDay, Run, SAMPLED_TILE};
 use common::measure::report::DayReport;
 use common::reference::attention::AttentionShape;
-use common::session::{Problem, Refused, Version as RunVersion};
+use common::session::{Problem, Version as RunVersion};
 use common::sizes;
-use day10::{DeviceProblem, ExpectedO, FlashAttention, Tensors, Version};
+use day10::{DeviceProblem, ExpectedO, FlashAttention, Inputs, Version};
 
 /// Day 10: FlashAttention-2 forward (bf16/f16, causal or not, GQA, variable lengths).
 #[derive(Parser)]
@@ -34,7 +33,7 @@ const PREFILL: (usize, usize, usize, usize) = (8192, 32, 8, 128);
 
 fn main() -> ExitCode {
     run_main(|| {
-        let args: Args = common::cli::parse_args(&Forward::versions());
+        let args: Args = common::cli::parse_args(&Version::NAMES);
         let attention_args = day10::with_hd256_benchmark(args.attention);
         attention::run(&attention_args, &args.common, |gpu| {
             Ok(Forward(FlashAttention::load(gpu)?))
@@ -45,29 +44,14 @@ fn main() -> ExitCode {
 /// The day's kernels, as the attention runner drives them.
 struct Forward(FlashAttention);
 
-fn versions_named(names: &[&str]) -> Vec<Version> {
-    names.iter().filter_map(|n| Version::from_name(n)).collect()
-}
-
 impl AttentionDay for Forward {
     const DAY: &'static str = "day10";
     const TITLE: &'static str = "FlashAttention-2 forward";
     const FLOPS: &'static str = "TFLOP/s (4 b h s^2 d, halved when causal)";
-
-    fn versions() -> Vec<&'static str> {
-        Version::ALL.iter().map(|v| v.name()).collect()
-    }
-
-    fn check_dtype(dtype: Dtype) -> Result<()> {
-        Ok(day10::check_dtype(dtype)?)
-    }
+    const VERSIONS: &'static [&'static str] = &Version::NAMES;
 
     fn check_shape(shape: &AttentionShape, versions: &[&str]) -> Result<()> {
-        day10::validate(shape)?;
-        Ok(day10::check_head_dim(
-            shape.head_dim,
-            &versions_named(versions),
-        )?)
+        day10::check_request(shape, versions)
     }
 
     /// A prefill as a server runs it: one sequence of 8192 tokens, 32 query heads sharing 8
@@ -107,10 +91,7 @@ impl AttentionDay for Forward {
         // The f64 reference at the checked rows, on every host core, with each element's
         // magnitude for its rounding allowance (`day10::o_slack`).
         let expected = ExpectedO::at_rows(&q, &k, &v, shape, &rows);
-        let o_at: Vec<usize> = rows
-            .iter()
-            .flat_map(|r| (0..d).map(move |c| (r.token * shape.heads + r.head) * d + c))
-            .collect();
+        let o_at = attention::query_row_elements(shape, &rows);
         let l_at: Vec<usize> = rows
             .iter()
             .map(|r| r.token * shape.heads + r.head)
@@ -146,20 +127,15 @@ impl AttentionDay for Forward {
             session.save_reference(&o_shape, &expected.o)?;
         }
 
-        let (q_dev, k_dev, v_dev) = (gpu.upload(&q)?, gpu.upload(&k)?, gpu.upload(&v)?);
+        let (q, k, v) = (&gpu.upload(&q)?, &gpu.upload(&k)?, &gpu.upload(&v)?);
         let mut o = gpu.alloc_poisoned::<T>(q_len)?;
         let mut lse = gpu.alloc_poisoned::<f32>(shape.total_q() * shape.heads)?;
-        for &name in run.versions {
-            let version = Version::from_name(name).expect("selected from Version::ALL");
-            let (kernel, launch) = match day.plan::<T>(version, &problem) {
-                Ok(plan) => plan,
-                Err(e) if e.is::<Refused>() => {
-                    session.skip_version(name, &e.to_string());
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let mut scores = match version {
+        let plan = |name: &str| {
+            let version = Version::from_name(name).expect("selected from Version::NAMES");
+            day.plan::<T>(gpu, version, &problem, Inputs { q, k, v })
+        };
+        run.each_version(&mut session, plan, |session, name, plan| {
+            let mut scores = match plan.version() {
                 Version::Naive => {
                     gpu.check_fits("naive's score matrix", problem.score_bytes() + io_bytes)?;
                     Some(gpu.alloc_poisoned::<f32>(problem.score_bytes() as usize / 4)?)
@@ -169,7 +145,7 @@ impl AttentionDay for Forward {
             gpu.poison(&mut lse)?;
             let version_run = RunVersion {
                 name,
-                kernel: Some((kernel, launch)),
+                kernel: Some(plan.kernel()),
                 global_bytes: None,
             };
             session.run_version_checked(
@@ -177,22 +153,14 @@ impl AttentionDay for Forward {
                 &mut o,
                 &o_shape,
                 |got| expected.check_o(got, o_at, &o_shape),
-                |o| {
-                    let tensors = Tensors {
-                        q: &q_dev,
-                        k: &k_dev,
-                        v: &v_dev,
-                        lse: &mut lse,
-                        scores: scores.as_mut(),
-                    };
-                    day.forward(gpu, version, &problem, tensors, o)
-                },
+                |o| plan.launch(o, &mut lse, scores.as_mut()),
             )?;
             // L of the last run (every run writes the same values; poisoned before the first).
             let lse_got = gpu.download(&lse)?;
             let l_check = expected.check_lse(&lse_got, l_at, &l_shape);
             session.check_also(name, "L (log-sum-exp)", l_check);
-        }
+            Ok(())
+        })?;
         Ok(session.finish())
     }
 }

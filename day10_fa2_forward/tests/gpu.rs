@@ -5,14 +5,12 @@
 //! shapes with several waves of `fa_hopper`'s persistent grid. O is checked with
 //! `day10::o_tolerance` and each element's own allowance (`day10::o_slack`), as the CLI does.
 
-use std::collections::BTreeMap;
-
 use common::element::Element;
-use common::family::attention;
+use common::family::attention::{self, GridOutcome};
 use common::reference::attention::AttentionShape;
 use common::session::{Refused, launch_and_read};
 use common::{Gpu, testing};
-use day10::{DeviceProblem, ExpectedO, FlashAttention, Tensors, Version};
+use day10::{DeviceProblem, ExpectedO, FlashAttention, Inputs, Version};
 use half::{bf16, f16};
 
 /// The H100's SMs: `fa_hopper` runs one block per SM without a mask, each walking its share
@@ -67,15 +65,14 @@ fn shapes() -> Vec<AttentionShape> {
     shapes
 }
 
-/// Checks every version on one shape. What fails goes to `failures` (the test goes on, so one
-/// GPU run reports every failing case); each version that ran is counted in `ran`.
+/// Checks every version on one shape. What fails goes to `out.failures` (the test goes on, so
+/// one GPU run reports every failing case); each version that ran is counted in `out.ran`.
 fn check_shape<T: Element>(
     gpu: &Gpu,
     day: &FlashAttention,
     shape: &AttentionShape,
     seed: u64,
-    ran: &mut BTreeMap<&'static str, usize>,
-    failures: &mut Vec<String>,
+    out: &mut GridOutcome,
 ) {
     let d = shape.head_dim;
     let q_len = shape.total_q() * shape.heads * d;
@@ -91,26 +88,38 @@ fn check_shape<T: Element>(
     let l_shape = [shape.total_q(), shape.heads];
     for version in Version::ALL {
         let what = format!("{} {} on {shape:?}", version.name(), T::NAME);
-        let planned = day.plan::<T>(version, &problem);
+        let inputs = Inputs {
+            q: &q_dev,
+            k: &k_dev,
+            v: &v_dev,
+        };
+        let planned = day.plan::<T>(gpu, version, &problem, inputs);
         if !version.takes_head_dim(d) {
             // fa2_scalar and fa2_mma at head dim 256: refused, with a reason, not failed.
             match planned {
                 Err(e) if e.is::<Refused>() => {}
-                Err(e) => failures.push(format!("{what}: an error, not a refusal: {e:#}")),
-                Ok(_) => failures.push(format!("{what}: planned a head dim it does not take")),
+                Err(e) => out
+                    .failures
+                    .push(format!("{what}: an error, not a refusal: {e:#}")),
+                Ok(_) => out
+                    .failures
+                    .push(format!("{what}: planned a head dim it does not take")),
             }
             continue;
         }
-        if let Err(e) = planned {
-            if e.is::<Refused>()
-                && version == Version::FaHopper
-                && testing::needs_sm90a(gpu).is_some()
-            {
-                continue; // said once, by the test
+        let plan = match planned {
+            Ok(plan) => plan,
+            Err(e) => {
+                if e.is::<Refused>()
+                    && version == Version::FaHopper
+                    && testing::needs_sm90a(gpu).is_some()
+                {
+                    continue; // said once, by the test
+                }
+                out.failures.push(format!("{what}: refused: {e:#}"));
+                continue;
             }
-            failures.push(format!("{what}: refused: {e:#}"));
-            continue;
-        }
+        };
         let mut o = gpu.alloc_poisoned::<T>(q_len).unwrap();
         let mut lse = gpu
             .alloc_poisoned::<f32>(shape.total_q() * shape.heads)
@@ -123,66 +132,33 @@ fn check_shape<T: Element>(
             _ => None,
         };
         let got = launch_and_read(gpu, &mut o, &mut |o| {
-            let tensors = Tensors {
-                q: &q_dev,
-                k: &k_dev,
-                v: &v_dev,
-                lse: &mut lse,
-                scores: scores.as_mut(),
-            };
-            day.forward(gpu, version, &problem, tensors, o)
+            plan.launch(o, &mut lse, scores.as_mut())
         });
         let got = match got {
             Ok(got) => got,
             Err(e) => {
-                failures.push(format!("{what}: {e:#}"));
+                out.failures.push(format!("{what}: {e:#}"));
                 continue;
             }
         };
-        *ran.entry(version.name()).or_default() += 1;
+        *out.ran.entry(version.name()).or_default() += 1;
         let o_check = expected.check_o(&got, None, &o_shape);
         if !o_check.passed() {
-            failures.push(format!("{what}: O {o_check}"));
+            out.failures.push(format!("{what}: O {o_check}"));
         }
         let lse_got = gpu.download(&lse).unwrap();
         let l_check = expected.check_lse(&lse_got, None, &l_shape);
         if !l_check.passed() {
-            failures.push(format!("{what}: L {l_check}"));
+            out.failures.push(format!("{what}: L {l_check}"));
         }
     }
 }
 
 #[test]
 fn every_version_matches_the_reference_on_odd_shapes() {
-    let Some(gpu) = testing::gpu_or_skip("day10 GPU correctness") else {
-        return;
-    };
-    let day = FlashAttention::load(&gpu).unwrap();
-    let mut ran = BTreeMap::new();
-    let mut failures = Vec::new();
-    for (i, shape) in shapes().iter().enumerate() {
-        check_shape::<bf16>(&gpu, &day, shape, 10 * i as u64, &mut ran, &mut failures);
-        if i % 3 == 0 {
-            check_shape::<f16>(
-                &gpu,
-                &day,
-                shape,
-                10 * i as u64 + 5,
-                &mut ran,
-                &mut failures,
-            );
-        }
-    }
-    // A version that refused (or failed to launch) every shape has checked nothing.
-    let counts = Version::ALL
-        .iter()
-        .map(|v| (v.name(), ran.get(v.name()).copied().unwrap_or(0)));
-    let unavailable = |name: &str| {
-        (name == Version::FaHopper.name())
-            .then(|| testing::needs_sm90a(&gpu))
-            .flatten()
-    };
-    testing::assert_every_version_ran("day10 GPU correctness", counts, unavailable, failures);
+    let checks = [check_shape::<bf16>, check_shape::<f16>];
+    let (names, load) = (&Version::NAMES, FlashAttention::load);
+    attention::check_every_version("day10 GPU correctness", load, names, &shapes(), checks);
 }
 
 #[test]
@@ -209,39 +185,27 @@ fn the_multi_wave_shapes_give_fa_hopper_several_waves() {
 
 #[test]
 fn sizes_a_version_cannot_take_are_refused() {
-    let Some(gpu) = testing::gpu_or_skip("day10 GPU refusals") else {
-        return;
-    };
-    let day = FlashAttention::load(&gpu).unwrap();
     // S of 1 x 200000^2 floats (149 GiB): the naive version refuses, the flash ones plan.
     let long = AttentionShape::uniform(1, 200_000, 200_000, 1, 1, 64, false);
-    let problem = DeviceProblem::new(&gpu, &long).unwrap();
-    let Err(err) = day.plan::<bf16>(Version::Naive, &problem) else {
-        panic!("naive planned a 149 GiB score matrix");
-    };
-    assert!(
-        err.is::<Refused>() && err.to_string().contains("memory wall"),
-        "{err}"
+    let refused = attention::check_refusals(
+        "day10 GPU refusals",
+        FlashAttention::load,
+        &long,
+        |gpu, day, shape, name| {
+            let version = Version::from_name(name).unwrap();
+            day.kernel_for::<bf16>(version, &DeviceProblem::new(gpu, shape)?)
+                .map(drop)
+        },
     );
-    assert!(day.plan::<bf16>(Version::Fa2Mma, &problem).is_ok());
-    // Head dim 96: only the naive version is compiled for it.
-    let odd = AttentionShape::uniform(1, 10, 10, 1, 1, 96, false);
-    let problem = DeviceProblem::new(&gpu, &odd).unwrap();
-    assert!(day.plan::<bf16>(Version::Naive, &problem).is_ok());
-    let Err(err) = day.plan::<bf16>(Version::Fa2Scalar, &problem) else {
-        panic!("fa2_scalar planned head dim 96");
+    let Some((gpu, day)) = refused else {
+        return;
     };
-    assert!(err.is::<Refused>(), "{err}");
-    let Err(err) = day.plan::<bf16>(Version::FaHopper, &problem) else {
-        panic!("fa_hopper planned head dim 96");
-    };
-    assert!(err.is::<Refused>(), "{err}");
     // Head dim 256: fa_hopper's (on Hopper) and naive's; fa2_scalar and fa2_mma refuse it.
     let wide = AttentionShape::uniform(1, 10, 10, 1, 1, 256, false);
     let problem = DeviceProblem::new(&gpu, &wide).unwrap();
-    assert!(day.plan::<bf16>(Version::Naive, &problem).is_ok());
+    assert!(day.kernel_for::<bf16>(Version::Naive, &problem).is_ok());
     for version in [Version::Fa2Scalar, Version::Fa2Mma] {
-        let Err(err) = day.plan::<f16>(version, &problem) else {
+        let Err(err) = day.kernel_for::<f16>(version, &problem) else {
             panic!("{} planned head dim 256", version.name());
         };
         assert!(
@@ -250,8 +214,8 @@ fn sizes_a_version_cannot_take_are_refused() {
         );
     }
     if testing::needs_sm90a(&gpu).is_none() {
-        assert!(day.plan::<bf16>(Version::FaHopper, &problem).is_ok());
+        assert!(day.kernel_for::<bf16>(Version::FaHopper, &problem).is_ok());
     }
     // f32 storage is not an attention dtype here.
-    assert!(day.plan::<f32>(Version::Fa2Mma, &problem).is_err());
+    assert!(day.kernel_for::<f32>(Version::Fa2Mma, &problem).is_err());
 }

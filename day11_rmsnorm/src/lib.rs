@@ -1,476 +1,113 @@
-//! Day 11: RMSNorm forward and backward. The launchers for `rmsnorm.cu`: one thread per row,
+//! Day 11: RMSNorm forward and backward. The versions of `rmsnorm.cu`: one thread per row,
 //! the reduction and the scaling split into two kernels, a block per row, and the row in
 //! registers with 16-byte loads; backward as a block per row plus a two-stage column sum, and
-//! fused with the row in registers.
+//! fused with the row in registers. `split` is the day's own; the family
+//! (`common::family::norm`) plans the rest from the kernels' names.
 
 use anyhow::Result;
-use common::dtype::Dtype;
 use common::family::norm::{
-    Inputs, Kind, NormDay, Pass, Plan, Refused, Shape, backward_len, backward_tiers,
-    block_per_row_grid, block_terms, bwd_regs_function, check_sizes, column_terms,
-    forward_register_plan, forward_tiers, fused_backward_launch, launch_column_sums, load_suffix,
-    pipe_function, saved_backward_launch, saved_function, saved_tiers,
+    self, BLOCK_THREADS, Inputs, Kind, NormDay, NormKernels, Plan, Refused, Rows,
+    block_per_row_grid, block_terms, check_sizes,
 };
-use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
-use common::{Element, Gpu, Kernel, LaunchShape};
-use cudarc::driver::PushKernelArg;
+use common::{Element, LaunchShape};
+use cudarc::driver::CudaSlice;
 
-pub use common::family::norm::{MAX_BACKWARD_REGISTER_ROW, MAX_REGISTER_ROW};
+pub const SOURCE: KernelSource = common::kernel_source!("rmsnorm.cu");
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "rmsnorm.cu",
-    code: include_str!("rmsnorm.cu"),
-};
-
-/// What the day compiles: every kernel, for the GPU's own architecture. The loader compiles the
-/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of time for
-/// the GPU host's kernel cache.
+/// What the day compiles: `rmsnorm.cu` for the GPU's own architecture, the family's kernels with
+/// `split`'s and `block`'s. The loader compiles the same, the compile test checks the list, and
+/// `cargo xtask bundle` compiles it ahead of time.
 pub fn kernel_builds() -> Vec<KernelBuild> {
-    vec![KernelBuild::device(SOURCE, all_functions())]
+    norm::kernel_builds::<Day11>()
 }
 
-const DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::Bf16];
-
-/// Threads per block of the block-per-row and elementwise kernels.
-const BLOCK_THREADS: u32 = 256;
-/// Threads per block of `naive` (one per row).
-const NAIVE_THREADS: u32 = 128;
-/// Rows per block in the first stage of `bwd_split`'s column sum.
-const CHUNK_ROWS: usize = 64;
-
-fn regs_function(dtype: Dtype, group: usize, ept: usize, suffix: &str) -> String {
-    format!("rmsnorm_regs_{dtype}_g{group}_e{ept}_{suffix}")
-}
-
-fn all_functions() -> Vec<String> {
-    let mut names = Vec::new();
-    for &dtype in DTYPES {
-        for kind in [
-            "rmsnorm_naive",
-            "rmsnorm_rstd",
-            "rmsnorm_scale",
-            "rmsnorm_block",
-            "rmsnorm_bwd_dx_block",
-            "rmsnorm_bwd_dw_partials",
-            "column_sums",
-        ] {
-            names.push(format!("{kind}_{dtype}"));
-        }
-        for suffix in ["v", "s"] {
-            for (group, ept) in forward_tiers(dtype) {
-                names.push(regs_function(dtype, group, ept, suffix));
-            }
-            for (group, ept) in backward_tiers(dtype) {
-                names.push(bwd_regs_function("rmsnorm", dtype, group, ept, suffix));
-            }
-        }
-        for (group, ept) in backward_tiers(dtype) {
-            names.push(pipe_function("rmsnorm", dtype, group, ept));
-        }
-        for (group, ept) in saved_tiers(dtype) {
-            names.push(saved_function("rmsnorm", dtype, group, ept));
-        }
-    }
-    names
-}
-
-pub struct Day11 {
-    kernels: KernelSet,
-    sms: usize,
-}
-
-impl Day11 {
-    fn kernel<T: Element>(&self, kind: &str) -> Result<&Kernel> {
-        self.kernels.get(&format!("{kind}_{}", T::DTYPE))
-    }
-
-    /// `naive`: one thread per row.
-    fn plan_naive<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-        eps: f32,
-    ) -> Result<Plan<'a, T>> {
-        let kernel = self.kernel::<T>("rmsnorm_naive")?;
-        let blocks = u32::try_from(rows.div_ceil(NAIVE_THREADS as usize))
-            .map_err(|_| Refused(format!("{rows} rows need too many blocks")))?;
-        let shape = LaunchShape::linear(blocks, NAIVE_THREADS);
-        Ok(Plan {
-            kernel,
-            shape,
-            row_terms: cols,
-            col_terms: 0,
-            launch: Box::new(move |inputs: &Inputs<T>, out| {
-                check_sizes(inputs, out.len(), rows, cols, rows * cols)?;
-                let (rows, cols) = (rows as u64, cols as u64);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch
-                    .arg(&inputs.x)
-                    .arg(&inputs.weight)
-                    .arg(out)
-                    .arg(&rows)
-                    .arg(&cols)
-                    .arg(&eps);
-                // SAFETY: rmsnorm_naive_<T>(const T* x, const T* w, T* y, rows, cols, eps) on
-                // buffers of the sizes checked above; threads past the last row return.
-                unsafe { launch.launch(kernel.config(&shape)?) }?;
-                Ok(())
-            }),
-        })
-    }
-
-    /// `split`: rstd per row by a block each, then an elementwise kernel scales.
-    fn plan_split<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-        eps: f32,
-    ) -> Result<Plan<'a, T>> {
-        let rstd_kernel = self.kernel::<T>("rmsnorm_rstd")?;
-        let scale = self.kernel::<T>("rmsnorm_scale")?;
-        let rstd_shape = LaunchShape::linear(block_per_row_grid(rows)?, BLOCK_THREADS);
-        let scale_shape = LaunchShape {
-            grid: (
-                cols.div_ceil(BLOCK_THREADS as usize) as u32,
-                rows.min(65535) as u32,
-                1,
-            ),
-            block: (BLOCK_THREADS, 1, 1),
-            dynamic_shared_bytes: 0,
-        };
-        let mut rstd = gpu.stream.alloc_zeros::<f32>(rows)?;
-        Ok(Plan {
-            kernel: rstd_kernel,
-            shape: rstd_shape,
-            row_terms: block_terms(cols, BLOCK_THREADS),
-            col_terms: 0,
-            launch: Box::new(move |inputs: &Inputs<T>, out| {
-                check_sizes(inputs, out.len(), rows, cols, rows * cols)?;
-                let (rows64, cols64) = (rows as u64, cols as u64);
-                let mut first = gpu.stream.launch_builder(&rstd_kernel.func);
-                first.arg(&inputs.x).arg(&mut rstd).arg(&cols64).arg(&eps);
-                // SAFETY: rmsnorm_rstd_<T>(const T* x, float* rstd, cols, eps), one block per
-                // row; rstd holds one float per row.
-                unsafe { first.launch(rstd_kernel.config(&rstd_shape)?) }?;
-                let mut second = gpu.stream.launch_builder(&scale.func);
-                second
-                    .arg(&inputs.x)
-                    .arg(&inputs.weight)
-                    .arg(&rstd)
-                    .arg(out)
-                    .arg(&rows64)
-                    .arg(&cols64);
-                // SAFETY: rmsnorm_scale_<T>(const T* x, const T* w, const float* rstd, T* y,
-                // rows, cols); the grid covers the columns and strides over the rows.
-                unsafe { second.launch(scale.config(&scale_shape)?) }?;
-                Ok(())
-            }),
-        })
-    }
-
-    /// `block`: a block per row, sum then scale in one kernel.
-    fn plan_block<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-        eps: f32,
-    ) -> Result<Plan<'a, T>> {
-        let kernel = self.kernel::<T>("rmsnorm_block")?;
-        let shape = LaunchShape::linear(block_per_row_grid(rows)?, BLOCK_THREADS);
-        Ok(Plan {
-            kernel,
-            shape,
-            row_terms: block_terms(cols, BLOCK_THREADS),
-            col_terms: 0,
-            launch: Box::new(move |inputs: &Inputs<T>, out| {
-                check_sizes(inputs, out.len(), rows, cols, rows * cols)?;
-                let cols = cols as u64;
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch
-                    .arg(&inputs.x)
-                    .arg(&inputs.weight)
-                    .arg(out)
-                    .arg(&cols)
-                    .arg(&eps);
-                // SAFETY: rmsnorm_block_<T>(const T* x, const T* w, T* y, cols, eps), one
-                // block per row of a rows x cols buffer.
-                unsafe { launch.launch(kernel.config(&shape)?) }?;
-                Ok(())
-            }),
-        })
-    }
-
-    /// `vec_regs`: the row in registers, read once and written once.
-    fn plan_regs<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-        eps: f32,
-    ) -> Result<Plan<'a, T>> {
-        let ((group, ept), shape) = forward_register_plan(T::DTYPE, rows, cols, "block and split")?;
-        let name = regs_function(T::DTYPE, group, ept, load_suffix(T::DTYPE, cols));
-        let kernel = self.kernels.get(&name)?;
-        Ok(Plan {
-            kernel,
-            shape,
-            row_terms: ept + 10,
-            col_terms: 0,
-            launch: Box::new(move |inputs: &Inputs<T>, out| {
-                check_sizes(inputs, out.len(), rows, cols, rows * cols)?;
-                let (rows, cols) = (rows as u64, cols as u64);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch
-                    .arg(&inputs.x)
-                    .arg(&inputs.weight)
-                    .arg(out)
-                    .arg(&rows)
-                    .arg(&cols)
-                    .arg(&eps);
-                // SAFETY: rmsnorm_regs_<T>_g<G>_e<E>_<v|s>(const T* x, const T* w, T* y, rows,
-                // cols, eps); the tier holds the row (G * E >= cols) and `_v` is chosen only
-                // when every row starts on a 16-byte boundary.
-                unsafe { launch.launch(kernel.config(&shape)?) }?;
-                Ok(())
-            }),
-        })
-    }
-
-    /// `bwd_split`: dx by a block per row (saving rstd), then dw as a two-stage column sum
-    /// that reads x and dy again.
-    fn plan_bwd_split<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-        eps: f32,
-    ) -> Result<Plan<'a, T>> {
-        let dx_kernel = self.kernel::<T>("rmsnorm_bwd_dx_block")?;
-        let partials_kernel = self.kernel::<T>("rmsnorm_bwd_dw_partials")?;
-        let sums = self.kernel::<T>("column_sums")?;
-        let chunks = rows.div_ceil(CHUNK_ROWS);
-        if chunks > 65535 {
-            return Err(Refused(format!(
-                "{rows} rows need more than 65535 chunks of {CHUNK_ROWS}"
-            ))
-            .into());
-        }
-        let dx_shape = LaunchShape::linear(block_per_row_grid(rows)?, BLOCK_THREADS);
-        let partials_shape = LaunchShape {
-            grid: (
-                cols.div_ceil(BLOCK_THREADS as usize) as u32,
-                chunks as u32,
-                1,
-            ),
-            block: (BLOCK_THREADS, 1, 1),
-            dynamic_shared_bytes: 0,
-        };
-        let mut rstd = gpu.stream.alloc_zeros::<f32>(rows)?;
-        let mut partials = gpu.stream.alloc_zeros::<f32>(chunks * cols)?;
-        Ok(Plan {
-            kernel: dx_kernel,
-            shape: dx_shape,
-            row_terms: block_terms(cols, BLOCK_THREADS),
-            col_terms: column_terms(CHUNK_ROWS.min(rows), chunks),
-            launch: Box::new(move |inputs: &Inputs<T>, out| {
-                check_sizes(
-                    inputs,
-                    out.len(),
-                    rows,
-                    cols,
-                    backward_len(Kind::Rms, rows, cols),
-                )?;
-                let dy = inputs.dy()?;
-                let (mut dx, mut dw) = out.split_at_mut(rows * cols);
-                let (rows64, cols64, chunk64) = (rows as u64, cols as u64, CHUNK_ROWS as u64);
-                let mut first = gpu.stream.launch_builder(&dx_kernel.func);
-                first
-                    .arg(&inputs.x)
-                    .arg(&inputs.weight)
-                    .arg(dy)
-                    .arg(&mut dx)
-                    .arg(&mut rstd)
-                    .arg(&cols64)
-                    .arg(&eps);
-                // SAFETY: rmsnorm_bwd_dx_block_<T>(const T* x, const T* w, const T* dy, T* dx,
-                // float* rstd, cols, eps), one block per row; dx is rows x cols, rstd rows.
-                unsafe { first.launch(dx_kernel.config(&dx_shape)?) }?;
-                let mut second = gpu.stream.launch_builder(&partials_kernel.func);
-                second
-                    .arg(&inputs.x)
-                    .arg(dy)
-                    .arg(&rstd)
-                    .arg(&mut partials)
-                    .arg(&rows64)
-                    .arg(&cols64)
-                    .arg(&chunk64);
-                // SAFETY: rmsnorm_bwd_dw_partials_<T>(const T* x, const T* dy, const float*
-                // rstd, float* partials, rows, cols, chunk_rows); partials holds chunks x cols.
-                unsafe { second.launch(partials_kernel.config(&partials_shape)?) }?;
-                launch_column_sums(gpu, sums, &partials, &mut dw, 1, chunks, cols)
-            }),
-        })
-    }
-
-    /// `bwd_vec_regs` (`pipelined` false): rows in registers, dx and the block's weight-gradient
-    /// partials in one kernel, then `column_sums`; `bwd_vec_pipe` (`pipelined` true): the same
-    /// with the next rows' x and dy staged in shared memory while a row is worked on.
-    fn plan_bwd_fused<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        pipelined: bool,
-        rows: usize,
-        cols: usize,
-        eps: f32,
-    ) -> Result<Plan<'a, T>> {
-        let (kernel, shape, ept) = fused_backward_launch(
-            &self.kernels,
-            "rmsnorm",
-            pipelined,
-            T::DTYPE,
-            rows,
-            cols,
-            self.sms,
-        )?;
-        let blocks = shape.grid.0 as usize;
-        self.plan_bwd_rows(gpu, kernel, shape, ept, blocks, rows, cols, Some(eps))
-    }
-
-    /// `bwd_saved`: the forward's saved rstd read instead of recomputed, one barrier per row,
-    /// the next row's x and dy loaded while this one is reduced; then `column_sums`.
-    fn plan_bwd_saved<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>> {
-        let (kernel, shape, ept, groups) =
-            saved_backward_launch(&self.kernels, "rmsnorm", T::DTYPE, rows, cols, self.sms, 0)?;
-        self.plan_bwd_rows(gpu, kernel, shape, ept, groups, rows, cols, None)
-    }
-
-    /// The plan of a fused backward kernel whose row groups loop over rows, one dw partial row
-    /// per row group (`groups` of them), then `column_sums`. `eps`: the recomputing kernels'
-    /// (`bwd_vec_regs`, `bwd_vec_pipe`: the last argument); None for `bwd_saved`, which reads
-    /// the saved rstd after dy instead.
-    #[allow(clippy::too_many_arguments)]
-    fn plan_bwd_rows<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        kernel: &'a Kernel,
-        shape: LaunchShape,
-        ept: usize,
-        groups: usize,
-        rows: usize,
-        cols: usize,
-        eps: Option<f32>,
-    ) -> Result<Plan<'a, T>> {
-        let sums = self.kernel::<T>("column_sums")?;
-        let mut partials = gpu.stream.alloc_zeros::<f32>(groups * cols)?;
-        Ok(Plan {
-            kernel,
-            shape,
-            row_terms: ept + 10,
-            col_terms: column_terms(rows.div_ceil(groups), groups),
-            launch: Box::new(move |inputs: &Inputs<T>, out| {
-                check_sizes(
-                    inputs,
-                    out.len(),
-                    rows,
-                    cols,
-                    backward_len(Kind::Rms, rows, cols),
-                )?;
-                let dy = inputs.dy()?;
-                let saved = match eps {
-                    Some(_) => None,
-                    None => Some(inputs.saved_stats()?),
-                };
-                if let Some(saved) = saved.filter(|s| s.len() != rows) {
-                    anyhow::bail!("bwd_saved: {} saved rstd for {rows} rows", saved.len());
-                }
-                let (mut dx, mut dw) = out.split_at_mut(rows * cols);
-                let (rows64, cols64) = (rows as u64, cols as u64);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch.arg(&inputs.x).arg(&inputs.weight).arg(dy);
-                if let Some(saved) = saved {
-                    launch.arg(saved);
-                }
-                launch
-                    .arg(&mut dx)
-                    .arg(&mut partials)
-                    .arg(&rows64)
-                    .arg(&cols64);
-                if let Some(eps) = eps.as_ref() {
-                    launch.arg(eps);
-                }
-                // SAFETY: rmsnorm_bwd_{regs,pipe}_<T>_g<G>_e<E>[_<v|s>](const T* x, const T* w,
-                // const T* dy, T* dx, float* partials, rows, cols, eps) or
-                // rmsnorm_bwd_saved_<T>_g<G>_e<E>(const T* x, const T* w, const T* dy, const
-                // float* saved_rstd, T* dx, float* partials, rows, cols), the arguments pushed
-                // above by `eps`; the tier holds the row, 16-byte loads (`_v`, every pipe and
-                // saved kernel) only for 16-byte aligned rows, a pipe kernel's shared memory
-                // is its stages' buffers (its shape says so), saved_rstd has a value per row
-                // (checked above), partials has a row per row group.
-                unsafe { launch.launch(kernel.config(&shape)?) }?;
-                launch_column_sums(gpu, sums, &partials, &mut dw, 1, groups, cols)
-            }),
-        })
+common::versions! {
+    /// Day 11's forward versions, in table order; the backward's are the family's.
+    pub enum ForwardVersion {
+        /// One thread per row.
+        Naive => "naive",
+        /// rstd per row by a block each, then an elementwise kernel scales.
+        Split => "split",
+        /// A block per row, sum then scale in one kernel.
+        Block => "block",
+        /// The row in registers, read once and written once.
+        VecRegs => "vec_regs",
     }
 }
+
+common::kernel_args! {
+    /// `rmsnorm_rstd_<T>(const T* x, float* rstd, index_t cols, float eps)`
+    fn rmsnorm_rstd<T>(x: &CudaSlice<T>, rstd: &mut CudaSlice<f32>, cols: u64, eps: f32);
+    /// `rmsnorm_scale_<T>(const T* x, const T* w, const float* rstd, T* y, index_t rows,
+    /// index_t cols)`
+    fn rmsnorm_scale<T>(
+        x: &CudaSlice<T>, w: &CudaSlice<T>, rstd: &CudaSlice<f32>, y: &mut CudaSlice<T>,
+        rows: u64, cols: u64,
+    );
+}
+
+/// `split`: rstd per row by a block each, then an elementwise kernel scales.
+fn plan_split<'a, T: Element>(day: &'a NormKernels<Day11>, on: Rows<'a>) -> Result<Plan<'a, T>> {
+    let (gpu, rows, cols, eps) = (on.gpu, on.rows, on.cols, on.eps);
+    let rstd_kernel = day.get::<T>("rmsnorm_rstd")?;
+    let scale = day.get::<T>("rmsnorm_scale")?;
+    let rstd_shape = LaunchShape::linear(block_per_row_grid(rows)?, BLOCK_THREADS);
+    let scale_shape = LaunchShape {
+        grid: (
+            cols.div_ceil(BLOCK_THREADS as usize) as u32,
+            rows.min(65535) as u32,
+            1,
+        ),
+        block: (BLOCK_THREADS, 1, 1),
+        dynamic_shared_bytes: 0,
+    };
+    let mut rstd = gpu.stream.alloc_zeros::<f32>(rows)?;
+    Ok(Plan {
+        kernel: rstd_kernel,
+        shape: rstd_shape,
+        row_terms: block_terms(cols, BLOCK_THREADS),
+        col_terms: 0,
+        launch: Box::new(move |inputs: &Inputs<T>, out| {
+            check_sizes(inputs, out.len(), rows, cols, rows * cols)?;
+            let (x, w, rows64, cols64) = (&inputs.x, &inputs.weight, rows as u64, cols as u64);
+            // SAFETY: one block per row; rstd holds one float per row.
+            unsafe { rmsnorm_rstd(gpu, rstd_kernel, &rstd_shape, x, &mut rstd, cols64, eps) }?;
+            // SAFETY: the grid covers the columns and strides over the rows of the rows x cols
+            // buffers checked above.
+            unsafe { rmsnorm_scale(gpu, scale, &scale_shape, x, w, &rstd, out, rows64, cols64) }
+        }),
+    })
+}
+
+/// The day for the family's runner: its kernels are [`NormKernels<Day11>`].
+pub struct Day11;
 
 impl NormDay for Day11 {
     const DAY: &'static str = "day11";
-    const TITLE: &'static str = "RMSNorm";
     const KIND: Kind = Kind::Rms;
-    const FORWARD_VERSIONS: &'static [&'static str] = &["naive", "split", "block", "vec_regs"];
-    const BACKWARD_VERSIONS: &'static [&'static str] =
-        &["bwd_split", "bwd_vec_regs", "bwd_vec_pipe", "bwd_saved"];
-    const DEFAULT_PROBLEMS: &'static [Shape] = &[
-        Shape::new(Pass::Forward, 16384, 4096, Dtype::Bf16),
-        Shape::new(Pass::Backward, 16384, 4096, Dtype::Bf16),
-    ];
-    const DEFAULT_EPS: f64 = 1e-6;
+    const SOURCE: KernelSource = SOURCE;
+    /// `split`'s two kernels and `block`'s.
+    const OWN_FUNCTIONS: &'static [&'static str] =
+        &["rmsnorm_rstd", "rmsnorm_scale", "rmsnorm_block"];
+    const FORWARD_VERSIONS: &'static [&'static str] = &ForwardVersion::NAMES;
+    /// `bwd_saved` keeps its rows in registers.
+    const SAVED_STAGED_ROWS: usize = 0;
 
-    fn load(gpu: &Gpu) -> Result<Self> {
-        Ok(Self {
-            kernels: KernelSet::load(gpu, &SOURCE, all_functions())?,
-            sms: gpu.info.sms as usize,
-        })
-    }
-
-    fn plan<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
+    fn plan_forward<'a, T: Element>(
+        day: &'a NormKernels<Self>,
         version: &str,
-        rows: usize,
-        cols: usize,
-        eps: f32,
+        on: Rows<'a>,
     ) -> Result<Plan<'a, T>> {
-        match version {
-            "naive" => self.plan_naive(gpu, rows, cols, eps),
-            "split" => self.plan_split(gpu, rows, cols, eps),
-            "block" => self.plan_block(gpu, rows, cols, eps),
-            "vec_regs" => self.plan_regs(gpu, rows, cols, eps),
-            "bwd_split" => self.plan_bwd_split(gpu, rows, cols, eps),
-            "bwd_vec_regs" => self.plan_bwd_fused(gpu, false, rows, cols, eps),
-            "bwd_vec_pipe" => self.plan_bwd_fused(gpu, true, rows, cols, eps),
-            "bwd_saved" => self.plan_bwd_saved(gpu, rows, cols),
-            other => Err(Refused(format!("day11 has no version `{other}`")).into()),
+        match ForwardVersion::from_name(version) {
+            Some(ForwardVersion::Naive) => day.plan_naive(on),
+            Some(ForwardVersion::Split) => plan_split(day, on),
+            Some(ForwardVersion::Block) => day.plan_block("rmsnorm_block", on),
+            Some(ForwardVersion::VecRegs) => day.plan_registers("block and split", on),
+            None => Err(Refused(format!("day11 has no version `{version}`")).into()),
         }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
-    }
-}
+common::test_kernel_builds!();

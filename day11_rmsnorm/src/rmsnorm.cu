@@ -422,9 +422,9 @@ __device__ __forceinline__ void rmsnorm_bwd_saved(const T* __restrict__ x, const
         rmsnorm_bwd_pipe<T, GROUP, EPT>(x, w, dy, dx, partials, rows, cols, eps);              \
     }
 
-// bwd_saved's tiers (saved_tiers in the launcher): a warp per row up to 16 elements a thread,
-// then blocks of 128 and 256 threads with 32 each. Registers: x and dy packed (twice, the next
-// row's too), w and the dw accumulators as floats.
+// bwd_saved's kernel of a tier (NORM_BWD_SAVED_TIERS in norm.cuh lists them), with 2 blocks of
+// 128 threads per SM at 4096 columns. Registers: x and dy packed (twice, the next row's too), w
+// and the dw accumulators as floats.
 #define BWD_SAVED_TIER(T, NAME, GROUP, EPT, BLOCK, MIN_BLOCKS)                                 \
     KERNEL void __launch_bounds__(BLOCK, MIN_BLOCKS)                                           \
         rmsnorm_bwd_saved_##NAME##_g##GROUP##_e##EPT(const T* x, const T* w, const T* dy,      \
@@ -433,16 +433,5 @@ __device__ __forceinline__ void rmsnorm_bwd_saved(const T* __restrict__ x, const
                                                     index_t cols) {                            \
         rmsnorm_bwd_saved<T, GROUP, EPT>(x, w, dy, saved_rstd, dx, partials, rows, cols);      \
     }
-#define BWD_SAVED_KERNELS(T, NAME, PACK)                                                       \
-    BWD_SAVED_TIER(T, NAME, 32, PACK, 256, 2)                                                  \
-    BWD_SAVED_TIER(T, NAME, 32, 16, 256, 1)                                                    \
-    BWD_SAVED_TIER(T, NAME, 128, 32, 128, 2)                                                   \
-    BWD_SAVED_TIER(T, NAME, 256, 32, 256, 1)
 
-BWD_SAVED_KERNELS(float, f32, 4)
-BWD_SAVED_KERNELS(f16_t, f16, 8)
-BWD_SAVED_KERNELS(bf16_t, bf16, 8)
-
-NORM_ALL_KERNELS(float, f32, 4)
-NORM_ALL_KERNELS(f16_t, f16, 8)
-NORM_ALL_KERNELS(bf16_t, bf16, 8)
+NORM_KERNELS_EVERY_DTYPE(2)

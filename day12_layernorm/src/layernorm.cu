@@ -508,8 +508,9 @@ __device__ __forceinline__ void layernorm_bwd_saved(const T* __restrict__ x,
                                           eps);                                                \
     }
 
-// bwd_saved's tiers, as day11's (saved_tiers in the launcher), with 3 blocks of 128 threads per
-// SM at 4096 columns: the rows are in shared memory, so 168 registers hold the rest unspilled.
+// bwd_saved's kernel of a tier (NORM_BWD_SAVED_TIERS in norm.cuh lists them), with 3 blocks of
+// 128 threads per SM at 4096 columns: the rows are in shared memory, so 168 registers hold the
+// rest unspilled.
 #define BWD_SAVED_TIER(T, NAME, GROUP, EPT, BLOCK, MIN_BLOCKS)                                 \
     KERNEL void __launch_bounds__(BLOCK, MIN_BLOCKS)                                           \
         layernorm_bwd_saved_##NAME##_g##GROUP##_e##EPT(                                        \
@@ -518,16 +519,5 @@ __device__ __forceinline__ void layernorm_bwd_saved(const T* __restrict__ x,
         layernorm_bwd_saved<T, GROUP, EPT>(x, w, dy, saved_stats, dx, partials_w, partials_b,  \
                                            rows, cols);                                        \
     }
-#define BWD_SAVED_KERNELS(T, NAME, PACK)                                                       \
-    BWD_SAVED_TIER(T, NAME, 32, PACK, 256, 2)                                                  \
-    BWD_SAVED_TIER(T, NAME, 32, 16, 256, 1)                                                    \
-    BWD_SAVED_TIER(T, NAME, 128, 32, 128, 3)                                                   \
-    BWD_SAVED_TIER(T, NAME, 256, 32, 256, 1)
 
-BWD_SAVED_KERNELS(float, f32, 4)
-BWD_SAVED_KERNELS(f16_t, f16, 8)
-BWD_SAVED_KERNELS(bf16_t, bf16, 8)
-
-NORM_ALL_KERNELS(float, f32, 4)
-NORM_ALL_KERNELS(f16_t, f16, 8)
-NORM_ALL_KERNELS(bf16_t, bf16, 8)
+NORM_KERNELS_EVERY_DTYPE(3)

@@ -6,26 +6,30 @@
 //! storage type.
 
 pub mod problem;
+pub mod reference;
+pub mod run;
 
 use anyhow::{Result, bail};
 use common::dtype::Dtype;
+use common::family::ops;
 use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
-use common::reference::activation::{exact_tolerance, tolerance_for};
 use common::session::Refused;
-use common::{Element, Gpu, Kernel, LaunchShape, Tolerance};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use common::{Element, Gpu, LaunchShape, Tolerance};
+use cudarc::driver::CudaSlice;
+
+use crate::reference::{exact_tolerance, tolerance_for};
 
 pub use problem::{DeviceInputs, HostInputs, OpParams};
+
+/// The default `--rows` and `--cols` of every problem (`run.rs`, and the bench).
+pub const DEFAULT_ROWS: u64 = 16384;
+pub const DEFAULT_COLS: u64 = 4096;
 
 /// `activations.cu` with `rectifiers.cu` appended: NVRTC compiles one program, and the
 /// rectifiers are mapped by the first file's templates and macros (`rectifiers.cu` opens with
 /// a `#line` directive, so compiler messages still name it and its own lines).
-/// The default `--rows` and `--cols` of every problem (main.rs, and the bench).
-pub const DEFAULT_ROWS: u64 = 16384;
-pub const DEFAULT_COLS: u64 = 4096;
-
 pub const SOURCE: KernelSource = KernelSource {
     file_name: "activations.cu",
     code: concat!(
@@ -40,6 +44,8 @@ pub const SOURCE: KernelSource = KernelSource {
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(SOURCE, all_functions())]
 }
+
+common::test_kernel_builds!();
 
 pub const DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::Bf16];
 
@@ -57,67 +63,30 @@ const FAST_PACKS_PER_THREAD: usize = 1;
 /// Rows a bias-dropout-add thread walks at once (`BDA_ROWS`).
 const BDA_ROWS: usize = 4;
 
-/// The day's operations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
-#[value(rename_all = "snake_case")]
-pub enum Op {
-    GeluTanh,
-    GeluErf,
-    Swiglu,
-    GeluTanhBwd,
-    GeluErfBwd,
-    SwigluBwd,
-    BiasDropoutAdd,
-    Relu,
-    ReluBwd,
-    LeakyRelu,
-    LeakyReluBwd,
-    Hardtanh,
-    HardtanhBwd,
-    Silu,
-    SiluBwd,
+common::versions! {
+    /// The day's operations; the names are `--op`'s, and those of keys and kernels.
+    #[derive(clap::ValueEnum)]
+    #[value(rename_all = "snake_case")]
+    pub enum Op {
+        GeluTanh => "gelu_tanh",
+        GeluErf => "gelu_erf",
+        Swiglu => "swiglu",
+        GeluTanhBwd => "gelu_tanh_bwd",
+        GeluErfBwd => "gelu_erf_bwd",
+        SwigluBwd => "swiglu_bwd",
+        BiasDropoutAdd => "bias_dropout_add",
+        Relu => "relu",
+        ReluBwd => "relu_bwd",
+        LeakyRelu => "leaky_relu",
+        LeakyReluBwd => "leaky_relu_bwd",
+        Hardtanh => "hardtanh",
+        HardtanhBwd => "hardtanh_bwd",
+        Silu => "silu",
+        SiluBwd => "silu_bwd",
+    }
 }
 
 impl Op {
-    pub const ALL: [Op; 15] = [
-        Op::GeluTanh,
-        Op::GeluErf,
-        Op::Swiglu,
-        Op::GeluTanhBwd,
-        Op::GeluErfBwd,
-        Op::SwigluBwd,
-        Op::BiasDropoutAdd,
-        Op::Relu,
-        Op::ReluBwd,
-        Op::LeakyRelu,
-        Op::LeakyReluBwd,
-        Op::Hardtanh,
-        Op::HardtanhBwd,
-        Op::Silu,
-        Op::SiluBwd,
-    ];
-
-    /// The name in keys and kernel names: `gelu_tanh_bwd`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::GeluTanh => "gelu_tanh",
-            Op::GeluErf => "gelu_erf",
-            Op::Swiglu => "swiglu",
-            Op::GeluTanhBwd => "gelu_tanh_bwd",
-            Op::GeluErfBwd => "gelu_erf_bwd",
-            Op::SwigluBwd => "swiglu_bwd",
-            Op::BiasDropoutAdd => "bias_dropout_add",
-            Op::Relu => "relu",
-            Op::ReluBwd => "relu_bwd",
-            Op::LeakyRelu => "leaky_relu",
-            Op::LeakyReluBwd => "leaky_relu_bwd",
-            Op::Hardtanh => "hardtanh",
-            Op::HardtanhBwd => "hardtanh_bwd",
-            Op::Silu => "silu",
-            Op::SiluBwd => "silu_bwd",
-        }
-    }
-
     /// The input tensors, in kernel-argument order. All have `rows x cols` elements except
     /// the bias (`cols`); the dropout mask (bytes) is not one of them.
     pub fn inputs(self) -> &'static [&'static str] {
@@ -168,8 +137,6 @@ impl Op {
         self.versions().contains(&"vec_fast")
     }
 
-    /// The piecewise-linear ops: exact up to the rounding to storage
-    /// ([`exact_tolerance`]).
     /// Packs per thread of the op's `vec` kernel: one for the forward rectifiers
     /// (`RECTIFIER_UNARY_PACKS` in rectifiers.cu, which says why), two for the rest
     /// (`PACKS_PER_THREAD`).
@@ -180,6 +147,8 @@ impl Op {
         }
     }
 
+    /// The piecewise-linear ops: exact up to the rounding to storage
+    /// ([`exact_tolerance`]).
     pub fn is_piecewise_linear(self) -> bool {
         matches!(
             self,
@@ -192,6 +161,19 @@ impl Op {
         )
     }
 
+    /// What `version`'s output in `T` is checked with: exact up to the rounding to storage for
+    /// the piecewise-linear ops; two roundings for the unfused SwiGLU, which stores silu(g) as
+    /// T before the multiply; one for the rest.
+    pub fn tolerance<T: Element>(self, version: &str) -> Tolerance {
+        if self.is_piecewise_linear() {
+            exact_tolerance()
+        } else if self == Op::Swiglu && version == "unfused" {
+            tolerance_for::<T>(2)
+        } else {
+            tolerance_for::<T>(1)
+        }
+    }
+
     /// The storage type of the op's default problem.
     pub fn default_dtype(self) -> Dtype {
         if self == Op::BiasDropoutAdd {
@@ -200,6 +182,32 @@ impl Op {
             Dtype::Bf16
         }
     }
+}
+
+common::kernel_args! {
+    /// `<op>[_vec|_vec_fast]_<T>(const T* x, T* y, index_t n)`: one input (`silu` is also the
+    /// unfused SwiGLU's first kernel).
+    fn unary<T>(x: &CudaSlice<T>, y: &mut CudaSlice<T>, n: u64);
+    /// The same with one scalar after n (leaky_relu's slope).
+    fn unary_1<T>(x: &CudaSlice<T>, y: &mut CudaSlice<T>, n: u64, s0: f32);
+    /// The same with two (hardtanh's bounds).
+    fn unary_2<T>(x: &CudaSlice<T>, y: &mut CudaSlice<T>, n: u64, s0: f32, s1: f32);
+    /// `(const T* a, const T* b, T* y, index_t n)`: two inputs (SwiGLU, the gradients, `mul`).
+    fn binary<T>(a: &CudaSlice<T>, b: &CudaSlice<T>, y: &mut CudaSlice<T>, n: u64);
+    fn binary_1<T>(a: &CudaSlice<T>, b: &CudaSlice<T>, y: &mut CudaSlice<T>, n: u64, s0: f32);
+    fn binary_2<T>(
+        a: &CudaSlice<T>, b: &CudaSlice<T>, y: &mut CudaSlice<T>, n: u64, s0: f32, s1: f32,
+    );
+    /// `swiglu_bwd[_vec]_<T>(const T* dout, const T* g, const T* x, T* dgx, index_t n)`
+    fn ternary<T>(
+        a: &CudaSlice<T>, b: &CudaSlice<T>, c: &CudaSlice<T>, y: &mut CudaSlice<T>, n: u64,
+    );
+    /// `bias_dropout_add[_vec]_<T>(const T* x, const T* bias, const unsigned char* mask,
+    /// const T* residual, T* out, index_t rows, index_t cols, float scale)`
+    fn bias_dropout_add<T>(
+        x: &CudaSlice<T>, bias: &CudaSlice<T>, mask: &CudaSlice<u8>, residual: &CudaSlice<T>,
+        out: &mut CudaSlice<T>, rows: u64, cols: u64, scale: f32,
+    );
 }
 
 /// Elements in one 16-byte pack.
@@ -246,17 +254,10 @@ enum Mapping {
     Packed { packs: usize },
 }
 
-/// Enqueues one run of a version, writing the op's outputs into the buffer it is given.
-pub type Launch<'a, T> = Box<dyn FnMut(&mut CudaSlice<T>) -> Result<()> + 'a>;
-
-/// How one version runs on one problem.
-pub struct Plan<'a, T: Element> {
-    /// The kernel the table describes (the first, where there are two).
-    pub kernel: &'a Kernel,
-    pub shape: LaunchShape,
-    pub tolerance: Tolerance,
-    pub launch: Launch<'a, T>,
-}
+/// How one version runs on one problem: the kernel the table describes is the first, where
+/// there are two; the launch enqueues one run, writing the op's outputs into the buffer it is
+/// given. Its check's tolerance is [`Op::tolerance`].
+pub type Plan<'a, T> = ops::Plan<'a, dyn FnMut(&mut CudaSlice<T>) -> Result<()> + 'a>;
 
 pub struct Activations {
     kernels: KernelSet,
@@ -303,34 +304,29 @@ impl Activations {
                 };
                 let kernel = self.kernels.get(&name)?;
                 let shape = elementwise_shape(mapping, inputs.elements(), T::DTYPE);
-                let tolerance = if op.is_piecewise_linear() {
-                    exact_tolerance()
-                } else {
-                    tolerance_for::<T>(1)
-                };
                 // The `SCALARS` its kernel declares after n (none but the rectifiers').
                 let scalars: Vec<f32> = inputs.params.scalars(op).iter().map(|s| s.1).collect();
                 Ok(Plan {
                     kernel,
                     shape,
-                    tolerance,
                     launch: Box::new(move |out| {
                         check_output(out, inputs)?;
-                        let n = inputs.elements() as u64;
-                        let mut launch = gpu.stream.launch_builder(&kernel.func);
-                        for t in &inputs.tensors {
-                            launch.arg(t);
+                        let (k, s, n) = (kernel, &shape, inputs.elements() as u64);
+                        // SAFETY: the op's inputs in kernel-argument order, each of n elements
+                        // (checked), an output of n * outputs elements (checked) and the
+                        // scalars its kernel declares after n; threads past n return.
+                        unsafe {
+                            match (&inputs.tensors[..], &scalars[..]) {
+                                ([x], []) => unary(gpu, k, s, x, out, n),
+                                ([x], &[a]) => unary_1(gpu, k, s, x, out, n, a),
+                                ([x], &[a, b]) => unary_2(gpu, k, s, x, out, n, a, b),
+                                ([x, y], []) => binary(gpu, k, s, x, y, out, n),
+                                ([x, y], &[a]) => binary_1(gpu, k, s, x, y, out, n, a),
+                                ([x, y], &[a, b]) => binary_2(gpu, k, s, x, y, out, n, a, b),
+                                ([x, y, z], []) => ternary(gpu, k, s, x, y, z, out, n),
+                                _ => bail!("{}: no kernel takes these arguments", op.name()),
+                            }
                         }
-                        launch.arg(out).arg(&n);
-                        for s in &scalars {
-                            launch.arg(s);
-                        }
-                        // SAFETY: matches `<op>[_vec|_vec_fast]_<T>(const T* in..., T* out, n,
-                        // float scalars...)` with the op's inputs in order, each of n elements
-                        // (checked), an output of n * outputs elements (checked) and the op's
-                        // scalars as its kernel declares them; the grid covers n.
-                        unsafe { launch.launch(kernel.config(&shape)?) }?;
-                        Ok(())
                     }),
                 })
             }
@@ -358,24 +354,16 @@ impl Activations {
         Ok(Plan {
             kernel: silu,
             shape,
-            // silu(g) is rounded to T before the multiply: two roundings.
-            tolerance: tolerance_for::<T>(2),
             launch: Box::new(move |out| {
                 check_output(out, inputs)?;
                 let [g, x] = &inputs.tensors[..] else {
                     bail!("swiglu takes g and x");
                 };
                 let n = n as u64;
-                let config = silu.config(&shape)?;
-                let mut first = gpu.stream.launch_builder(&silu.func);
-                first.arg(g).arg(&mut silu_g).arg(&n);
-                // SAFETY: silu_vec_<T>(const T* g, T* out, n): g and silu_g hold n elements.
-                unsafe { first.launch(config) }?;
-                let mut second = gpu.stream.launch_builder(&mul.func);
-                second.arg(&silu_g).arg(x).arg(out).arg(&n);
-                // SAFETY: mul_vec_<T>(const T* a, const T* b, T* out, n), all of n elements.
-                unsafe { second.launch(mul.config(&shape)?) }?;
-                Ok(())
+                // SAFETY: g and silu_g hold n elements; threads past n return.
+                unsafe { unary(gpu, silu, &shape, g, &mut silu_g, n) }?;
+                // SAFETY: silu_g, x and out hold n elements; the stream runs this after silu.
+                unsafe { binary(gpu, mul, &shape, &silu_g, x, out, n) }
             }),
         })
     }
@@ -410,7 +398,6 @@ impl Activations {
         Ok(Plan {
             kernel,
             shape,
-            tolerance: tolerance_for::<T>(1),
             launch: Box::new(move |out| {
                 check_output(out, inputs)?;
                 let [x, bias, residual] = &inputs.tensors[..] else {
@@ -419,23 +406,15 @@ impl Activations {
                 let Some(mask) = &inputs.mask else {
                     bail!("bias_dropout_add needs its mask");
                 };
-                let (rows, cols) = (rows as u64, cols as u64);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch
-                    .arg(x)
-                    .arg(bias)
-                    .arg(mask)
-                    .arg(residual)
-                    .arg(out)
-                    .arg(&rows)
-                    .arg(&cols)
-                    .arg(&inputs.scale);
-                // SAFETY: matches bias_dropout_add[_vec]_<T>(x, bias, mask, residual, out,
-                // rows, cols, scale); x, mask, residual and out hold rows * cols elements and
-                // bias cols (checked); the packed kernel is chosen only when cols is a multiple
-                // of the pack, so every pack is 16-byte aligned and inside one row.
-                unsafe { launch.launch(kernel.config(&shape)?) }?;
-                Ok(())
+                let (rows, cols, scale) = (rows as u64, cols as u64, inputs.scale);
+                // SAFETY: x, mask, residual and out hold rows * cols elements and bias cols
+                // (checked); the packed kernel is chosen only when cols is a multiple of the
+                // pack, so every pack is 16-byte aligned and inside one row.
+                unsafe {
+                    bias_dropout_add(
+                        gpu, kernel, &shape, x, bias, mask, residual, out, rows, cols, scale,
+                    )
+                }
             }),
         })
     }
@@ -468,11 +447,6 @@ fn check_output<T: Element>(out: &CudaSlice<T>, inputs: &DeviceInputs<T>) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
-    }
 
     #[test]
     fn kernel_names_say_op_dtype_and_vector_width() {

@@ -3,13 +3,12 @@
 //! least traffic and its key; the same for `main` and the GPU tests.
 
 use anyhow::{Result, bail};
-use common::reference::activation as reference;
 use common::{Element, Gpu, measure::inputs};
 use cudarc::driver::CudaSlice;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::Op;
+use crate::{Op, reference};
 
 /// Dropout probability of the bias-dropout-add problems; kept elements are scaled by
 /// 1 / (1 - p).

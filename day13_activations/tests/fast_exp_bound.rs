@@ -8,10 +8,10 @@
 //! rounding to the same f32 part, so they hold when f32 does. The SiLU kernels' sigmoid
 //! (`sigmoid_unclamped`, torch's form) is replayed the same way.
 
-use common::reference::activation::{
+use common::{Tolerance, measure::check};
+use day13::reference::{
     erfc, gelu_erf, gelu_erf_grad, gelu_tanh, gelu_tanh_grad, silu, silu_backward, tolerance_for,
 };
-use common::{Tolerance, measure::check};
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_CUBIC: f32 = 0.044715;

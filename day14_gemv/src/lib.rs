@@ -9,22 +9,19 @@ use common::gpu::nvrtc::KernelSource;
 use common::reference::gemv::tolerance_f32;
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape, Tolerance};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 /// Square (the problem the day's goal is set on), tall-skinny and short-wide: 256 MiB of A each.
 pub const DEFAULT_SHAPES: [(usize, usize); 3] = [(8192, 8192), (1 << 20, 64), (64, 1 << 20)];
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "gemv.cu",
-    code: include_str!("gemv.cu"),
-};
+pub const SOURCE: KernelSource = common::kernel_source!("gemv.cu");
 
-/// What the day compiles: every kernel, for the GPU's own architecture. The loader compiles the
-/// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of time for
-/// the GPU host's kernel cache.
+/// What the day compiles: every kernel for the GPU's own architecture.
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(SOURCE, all_functions())]
 }
+
+common::test_kernel_builds!();
 
 /// Version names, in table order.
 pub const VERSIONS: &[&str] = &["warp_scalar", "warp_vec4", "rows_vec4", "split_row"];
@@ -78,6 +75,24 @@ pub fn lanes_per_row(n: usize) -> usize {
     per_lane.next_power_of_two().min(32)
 }
 
+common::kernel_args! {
+    /// Every one-kernel version, `gemv_*(const float* A, const float* x, float* y, index_t m,
+    /// index_t n)`.
+    fn gemv(a: &CudaSlice<f32>, x: &CudaSlice<f32>, y: &mut CudaSlice<f32>, m: u64, n: u64);
+    /// `gemv_split_partial_f32x4(const float* A, const float* x, float* partial, index_t m,
+    /// index_t n)`: each warp's dot product of its 512 columns.
+    fn split_partial(
+        a: &CudaSlice<f32>,
+        x: &CudaSlice<f32>,
+        partial: &mut CudaSlice<f32>,
+        m: u64,
+        n: u64,
+    );
+    /// `gemv_split_reduce_f32(const float* partial, float* y, index_t m, index_t parts)`: a
+    /// row's parts added in order.
+    fn split_reduce(partial: &CudaSlice<f32>, y: &mut CudaSlice<f32>, m: u64, parts: u64);
+}
+
 /// Enqueues one `y = A x`.
 pub type Launch<'a> =
     Box<dyn FnMut(&CudaSlice<f32>, &CudaSlice<f32>, &mut CudaSlice<f32>) -> Result<()> + 'a>;
@@ -124,14 +139,9 @@ impl Gemv {
                 chain,
                 launch: Box::new(move |a, x, y| {
                     check_sizes(a, x, y, m, n)?;
-                    let (m, n) = (m as u64, n as u64);
-                    let mut launch = gpu.stream.launch_builder(&kernel.func);
-                    launch.arg(a).arg(x).arg(y).arg(&m).arg(&n);
-                    // SAFETY: matches gemv_*(const float* A, const float* x, float* y, m, n)
-                    // with A of m * n, x of n and y of m floats (checked); the grid covers m
+                    // SAFETY: A holds m * n, x n and y m floats (checked); the grid covers m
                     // rows and every kernel guards rows >= m.
-                    unsafe { launch.launch(kernel.config(&shape)?) }?;
-                    Ok(())
+                    unsafe { gemv(gpu, kernel, &shape, a, x, y, m as u64, n as u64) }
                 }),
             })
         };
@@ -186,16 +196,11 @@ impl Gemv {
             launch: Box::new(move |a, x, y| {
                 check_sizes(a, x, y, m, n)?;
                 let (m, n, parts) = (m as u64, n as u64, parts as u64);
-                let mut first = gpu.stream.launch_builder(&partial_kernel.func);
-                first.arg(a).arg(x).arg(&mut partial).arg(&m).arg(&n);
-                // SAFETY: matches gemv_split_partial_f32x4(A, x, partial, m, n); partial holds
-                // m * ceil(n / 512) floats, the grid covers every (16-row, 4096-column) tile.
-                unsafe { first.launch(partial_kernel.config(&shape)?) }?;
-                let mut second = gpu.stream.launch_builder(&reduce_kernel.func);
-                second.arg(&partial).arg(y).arg(&m).arg(&parts);
-                // SAFETY: matches gemv_split_reduce_f32(partial, y, m, parts); y holds m.
-                unsafe { second.launch(reduce_kernel.config(&reduce_shape)?) }?;
-                Ok(())
+                // SAFETY: A holds m * n and x n floats (checked), partial m * ceil(n / 512);
+                // the grid covers every (16-row, 4096-column) tile.
+                unsafe { split_partial(gpu, partial_kernel, &shape, a, x, &mut partial, m, n) }?;
+                // SAFETY: partial holds m * parts floats, y m (checked).
+                unsafe { split_reduce(gpu, reduce_kernel, &reduce_shape, &partial, y, m, parts) }
             }),
         })
     }
@@ -231,11 +236,6 @@ fn check_sizes(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
-    }
 
     #[test]
     fn narrow_rows_share_warps_and_wide_rows_get_a_warp() {

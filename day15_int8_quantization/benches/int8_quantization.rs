@@ -9,7 +9,7 @@ use common::{Gpu, measure::inputs};
 use cudarc::driver::CudaSlice;
 use day15::quantize::{Quantize, Scheme, Version};
 
-/// main.rs's default `--rows` and `--cols`.
+/// The default `--rows` and `--cols`.
 const ROWS: usize = day15::DEFAULT_ROWS as usize;
 const COLS: usize = day15::DEFAULT_COLS as usize;
 const N: usize = ROWS * COLS;
@@ -25,7 +25,7 @@ struct Problem {
 fn setup(gpu: &Gpu) -> Result<Problem> {
     Ok(Problem {
         day: Quantize::load(gpu)?,
-        // As main.rs: uniform in [-3, 5), so the range is not symmetric about 0.
+        // As the run (`problem.rs`): uniform in [-3, 5), so the range is not symmetric about 0.
         x: gpu.upload(&inputs::uniform::<f32>(N, -3.0, 5.0, default_seed()?))?,
     })
 }

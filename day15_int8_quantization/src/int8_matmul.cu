@@ -19,11 +19,19 @@
 // Run: cargo run --release -p day15 -- --op int8_matmul --kernel dp4a_tiled
 #include "common.cuh"
 
+// The naive kernel's square block and the tiled kernel's block tile and threads come from the
+// launcher's table (int8_matmul.rs) as -DINT8_MATMUL_... defines.
+#if !defined(INT8_MATMUL_NAIVE_BLOCK) || !defined(INT8_MATMUL_TILE) ||                         \
+    !defined(INT8_MATMUL_TILED_THREADS)
+#error "int8_matmul.cu: compile it with the -DINT8_MATMUL_ defines of day15's int8_matmul.rs"
+#endif
+
 // grid(ceil(n / 16), ceil(m / 16)), block(16, 16): thread (x, y) computes C[row][col].
 KERNEL void int8_matmul_naive(const signed char* __restrict__ a,
                               const signed char* __restrict__ b_t, int* __restrict__ c, int za,
                               int zb, int m, int n, int k) {
-    const int col = blockIdx.x * 16 + threadIdx.x, row = blockIdx.y * 16 + threadIdx.y;
+    const int col = blockIdx.x * INT8_MATMUL_NAIVE_BLOCK + threadIdx.x,
+              row = blockIdx.y * INT8_MATMUL_NAIVE_BLOCK + threadIdx.y;
     if (row >= m || col >= n) return;
     const signed char* a_row = a + (index_t)row * k;
     const signed char* b_row = b_t + (index_t)col * k;
@@ -32,12 +40,13 @@ KERNEL void int8_matmul_naive(const signed char* __restrict__ a,
     c[(index_t)row * n + col] = acc;
 }
 
-#define BM 128
-#define BN 128
+#define BM INT8_MATMUL_TILE
+#define BN INT8_MATMUL_TILE
 #define BK 32               // k-bytes per stage: 8 words
 #define BKW (BK / 4)
 #define PAD 4               // words: keeps the two 16-byte halves of a loader warp on distinct banks
-#define TILED_THREADS 256   // 16 x 16 threads, 8 x 8 outputs each
+#define TILED_THREADS INT8_MATMUL_TILED_THREADS  // 16 x 16 threads, 8 x 8 outputs each
+static_assert((BM / 8) * (BN / 8) == TILED_THREADS, "a thread per 8 x 8 outputs of the tile");
 
 // Loads the 128 rows x 32 bytes of one operand's stage into `tile` (k-word major:
 // tile[w][row] holds bytes 4w..4w+3 of the row) and adds each row's bytes to `sums`.

@@ -2,42 +2,60 @@
 //! B given transposed (n x k), both row-major int8.
 
 use anyhow::{Result, bail};
+use common::gpu::kernel::KernelSet;
+use common::gpu::tile::file_define;
 use common::reference::quantize::INT8_MATMUL_MAX_K;
 use common::{Gpu, Kernel, LaunchShape};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
-use crate::MATMUL_SOURCE;
-
-/// The block tile of `dp4a_tiled` (BM = BN in the .cu) and the naive kernel's square block.
+/// The launch numbers, held here once: `int8_matmul.cu` gets them as NVRTC defines
+/// ([`defines`]). The block tile of `dp4a_tiled` (BM = BN) and its threads (one per 8 x 8
+/// outputs), and the naive kernel's square block.
 const TILE: u32 = 128;
+const TILED_THREADS: u32 = 256;
 const NAIVE_BLOCK: u32 = 16;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
-    Naive,
-    Dp4aTiled,
+/// The `-DINT8_MATMUL_...` options that give `int8_matmul.cu` the numbers above.
+pub fn defines() -> Vec<String> {
+    [
+        ("NAIVE_BLOCK", NAIVE_BLOCK),
+        ("TILE", TILE),
+        ("TILED_THREADS", TILED_THREADS),
+    ]
+    .into_iter()
+    .map(|(name, value)| file_define("INT8_MATMUL", name, value as usize))
+    .collect()
+}
+
+common::versions! {
+    pub enum Version {
+        Naive => "naive",
+        Dp4aTiled => "dp4a_tiled",
+    }
 }
 
 impl Version {
-    pub const ALL: [Version; 2] = [Version::Naive, Version::Dp4aTiled];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Version::Naive => "naive",
-            Version::Dp4aTiled => "dp4a_tiled",
-        }
-    }
-
     pub fn function(self) -> &'static str {
         match self {
             Version::Naive => "int8_matmul_naive",
             Version::Dp4aTiled => "int8_matmul_dp4a_tiled",
         }
     }
+}
 
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|v| v.name() == name)
-    }
+common::kernel_args! {
+    /// `int8_matmul_<version>(const signed char* a, const signed char* b_t, int* c, int za,
+    /// int zb, int m, int n, int k)`
+    fn int8_matmul(
+        a: &CudaSlice<i8>,
+        b_t: &CudaSlice<i8>,
+        c: &mut CudaSlice<i32>,
+        za: i32,
+        zb: i32,
+        m: i32,
+        n: i32,
+        k: i32,
+    );
 }
 
 /// The sizes of one INT8 matmul.
@@ -115,29 +133,24 @@ impl Shape {
 }
 
 pub struct Int8Matmul {
-    kernels: Vec<Kernel>,
+    kernels: KernelSet,
 }
 
 impl Int8Matmul {
     pub fn load(gpu: &Gpu) -> Result<Self> {
-        let module = gpu.load(&MATMUL_SOURCE)?;
-        let kernels = Version::ALL
-            .iter()
-            .map(|v| module.kernel(gpu, v.function()))
-            .collect::<Result<_>>()?;
-        Ok(Self { kernels })
+        Ok(Self {
+            kernels: KernelSet::load_build(gpu, &crate::matmul_build())?,
+        })
     }
 
-    pub fn kernel(&self, version: Version) -> &Kernel {
-        &self.kernels[version as usize]
-    }
-
-    pub fn shape(&self, version: Version, s: Shape) -> LaunchShape {
+    /// Plans `version` on `s`, refused as [`Shape::validate`] refuses.
+    pub fn plan(&self, version: Version, s: Shape) -> Result<Int8MatmulPlan<'_>> {
+        s.validate()?;
         let (block, tile) = match version {
             Version::Naive => ((NAIVE_BLOCK, NAIVE_BLOCK, 1), NAIVE_BLOCK),
-            Version::Dp4aTiled => ((256, 1, 1), TILE),
+            Version::Dp4aTiled => ((TILED_THREADS, 1, 1), TILE),
         };
-        LaunchShape {
+        let shape = LaunchShape {
             grid: (
                 s.n.div_ceil(tile as usize) as u32,
                 s.m.div_ceil(tile as usize) as u32,
@@ -145,23 +158,34 @@ impl Int8Matmul {
             ),
             block,
             dynamic_shared_bytes: 0,
-        }
+        };
+        Ok(Int8MatmulPlan {
+            kernel: self.kernels.get(version.function())?,
+            shape,
+            s,
+        })
     }
+}
 
+/// One version planned for one shape: its kernel and launch shape.
+pub struct Int8MatmulPlan<'a> {
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    s: Shape,
+}
+
+impl Int8MatmulPlan<'_> {
     /// `c = (a - za)(b - zb)` with `a` m x k, `b_t` n x k, `c` m x n, all row-major.
-    #[allow(clippy::too_many_arguments)]
     pub fn launch(
         &self,
         gpu: &Gpu,
-        version: Version,
         a: &CudaSlice<i8>,
         b_t: &CudaSlice<i8>,
         c: &mut CudaSlice<i32>,
         za: i32,
         zb: i32,
-        s: Shape,
     ) -> Result<()> {
-        s.validate()?;
+        let s = self.s;
         if a.len() != s.m * s.k || b_t.len() != s.n * s.k || c.len() != s.m * s.n {
             bail!(
                 "int8_matmul {} x {} x {}: A has {}, B^T {}, C {} elements",
@@ -178,23 +202,9 @@ impl Int8Matmul {
                 "int8_matmul: zero points {za}, {zb} are outside the int8 range (so |a - za| <= 255)"
             );
         }
-        let kernel = self.kernel(version);
-        let config = kernel.config(&self.shape(version, s))?;
         let (m, n, k) = (s.m as i32, s.n as i32, s.k as i32);
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch
-            .arg(a)
-            .arg(b_t)
-            .arg(c)
-            .arg(&za)
-            .arg(&zb)
-            .arg(&m)
-            .arg(&n)
-            .arg(&k);
-        // SAFETY: matches int8_matmul_<version>(const signed char* a, const signed char* b_t,
-        // int* c, int za, int zb, int m, int n, int k); the buffers hold m k, n k and m n
-        // elements, and the grid covers every output.
-        unsafe { launch.launch(config) }?;
-        Ok(())
+        // SAFETY: the buffers hold m k, n k and m n elements (checked above), and the grid
+        // covers every output.
+        unsafe { int8_matmul(gpu, self.kernel, &self.shape, a, b_t, c, za, zb, m, n, k) }
     }
 }

@@ -1,46 +1,43 @@
 //! Day 15: per-tensor INT8 quantization. The launchers for `quantize.cu` (symmetric and
 //! asymmetric quantization, dequantization) and `int8_matmul.cu` (C = (A - za)(B - zb) in
-//! int32 with dp4a).
+//! int32 with dp4a), and [`problem`]: the day's problems for the shared runner of multi-op
+//! days.
 
 pub mod int8_matmul;
+pub mod problem;
 pub mod quantize;
 
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 
-/// The default `--rows` and `--cols` of the tensor to quantize (main.rs, and the bench).
+/// The default `--rows` and `--cols` of the tensor to quantize (the day's flags, and the bench).
 pub const DEFAULT_ROWS: u64 = 16384;
 pub const DEFAULT_COLS: u64 = 4096;
 
-pub const QUANTIZE_SOURCE: KernelSource = KernelSource {
-    file_name: "quantize.cu",
-    code: include_str!("quantize.cu"),
-};
+pub const QUANTIZE_SOURCE: KernelSource = common::kernel_source!("quantize.cu");
 
-pub const MATMUL_SOURCE: KernelSource = KernelSource {
-    file_name: "int8_matmul.cu",
-    code: include_str!("int8_matmul.cu"),
-};
+pub const MATMUL_SOURCE: KernelSource = common::kernel_source!("int8_matmul.cu");
+
+/// `quantize.cu`, every kernel, with its launcher's numbers as defines.
+pub fn quantize_build() -> KernelBuild {
+    KernelBuild::device(QUANTIZE_SOURCE, quantize::all_functions())
+        .with_options(quantize::defines())
+}
+
+/// `int8_matmul.cu`, both versions, with its launcher's numbers as defines.
+pub fn matmul_build() -> KernelBuild {
+    KernelBuild::device(
+        MATMUL_SOURCE,
+        int8_matmul::Version::ALL.map(|v| v.function()),
+    )
+    .with_options(int8_matmul::defines())
+}
 
 /// What the day compiles: both files, every kernel, for the GPU's own architecture. The
 /// loaders compile the same, the compile test checks this list, and `cargo xtask bundle`
 /// compiles it ahead of time for the GPU host's kernel cache.
 pub fn kernel_builds() -> Vec<KernelBuild> {
-    vec![
-        KernelBuild::device(QUANTIZE_SOURCE, quantize::all_functions()),
-        KernelBuild::device(
-            MATMUL_SOURCE,
-            int8_matmul::Version::ALL.iter().map(|v| v.function()),
-        ),
-    ]
+    vec![quantize_build(), matmul_build()]
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
-    }
-}
+common::test_kernel_builds!();

@@ -26,6 +26,15 @@
 #include "common.cuh"
 #include "reduce.cuh"
 
+// Blocks and shared memory come from the launcher's table (quantize.rs) as -DQUANTIZE_...
+// defines; the static_assert below checks that the fused kernel's shared memory is what the
+// launcher gives.
+#if !defined(QUANTIZE_THREADS) || !defined(QUANTIZE_BLOCKS_PER_SM) ||                          \
+    !defined(QUANTIZE_FUSED_THREADS) || !defined(QUANTIZE_FUSED_STEPS) ||                      \
+    !defined(QUANTIZE_FUSED_SHARED_BYTES)
+#error "quantize.cu: compile it with the -DQUANTIZE_ defines of day15's quantize.rs"
+#endif
+
 // The range of a set of values; empty is {+inf, -inf}.
 struct MinMax {
     float lo, hi;
@@ -195,7 +204,7 @@ __device__ __forceinline__ void quantize_pass(const float* __restrict__ x,
 //   phase 2: quantize the registers and shared memory (no DRAM read), then re-read the rest
 //            from the last step backwards: the steps read last in phase 1 are still in L2.
 // The n % 4 leftover elements belong to the last block.
-#define FUSED_THREADS 512
+#define FUSED_THREADS QUANTIZE_FUSED_THREADS
 template <bool ASYM, int R, int S>
 __device__ __forceinline__ void quantize_fused(const float* __restrict__ x,
                                                unsigned char* __restrict__ q, MinMax* partials,
@@ -297,20 +306,22 @@ __device__ __forceinline__ void quantize_fused(const float* __restrict__ x,
 // Registers kept per thread (R float4 = 4R registers) and shared-memory steps (S x 8 KB per
 // block): with two 512-thread blocks per SM, 64 registers per thread and 96 KB each.
 #define FUSED_R 6
-#define FUSED_S 12
+#define FUSED_S QUANTIZE_FUSED_STEPS
+static_assert(FUSED_S * FUSED_THREADS * sizeof(float4) == QUANTIZE_FUSED_SHARED_BYTES,
+              "the fused kernel's shared memory is the launcher's");
 
 #define QUANTIZE_KERNELS(NAME, ASYM)                                                           \
-    KERNEL void __launch_bounds__(256, 8)                                                       \
+    KERNEL void __launch_bounds__(QUANTIZE_THREADS, QUANTIZE_BLOCKS_PER_SM)                    \
         min_max_##NAME##_f32x4(const float* x, MinMax* partials, unsigned* done,               \
                                float* params, index_t n) {                                     \
         min_max_pass<ASYM>(x, partials, done, params, n);                                      \
     }                                                                                          \
-    KERNEL void __launch_bounds__(256, 8)                                                       \
+    KERNEL void __launch_bounds__(QUANTIZE_THREADS, QUANTIZE_BLOCKS_PER_SM)                    \
         quantize_##NAME##_f32x4(const float* x, unsigned char* q, const float* params,         \
                                 index_t n) {                                                   \
         quantize_pass<ASYM, false>(x, q, params, n);                                           \
     }                                                                                          \
-    KERNEL void __launch_bounds__(256, 8)                                                       \
+    KERNEL void __launch_bounds__(QUANTIZE_THREADS, QUANTIZE_BLOCKS_PER_SM)                    \
         quantize_##NAME##_reverse_f32x4(const float* x, unsigned char* q, const float* params, \
                                         index_t n) {                                           \
         quantize_pass<ASYM, true>(x, q, params, n);                                            \
@@ -362,11 +373,11 @@ __device__ __forceinline__ void dequantize_pass(const Q* __restrict__ q, float* 
     }
 }
 
-KERNEL void __launch_bounds__(256, 8)
+KERNEL void __launch_bounds__(QUANTIZE_THREADS, QUANTIZE_BLOCKS_PER_SM)
     dequantize_i8x4(const signed char* q, float* y, const float* params, index_t n) {
     dequantize_pass<signed char>(q, y, params, n);
 }
-KERNEL void __launch_bounds__(256, 8)
+KERNEL void __launch_bounds__(QUANTIZE_THREADS, QUANTIZE_BLOCKS_PER_SM)
     dequantize_u8x4(const unsigned char* q, float* y, const float* params, index_t n) {
     dequantize_pass<unsigned char>(q, y, params, n);
 }

@@ -3,41 +3,47 @@
 
 use anyhow::{Result, bail};
 use common::gpu::kernel::KernelSet;
+use common::gpu::tile::file_define;
 use common::session::Refused;
 use common::{Element, Gpu, Kernel, LaunchShape};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-use crate::QUANTIZE_SOURCE;
-
-/// Threads per block of the grid-stride kernels, and their blocks per SM (one full wave).
+/// The kernels' launch numbers, held here once: `quantize.cu` gets them as NVRTC defines
+/// ([`defines`]) and checks its own layout against them. Threads per block of the grid-stride
+/// kernels, and their blocks per SM (one full wave).
 const THREADS: u32 = 256;
 const BLOCKS_PER_SM: u32 = 8;
-/// The fused kernel's block (FUSED_THREADS) and its shared-memory cache (FUSED_S steps of one
-/// float4 per thread), as `quantize.cu` defines them.
+/// The fused kernel's block and its shared-memory cache: FUSED_SHARED_STEPS steps of one
+/// float4 per thread.
 const FUSED_THREADS: u32 = 512;
 const FUSED_SHARED_STEPS: u32 = 12;
 const FUSED_SHARED_BYTES: u32 = FUSED_SHARED_STEPS * FUSED_THREADS * 16;
 
-/// Which per-tensor scheme.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
-    /// int8 in [-127, 127], zero point 0.
-    Sym,
-    /// uint8 in [0, 255] with a zero point.
-    Asym,
+/// The `-DQUANTIZE_...` options that give `quantize.cu` the numbers above.
+pub fn defines() -> Vec<String> {
+    [
+        ("THREADS", THREADS),
+        ("BLOCKS_PER_SM", BLOCKS_PER_SM),
+        ("FUSED_THREADS", FUSED_THREADS),
+        ("FUSED_STEPS", FUSED_SHARED_STEPS),
+        ("FUSED_SHARED_BYTES", FUSED_SHARED_BYTES),
+    ]
+    .into_iter()
+    .map(|(name, value)| file_define("QUANTIZE", name, value as usize))
+    .collect()
+}
+
+common::versions! {
+    /// Which per-tensor scheme, named as in kernel names and problem keys (`quantize_sym`).
+    pub enum Scheme {
+        /// int8 in [-127, 127], zero point 0.
+        Sym => "sym",
+        /// uint8 in [0, 255] with a zero point.
+        Asym => "asym",
+    }
 }
 
 impl Scheme {
-    pub const ALL: [Scheme; 2] = [Scheme::Sym, Scheme::Asym];
-
-    /// As in kernel names and problem keys (`quantize_sym`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Scheme::Sym => "sym",
-            Scheme::Asym => "asym",
-        }
-    }
-
     /// The storage type of q: `i8` or `u8`.
     pub fn storage(self) -> &'static str {
         match self {
@@ -47,29 +53,16 @@ impl Scheme {
     }
 }
 
-/// The quantize versions, in the order the table shows them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
-    TwoPass,
-    TwoPassReverse,
-    Fused,
+common::versions! {
+    /// The quantize versions, in the order the table shows them.
+    pub enum Version {
+        TwoPass => "two_pass",
+        TwoPassReverse => "two_pass_reverse",
+        Fused => "fused",
+    }
 }
 
 impl Version {
-    pub const ALL: [Version; 3] = [Version::TwoPass, Version::TwoPassReverse, Version::Fused];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Version::TwoPass => "two_pass",
-            Version::TwoPassReverse => "two_pass_reverse",
-            Version::Fused => "fused",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|v| v.name() == name)
-    }
-
     /// The CUDA functions a run launches, in order.
     pub fn functions(self, scheme: Scheme) -> Vec<String> {
         let s = scheme.name();
@@ -101,6 +94,23 @@ pub fn all_functions() -> Vec<String> {
     names
 }
 
+common::kernel_args! {
+    /// `min_max_<s>_f32x4(const float* x, MinMax* partials, unsigned* done, float* params,
+    /// index_t n)`: MinMax is two floats.
+    fn min_max_f32x4(
+        x: &CudaSlice<f32>,
+        partials: &mut CudaSlice<f32>,
+        done: &mut CudaSlice<u32>,
+        params: &mut CudaSlice<f32>,
+        n: u64,
+    );
+    /// `quantize_<s>[_reverse]_f32x4(const float* x, unsigned char* q, const float* params,
+    /// index_t n)`: q as bytes, i8 or u8.
+    fn quantize_f32x4<Q>(x: &CudaSlice<f32>, q: &mut CudaSlice<Q>, params: &CudaSlice<f32>, n: u64);
+    /// `dequantize_<i8|u8>x4(const Q* q, float* y, const float* params, index_t n)`
+    fn dequantize_x4<Q>(q: &CudaSlice<Q>, y: &mut CudaSlice<f32>, params: &CudaSlice<f32>, n: u64);
+}
+
 /// The kernels of `quantize.cu`, loaded for one GPU.
 pub struct Quantize {
     kernels: KernelSet,
@@ -127,7 +137,7 @@ pub struct QuantizePlan<'a> {
 impl Quantize {
     pub fn load(gpu: &Gpu) -> Result<Self> {
         Ok(Self {
-            kernels: KernelSet::load(gpu, &QUANTIZE_SOURCE, all_functions())?,
+            kernels: KernelSet::load_build(gpu, &crate::quantize_build())?,
             sms: gpu.info.sms,
         })
     }
@@ -238,23 +248,15 @@ impl<'a> QuantizePlan<'a> {
         match self.version {
             Version::TwoPass | Version::TwoPassReverse => {
                 let (reduce, shape) = self.launches[0];
-                let mut launch = gpu.stream.launch_builder(&reduce.func);
-                launch
-                    .arg(x)
-                    .arg(&mut self.partials)
-                    .arg(&mut self.counter)
-                    .arg(&mut *params)
-                    .arg(&n64);
-                // SAFETY: matches min_max_<s>_f32x4(const float* x, MinMax* partials (two
-                // floats per block of this grid), unsigned* done (0 between launches),
-                // float* params, index_t n).
-                unsafe { launch.launch(reduce.config(&shape)?) }?;
+                let (partials, counter) = (&mut self.partials, &mut self.counter);
+                let p = &mut *params;
+                // SAFETY: x holds n floats (checked above), partials two floats per block of
+                // this grid, the counter is 0 between launches (the last block resets it) and
+                // params holds 2 floats.
+                unsafe { min_max_f32x4(gpu, reduce, &shape, x, partials, counter, p, n64) }?;
                 let (pass2, shape) = self.launches[1];
-                let mut launch = gpu.stream.launch_builder(&pass2.func);
-                launch.arg(x).arg(q).arg(&*params).arg(&n64);
-                // SAFETY: matches quantize_<s>[_reverse]_f32x4(const float* x, unsigned char*
-                // q, const float* params, index_t n); x and q hold n elements.
-                unsafe { launch.launch(pass2.config(&shape)?) }?;
+                // SAFETY: x and q hold n elements (checked above), params 2.
+                unsafe { quantize_f32x4(gpu, pass2, &shape, x, q, &*params, n64) }?;
             }
             Version::Fused => {
                 let (kernel, shape) = self.launches[0];
@@ -277,7 +279,8 @@ impl<'a> QuantizePlan<'a> {
                 // MinMax* partials (two floats per block), unsigned* arrivals (grid per
                 // earlier launch), float* params, index_t n, index_t chunk, unsigned target).
                 // A cooperative launch fails rather than run with blocks that are not resident,
-                // which would otherwise wait at the barrier forever.
+                // which would otherwise wait at the barrier forever; `kernel_args!` launches
+                // only the ordinary way, so this one pushes its arguments itself.
                 unsafe { launch.launch_cooperative(kernel.config(&shape)?) }?;
             }
         }
@@ -285,50 +288,80 @@ impl<'a> QuantizePlan<'a> {
     }
 }
 
-/// The dequantize kernels.
+/// Dequantization planned for one size: its kernel and launch shape.
+pub struct DequantizePlan<'a> {
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    scheme: Scheme,
+    n: usize,
+}
+
 impl Quantize {
-    /// A block per 256 words of q (4 bytes, one float4 of y, per thread): see the kernel for
-    /// why not a wave of grid-stride blocks. The grid is capped at 2^31 - 1 blocks (the
-    /// kernel's loop takes the rest).
-    pub fn dequantize_kernel(&self, scheme: Scheme, n: usize) -> Result<(&Kernel, LaunchShape)> {
+    /// Plans the dequantization of `n` elements of `scheme`'s storage: a block per 256 words
+    /// of q (4 bytes, one float4 of y, per thread; see the kernel for why not a wave of
+    /// grid-stride blocks). The grid is capped at 2^31 - 1 blocks (the kernel's loop takes the
+    /// rest).
+    pub fn plan_dequantize(&self, scheme: Scheme, n: usize) -> Result<DequantizePlan<'_>> {
+        if n == 0 {
+            bail!("dequantize: the tensor is empty");
+        }
         let tiles = (n / 4)
             .div_ceil(THREADS as usize)
             .clamp(1, i32::MAX as usize);
-        Ok((
-            self.kernels.get(&dequantize_function(scheme))?,
-            LaunchShape::linear(tiles as u32, THREADS),
-        ))
+        Ok(DequantizePlan {
+            kernel: self.kernels.get(&dequantize_function(scheme))?,
+            shape: LaunchShape::linear(tiles as u32, THREADS),
+            scheme,
+            n,
+        })
     }
+}
 
-    /// `y = (q - zero_point) * scale` with `params = [scale, zero_point]`; q is i8 or u8.
-    pub fn dequantize<Q: Element>(
+impl DequantizePlan<'_> {
+    /// `y = (q - zero_point) * scale` with `params = [scale, zero_point]`; q is i8 for the
+    /// symmetric scheme, u8 for the asymmetric one.
+    pub fn launch<Q: Element>(
         &self,
         gpu: &Gpu,
         q: &CudaSlice<Q>,
         params: &CudaSlice<f32>,
         y: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let n = y.len();
-        if n == 0 || q.len() != n || params.len() != 2 {
+        let n = self.n;
+        if q.len() != n || y.len() != n || params.len() != 2 {
             bail!(
-                "dequantize: q of {} and y of {n} elements must be equal and non-zero, params 2 \
-                 (got {})",
+                "dequantize: planned for {n} elements, given q of {}, y of {} and params of {} \
+                 (2 needed)",
                 q.len(),
+                y.len(),
                 params.len()
             );
         }
-        let scheme = match Q::NAME {
-            "i8" => Scheme::Sym,
-            "u8" => Scheme::Asym,
-            other => bail!("dequantize: q must be i8 or u8, not {other}"),
-        };
-        let (kernel, shape) = self.dequantize_kernel(scheme, n)?;
-        let n = n as u64;
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch.arg(q).arg(y).arg(params).arg(&n);
-        // SAFETY: matches dequantize_<i8|u8>x4(const Q* q, float* y, const float* params,
-        // index_t n); q and y hold n elements.
-        unsafe { launch.launch(kernel.config(&shape)?) }?;
-        Ok(())
+        if Q::NAME != self.scheme.storage() {
+            bail!(
+                "dequantize: q must be {}, not {}",
+                self.scheme.storage(),
+                Q::NAME
+            );
+        }
+        // SAFETY: q and y hold n elements and params 2 (checked above).
+        unsafe { dequantize_x4(gpu, self.kernel, &self.shape, q, y, params, n as u64) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::gpu::tile::Violations;
+
+    #[test]
+    fn the_fused_block_fits_an_h100() {
+        let mut v = Violations::new("quantize fused");
+        v.shared_bytes(FUSED_SHARED_BYTES as usize);
+        v.require(
+            FUSED_THREADS.is_multiple_of(32) && THREADS.is_multiple_of(32),
+            || "blocks of whole warps".into(),
+        );
+        assert_eq!(v.into_lines(), Vec::<String>::new());
     }
 }

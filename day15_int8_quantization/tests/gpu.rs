@@ -50,16 +50,13 @@ fn check_quantize<Q: Element>(
             &split.checked_at,
             &split.checked_values,
             &[n],
-            Tolerance::new(0.0, 0.0),
+            Tolerance::EXACT,
         );
         assert!(report.passed(), "{what} run {run}: {report}");
-        let unwritten =
-            poison_check::verify_poison_valued(gpu, &mut out, &split.poison_valued, &mut launch)
-                .unwrap();
-        assert_eq!(
-            unwritten, 0,
-            "{what} run {run}: poison-valued elements never written"
-        );
+        let what = format!("{what} run {run}");
+        split
+            .require_written(gpu, &mut out, &mut launch, &what)
+            .unwrap();
         let p = gpu.download(&params_dev).unwrap();
         assert_eq!(
             (p[0], p[1]),
@@ -107,7 +104,13 @@ fn quantize_handles_zeros_one_sign_and_ties() {
     check_all_quantize(&gpu, &day, &ties);
 }
 
-fn check_dequantize<Q: Element>(gpu: &Gpu, day: &Quantize, q: &[Q], p: qref::QuantParams) {
+fn check_dequantize<Q: Element>(
+    gpu: &Gpu,
+    day: &Quantize,
+    scheme: Scheme,
+    q: &[Q],
+    p: qref::QuantParams,
+) {
     let n = q.len();
     let want: Vec<f64> = qref::dequantize(q, p)
         .iter()
@@ -116,11 +119,9 @@ fn check_dequantize<Q: Element>(gpu: &Gpu, day: &Quantize, q: &[Q], p: qref::Qua
     let q_dev = gpu.upload(q).unwrap();
     let params = gpu.upload(&[p.scale, p.zero_point as f32]).unwrap();
     let mut y = gpu.alloc_poisoned::<f32>(n).unwrap();
-    let got = launch_and_read(gpu, &mut y, &mut |y| {
-        day.dequantize(gpu, &q_dev, &params, y)
-    })
-    .unwrap();
-    let report = check::compare(&got, &want, &[n], Tolerance::new(0.0, 0.0));
+    let plan = day.plan_dequantize(scheme, n).unwrap();
+    let got = launch_and_read(gpu, &mut y, &mut |y| plan.launch(gpu, &q_dev, &params, y)).unwrap();
+    let report = check::compare(&got, &want, &[n], Tolerance::EXACT);
     assert!(report.passed(), "dequantize {} n={n}: {report}", Q::NAME);
 }
 
@@ -133,9 +134,9 @@ fn dequantize_matches_the_cpu_bit_for_bit_on_odd_sizes() {
     for (i, &n) in SIZES.iter().enumerate() {
         let x: Vec<f32> = inputs::uniform(n, -3.0, 5.0, 100 + i as u64);
         let (p, q) = qref::quantize_sym(&x);
-        check_dequantize(&gpu, &day, &q, p);
+        check_dequantize(&gpu, &day, Scheme::Sym, &q, p);
         let (p, q) = qref::quantize_asym(&x);
-        check_dequantize(&gpu, &day, &q, p);
+        check_dequantize(&gpu, &day, Scheme::Asym, &q, p);
     }
 }
 
@@ -166,12 +167,13 @@ fn int8_matmul_is_exact_on_odd_shapes() {
             .collect();
         let (a_dev, b_dev) = (gpu.upload(&a).unwrap(), gpu.upload(&b_t).unwrap());
         for version in int8_matmul::Version::ALL {
+            let plan = day.plan(version, s).unwrap();
             let mut c = gpu.alloc_poisoned::<i32>(m * n).unwrap();
             let got = launch_and_read(&gpu, &mut c, &mut |c| {
-                day.launch(&gpu, version, &a_dev, &b_dev, c, za, zb, s)
+                plan.launch(&gpu, &a_dev, &b_dev, c, za, zb)
             })
             .unwrap();
-            let report = check::compare(&got, &want, &[m, n], Tolerance::new(0.0, 0.0));
+            let report = check::compare(&got, &want, &[m, n], Tolerance::EXACT);
             assert!(report.passed(), "{} {m}x{n}x{k}: {report}", version.name());
         }
     }
@@ -185,49 +187,19 @@ fn impossible_requests_are_refused() {
     let day = Int8Matmul::load(&gpu).unwrap();
     let a = gpu.upload(&[1i8; 8]).unwrap();
     let mut c = gpu.alloc_poisoned::<i32>(4).unwrap();
+    let naive = int8_matmul::Version::Naive;
     let too_deep = Shape {
         m: 1,
         n: 1,
         k: qref::INT8_MATMUL_MAX_K + 1,
     };
-    let err = day
-        .launch(
-            &gpu,
-            int8_matmul::Version::Naive,
-            &a,
-            &a,
-            &mut c,
-            0,
-            0,
-            too_deep,
-        )
-        .unwrap_err();
+    let err = day.plan(naive, too_deep).err().unwrap();
     assert!(err.to_string().contains("overflow"), "{err}");
-    let err = day
-        .launch(
-            &gpu,
-            int8_matmul::Version::Naive,
-            &a,
-            &a,
-            &mut c,
-            0,
-            0,
-            Shape { m: 2, n: 2, k: 3 },
-        )
-        .unwrap_err();
+    let plan = day.plan(naive, Shape { m: 2, n: 2, k: 3 }).unwrap();
+    let err = plan.launch(&gpu, &a, &a, &mut c, 0, 0).unwrap_err();
     assert!(err.to_string().contains("elements"), "{err}");
-    let err = day
-        .launch(
-            &gpu,
-            int8_matmul::Version::Naive,
-            &a,
-            &a,
-            &mut c,
-            300,
-            0,
-            Shape { m: 2, n: 2, k: 4 },
-        )
-        .unwrap_err();
+    let plan = day.plan(naive, Shape { m: 2, n: 2, k: 4 }).unwrap();
+    let err = plan.launch(&gpu, &a, &a, &mut c, 300, 0).unwrap_err();
     assert!(err.to_string().contains("int8 range"), "{err}");
 
     let q = Quantize::load(&gpu).unwrap();

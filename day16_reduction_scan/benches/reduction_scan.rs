@@ -10,7 +10,7 @@ use cudarc::driver::CudaSlice;
 use day16::scan::quarter_inputs;
 use day16::{FLOAT_RANGE, Reductions, ScanVersion, Scans, SumVersion};
 
-/// main.rs's default `--n`.
+/// The default `--n`.
 const N: usize = day16::DEFAULT_N as usize;
 
 /// The baseline (the first version) and the fastest of each problem in the README's tables.
@@ -43,31 +43,25 @@ fn cases<'a>(gpu: &'a Gpu, p: &'a Problem) -> Result<Vec<BenchCase<'a>>> {
     let mut cases = Vec::new();
     for &name in SUM_VERSIONS {
         let version = SumVersion::from_name(name).context("a sum version")?;
-        let mut scratch = p.reductions.scratch(gpu, N)?;
+        let mut plan = p.reductions.plan_sum(gpu, version, N)?;
         let mut out = gpu.alloc_poisoned::<f32>(1)?;
         // As the table: x read once, the sum written once.
         cases.push(BenchCase::new(
             format!("sum_{name}"),
             Work::Bytes(4 * N as u64 + 4),
-            move || {
-                p.reductions
-                    .sum(gpu, version, &p.sum_x, &mut out, &mut scratch)
-            },
+            move || plan.launch(gpu, &p.sum_x, &mut out),
         ));
     }
     // The single-block scan (the day's first, 66 ms a run) is left out: criterion's ten samples
     // would take most of a minute; hierarchical is the baseline the fast scans improve on.
     for &name in SCAN_VERSIONS {
         let version = ScanVersion::from_name(name).context("a scan version")?;
-        let mut scratch = p.scans.scratch::<f32>(gpu, N)?;
+        let mut plan = p.scans.plan::<f32>(gpu, version, N)?;
         let mut out = gpu.alloc_poisoned::<f32>(N)?;
         cases.push(BenchCase::new(
             format!("scan_f32_{name}"),
             Work::Bytes(2 * 4 * N as u64),
-            move || {
-                p.scans
-                    .scan(gpu, version, &p.scan_x, &mut out, &mut scratch)
-            },
+            move || plan.launch(gpu, &p.scan_x, &mut out),
         ));
     }
     Ok(cases)

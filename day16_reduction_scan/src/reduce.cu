@@ -114,15 +114,20 @@ __device__ __forceinline__ unsigned block_sum_u32(unsigned v, unsigned* scratch)
 // threads stay packed in the lowest warps, no bank conflicts) and writes out[b]. The launcher
 // runs it again on the partials until one value is left: log_512(n) passes, each a tree, so
 // the whole sum is a tree of depth 9 per pass.
+// The tree's block (REDUCE_TREE_THREADS, two elements a thread) comes from the launcher's
+// table (reduce.rs) as a define.
+#ifndef REDUCE_TREE_THREADS
+#error "reduce.cu: compile it with the -DREDUCE_ defines of day16's reduce.rs"
+#endif
 KERNEL void sum_tree_f32(const float* __restrict__ in, float* __restrict__ out, index_t n) {
-    __shared__ float s[256];
+    __shared__ float s[REDUCE_TREE_THREADS];
     const unsigned t = threadIdx.x;
-    const index_t i = (index_t)blockIdx.x * 512 + t;
+    const index_t i = (index_t)blockIdx.x * (2 * REDUCE_TREE_THREADS) + t;
     float v = i < n ? in[i] : 0.0f;
-    if (i + 256 < n) v += in[i + 256];
+    if (i + REDUCE_TREE_THREADS < n) v += in[i + REDUCE_TREE_THREADS];
     s[t] = v;
     __syncthreads();
-    for (unsigned half = 128; half > 0; half >>= 1) {
+    for (unsigned half = REDUCE_TREE_THREADS / 2; half > 0; half >>= 1) {
         if (t < half) s[t] += s[t + half];
         __syncthreads();
     }

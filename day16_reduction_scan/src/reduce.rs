@@ -1,24 +1,34 @@
 //! The launchers of `reduce.cu`: sum, count, dot product and segment sum, each version's
-//! launch shape, and the summation depth its order implies (for the tolerance; see
-//! `common::reference::reduce`).
+//! plan (launch shape, the summation depth its order implies, for the tolerance: see
+//! [`crate::reference`], and the buffers it writes between its kernels), and its launch.
 
 use anyhow::{Result, bail};
+use common::gpu::kernel::KernelSet;
+use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
+use common::gpu::tile::file_define;
 use common::session::Refused;
-use common::{Gpu, Kernel, LaunchShape};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use common::{Gpu, Kernel, LaunchShape, Tolerance};
+use cudarc::driver::CudaSlice;
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "reduce.cu",
-    code: include_str!("reduce.cu"),
-};
+pub const SOURCE: KernelSource = common::kernel_source!("reduce.cu");
 
-/// Threads per block of every reduction kernel but the second stage.
+/// Threads per block of every reduction kernel but the second stage; `sum_tree_f32` gets it as
+/// a define ([`build`]).
 pub const THREADS: u32 = 256;
 /// Threads of the one block that adds the partials.
 const FINISH_THREADS: u32 = 1024;
-/// Elements one block of `sum_tree_f32` reduces.
-const TREE_ELEMENTS: usize = 512;
+/// Elements one block of `sum_tree_f32` reduces: two a thread.
+const TREE_ELEMENTS: usize = 2 * THREADS as usize;
+
+/// `reduce.cu`, every kernel, with the tree's block as a define.
+pub fn build() -> KernelBuild {
+    KernelBuild::device(SOURCE, FUNCTIONS.iter().copied()).with_options(vec![file_define(
+        "REDUCE",
+        "TREE_THREADS",
+        THREADS as usize,
+    )])
+}
 /// Roundings on top of a thread's own sequential adds: its accumulators (4), the tail (1), the
 /// warp (5) and the block (5) shuffles, and the second stage (at most 2 + 5 + 5), rounded up.
 const COMBINE_DEPTH: u64 = 32;
@@ -57,59 +67,100 @@ pub const FUNCTIONS: &[&str] = &[
     "segment_sum_block_f32",
 ];
 
-/// Buffers the multi-kernel versions write between their kernels, made once per problem size
-/// (never inside a timed run).
-pub struct Scratch {
-    /// Partials of the tree's odd passes (the first pass has the most: n / 512).
-    tree_a: CudaSlice<f32>,
-    /// Partials of the tree's even passes.
-    tree_b: CudaSlice<f32>,
-    /// One partial per block of a one-wave kernel.
-    partials: CudaSlice<f32>,
-    /// The count's atomic counter, zeroed before each run.
-    counter: CudaSlice<u32>,
+common::kernel_args! {
+    /// `sum_tree_f32(const float* in, float* out, index_t n)`, and the one-wave
+    /// `sum_grid_stride_f32[x4](const float* in, float* partials, index_t n)`.
+    fn sum_pass(input: &CudaSlice<f32>, out: &mut CudaSlice<f32>, n: u64);
+    /// `dot_grid_stride_f32x4(const float* a, const float* b, float* partials, index_t n)`
+    fn dot_pass(a: &CudaSlice<f32>, b: &CudaSlice<f32>, partials: &mut CudaSlice<f32>, n: u64);
+    /// `sum_partials_f32(const float* partials, float* out, unsigned count)`
+    fn sum_partials_f32(partials: &CudaSlice<f32>, out: &mut CudaSlice<f32>, count: u32);
+    /// `count_<version>_i32(const int* x, index_t n, int value, unsigned* counter)`
+    fn count_pass(x: &CudaSlice<i32>, n: u64, value: i32, counter: &mut CudaSlice<u32>);
+    /// `count_finish_u32(const unsigned* counter, unsigned* out)`
+    fn count_finish_u32(counter: &CudaSlice<u32>, out: &mut CudaSlice<u32>);
+    /// `segment_sum_warp_f32[x4](const float* x, float* out, index_t segments, index_t len)`
+    fn segment_sum_warp(x: &CudaSlice<f32>, out: &mut CudaSlice<f32>, segments: u64, len: u64);
+    /// `segment_sum_block_f32[x4](const float* x, float* out, index_t len)`
+    fn segment_sum_block(x: &CudaSlice<f32>, out: &mut CudaSlice<f32>, len: u64);
 }
 
 /// The reduction kernels, compiled and loaded for one GPU.
 pub struct Reductions {
-    kernels: Vec<Kernel>,
+    kernels: KernelSet,
     sms: u32,
     max_threads_per_sm: u32,
 }
 
+/// The sum of one version planned for one size: the kernel the table shows and its launch
+/// shape, the summation depth its order implies, and the buffers it writes between its
+/// kernels (made here, never inside a timed run).
+pub struct SumPlan<'a> {
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    /// The most f32 roundings any input goes through in this order of summation.
+    pub depth: u64,
+    finish: &'a Kernel,
+    n: usize,
+    /// The tree: the length each pass reduces (empty for the one-wave versions).
+    passes: Vec<usize>,
+    /// The tree's odd passes' partials (the first pass has the most: n / 512), or one partial
+    /// per block of a one-wave kernel.
+    partials: CudaSlice<f32>,
+    /// The tree's even passes' partials.
+    tree_b: CudaSlice<f32>,
+}
+
+/// The dot product planned for one size: one wave of blocks, then the second stage.
+pub struct DotPlan<'a> {
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    /// The sum's depth plus the product (an fma rounds once for both; counted to be safe).
+    pub depth: u64,
+    finish: &'a Kernel,
+    n: usize,
+    partials: CudaSlice<f32>,
+}
+
+/// The count of one version planned for one size, with its atomic counter.
+pub struct CountPlan<'a> {
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    finish: &'a Kernel,
+    n: usize,
+    /// Zeroed before each run.
+    counter: CudaSlice<u32>,
+}
+
+/// The segment sum of one version planned for `segments` segments of `len`.
+pub struct SegmentPlan<'a> {
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    pub depth: u64,
+    warp: bool,
+    segments: usize,
+    len: usize,
+}
+
+/// The check's tolerance of a reduction whose outputs go through at most `depth` roundings:
+/// the cover of every output's bound (`reference::covering_tolerance`).
+pub fn tolerance(reference: &[f64], abs_sums: &[f64], depth: u64) -> Tolerance {
+    crate::reference::covering_tolerance(reference, abs_sums, depth)
+}
+
 impl Reductions {
     pub fn load(gpu: &Gpu) -> Result<Self> {
-        let module = gpu.load(&SOURCE)?;
-        let kernels = FUNCTIONS
-            .iter()
-            .map(|f| module.kernel(gpu, f))
-            .collect::<Result<_>>()?;
         Ok(Self {
-            kernels,
+            kernels: KernelSet::load_build(gpu, &build())?,
             sms: gpu.info.sms,
             max_threads_per_sm: gpu.info.max_threads_per_sm,
         })
     }
 
     pub fn kernel(&self, function: &str) -> &Kernel {
-        let i = FUNCTIONS
-            .iter()
-            .position(|f| *f == function)
-            .unwrap_or_else(|| panic!("`{function}` is not in reduce.cu's list"));
-        &self.kernels[i]
-    }
-
-    /// Scratch buffers for problems of up to `n` elements.
-    pub fn scratch(&self, gpu: &Gpu, n: usize) -> Result<Scratch> {
-        let first = n.div_ceil(TREE_ELEMENTS).max(1);
-        let second = first.div_ceil(TREE_ELEMENTS).max(1);
-        let wave = self.max_wave_blocks() as usize;
-        Ok(Scratch {
-            tree_a: gpu.alloc_poisoned(first)?,
-            tree_b: gpu.alloc_poisoned(second)?,
-            partials: gpu.alloc_poisoned(wave)?,
-            counter: gpu.alloc_poisoned(1)?,
-        })
+        self.kernels
+            .get(function)
+            .unwrap_or_else(|e| panic!("{e}: `{function}` is not in reduce.cu's list"))
     }
 
     /// Blocks of `kernel` that fill every SM once (one wave): resident blocks per SM from the
@@ -123,20 +174,6 @@ impl Reductions {
         self.sms * per_sm.max(1)
     }
 
-    /// The most blocks any one-wave kernel here launches: the size of `Scratch::partials`.
-    fn max_wave_blocks(&self) -> u32 {
-        [
-            "sum_grid_stride_f32",
-            "sum_grid_stride_f32x4",
-            "dot_grid_stride_f32x4",
-        ]
-        .iter()
-        .map(|f| self.wave_blocks(self.kernel(f)))
-        .max()
-        .unwrap_or(1)
-        .min(FINISH_THREADS * 64)
-    }
-
     /// A one-wave grid, but never more blocks than there are elements for.
     fn wave_shape(&self, kernel: &Kernel, elements_per_thread: usize, n: usize) -> LaunchShape {
         let needed = n.div_ceil(elements_per_thread * THREADS as usize).max(1);
@@ -147,324 +184,304 @@ impl Reductions {
         )
     }
 
-    // ---- sum ----------------------------------------------------------------------------
-
-    /// The CUDA function doing the bulk of `version`'s work and its launch shape on `n`.
-    pub fn sum_plan(&self, version: SumVersion, n: usize) -> (&Kernel, LaunchShape) {
-        match version {
-            SumVersion::Tree => {
-                let blocks = n.div_ceil(TREE_ELEMENTS).min(u32::MAX as usize) as u32;
-                (
-                    self.kernel("sum_tree_f32"),
-                    LaunchShape::linear(blocks, THREADS),
-                )
-            }
-            SumVersion::WarpShuffle => {
-                let k = self.kernel("sum_grid_stride_f32");
-                (k, self.wave_shape(k, 1, n))
-            }
-            SumVersion::Vec4 => {
-                let k = self.kernel("sum_grid_stride_f32x4");
-                (k, self.wave_shape(k, 16, n))
-            }
-        }
+    /// Rounds of a one-wave kernel's `shape` on `n`: a thread's sequential adds, then the
+    /// combining tree.
+    fn wave_depth(shape: &LaunchShape, n: usize) -> u64 {
+        let threads = shape.grid.0 as usize * THREADS as usize;
+        n.div_ceil(threads) as u64 + COMBINE_DEPTH
     }
 
-    /// The most f32 roundings any input goes through in `version`'s order of summation.
-    pub fn sum_depth(&self, version: SumVersion, n: usize) -> u64 {
-        match version {
-            // 9 levels of halving per pass (log2 512), and passes until one value is left.
+    // ---- sum ----------------------------------------------------------------------------
+
+    /// Plans `version` of the sum of `n` elements.
+    pub fn plan_sum(&self, gpu: &Gpu, version: SumVersion, n: usize) -> Result<SumPlan<'_>> {
+        check_input("sum", n)?;
+        let finish = self.kernel("sum_partials_f32");
+        Ok(match version {
             SumVersion::Tree => {
-                let (mut len, mut passes) = (n.max(1), 0u64);
-                loop {
-                    passes += 1;
-                    len = len.div_ceil(TREE_ELEMENTS);
-                    if len == 1 {
-                        break 9 * passes;
-                    }
+                let mut passes = vec![n];
+                while passes[passes.len() - 1] > TREE_ELEMENTS {
+                    passes.push(passes[passes.len() - 1].div_ceil(TREE_ELEMENTS));
+                }
+                let first = n.div_ceil(TREE_ELEMENTS);
+                SumPlan {
+                    kernel: self.kernel("sum_tree_f32"),
+                    shape: LaunchShape::linear(first.min(u32::MAX as usize) as u32, THREADS),
+                    // 9 levels of halving per pass (log2 512).
+                    depth: 9 * passes.len() as u64,
+                    finish,
+                    n,
+                    partials: gpu.alloc_poisoned(first)?,
+                    tree_b: gpu.alloc_poisoned(first.div_ceil(TREE_ELEMENTS))?,
+                    passes,
                 }
             }
             SumVersion::WarpShuffle | SumVersion::Vec4 => {
-                let threads = self.sum_plan(version, n).1.grid.0 as usize * THREADS as usize;
-                n.div_ceil(threads) as u64 + COMBINE_DEPTH
+                let (function, per_thread) = match version {
+                    SumVersion::WarpShuffle => ("sum_grid_stride_f32", 1),
+                    _ => ("sum_grid_stride_f32x4", 16),
+                };
+                let kernel = self.kernel(function);
+                let shape = self.wave_shape(kernel, per_thread, n);
+                SumPlan {
+                    kernel,
+                    shape,
+                    depth: Self::wave_depth(&shape, n),
+                    finish,
+                    n,
+                    passes: Vec::new(),
+                    partials: gpu.alloc_poisoned(shape.grid.0 as usize)?,
+                    tree_b: gpu.alloc_poisoned(1)?,
+                }
             }
-        }
-    }
-
-    /// `out[0] = sum x` with `version`.
-    pub fn sum(
-        &self,
-        gpu: &Gpu,
-        version: SumVersion,
-        x: &CudaSlice<f32>,
-        out: &mut CudaSlice<f32>,
-        scratch: &mut Scratch,
-    ) -> Result<()> {
-        let n = x.len();
-        check_one_output("sum", n, out.len())?;
-        self.check_scratch(scratch, n)?;
-        match version {
-            SumVersion::Tree => self.sum_tree(gpu, x, out, scratch),
-            SumVersion::WarpShuffle | SumVersion::Vec4 => {
-                let (kernel, shape) = self.sum_plan(version, n);
-                let n64 = n as u64;
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch.arg(x).arg(&mut scratch.partials).arg(&n64);
-                // SAFETY: (const float*, float* partials of >= grid blocks, index_t n); the
-                // kernel reads x[0..n) only.
-                unsafe { launch.launch(kernel.config(&shape)?) }?;
-                self.add_partials(gpu, &scratch.partials, shape.grid.0, out)
-            }
-        }
-    }
-
-    fn check_scratch(&self, scratch: &Scratch, n: usize) -> Result<()> {
-        if scratch.tree_a.len() < n.div_ceil(TREE_ELEMENTS) {
-            bail!("reduction scratch was made for fewer than {n} elements");
-        }
-        Ok(())
-    }
-
-    /// Passes of `sum_tree_f32`: x -> tree_a -> tree_b -> tree_a ... -> out.
-    fn sum_tree(
-        &self,
-        gpu: &Gpu,
-        x: &CudaSlice<f32>,
-        out: &mut CudaSlice<f32>,
-        scratch: &mut Scratch,
-    ) -> Result<()> {
-        let kernel = self.kernel("sum_tree_f32");
-        let Scratch { tree_a, tree_b, .. } = scratch;
-        let mut len = x.len();
-        for pass in 0.. {
-            let blocks = len.div_ceil(TREE_ELEMENTS);
-            let config = kernel.config(&LaunchShape::linear(
-                blocks.min(u32::MAX as usize) as u32,
-                THREADS,
-            ))?;
-            let n = len as u64;
-            let last = blocks == 1;
-            let (src, dst): (&CudaSlice<f32>, &mut CudaSlice<f32>) = match pass {
-                0 if last => (x, &mut *out),
-                0 => (x, &mut *tree_a),
-                p if p % 2 == 1 && last => (&*tree_a, &mut *out),
-                p if p % 2 == 1 => (&*tree_a, &mut *tree_b),
-                _ if last => (&*tree_b, &mut *out),
-                _ => (&*tree_b, &mut *tree_a),
-            };
-            let mut launch = gpu.stream.launch_builder(&kernel.func);
-            launch.arg(src).arg(dst);
-            launch.arg(&n);
-            // SAFETY: (const float* in of >= len, float* out of >= ceil(len / 512), index_t
-            // len); tree_a holds ceil(n / 512) and tree_b ceil(n / 512^2) floats, enough for
-            // every pass that writes them; in and out are different buffers.
-            unsafe { launch.launch(config) }?;
-            if blocks == 1 {
-                return Ok(());
-            }
-            len = blocks;
-        }
-        unreachable!("the loop returns once one block is left")
-    }
-
-    /// The second stage: one block adds `count` partials into `out[0]`.
-    fn add_partials(
-        &self,
-        gpu: &Gpu,
-        partials: &CudaSlice<f32>,
-        count: u32,
-        out: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        let kernel = self.kernel("sum_partials_f32");
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch.arg(partials).arg(out).arg(&count);
-        // SAFETY: (const float* of >= count partials, float* out of >= 1, unsigned count).
-        unsafe { launch.launch(kernel.config(&LaunchShape::linear(1, FINISH_THREADS))?) }?;
-        Ok(())
+        })
     }
 
     // ---- dot ----------------------------------------------------------------------------
 
-    pub fn dot_plan(&self, _version: DotVersion, n: usize) -> (&Kernel, LaunchShape) {
-        let k = self.kernel("dot_grid_stride_f32x4");
-        (k, self.wave_shape(k, 16, n))
-    }
-
-    /// The sum's depth plus the product (an fma rounds once for both; counted to be safe).
-    pub fn dot_depth(&self, version: DotVersion, n: usize) -> u64 {
-        let threads = self.dot_plan(version, n).1.grid.0 as usize * THREADS as usize;
-        n.div_ceil(threads) as u64 + COMBINE_DEPTH + 1
-    }
-
-    /// `out[0] = sum a_i b_i`.
-    pub fn dot(
-        &self,
-        gpu: &Gpu,
-        version: DotVersion,
-        a: &CudaSlice<f32>,
-        b: &CudaSlice<f32>,
-        out: &mut CudaSlice<f32>,
-        scratch: &mut Scratch,
-    ) -> Result<()> {
-        let n = a.len();
-        if b.len() != n {
-            bail!(
-                "dot: inputs of {n} and {} elements: lengths must be equal",
-                b.len()
-            );
-        }
-        check_one_output("dot", n, out.len())?;
-        let (kernel, shape) = self.dot_plan(version, n);
-        let n64 = n as u64;
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch.arg(a).arg(b).arg(&mut scratch.partials).arg(&n64);
-        // SAFETY: (const float* a, const float* b, both of n, float* partials of >= grid
-        // blocks, index_t n).
-        unsafe { launch.launch(kernel.config(&shape)?) }?;
-        self.add_partials(gpu, &scratch.partials, shape.grid.0, out)
+    /// Plans the dot product of two vectors of `n`.
+    pub fn plan_dot(&self, gpu: &Gpu, _version: DotVersion, n: usize) -> Result<DotPlan<'_>> {
+        check_input("dot", n)?;
+        let kernel = self.kernel("dot_grid_stride_f32x4");
+        let shape = self.wave_shape(kernel, 16, n);
+        Ok(DotPlan {
+            kernel,
+            shape,
+            depth: Self::wave_depth(&shape, n) + 1,
+            finish: self.kernel("sum_partials_f32"),
+            n,
+            partials: gpu.alloc_poisoned(shape.grid.0 as usize)?,
+        })
     }
 
     // ---- count --------------------------------------------------------------------------
 
-    pub fn count_plan(&self, version: CountVersion, n: usize) -> (&Kernel, LaunchShape) {
+    /// Plans `version` of the count over `n` elements.
+    pub fn plan_count(&self, gpu: &Gpu, version: CountVersion, n: usize) -> Result<CountPlan<'_>> {
+        check_input("count", n)?;
+        // The poison 0xdeadbeef must not be a count the kernel can legitimately write.
+        if n >= 0xdead_beef {
+            bail!("count: {n} elements could give a count of 0xdeadbeef, the output's poison");
+        }
         let per_element = |f| {
             let blocks = n.div_ceil(THREADS as usize).min(u32::MAX as usize) as u32;
             (self.kernel(f), LaunchShape::linear(blocks, THREADS))
         };
-        match version {
+        let (kernel, shape) = match version {
             CountVersion::GlobalAtomic => per_element("count_global_atomic_i32"),
             CountVersion::WarpAggregated => per_element("count_warp_aggregated_i32"),
             CountVersion::BlockLocal => {
                 let k = self.kernel("count_block_local_i32x4");
                 (k, self.wave_shape(k, 16, n))
             }
-        }
-    }
-
-    /// `out[0]` = how many elements of `x` equal `value`: counter zeroed, counted, copied out.
-    pub fn count(
-        &self,
-        gpu: &Gpu,
-        version: CountVersion,
-        x: &CudaSlice<i32>,
-        value: i32,
-        out: &mut CudaSlice<u32>,
-        scratch: &mut Scratch,
-    ) -> Result<()> {
-        let n = x.len();
-        check_one_output("count", n, out.len())?;
-        // The poison 0xdeadbeef must not be a count the kernel can legitimately write.
-        if n >= 0xdead_beef {
-            bail!("count: {n} elements could give a count of 0xdeadbeef, the output's poison");
-        }
-        gpu.stream.memset_zeros(&mut scratch.counter)?;
-        let (kernel, shape) = self.count_plan(version, n);
-        let n64 = n as u64;
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch
-            .arg(x)
-            .arg(&n64)
-            .arg(&value)
-            .arg(&mut scratch.counter);
-        // SAFETY: (const int* x of n, index_t n, int value, unsigned* counter of 1).
-        unsafe { launch.launch(kernel.config(&shape)?) }?;
-        let finish = self.kernel("count_finish_u32");
-        let mut launch = gpu.stream.launch_builder(&finish.func);
-        launch.arg(&scratch.counter).arg(out);
-        // SAFETY: (const unsigned* counter of 1, unsigned* out of 1).
-        unsafe { launch.launch(finish.config(&LaunchShape::linear(1, 1))?) }?;
-        Ok(())
+        };
+        Ok(CountPlan {
+            kernel,
+            shape,
+            finish: self.kernel("count_finish_u32"),
+            n,
+            counter: gpu.alloc_poisoned(1)?,
+        })
     }
 
     // ---- segment sum --------------------------------------------------------------------
 
-    /// The function and launch shape of `version` on `segments` segments of `len`: the
-    /// 16-byte instantiation when every segment starts 16-byte aligned.
-    pub fn segment_plan(
+    /// Plans `version` on `segments` segments of `len`: the 16-byte instantiation when every
+    /// segment starts 16-byte aligned. A [`Refused`] when the grid cannot hold the segments.
+    pub fn plan_segment(
         &self,
         version: SegmentVersion,
         segments: usize,
         len: usize,
-    ) -> Result<(&Kernel, LaunchShape)> {
+    ) -> Result<SegmentPlan<'_>> {
+        if len == 0 || segments == 0 {
+            bail!("segment_sum: {segments} segments of {len}: both must be non-zero");
+        }
         let vec = len.is_multiple_of(4);
-        Ok(match version {
+        let (function, blocks, threads) = match version {
             SegmentVersion::Warp => {
+                let blocks = segments.div_ceil(THREADS as usize / 32);
+                if blocks > i32::MAX as usize {
+                    return Err(Refused(format!("{segments} segments: too many blocks")).into());
+                }
                 let f = if vec {
                     "segment_sum_warp_f32x4"
                 } else {
                     "segment_sum_warp_f32"
                 };
-                let blocks = segments.div_ceil(THREADS as usize / 32);
-                if blocks > i32::MAX as usize {
-                    return Err(Refused(format!("{segments} segments: too many blocks")).into());
-                }
-                (self.kernel(f), LaunchShape::linear(blocks as u32, THREADS))
+                (f, blocks, 32)
             }
             SegmentVersion::Block => {
-                let f = if vec {
-                    "segment_sum_block_f32x4"
-                } else {
-                    "segment_sum_block_f32"
-                };
                 if segments > i32::MAX as usize {
                     return Err(Refused(format!(
                         "{segments} segments: more than the 2^31 - 1 blocks of one grid"
                     ))
                     .into());
                 }
-                (
-                    self.kernel(f),
-                    LaunchShape::linear(segments as u32, THREADS),
-                )
+                let f = if vec {
+                    "segment_sum_block_f32x4"
+                } else {
+                    "segment_sum_block_f32"
+                };
+                (f, segments, THREADS as usize)
             }
+        };
+        Ok(SegmentPlan {
+            kernel: self.kernel(function),
+            shape: LaunchShape::linear(blocks as u32, THREADS),
+            depth: len.div_ceil(threads) as u64 + COMBINE_DEPTH,
+            warp: version == SegmentVersion::Warp,
+            segments,
+            len,
         })
     }
+}
 
-    pub fn segment_depth(&self, version: SegmentVersion, len: usize) -> u64 {
-        let threads = match version {
-            SegmentVersion::Warp => 32,
-            SegmentVersion::Block => THREADS as usize,
-        };
-        len.div_ceil(threads) as u64 + COMBINE_DEPTH
-    }
-
-    /// `out[s]` = the sum of `x[s * len .. (s + 1) * len]`.
-    pub fn segment_sum(
-        &self,
+impl SumPlan<'_> {
+    /// `out[0] = sum x`.
+    pub fn launch(
+        &mut self,
         gpu: &Gpu,
-        version: SegmentVersion,
         x: &CudaSlice<f32>,
-        len: usize,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let segments = out.len();
-        if len == 0 || segments == 0 || segments.checked_mul(len) != Some(x.len()) {
-            bail!(
-                "segment_sum: {} elements are not {segments} segments of {len} (both non-zero)",
-                x.len()
-            );
+        check_planned("sum", self.n, x.len(), out.len())?;
+        if self.passes.is_empty() {
+            let (partials, n) = (&mut self.partials, self.n as u64);
+            // SAFETY: x holds n floats (checked above) and the kernel reads x[0..n) only;
+            // partials hold one float per block of the grid.
+            unsafe { sum_pass(gpu, self.kernel, &self.shape, x, partials, n) }?;
+            return add_partials(gpu, self.finish, &self.partials, self.shape.grid.0, out);
         }
-        let (kernel, shape) = self.segment_plan(version, segments, len)?;
-        let config = kernel.config(&shape)?;
-        let (segments, len) = (segments as u64, len as u64);
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch.arg(x).arg(out);
-        if version == SegmentVersion::Warp {
-            launch.arg(&segments);
+        // Passes of `sum_tree_f32`: x -> partials -> tree_b -> partials ... -> out.
+        let (tree_a, tree_b) = (&mut self.partials, &mut self.tree_b);
+        let last = self.passes.len() - 1;
+        for (pass, &len) in self.passes.iter().enumerate() {
+            let blocks = len.div_ceil(TREE_ELEMENTS);
+            let shape = LaunchShape::linear(blocks.min(u32::MAX as usize) as u32, THREADS);
+            let (src, dst): (&CudaSlice<f32>, &mut CudaSlice<f32>) = match pass {
+                0 if pass == last => (x, &mut *out),
+                0 => (x, &mut *tree_a),
+                p if p % 2 == 1 && p == last => (&*tree_a, &mut *out),
+                p if p % 2 == 1 => (&*tree_a, &mut *tree_b),
+                p if p == last => (&*tree_b, &mut *out),
+                _ => (&*tree_b, &mut *tree_a),
+            };
+            // SAFETY: src holds >= len floats, dst >= ceil(len / 512): tree_a holds ceil(n /
+            // 512) and tree_b ceil(n / 512^2) floats, enough for every pass that writes them;
+            // src and dst are different buffers.
+            unsafe { sum_pass(gpu, self.kernel, &shape, src, dst, len as u64) }?;
         }
-        launch.arg(&len);
-        // SAFETY: warp: (const float* x, float* out, index_t segments, index_t len); block:
-        // (const float* x, float* out, index_t len) with one block per segment; x holds
-        // segments * len floats and out segments.
-        unsafe { launch.launch(config) }?;
         Ok(())
     }
 }
 
-fn check_one_output(what: &str, n: usize, out_len: usize) -> Result<()> {
-    if n == 0 || out_len != 1 {
+impl DotPlan<'_> {
+    /// `out[0] = sum a_i b_i`.
+    pub fn launch(
+        &mut self,
+        gpu: &Gpu,
+        a: &CudaSlice<f32>,
+        b: &CudaSlice<f32>,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        if b.len() != a.len() {
+            bail!(
+                "dot: inputs of {} and {} elements: lengths must be equal",
+                a.len(),
+                b.len()
+            );
+        }
+        check_planned("dot", self.n, a.len(), out.len())?;
+        let (partials, n) = (&mut self.partials, self.n as u64);
+        // SAFETY: a and b hold n floats (checked above), partials one per block of the grid.
+        unsafe { dot_pass(gpu, self.kernel, &self.shape, a, b, partials, n) }?;
+        add_partials(gpu, self.finish, &self.partials, self.shape.grid.0, out)
+    }
+}
+
+impl CountPlan<'_> {
+    /// `out[0]` = how many elements of `x` equal `value`: counter zeroed, counted, copied out.
+    pub fn launch(
+        &mut self,
+        gpu: &Gpu,
+        x: &CudaSlice<i32>,
+        value: i32,
+        out: &mut CudaSlice<u32>,
+    ) -> Result<()> {
+        check_planned("count", self.n, x.len(), out.len())?;
+        gpu.stream.memset_zeros(&mut self.counter)?;
+        let n = self.n as u64;
+        // SAFETY: x holds n ints (checked above), the counter one u32.
+        unsafe {
+            count_pass(
+                gpu,
+                self.kernel,
+                &self.shape,
+                x,
+                n,
+                value,
+                &mut self.counter,
+            )
+        }?;
+        let one = LaunchShape::linear(1, 1);
+        // SAFETY: one thread copies the one counter into the one output.
+        unsafe { count_finish_u32(gpu, self.finish, &one, &self.counter, out) }?;
+        Ok(())
+    }
+}
+
+impl SegmentPlan<'_> {
+    /// `out[s]` = the sum of `x[s * len .. (s + 1) * len]`.
+    pub fn launch(&self, gpu: &Gpu, x: &CudaSlice<f32>, out: &mut CudaSlice<f32>) -> Result<()> {
+        let (segments, len) = (self.segments, self.len);
+        if out.len() != segments || x.len() != segments * len {
+            bail!(
+                "segment_sum: {} elements and {} outputs are not the planned {segments} segments \
+                 of {len}",
+                x.len(),
+                out.len()
+            );
+        }
+        let (s, l) = (segments as u64, len as u64);
+        if self.warp {
+            // SAFETY: x holds segments x len floats and out segments (checked above); a warp
+            // per segment, warps past the last return.
+            unsafe { segment_sum_warp(gpu, self.kernel, &self.shape, x, out, s, l) }?;
+        } else {
+            // SAFETY: as above, one block per segment.
+            unsafe { segment_sum_block(gpu, self.kernel, &self.shape, x, out, l) }?;
+        }
+        Ok(())
+    }
+}
+
+/// The second stage: one block adds `count` partials into `out[0]`.
+fn add_partials(
+    gpu: &Gpu,
+    finish: &Kernel,
+    partials: &CudaSlice<f32>,
+    count: u32,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let shape = LaunchShape::linear(1, FINISH_THREADS);
+    // SAFETY: partials hold at least `count` floats, out one.
+    unsafe { sum_partials_f32(gpu, finish, &shape, partials, out, count) }
+}
+
+fn check_input(what: &str, n: usize) -> Result<()> {
+    if n == 0 {
+        bail!("{what}: an input of 0 elements: need n >= 1");
+    }
+    Ok(())
+}
+
+/// A launch's input of `n` and output of `out_len` against the plan's `planned` elements.
+fn check_planned(what: &str, planned: usize, n: usize, out_len: usize) -> Result<()> {
+    if n != planned || out_len != 1 {
         bail!(
-            "{what}: an input of {n} elements and an output of {out_len}: need n >= 1 and one output"
+            "{what}: planned for {planned} elements, given an input of {n} elements and an \
+             output of {out_len}: need one output"
         );
     }
     Ok(())

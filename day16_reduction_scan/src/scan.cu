@@ -30,9 +30,16 @@
 
 #define FULL_WARP 0xffffffffu
 
-constexpr int SCAN_THREADS = 256;
+// The block, the packs a thread scans and the pipelined version's shared memory come from the
+// launcher's table (scan.rs) as -DSCAN_LAYOUT_... defines.
+#if !defined(SCAN_LAYOUT_THREADS) || !defined(SCAN_LAYOUT_PACKS) ||                              \
+    !defined(SCAN_LAYOUT_FAST_PACKS) || !defined(SCAN_LAYOUT_PIPE_SHARED_BYTES)
+#error "scan.cu: compile it with the -DSCAN_LAYOUT_ defines of day16's scan.rs"
+#endif
+
+constexpr int SCAN_THREADS = SCAN_LAYOUT_THREADS;
 constexpr int SCAN_WARPS = SCAN_THREADS / 32;
-constexpr int PACKS = 4;                    // 16-byte packs per thread
+constexpr int PACKS = SCAN_LAYOUT_PACKS;    // 16-byte packs per thread
 constexpr int ITEMS = 4 * PACKS;            // elements per thread
 constexpr int WARP_TILE = 32 * ITEMS;       // 512 elements per warp
 constexpr int TILE = SCAN_THREADS * ITEMS;  // 4096 elements per block
@@ -346,6 +353,26 @@ __device__ __forceinline__ T look_back(unsigned long long* status, long long til
 // grid(ceil(n / tile)), block(256), tile = 256 x 4 x P elements: take a ticket (the tile),
 // load and scan it, let warp 0 look back for the prefix of the tiles before, add it, store.
 // Each block reads its tile once and writes it once.
+// The rest of a look-back tile once its values are in `v`: the tile's scan, the first warp's
+// look-back for the prefix of the tiles before (shared through `tile_prefix`), then every
+// thread adds it and stores.
+template <typename T, int P, bool RELAXED, bool WAIT_NEAREST>
+__device__ __forceinline__ void scan_look_back_store(T v[4 * P], T* warp_totals, T* tile_prefix,
+                                                     unsigned long long* state, long long tile,
+                                                     T* __restrict__ out, index_t n) {
+    T offset[P];
+    const T aggregate = scan_tile<T, P>(v, offset, warp_totals);
+    if (threadIdx.x < 32) {
+        const T prefix = look_back<T, RELAXED, WAIT_NEAREST>(state + 1, tile, aggregate);
+        if (threadIdx.x == 0) *tile_prefix = prefix;
+    }
+    __syncthreads();
+    const T prefix = *tile_prefix;
+#pragma unroll
+    for (int k = 0; k < P; ++k) offset[k] += prefix;
+    store_tile<T, P>(out, (index_t)tile * (SCAN_THREADS * 4 * P), n, v, offset);
+}
+
 template <typename T, int P, bool RELAXED, bool WAIT_NEAREST>
 __device__ __forceinline__ void scan_look_back_tiles(const T* __restrict__ in, T* __restrict__ out,
                                                      index_t n, unsigned long long* state) {
@@ -357,18 +384,10 @@ __device__ __forceinline__ void scan_look_back_tiles(const T* __restrict__ in, T
     __syncthreads();
     const long long tile = (long long)ticket;
     const index_t base = (index_t)tile * TILE_ELEMENTS;
-    T v[4 * P], offset[P];
+    T v[4 * P];
     load_tile<T, P>(in, base, n, v);
-    const T aggregate = scan_tile<T, P>(v, offset, warp_totals);
-    if (threadIdx.x < 32) {
-        const T prefix = look_back<T, RELAXED, WAIT_NEAREST>(state + 1, tile, aggregate);
-        if (threadIdx.x == 0) tile_prefix = prefix;
-    }
-    __syncthreads();
-    const T prefix = tile_prefix;
-#pragma unroll
-    for (int k = 0; k < P; ++k) offset[k] += prefix;
-    store_tile<T, P>(out, base, n, v, offset);
+    scan_look_back_store<T, P, RELAXED, WAIT_NEAREST>(v, warp_totals, &tile_prefix, state, tile,
+                                                     out, n);
 }
 
 // One kernel per (name, packs per thread, relaxed words, wait for the nearest P only).
@@ -404,7 +423,7 @@ LOOK_BACK_KERNELS(decoupled_lookback, PACKS, false, false)
 //    P no longer holds the warp, and a lane that has seen A or P keeps its word (it stays a
 //    valid aggregate or prefix) and stops polling.
 
-constexpr int FAST_PACKS = 8;  // 8192 elements per block
+constexpr int FAST_PACKS = SCAN_LAYOUT_FAST_PACKS;  // 8192 elements per block
 
 LOOK_BACK_KERNELS(decoupled_lookback_fast, FAST_PACKS, true, true)
 
@@ -427,6 +446,8 @@ LOOK_BACK_KERNELS(lookback_only_wait_nearest, PACKS, false, true)
 constexpr int PIPE_PACKS = FAST_PACKS;                      // 8 packs a thread, 8192 a tile
 constexpr int PIPE_SLOTS = PIPE_PACKS * SCAN_THREADS;       // 16-byte packs a tile
 // Shared memory: two tiles of PIPE_SLOTS packs (64 KB), [buffer][pack k][thread].
+static_assert(2 * PIPE_SLOTS * 16 == SCAN_LAYOUT_PIPE_SHARED_BYTES,
+              "the pipelined scan's shared memory is the launcher's");
 
 // Starts the copy of this thread's packs of the tile at `base` (load_tile's layout) into
 // `buf`; a pack that runs past n copies only the elements before n and zero-fills the rest
@@ -475,7 +496,7 @@ __device__ __forceinline__ void scan_look_back_pipelined(const T* __restrict__ i
             stage_tile(in, (index_t)next * TILE_ELEMENTS, n, &staged[(b ^ 1) * PIPE_SLOTS]);
         cp_async_commit();
         cp_async_wait<1>();  // this thread's copies of `tile` (it reads only its own packs)
-        T v[4 * P], offset[P];
+        T v[4 * P];
 #pragma unroll
         for (int k = 0; k < P; ++k) {
             const V p = *reinterpret_cast<const V*>(&staged[b * PIPE_SLOTS + k * SCAN_THREADS +
@@ -485,16 +506,7 @@ __device__ __forceinline__ void scan_look_back_pipelined(const T* __restrict__ i
             v[4 * k + 2] = p.z;
             v[4 * k + 3] = p.w;
         }
-        const T aggregate = scan_tile<T, P>(v, offset, warp_totals);
-        if (threadIdx.x < 32) {
-            const T prefix = look_back<T, true, true>(state + 1, tile, aggregate);
-            if (threadIdx.x == 0) tile_prefix = prefix;
-        }
-        __syncthreads();
-        const T prefix = tile_prefix;
-#pragma unroll
-        for (int k = 0; k < P; ++k) offset[k] += prefix;
-        store_tile<T, P>(out, (index_t)tile * TILE_ELEMENTS, n, v, offset);
+        scan_look_back_store<T, P, true, true>(v, warp_totals, &tile_prefix, state, tile, out, n);
         tile = next;
         b ^= 1;
     }

@@ -31,7 +31,7 @@ fn bad_inputs_are_refused_before_the_gpu() {
         (&["--kernel", "nope"], "no kernel `nope`"),
         (
             &["--problem", "sum", "--kernel", "decoupled_lookback"],
-            "no kernel",
+            "sum has none of these versions",
         ),
         (&["--iters", "0"], "--iters"),
     ];

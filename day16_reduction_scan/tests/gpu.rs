@@ -1,9 +1,10 @@
 //! day16 on the GPU: every version against the reference over sizes that are not multiples of
 //! the block, the float4, the tile (4096) or the grid-stride sweep, with poisoned outputs.
 
-use common::reference::reduce as reference;
 use common::session::launch_and_read;
 use common::{Gpu, Tolerance, measure::check, measure::inputs, testing};
+use day16::reduce::tolerance;
+use day16::reference;
 use day16::scan::{FAST_TILE, ScanElement, ScanReference, TILE, quarter_inputs};
 use day16::{CountVersion, DotVersion, Reductions, ScanVersion, Scans, SegmentVersion, SumVersion};
 
@@ -41,29 +42,28 @@ fn sum_and_dot_match_the_reference_within_their_bounds() {
         return;
     };
     let day = Reductions::load(&gpu).unwrap();
-    let mut scratch = day.scratch(&gpu, *SIZES.iter().max().unwrap()).unwrap();
     for (i, &n) in SIZES.iter().enumerate() {
         let x = floats(n, i as u64);
         let y = floats(n, 100 + i as u64);
         let (x_dev, y_dev) = (gpu.upload(&x).unwrap(), gpu.upload(&y).unwrap());
         let (sum, abs) = (reference::sum(&x), reference::abs_sum(&x));
         for version in SumVersion::ALL {
+            let mut plan = day.plan_sum(&gpu, version, n).unwrap();
             let mut out = gpu.alloc_poisoned::<f32>(1).unwrap();
-            let got = launch_and_read(&gpu, &mut out, &mut |out| {
-                day.sum(&gpu, version, &x_dev, out, &mut scratch)
-            })
-            .unwrap();
-            let tol = reference::covering_tolerance(&[sum], &[abs], day.sum_depth(version, n));
+            let got =
+                launch_and_read(&gpu, &mut out, &mut |out| plan.launch(&gpu, &x_dev, out)).unwrap();
+            let tol = tolerance(&[sum], &[abs], plan.depth);
             assert_passes(&got, &[sum], tol, &format!("sum {} n={n}", version.name()));
         }
         let (dot, dot_abs) = reference::dot(&x, &y);
         for version in DotVersion::ALL {
+            let mut plan = day.plan_dot(&gpu, version, n).unwrap();
             let mut out = gpu.alloc_poisoned::<f32>(1).unwrap();
             let got = launch_and_read(&gpu, &mut out, &mut |out| {
-                day.dot(&gpu, version, &x_dev, &y_dev, out, &mut scratch)
+                plan.launch(&gpu, &x_dev, &y_dev, out)
             })
             .unwrap();
-            let tol = reference::covering_tolerance(&[dot], &[dot_abs], day.dot_depth(version, n));
+            let tol = tolerance(&[dot], &[dot_abs], plan.depth);
             assert_passes(&got, &[dot], tol, &format!("dot {} n={n}", version.name()));
         }
     }
@@ -77,14 +77,11 @@ fn the_two_stage_sum_is_the_same_bit_for_bit_on_every_run() {
     let day = Reductions::load(&gpu).unwrap();
     let n = (1 << 22) + 1;
     let x_dev = gpu.upload(&floats(n, 7)).unwrap();
-    let mut scratch = day.scratch(&gpu, n).unwrap();
     for version in SumVersion::ALL {
+        let mut plan = day.plan_sum(&gpu, version, n).unwrap();
         let mut out = gpu.alloc_poisoned::<f32>(1).unwrap();
         let mut run = || {
-            launch_and_read(&gpu, &mut out, &mut |out| {
-                day.sum(&gpu, version, &x_dev, out, &mut scratch)
-            })
-            .unwrap()[0]
+            launch_and_read(&gpu, &mut out, &mut |out| plan.launch(&gpu, &x_dev, out)).unwrap()[0]
                 .to_bits()
         };
         let first = run();
@@ -98,21 +95,21 @@ fn counts_are_exact_for_every_version() {
         return;
     };
     let day = Reductions::load(&gpu).unwrap();
-    let mut scratch = day.scratch(&gpu, 1).unwrap();
     for (i, &n) in SIZES.iter().enumerate() {
         let x: Vec<i32> = inputs::uniform(n, 0.51, 16.49, 50 + i as u64);
         let x_dev = gpu.upload(&x).unwrap();
-        // A value with many matches, one with few, and one with none.
-        for value in [7, 16, 99] {
-            let count = reference::count_equal(&x, value) as f64;
-            for version in CountVersion::ALL {
+        for version in CountVersion::ALL {
+            let mut plan = day.plan_count(&gpu, version, n).unwrap();
+            // A value with many matches, one with few, and one with none.
+            for value in [7, 16, 99] {
+                let count = reference::count_equal(&x, value) as f64;
                 let mut out = gpu.alloc_poisoned::<u32>(1).unwrap();
                 let got = launch_and_read(&gpu, &mut out, &mut |out| {
-                    day.count(&gpu, version, &x_dev, value, out, &mut scratch)
+                    plan.launch(&gpu, &x_dev, value, out)
                 })
                 .unwrap();
                 let what = format!("count {} n={n} value={value}", version.name());
-                assert_passes(&got, &[count], reference::EXACT, &what);
+                assert_passes(&got, &[count], Tolerance::EXACT, &what);
             }
         }
     }
@@ -143,12 +140,11 @@ fn segment_sums_match_for_aligned_and_unaligned_lengths() {
         let (sums, abs) = reference::segment_sums(&x, len);
         let x_dev = gpu.upload(&x).unwrap();
         for version in SegmentVersion::ALL {
+            let plan = day.plan_segment(version, segments, len).unwrap();
             let mut out = gpu.alloc_poisoned::<f32>(segments).unwrap();
-            let got = launch_and_read(&gpu, &mut out, &mut |out| {
-                day.segment_sum(&gpu, version, &x_dev, len, out)
-            })
-            .unwrap();
-            let tol = reference::covering_tolerance(&sums, &abs, day.segment_depth(version, len));
+            let got =
+                launch_and_read(&gpu, &mut out, &mut |out| plan.launch(&gpu, &x_dev, out)).unwrap();
+            let tol = tolerance(&sums, &abs, plan.depth);
             let what = format!("segment_sum {} {segments}x{len}", version.name());
             assert_passes(&got, &sums, tol, &what);
         }
@@ -161,19 +157,17 @@ fn check_scans<T: ScanElement>(gpu: &Gpu, day: &Scans, x: &[T], what: &str, ran:
     let n = x.len();
     let reference = ScanReference::new(x);
     let x_dev = gpu.upload(x).unwrap();
-    let mut scratch = day.scratch::<T>(gpu, n).unwrap();
-    for (v, &version) in ScanVersion::ALL.iter().enumerate() {
+    for (v, version) in ScanVersion::ALL.into_iter().enumerate() {
         // The single block walks every tile alone: keep its test sizes moderate.
         if version == ScanVersion::SingleBlock && n > (1 << 22) {
             continue;
         }
+        let mut plan = day.plan::<T>(gpu, version, n).unwrap();
         let mut out = gpu.alloc_poisoned::<T>(n).unwrap();
         // Twice: the second run finds the look-back state of the first and must reset it.
         for run in 0..2 {
-            let got = launch_and_read(gpu, &mut out, &mut |out| {
-                day.scan(gpu, version, &x_dev, out, &mut scratch)
-            })
-            .unwrap();
+            let got =
+                launch_and_read(gpu, &mut out, &mut |out| plan.launch(gpu, &x_dev, out)).unwrap();
             let report = reference.check(&got, version);
             let what = format!("scan {} {what} n={n} run {run}", version.name());
             assert!(report.passed(), "{what}: {report}");
@@ -224,33 +218,27 @@ fn bad_sizes_are_refused() {
     };
     let day = Reductions::load(&gpu).unwrap();
     let scans = Scans::load(&gpu).unwrap();
-    let mut scratch = day.scratch(&gpu, 8).unwrap();
     let x = gpu.upload(&[1.0f32; 8]).unwrap();
     let y = gpu.upload(&[1.0f32; 7]).unwrap();
     let mut two = gpu.alloc_poisoned::<f32>(2).unwrap();
-    let err = day
-        .sum(&gpu, SumVersion::Vec4, &x, &mut two, &mut scratch)
-        .unwrap_err();
+    let mut sum = day.plan_sum(&gpu, SumVersion::Vec4, 8).unwrap();
+    let err = sum.launch(&gpu, &x, &mut two).unwrap_err();
     assert!(err.to_string().contains("one output"), "{err}");
     let mut one = gpu.alloc_poisoned::<f32>(1).unwrap();
-    let err = day
-        .dot(&gpu, DotVersion::Vec4, &x, &y, &mut one, &mut scratch)
-        .unwrap_err();
+    let mut dot = day.plan_dot(&gpu, DotVersion::Vec4, 8).unwrap();
+    let err = dot.launch(&gpu, &x, &y, &mut one).unwrap_err();
     assert!(err.to_string().contains("lengths must be equal"), "{err}");
     let mut three = gpu.alloc_poisoned::<f32>(3).unwrap();
-    let err = day
-        .segment_sum(&gpu, SegmentVersion::Block, &x, 3, &mut three)
-        .unwrap_err();
+    let segment = day.plan_segment(SegmentVersion::Block, 3, 3).unwrap();
+    let err = segment.launch(&gpu, &x, &mut three).unwrap_err();
     assert!(err.to_string().contains("segments"), "{err}");
-    let mut scan_scratch = scans.scratch::<f32>(&gpu, 8).unwrap();
     let mut short = gpu.alloc_poisoned::<f32>(7).unwrap();
     for version in [
         ScanVersion::DecoupledLookback,
         ScanVersion::DecoupledLookbackFast,
     ] {
-        let err = scans
-            .scan(&gpu, version, &x, &mut short, &mut scan_scratch)
-            .unwrap_err();
+        let mut plan = scans.plan::<f32>(&gpu, version, 8).unwrap();
+        let err = plan.launch(&gpu, &x, &mut short).unwrap_err();
         assert!(err.to_string().contains("lengths must be equal"), "{err}");
     }
 }

@@ -6,16 +6,16 @@ use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
-/// The default `--rows` and `--cols` of the copy and the transpose (main.rs, and the bench).
+pub mod run;
+pub mod reference;
+
+/// The default `--rows` and `--cols` of the copy and the transpose (`run.rs`, and the bench).
 pub const DEFAULT_ROWS: u64 = 16384;
 pub const DEFAULT_COLS: u64 = 16384;
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "transpose.cu",
-    code: include_str!("transpose.cu"),
-};
+pub const SOURCE: KernelSource = common::kernel_source!("transpose.cu");
 
 /// What the day compiles: every kernel, for the GPU's own architecture. The loader compiles the
 /// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of time for
@@ -24,34 +24,33 @@ pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(SOURCE, all_functions())]
 }
 
+common::test_kernel_builds!();
+
 const THREADS: u32 = 256;
 
-/// The transpose versions, in table order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transpose {
-    Naive,
-    Tiled,
-    Padded,
-    Vec4Swizzled,
+common::kernel_args! {
+    /// `copy_f32x4(const float* x, float* y, index_t n)`
+    fn copy_f32x4(x: &CudaSlice<f32>, y: &mut CudaSlice<f32>, n: u64);
+    /// `transpose_<version>_f32(const float* x, float* y, int rows, int cols)`
+    fn transpose_f32(x: &CudaSlice<f32>, y: &mut CudaSlice<f32>, rows: i32, cols: i32);
+    /// `reverse_naive_f32` and `reverse_vec4[_unaligned]_f32x4`: `(const float* x, float* y,
+    /// index_t n)`
+    fn reverse_f32(x: &CudaSlice<f32>, y: &mut CudaSlice<f32>, n: u64);
+    /// `reverse_inplace_f32[x4](float* x, index_t n)`
+    fn reverse_inplace_f32(x: &mut CudaSlice<f32>, n: u64);
+}
+
+common::versions! {
+    /// The transpose versions, in table order.
+    pub enum Transpose {
+        Naive => "naive",
+        Tiled => "tiled",
+        Padded => "padded",
+        Vec4Swizzled => "vec4_swizzled",
+    }
 }
 
 impl Transpose {
-    pub const ALL: [Transpose; 4] = [
-        Transpose::Naive,
-        Transpose::Tiled,
-        Transpose::Padded,
-        Transpose::Vec4Swizzled,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Transpose::Naive => "naive",
-            Transpose::Tiled => "tiled",
-            Transpose::Padded => "padded",
-            Transpose::Vec4Swizzled => "vec4_swizzled",
-        }
-    }
-
     pub fn function(self) -> &'static str {
         match self {
             Transpose::Naive => "transpose_naive_f32",
@@ -86,25 +85,16 @@ impl Transpose {
     }
 }
 
-/// The reversal versions, in table order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reverse {
-    Naive,
-    Vec4,
-    InplaceVec4,
+common::versions! {
+    /// The reversal versions, in table order.
+    pub enum Reverse {
+        Naive => "naive",
+        Vec4 => "vec4",
+        InplaceVec4 => "inplace_vec4",
+    }
 }
 
 impl Reverse {
-    pub const ALL: [Reverse; 3] = [Reverse::Naive, Reverse::Vec4, Reverse::InplaceVec4];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Reverse::Naive => "naive",
-            Reverse::Vec4 => "vec4",
-            Reverse::InplaceVec4 => "inplace_vec4",
-        }
-    }
-
     /// The CUDA function for `n` elements: the float4 kernels have a variant for n % 4 != 0.
     pub fn function(self, n: usize) -> &'static str {
         let aligned = n.is_multiple_of(4);
@@ -174,12 +164,9 @@ impl Day17 {
             );
         }
         let (kernel, shape) = self.copy_kernel(n)?;
-        let n = n as u64;
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch.arg(x).arg(y).arg(&n);
-        // SAFETY: matches copy_f32x4(const float* x, float* y, index_t n); both hold n floats.
-        unsafe { launch.launch(kernel.config(&shape)?) }?;
-        Ok(())
+        // SAFETY: x and y both hold n floats (checked above); threads past the last float4
+        // return, and the last one copies the tail.
+        unsafe { copy_f32x4(gpu, kernel, &shape, x, y, n as u64) }
     }
 
     /// The kernel and launch shape of a transpose of a `rows x cols` x, or why it cannot run.
@@ -221,13 +208,9 @@ impl Day17 {
             );
         }
         let (kernel, shape) = self.transpose_kernel(version, rows, cols)?;
-        let (r, c) = (rows as i32, cols as i32);
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch.arg(x).arg(y).arg(&r).arg(&c);
-        // SAFETY: matches transpose_<version>_f32(const float* x, float* y, int rows,
-        // int cols); both hold rows x cols floats and the grid covers every tile.
-        unsafe { launch.launch(kernel.config(&shape)?) }?;
-        Ok(())
+        // SAFETY: x and y both hold rows x cols floats (checked above), rows and cols fit an
+        // int (`check_shape`), and the kernels skip the parts of edge tiles outside the matrix.
+        unsafe { transpose_f32(gpu, kernel, &shape, x, y, rows as i32, cols as i32) }
     }
 
     pub fn reverse_kernel(&self, version: Reverse, n: usize) -> Result<(&Kernel, LaunchShape)> {
@@ -265,13 +248,8 @@ impl Day17 {
             );
         }
         let (kernel, shape) = self.reverse_kernel(version, n)?;
-        let n = n as u64;
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch.arg(x).arg(y).arg(&n);
-        // SAFETY: matches reverse_<naive|vec4[_unaligned]>(const float* x, float* y,
-        // index_t n); both hold n floats.
-        unsafe { launch.launch(kernel.config(&shape)?) }?;
-        Ok(())
+        // SAFETY: x and y both hold n floats (checked above); threads past the end return.
+        unsafe { reverse_f32(gpu, kernel, &shape, x, y, n as u64) }
     }
 
     /// Reverses `x` in place.
@@ -281,13 +259,8 @@ impl Day17 {
             bail!("reverse: the array is empty");
         }
         let (kernel, shape) = self.reverse_kernel(Reverse::InplaceVec4, n)?;
-        let n = n as u64;
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch.arg(x).arg(&n);
-        // SAFETY: matches reverse_inplace_f32[x4](float* x, index_t n); x holds n floats, and
-        // each element is read and written by one thread only.
-        unsafe { launch.launch(kernel.config(&shape)?) }?;
-        Ok(())
+        // SAFETY: x holds n floats, and each element is read and written by one thread only.
+        unsafe { reverse_inplace_f32(gpu, kernel, &shape, x, n as u64) }
     }
 }
 
@@ -298,11 +271,6 @@ fn blocks_for_tiles(extent: usize, tile: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
-    }
 
     #[test]
     fn reversal_picks_the_aligned_kernels_only_for_multiples_of_4() {

@@ -2,12 +2,9 @@
 //! multiples of the tile (32 or 64), of the float4, or of the block: vectors, primes, odd
 //! sizes.
 
-use common::reference::transpose as reference;
 use common::session::launch_and_read;
 use common::{Tolerance, measure::check, measure::inputs, testing};
-use day17::{Day17, Reverse, Transpose};
-
-const EXACT: Tolerance = Tolerance::new(0.0, 0.0);
+use day17::{Day17, Reverse, Transpose, reference};
 
 const SHAPES: &[(usize, usize)] = &[
     (1, 1),
@@ -41,7 +38,7 @@ fn copy_and_every_transpose_are_bit_exact_on_odd_shapes() {
 
         let same: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
         let got = launch_and_read(&gpu, &mut out, &mut |out| day.copy(&gpu, &x_dev, out)).unwrap();
-        let report = check::compare(&got, &same, &[rows, cols], EXACT);
+        let report = check::compare(&got, &same, &[rows, cols], Tolerance::EXACT);
         assert!(report.passed(), "copy {rows}x{cols}: {report}");
 
         let want: Vec<f64> = reference::transpose(&x, rows, cols)
@@ -53,7 +50,7 @@ fn copy_and_every_transpose_are_bit_exact_on_odd_shapes() {
                 day.transpose(&gpu, version, &x_dev, out, rows, cols)
             })
             .unwrap();
-            let report = check::compare(&got, &want, &[cols, rows], EXACT);
+            let report = check::compare(&got, &want, &[cols, rows], Tolerance::EXACT);
             assert!(
                 report.passed(),
                 "{} {rows}x{cols}: {report}",
@@ -90,7 +87,7 @@ fn every_reversal_is_bit_exact_on_odd_lengths() {
                 }
             })
             .unwrap();
-            let report = check::compare(&got, &want, &[n], EXACT);
+            let report = check::compare(&got, &want, &[n], Tolerance::EXACT);
             assert!(
                 report.passed(),
                 "reverse {} n={n}: {report}",

@@ -60,6 +60,22 @@
 // so with beta = 0 whatever C held (NaN included) never reaches the result. One exception:
 // wgmma_tma_store at beta = 1 has the TMA add alpha acc (rounded to T) into C in L2 (its
 // reduce-add), so C is rounded twice there, as cuBLAS's bf16 kernels do at beta != 0.
+//
+// The tiles come from the host: day18's tile table (`tile.rs`) passes them as -DGEMM_MMA_* and
+// -DGEMM_WG_* defines, the same numbers its launchers size the grid, the block, the shared
+// memory and the TMA boxes with; the static_asserts below check that each kernel's layout
+// takes exactly the shared memory the host gives.
+#if !defined(GEMM_MMA_BM) || !defined(GEMM_MMA_BN) || !defined(GEMM_MMA_THREADS) ||           \
+    !defined(GEMM_MMA_BK_BYTES) || !defined(GEMM_MMA_STAGES) || !defined(GEMM_MMA_SHARED_BYTES)
+#error "gemm.cu: compile it with the -DGEMM_MMA_ defines of day18's tile table"
+#endif
+#if !defined(GEMM_WG_BM) || !defined(GEMM_WG_BN) || !defined(GEMM_WG_BK_BYTES) ||              \
+    !defined(GEMM_WG_STAGES) || !defined(GEMM_WG_CONSUMERS) || !defined(GEMM_WG_OUT_ROWS) ||   \
+    !defined(GEMM_WG_PRODUCER_REGISTERS) || !defined(GEMM_WG_CONSUMER_REGISTERS) ||            \
+    !defined(GEMM_WG_SHARED_BYTES) || !defined(GEMM_WG_TMA_STORE_SHARED_BYTES) ||              \
+    !defined(GEMM_WG_PREFETCH_STAGES) || !defined(GEMM_WG_PREFETCH_C_SHARED_BYTES)
+#error "gemm.cu: compile it with the -DGEMM_WG_ defines of day18's tile table"
+#endif
 #include "common.cuh"
 #include "dtype.cuh"
 #include "mma.cuh"
@@ -121,8 +137,10 @@ __device__ __forceinline__ void store_fragment_pair(T* c, int m, int n, int row,
 // ---------------------------------------------------------------------------------------------
 // The warp tiling both mma.sync versions share: 8 warps as 2 (m) x 4 (n), each a 64 x 32
 // sub-tile = 4 m16 tiles x 4 n8 tiles = 16 mma per k16 step, 64 f32 accumulators per thread.
-constexpr int MMA_BM = 128, MMA_BN = 128, MMA_THREADS = 256;
+constexpr int MMA_BM = GEMM_MMA_BM, MMA_BN = GEMM_MMA_BN, MMA_THREADS = GEMM_MMA_THREADS;
 constexpr int WARP_M = 64, WARP_N = 32;
+static_assert(MMA_THREADS == 32 * (MMA_BM / WARP_M) * (MMA_BN / WARP_N),
+              "8 warps of 64 x 32 outputs make the 128 x 128 tile");
 
 // One k16 step of a warp: A fragments of its 4 m16 tiles and B fragments of its 4 n8 tiles by
 // ldmatrix (addresses from `a_row` / `b_row`, which map (row, k-chunk) to shared memory), then
@@ -225,8 +243,12 @@ __device__ __forceinline__ void gemm_mma_ldmatrix(const T* a, const T* b, T* c, 
 // ---------------------------------------------------------------------------------------------
 // mma_pipelined: grid(ceil(n / 128), ceil(m / 128), batch), block(256), dynamic shared
 // 4 stages x (128 + 128) rows x 128 bytes = 128 KiB.
-constexpr int PIPE_BK = 64, PIPE_STAGES = 4;
+constexpr int PIPE_BK = GEMM_MMA_BK_BYTES / 2, PIPE_STAGES = GEMM_MMA_STAGES;  // 16-bit k
 constexpr int PIPE_TILE = MMA_BM * PIPE_BK;  // elements of one operand's stage
+static_assert(MMA_BM == MMA_BN, "a stage's loop fills A's and B's tiles alike");
+static_assert(PIPE_BK == 64, "a stage's rows are one 128-byte swizzle row (swizzle_128)");
+static_assert(PIPE_STAGES * 2 * PIPE_TILE * 2 == GEMM_MMA_SHARED_BYTES,
+              "mma_pipelined's ring takes exactly the shared memory the host gives");
 
 // Row r's 16-byte chunk c lives at chunk c ^ (r % 8): the 8 rows an ldmatrix reads at one
 // chunk column land in 8 different 16-byte bank groups.
@@ -265,34 +287,19 @@ __device__ __forceinline__ void gemm_mma_pipelined(const T* a, const T* b, T* c,
     const int steps = (k + PIPE_BK - 1) / PIPE_BK;
     float acc[4][4][4] = {};
 
-    // Prologue: stages 0 .. STAGES - 2 in flight. A group is committed even when empty so
-    // the wait below always counts the same number of groups.
-#pragma unroll
-    for (int s = 0; s < PIPE_STAGES - 1; ++s) {
-        if (s < steps)
-            load_stage_async(sa + s * PIPE_TILE, sb + s * PIPE_TILE, a, b, m, n, k, m0, n0,
-                             s * PIPE_BK);
-        cp_async_commit();
-    }
-    for (int step = 0; step < steps; ++step) {
-        cp_async_wait<PIPE_STAGES - 2>();  // this step's stage has landed (for this thread)
-        __syncthreads();                   // ... and for every thread; the stage refilled
-                                           // below was last read before this barrier
-        const int next = step + PIPE_STAGES - 1;
-        if (next < steps) {
-            const int s = next % PIPE_STAGES;
-            load_stage_async(sa + s * PIPE_TILE, sb + s * PIPE_TILE, a, b, m, n, k, m0, n0,
-                             next * PIPE_BK);
-        }
-        cp_async_commit();
-        const T* ta = sa + (step % PIPE_STAGES) * PIPE_TILE;
-        const T* tb = sb + (step % PIPE_STAGES) * PIPE_TILE;
+    auto load = [&](int slot, int step) {
+        load_stage_async(sa + slot * PIPE_TILE, sb + slot * PIPE_TILE, a, b, m, n, k, m0, n0,
+                         step * PIPE_BK);
+    };
+    auto compute = [&](int slot) {
+        const T* ta = sa + slot * PIPE_TILE;
+        const T* tb = sb + slot * PIPE_TILE;
         auto a_row = [&](int r, int chunk) { return ta + swizzle_128(wm * WARP_M + r, chunk) * 8; };
         auto b_row = [&](int r, int chunk) { return tb + swizzle_128(wn * WARP_N + r, chunk) * 8; };
 #pragma unroll
         for (int kk = 0; kk < PIPE_BK; kk += 16) warp_k16_step<T>(acc, a_row, b_row, kk);
-    }
-    cp_async_wait<0>();
+    };
+    cp_async_ring<PIPE_STAGES>(steps, load, compute);
     store_warp_tile(c, m, n, m0 + wm * WARP_M, n0 + wn * WARP_N, acc,
                     make_epilogue(c, n, alpha, beta));
 }
@@ -322,9 +329,12 @@ MMA_KERNELS(f16_t, f16)
 
 // A stage holds 128 bytes of k (one 128-byte swizzle row): 64 k of a 16-bit type, 128 of FP8.
 // Tiles are counted in bytes so both element sizes share the ring and its offsets.
-constexpr int WG_BM = 128, WG_BN = 256, WG_BK_BYTES = 128, WG_STAGES = 4;
-constexpr int WG_BK = 64;                              // k per stage of a 16-bit type
-constexpr int WG_CONSUMERS = 2;                        // warpgroups of 64 rows each
+constexpr int WG_BM = GEMM_WG_BM, WG_BN = GEMM_WG_BN, WG_BK_BYTES = GEMM_WG_BK_BYTES;
+constexpr int WG_STAGES = GEMM_WG_STAGES;
+constexpr int WG_BK = WG_BK_BYTES / 2;                 // k per stage of a 16-bit type
+constexpr int WG_CONSUMERS = GEMM_WG_CONSUMERS;        // warpgroups of 64 rows each
+static_assert(WG_BM == 64 * WG_CONSUMERS, "each consumer takes 64 rows of the tile");
+static_assert(WG_BK_BYTES == 128, "a stage holds one 128-byte swizzle row of k");
 constexpr int WG_THREADS = 128 * (1 + WG_CONSUMERS);  // + the producer warpgroup
 constexpr int WG_A_TILE = WG_BM * WG_BK_BYTES, WG_B_TILE = WG_BN * WG_BK_BYTES;  // bytes
 template <typename T> __device__ constexpr int wg_bk() { return WG_BK_BYTES / (int)sizeof(T); }
@@ -332,7 +342,8 @@ template <typename T> __device__ constexpr int wg_bk() { return WG_BK_BYTES / (i
 // wgmma_tma_store's staging: per consumer two buffers of 64 rows x 128 bytes (64 columns of a
 // 16-bit output), after the stages: 32 KiB, which still fits beside the 4 stages (192 KiB) in
 // the 227 KiB an H100 block may have.
-constexpr int WG_OUT_ROWS = 64, WG_OUT_COLS = 64;
+constexpr int WG_OUT_ROWS = GEMM_WG_OUT_ROWS, WG_OUT_COLS = 64;
+static_assert(WG_OUT_ROWS == 64, "a staged chunk is one consumer's 64 rows");
 constexpr int WG_OUT_CHUNK = WG_OUT_ROWS * 128;
 constexpr int WG_STAGING = WG_CONSUMERS * 2 * WG_OUT_CHUNK;
 
@@ -340,18 +351,23 @@ constexpr int WG_STAGING = WG_CONSUMERS * 2 * WG_OUT_CHUNK;
 // (64 KiB in all), into which the TMA loads C during the main loop. Beside 4 stages it would
 // not fit (256 KiB); 3 stages (144 KiB) still keep two k steps in flight ahead of the one
 // being multiplied.
-constexpr int WG_PREFETCH_STAGES = 3;
+constexpr int WG_PREFETCH_STAGES = GEMM_WG_PREFETCH_STAGES;
 constexpr int WG_SLICE_CHUNKS = WG_BN / WG_OUT_COLS;
 constexpr int WG_PREFETCH_STAGING = WG_CONSUMERS * WG_SLICE_CHUNKS * WG_OUT_CHUNK;
 
-// The dynamic shared memory a configuration takes (the host's WG_SHARED + WG_STAGING and
-// WG_PREFETCH_SHARED): the stages, the staging, the full and empty barriers of each stage and
-// (PREFETCH_C) one c_full per consumer, and 1 KiB to align the tiles.
+// The dynamic shared memory a configuration takes: the stages, the staging, the full and
+// empty barriers of each stage and (PREFETCH_C) one c_full per consumer, and 1 KiB to align
+// the tiles; and what the host gives it (`WgTile::shared_bytes`).
 template <int STAGES, bool TMA_STORE, bool PREFETCH_C>
 __device__ constexpr int wg_shared_bytes() {
     const int staging = PREFETCH_C ? WG_PREFETCH_STAGING : TMA_STORE ? WG_STAGING : 0;
     const int barriers = 2 * STAGES + (PREFETCH_C ? WG_CONSUMERS : 0);
     return STAGES * (WG_A_TILE + WG_B_TILE) + staging + 8 * barriers + 1024;
+}
+template <bool TMA_STORE, bool PREFETCH_C> __device__ constexpr int wg_host_shared_bytes() {
+    return PREFETCH_C  ? GEMM_WG_PREFETCH_C_SHARED_BYTES
+           : TMA_STORE ? GEMM_WG_TMA_STORE_SHARED_BYTES
+                       : GEMM_WG_SHARED_BYTES;
 }
 
 // A tile's place: product z, tile row tm, tile column tn. With clusters of 2, the two CTAs of
@@ -650,6 +666,9 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
     static_assert(TMA_STORE || !PREFETCH_C, "C is prefetched into the TMA store's staging");
     static_assert(wg_shared_bytes<STAGES, TMA_STORE, PREFETCH_C>() <= 227 * 1024,
                   "at most 227 KiB of shared memory per block on sm_90");
+    static_assert(wg_shared_bytes<STAGES, TMA_STORE, PREFETCH_C>() ==
+                      wg_host_shared_bytes<TMA_STORE, PREFETCH_C>(),
+                  "the layout takes exactly the shared memory the host gives");
     constexpr int BK = wg_bk<TIn>();  // k per stage
     extern __shared__ unsigned char wg_smem_raw[];
     // The 128-byte swizzle pattern repeats every 1024 bytes: tiles start on that boundary.
@@ -688,7 +707,7 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
     }
 
     if (warpgroup == 0) {
-        warpgroup_registers_release<40>();
+        warpgroup_registers_release<GEMM_WG_PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) {
             int stage = 0;
             unsigned phase = 0;
@@ -720,7 +739,7 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
             }
         }
     } else {
-        warpgroup_registers_claim<232>();
+        warpgroup_registers_claim<GEMM_WG_CONSUMER_REGISTERS>();
         const int consumer = warpgroup - 1;
         // Frees a stage for the producers: this CTA's, and with clusters the peer's too.
         auto release = [&](int s) {

@@ -8,9 +8,9 @@
 use anyhow::Result;
 use common::bench_support::{BenchCase, Work, default_seed};
 use common::gpu::cublas::Cublas;
-use common::reference::cross_entropy::{CeOptions, IGNORE_INDEX};
 use common::{Gpu, session::Refused, testing};
 use cudarc::driver::CudaSlice;
+use day19::reference::{CeOptions, IGNORE_INDEX};
 use day19::{CrossEntropy, FusedPlan, Shape, default_chunk, make_inputs};
 use half::bf16;
 

@@ -6,7 +6,7 @@
 // torch adds an f32 copy); Liger Kernel's idea is to walk the tokens in chunks: logits of a
 // chunk (GEMM), the loss and its gradient written over those logits in place (this file),
 // then the chunk's dH (GEMM) and its share of dW (GEMM, accumulated). Only a chunk of logits
-// ever exists. The GEMMs are cuBLAS's (lib.rs); this file is the memory-bound middle.
+// ever exists. The GEMMs are cuBLAS's (gemm.rs); this file is the memory-bound middle.
 //
 // Per token, with p = softmax(z), lse = log sum exp(z), smoothing eps, z-loss zc, N valid:
 //   loss_t = lse - (1 - eps) z_y - eps mean(z) + zc lse^2
@@ -45,6 +45,19 @@
 #include "mma.cuh"
 #include "reduce.cuh"
 
+// Every block size, cluster shape and slice comes from day19's layout table (tile.rs) as
+// -DCE_... defines; the static_asserts below check that this file's shared memory is what the
+// launcher gives and that every cluster kernel holds rows of the same longest vocabulary.
+#if !defined(CE_REDUCE_THREADS) || !defined(CE_TWO_PASS_THREADS) || !defined(CE_CLUSTER_BLOCKS) || \
+    !defined(CE_CLUSTER_THREADS) || !defined(CE_CLUSTER_PACKS) || !defined(CE_MAX_VOCAB) ||       \
+    !defined(CE_STREAM_THREADS) || !defined(CE_STREAM4_STAGES) || !defined(CE_STREAM4_SLICE) ||  \
+    !defined(CE_STREAM4_PER_SM) || !defined(CE_STREAM4_SHARED_BYTES) ||                          \
+    !defined(CE_STREAM8_STAGES) || !defined(CE_STREAM8_SLICE) || !defined(CE_STREAM8_PER_SM) ||  \
+    !defined(CE_STREAM8_SHARED_BYTES) || !defined(CE_PUSH_THREADS) || !defined(CE_PUSH_PACKS) ||  \
+    !defined(CE_PUSH_PER_SM) || !defined(CE_PUSH_SHARED_BYTES)
+#error "cross_entropy.cu: compile it with the -DCE_ defines of day19's layout table (tile.rs)"
+#endif
+
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 #define BF16_PER_PACK 8
@@ -52,6 +65,10 @@
 __device__ __forceinline__ bool is_valid_target(int y, int ignore_index, index_t vocab) {
     return y != ignore_index && y >= 0 && (index_t)y < vocab;
 }
+
+// block_sum meets the warps of a block in 32 slots.
+static_assert(CE_REDUCE_THREADS % 32 == 0 && CE_REDUCE_THREADS <= 1024,
+              "whole warps, at most 32 of them");
 
 // grid(1), block(1024): N = the valid targets, and 1/N (0 when none: no gradient, loss 0).
 KERNEL void ce_count_valid_i32(const int* __restrict__ targets, float* __restrict__ inv_count,
@@ -189,7 +206,7 @@ __device__ __forceinline__ void zero_row(bf16_t* grad, index_t vocab) {
 // Rows need not start on 16 bytes (V odd): `head` scalars up to the first boundary, packs,
 // then `tail` scalars. `logits` and `grad` must be congruent modulo 16 bytes (the launcher
 // checks), so one split serves both.
-#define TWO_PASS_THREADS 1024
+#define TWO_PASS_THREADS CE_TWO_PASS_THREADS
 #define TWO_PASS_UNROLL 4
 KERNEL void __launch_bounds__(TWO_PASS_THREADS, 1)
     ce_rows_two_pass_bf16x8(const bf16_t* logits, bf16_t* grad, const int* __restrict__ targets,
@@ -268,10 +285,13 @@ KERNEL void __launch_bounds__(TWO_PASS_THREADS, 1)
 
 // ---- Thread block clusters (sm_90): 8 blocks of a row share their statistics ----------------
 
-#define CLUSTER_BLOCKS 8
-#define CLUSTER_THREADS 512
-#define CLUSTER_PACKS_PER_THREAD 4
+#define CLUSTER_BLOCKS CE_CLUSTER_BLOCKS
+#define CLUSTER_THREADS CE_CLUSTER_THREADS
+#define CLUSTER_PACKS_PER_THREAD CE_CLUSTER_PACKS
 // The longest row the cluster kernel holds: 8 blocks x 512 threads x 4 packs x 8 = 131072.
+static_assert(CLUSTER_BLOCKS * CLUSTER_THREADS * CLUSTER_PACKS_PER_THREAD * BF16_PER_PACK ==
+                  CE_MAX_VOCAB,
+              "cluster8 holds rows of the launcher's longest vocabulary");
 
 // cluster_rank(), cluster_arrive(), cluster_wait() and load_cluster_f32() come from hopper.cuh.
 
@@ -375,15 +395,25 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(CLUSTER_THR
 // GB/s, clusters queued behind others); the launcher asks the driver how many clusters of 4
 // and of 8 fit and takes the size that covers more SMs.
 
-#define STREAM_THREADS 512
+#define STREAM_THREADS CE_STREAM_THREADS
 // Per cluster size: stages x slice packs. A block's slice of a row is at most SLICE packs, so
 // the longest row is C x SLICE x 8 = 131072, cluster8's limit, either way. C = 8: 3 stages of
 // 32 KB, two blocks per SM (their rows' reductions, barriers and writes interleave); C = 4: 3
 // stages of 64 KB, one block per SM. (The first run had 4 stages for C = 8, one block per SM:
 // 2040 GB/s with clusters of 4 chosen, below cluster8's 2229.)
 template <int C> struct StreamShape;
-template <> struct StreamShape<8> { static constexpr int STAGES = 3, SLICE = 2048, PER_SM = 2; };
-template <> struct StreamShape<4> { static constexpr int STAGES = 3, SLICE = 4096, PER_SM = 1; };
+template <> struct StreamShape<8> {
+    static constexpr int STAGES = CE_STREAM8_STAGES, SLICE = CE_STREAM8_SLICE,
+                         PER_SM = CE_STREAM8_PER_SM;
+    static_assert(STAGES * SLICE * 16 == CE_STREAM8_SHARED_BYTES, "the launcher's shared memory");
+    static_assert(8 * SLICE * BF16_PER_PACK == CE_MAX_VOCAB, "cluster8's longest row");
+};
+template <> struct StreamShape<4> {
+    static constexpr int STAGES = CE_STREAM4_STAGES, SLICE = CE_STREAM4_SLICE,
+                         PER_SM = CE_STREAM4_PER_SM;
+    static_assert(STAGES * SLICE * 16 == CE_STREAM4_SHARED_BYTES, "the launcher's shared memory");
+    static_assert(4 * SLICE * BF16_PER_PACK == CE_MAX_VOCAB, "cluster8's longest row");
+};
 
 // grid(C x clusters), block(512), cluster(C), dynamic shared memory STAGES x SLICE x 16
 // bytes; `clusters` is what the GPU holds at once (the launcher asks), each walking rows
@@ -541,8 +571,13 @@ CLUSTER_STREAM_KERNEL(8)
 // grid(8 * rows), block(256), cluster(8), dynamic shared memory 32 KB: block `rank` owns packs
 // [rank * per_block, (rank + 1) * per_block) of its row, at most 8 per thread. V a multiple of
 // 8 and at most 8 x 256 x 8 x 8 = 131072; the launcher checks.
-#define PUSH_THREADS 256
-#define PUSH_PACKS_PER_THREAD 8
+#define PUSH_THREADS CE_PUSH_THREADS
+#define PUSH_PACKS_PER_THREAD CE_PUSH_PACKS
+static_assert(PUSH_THREADS * PUSH_PACKS_PER_THREAD * 16 == CE_PUSH_SHARED_BYTES,
+              "a block's slice is the launcher's dynamic shared memory");
+static_assert(CLUSTER_BLOCKS * PUSH_THREADS * PUSH_PACKS_PER_THREAD * BF16_PER_PACK ==
+                  CE_MAX_VOCAB,
+              "cluster_push holds cluster8's longest row");
 #define PUSH_WARPS (PUSH_THREADS / 32)
 #define PUSH_PARTS (CLUSTER_BLOCKS * PUSH_WARPS)  // partials per row and round: 64
 
@@ -566,7 +601,8 @@ __device__ __forceinline__ float pack_logit(const uint4& r, int i) {
     return i % 2 ? bf16_hi(w) : bf16_lo(w);
 }
 
-KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(PUSH_THREADS, 6)
+KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
+    __launch_bounds__(PUSH_THREADS, CE_PUSH_PER_SM)
     ce_rows_cluster_push_bf16x8(const bf16_t* logits, bf16_t* grad,
                                 const int* __restrict__ targets, float* __restrict__ row_loss,
                                 const float* __restrict__ inv_count_p, index_t vocab, float eps,

@@ -6,13 +6,13 @@
 //! multiples of 8), and its refusal of the others before anything runs.
 
 use common::gpu::cublas::Cublas;
-use common::reference::cross_entropy::{self as reference, CeOptions, IGNORE_INDEX, Rounding};
 use common::session::Refused;
 use common::session::launch_and_read;
 use common::{Gpu, measure::check, measure::inputs, testing};
+use day19::reference::{self, CeOptions, IGNORE_INDEX, Rounding};
 use day19::{
-    CE_VERSIONS, CrossEntropy, Day18Gemm, FusedPlan, GemmBackend, LossScratch, RowKernel, Shape,
-    make_inputs, make_targets, tolerance,
+    CeProblem, CrossEntropy, Day18Gemm, FusedPlan, GemmBackend, RowKernel, Shape, make_inputs,
+    make_targets, tolerance,
 };
 use half::bf16;
 
@@ -288,47 +288,40 @@ fn check_ce_only(
 ) {
     let what = format!("{which:?} {rows} x {vocab} {opts:?} in place {in_place}");
     let seed = (rows * 131 + vocab) as u64;
-    let logits: Vec<bf16> = inputs::logits(rows * vocab, seed);
-    let targets = make_targets(rows, vocab, 0.2, opts.ignore_index, seed);
-    let expected = reference::cross_entropy(&logits, &targets, rows, vocab, opts);
-    let valid = reference::count_valid(&targets, vocab, opts);
-    let inv = if valid == 0 { 0.0 } else { 1.0 / valid as f64 };
+    let CeProblem {
+        logits,
+        targets,
+        expected,
+        inv_count: inv,
+    } = CeProblem::new(rows, vocab, 0.2, opts, seed, seed);
+    let mut plan = ce
+        .plan(gpu, which, (rows, vocab), opts)
+        .unwrap_or_else(|e| panic!("{what}: {e:#}"));
     let logits_dev = gpu.upload(&logits).unwrap();
     let targets_dev = gpu.upload(&targets).unwrap();
-    let mut scratch = LossScratch::new(gpu, rows).unwrap();
     let mut loss = gpu.alloc_poisoned::<f32>(1).unwrap();
     let got = if in_place {
+        let scratch = &mut plan.scratch;
         let mut buf = gpu.upload(&logits).unwrap();
-        ce.count_valid(gpu, &targets_dev, vocab, opts, &mut scratch)
+        ce.count_valid(gpu, &targets_dev, vocab, opts, scratch)
             .unwrap();
         ce.rows_in_place(
             gpu,
-            which,
+            &plan.rows,
             &mut buf.as_view_mut(),
             &targets_dev.as_view(),
             &mut scratch.row_loss.as_view_mut(),
             &scratch.inv_count,
-            vocab,
             opts,
         )
         .unwrap_or_else(|e| panic!("{what}: {e:#}"));
-        ce.mean_loss(gpu, rows, &scratch, &mut loss).unwrap();
+        ce.mean_loss(gpu, rows, scratch, &mut loss).unwrap();
         gpu.synchronize().unwrap();
         gpu.download(&buf).unwrap()
     } else {
         let mut grad = gpu.alloc_poisoned::<bf16>(rows * vocab).unwrap();
         launch_and_read(gpu, &mut grad, &mut |g| {
-            ce.forward_backward(
-                gpu,
-                which,
-                &logits_dev,
-                &targets_dev,
-                vocab,
-                opts,
-                &mut scratch,
-                g,
-                &mut loss,
-            )
+            ce.forward_backward(gpu, &mut plan, &logits_dev, &targets_dev, g, &mut loss)
         })
         .unwrap_or_else(|e| panic!("{what}: {e:#}"))
     };
@@ -366,8 +359,8 @@ fn cross_entropy_alone_matches_the_reference() {
         (2, 131080),
         (3, 200_003),
     ];
-    for &name in CE_VERSIONS {
-        let which = RowKernel::from_name(name).unwrap();
+    for which in RowKernel::ALL {
+        let name = which.name();
         // A version that refused every shape would pass this test without running.
         let mut ran = 0;
         for &(rows, vocab) in &shapes {
@@ -406,25 +399,15 @@ fn the_loss_is_deterministic() {
         .upload(&make_targets(rows, vocab, 0.1, IGNORE_INDEX, 3))
         .unwrap();
     let opts = CeOptions::default();
-    for &name in CE_VERSIONS {
-        let which = RowKernel::from_name(name).unwrap();
-        let mut scratch = LossScratch::new(&gpu, rows).unwrap();
+    for which in RowKernel::ALL {
+        let name = which.name();
+        let mut plan = ce.plan(&gpu, which, (rows, vocab), &opts).unwrap();
         let mut grad = gpu.alloc_poisoned::<bf16>(rows * vocab).unwrap();
         let mut loss = gpu.alloc_poisoned::<f32>(1).unwrap();
         let mut bits = Vec::new();
         for _ in 0..4 {
-            ce.forward_backward(
-                &gpu,
-                which,
-                &logits,
-                &targets,
-                vocab,
-                &opts,
-                &mut scratch,
-                &mut grad,
-                &mut loss,
-            )
-            .unwrap();
+            ce.forward_backward(&gpu, &mut plan, &logits, &targets, &mut grad, &mut loss)
+                .unwrap();
             bits.push(gpu.download(&loss).unwrap()[0].to_bits());
         }
         assert!(
@@ -458,26 +441,14 @@ fn refusals_are_clear() {
         .err()
         .expect("refused");
     assert!(err.is::<common::session::Refused>(), "{err:#}");
-    // cluster8 on a vocabulary off 16-byte rows.
-    let logits = gpu.upload(&[bf16::ONE; 2 * 31]).unwrap();
-    let targets = gpu.upload(&[0i32, 1]).unwrap();
-    let mut scratch = LossScratch::new(&gpu, 2).unwrap();
-    let mut grad = gpu.alloc_poisoned::<bf16>(2 * 31).unwrap();
-    let mut loss = gpu.alloc_poisoned::<f32>(1).unwrap();
+    // cluster8 on a vocabulary off 16-byte rows: refused when planned.
     let err = ce
-        .forward_backward(
-            &gpu,
-            RowKernel::Cluster8,
-            &logits,
-            &targets,
-            31,
-            &opts,
-            &mut scratch,
-            &mut grad,
-            &mut loss,
-        )
-        .unwrap_err();
+        .plan_rows(&gpu, RowKernel::Cluster8, 2, 31)
+        .err()
+        .expect("refused");
+    assert!(err.is::<Refused>(), "{err:#}");
     assert!(err.to_string().contains("16-byte"), "{err:#}");
+    let mut loss = gpu.alloc_poisoned::<f32>(1).unwrap();
     // Wrong buffer sizes.
     let mut plan = FusedPlan::new(&gpu, shape, 2, &opts).unwrap();
     let cublas = Cublas::open(&gpu).unwrap();

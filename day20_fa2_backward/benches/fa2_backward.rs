@@ -10,7 +10,7 @@ use common::bench_support::{BenchCase, Work, attention_default_problem, default_
 use common::family::attention::{random_d_o, random_qkv};
 use common::{Gpu, reference::attention::AttentionShape};
 use cudarc::driver::CudaSlice;
-use day20::{BackwardProblem, BackwardTensors, FlashAttention, Mode, Tensors, Version};
+use day20::{BackwardProblem, BackwardTensors, FlashAttention, Inputs, Mode, Version};
 use half::bf16;
 
 /// The attention days' default dtype.
@@ -35,18 +35,15 @@ fn setup(gpu: &Gpu) -> Result<Problem> {
     let day = FlashAttention::load(gpu)?;
     let problem = BackwardProblem::new(gpu, &shape)?;
     let (q, k, v) = (gpu.upload(&q)?, gpu.upload(&k)?, gpu.upload(&v)?);
-    // O and L as main.rs makes them: day 10's fastest forward on this GPU (the default head
-    // dim is one the flash forwards take).
+    // O and L as main.rs makes them: day 10's fastest forward on this GPU.
     let mut o = gpu.alloc_poisoned::<T>(q.len())?;
     let mut lse = gpu.alloc_poisoned::<f32>(shape.total_q() * shape.heads)?;
-    let tensors = Tensors {
+    let x = Inputs {
         q: &q,
         k: &k,
         v: &v,
-        lse: &mut lse,
-        scores: None,
     };
-    day.forward(gpu, day.fastest().0, &problem, tensors, &mut o)?;
+    day.forward_for_backward(gpu, &problem, x, &mut o, &mut lse)?;
     Ok(Problem {
         d_o: gpu.upload(&random_d_o::<T>(&shape, seed))?,
         day,
@@ -71,28 +68,21 @@ fn cases<'a>(gpu: &'a Gpu, p: &'a Problem) -> Result<Vec<BenchCase<'a>>> {
     versions
         .into_iter()
         .map(|version| {
-            // A version that refuses the problem fails here, not in criterion's loop.
-            p.day.plan::<T>(version, &p.problem)?;
-            let mut ws = p.day.workspace(gpu, version, &p.problem)?;
+            // A version that refuses the problem fails here, not in criterion's loop; the
+            // plan (its workspace and, for fa_hopper, the tensor maps) is made once, outside
+            // the timed runs.
+            let t = BackwardTensors {
+                q: &p.q,
+                k: &p.k,
+                v: &p.v,
+                o: &p.o,
+                d_o: &p.d_o,
+                lse: &p.lse,
+            };
+            let mut plan = p.day.plan::<T>(gpu, version, Mode::Atomic, &p.problem, t)?;
             let mut grads = gpu.alloc_poisoned::<T>(q_len + 2 * k_len)?;
             Ok(BenchCase::new(version.name(), work, move || {
-                let t = BackwardTensors {
-                    q: &p.q,
-                    k: &p.k,
-                    v: &p.v,
-                    o: &p.o,
-                    d_o: &p.d_o,
-                    lse: &p.lse,
-                };
-                p.day.backward(
-                    gpu,
-                    version,
-                    Mode::Atomic,
-                    &p.problem,
-                    t,
-                    &mut ws,
-                    &mut grads,
-                )
+                plan.launch(&mut grads)
             }))
         })
         .collect()

@@ -31,6 +31,34 @@
 #include "reduce.cuh"
 #include "attention.cuh"  // Sequence, key_end, visible, first_query
 
+// The flash versions' tiles come from the host as NVRTC defines (attention_bwd.rs's
+// FA2_SCALAR_BWD and FA2_MMA_BWD, the one table both sides read): the launcher sizes its grids,
+// blocks and shared memory from the same numbers, and the static_asserts below check that this
+// file's layouts agree. Without the defines the file stops here.
+#if !defined(FA2B_THREADS) || !defined(FA2B_SCALAR_QUERIES) || !defined(FA2B_SCALAR_KEYS) ||   \
+    !defined(FA2B_MMA_QUERIES) || !defined(FA2B_MMA_KEYS) || !defined(FA2B_MMA_PAD) ||         \
+    !defined(FA2B_MMA_D64_SHARED_BYTES) || !defined(FA2B_MMA_D64_DQ_SHARED_BYTES) ||           \
+    !defined(FA2B_MMA_D128_SHARED_BYTES) || !defined(FA2B_MMA_D128_DQ_SHARED_BYTES)
+#error "attention_bwd.cu: compile it with the -DFA2B_ defines of day20's backward FlashTile table"
+#endif
+static_assert(FA2B_THREADS == 128, "four warps per block");
+
+// The dynamic shared memory the host launches fa2_mma's two passes with, per head dim
+// (enumerators: a compile-time number that takes no storage in the module).
+template <int D> struct Fa2MmaBwdHost;
+template <> struct Fa2MmaBwdHost<64> {
+    enum : int {
+        SHARED_BYTES = FA2B_MMA_D64_SHARED_BYTES,
+        DQ_SHARED_BYTES = FA2B_MMA_D64_DQ_SHARED_BYTES
+    };
+};
+template <> struct Fa2MmaBwdHost<128> {
+    enum : int {
+        SHARED_BYTES = FA2B_MMA_D128_SHARED_BYTES,
+        DQ_SHARED_BYTES = FA2B_MMA_D128_DQ_SHARED_BYTES
+    };
+};
+
 // ---------------------------------------------------------------------------------------------
 // preprocess: D[row] = dO[row] . O[row] (f32), and dq_accum[row] = 0 when zero_dq.
 // grid(ceil(rows / 8)), block(256): one warp per (token, head) row.
@@ -187,8 +215,9 @@ NAIVE_KERNELS(f16_t, f16)
 // warp w scores key j against queries 2w and 2w + 1 (S and dP, full dot products over d from
 // shared memory) and leaves P and dS in shared memory; the products that follow read them as
 // broadcasts. Scores are in log2 units (scale * log2 e folded in) for exp2f.
-#define SBR 8
-#define SBC 32
+#define SBR FA2B_SCALAR_QUERIES
+#define SBC FA2B_SCALAR_KEYS
+static_assert(SBR == 8 && SBC == 32, "lane j scores key j against queries 2w and 2w + 1");
 
 // The shared tiles of fa2_scalar: K and V rows padded by one float (lane j reads row j, so a
 // walk along d is conflict-free), Q and dO rows, and the tile pair's P and dS.
@@ -373,8 +402,9 @@ __device__ __forceinline__ void fa2_scalar_bwd_dq(const T* q, const T* k, const 
 // and after a barrier warp w computes dQ of queries 16w .. 16w + 15 over all 64 keys (A: dS
 // through ldmatrix.trans of dS^T; B: K through ldmatrix.trans), added to dq_accum with vector
 // reductions. Shared rows are padded by 16 bytes (ldmatrix conflict-free, as in day 10).
-#define MBR 64
-#define MBC 64
+#define MBR FA2B_MMA_QUERIES
+#define MBC FA2B_MMA_KEYS
+static_assert(MBR == 64 && MBC == 64, "tiles of 64 rows, 16 per warp");
 
 // Two f32 added to two neighbouring floats of global memory in one reduction (sm_90: one
 // request instead of two).
@@ -387,7 +417,7 @@ __device__ __forceinline__ void red_add2(float* at, float a, float b) {
 template <typename T, int D, int ROWS>
 __device__ __forceinline__ void mma_load_tile(T* dst, const T* src, int first, int valid,
                                               int nheads, int head) {
-    constexpr int CHUNKS = D / 8, STRIDE = D + 8;
+    constexpr int CHUNKS = D / 8, STRIDE = D + FA2B_MMA_PAD;
     // Not unrolled: unrolled, the compiler keeps every row's address live across the whole
     // main loop, registers the accumulators need.
 #pragma unroll 1
@@ -400,7 +430,7 @@ __device__ __forceinline__ void mma_load_tile(T* dst, const T* src, int first, i
 }
 
 // Dynamic shared memory, in T: K, V, two Q and two dO tiles, dS^T; then L (log2) and D of
-// the two query tiles, in f32 (lib.rs's Version::shared_bytes computes the same).
+// the two query tiles, in f32 (attention_bwd.rs's backward_shared_bytes computes the same).
 // grid(ceil(max lk / 64), kv_heads, batch), block(128).
 template <typename T, int D>
 __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, const T* d_o,
@@ -408,8 +438,9 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
                                             float* dq_accum, T* dk, T* dv, const int* cu_q,
                                             const int* cu_k, int heads, int kv_heads, float scale,
                                             int causal, int atomic_dq) {
-    constexpr int STRIDE = D + 8, DSS = MBR + 8, TILE = 64 * STRIDE;
+    constexpr int STRIDE = D + FA2B_MMA_PAD, DSS = MBR + FA2B_MMA_PAD, TILE = 64 * STRIDE;
     constexpr int KSTEPS = D / 16, QTILES = MBR / 8, DTILES = D / 8;
+    static_assert(FA2B_MMA_PAD * sizeof(T) == 16, "shared rows are padded by 16 bytes");
     extern __shared__ __align__(16) unsigned char shared_bytes[];
     T* ks = reinterpret_cast<T*>(shared_bytes);
     T* vs = ks + TILE;
@@ -418,6 +449,9 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
     T* dst = dos + 2 * TILE;  // [MBC][DSS]: dS^T, key-major
     float* lse2_s = reinterpret_cast<float*>(dst + MBC * DSS);  // [2][MBR]
     float* delta_s = lse2_s + 2 * MBR;                           // [2][MBR]
+    static_assert((6 * TILE + MBC * DSS) * sizeof(T) + 4 * MBR * sizeof(float) ==
+                      Fa2MmaBwdHost<D>::SHARED_BYTES,
+                  "the host launches with the shared memory this layout takes");
 
     const Sequence s = sequence(cu_q, cu_k, blockIdx.z);
     const int j0 = blockIdx.x * MBC;
@@ -616,13 +650,15 @@ __device__ __forceinline__ void fa2_mma_bwd_dq(const T* q, const T* k, const T* 
                                                const float* lse, const float* delta, T* dq,
                                                const int* cu_q, const int* cu_k, int heads,
                                                int kv_heads, float scale, int causal) {
-    constexpr int STRIDE = D + 8, TILE = 64 * STRIDE;
+    constexpr int STRIDE = D + FA2B_MMA_PAD, TILE = 64 * STRIDE;
     constexpr int KSTEPS = D / 16, NTILES = MBC / 8, DTILES = D / 8;
     extern __shared__ __align__(16) unsigned char shared_bytes[];
     T* qs = reinterpret_cast<T*>(shared_bytes);
     T* dos = qs + TILE;
     T* ks = dos + TILE;       // [2][MBC][STRIDE]
     T* vs = ks + 2 * TILE;    // [2][MBC][STRIDE]
+    static_assert(6 * TILE * sizeof(T) == Fa2MmaBwdHost<D>::DQ_SHARED_BYTES,
+                  "the host launches the dQ pass with the shared memory this layout takes");
 
     const Sequence s = sequence(cu_q, cu_k, blockIdx.z);
     // Causal blocks further down a sequence have more keys to visit: start those first.

@@ -8,15 +8,14 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Parser;
 use common::cli::{CommonArgs, check_host_fits, run_main};
-use common::dtype::Dtype;
 use common::element::Element;
 use common::family::attention::{self, AttentionArgs, AttentionDay, Run, SAMPLED_TILE};
-use common::measure::check::CheckReport;
 use common::measure::report::DayReport;
 use common::reference::attention::{AttentionShape, BackwardInputs};
-use common::session::{Problem, Refused, Version as RunVersion};
+use common::session::{Problem, Version as RunVersion};
+use cudarc::driver::CudaSlice;
 use day20::{
-    BackwardProblem, BackwardTensors, ExpectedGradients, FlashAttention, Gradient, Mode, Tensors,
+    BackwardProblem, BackwardTensors, FlashAttention, Gradient, Inputs, Mode, SampledGradients,
     Version,
 };
 
@@ -40,7 +39,7 @@ const FULL_CHECK_WORK: usize = 1 << 27;
 
 fn main() -> ExitCode {
     run_main(|| {
-        let args: Args = common::cli::parse_args(&Backward::versions());
+        let args: Args = common::cli::parse_args(&Version::NAMES);
         let mode = match args.deterministic {
             true => Mode::Deterministic,
             false => Mode::Atomic,
@@ -65,22 +64,10 @@ impl AttentionDay for Backward {
     const DAY: &'static str = "day20";
     const TITLE: &'static str = "FlashAttention-2 backward";
     const FLOPS: &'static str = "TFLOP/s (2.5 x 4 b h s^2 d, halved when causal)";
-
-    fn versions() -> Vec<&'static str> {
-        Version::ALL.iter().map(|v| v.name()).collect()
-    }
-
-    fn check_dtype(dtype: Dtype) -> Result<()> {
-        Ok(day20::check_dtype(dtype)?)
-    }
+    const VERSIONS: &'static [&'static str] = &Version::NAMES;
 
     fn check_shape(shape: &AttentionShape, versions: &[&str]) -> Result<()> {
-        day20::validate(shape)?;
-        let versions: Vec<Version> = versions
-            .iter()
-            .filter_map(|n| Version::from_name(n))
-            .collect();
-        Ok(day20::check_head_dim(shape.head_dim, &versions)?)
+        day20::check_request(shape, versions)
     }
 
     fn run_problem<T: Element>(&self, run: &Run, shape: &AttentionShape) -> Result<DayReport> {
@@ -118,25 +105,12 @@ impl AttentionDay for Backward {
         // given the same ones.
         let mut o_dev = gpu.alloc_poisoned::<T>(q_len)?;
         let mut lse_dev = gpu.alloc_poisoned::<f32>(rows)?;
-        let fwd_version = match day.fastest().0 {
-            fastest if fastest.takes_head_dim(d) => fastest,
-            _ => day10::Version::Naive,
-        };
-        let mut fwd_scores = match fwd_version {
-            day10::Version::Naive => Some(
-                gpu.alloc_poisoned::<f32>((problem.forward.score_bytes() / 4).max(1) as usize)?,
-            ),
-            _ => None,
-        };
-        let tensors = Tensors {
+        let x = Inputs {
             q: &q_dev,
             k: &k_dev,
             v: &v_dev,
-            lse: &mut lse_dev,
-            scores: fwd_scores.as_mut(),
         };
-        day.forward(gpu, fwd_version, &problem, tensors, &mut o_dev)?;
-        drop(fwd_scores);
+        day.forward_for_backward(gpu, &problem, x, &mut o_dev, &mut lse_dev)?;
         let o: Vec<f64> = gpu.download(&o_dev)?.iter().map(|x| x.to_f64()).collect();
         let lse: Vec<f64> = gpu.download(&lse_dev)?.iter().map(|&x| x as f64).collect();
         let x = BackwardInputs {
@@ -147,7 +121,7 @@ impl AttentionDay for Backward {
             o: &o,
             lse: &lse,
         };
-        let expected = Expected::new(&x, shape, seed);
+        let expected = SampledGradients::new(&x, shape, FULL_CHECK_WORK, seed);
 
         let (description, key) = attention::describe(shape, T::DTYPE, "attention_bwd");
         let (description, key) = match mode {
@@ -176,33 +150,25 @@ impl AttentionDay for Backward {
         session.save_input("d_o", &[shape.total_q(), shape.heads, d], &d_o)?;
 
         let mut grads = gpu.alloc_poisoned::<T>(q_len + 2 * k_len)?;
-        for &name in run.versions {
-            let version = Version::from_name(name).expect("selected from Version::ALL");
-            let (kernel, launch) = match day.plan::<T>(version, &problem) {
-                Ok(plan) => plan,
-                Err(e) if e.is::<Refused>() => {
-                    session.skip_version(name, &e.to_string());
-                    continue;
-                }
-                Err(e) => return Err(e),
+        let plan = |name: &str| {
+            let version = Version::from_name(name).expect("selected from Version::NAMES");
+            let t = BackwardTensors {
+                q: &q_dev,
+                k: &k_dev,
+                v: &v_dev,
+                o: &o_dev,
+                d_o: &d_o_dev,
+                lse: &lse_dev,
             };
-            let mut ws = day.workspace(gpu, version, &problem)?;
+            day.plan::<T>(gpu, version, mode, &problem, t)
+        };
+        run.each_version(&mut session, plan, |session, name, mut plan| {
             let version_run = RunVersion {
                 name,
-                kernel: Some((kernel, launch)),
+                kernel: Some(plan.kernel()),
                 global_bytes: None,
             };
-            let mut launch = |g: &mut cudarc::driver::CudaSlice<T>| {
-                let t = BackwardTensors {
-                    q: &q_dev,
-                    k: &k_dev,
-                    v: &v_dev,
-                    o: &o_dev,
-                    d_o: &d_o_dev,
-                    lse: &lse_dev,
-                };
-                day.backward(gpu, version, mode, &problem, t, &mut ws, g)
-            };
+            let mut launch = |g: &mut CudaSlice<T>| plan.launch(g);
             session.run_version_checked(
                 version_run,
                 &mut grads,
@@ -226,53 +192,8 @@ impl AttentionDay for Backward {
                 }
                 session.check_also(name, "a rerun gives the same bits", report);
             }
-        }
+            Ok(())
+        })?;
         Ok(session.finish())
-    }
-}
-
-/// The reference gradients at the checked rows and keys, and where they sit in the
-/// `[dQ | dK | dV]` buffer.
-struct Expected {
-    gradients: ExpectedGradients,
-    /// Flat indices in the buffer, in `Gradient` order (dQ, dK, dV).
-    at: [Vec<usize>; 3],
-    full: bool,
-    /// Query rows and key rows checked.
-    checked: (usize, usize),
-}
-
-impl Expected {
-    /// Every query row and key when the reference is cheap; otherwise a random query row and
-    /// a random key in every tile of every head of every sequence, and the first and last of
-    /// each.
-    fn new<T: Element>(x: &BackwardInputs<T>, shape: &AttentionShape, seed: u64) -> Self {
-        let d = shape.head_dim;
-        let (q_len, k_len) = (x.q.len(), x.k.len());
-        let rows = attention::query_rows_to_check(shape, FULL_CHECK_WORK, seed);
-        let keys = attention::key_rows_to_check(shape, FULL_CHECK_WORK, seed);
-        let q_at: Vec<usize> = rows
-            .iter()
-            .flat_map(|r| (0..d).map(move |c| (r.token * shape.heads + r.head) * d + c))
-            .collect();
-        let k_at = |base: usize| -> Vec<usize> {
-            keys.iter()
-                .flat_map(|r| {
-                    (0..d).map(move |c| base + (r.token * shape.kv_heads + r.kv_head) * d + c)
-                })
-                .collect()
-        };
-        Self {
-            gradients: ExpectedGradients::at(x, shape, &rows, &keys),
-            at: [q_at, k_at(q_len), k_at(q_len + k_len)],
-            full: rows.len() == shape.total_q() * shape.heads,
-            checked: (rows.len(), keys.len()),
-        }
-    }
-
-    /// Checks one gradient in the whole `[dQ | dK | dV]` buffer.
-    fn check<T: Element>(&self, got: &[T], which: Gradient) -> CheckReport {
-        let at = &self.at[which as usize];
-        self.gradients.check(which, got, Some(at), &[got.len()])
     }
 }

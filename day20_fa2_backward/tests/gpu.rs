@@ -5,16 +5,13 @@
 //! MQA, variable lengths; and the deterministic mode's bits the same over three runs, in
 //! different block orders where the version has more than one.
 
-use std::collections::BTreeMap;
-
 use common::element::Element;
-use common::family::attention;
+use common::family::attention::{self, GridOutcome};
 use common::reference::attention::{AttentionShape, BackwardInputs, attention_forward};
 use common::session::{Refused, launch_and_read};
 use common::{Gpu, testing};
 use day20::{
     BackwardProblem, BackwardTensors, ExpectedGradients, FlashAttention, Gradient, Mode, Version,
-    Workspace,
 };
 use half::{bf16, f16};
 
@@ -46,16 +43,15 @@ fn shapes() -> Vec<AttentionShape> {
     shapes
 }
 
-/// Checks every version and mode on one shape; what fails is added to `failures` (the test
-/// goes on, so that one GPU run reports every failing case), and each version that ran is
-/// counted in `ran`.
+/// Checks every version and mode on one shape; what fails is added to `out.failures` (the
+/// test goes on, so that one GPU run reports every failing case), and each version that ran is
+/// counted in `out.ran`.
 fn check_shape<T: Element>(
     gpu: &Gpu,
     day: &FlashAttention,
     shape: &AttentionShape,
     seed: u64,
-    ran: &mut BTreeMap<&'static str, usize>,
-    failures: &mut Vec<String>,
+    out: &mut GridOutcome,
 ) {
     let (q, k, v) = attention::random_qkv::<T>(shape, seed);
     let (q_len, k_len) = (q.len(), k.len());
@@ -82,13 +78,14 @@ fn check_shape<T: Element>(
     let (q_dev, k_dev, v_dev, o_dev, d_o_dev) = (up(&q), up(&k), up(&v), up(&o), up(&d_o));
     let lse_dev = gpu.upload(&lse).unwrap();
     for version in Version::ALL {
-        let planned = day.plan::<T>(version, &problem);
+        let planned = day.kernel_for::<T>(version, &problem);
         if !version.takes_head_dim(shape.head_dim) {
             // fa2_scalar and fa2_mma at head dim 256: refused with a reason, not failed.
             match planned {
                 Err(e) if e.is::<Refused>() => continue,
                 _ => {
-                    failures.push(format!("{} planned {shape:?}", version.name()));
+                    out.failures
+                        .push(format!("{} planned {shape:?}", version.name()));
                     continue;
                 }
             }
@@ -100,29 +97,33 @@ fn check_shape<T: Element>(
             {
                 continue; // said once, by the test; the other versions still run
             }
-            failures.push(format!("{} refused {shape:?}: {e:#}", version.name()));
+            out.failures
+                .push(format!("{} refused {shape:?}: {e:#}", version.name()));
             continue;
         }
         let mut launched = false;
         for mode in [Mode::Atomic, Mode::Deterministic] {
             let what = format!("{} {mode:?} {} on {shape:?}", version.name(), T::NAME);
-            let mut ws = day.workspace(gpu, version, &problem).unwrap();
-            let mut grads = gpu.alloc_poisoned::<T>(q_len + 2 * k_len).unwrap();
-            let backward = |ws: &mut Workspace, g: &mut cudarc::driver::CudaSlice<T>| {
-                let t = BackwardTensors {
-                    q: &q_dev,
-                    k: &k_dev,
-                    v: &v_dev,
-                    o: &o_dev,
-                    d_o: &d_o_dev,
-                    lse: &lse_dev,
-                };
-                day.backward(gpu, version, mode, &problem, t, ws, g)
+            let t = BackwardTensors {
+                q: &q_dev,
+                k: &k_dev,
+                v: &v_dev,
+                o: &o_dev,
+                d_o: &d_o_dev,
+                lse: &lse_dev,
             };
-            let got = match launch_and_read(gpu, &mut grads, &mut |g| backward(&mut ws, g)) {
+            let mut plan = match day.plan(gpu, version, mode, &problem, t) {
+                Ok(plan) => plan,
+                Err(e) => {
+                    out.failures.push(format!("{what}: {e:#}"));
+                    continue;
+                }
+            };
+            let mut grads = gpu.alloc_poisoned::<T>(q_len + 2 * k_len).unwrap();
+            let got = match launch_and_read(gpu, &mut grads, &mut |g| plan.launch(g)) {
                 Ok(got) => got,
                 Err(e) => {
-                    failures.push(format!("{what}: {e:#}"));
+                    out.failures.push(format!("{what}: {e:#}"));
                     continue;
                 }
             };
@@ -135,27 +136,26 @@ fn check_shape<T: Element>(
             for (which, part) in parts {
                 let report = expected.check(which, part, None, &[part.len()]);
                 if !report.passed() {
-                    failures.push(format!("{what}: {} {report}", which.name()));
+                    out.failures
+                        .push(format!("{what}: {} {report}", which.name()));
                 }
             }
             if mode == Mode::Deterministic {
-                let again =
-                    launch_and_read(gpu, &mut grads, &mut |g| backward(&mut ws, g)).unwrap();
+                let again = launch_and_read(gpu, &mut grads, &mut |g| plan.launch(g)).unwrap();
                 let bits =
                     |x: &[T]| -> Vec<u64> { x.iter().map(|v| v.to_f64().to_bits()).collect() };
                 if bits(&got) != bits(&again) {
-                    failures.push(format!("{what}: a rerun changed bits"));
+                    out.failures.push(format!("{what}: a rerun changed bits"));
                 }
                 // fa_hopper numbers its blocks in sections of kv heads: one head per section,
                 // then all of them, are two more launch orders that must give the same bits.
                 if version == Version::FaHopper {
                     for heads in [1, shape.kv_heads] {
-                        ws.set_head_section(heads);
+                        plan.set_head_section(heads);
                         let reordered =
-                            launch_and_read(gpu, &mut grads, &mut |g| backward(&mut ws, g))
-                                .unwrap();
+                            launch_and_read(gpu, &mut grads, &mut |g| plan.launch(g)).unwrap();
                         if bits(&got) != bits(&reordered) {
-                            failures
+                            out.failures
                                 .push(format!("{what}: {heads} kv heads per section changed bits"));
                         }
                     }
@@ -163,42 +163,16 @@ fn check_shape<T: Element>(
             }
         }
         if launched {
-            *ran.entry(version.name()).or_default() += 1;
+            *out.ran.entry(version.name()).or_default() += 1;
         }
     }
 }
 
 #[test]
 fn every_version_and_mode_matches_the_reference_on_odd_shapes() {
-    let Some(gpu) = testing::gpu_or_skip("day20 GPU correctness") else {
-        return;
-    };
-    let day = FlashAttention::load(&gpu).unwrap();
-    let mut ran = BTreeMap::new();
-    let mut failures = Vec::new();
-    for (i, shape) in shapes().iter().enumerate() {
-        check_shape::<bf16>(&gpu, &day, shape, 10 * i as u64, &mut ran, &mut failures);
-        if i % 3 == 0 {
-            check_shape::<f16>(
-                &gpu,
-                &day,
-                shape,
-                10 * i as u64 + 5,
-                &mut ran,
-                &mut failures,
-            );
-        }
-    }
-    // A version that refused (or failed to launch) every shape has checked nothing.
-    let counts = Version::ALL
-        .iter()
-        .map(|v| (v.name(), ran.get(v.name()).copied().unwrap_or(0)));
-    let unavailable = |name: &str| {
-        (name == Version::FaHopper.name())
-            .then(|| testing::needs_sm90a(&gpu))
-            .flatten()
-    };
-    testing::assert_every_version_ran("day20 GPU correctness", counts, unavailable, failures);
+    let checks = [check_shape::<bf16>, check_shape::<f16>];
+    let (names, load) = (&Version::NAMES, FlashAttention::load);
+    attention::check_every_version("day20 GPU correctness", load, names, &shapes(), checks);
 }
 
 #[test]
@@ -217,28 +191,22 @@ fn the_multi_wave_shape_gives_fa_hopper_more_blocks_than_sms() {
 
 #[test]
 fn sizes_a_version_cannot_take_are_refused() {
-    let Some(gpu) = testing::gpu_or_skip("day20 GPU refusals") else {
-        return;
-    };
-    let day = FlashAttention::load(&gpu).unwrap();
     // P and dS of 1 x 100000^2 floats each (75 GiB): naive refuses, the flash ones plan.
     let long = AttentionShape::uniform(1, 100_000, 100_000, 1, 1, 64, false);
-    let problem = BackwardProblem::new(&gpu, &long).unwrap();
-    let Err(err) = day.plan::<bf16>(Version::Naive, &problem) else {
-        panic!("naive planned 75 GiB of P and dS");
+    let planned = |gpu: &Gpu, day: &FlashAttention, shape: &AttentionShape, name: &str| {
+        let problem = BackwardProblem::new(gpu, shape)?;
+        day.kernel_for::<bf16>(Version::from_name(name).unwrap(), &problem)
+            .map(drop)
     };
+    let load = FlashAttention::load;
+    let Some((gpu, day)) = attention::check_refusals("day20 GPU refusals", load, &long, planned)
+    else {
+        return;
+    };
+    // f32 storage is not an attention dtype here.
+    let odd = BackwardProblem::new(&gpu, &AttentionShape::uniform(1, 10, 10, 1, 1, 96, false));
     assert!(
-        err.is::<Refused>() && err.to_string().contains("memory wall"),
-        "{err}"
+        day.kernel_for::<f32>(Version::Fa2Mma, &odd.unwrap())
+            .is_err()
     );
-    assert!(day.plan::<bf16>(Version::Fa2Mma, &problem).is_ok());
-    // Head dim 96: only the naive version is compiled for it.
-    let odd = AttentionShape::uniform(1, 10, 10, 1, 1, 96, false);
-    let problem = BackwardProblem::new(&gpu, &odd).unwrap();
-    assert!(day.plan::<bf16>(Version::Naive, &problem).is_ok());
-    let Err(err) = day.plan::<bf16>(Version::Fa2Scalar, &problem) else {
-        panic!("fa2_scalar planned head dim 96");
-    };
-    assert!(err.is::<Refused>(), "{err}");
-    assert!(day.plan::<f32>(Version::Fa2Mma, &problem).is_err());
 }

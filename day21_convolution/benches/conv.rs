@@ -23,13 +23,10 @@ struct Problem {
 }
 
 fn setup(gpu: &Gpu) -> Result<Problem> {
-    anyhow::ensure!(
-        OP.default_dtype() == T::DTYPE,
-        "{} runs in {}",
-        OP.name(),
-        T::NAME
-    );
     let shape = OP.default_shape();
+    if OP.default_dtype() != T::DTYPE {
+        anyhow::bail!("the default {} problem is not in {}", OP.name(), T::NAME);
+    }
     let (x, w) = HostInputs::<T>::random(shape, default_seed()?).upload(gpu)?;
     Ok(Problem {
         day: Conv::load(gpu)?,

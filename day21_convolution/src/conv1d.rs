@@ -4,7 +4,7 @@
 use anyhow::{Result, bail};
 use common::dtype::Dtype;
 use common::{Element, Gpu, LaunchShape};
-use cudarc::driver::PushKernelArg;
+use cudarc::driver::CudaSlice;
 
 use crate::{Conv, MAX_WIDTH_1D, Plan, check_lengths, grid_x, pack};
 
@@ -12,6 +12,14 @@ use crate::{Conv, MAX_WIDTH_1D, Plan, check_lengths, grid_x, pack};
 const THREADS: usize = 256;
 /// Outputs per `vec_regs` thread (`VEC_1D`).
 const VEC_OUTPUTS: usize = 8;
+common::kernel_args! {
+    /// `conv1d_{naive,smem,const}_<T>(const T* x, const T* w, T* y, index_t n, int width)`
+    fn conv1d<T>(x: &CudaSlice<T>, w: &CudaSlice<T>, y: &mut CudaSlice<T>, n: u64, width: i32);
+    /// `conv1d_vec_<T>x<P>_w<B>(const T* x, T* y, index_t n, int width)`: the filter is read
+    /// from constant memory.
+    fn conv1d_vec<T>(x: &CudaSlice<T>, y: &mut CudaSlice<T>, n: u64, width: i32);
+}
+
 /// The widest filter of each `vec_regs` instance: a filter runs in the narrowest that holds
 /// it (its window and unrolled tap loop are sized for that width).
 pub const WIDTH_BUCKETS: [usize; 4] = [3, 7, 15, 31];
@@ -79,19 +87,16 @@ impl Conv {
                     self.copy_filter_to_constant(gpu, w)?;
                 }
                 let (n, width) = (n as u64, width as i32);
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch.arg(x);
-                if with_filter_argument {
-                    launch.arg(w);
-                }
-                launch.arg(y).arg(&n).arg(&width);
-                // SAFETY: matches conv1d_{naive,smem,const}_T(const T* x, const T* w, T* y,
-                // index_t n, int width) and conv1d_vec_T_wB(const T* x, T* y, index_t n, int
-                // width) with x and y of n elements and w of width (checked), width <= the
+                // SAFETY: x and y hold n elements and w width (checked), width <= the
                 // instance's bucket; the grid covers n and every kernel guards i >= n; the
                 // tile kernels get (256 + width - 1) floats of shared memory.
-                unsafe { launch.launch(kernel.config(&shape)?) }?;
-                Ok(())
+                unsafe {
+                    if with_filter_argument {
+                        conv1d(gpu, kernel, &shape, x, w, y, n, width)
+                    } else {
+                        conv1d_vec(gpu, kernel, &shape, x, y, n, width)
+                    }
+                }
             }),
         })
     }

@@ -3,11 +3,11 @@
 
 use anyhow::{Result, bail};
 use common::dtype::Dtype;
-use common::reference::conv::Conv2dShape;
 use common::session::Refused;
 use common::{Element, Gpu, LaunchShape, sizes};
-use cudarc::driver::{DeviceRepr, PushKernelArg};
+use cudarc::driver::{CudaSlice, DeviceRepr};
 
+use crate::reference::Conv2dShape;
 use crate::{Conv, MAX_FILTER_2D, Plan, check_constant_fits, check_lengths, grid_x, grid_yz, pack};
 
 /// Every 2D kernel's block: 32 x 8 threads (`BLOCK_X`, `BLOCK_Y` in the .cu).
@@ -85,6 +85,15 @@ struct KernelShape {
 
 // SAFETY: seven i32 fields in C layout, the layout of the .cu's `struct Conv2dShape`.
 unsafe impl DeviceRepr for KernelShape {}
+common::kernel_arg_by_value!(KernelShape);
+
+common::kernel_args! {
+    /// `conv2d_{naive,smem,const}_<T>(const T* x, const T* w, T* y, Conv2dShape s)`
+    fn conv2d<T>(x: &CudaSlice<T>, w: &CudaSlice<T>, y: &mut CudaSlice<T>, s: KernelShape);
+    /// `conv2d_vec_<T>x<P>_oc<C>_oy<R>[_k<KH>x<KW>](const T* x, T* y, Conv2dShape s)`: the
+    /// filter is read from constant memory.
+    fn conv2d_vec<T>(x: &CudaSlice<T>, y: &mut CudaSlice<T>, s: KernelShape);
+}
 
 impl KernelShape {
     fn of(s: Conv2dShape) -> Result<Self> {
@@ -189,19 +198,16 @@ impl Conv {
                 if constant {
                     self.copy_filter_to_constant(gpu, w)?;
                 }
-                let mut launch = gpu.stream.launch_builder(&kernel.func);
-                launch.arg(x);
-                if with_filter_argument {
-                    launch.arg(w);
-                }
-                launch.arg(y).arg(&args);
-                // SAFETY: matches conv2d_{naive,smem,const}_T(const T* x, const T* w, T* y,
-                // Conv2dShape s) and conv2d_vec_T_ocC_oyR(const T* x, T* y, Conv2dShape s),
-                // with x, w and y of the shape's lengths (checked); the grid covers every
+                // SAFETY: x, w and y hold the shape's lengths (checked); the grid covers every
                 // (column tile, row tile, image x channel group) and the kernels guard the
                 // edges; the shared memory is what each kernel's tile needs.
-                unsafe { launch.launch(kernel.config(&shape)?) }?;
-                Ok(())
+                unsafe {
+                    if with_filter_argument {
+                        conv2d(gpu, kernel, &shape, x, w, y, args)
+                    } else {
+                        conv2d_vec(gpu, kernel, &shape, x, y, args)
+                    }
+                }
             }),
         })
     }

@@ -4,31 +4,26 @@
 
 use anyhow::Result;
 use common::dtype::Dtype;
-use common::reference::conv::{self as reference, Conv2dShape, ConvCheck, ConvReference};
 use common::{Element, Gpu, measure::inputs};
 use cudarc::driver::CudaSlice;
 
-/// The day's operations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
-#[value(rename_all = "snake_case")]
-pub enum Op {
-    /// One signal, one filter of 1 to 31 taps.
-    Conv1d,
-    /// One image (H x W), one filter of up to 7 x 7.
-    Conv2d,
-    /// NCHW images, C_out x C_in filters of up to 7 x 7.
-    Conv2dNchw,
+use crate::reference::{self, Conv2dShape, ConvCheck, ConvReference};
+
+common::versions! {
+    /// The day's operations; the names are `--op`'s, and those of keys.
+    #[derive(clap::ValueEnum)]
+    #[value(rename_all = "snake_case")]
+    pub enum Op {
+        /// One signal, one filter of 1 to 31 taps.
+        Conv1d => "conv1d",
+        /// One image (H x W), one filter of up to 7 x 7.
+        Conv2d => "conv2d",
+        /// NCHW images, C_out x C_in filters of up to 7 x 7.
+        Conv2dNchw => "conv2d_nchw",
+    }
 }
 
 impl Op {
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Conv1d => "conv1d",
-            Op::Conv2d => "conv2d",
-            Op::Conv2dNchw => "conv2d_nchw",
-        }
-    }
-
     /// The storage type of the op's default problem.
     pub fn default_dtype(self) -> Dtype {
         match self {

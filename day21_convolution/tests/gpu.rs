@@ -17,9 +17,9 @@
 
 use std::collections::HashMap;
 
-use common::reference::conv::Conv2dShape;
 use common::session::{Refused, launch_and_read};
 use common::{Element, Gpu, testing};
+use day21::reference::Conv2dShape;
 use day21::{CONST_FILTER_CAPACITY, Conv, HostInputs, Shape, VERSIONS};
 use half::bf16;
 

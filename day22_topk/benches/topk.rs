@@ -10,7 +10,7 @@ use cudarc::driver::CudaSlice;
 use day22::{Shape, TopK, VERSIONS};
 
 type T = f32;
-/// main.rs's first default problem: rows, width, k.
+/// The first of `run::DEFAULT_PROBLEMS`: rows, width, k.
 const PROBLEM: (usize, usize, usize) = (4096, 32768, 64);
 
 struct Problem {

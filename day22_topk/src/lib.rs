@@ -7,7 +7,7 @@
 //!
 //! # The defined order
 //!
-//! Every version and the CPU reference ([`common::reference::topk`]) rank elements the same
+//! Every version and the CPU reference ([`reference`]) rank elements the same
 //! way: by the order-preserving unsigned key of the stored float (sign bit set for a
 //! positive, all bits flipped for a negative), so `-0.0` ranks just below `+0.0` and
 //! subnormals rank by value (keys are integers: nothing is flushed to zero); every NaN gets
@@ -19,15 +19,19 @@
 //! the index traffic of torch's `int64`.
 
 use anyhow::{Result, bail};
+use common::family::ops;
 use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
-use common::reference::topk::TopkValue;
 use common::session::Refused;
-use common::{Gpu, Kernel, LaunchShape, UsageError, sizes};
+use common::{Gpu, UsageError, sizes};
 use cudarc::driver::CudaSlice;
 
+use crate::reference::TopkValue;
+
 pub mod radix_select;
+pub mod reference;
+pub mod run;
 pub mod sort_row;
 pub mod warp_bitonic;
 
@@ -49,6 +53,8 @@ pub const SOURCE: KernelSource = KernelSource {
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![KernelBuild::device(SOURCE, all_functions())]
 }
+
+common::test_kernel_builds!();
 
 /// Version names, in table order.
 pub const VERSIONS: &[&str] = &["sort_row", "warp_bitonic", "radix_select"];
@@ -110,17 +116,13 @@ impl Shape {
     }
 }
 
-/// Enqueues one top-k: input, then values and indices (`rows x k` each).
-pub type Launch<'a, T> =
-    Box<dyn FnMut(&CudaSlice<T>, &mut CudaSlice<T>, &mut CudaSlice<u32>) -> Result<()> + 'a>;
-
-/// How one version runs on one shape.
-pub struct Plan<'a, T> {
-    /// The kernel the table describes (the one that reads the whole input).
-    pub kernel: &'a Kernel,
-    pub shape: LaunchShape,
-    pub launch: Launch<'a, T>,
-}
+/// How one version runs on one shape: the kernel the table describes is the one that reads
+/// the whole input; the launch enqueues one top-k of the input into values and indices
+/// (`rows x k` each).
+pub type Plan<'a, T> = ops::Plan<
+    'a,
+    dyn FnMut(&CudaSlice<T>, &mut CudaSlice<T>, &mut CudaSlice<u32>) -> Result<()> + 'a,
+>;
 
 pub struct TopK {
     kernels: KernelSet,
@@ -179,6 +181,23 @@ fn grid_x(blocks: usize) -> Result<u32> {
         .ok_or_else(|| Refused(format!("{blocks} blocks exceed the grid's 2^31 - 1 in x")).into())
 }
 
+/// How a version cuts long rows into segments, one per warp or block: enough of them for
+/// `per_sm` on every SM when rows are few, each at least `min_len` long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segmenting {
+    pub per_sm: usize,
+    pub min_len: usize,
+}
+
+impl Segmenting {
+    /// (segment length, segments per row) of `shape`'s rows, read `vec` elements at a time,
+    /// on a GPU of `sms` SMs.
+    pub fn split(self, shape: Shape, vec: usize, sms: usize) -> (usize, usize) {
+        let parts = (sms * self.per_sm).div_ceil(shape.rows);
+        segments(shape.width, vec, parts, self.min_len)
+    }
+}
+
 /// A row cut into about `parts` segments whose length is a multiple of `vec` and at least
 /// `min_len`: (segment length, segments).
 fn segments(width: usize, vec: usize, parts: usize, min_len: usize) -> (usize, usize) {
@@ -217,11 +236,6 @@ fn check_buffers<T>(
 mod tests {
     use super::*;
     use half::bf16;
-
-    #[test]
-    fn every_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
-    }
 
     #[test]
     fn shapes_are_checked() {

@@ -4,12 +4,12 @@
 
 use anyhow::Result;
 use common::gpu::kernel::KernelSet;
-use common::reference::topk::TopkValue;
 use common::session::Refused;
 use common::{Gpu, LaunchShape};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
-use crate::{DTYPES, Plan, Shape, check_buffers, grid_x, segments, vector_width};
+use crate::reference::TopkValue;
+use crate::{DTYPES, Plan, Segmenting, Shape, check_buffers, grid_x, vector_width};
 
 /// Bits per digit and bins per histogram (`RADIX_BITS`, `RADIX` in the .cu).
 const RADIX_BITS: u32 = 11;
@@ -20,11 +20,38 @@ const COUNTS_PER_ROW: usize = RADIX + 4;
 const COLUMN_BITS: u32 = 20;
 const THREADS: u32 = 512;
 const CHOOSE_THREADS: u32 = 256;
-/// Blocks per SM to aim for when rows are few (4 of 512 threads fill an SM's 2048).
-const BLOCKS_PER_SM: usize = 4;
-/// A segment is at least this long, so that its histogram's atomics (up to 2048 into global
-/// memory) stay small next to its loads.
-const MIN_SEGMENT: usize = 8192;
+/// Enough blocks to fill every SM when rows are few: 4 per SM (4 of 512 threads fill an SM's
+/// 2048). A segment is at least 8192 long, so that its histogram's atomics (up to 2048 into
+/// global memory) stay small next to its loads.
+pub const SEGMENTING: Segmenting = Segmenting {
+    per_sm: 4,
+    min_len: 8192,
+};
+
+common::kernel_args! {
+    /// `topk_radix_hist_<T>_v<VEC>(const T* x, const u64* prefix_mask, unsigned* counts,
+    /// index_t width, index_t segment_len, unsigned shift)`
+    fn topk_radix_hist<T>(
+        x: &CudaSlice<T>, prefix_mask: &CudaSlice<u64>, counts: &mut CudaSlice<u32>, width: u64,
+        segment_len: u64, shift: u32,
+    );
+    /// `topk_radix_choose(u64* prefix_mask, unsigned* counts, unsigned k, unsigned shift)`
+    fn topk_radix_choose(
+        prefix_mask: &mut CudaSlice<u64>, counts: &mut CudaSlice<u32>, k: u32, shift: u32,
+    );
+    /// `topk_radix_gather_<T>_v<VEC>(const T* x, const u64* prefix_mask, unsigned* counts,
+    /// u64* selected, index_t width, unsigned k, index_t segment_len)`
+    fn topk_radix_gather<T>(
+        x: &CudaSlice<T>, prefix_mask: &CudaSlice<u64>, counts: &mut CudaSlice<u32>,
+        selected: &mut CudaSlice<u64>, width: u64, k: u32, segment_len: u64,
+    );
+    /// `topk_radix_sort_<T>(const T* x, const u64* selected, T* values, unsigned* indices,
+    /// index_t width, unsigned k, unsigned K)`
+    fn topk_radix_sort<T>(
+        x: &CudaSlice<T>, selected: &CudaSlice<u64>, values: &mut CudaSlice<T>,
+        indices: &mut CudaSlice<u32>, width: u64, k: u32, padded_k: u32,
+    );
+}
 
 fn hist_function(dtype: &str, vec: usize) -> String {
     format!("topk_radix_hist_{dtype}_v{vec}")
@@ -60,19 +87,13 @@ pub fn digit_shifts(key_bits: u32) -> Vec<u32> {
         .collect()
 }
 
-/// (segment length, segments per row): enough blocks to fill every SM when rows are few.
-pub fn segmentation(shape: Shape, vec: usize, sms: usize) -> (usize, usize) {
-    let parts = (sms * BLOCKS_PER_SM).div_ceil(shape.rows);
-    segments(shape.width, vec, parts, MIN_SEGMENT)
-}
-
 pub(crate) fn plan<'a, T: TopkValue>(
     kernels: &'a KernelSet,
     gpu: &'a Gpu,
     shape: Shape,
 ) -> Result<Plan<'a, T>> {
     let vec = vector_width::<T>(shape.width);
-    let (segment_len, segments) = segmentation(shape, vec, gpu.info.sms as usize);
+    let (segment_len, segments) = SEGMENTING.split(shape, vec, gpu.info.sms as usize);
     if segments > 65535 {
         return Err(Refused(format!("{segments} segments per row exceed the grid's y")).into());
     }
@@ -106,55 +127,58 @@ pub(crate) fn plan<'a, T: TopkValue>(
             let segment_len = segment_len as u64;
             gpu.stream.memset_zeros(&mut prefix_mask)?;
             gpu.stream.memset_zeros(&mut counts)?;
+            let (pm, counts) = (&mut prefix_mask, &mut counts);
             for &shift in &shifts {
-                let mut launch = gpu.stream.launch_builder(&hist.func);
-                launch
-                    .arg(x)
-                    .arg(&prefix_mask)
-                    .arg(&mut counts)
-                    .arg(&width)
-                    .arg(&segment_len)
-                    .arg(&shift);
-                // SAFETY: matches topk_radix_hist_<T>_v<VEC>(x, prefix_mask, counts, width,
-                // segment_len, shift): x of rows * width (checked), prefix_mask of 2 per row,
-                // counts of COUNTS_PER_ROW per row; grid (rows, segments) covers the rows.
-                unsafe { launch.launch(hist.config(&pass_shape)?) }?;
-                let mut launch = gpu.stream.launch_builder(&choose.func);
-                launch
-                    .arg(&mut prefix_mask)
-                    .arg(&mut counts)
-                    .arg(&k)
-                    .arg(&shift);
-                // SAFETY: matches topk_radix_choose(prefix_mask, counts, k, shift), one block
-                // per row.
-                unsafe { launch.launch(choose.config(&choose_shape)?) }?;
+                // SAFETY: x holds rows * width (checked), prefix_mask 2 per row, counts
+                // COUNTS_PER_ROW per row; the grid (rows, segments) covers the rows.
+                unsafe {
+                    topk_radix_hist(
+                        gpu,
+                        hist,
+                        &pass_shape,
+                        x,
+                        pm,
+                        counts,
+                        width,
+                        segment_len,
+                        shift,
+                    )
+                }?;
+                // SAFETY: one block per row of prefix_mask and counts.
+                unsafe { topk_radix_choose(gpu, choose, &choose_shape, pm, counts, k, shift) }?;
             }
-            let mut launch = gpu.stream.launch_builder(&gather.func);
-            launch
-                .arg(x)
-                .arg(&prefix_mask)
-                .arg(&mut counts)
-                .arg(&mut selected)
-                .arg(&width)
-                .arg(&k)
-                .arg(&segment_len);
-            // SAFETY: matches topk_radix_gather_<T>_v<VEC>(x, prefix_mask, counts, selected,
-            // width, k, segment_len); selected holds k per row and the kernel writes no slot
-            // past k.
-            unsafe { launch.launch(gather.config(&pass_shape)?) }?;
-            let mut launch = gpu.stream.launch_builder(&sort.func);
-            launch
-                .arg(x)
-                .arg(&selected)
-                .arg(values)
-                .arg(indices)
-                .arg(&width)
-                .arg(&k)
-                .arg(&padded);
-            // SAFETY: matches topk_radix_sort_<T>(x, selected, values, indices, width, k, K),
-            // one block per row, K a power of two <= 1024 (the kernel's shared array).
-            unsafe { launch.launch(sort.config(&sort_shape)?) }?;
-            Ok(())
+            // SAFETY: as the histogram's; selected holds k per row and the kernel writes no
+            // slot past k.
+            unsafe {
+                topk_radix_gather(
+                    gpu,
+                    gather,
+                    &pass_shape,
+                    x,
+                    pm,
+                    counts,
+                    &mut selected,
+                    width,
+                    k,
+                    segment_len,
+                )
+            }?;
+            // SAFETY: one block per row, K a power of two <= 1024 (the kernel's shared array);
+            // values and indices hold rows * k (checked).
+            unsafe {
+                topk_radix_sort(
+                    gpu,
+                    sort,
+                    &sort_shape,
+                    x,
+                    &selected,
+                    values,
+                    indices,
+                    width,
+                    k,
+                    padded,
+                )
+            }
         }),
     })
 }
@@ -172,11 +196,13 @@ mod tests {
 
     #[test]
     fn long_rows_are_split_over_blocks() {
-        let (len, segments) = segmentation(Shape::new(16, 1 << 20, 1024).unwrap(), 4, 132);
+        let (len, segments) = SEGMENTING.split(Shape::new(16, 1 << 20, 1024).unwrap(), 4, 132);
         assert_eq!(segments, 33);
         assert!(len.is_multiple_of(4) && len * segments >= 1 << 20);
         assert_eq!(
-            segmentation(Shape::new(4096, 32768, 64).unwrap(), 4, 132).1,
+            SEGMENTING
+                .split(Shape::new(4096, 32768, 64).unwrap(), 4, 132)
+                .1,
             1
         );
     }

@@ -5,12 +5,21 @@ use anyhow::Result;
 use common::Gpu;
 use common::LaunchShape;
 use common::gpu::kernel::KernelSet;
-use common::reference::topk::TopkValue;
-use cudarc::driver::PushKernelArg;
+use cudarc::driver::CudaSlice;
 
+use crate::reference::TopkValue;
 use crate::{DTYPES, Plan, Shape, check_buffers, grid_x};
 
 const THREADS: u32 = 1024;
+
+common::kernel_args! {
+    /// `topk_sort_row_<T>(const T* x, T* values, unsigned* indices, index_t width, unsigned k,
+    /// unsigned K)`
+    fn topk_sort_row<T>(
+        x: &CudaSlice<T>, values: &mut CudaSlice<T>, indices: &mut CudaSlice<u32>, width: u64,
+        k: u32, padded_k: u32,
+    );
+}
 
 fn function(dtype: &str) -> String {
     format!("topk_sort_row_{dtype}")
@@ -33,19 +42,22 @@ pub(crate) fn plan<'a, T: TopkValue>(
         launch: Box::new(move |x, values, indices| {
             check_buffers(x, values, indices, shape)?;
             let (width, k, padded) = (shape.width as u64, shape.k as u32, shape.padded_k() as u32);
-            let mut launch = gpu.stream.launch_builder(&kernel.func);
-            launch
-                .arg(x)
-                .arg(values)
-                .arg(indices)
-                .arg(&width)
-                .arg(&k)
-                .arg(&padded);
-            // SAFETY: matches topk_sort_row_<T>(x, values, indices, width, k, K) with x of
-            // rows * width and values, indices of rows * k (checked); one block per row, K a
-            // power of two in k..=1024 leaves 3072 or more slots of the 4096 for each chunk.
-            unsafe { launch.launch(kernel.config(&launch_shape)?) }?;
-            Ok(())
+            // SAFETY: x holds rows * width and values, indices rows * k (checked); one block
+            // per row, K a power of two in k..=1024 leaves 3072 or more slots of the 4096 for
+            // each chunk.
+            unsafe {
+                topk_sort_row(
+                    gpu,
+                    kernel,
+                    &launch_shape,
+                    x,
+                    values,
+                    indices,
+                    width,
+                    k,
+                    padded,
+                )
+            }
         }),
     })
 }

@@ -3,7 +3,7 @@
 // block. The Rust side puts this text in front of sort_row.cu, warp_bitonic.cu and
 // radix_select.cu and compiles them as one file (NVRTC sees only common/cuda/ as headers).
 //
-// The defined order (also in the README and common/src/reference/topk.rs): a float's key is its
+// The defined order (also in the README and src/reference.rs): a float's key is its
 // bits with the sign bit set when positive, every bit flipped when negative, so unsigned order
 // is numeric order, -0.0 just below +0.0, subnormals by value; every NaN gets the top key, above
 // +inf (torch.topk treats NaN as largest). Ties go to the lower column. Kernels compare integer

@@ -4,23 +4,42 @@
 
 use anyhow::Result;
 use common::gpu::kernel::KernelSet;
-use common::reference::topk::TopkValue;
 use common::session::Refused;
 use common::{Gpu, LaunchShape};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
-use crate::{DTYPES, Plan, Shape, check_buffers, grid_x, segments, vector_width};
+use crate::reference::TopkValue;
+use crate::{DTYPES, Plan, Segmenting, Shape, check_buffers, grid_x, vector_width};
 
 /// The largest k: a list of 128 ranks and 384 candidates is 4 KB per warp, 32 KB per block.
 pub const MAX_K: usize = 128;
 const LIST_SIZES: [usize; 3] = [32, 64, 128];
 const WARPS_PER_BLOCK: usize = 8;
 const THREADS: u32 = 32 * WARPS_PER_BLOCK as u32;
-/// A segment is at least this long: shorter ones would spend more on their list (sorting it,
-/// writing it, merging it) than on reading their elements.
-const MIN_SEGMENT: usize = 2048;
-/// Warps per SM to aim for when rows are few: half of the 64 an SM can hold.
-const WARPS_PER_SM: usize = 32;
+/// One segment per row when the rows alone give every SM its warps, else as many as fill
+/// them: 32 warps per SM, half of the 64 an SM can hold. A segment is at least 2048 long:
+/// shorter ones would spend more on their list (sorting it, writing it, merging it) than on
+/// reading their elements.
+pub const SEGMENTING: Segmenting = Segmenting {
+    per_sm: 32,
+    min_len: 2048,
+};
+
+common::kernel_args! {
+    /// `topk_warp_<T>_k<K>_v<VEC>(const T* x, T* values, unsigned* indices, u64* scratch,
+    /// index_t rows, index_t width, unsigned k, index_t segment_len, index_t segments)`
+    fn topk_warp<T>(
+        x: &CudaSlice<T>, values: &mut CudaSlice<T>, indices: &mut CudaSlice<u32>,
+        scratch: &mut CudaSlice<u64>, rows: u64, width: u64, k: u32, segment_len: u64,
+        segments: u64,
+    );
+    /// `topk_warp_merge_<T>_k<K>(const T* x, T* values, unsigned* indices, const u64* scratch,
+    /// index_t rows, index_t width, unsigned k, index_t segments)`
+    fn topk_warp_merge<T>(
+        x: &CudaSlice<T>, values: &mut CudaSlice<T>, indices: &mut CudaSlice<u32>,
+        scratch: &CudaSlice<u64>, rows: u64, width: u64, k: u32, segments: u64,
+    );
+}
 
 fn first_function(dtype: &str, list: usize, vec: usize) -> String {
     format!("topk_warp_{dtype}_k{list}_v{vec}")
@@ -42,13 +61,6 @@ pub(crate) fn functions() -> Vec<String> {
     names
 }
 
-/// (segment length, segments per row): one segment when the rows alone give every SM its
-/// warps, else as many as fill them, each at least [`MIN_SEGMENT`] long.
-pub fn segmentation(shape: Shape, vec: usize, sms: usize) -> (usize, usize) {
-    let parts = (sms * WARPS_PER_SM).div_ceil(shape.rows);
-    segments(shape.width, vec, parts, MIN_SEGMENT)
-}
-
 pub(crate) fn plan<'a, T: TopkValue>(
     kernels: &'a KernelSet,
     gpu: &'a Gpu,
@@ -63,7 +75,7 @@ pub(crate) fn plan<'a, T: TopkValue>(
     }
     let list = shape.padded_k().max(LIST_SIZES[0]);
     let vec = vector_width::<T>(shape.width);
-    let (segment_len, segments) = segmentation(shape, vec, gpu.info.sms as usize);
+    let (segment_len, segments) = SEGMENTING.split(shape, vec, gpu.info.sms as usize);
     let first = kernels.get(&first_function(T::NAME, list, vec))?;
     let merge = kernels.get(&merge_function(T::NAME, list))?;
     let warps = shape.rows * segments;
@@ -82,36 +94,43 @@ pub(crate) fn plan<'a, T: TopkValue>(
             check_buffers(x, values, indices, shape)?;
             let (rows, width, k) = (shape.rows as u64, shape.width as u64, shape.k as u32);
             let (segment_len, segments) = (segment_len as u64, segments as u64);
-            let mut launch = gpu.stream.launch_builder(&first.func);
-            launch
-                .arg(x)
-                .arg(&mut *values)
-                .arg(&mut *indices)
-                .arg(&mut scratch)
-                .arg(&rows)
-                .arg(&width)
-                .arg(&k)
-                .arg(&segment_len)
-                .arg(&segments);
-            // SAFETY: matches topk_warp_<T>_k<K>_v<VEC>(x, values, indices, scratch, rows,
-            // width, k, segment_len, segments): x of rows * width, values and indices of
-            // rows * k (checked), scratch of rows * segments * K when segments > 1; VEC divides
-            // width and segment_len, so 16-byte loads stay inside aligned rows.
-            unsafe { launch.launch(first.config(&first_shape)?) }?;
+            // SAFETY: x holds rows * width, values and indices rows * k (checked), scratch
+            // rows * segments * K when segments > 1; VEC divides width and segment_len, so
+            // 16-byte loads stay inside aligned rows.
+            unsafe {
+                topk_warp(
+                    gpu,
+                    first,
+                    &first_shape,
+                    x,
+                    values,
+                    indices,
+                    &mut scratch,
+                    rows,
+                    width,
+                    k,
+                    segment_len,
+                    segments,
+                )
+            }?;
             if segments > 1 {
-                let mut launch = gpu.stream.launch_builder(&merge.func);
-                launch
-                    .arg(x)
-                    .arg(values)
-                    .arg(indices)
-                    .arg(&scratch)
-                    .arg(&rows)
-                    .arg(&width)
-                    .arg(&k)
-                    .arg(&segments);
-                // SAFETY: matches topk_warp_merge_<T>_k<K>(x, values, indices, scratch, rows,
-                // width, k, segments), one warp per row over its segments * K ranks.
-                unsafe { launch.launch(merge.config(&merge_shape)?) }?;
+                // SAFETY: one warp per row over its segments * K ranks of scratch, written by
+                // the first kernel before this one, later on the same stream.
+                unsafe {
+                    topk_warp_merge(
+                        gpu,
+                        merge,
+                        &merge_shape,
+                        x,
+                        values,
+                        indices,
+                        &scratch,
+                        rows,
+                        width,
+                        k,
+                        segments,
+                    )
+                }?;
             }
             Ok(())
         }),
@@ -125,13 +144,13 @@ mod tests {
     #[test]
     fn few_rows_are_split_many_rows_are_not() {
         let sms = 132;
-        let one = segmentation(Shape::new(4096, 32768, 64).unwrap(), 4, sms);
+        let one = SEGMENTING.split(Shape::new(4096, 32768, 64).unwrap(), 4, sms);
         assert_eq!(one, (32768 / 2, 2));
-        let vocab = segmentation(Shape::new(64, 128_256, 50).unwrap(), 8, sms);
+        let vocab = SEGMENTING.split(Shape::new(64, 128_256, 50).unwrap(), 8, sms);
         assert_eq!(vocab.1, 63);
         assert!(vocab.0.is_multiple_of(8));
         assert_eq!(
-            segmentation(Shape::new(8192, 1000, 7).unwrap(), 4, sms),
+            SEGMENTING.split(Shape::new(8192, 1000, 7).unwrap(), 4, sms),
             (2048, 1)
         );
     }

@@ -9,9 +9,9 @@
 //! element a tie, the answer is the first k columns). Each version runs each shape twice, so a
 //! run that depends on state left by the one before (radix_select's histograms) fails too.
 
-use common::reference::topk::{self as reference, TopkValue, special_bf16, special_f32};
 use common::session::{Refused, launch_and_read};
 use common::{Gpu, measure::inputs, testing};
+use day22::reference::{self, TopkValue, special_bf16, special_f32};
 use day22::{Shape, TopK, VERSIONS};
 use half::bf16;
 

@@ -33,6 +33,21 @@
 // Sizes: m and n are free (tiles past the edge are zero-filled on the way in and masked on
 // the way out); k must be a multiple of 16 (rows of 16-byte pieces for cp.async and the TMA,
 // and the row sums' 16-byte loads); the host refuses other k.
+//
+// The tiles come from the host: day 23 passes day 18's tile table (the same tiles in bytes) as
+// -DINT8_MMA_* and -DINT8_WG_* defines, the numbers its launchers size the grid, the block, the
+// shared memory and the TMA boxes with; the static_asserts below check that each kernel's
+// layout takes exactly the shared memory the host gives.
+#if !defined(INT8_MMA_BM) || !defined(INT8_MMA_BN) || !defined(INT8_MMA_THREADS) ||           \
+    !defined(INT8_MMA_BK_BYTES) || !defined(INT8_MMA_STAGES) || !defined(INT8_MMA_SHARED_BYTES)
+#error "int8_gemm.cu: compile it with the -DINT8_MMA_ defines of day23's kernel_builds"
+#endif
+#if !defined(INT8_WG_BM) || !defined(INT8_WG_BN) || !defined(INT8_WG_BK_BYTES) ||              \
+    !defined(INT8_WG_STAGES) || !defined(INT8_WG_CONSUMERS) || !defined(INT8_WG_OUT_ROWS) ||   \
+    !defined(INT8_WG_PRODUCER_REGISTERS) || !defined(INT8_WG_CONSUMER_REGISTERS) ||            \
+    !defined(INT8_WG_SHARED_BYTES) || !defined(INT8_WG_TMA_STORE_SHARED_BYTES)
+#error "int8_gemm.cu: compile it with the -DINT8_WG_ defines of day23's kernel_builds"
+#endif
 #include "common.cuh"
 #include "dtype.cuh"
 #include "mma.cuh"
@@ -139,10 +154,16 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const unsigned (&a)[4]
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-constexpr int MMA_BM = 128, MMA_BN = 128, MMA_THREADS = 256;
+constexpr int MMA_BM = INT8_MMA_BM, MMA_BN = INT8_MMA_BN, MMA_THREADS = INT8_MMA_THREADS;
 constexpr int WARP_M = 64, WARP_N = 32;
-constexpr int MMA_BK = 128, MMA_STAGES = 4;  // bytes of k per stage: one 128-byte row
+constexpr int MMA_BK = INT8_MMA_BK_BYTES, MMA_STAGES = INT8_MMA_STAGES;  // bytes of k per stage
 constexpr int MMA_TILE = MMA_BM * MMA_BK;    // bytes of one operand's stage
+static_assert(MMA_THREADS == 32 * (MMA_BM / WARP_M) * (MMA_BN / WARP_N),
+              "8 warps of 64 x 32 outputs make the 128 x 128 tile");
+static_assert(MMA_BM == MMA_BN, "a stage's loop fills A's and B's tiles alike");
+static_assert(MMA_BK == 128, "a stage's rows are one 128-byte swizzle row (swizzle_128)");
+static_assert(MMA_STAGES * 2 * MMA_TILE == INT8_MMA_SHARED_BYTES,
+              "mma_sync's ring takes exactly the shared memory the host gives");
 
 // Row r's 16-byte chunk c lives at chunk c ^ (r % 8): the 8 rows an ldmatrix reads at one
 // chunk column land in 8 different 16-byte bank groups.
@@ -209,32 +230,17 @@ __device__ __forceinline__ void int8_gemm_mma_sync(const signed char* a, const s
     const int steps = (k + MMA_BK - 1) / MMA_BK;
     int acc[4][4][4] = {};
 
-    // Prologue: stages 0 .. STAGES - 2 in flight. A group is committed even when empty so the
-    // wait below always counts the same number of groups.
-#pragma unroll
-    for (int s = 0; s < MMA_STAGES - 1; ++s) {
-        if (s < steps)
-            load_stage_async(sa + s * MMA_TILE, sb + s * MMA_TILE, a, b, m, n, k, m0, n0,
-                             s * MMA_BK);
-        cp_async_commit();
-    }
-    for (int step = 0; step < steps; ++step) {
-        cp_async_wait<MMA_STAGES - 2>();  // this step's stage has landed (for this thread)
-        __syncthreads();                  // ... and for every thread; the stage refilled below
-                                          // was last read before this barrier
-        const int next = step + MMA_STAGES - 1;
-        if (next < steps) {
-            const int s = next % MMA_STAGES;
-            load_stage_async(sa + s * MMA_TILE, sb + s * MMA_TILE, a, b, m, n, k, m0, n0,
-                             next * MMA_BK);
-        }
-        cp_async_commit();
-        const signed char* ta = sa + (step % MMA_STAGES) * MMA_TILE;
-        const signed char* tb = sb + (step % MMA_STAGES) * MMA_TILE;
+    auto load = [&](int slot, int step) {
+        load_stage_async(sa + slot * MMA_TILE, sb + slot * MMA_TILE, a, b, m, n, k, m0, n0,
+                         step * MMA_BK);
+    };
+    auto compute = [&](int slot) {
+        const signed char* ta = sa + slot * MMA_TILE;
+        const signed char* tb = sb + slot * MMA_TILE;
 #pragma unroll
         for (int kc = 0; kc < MMA_BK / 16; kc += 2) warp_k32_step(acc, ta, tb, wm, wn, kc);
-    }
-    cp_async_wait<0>();
+    };
+    cp_async_ring<MMA_STAGES>(steps, load, compute);
 
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int row0 = m0 + wm * WARP_M, col0 = n0 + wn * WARP_N;
@@ -269,16 +275,30 @@ MMA_SYNC_KERNEL(bf16_t, bf16)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "hopper.cuh"
 
-constexpr int WG_BM = 128, WG_BN = 256, WG_BK = 128, WG_STAGES = 4;  // WG_BK in bytes = int8s
-constexpr int WG_CONSUMERS = 2;                                       // 64 rows each
+constexpr int WG_BM = INT8_WG_BM, WG_BN = INT8_WG_BN;
+constexpr int WG_BK = INT8_WG_BK_BYTES, WG_STAGES = INT8_WG_STAGES;  // WG_BK in bytes = int8s
+constexpr int WG_CONSUMERS = INT8_WG_CONSUMERS;                       // 64 rows each
+static_assert(WG_BM == 64 * WG_CONSUMERS, "each consumer takes 64 rows of the tile");
+static_assert(WG_BK == 128, "a stage holds one 128-byte swizzle row of k");
 constexpr int WG_THREADS = 128 * (1 + WG_CONSUMERS);                  // + the producer
 constexpr int WG_A_TILE = WG_BM * WG_BK, WG_B_TILE = WG_BN * WG_BK;   // bytes
 // wgmma_tma_store's staging: per consumer two buffers of 64 rows x 128 bytes (one 128-byte
 // swizzle row: 32 int32 or 64 bf16 columns), after the stages: 32 KiB, which still fits
 // beside the 4 stages (192 KiB) in the 227 KiB an H100 block may have.
-constexpr int WG_OUT_ROWS = 64, WG_OUT_ROW_BYTES = 128;
+constexpr int WG_OUT_ROWS = INT8_WG_OUT_ROWS, WG_OUT_ROW_BYTES = 128;
 constexpr int WG_OUT_CHUNK = WG_OUT_ROWS * WG_OUT_ROW_BYTES;
 constexpr int WG_STAGING = WG_CONSUMERS * 2 * WG_OUT_CHUNK;
+static_assert(WG_OUT_ROWS == 64, "a staged chunk is one consumer's 64 rows");
+// The dynamic shared memory of each kernel: 1 KiB to align the tiles, the stages, the staging
+// (TMA_STORE), and the full and empty barrier of each stage; the host gives exactly that.
+__device__ constexpr int wg_shared_bytes(bool tma_store) {
+    return 1024 + WG_STAGES * (WG_BM + WG_BN) * WG_BK + (tma_store ? WG_STAGING : 0) +
+           8 * 2 * WG_STAGES;
+}
+static_assert(wg_shared_bytes(false) == INT8_WG_SHARED_BYTES,
+              "wgmma's layout takes exactly the shared memory the host gives");
+static_assert(wg_shared_bytes(true) == INT8_WG_TMA_STORE_SHARED_BYTES,
+              "wgmma_tma_store's layout takes exactly the shared memory the host gives");
 
 // D (64 x 256, s32) (+)= A (64 x 32 int8) B (32 x 256 int8), both from shared memory through
 // K-major 128-byte-swizzle descriptors. Integer wgmma has no scale or transpose immediates:
@@ -415,7 +435,7 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
     __syncthreads();
 
     if (warpgroup == 0) {
-        warpgroup_registers_release<40>();
+        warpgroup_registers_release<INT8_WG_PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) {
             int stage = 0;
             unsigned phase = 0;
@@ -438,7 +458,7 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
             }
         }
     } else {
-        warpgroup_registers_claim<232>();
+        warpgroup_registers_claim<INT8_WG_CONSUMER_REGISTERS>();
         const int consumer = warpgroup - 1;
         const int lane = threadIdx.x % 32, warp_in_group = (threadIdx.x / 32) % 4;
         int stage = 0;

@@ -6,14 +6,12 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
+use common::UsageError;
 use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
-use common::element::as_type_mut;
-use common::measure::report::DayReport;
-use common::session::{Expected, Problem, Refused, Session, Version as RunVersion};
-use common::{Gpu, Tolerance, UsageError, measure::inputs};
 use day23::cublaslt::CublasLtInt8;
-use day23::problem::{self, DeviceOperands, Quant, Shape};
-use day23::{Int8Gemm, Out, OutElement, Version, check_k};
+use day23::problem::{Quant, Shape};
+use day23::run::{CUBLASLT, Runner};
+use day23::{Int8Gemm, Out, Version, check_k};
 use half::bf16;
 
 /// Day 23: INT8 GEMM on tensor cores, C = (A - za)(B - zb)^T exact in int32 (B stored
@@ -55,9 +53,6 @@ enum OutArg {
     Bf16,
 }
 
-/// The ceiling row.
-const CUBLASLT: &str = "cublaslt";
-
 fn main() -> ExitCode {
     run_main(|| run(common::cli::parse_args(&kernel_names())))
 }
@@ -65,7 +60,7 @@ fn main() -> ExitCode {
 /// Every version `--kernel` can name, in table order (`--help` lists them).
 fn kernel_names() -> Vec<&'static str> {
     let mut names = vec![CUBLASLT];
-    names.extend(Version::ALL.iter().map(|v| v.name()));
+    names.extend(Version::NAMES);
     names
 }
 
@@ -142,139 +137,19 @@ fn run(args: Args) -> Result<()> {
     } else {
         None
     };
+    let runner = Runner {
+        gpu: &gpu,
+        common: &args.common,
+        day: &day,
+        cublaslt: cublaslt.as_ref(),
+        selected: &selected,
+    };
     let mut reports = Vec::new();
     for (shape, out, quant) in &problems {
-        let ctx = Context {
-            gpu: &gpu,
-            day: &day,
-            cublaslt: cublaslt.as_ref(),
-            args: &args,
-            selected: &selected,
-        };
         reports.push(match out {
-            Out::S32 => run_problem::<i32>(&ctx, shape, quant)?,
-            Out::Bf16 => run_problem::<bf16>(&ctx, shape, quant)?,
+            Out::S32 => runner.problem::<i32>(shape, quant)?,
+            Out::Bf16 => runner.problem::<bf16>(shape, quant)?,
         });
     }
     finish_reports(&args.common, &reports)
-}
-
-struct Context<'a> {
-    gpu: &'a Gpu,
-    day: &'a Int8Gemm,
-    cublaslt: Option<&'a CublasLtInt8>,
-    args: &'a Args,
-    selected: &'a [&'a str],
-}
-
-fn run_problem<T: OutElement>(ctx: &Context, shape: &Shape, quant: &Quant) -> Result<DayReport> {
-    let gpu = ctx.gpu;
-    let seed = ctx.args.common.seed;
-    let Shape { m, n, k } = *shape;
-    let a: Vec<i8> = inputs::uniform(m * k, -128.0, 127.0, seed.wrapping_add(10));
-    let b: Vec<i8> = inputs::uniform(n * k, -128.0, 127.0, seed.wrapping_add(11));
-    let sampled = problem::checked_outputs(shape, seed.wrapping_add(12));
-    let all: Vec<usize>;
-    let at: &[usize] = match &sampled {
-        Some(at) => at,
-        None => {
-            all = (0..m * n).collect();
-            &all
-        }
-    };
-    let (values, tolerance) = match T::OUT {
-        Out::S32 => (
-            problem::reference_s32(&a, &b, quant, shape, at)
-                .into_iter()
-                .map(|v| v as f64)
-                .collect::<Vec<f64>>(),
-            Tolerance::new(0.0, 0.0),
-        ),
-        Out::Bf16 => (
-            problem::reference_bf16(&a, &b, quant, shape, at),
-            problem::bf16_tolerance(),
-        ),
-    };
-    let out_shape = [m, n];
-    let expected = Expected {
-        values: &values,
-        shape: &out_shape,
-        tolerance,
-        at: sampled.as_deref(),
-    };
-    let checked = match &sampled {
-        None => "every output checked".to_string(),
-        Some(at) => format!("{} sampled outputs checked", at.len()),
-    };
-    let mut session = Session::new(
-        gpu,
-        &ctx.args.common,
-        Problem {
-            day: "day23",
-            title: "INT8 tensor-core GEMM",
-            description: format!(
-                "{m} x {n} x {k} (m x n x k), C = A B^T (A [m, k], B [n, k] int8), {} ({checked})",
-                quant.describe(T::OUT)
-            ),
-            key: shape.key(T::OUT, quant),
-            bytes_per_run: shape.bytes(T::OUT),
-            flops_per_run: Some(shape.ops()),
-        },
-    )?
-    .with_ceiling(CUBLASLT);
-    session.save_input("a", &[m, k], &a)?;
-    session.save_input("b", &[n, k], &b)?;
-    session.save_input("zb", &[quant.zb.len()], &quant.zb)?;
-    session.save_input("scale_a", &[1], &[quant.scale_a])?;
-    session.save_input("scale_b", &[quant.scale_b.len()], &quant.scale_b)?;
-    if sampled.is_none() {
-        session.save_reference(&out_shape, &values)?;
-    }
-    let mut ops = DeviceOperands::upload(gpu, *shape, &a, &b, quant)?;
-    drop((a, b));
-    let mut c = gpu.alloc_poisoned::<T>(m * n)?;
-
-    if ctx.selected.contains(&CUBLASLT) {
-        match (ctx.cublaslt, T::OUT, quant.has_zero_points()) {
-            (Some(lt), Out::S32, false) => match lt.plan(m, n, k) {
-                Ok(plan) => {
-                    let run = RunVersion {
-                        name: CUBLASLT,
-                        kernel: None,
-                        global_bytes: None,
-                    };
-                    session.run_version(run, &mut c, &expected, |c| {
-                        let c = as_type_mut::<T, i32>(c).expect("Out::S32 is i32");
-                        lt.run(gpu, &plan, &ops.a, &ops.b, c)
-                    })?;
-                }
-                Err(e) if e.is::<Refused>() => session.skip_version(CUBLASLT, &e.to_string()),
-                Err(e) => return Err(e),
-            },
-            _ => session.skip_version(
-                CUBLASLT,
-                "computes the plain int32 A B^T: no zero points, no scaled bf16 output",
-            ),
-        }
-    }
-    for &name in ctx.selected.iter().filter(|&&n| n != CUBLASLT) {
-        let version = Version::from_name(name).expect("selected from Version::ALL");
-        let (kernel, launch) = match ctx.day.plan(version, T::OUT, shape) {
-            Ok(plan) => plan,
-            Err(e) if e.is::<Refused>() => {
-                session.skip_version(name, &e.to_string());
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let run = RunVersion {
-            name,
-            kernel: Some((kernel, launch)),
-            global_bytes: None,
-        };
-        session.run_version(run, &mut c, &expected, |c| {
-            ctx.day.run(gpu, version, &mut ops, c)
-        })?;
-    }
-    Ok(session.finish())
 }

@@ -234,21 +234,6 @@ pub fn bf16_tolerance() -> Tolerance {
     Tolerance::new(1e-30, 2f64.powi(-8) * (1.0 + 2f64.powi(-12)))
 }
 
-/// Outputs up to this many multiply-adds are all checked; beyond, a sample.
-pub const FULL_CHECK_MACS: usize = 1 << 28;
-
-/// The outputs checked: `None` (all of them) for small problems; otherwise the edges, random
-/// outputs and two in every 128 x 128 square (`sample_outputs_every_tile`), so every output tile
-/// of every version, whichever wave of a persistent kernel computes it, is looked at.
-pub fn checked_outputs(s: &Shape, seed: u64) -> Option<Vec<usize>> {
-    use common::reference::matmul::{RANDOM_SAMPLES, sample_outputs_every_tile};
-    let Shape { m, n, k } = *s;
-    if m.saturating_mul(n).saturating_mul(k) <= FULL_CHECK_MACS {
-        return None;
-    }
-    Some(sample_outputs_every_tile(m, n, RANDOM_SAMPLES, seed))
-}
-
 /// The operands of one problem on the GPU, with the buffers the epilogue reads.
 pub struct DeviceOperands {
     pub shape: Shape,
@@ -365,28 +350,5 @@ mod tests {
         assert!(q.has_zero_points() && q.is_per_channel());
         assert!(q.validate(2).is_ok() && q.validate(3).is_err());
         assert!(Quant::per_tensor(128, 0).validate(1).is_err());
-    }
-
-    #[test]
-    fn the_sampled_check_covers_every_output_tile() {
-        for s in [
-            Shape::square(8192),
-            Shape {
-                m: 1000,
-                n: 3001,
-                k: 1008,
-            },
-        ] {
-            let at = checked_outputs(&s, 7).expect("sampled at this size");
-            // wgmma's 128 x 256 tiles; 128 x 128 squares are finer still.
-            let (rows, cols) = (s.m.div_ceil(128), s.n.div_ceil(256));
-            let mut seen = vec![false; rows * cols];
-            for &flat in &at {
-                seen[(flat / s.n / 128) * cols + (flat % s.n) / 256] = true;
-            }
-            assert!(seen.iter().all(|&x| x), "{s:?}: a tile was never sampled");
-            assert!(at.windows(2).all(|w| w[0] < w[1]));
-        }
-        assert!(checked_outputs(&Shape::square(256), 1).is_none());
     }
 }

@@ -8,11 +8,12 @@ use common::gpu::tma::KMajorTiles;
 pub use common::gpu::tma::TmaDescriptor;
 use common::{Element, Gpu};
 use cudarc::driver::CudaSlice;
+use day18::tile::{SWIZZLE_ROW_BYTES, WG_TILE};
 
 use crate::Out;
 
-/// Bytes (= int8 elements) of k per box: one 128-byte swizzle row.
-pub const BOX_K: u32 = 128;
+/// Bytes (= int8 elements) of k per box: a stage's k, one 128-byte swizzle row.
+pub const BOX_K: u32 = WG_TILE.k_bytes as u32;
 
 /// Encodes `[rows][k]` int8, rows contiguous, in boxes of [`BOX_K`] x `box_rows`; elements of
 /// a box past the edge arrive as zeros. Refused (the TMA's rules) when a row is not a multiple
@@ -28,7 +29,7 @@ pub fn k_major_i8(
 }
 
 /// Rows of a staged output box: a consumer warpgroup's 64 rows.
-pub const OUT_BOX_ROWS: u32 = 64;
+pub const OUT_BOX_ROWS: u32 = WG_TILE.out_rows as u32;
 
 /// Encodes C, `[m][n]` row-major int32 or bf16, for TMA stores of boxes of 128 bytes (32
 /// int32 or 64 bf16 columns) x [`OUT_BOX_ROWS`] rows, 128-byte swizzled in shared memory
@@ -45,7 +46,7 @@ pub fn row_major_out<T: Element>(
     if std::mem::size_of::<T>() != out.size() {
         bail!("tensor map: {} elements are not {}", T::NAME, out.name());
     }
-    row_major(m, n, (128 / out.size()) as u32, OUT_BOX_ROWS).encode(gpu, buffer)
+    row_major(m, n, (SWIZZLE_ROW_BYTES / out.size()) as u32, OUT_BOX_ROWS).encode(gpu, buffer)
 }
 
 /// One `[rows][columns]` matrix in boxes of `box_columns x box_rows`.

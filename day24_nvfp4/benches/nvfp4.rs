@@ -5,10 +5,10 @@
 
 use anyhow::Result;
 use common::bench_support::{BenchCase, Work, default_seed};
-use common::reference::nvfp4 as fmt;
 use common::{Gpu, measure::inputs};
 use cudarc::driver::CudaSlice;
-use day24::gemv::Gemv;
+use day24::gemv::{self, Gemv, Weights};
+use day24::reference as fmt;
 use day24::{Nvfp4Dev, nvfp4_bytes};
 use half::bf16;
 
@@ -16,7 +16,7 @@ const N: usize = day24::DEFAULT_GEMV_SHAPES[0].0;
 const K: usize = day24::DEFAULT_GEMV_SHAPES[0].1;
 
 /// The baseline and every NVFP4 version.
-const VERSIONS: &[&str] = &["bf16_warp", "nvfp4_warp", "nvfp4_rows2", "nvfp4_rows4"];
+const VERSIONS: [gemv::Version; 4] = gemv::Version::ALL;
 
 struct Problem {
     day: Gemv,
@@ -27,7 +27,8 @@ struct Problem {
 
 fn setup(gpu: &Gpu) -> Result<Problem> {
     let seed = default_seed()?;
-    // As main.rs: W uniform in [-1, 1) (seed + 20), quantized on the CPU; x (seed + 21).
+    // As the run (`problem.rs`): W uniform in [-1, 1) (seed + 20), quantized on the CPU; x
+    // (seed + 21).
     let w_bf16: Vec<bf16> = inputs::uniform(N * K, -1.0, 1.0, seed.wrapping_add(20));
     let x: Vec<bf16> = inputs::uniform(K, -1.0, 1.0, seed.wrapping_add(21));
     let w = fmt::quantize(&w_bf16, N, K);
@@ -42,20 +43,20 @@ fn setup(gpu: &Gpu) -> Result<Problem> {
 fn cases<'a>(gpu: &'a Gpu, p: &'a Problem) -> Result<Vec<BenchCase<'a>>> {
     let x_bytes = 2 * K as u64 + 4 * N as u64;
     VERSIONS
-        .iter()
-        .map(|&name| {
+        .into_iter()
+        .map(|version| {
             let mut y = gpu.alloc_poisoned::<f32>(N)?;
-            Ok(if name == "bf16_warp" {
-                let bytes = 2 * (N * K) as u64 + x_bytes;
-                BenchCase::new(name, Work::Bytes(bytes), move || {
-                    p.day.bf16(gpu, &p.w_bf16, &p.x, &mut y, (N, K))
-                })
+            let plan = p.day.plan(version, N, K)?;
+            let (weights, bytes) = if version == gemv::Version::Bf16Warp {
+                (Weights::Bf16(&p.w_bf16), 2 * (N * K) as u64 + x_bytes)
             } else {
-                let bytes = nvfp4_bytes(N, K) + x_bytes;
-                BenchCase::new(name, Work::Bytes(bytes), move || {
-                    p.day.nvfp4(gpu, name, &p.w, &p.x, &mut y)
-                })
-            })
+                (Weights::Nvfp4(&p.w), nvfp4_bytes(N, K) + x_bytes)
+            };
+            Ok(BenchCase::new(
+                version.name(),
+                Work::Bytes(bytes),
+                move || plan.launch(gpu, weights, &p.x, &mut y),
+            ))
         })
         .collect()
 }

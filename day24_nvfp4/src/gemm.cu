@@ -17,8 +17,14 @@
 // Run: cargo run --release -p day24 -- --op gemm --m 4096 --n 4096 --k 4096
 #include "mma.cuh"
 
-#define BM 128
-#define BN 128
+// mma_bf16's block tile and threads come from the launcher (gemm.rs) as defines; its warps,
+// loaders and decode below are written for exactly these.
+#if !defined(GEMM_MMA_TILE) || !defined(GEMM_MMA_THREADS)
+#error "gemm.cu: compile it with the -DGEMM_MMA_ defines of day24's gemm.rs"
+#endif
+static_assert(GEMM_MMA_TILE == 128 && GEMM_MMA_THREADS == 256, "8 warps of 64 x 32 outputs");
+#define BM GEMM_MMA_TILE
+#define BN GEMM_MMA_TILE
 #define BK 32
 // Rows of the shared tiles are BK + 8 bf16 = 80 bytes: 16-byte aligned for ldmatrix and cp.async,
 // and 8 consecutive rows start in 8 different 16-byte bank groups (no conflicts).
@@ -76,7 +82,7 @@ __device__ __forceinline__ void load_a(bf16_t (*as)[LDS], const bf16_t* __restri
                                        index_t k, index_t m0, index_t k0, int t) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-        const int chunk = t + 256 * i;
+        const int chunk = t + GEMM_MMA_THREADS * i;
         const int r = chunk / 4, c = 8 * (chunk % 4);
         const bool valid = m0 + r < m && k0 + c < k;
         const bf16_t* src = valid ? a + (m0 + r) * k + k0 + c : a;
@@ -87,7 +93,7 @@ __device__ __forceinline__ void load_a(bf16_t (*as)[LDS], const bf16_t* __restri
 // grid(ceil(N / 128), ceil(M / 128)), block(256): block (x, y) computes C[128y.., 128x..];
 // warp w computes the 64 x 32 sub-tile at rows 64 (w / 4), columns 32 (w % 4): 4 x 4 mma
 // tiles of 16 x 8 per 16-wide k step.
-KERNEL void __launch_bounds__(256) gemm_nvfp4_mma_bf16(const bf16_t* __restrict__ a,
+KERNEL void __launch_bounds__(GEMM_MMA_THREADS) gemm_nvfp4_mma_bf16(const bf16_t* __restrict__ a,
                                                        const unsigned char* __restrict__ packed,
                                                        const unsigned char* __restrict__ scales,
                                                        const float* __restrict__ tensor_scale,
@@ -203,9 +209,10 @@ KERNEL void __launch_bounds__(256) gemm_nvfp4_mma_bf16(const bf16_t* __restrict_
 #include "hopper.cuh"
 
 #if !defined(WG_TILE_N) || !defined(WG_TILE_M) || !defined(WG_TILE_K) || !defined(WG_BOX_K) || \
-    !defined(WG_STAGES)
-#error "gemm.rs passes the wgmma_rs tile (-DWG_TILE_N, WG_TILE_M, WG_TILE_K, WG_BOX_K, WG_STAGES)"
+    !defined(WG_STAGES) || !defined(WG_THREADS)
+#error "gemm.cu: compile it with the -DWG_ defines of day24's gemm.rs (the wgmma_rs tile)"
 #endif
+static_assert(WG_THREADS == 256, "two consumer warpgroups, no producer warp");
 static_assert(WG_TILE_N == 128, "two consumer warpgroups of 64 W rows (wgmma's m)");
 static_assert(WG_TILE_M == 256, "the activations' rows are wgmma's n: at most 256");
 static_assert(WG_BOX_K == 64, "a TMA box is one 128-byte swizzle row of bf16");
@@ -388,7 +395,7 @@ __device__ __forceinline__ unsigned load_step_scales(const unsigned char* p, boo
 // grid(min(tiles, SMs)), block(256), dynamic shared WG_STAGES x (64 + 8) KiB + barriers + 1 KiB
 // of alignment. map_a covers A as [1][m][k] bf16 in boxes of 64 k x 256 rows, 128-byte swizzle.
 // C[m][n] = tensor_scale x sum_k A[m][k] W[n][k]; K a multiple of 16; any m, n.
-KERNEL void __launch_bounds__(256, 1)
+KERNEL void __launch_bounds__(WG_THREADS, 1)
     gemm_nvfp4_wgmma_rs(const __grid_constant__ TmaDescriptor map_a,
                         const unsigned char* __restrict__ packed,
                         const unsigned char* __restrict__ scales,

@@ -9,22 +9,57 @@
 use anyhow::{Result, bail};
 use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::{KernelBuild, Target, first_runnable};
-use common::gpu::tma::KMajorTiles;
+use common::gpu::tma::{KMajorTiles, TmaDescriptor};
 use common::reference::matmul;
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape, Tolerance, UsageError};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 use half::bf16;
 
 use crate::{GEMM_SOURCE, Nvfp4Dev, check_shape};
 
-/// The versions in table order, each with its CUDA function.
-pub const VERSIONS: &[&str] = &["mma_bf16", "wgmma_rs"];
+common::versions! {
+    /// The GEMM versions, in table order.
+    pub enum Version {
+        MmaBf16 => "mma_bf16",
+        WgmmaRs => "wgmma_rs",
+    }
+}
+
 const MMA_FUNCTION: &str = "gemm_nvfp4_mma_bf16";
 const WGMMA_FUNCTION: &str = "gemm_nvfp4_wgmma_rs";
 
-/// `mma_bf16`'s block tile of C (128 x 128).
+common::kernel_args! {
+    /// `gemm_nvfp4_mma_bf16(const bf16_t* a, const unsigned char* packed, const unsigned char*
+    /// scales, const float* tensor_scale, float* c, index_t m, index_t n, index_t k)`
+    fn gemm_nvfp4_mma_bf16(
+        a: &CudaSlice<bf16>,
+        packed: &CudaSlice<u8>,
+        scales: &CudaSlice<u8>,
+        tensor_scale: &CudaSlice<f32>,
+        c: &mut CudaSlice<f32>,
+        m: u64,
+        n: u64,
+        k: u64,
+    );
+    /// `gemm_nvfp4_wgmma_rs(const __grid_constant__ TmaDescriptor map_a, const unsigned char*
+    /// packed, const unsigned char* scales, const float* tensor_scale, float* c, int m, int n,
+    /// int k)`
+    fn gemm_nvfp4_wgmma_rs(
+        map_a: TmaDescriptor,
+        packed: &CudaSlice<u8>,
+        scales: &CudaSlice<u8>,
+        tensor_scale: &CudaSlice<f32>,
+        c: &mut CudaSlice<f32>,
+        m: i32,
+        n: i32,
+        k: i32,
+    );
+}
+
+/// `mma_bf16`'s block tile of C (128 x 128) and its threads (8 warps of 64 x 32 outputs).
 const MMA_TILE: usize = 128;
+const MMA_THREADS: u32 = 256;
 
 /// `wgmma_rs`'s CTA tile: 128 rows of W (two warpgroups of wgmma's m = 64) x 256 rows of A
 /// (wgmma's n), 128 k per stage in two TMA boxes of 64 k (one 128-byte swizzle row of bf16
@@ -44,9 +79,12 @@ pub const fn wgmma_shared_bytes() -> u32 {
         as u32
 }
 
-/// The `-D` options that give `gemm.cu` the tile above.
-fn wgmma_defines() -> Vec<String> {
+/// The `-D` options that give `gemm.cu` the tiles above.
+fn defines() -> Vec<String> {
     vec![
+        format!("-DGEMM_MMA_TILE={MMA_TILE}"),
+        format!("-DGEMM_MMA_THREADS={MMA_THREADS}"),
+        format!("-DWG_THREADS={WG_THREADS}"),
         format!("-DWG_TILE_N={WG_TILE_N}"),
         format!("-DWG_TILE_M={WG_TILE_M}"),
         format!("-DWG_TILE_K={WG_TILE_K}"),
@@ -69,7 +107,7 @@ fn functions(hopper: bool) -> Vec<String> {
 pub fn kernel_builds() -> Vec<KernelBuild> {
     KernelBuild::hopper_or_portable(GEMM_SOURCE, functions)
         .into_iter()
-        .map(|b| b.with_options(wgmma_defines()))
+        .map(|b| b.with_options(defines()))
         .collect()
 }
 
@@ -91,7 +129,7 @@ pub fn launch_shape(m: usize, n: usize) -> Result<LaunchShape, UsageError> {
     }
     Ok(LaunchShape {
         grid: (gx as u32, gy as u32, 1),
-        block: (256, 1, 1),
+        block: (MMA_THREADS, 1, 1),
         dynamic_shared_bytes: 0,
     })
 }
@@ -133,76 +171,88 @@ impl Gemm {
         })
     }
 
-    /// The kernel and launch shape of `version` on `m x n x k`; a [`Refused`] when this GPU
-    /// or these sizes do not suit it.
-    pub fn kernel(
-        &self,
-        version: &str,
-        m: usize,
-        n: usize,
-        k: usize,
-    ) -> Result<(&Kernel, LaunchShape)> {
-        match version {
-            "mma_bf16" => Ok((self.kernels.get(MMA_FUNCTION)?, launch_shape(m, n)?)),
-            "wgmma_rs" => {
+    /// Plans `version` on `m x n x k`; a [`Refused`] when this GPU or these sizes do not suit
+    /// it.
+    pub fn plan(&self, version: Version, m: usize, n: usize, k: usize) -> Result<GemmPlan<'_>> {
+        check_shape("gemm: W", n, k)?;
+        check_shape("gemm: A", m, k)?;
+        let (kernel, shape) = match version {
+            Version::MmaBf16 => (self.kernels.get(MMA_FUNCTION)?, launch_shape(m, n)?),
+            Version::WgmmaRs => {
                 if !self.hopper {
                     return Err(Refused(
                         "wgmma_rs: needs a Hopper GPU (sm_90: wgmma, TMA, setmaxnreg)".into(),
                     )
                     .into());
                 }
-                Ok((
+                (
                     self.kernels.get(WGMMA_FUNCTION)?,
                     wgmma_launch_shape(m, n, k, self.sms)?,
-                ))
+                )
             }
-            other => bail!(UsageError::new(format!(
-                "gemm has no version `{other}`; it has: {}",
-                VERSIONS.join(", ")
-            ))),
-        }
+        };
+        Ok(GemmPlan {
+            kernel,
+            shape,
+            version,
+            m,
+            n,
+            k,
+        })
     }
+}
 
-    /// `C = A W^T` by `version`.
+/// One version planned for `m x n x k`: its kernel and launch shape.
+pub struct GemmPlan<'a> {
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    version: Version,
+    m: usize,
+    n: usize,
+    k: usize,
+}
+
+impl GemmPlan<'_> {
+    /// `C = A W^T`.
     pub fn launch(
         &self,
         gpu: &Gpu,
-        version: &str,
         a: &CudaSlice<bf16>,
         w: &Nvfp4Dev,
         c: &mut CudaSlice<f32>,
-        m: usize,
     ) -> Result<()> {
         w.check()?;
-        let (n, k) = (w.rows, w.cols);
-        check_shape("gemm: A", m, k)?;
-        if a.len() != m * k || c.len() != m * n {
+        let (m, n, k) = (self.m, self.n, self.k);
+        if (w.rows, w.cols) != (n, k) || a.len() != m * k || c.len() != m * n {
             bail!(
-                "gemm: A of {} and C of {} do not fit {m} x {n} x {k}",
+                "gemm: A of {}, W of {} x {} and C of {} do not fit {m} x {n} x {k}",
                 a.len(),
+                w.rows,
+                w.cols,
                 c.len()
             );
         }
-        let (kernel, shape) = self.kernel(version, m, n, k)?;
-        let config = kernel.config(&shape)?;
-        if version == "mma_bf16" {
+        let (packed, scales, ts) = (&w.packed, &w.scales, &w.tensor_scale);
+        if self.version == Version::MmaBf16 {
             let (m, n, k) = (m as u64, n as u64, k as u64);
-            let mut launch = gpu.stream.launch_builder(&kernel.func);
-            launch
-                .arg(a)
-                .arg(&w.packed)
-                .arg(&w.scales)
-                .arg(&w.tensor_scale)
-                .arg(c)
-                .arg(&m)
-                .arg(&n)
-                .arg(&k);
-            // SAFETY: matches gemm_nvfp4_mma_bf16(a, packed, scales, tensor_scale, c, m, n, k)
-            // with the lengths checked above; k is a multiple of 16 (A rows 32-byte aligned, W
-            // rows 8-byte aligned, as its loads need); tiles past m, n, k are zero-filled and
-            // stores are guarded.
-            unsafe { launch.launch(config) }?;
-            return Ok(());
+            // SAFETY: the lengths are checked above; k is a multiple of 16 (A rows 32-byte
+            // aligned, W rows 8-byte aligned, as its loads need); tiles past m, n, k are
+            // zero-filled and stores are guarded.
+            return unsafe {
+                gemm_nvfp4_mma_bf16(
+                    gpu,
+                    self.kernel,
+                    &self.shape,
+                    a,
+                    packed,
+                    scales,
+                    ts,
+                    c,
+                    m,
+                    n,
+                    k,
+                )
+            };
         }
         // A as [1][m][k] in boxes of 64 k x 256 rows: rows of 2k bytes, a multiple of 32
         // since k is of 16, as the TMA needs.
@@ -216,23 +266,25 @@ impl Gemm {
         }
         .encode(gpu, a)?;
         let (m, n, k) = (m as i32, n as i32, k as i32);
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch
-            .arg(&map_a)
-            .arg(&w.packed)
-            .arg(&w.scales)
-            .arg(&w.tensor_scale)
-            .arg(c)
-            .arg(&m)
-            .arg(&n)
-            .arg(&k);
-        // SAFETY: matches gemm_nvfp4_wgmma_rs(map_a, packed, scales, tensor_scale, c, m, n, k)
-        // with the lengths checked above and m, n, k within i32 (wgmma_launch_shape); the map
-        // covers exactly A; W's codes are read in 8-byte blocks (rows of k / 2 bytes, k a
-        // multiple of 16) and scales byte by byte unless every row is 4-byte aligned; rows and
-        // blocks past n and k are not read and stores are guarded.
-        unsafe { launch.launch(config) }?;
-        Ok(())
+        // SAFETY: the lengths are checked above and m, n, k are within i32
+        // (wgmma_launch_shape); the map covers exactly A; W's codes are read in 8-byte blocks
+        // (rows of k / 2 bytes, k a multiple of 16) and scales byte by byte unless every row is
+        // 4-byte aligned; rows and blocks past n and k are not read and stores are guarded.
+        unsafe {
+            gemm_nvfp4_wgmma_rs(
+                gpu,
+                self.kernel,
+                &self.shape,
+                map_a,
+                packed,
+                scales,
+                ts,
+                c,
+                m,
+                n,
+                k,
+            )
+        }
     }
 }
 

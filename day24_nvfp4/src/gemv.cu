@@ -45,11 +45,17 @@ __device__ __forceinline__ float dot_bf16x8(uint4 a, uint4 x, float acc) {
     return acc;
 }
 
+// A block's warps come from the launcher (gemv.rs) as a define: one row (or ROWS rows) each.
+#ifndef GEMV_WARPS
+#error "gemv.cu: compile it with the -DGEMV_WARPS define of day24's gemv.rs"
+#endif
+#define GEMV_THREADS (32 * GEMV_WARPS)
+
 // grid(ceil(n / 8)), block(256): warp w of block b computes row 8b + w; lane l takes the
 // 8-weight chunks l, l + 32, ... (a warp's 32 loads are 512 contiguous bytes of the row).
 KERNEL void gemv_bf16_warp_x8(const bf16_t* __restrict__ w, const bf16_t* __restrict__ x,
                               float* __restrict__ y, index_t n, index_t k) {
-    const index_t row = (index_t)blockIdx.x * 8 + threadIdx.x / 32;
+    const index_t row = (index_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= n) return;  // whole warps
     const uint4* w8 = reinterpret_cast<const uint4*>(w + row * k);
@@ -157,7 +163,7 @@ __device__ __forceinline__ void gemv_nvfp4(const unsigned char* __restrict__ pac
                                            const bf16_t* __restrict__ x,
                                            const float* __restrict__ tensor_scale,
                                            float* __restrict__ y, index_t n, index_t k) {
-    const index_t row0 = ((index_t)blockIdx.x * 8 + threadIdx.x / 32) * ROWS;
+    const index_t row0 = ((index_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * ROWS;
     const int lane = threadIdx.x % 32;
     if (row0 >= n) return;  // whole warps
     const unsigned char* packed_row[ROWS];
@@ -201,7 +207,7 @@ __device__ __forceinline__ void gemv_nvfp4(const unsigned char* __restrict__ pac
 }
 
 #define GEMV_NVFP4(NAME, ROWS, WORDS, UNROLL, MIN_BLOCKS)                                            \
-    KERNEL void __launch_bounds__(256, MIN_BLOCKS) NAME(const unsigned char* __restrict__ packed, const unsigned char* __restrict__ scales, \
+    KERNEL void __launch_bounds__(GEMV_THREADS, MIN_BLOCKS) NAME(const unsigned char* __restrict__ packed, const unsigned char* __restrict__ scales, \
                      const bf16_t* __restrict__ x, const float* __restrict__ tensor_scale,          \
                      float* __restrict__ y, index_t n, index_t k) {                                 \
         gemv_nvfp4<ROWS, WORDS, UNROLL>(packed, scales, x, tensor_scale, y, n, k);                   \

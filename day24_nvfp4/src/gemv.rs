@@ -3,39 +3,79 @@
 
 use anyhow::{Result, bail};
 use common::gpu::kernel::KernelSet;
+use common::gpu::kernel_build::KernelBuild;
 use common::reference::gemv::tolerance_f32;
 use common::{Gpu, Kernel, LaunchShape, Tolerance};
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 use half::bf16;
 
 use crate::{GEMV_SOURCE, Nvfp4Dev, check_shape};
 
-/// Version names, in table order: the bf16 baseline first.
-pub const VERSIONS: &[&str] = &["bf16_warp", "nvfp4_warp", "nvfp4_rows2", "nvfp4_rows4"];
-
-const THREADS: u32 = 256;
-const WARPS: usize = 8;
-
-/// The CUDA function of `version` for rows of `k` values: 16-byte loads of packed codes when a
-/// row's bytes (k / 2) are a multiple of 16, else 8-byte loads.
-fn function(version: &str, k: usize) -> Result<String> {
-    let width = if k.is_multiple_of(32) { "u4" } else { "u2" };
-    Ok(match version {
-        "bf16_warp" => "gemv_bf16_warp_x8".to_string(),
-        "nvfp4_warp" => format!("gemv_nvfp4_warp_{width}"),
-        "nvfp4_rows2" => format!("gemv_nvfp4_rows2_{width}"),
-        "nvfp4_rows4" => format!("gemv_nvfp4_rows4_{width}"),
-        other => bail!("day24 has no GEMV version `{other}`"),
-    })
+common::versions! {
+    /// The GEMV versions, in table order: the bf16 baseline first.
+    pub enum Version {
+        Bf16Warp => "bf16_warp",
+        Nvfp4Warp => "nvfp4_warp",
+        Nvfp4Rows2 => "nvfp4_rows2",
+        Nvfp4Rows4 => "nvfp4_rows4",
+    }
 }
 
-/// Rows one warp computes.
-fn rows_per_warp(version: &str) -> usize {
-    match version {
-        "nvfp4_rows2" => 2,
-        "nvfp4_rows4" => 4,
-        _ => 1,
+impl Version {
+    /// The CUDA function for rows of `k` values: 16-byte loads of packed codes when a row's
+    /// bytes (k / 2) are a multiple of 16, else 8-byte loads.
+    fn function(self, k: usize) -> String {
+        let width = if k.is_multiple_of(32) { "u4" } else { "u2" };
+        match self {
+            Version::Bf16Warp => "gemv_bf16_warp_x8".to_string(),
+            Version::Nvfp4Warp => format!("gemv_nvfp4_warp_{width}"),
+            Version::Nvfp4Rows2 => format!("gemv_nvfp4_rows2_{width}"),
+            Version::Nvfp4Rows4 => format!("gemv_nvfp4_rows4_{width}"),
+        }
     }
+
+    /// Rows one warp computes.
+    fn rows_per_warp(self) -> usize {
+        match self {
+            Version::Nvfp4Rows2 => 2,
+            Version::Nvfp4Rows4 => 4,
+            _ => 1,
+        }
+    }
+}
+
+common::kernel_args! {
+    /// `gemv_bf16_warp_x8(const bf16_t* w, const bf16_t* x, float* y, index_t n, index_t k)`
+    fn gemv_bf16(w: &CudaSlice<bf16>, x: &CudaSlice<bf16>, y: &mut CudaSlice<f32>, n: u64, k: u64);
+    /// `gemv_nvfp4_*(const unsigned char* packed, const unsigned char* scales, const bf16_t* x,
+    /// const float* tensor_scale, float* y, index_t n, index_t k)`
+    fn gemv_nvfp4(
+        packed: &CudaSlice<u8>,
+        scales: &CudaSlice<u8>,
+        x: &CudaSlice<bf16>,
+        tensor_scale: &CudaSlice<f32>,
+        y: &mut CudaSlice<f32>,
+        n: u64,
+        k: u64,
+    );
+}
+
+/// Warps per block, one row (or rows_per_warp rows) each; `gemv.cu` gets it as a define
+/// ([`build`]).
+const WARPS: usize = 8;
+const THREADS: u32 = 32 * WARPS as u32;
+
+/// `gemv.cu`, every kernel, with the block's warps as a define.
+pub fn build() -> KernelBuild {
+    KernelBuild::device(GEMV_SOURCE, all_functions())
+        .with_options(vec![format!("-DGEMV_WARPS={WARPS}")])
+}
+
+/// The weights a GEMV reads: bf16 for the baseline, NVFP4 for the others.
+#[derive(Clone, Copy)]
+pub enum Weights<'a> {
+    Bf16(&'a CudaSlice<bf16>),
+    Nvfp4(&'a Nvfp4Dev),
 }
 
 pub fn all_functions() -> Vec<String> {
@@ -72,93 +112,102 @@ pub struct Gemv {
     kernels: KernelSet,
 }
 
+/// One version planned for an `n x k` W: its kernel and launch shape.
+pub struct GemvPlan<'a> {
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    version: Version,
+    n: usize,
+    k: usize,
+}
+
 impl Gemv {
     pub fn load(gpu: &Gpu) -> Result<Self> {
         Ok(Self {
-            kernels: KernelSet::load(gpu, &GEMV_SOURCE, all_functions())?,
+            kernels: KernelSet::load_build(gpu, &build())?,
         })
     }
 
-    /// The kernel and launch shape of `version` for an `n x k` W.
-    pub fn kernel(&self, version: &str, n: usize, k: usize) -> Result<(&Kernel, LaunchShape)> {
+    /// Plans `version` for an `n x k` W.
+    pub fn plan(&self, version: Version, n: usize, k: usize) -> Result<GemvPlan<'_>> {
         check_shape("gemv: W", n, k)?;
-        let rows_per_block = WARPS * rows_per_warp(version);
+        let rows_per_block = WARPS * version.rows_per_warp();
         let blocks = n.div_ceil(rows_per_block);
         let grid = u32::try_from(blocks)
             .ok()
             .filter(|&b| b <= i32::MAX as u32)
             .ok_or_else(|| anyhow::anyhow!("gemv: {n} rows need more than 2^31 - 1 blocks"))?;
-        Ok((
-            self.kernels.get(&function(version, k)?)?,
-            LaunchShape::linear(grid, THREADS),
-        ))
+        Ok(GemvPlan {
+            kernel: self.kernels.get(&version.function(k))?,
+            shape: LaunchShape::linear(grid, THREADS),
+            version,
+            n,
+            k,
+        })
     }
+}
 
-    /// `y = W x`, W bf16 row-major `n x k` (the baseline).
-    pub fn bf16(
+impl GemvPlan<'_> {
+    /// `y = W x`: W row-major `n x k`, bf16 for `bf16_warp`, NVFP4 for the others.
+    pub fn launch(
         &self,
         gpu: &Gpu,
-        w: &CudaSlice<bf16>,
-        x: &CudaSlice<bf16>,
-        y: &mut CudaSlice<f32>,
-        (n, k): (usize, usize),
-    ) -> Result<()> {
-        let (kernel, shape) = self.kernel("bf16_warp", n, k)?;
-        if w.len() != n * k || x.len() != k || y.len() != n {
-            bail!(
-                "gemv: W of {}, x of {} and y of {} do not make an {n} x {k} product",
-                w.len(),
-                x.len(),
-                y.len()
-            );
-        }
-        let (n, k) = (n as u64, k as u64);
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch.arg(w).arg(x).arg(y).arg(&n).arg(&k);
-        // SAFETY: matches gemv_bf16_warp_x8(const bf16_t* w, const bf16_t* x, float* y, n, k)
-        // with the lengths checked above; k is a multiple of 16, so every row starts on a
-        // 16-byte boundary; the grid covers n rows and the kernel guards row >= n.
-        unsafe { launch.launch(kernel.config(&shape)?) }?;
-        Ok(())
-    }
-
-    /// `y = W x` with W in NVFP4, by `version` (`nvfp4_warp` or `nvfp4_rows4`).
-    pub fn nvfp4(
-        &self,
-        gpu: &Gpu,
-        version: &str,
-        w: &Nvfp4Dev,
+        w: Weights,
         x: &CudaSlice<bf16>,
         y: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        if version == "bf16_warp" {
-            bail!("gemv: bf16_warp takes bf16 weights, not NVFP4");
-        }
-        w.check()?;
-        let (n, k) = (w.rows, w.cols);
-        let (kernel, shape) = self.kernel(version, n, k)?;
+        let (n, k) = (self.n, self.k);
         if x.len() != k || y.len() != n {
             bail!(
-                "gemv: x of {} and y of {} do not fit an NVFP4 W of {n} x {k}",
+                "gemv: x of {} and y of {} do not fit a W of {n} x {k}",
                 x.len(),
                 y.len()
             );
         }
-        let (n, k) = (n as u64, k as u64);
-        let mut launch = gpu.stream.launch_builder(&kernel.func);
-        launch
-            .arg(&w.packed)
-            .arg(&w.scales)
-            .arg(x)
-            .arg(&w.tensor_scale)
-            .arg(y)
-            .arg(&n)
-            .arg(&k);
-        // SAFETY: matches gemv_nvfp4_*(packed, scales, x, tensor_scale, y, n, k) with the
-        // lengths checked above (w.check); the _u4 kernels are chosen only when k is a
-        // multiple of 32, so their 16-byte and 2-byte loads are aligned; rows past n are
-        // clamped for loads and never stored.
-        unsafe { launch.launch(kernel.config(&shape)?) }?;
-        Ok(())
+        let (n64, k64) = (n as u64, k as u64);
+        match (self.version, w) {
+            (Version::Bf16Warp, Weights::Bf16(w)) => {
+                if w.len() != n * k {
+                    bail!("gemv: W of {} does not make an {n} x {k} product", w.len());
+                }
+                // SAFETY: w, x and y hold n k, k and n values (checked above); k is a multiple
+                // of 16, so every row starts on a 16-byte boundary; the grid covers n rows and
+                // the kernel guards row >= n.
+                unsafe { gemv_bf16(gpu, self.kernel, &self.shape, w, x, y, n64, k64) }
+            }
+            (Version::Bf16Warp, Weights::Nvfp4(_)) => {
+                bail!("gemv: bf16_warp takes bf16 weights, not NVFP4")
+            }
+            (_, Weights::Nvfp4(w)) => {
+                w.check()?;
+                if (w.rows, w.cols) != (n, k) {
+                    bail!(
+                        "gemv: an NVFP4 W of {} x {}, planned for {n} x {k}",
+                        w.rows,
+                        w.cols
+                    );
+                }
+                // SAFETY: the lengths are checked above (w.check); the _u4 kernels are chosen
+                // only when k is a multiple of 32, so their 16-byte and 2-byte loads are
+                // aligned; rows past n are clamped for loads and never stored.
+                unsafe {
+                    gemv_nvfp4(
+                        gpu,
+                        self.kernel,
+                        &self.shape,
+                        &w.packed,
+                        &w.scales,
+                        x,
+                        &w.tensor_scale,
+                        y,
+                        n64,
+                        k64,
+                    )
+                }
+            }
+            (version, Weights::Bf16(_)) => {
+                bail!("gemv: {} takes NVFP4 weights, not bf16", version.name())
+            }
+        }
     }
 }

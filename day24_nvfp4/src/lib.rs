@@ -2,18 +2,21 @@
 //! without FP4 tensor cores. The launchers for `quantize.cu` (bf16 -> NVFP4 and back),
 //! `gemv.cu` (y = W x on packed weights, and the bf16 GEMV it is compared with) and
 //! `gemm.cu` (C = A W^T through bf16 tensor cores). The format itself, and its CPU
-//! reference, is `common::reference::nvfp4`.
+//! reference, is [`reference`]; [`problem`] makes the day's problems for the shared runner of
+//! multi-op days.
 
 pub mod gemm;
 pub mod gemv;
+pub mod problem;
 pub mod quantize;
+pub mod reference;
 
 use common::UsageError;
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use cudarc::driver::CudaSlice;
 
-pub use common::reference::nvfp4::BLOCK;
+pub use reference::BLOCK;
 
 /// The GEMV problems `cargo run -p day24` runs: square, a Llama-3-8B MLP projection
 /// (14336 x 4096) and a Llama-3-70B MLP gate/up projection (28672 x 8192). The first two are
@@ -52,7 +55,7 @@ pub const GEMM_SOURCE: KernelSource = KernelSource {
 pub fn kernel_builds() -> Vec<KernelBuild> {
     vec![
         KernelBuild::device(QUANTIZE_SOURCE, quantize::FUNCTIONS.iter().copied()),
-        KernelBuild::device(GEMV_SOURCE, gemv::all_functions()),
+        gemv::build(),
     ]
     .into_iter()
     .chain(gemm::kernel_builds())
@@ -71,7 +74,7 @@ pub struct Nvfp4Dev {
 
 impl Nvfp4Dev {
     /// Uploads a CPU-side NVFP4 matrix.
-    pub fn upload(gpu: &common::Gpu, q: &common::reference::nvfp4::Nvfp4) -> anyhow::Result<Self> {
+    pub fn upload(gpu: &common::Gpu, q: &reference::Nvfp4) -> anyhow::Result<Self> {
         Ok(Self {
             rows: q.rows,
             cols: q.cols,
@@ -133,14 +136,11 @@ pub fn check_shape(what: &str, rows: usize, cols: usize) -> Result<(), UsageErro
     Ok(())
 }
 
+common::test_kernel_builds!();
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_kernel_compiles_for_sm90_without_spilling() {
-        common::testing::assert_builds_compile_without_spills(&kernel_builds());
-    }
 
     #[test]
     fn shapes_must_be_whole_blocks() {

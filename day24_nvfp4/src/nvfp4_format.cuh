@@ -1,6 +1,6 @@
 // The NVFP4 format on the device: decoding e2m1 codes and e4m3 scales, encoding both. Every
 // kernel file of day 24 starts with this text (lib.rs puts it in front of each .cu), and the
-// CPU reference (common/src/reference/nvfp4.rs) does the same steps in the same f32 order.
+// CPU reference (src/reference.rs) does the same steps in the same f32 order.
 //
 // Layout of a row of K values (K a multiple of 16):
 //   packed  K / 2 bytes, byte i = code[2i] | code[2i + 1] << 4 (even index in the low nibble),

@@ -4,18 +4,14 @@
 //! and more rows than the GPU has SMs, into poisoned outputs.
 
 use common::measure::poison_check;
-use common::reference::nvfp4::{self as fmt, Nvfp4};
 use common::session::{Refused, launch_and_read};
 use common::{Gpu, Tolerance, measure::check, measure::inputs, testing};
+use day24::Nvfp4Dev;
 use day24::gemm::{self, Gemm};
-use day24::gemv::{self, Gemv};
+use day24::gemv::{self, Gemv, Weights};
 use day24::quantize::Quantize;
-use day24::{BLOCK, Nvfp4Dev};
+use day24::reference::{self as fmt, Nvfp4};
 use half::bf16;
-
-fn exact() -> Tolerance {
-    Tolerance::new(0.0, 0.0)
-}
 
 fn as_f64(bytes: &[u8]) -> Vec<f64> {
     bytes.iter().map(|&b| f64::from(b)).collect()
@@ -29,44 +25,32 @@ fn check_quantize(gpu: &Gpu, day: &Quantize, x: &[bf16], rows: usize, cols: usiz
     let n = rows * cols;
     let x_dev = gpu.upload(x).unwrap();
     let mut packed = gpu.alloc_poisoned::<u8>(n / 2).unwrap();
-    let mut scales = gpu.alloc_poisoned::<u8>(n / BLOCK).unwrap();
-    let mut ts = gpu.alloc_poisoned::<f32>(1).unwrap();
-    let mut amax = gpu.alloc_poisoned::<u32>(1).unwrap();
+    let mut plan = day.plan_quantize(gpu, rows, cols).unwrap();
     let reference = as_f64(&want.packed);
     let split = poison_check::split::<u8>(&reference);
     for run in 0..2 {
-        gpu.poison(&mut scales).unwrap();
-        gpu.poison(&mut ts).unwrap();
-        let mut launch = |p: &mut cudarc::driver::CudaSlice<u8>| {
-            day.quantize(
-                gpu,
-                &x_dev,
-                (rows, cols),
-                p,
-                &mut scales,
-                &mut ts,
-                &mut amax,
-            )
-        };
+        gpu.poison(&mut plan.scales).unwrap();
+        gpu.poison(&mut plan.tensor_scale).unwrap();
+        let mut launch = |p: &mut _| plan.launch(gpu, &x_dev, p);
         let got = launch_and_read(gpu, &mut packed, &mut launch).unwrap();
         let report = check::compare_at(
             &got,
             &split.checked_at,
             &split.checked_values,
             &[n / 2],
-            exact(),
+            Tolerance::EXACT,
         );
         assert!(report.passed(), "{what} run {run}, codes: {report}");
-        let unwritten =
-            poison_check::verify_poison_valued(gpu, &mut packed, &split.poison_valued, &mut launch)
-                .unwrap();
-        assert_eq!(unwritten, 0, "{what} run {run}: bytes never written");
+        let what = format!("{what} run {run}");
+        split
+            .require_written(gpu, &mut packed, &mut launch, &what)
+            .unwrap();
         assert_eq!(
-            gpu.download(&scales).unwrap(),
+            gpu.download(&plan.scales).unwrap(),
             want.scales,
             "{what} run {run}: scales"
         );
-        let got_ts = gpu.download(&ts).unwrap()[0];
+        let got_ts = gpu.download(&plan.tensor_scale).unwrap()[0];
         assert_eq!(
             got_ts.to_bits(),
             want.tensor_scale.to_bits(),
@@ -80,7 +64,8 @@ fn check_dequantize(gpu: &Gpu, day: &Quantize, q: &Nvfp4) {
     let want = fmt::dequantize(q);
     let w = Nvfp4Dev::upload(gpu, q).unwrap();
     let mut y = gpu.alloc_poisoned::<bf16>(q.rows * q.cols).unwrap();
-    let got = launch_and_read(gpu, &mut y, &mut |y| day.dequantize(gpu, &w, y)).unwrap();
+    let plan = day.plan_dequantize(q.rows, q.cols).unwrap();
+    let got = launch_and_read(gpu, &mut y, &mut |y| plan.launch(gpu, &w, y)).unwrap();
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
         assert!(
@@ -182,12 +167,13 @@ fn check_gemv(gpu: &Gpu, day: &Gemv, n: usize, k: usize, seed: u64) {
     let max = |m: &[f64]| m.iter().copied().fold(0.0, f64::max);
     let x_dev = gpu.upload(&x).unwrap();
     let mut y = gpu.alloc_poisoned::<f32>(n).unwrap();
-    for &version in gemv::VERSIONS {
-        let (want, mag, got) = if version == "bf16_warp" {
+    for version in gemv::Version::ALL {
+        let plan = day.plan(version, n, k).unwrap();
+        let (want, mag, got) = if version == gemv::Version::Bf16Warp {
             let (want, mag) = common::reference::gemv::gemv(&w_bf16, &x, n, k);
             let w_dev = gpu.upload(&w_bf16).unwrap();
             let got = launch_and_read(gpu, &mut y, &mut |y| {
-                day.bf16(gpu, &w_dev, &x_dev, y, (n, k))
+                plan.launch(gpu, Weights::Bf16(&w_dev), &x_dev, y)
             })
             .unwrap();
             (want, mag, got)
@@ -195,12 +181,13 @@ fn check_gemv(gpu: &Gpu, day: &Gemv, n: usize, k: usize, seed: u64) {
             let (want, mag) = fmt::gemv(&w, &x);
             let w_dev = Nvfp4Dev::upload(gpu, &w).unwrap();
             let got = launch_and_read(gpu, &mut y, &mut |y| {
-                day.nvfp4(gpu, version, &w_dev, &x_dev, y)
+                plan.launch(gpu, Weights::Nvfp4(&w_dev), &x_dev, y)
             })
             .unwrap();
             (want, mag, got)
         };
         let report = check::compare(&got, &want, &[n], gemv::tolerance(k, max(&mag)));
+        let version = version.name();
         assert!(report.passed(), "{version} {n} x {k}: {report}");
     }
 }
@@ -260,19 +247,19 @@ fn gemm_is_right_on_odd_shapes() {
         };
         let (want, _) = fmt::gemm_at(&a, &w, m, &at);
         let (a_dev, w_dev) = (gpu.upload(&a).unwrap(), Nvfp4Dev::upload(&gpu, &w).unwrap());
-        for version in gemm::VERSIONS {
-            if day
-                .kernel(version, m, n, k)
-                .is_err_and(|e| e.is::<Refused>())
-            {
-                println!("SKIPPED {version} on {m} x {n} x {k}: not for this GPU or size");
-                continue;
-            }
+        for version in gemm::Version::ALL {
+            let plan = match day.plan(version, m, n, k) {
+                Err(e) if e.is::<Refused>() => {
+                    let version = version.name();
+                    println!("SKIPPED {version} on {m} x {n} x {k}: not for this GPU or size");
+                    continue;
+                }
+                plan => plan.unwrap(),
+            };
+            let version = version.name();
             let mut c = gpu.alloc_poisoned::<f32>(m * n).unwrap();
-            let got = launch_and_read(&gpu, &mut c, &mut |c| {
-                day.launch(&gpu, version, &a_dev, &w_dev, c, m)
-            })
-            .unwrap();
+            let got = launch_and_read(&gpu, &mut c, &mut |c| plan.launch(&gpu, &a_dev, &w_dev, c))
+                .unwrap();
             let report = check::compare_at(&got, &at, &want, &[m, n], gemm::tolerance(k));
             assert!(report.passed(), "{version} {m} x {n} x {k}: {report}");
             // Every output was written, not only the sampled ones.
@@ -290,99 +277,46 @@ fn launchers_refuse_what_the_kernels_cannot_take() {
         return;
     };
     let gemv_day = Gemv::load(&gpu).unwrap();
-    let x = gpu.upload(&[bf16::from_f32(1.0); 40]).unwrap();
-    let w = gpu.upload(&[bf16::from_f32(1.0); 80]).unwrap();
-    let mut y = gpu.alloc_poisoned::<f32>(2).unwrap();
-    let err = gemv_day.bf16(&gpu, &w, &x, &mut y, (2, 40)).unwrap_err();
+    let err = gemv_day.plan(gemv::Version::Bf16Warp, 2, 40).err().unwrap();
     assert!(err.to_string().contains("multiple of 16"), "{err}");
     let q = Quantize::load(&gpu).unwrap();
-    let mut packed = gpu.alloc_poisoned::<u8>(40).unwrap();
-    let mut scales = gpu.alloc_poisoned::<u8>(5).unwrap();
-    let mut ts = gpu.alloc_poisoned::<f32>(1).unwrap();
-    let mut amax = gpu.alloc_poisoned::<u32>(1).unwrap();
-    let err = q
-        .quantize(
-            &gpu,
-            &w,
-            (2, 40),
-            &mut packed,
-            &mut scales,
-            &mut ts,
-            &mut amax,
-        )
-        .unwrap_err();
+    let err = q.plan_quantize(&gpu, 2, 40).err().unwrap();
     assert!(err.to_string().contains("multiple of 16"), "{err}");
-    // A wrong buffer length, each in turn (the shape itself is fine: 5 x 16 needs x of 80,
-    // packed of 40, scales of 5): the launcher must compare every length with rows x cols.
+    // A wrong buffer length, each in turn (the shape itself is fine: 5 x 16 needs x of 80 and
+    // packed of 40): the launcher must compare every length with rows x cols.
+    let mut plan = q.plan_quantize(&gpu, 5, 16).unwrap();
+    let w = gpu.upload(&[bf16::from_f32(1.0); 80]).unwrap();
     let short_x = gpu.upload(&[bf16::from_f32(1.0); 64]).unwrap();
-    let err = q
-        .quantize(
-            &gpu,
-            &short_x,
-            (5, 16),
-            &mut packed,
-            &mut scales,
-            &mut ts,
-            &mut amax,
-        )
-        .unwrap_err();
+    let mut packed = gpu.alloc_poisoned::<u8>(40).unwrap();
+    let err = plan.launch(&gpu, &short_x, &mut packed).unwrap_err();
     assert!(err.to_string().contains("needs x of 80"), "{err}");
     let mut short_packed = gpu.alloc_poisoned::<u8>(32).unwrap();
-    let err = q
-        .quantize(
-            &gpu,
-            &w,
-            (5, 16),
-            &mut short_packed,
-            &mut scales,
-            &mut ts,
-            &mut amax,
-        )
-        .unwrap_err();
+    let err = plan.launch(&gpu, &w, &mut short_packed).unwrap_err();
     assert!(err.to_string().contains("packed of 40"), "{err}");
-    let mut long_scales = gpu.alloc_poisoned::<u8>(6).unwrap();
-    let err = q
-        .quantize(
-            &gpu,
-            &w,
-            (5, 16),
-            &mut packed,
-            &mut long_scales,
-            &mut ts,
-            &mut amax,
-        )
-        .unwrap_err();
-    assert!(err.to_string().contains("scales of 5"), "{err}");
-    // The same buffers with the right lengths are taken: the refusals above are the lengths'.
-    q.quantize(
-        &gpu,
-        &w,
-        (5, 16),
-        &mut packed,
-        &mut scales,
-        &mut ts,
-        &mut amax,
-    )
-    .unwrap();
+    // The same plan with the right lengths is taken: the refusals above are the lengths'.
+    plan.launch(&gpu, &w, &mut packed).unwrap();
     // The GEMV: x of the wrong length, and NVFP4 weights given to the bf16 version.
     let nv = Nvfp4Dev {
         rows: 5,
         cols: 16,
         packed,
-        scales,
-        tensor_scale: ts,
+        scales: plan.scales,
+        tensor_scale: plan.tensor_scale,
     };
     let mut y5 = gpu.alloc_poisoned::<f32>(5).unwrap();
-    let err = gemv_day
-        .nvfp4(&gpu, "nvfp4_rows4", &nv, &x, &mut y5)
+    let rows4 = gemv_day.plan(gemv::Version::Nvfp4Rows4, 5, 16).unwrap();
+    let x = gpu.upload(&[bf16::from_f32(1.0); 40]).unwrap();
+    let err = rows4
+        .launch(&gpu, Weights::Nvfp4(&nv), &x, &mut y5)
         .unwrap_err();
     assert!(err.to_string().contains("x of 40"), "{err}");
     let x16 = gpu.upload(&[bf16::from_f32(1.0); 16]).unwrap();
-    let err = gemv_day
-        .nvfp4(&gpu, "bf16_warp", &nv, &x16, &mut y5)
+    let bf16_warp = gemv_day.plan(gemv::Version::Bf16Warp, 5, 16).unwrap();
+    let err = bf16_warp
+        .launch(&gpu, Weights::Nvfp4(&nv), &x16, &mut y5)
         .unwrap_err();
     assert!(err.to_string().contains("takes bf16 weights"), "{err}");
-    gemv_day
-        .nvfp4(&gpu, "nvfp4_rows4", &nv, &x16, &mut y5)
+    rows4
+        .launch(&gpu, Weights::Nvfp4(&nv), &x16, &mut y5)
         .unwrap();
 }

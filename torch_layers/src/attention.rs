@@ -6,7 +6,7 @@
 //! of equal lengths `[batch, seqlen, heads, head_dim]` is the same memory as the packed layout,
 //! so both are one problem to the kernels, described by the sequences' lengths.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
 use common::Element;
@@ -43,7 +43,7 @@ pub struct Call {
 }
 
 impl Call {
-    fn scratch(&self, dev: &Device) -> Result<std::sync::Arc<Scratch>> {
+    fn scratch(&self, dev: &Device) -> Result<Arc<Scratch>> {
         dev.attention.scratch.get(dev, self.shape.clone(), |gpu| {
             Ok(Scratch {
                 problem: BackwardProblem::new(gpu, &self.shape)?,
@@ -104,15 +104,22 @@ fn lens(problem: &BackwardProblem) -> (usize, usize, usize) {
     (q_len, k_len, shape.total_q() * shape.heads)
 }
 
-fn forward_as<T: Element>(call: &Call, p: &ForwardPointers) -> Result<&'static str> {
+/// The call's shape checked, then its device, the kernels loaded there and the problem's
+/// scratch.
+fn open(call: &Call) -> Result<(Arc<Device>, Arc<day20::FlashAttention>, Arc<Scratch>)> {
     day10::validate(&call.shape)?;
     let dev = device(call.device)?;
     let day = dev
         .attention
         .kernels
         .get(&dev, day20::FlashAttention::load)?;
-    let (version, _) = day.fastest();
     let scratch = call.scratch(&dev)?;
+    Ok((dev, day, scratch))
+}
+
+fn forward_as<T: Element>(call: &Call, p: &ForwardPointers) -> Result<&'static str> {
+    let (dev, day, scratch) = open(call)?;
+    let (version, _) = day.fastest();
     let (q_len, k_len, rows) = lens(&scratch.problem);
     // SAFETY: PyTorch's current stream of this device, alive for the call.
     let gpu = unsafe { dev.on_stream(call.stream) };
@@ -144,14 +151,8 @@ fn backward_as<T: Element>(
     p: &BackwardPointers,
     deterministic: bool,
 ) -> Result<&'static str> {
-    day10::validate(&call.shape)?;
-    let dev = device(call.device)?;
-    let day = dev
-        .attention
-        .kernels
-        .get(&dev, day20::FlashAttention::load)?;
+    let (dev, day, scratch) = open(call)?;
     let (_, version) = day.fastest();
-    let scratch = call.scratch(&dev)?;
     let mut workspace = scratch.workspace.lock().unwrap_or_else(|e| e.into_inner());
     if workspace.is_none() {
         *workspace = Some(day.workspace(&dev.gpu, version, &scratch.problem)?);

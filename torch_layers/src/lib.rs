@@ -29,31 +29,26 @@ fn device_summary(device: usize) -> PyResult<String> {
     Ok(dev.gpu.info.summary())
 }
 
-/// The attention problem the Python layer describes.
-#[allow(clippy::too_many_arguments)]
-fn attention_call(
-    device: usize,
-    stream: u64,
-    dtype: String,
-    seqlens_q: Vec<usize>,
-    seqlens_k: Vec<usize>,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    causal: bool,
-) -> attention::Call {
+/// The attention problem as `attention.py` keeps it: `(seqlens_q, seqlens_k, heads, kv_heads,
+/// head_dim, causal)`.
+type Problem = (Vec<usize>, Vec<usize>, usize, usize, usize, bool);
+
+/// The call the Python layer describes: where it runs, its dtype and its problem.
+fn attention_call(device: usize, stream: u64, dtype: String, problem: Problem) -> attention::Call {
+    let (seqlens_q, seqlens_k, heads, kv_heads, head_dim, causal) = problem;
+    let shape = AttentionShape {
+        heads,
+        kv_heads,
+        head_dim,
+        seqlens_q,
+        seqlens_k,
+        causal,
+    };
     attention::Call {
         device,
         stream,
         dtype,
-        shape: AttentionShape {
-            heads,
-            kv_heads,
-            head_dim,
-            seqlens_q,
-            seqlens_k,
-            causal,
-        },
+        shape,
     }
 }
 
@@ -77,9 +72,8 @@ fn attention_forward(
     o: u64,
     lse: u64,
 ) -> PyResult<&'static str> {
-    let call = attention_call(
-        device, stream, dtype, seqlens_q, seqlens_k, heads, kv_heads, head_dim, causal,
-    );
+    let problem = (seqlens_q, seqlens_k, heads, kv_heads, head_dim, causal);
+    let call = attention_call(device, stream, dtype, problem);
     let pointers = attention::ForwardPointers { q, k, v, o, lse };
     attention::forward(&call, &pointers).map_err(to_py)
 }
@@ -106,9 +100,8 @@ fn attention_backward(
     lse: u64,
     grads: u64,
 ) -> PyResult<&'static str> {
-    let call = attention_call(
-        device, stream, dtype, seqlens_q, seqlens_k, heads, kv_heads, head_dim, causal,
-    );
+    let problem = (seqlens_q, seqlens_k, heads, kv_heads, head_dim, causal);
+    let call = attention_call(device, stream, dtype, problem);
     let pointers = attention::BackwardPointers {
         q,
         k,

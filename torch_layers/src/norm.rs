@@ -13,7 +13,9 @@
 
 use anyhow::Result;
 use common::error::{Refused, UsageError};
-use common::family::norm::{Inputs, Kind, NormDay, Pass, Plan, backward_len, load_suffix};
+use common::family::norm::{
+    Inputs, Kind, NormDay, NormKernels, Pass, Plan, backward_len, load_suffix,
+};
 use common::{Element, Gpu};
 use day11::Day11;
 use day12::Day12;
@@ -29,8 +31,8 @@ use crate::errors::to_py;
 /// stream and freed there, ordered after the launch that reads it.
 #[derive(Default)]
 pub struct State {
-    rms: Loaded<Day11>,
-    layer: Loaded<Day12>,
+    rms: Loaded<NormKernels<Day11>>,
+    layer: Loaded<NormKernels<Day12>>,
 }
 
 /// A normalization day as the layer uses it: where its kernels are kept, and its name for
@@ -38,19 +40,19 @@ pub struct State {
 trait Day: NormDay {
     /// The Python function's name.
     const FN: &'static str;
-    fn slot(dev: &Device) -> &Loaded<Self>;
+    fn slot(dev: &Device) -> &Loaded<NormKernels<Self>>;
 }
 
 impl Day for Day11 {
     const FN: &'static str = "rms_norm";
-    fn slot(dev: &Device) -> &Loaded<Self> {
+    fn slot(dev: &Device) -> &Loaded<NormKernels<Self>> {
         &dev.norm.rms
     }
 }
 
 impl Day for Day12 {
     const FN: &'static str = "layer_norm";
-    fn slot(dev: &Device) -> &Loaded<Self> {
+    fn slot(dev: &Device) -> &Loaded<NormKernels<Self>> {
         &dev.norm.layer
     }
 }
@@ -202,7 +204,7 @@ fn run_as<D: Day, T: Element>(
 /// The plan of the first version in `versions` that takes the problem; the last refusal if
 /// none does (a `ValueError` naming the width).
 fn first_plan<'a, D: NormDay, T: Element>(
-    day: &'a D,
+    day: &'a NormKernels<D>,
     gpu: &'a Gpu,
     versions: &[&'static str],
     rows: usize,
@@ -256,115 +258,61 @@ impl<T> Release for Inputs<T> {
     }
 }
 
-/// One launch as the Python functions below describe it: `bias` only for LayerNorm's
-/// forward, `dy` only for a backward; `out` is y or the backward's gradients buffer.
-#[allow(clippy::too_many_arguments)]
-fn launch<D: Day>(
-    pass: Pass,
-    (device, stream, dtype): (usize, u64, String),
-    (rows, cols, eps): (usize, usize, f64),
-    x: u64,
-    weight: u64,
-    bias: Option<u64>,
-    dy: Option<u64>,
-    out: u64,
-) -> PyResult<&'static str> {
-    let call = Call {
-        device,
-        stream,
-        dtype,
-        rows,
-        cols,
-        eps,
+/// Declares the Python function of one pass of a day: `(device, stream, dtype, rows, cols,
+/// eps)`, then its device pointers; the [`Pointers`] they make (`bias` only for LayerNorm's
+/// forward, `dy` only for a backward, `out` y or the backward's gradients buffer); it returns
+/// the version that ran. Python calls each with its own flat positional arguments, so the four
+/// keep their signatures and share the rest.
+macro_rules! pass_function {
+    (
+        $(#[$doc:meta])*
+        fn $name:ident<$day:ty>($pass:ident, $($ptr:ident),+) => $pointers:expr;
+    ) => {
+        $(#[$doc])*
+        #[pyfunction]
+        #[allow(clippy::too_many_arguments)]
+        fn $name(
+            device: usize,
+            stream: u64,
+            dtype: String,
+            rows: usize,
+            cols: usize,
+            eps: f64,
+            $($ptr: u64),+
+        ) -> PyResult<&'static str> {
+            let call = Call { device, stream, dtype, rows, cols, eps };
+            run::<$day>(&call, &$pointers, Pass::$pass).map_err(to_py)
+        }
     };
-    let p = Pointers {
-        x,
-        weight,
-        bias,
-        dy,
-        out,
-    };
-    run::<D>(&call, &p, pass).map_err(to_py)
 }
 
-/// Day 11's forward: `y = x * rstd * weight`, `rstd = 1 / sqrt(mean(x^2) + eps)` per row of
-/// `cols`; returns the version that ran.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn rms_norm_forward(
-    device: usize,
-    stream: u64,
-    dtype: String,
-    rows: usize,
-    cols: usize,
-    eps: f64,
-    x: u64,
-    weight: u64,
-    y: u64,
-) -> PyResult<&'static str> {
-    let (on, size) = ((device, stream, dtype), (rows, cols, eps));
-    launch::<Day11>(Pass::Forward, on, size, x, weight, None, None, y)
+pass_function! {
+    /// Day 11's forward: `y = x * rstd * weight`, `rstd = 1 / sqrt(mean(x^2) + eps)` per row of
+    /// `cols`; returns the version that ran.
+    fn rms_norm_forward<Day11>(Forward, x, weight, y) =>
+        Pointers { x, weight, bias: None, dy: None, out: y };
 }
 
-/// Day 11's backward: writes `dx | dweight` (`(rows + 1) x cols`) into `grads`, recomputing
-/// each row's rstd from x; returns the version that ran.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn rms_norm_backward(
-    device: usize,
-    stream: u64,
-    dtype: String,
-    rows: usize,
-    cols: usize,
-    eps: f64,
-    x: u64,
-    weight: u64,
-    dy: u64,
-    grads: u64,
-) -> PyResult<&'static str> {
-    let (on, size) = ((device, stream, dtype), (rows, cols, eps));
-    launch::<Day11>(Pass::Backward, on, size, x, weight, None, Some(dy), grads)
+pass_function! {
+    /// Day 11's backward: writes `dx | dweight` (`(rows + 1) x cols`) into `grads`, recomputing
+    /// each row's rstd from x; returns the version that ran.
+    fn rms_norm_backward<Day11>(Backward, x, weight, dy, grads) =>
+        Pointers { x, weight, bias: None, dy: Some(dy), out: grads };
 }
 
-/// Day 12's forward: `y = (x - mean) * rstd * weight + bias` per row of `cols`, the biased
-/// variance; returns the version that ran.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn layer_norm_forward(
-    device: usize,
-    stream: u64,
-    dtype: String,
-    rows: usize,
-    cols: usize,
-    eps: f64,
-    x: u64,
-    weight: u64,
-    bias: u64,
-    y: u64,
-) -> PyResult<&'static str> {
-    let (on, size) = ((device, stream, dtype), (rows, cols, eps));
-    launch::<Day12>(Pass::Forward, on, size, x, weight, Some(bias), None, y)
+pass_function! {
+    /// Day 12's forward: `y = (x - mean) * rstd * weight + bias` per row of `cols`, the biased
+    /// variance; returns the version that ran.
+    fn layer_norm_forward<Day12>(Forward, x, weight, bias, y) =>
+        Pointers { x, weight, bias: Some(bias), dy: None, out: y };
 }
 
-/// Day 12's backward: writes `dx | dweight | dbias` (`(rows + 2) x cols`) into `grads`,
-/// recomputing each row's mean and rstd from x (the bias does not enter the gradients);
-/// returns the version that ran.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn layer_norm_backward(
-    device: usize,
-    stream: u64,
-    dtype: String,
-    rows: usize,
-    cols: usize,
-    eps: f64,
-    x: u64,
-    weight: u64,
-    dy: u64,
-    grads: u64,
-) -> PyResult<&'static str> {
-    let (on, size) = ((device, stream, dtype), (rows, cols, eps));
-    launch::<Day12>(Pass::Backward, on, size, x, weight, None, Some(dy), grads)
+pass_function! {
+    /// Day 12's backward: writes `dx | dweight | dbias` (`(rows + 2) x cols`) into `grads`,
+    /// recomputing each row's mean and rstd from x (the bias does not enter the gradients);
+    /// returns the version that ran.
+    fn layer_norm_backward<Day12>(Backward, x, weight, dy, grads) =>
+        Pointers { x, weight, bias: None, dy: Some(dy), out: grads };
 }
 
 /// Adds the layer's functions to the module.

@@ -1,7 +1,7 @@
 """swiglu on the GPU: the output and the gradients of gate and up against ``F.silu(gate) * up``
 by PyTorch's autograd in float64 on the same stored inputs.
 
-The tolerance is day 13's (``common::reference::activation::tolerance_for`` with one
+The tolerance is day 13's (``day13::reference::tolerance_for`` with one
 rounding): per element ``atol + rtol |ref|`` with ``atol = 1e-5`` (plus 2^-24 for f16, where
 it turns subnormal) and ``rtol = 1e-5 + u`` (``u`` half an ulp of the storage: 2^-8 bf16,
 2^-11 f16, 0 f32): f32 evaluation within a few ulp, absolute near the gradient's zero
@@ -10,14 +10,13 @@ crossings, then one rounding to the storage. The relative L2 error stays under 5
 of the sigmoid), the upstream gradient in [-1, 1].
 """
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 from day_kernels import _native, swiglu
 from day_kernels._tensors import DTYPE_NAMES, where
+from gpu_checks import check, offset_copy
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 # Half an ulp (relative), the absolute floor, the bound on the relative L2 error.
@@ -33,25 +32,6 @@ SHAPES = [(1,), (7,), (3, 1000), (257, 4097), (257, 5120), (2, 3, 64), (5, 4096 
 def tolerance(dtype):
     half_ulp, floor, rel_l2 = STORAGE[dtype]
     return 1e-5 + floor, 1e-5 + half_ulp, rel_l2
-
-
-def check(name, got, want, tol):
-    atol, rtol, max_rel_l2 = tol
-    got = got.double().flatten()
-    want = want.flatten()
-    err = (got - want).abs()
-    bound = atol + rtol * want.abs()
-    bad = ~(err <= bound)  # a NaN is out of tolerance
-    if bad.any():
-        worst = torch.where(bad, err - bound, torch.zeros_like(err)).nan_to_num(math.inf).argmax()
-        raise AssertionError(
-            f"{name}: {int(bad.sum())} of {want.numel()} elements out of tolerance; worst at "
-            f"flat index {int(worst)}: got {got[worst].item():.6g}, want {want[worst].item():.6g}"
-        )
-    if want.numel() < 64:
-        return
-    rel_l2 = ((got - want).norm() / want.norm().clamp_min(1e-300)).item()
-    assert rel_l2 <= max_rel_l2, f"{name}: relative L2 error {rel_l2:.3g} over {max_rel_l2}"
 
 
 def inputs(shape, dtype, seed=0):
@@ -84,15 +64,6 @@ def run_and_check(gate, up, dout):
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_output_and_gradients_match_torch(shape, dtype):
     run_and_check(*inputs(shape, dtype, seed=sum(shape)))
-
-
-def offset_copy(t):
-    """t's values in a tensor that starts one element into its storage: contiguous, but not
-    16-byte aligned."""
-    storage = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
-    view = storage[1:].view(t.shape)
-    view.copy_(t)
-    return view
 
 
 @pytest.mark.parametrize("which", ["gate", "up", "dout"])

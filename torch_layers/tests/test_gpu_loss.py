@@ -1,7 +1,7 @@
 """fused_linear_cross_entropy on the GPU: the loss and the gradients of h and weight against
 PyTorch's F.cross_entropy in float64 from the same bfloat16 inputs.
 
-The reference is day 19's (``common::reference::cross_entropy``), written with torch: the
+The reference is day 19's (``day19::reference``), written with torch: the
 logits ``h W^T`` in float64, rounded to bfloat16 as the kernels store them (straight through:
 the gradients are those of the rounded logits' loss), ``F.cross_entropy`` with the same
 ignore index and label smoothing, the z-loss ``lse_square_scale * lse^2`` per token, and

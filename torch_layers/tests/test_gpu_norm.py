@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from day_kernels import _native, layer_norm, rms_norm
 from day_kernels._tensors import DTYPE_NAMES, where
+from gpu_checks import check, offset_copy
 
 UNIT = 2.0**-24
 # Half an ulp of the storage (relative), the absolute floor, the bound on the relative L2 error.
@@ -57,27 +58,6 @@ def row_terms(cols):
 
 def col_terms(rows):
     return rows + math.ceil(rows / 32) + 32
-
-
-def check(name, got, want, tol):
-    atol, rtol, max_rel_l2 = tol
-    got = got.double().flatten()
-    want = want.flatten()
-    err = (got - want).abs()
-    bound = atol + rtol * want.abs()
-    bad = ~(err <= bound)  # a NaN is out of tolerance
-    if bad.any():
-        worst = torch.where(bad, err - bound, torch.zeros_like(err)).nan_to_num(math.inf).argmax()
-        raise AssertionError(
-            f"{name}: {int(bad.sum())} of {want.numel()} elements out of tolerance (atol "
-            f"{atol:.3g}, rtol {rtol:.3g}); worst at flat index {int(worst)}: got "
-            f"{got[worst].item():.6g}, want {want[worst].item():.6g}"
-        )
-    rms = want.pow(2).mean().sqrt().item()
-    if want.numel() < 64 or rms < atol:
-        return
-    rel_l2 = ((got - want).norm() / want.norm()).item()
-    assert rel_l2 <= max_rel_l2, f"{name}: relative L2 error {rel_l2:.3g} over {max_rel_l2}"
 
 
 def inputs(kind, rows, cols, dtype, seed=0):
@@ -191,15 +171,6 @@ def test_a_row_past_the_forward_register_tiers(kind, dtype):
 def test_leading_dimensions_are_rows(kind):
     x, weight, bias, dy = inputs(kind, 2 * 3 * 5, 1000, torch.bfloat16, seed=3)
     run_and_check(kind, x.view(2, 3, 5, 1000), weight, bias, dy.view(2, 3, 5, 1000))
-
-
-def offset_copy(t):
-    """t's values in a tensor that starts one element into its storage: contiguous, but not
-    16-byte aligned."""
-    storage = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
-    view = storage[1:].view(t.shape)
-    view.copy_(t)
-    return view
 
 
 @pytest.mark.parametrize("which", ["x", "weight", "dy"])

@@ -9,7 +9,9 @@ use half::{bf16, f16};
 use super::{BenchCase, Work, default_seed};
 use crate::dtype::Dtype;
 use crate::element::Element;
-use crate::family::norm::{HostInputs, NormDay, Pass, Shape, backward_len, bytes_per_run};
+use crate::family::norm::{
+    HostInputs, NormDay, NormKernels, Pass, Shape, backward_len, bytes_per_run,
+};
 use crate::gpu::Gpu;
 
 /// `versions` of `D` (forward and backward names together), each on the default problem of
@@ -18,7 +20,7 @@ use crate::gpu::Gpu;
 /// pass is an error, so a typo cannot shorten the bench in silence.
 pub fn norm_cases<'a, D: NormDay>(
     gpu: &'a Gpu,
-    day: &'a D,
+    day: &'a NormKernels<D>,
     versions: &[&str],
 ) -> Result<Vec<BenchCase<'a>>> {
     if let Some(unknown) = versions
@@ -53,7 +55,7 @@ pub fn norm_cases<'a, D: NormDay>(
 
 fn typed<'a, T: Element, D: NormDay>(
     gpu: &'a Gpu,
-    day: &'a D,
+    day: &'a NormKernels<D>,
     shape: &Shape,
     versions: &[&str],
 ) -> Result<Vec<BenchCase<'a>>> {

@@ -8,7 +8,7 @@ use half::{bf16, f16};
 use super::{BenchCase, Work, default_seed};
 use crate::dtype::Dtype;
 use crate::element::Element;
-use crate::family::softmax::{Shape, SoftmaxDay};
+use crate::family::softmax::{Rows, Shape, SoftmaxDay};
 use crate::gpu::Gpu;
 use crate::measure::inputs;
 
@@ -43,7 +43,7 @@ fn typed<'a, T: Element, D: SoftmaxDay>(
     versions
         .iter()
         .map(|&name| {
-            let mut plan = day.plan::<T>(gpu, name, rows, cols)?;
+            let mut plan = day.plan::<T>(name, Rows { gpu, rows, cols })?;
             let mut out = gpu.alloc_poisoned::<T>(rows * cols)?;
             let x = Rc::clone(&x);
             Ok(BenchCase::new(name, work, move || {

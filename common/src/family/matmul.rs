@@ -13,10 +13,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use cudarc::driver::CudaSlice;
-use cudarc::driver::PushKernelArg;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
 use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
+use crate::family::runner::{open_gpu_for, plan_or_skip, progress_bar};
 use crate::gpu::Gpu;
 use crate::gpu::cublas::Cublas;
 use crate::gpu::kernel::{Kernel, LaunchShape};
@@ -160,12 +160,10 @@ fn run<D: MatmulDay>(family: &MatmulArgs, common: &CommonArgs) -> Result<()> {
         sizes::product("2 m n k", &[2, shape.m, shape.n, shape.k])?;
         // A, B and C as f32, plus C's f64 reference, on the host.
         check_host_fits(&shape.describe(), bytes_for("the matrices", elements, 12)?)?;
-        device_bytes.push(bytes_for("the matrices", elements, 4)?);
+        let device = bytes_for("the matrices", elements, 4)?;
+        device_bytes.push((shape.describe(), device));
     }
-    let gpu = common.open_gpu()?;
-    for (shape, &device) in shapes.iter().zip(&device_bytes) {
-        gpu.check_fits(&shape.describe(), device)?;
-    }
+    let gpu = open_gpu_for(common, &device_bytes)?;
     let cublas = Cublas::open(&gpu)?;
     let day = D::load(&gpu)?;
     let quiet = family.sweep;
@@ -185,7 +183,7 @@ fn run<D: MatmulDay>(family: &MatmulArgs, common: &CommonArgs) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     progress.finish_and_clear();
     if family.sweep {
-        plot_sweep::<D>(family, &gpu, &versions, &reports)?;
+        run.plot_sweep(&family.plot, &shapes, &reports)?;
     }
     if let (Some(path), Some(first)) = (&family.roofline, reports.first()) {
         plot_roofline::<D>(path, &gpu, first)?;
@@ -233,18 +231,6 @@ fn problems<D: MatmulDay>(args: &MatmulArgs) -> Result<Vec<Shape>> {
         )]);
     }
     Ok(D::DEFAULT_PROBLEMS.to_vec())
-}
-
-fn progress_bar(show: bool, steps: usize) -> ProgressBar {
-    if !show {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(steps as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg} [{elapsed}]")
-            .expect("a valid template"),
-    );
-    bar
 }
 
 /// The reference of one problem: every output when that is cheap, else sampled outputs.
@@ -335,24 +321,18 @@ impl<D: MatmulDay> Run<'_, D> {
         })?;
         self.progress.inc(1);
 
+        let problem = shape.describe();
         for &name in self.versions {
-            self.progress
-                .set_message(format!("{name} on {}", shape.describe()));
-            match self.day.plan(self.gpu, name, shape) {
-                Ok(mut plan) => {
-                    let version = Version {
-                        name,
-                        kernel: Some((plan.kernel, plan.shape)),
-                        global_bytes: Some(plan.global_bytes),
-                    };
-                    let launch = &mut plan.launch;
-                    session
-                        .run_version(version, &mut c, &expected, |c| launch(&a_dev, &b_dev, c))?;
-                }
-                Err(e) if e.is::<Refused>() => session.skip_version(name, &e.to_string()),
-                Err(e) => {
-                    return Err(e.context(format!("planning `{name}` on {}", shape.describe())));
-                }
+            let plan = || self.day.plan(self.gpu, name, shape);
+            if let Some(mut plan) = plan_or_skip(&mut session, self.progress, name, &problem, plan)?
+            {
+                let version = Version {
+                    name,
+                    kernel: Some((plan.kernel, plan.shape)),
+                    global_bytes: Some(plan.global_bytes),
+                };
+                let launch = &mut plan.launch;
+                session.run_version(version, &mut c, &expected, |c| launch(&a_dev, &b_dev, c))?;
             }
             self.progress.inc(1);
         }
@@ -361,37 +341,40 @@ impl<D: MatmulDay> Run<'_, D> {
         }
         Ok(session.finish())
     }
-}
 
-/// The sweep's plot (TFLOP/s against size, one line per version and cuBLAS, the FP32 peak)
-/// and a summary table on stdout.
-fn plot_sweep<D: MatmulDay>(
-    args: &MatmulArgs,
-    gpu: &Gpu,
-    versions: &[&str],
-    reports: &[DayReport],
-) -> Result<()> {
-    let names = std::iter::once(CEILING).chain(versions.iter().copied());
-    let series = sweep::version_series(reports, names, sweep::last_dimension, |row| row.tflops);
-    let peak = gpu.info.fp32_peak_tflops();
-    let title = format!(
-        "{} {}: square f32 matmul, {}",
-        D::DAY,
-        D::TITLE,
-        gpu.info.name
-    );
-    let line_plot = LinePlot {
-        title: &title,
-        x_label: "m = n = k",
-        y_label: "TFLOP/s (2mnk per run)",
-        log2_x: true,
-        series: &series,
-        hlines: &[HLine {
-            name: format!("FP32 peak {peak:.1} TFLOP/s"),
-            y: peak,
-        }],
-    };
-    sweep::publish(&args.plot, &line_plot, "size", "TFLOP/s", 2)
+    /// The sweep's plot (TFLOP/s against size, one line per version and cuBLAS, the FP32
+    /// peak) and a summary table on stdout.
+    fn plot_sweep(
+        &self,
+        plot: &std::path::Path,
+        shapes: &[Shape],
+        reports: &[DayReport],
+    ) -> Result<()> {
+        let (gpu, versions) = (self.gpu, self.versions);
+        let names = std::iter::once(CEILING).chain(versions.iter().copied());
+        // The sweep's problems are square: x is their size.
+        let size_of = sweep::x_by_report(reports, shapes.iter().map(|s| s.k as f64));
+        let series = sweep::version_series(reports, names, size_of, |row| row.tflops);
+        let peak = gpu.info.fp32_peak_tflops();
+        let title = format!(
+            "{} {}: square f32 matmul, {}",
+            D::DAY,
+            D::TITLE,
+            gpu.info.name
+        );
+        let line_plot = LinePlot {
+            title: &title,
+            x_label: "m = n = k",
+            y_label: "TFLOP/s (2mnk per run)",
+            log2_x: true,
+            series: &series,
+            hlines: &[HLine {
+                name: format!("FP32 peak {peak:.1} TFLOP/s"),
+                y: peak,
+            }],
+        };
+        sweep::publish(plot, &line_plot, "size", "TFLOP/s", 2)
+    }
 }
 
 /// The roofline of one problem's versions: each at the intensity of what it asks of global
@@ -552,15 +535,25 @@ pub fn plan_kernel<'a>(
             check_sizes(a.len(), b.len(), c.len(), shape)?;
             let dim = |v: usize| i32::try_from(v).context("matmul dimensions must be below 2^31");
             let (m, n, k) = (dim(shape.m)?, dim(shape.n)?, dim(shape.k)?);
-            let mut launch = gpu.stream.launch_builder(&kernel.func);
-            launch.arg(a).arg(b).arg(c).arg(&m).arg(&n).arg(&k);
             // SAFETY: the kernel takes (const float* A, const float* B, float* C, int m, int n,
             // int k) by this function's contract; the buffers were checked to hold m x k,
             // k x n and m x n floats, and the kernel bounds-checks every access.
-            unsafe { launch.launch(kernel.config(&launch_shape)?) }?;
-            Ok(())
+            unsafe { matmul_kernel(gpu, kernel, &launch_shape, a, b, c, m, n, k) }
         }),
     })
+}
+
+crate::kernel_args! {
+    /// Every kernel [`plan_kernel`] plans: `(const float* A, const float* B, float* C, int m,
+    /// int n, int k)`.
+    fn matmul_kernel(
+        a: &CudaSlice<f32>,
+        b: &CudaSlice<f32>,
+        c: &mut CudaSlice<f32>,
+        m: i32,
+        n: i32,
+        k: i32,
+    );
 }
 
 /// Checks the buffers of a matmul launch against its shape.

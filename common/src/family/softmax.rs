@@ -9,13 +9,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
 use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
 use crate::dtype::Dtype;
-use crate::element::{Element, as_type, as_type_mut};
+use crate::element::Element;
+use crate::family::runner::{open_gpu_for, plan_or_skip, progress_bar};
 use crate::gpu::Gpu;
 use crate::gpu::kernel::{Kernel, LaunchShape};
 use crate::measure::check::{self, Tolerance};
@@ -80,6 +81,14 @@ pub struct SoftmaxArgs {
 
 pub use crate::session::Refused;
 
+/// What a version is planned for: `rows` softmaxes of `cols` elements each, on `gpu`.
+#[derive(Clone, Copy)]
+pub struct Rows<'a> {
+    pub gpu: &'a Gpu,
+    pub rows: usize,
+    pub cols: usize,
+}
+
 /// Enqueues one softmax of the input into the output.
 pub type Launch<'a, T> = Box<dyn FnMut(&CudaSlice<T>, &mut CudaSlice<T>) -> Result<()> + 'a>;
 
@@ -105,22 +114,16 @@ pub trait SoftmaxDay: Sized {
     /// The storage types the day's kernels take.
     const DTYPES: &'static [Dtype];
     /// Versions that take f32 only (yesterday's f32 kernel in a table of several dtypes,
-    /// planned with [`Plan::f32_only`]): they run no other dtype's problems, and the GPU test
+    /// refused with [`f32_only`]): they run no other dtype's problems, and the GPU test
     /// lets them refuse every shape of the other dtypes. Every other version must run every
     /// dtype of [`Self::DTYPES`].
     const F32_ONLY: &'static [&'static str] = &[];
 
     fn load(gpu: &Gpu) -> Result<Self>;
 
-    /// How `version` runs on `rows x cols` of `T`, or an error: [`Refused`] for a shape it
-    /// does not take, anything else for a real failure.
-    fn plan<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
-        version: &str,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Plan<'a, T>>;
+    /// How `version` runs on `on`'s rows of `T`, or an error: [`Refused`] for a shape it does
+    /// not take, anything else for a real failure.
+    fn plan<'a, T: Element>(&'a self, version: &str, on: Rows<'a>) -> Result<Plan<'a, T>>;
 }
 
 /// The whole `main` of a softmax day.
@@ -139,25 +142,23 @@ fn run<D: SoftmaxDay>(family: &SoftmaxArgs, common: &CommonArgs) -> Result<()> {
         // Input and output on the host, the f64 reference.
         let host = bytes_for(what, elements, 2 * shape.dtype.size() as u64 + 8)?;
         check_host_fits(&shape.describe(), host)?;
-        device_bytes.push(bytes_for(what, elements, 2 * shape.dtype.size() as u64)?);
+        let device = bytes_for(what, elements, 2 * shape.dtype.size() as u64)?;
+        device_bytes.push((shape.describe(), device));
     }
-    let gpu = common.open_gpu()?;
-    for (shape, &device) in shapes.iter().zip(&device_bytes) {
-        gpu.check_fits(&shape.describe(), device)?;
-    }
+    let gpu = open_gpu_for(common, &device_bytes)?;
     let day = D::load(&gpu)?;
     let quiet = family.sweep;
     let progress = progress_bar(quiet, shapes.len() * versions.len());
+    let run = Run {
+        gpu: &gpu,
+        common,
+        day: &day,
+        versions: &versions,
+        quiet,
+        progress: &progress,
+    };
     let mut reports = Vec::new();
     for shape in &shapes {
-        let run = Run {
-            gpu: &gpu,
-            common,
-            day: &day,
-            versions: &versions,
-            quiet,
-            progress: &progress,
-        };
         reports.push(match shape.dtype {
             Dtype::F32 => run.problem::<f32>(shape)?,
             Dtype::F16 => run.problem::<f16>(shape)?,
@@ -167,7 +168,7 @@ fn run<D: SoftmaxDay>(family: &SoftmaxArgs, common: &CommonArgs) -> Result<()> {
     }
     progress.finish_and_clear();
     if family.sweep {
-        plot_sweep::<D>(family, &gpu, &versions, &reports)?;
+        run.plot_sweep(family, &shapes, &reports)?;
     }
     finish_reports(common, &reports)
 }
@@ -240,19 +241,6 @@ fn to_usize(v: u64) -> Result<usize> {
     usize::try_from(v).map_err(|_| crate::UsageError::new(format!("{v} is too large")).into())
 }
 
-fn progress_bar(show: bool, steps: usize) -> ProgressBar {
-    if !show {
-        return ProgressBar::hidden();
-    }
-    // Draws on stderr only when it is a terminal.
-    let bar = ProgressBar::new(steps as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg} [{elapsed}]")
-            .expect("a valid template"),
-    );
-    bar
-}
-
 /// One day's run over its problems.
 struct Run<'r, D> {
     gpu: &'r Gpu,
@@ -288,142 +276,169 @@ impl<D: SoftmaxDay> Run<'_, D> {
         let x_dev = self.gpu.upload(&x)?;
         drop(x);
         let mut out = self.gpu.alloc_poisoned::<T>(rows * cols)?;
+        let (problem, out_shape) = (shape.describe(), [rows, cols]);
+        let gpu = self.gpu;
         for &name in self.versions {
-            self.progress
-                .set_message(format!("{name} on {}", shape.describe()));
-            match self.day.plan::<T>(self.gpu, name, rows, cols) {
-                Ok(mut plan) => {
-                    let out_shape = [rows, cols];
-                    let expected = Expected::full(&reference, &out_shape, plan.tolerance);
-                    let version = Version {
-                        name,
-                        kernel: Some((plan.kernel, plan.shape)),
-                        global_bytes: None,
-                    };
-                    let launch = &mut plan.launch;
-                    session.run_version(version, &mut out, &expected, |out| launch(&x_dev, out))?;
-                }
-                Err(e) if e.is::<Refused>() => session.skip_version(name, &e.to_string()),
-                Err(e) => {
-                    return Err(e.context(format!("planning `{name}` on {}", shape.describe())));
-                }
+            let plan = || self.day.plan::<T>(name, Rows { gpu, rows, cols });
+            if let Some(mut plan) = plan_or_skip(&mut session, self.progress, name, &problem, plan)?
+            {
+                let expected = Expected::full(&reference, &out_shape, plan.tolerance);
+                let version = Version {
+                    name,
+                    kernel: Some((plan.kernel, plan.shape)),
+                    global_bytes: None,
+                };
+                let launch = &mut plan.launch;
+                session.run_version(version, &mut out, &expected, |out| launch(&x_dev, out))?;
             }
             self.progress.inc(1);
         }
         session.save_reference(&[rows, cols], &reference)?;
         Ok(session.finish())
     }
-}
 
-/// The sweep's plot (GB/s against columns, one line per version, the peers and the copy
-/// ceiling) and a summary table on stdout.
-fn plot_sweep<D: SoftmaxDay>(
-    family: &SoftmaxArgs,
-    gpu: &Gpu,
-    versions: &[&str],
-    reports: &[DayReport],
-) -> Result<()> {
-    let cols_of = sweep::last_dimension;
-    let mut series = sweep::version_series(reports, versions.iter().copied(), cols_of, |row| {
-        row.gb_per_s
-    });
-    series.extend(sweep::peer_series(reports, "", cols_of, |_, f| {
-        Some(f.gb_per_s)
-    }));
-    let ceiling = gpu.copy_ceiling_gbs()?;
-    let dtype = family.dtype.unwrap_or(Dtype::F32);
-    let title = format!(
-        "{} {}: {dtype}, 2^26 elements per point, {}",
-        D::DAY,
-        D::TITLE,
-        gpu.info.name
-    );
-    let line_plot = LinePlot {
-        title: &title,
-        x_label: "columns per row",
-        y_label: "GB/s (input read once + output written once)",
-        log2_x: true,
-        series: &series,
-        hlines: &[HLine {
-            name: format!("device copy {ceiling:.0} GB/s"),
-            y: ceiling,
-        }],
-    };
-    sweep::publish(&family.plot, &line_plot, "columns", "GB/s", 0)
+    /// The sweep's plot (GB/s against columns, one line per version, the peers and the copy
+    /// ceiling) and a summary table on stdout.
+    fn plot_sweep(
+        &self,
+        family: &SoftmaxArgs,
+        shapes: &[Shape],
+        reports: &[DayReport],
+    ) -> Result<()> {
+        let (gpu, versions) = (self.gpu, self.versions);
+        let cols_of = sweep::x_by_report(reports, shapes.iter().map(|s| s.cols as f64));
+        let mut series =
+            sweep::version_series(reports, versions.iter().copied(), &cols_of, |row| {
+                row.gb_per_s
+            });
+        series.extend(sweep::peer_series(reports, "", &cols_of, |_, f| {
+            Some(f.gb_per_s)
+        }));
+        let ceiling = gpu.copy_ceiling_gbs()?;
+        let dtype = family.dtype.unwrap_or(Dtype::F32);
+        let title = format!(
+            "{} {}: {dtype}, 2^26 elements per point, {}",
+            D::DAY,
+            D::TITLE,
+            gpu.info.name
+        );
+        let line_plot = LinePlot {
+            title: &title,
+            x_label: "columns per row",
+            y_label: "GB/s (input read once + output written once)",
+            log2_x: true,
+            series: &series,
+            hlines: &[HLine {
+                name: format!("device copy {ceiling:.0} GB/s"),
+                y: ceiling,
+            }],
+        };
+        sweep::publish(&family.plot, &line_plot, "columns", "GB/s", 0)
+    }
 }
 
 impl<'a, T: Element> Plan<'a, T> {
-    /// A plan for a launcher written for f32 only (yesterday's kernel in a table of several
-    /// dtypes): refuses other types, and hands the launcher f32 buffers.
-    pub fn f32_only(
+    /// A plan whose launch first checks that its buffers hold `on`'s rows x cols, so a
+    /// launcher's kernel only ever sees buffers of the shape it was planned for.
+    pub fn new(
         kernel: &'a Kernel,
         shape: LaunchShape,
         tolerance: Tolerance,
-        mut launch: impl FnMut(&CudaSlice<f32>, &mut CudaSlice<f32>) -> Result<()> + 'a,
-    ) -> Result<Self> {
-        if T::DTYPE != Dtype::F32 {
-            return Err(Refused(format!("f32 only, not {}", T::NAME)).into());
-        }
-        Ok(Self {
+        on: Rows<'a>,
+        mut launch: impl FnMut(&CudaSlice<T>, &mut CudaSlice<T>) -> Result<()> + 'a,
+    ) -> Self {
+        let Rows { rows, cols, .. } = on;
+        Self {
             kernel,
             shape,
             tolerance,
             launch: Box::new(move |x, out| {
-                let x = as_type::<T, f32>(x).expect("T is f32");
-                let out = as_type_mut::<T, f32>(out).expect("T is f32");
+                check_sizes(x.len(), out.len(), rows, cols)?;
                 launch(x, out)
             }),
-        })
+        }
     }
+}
+
+/// Refuses every `T` but f32, for a version built for f32 alone (yesterday's kernel in a table
+/// of several dtypes, listed in [`SoftmaxDay::F32_ONLY`]).
+pub fn f32_only<T: Element>() -> Result<()> {
+    if T::DTYPE != Dtype::F32 {
+        return Err(Refused(format!("f32 only, not {}", T::NAME)).into());
+    }
+    Ok(())
+}
+
+crate::kernel_args! {
+    /// A kernel over every row: `(const T* x, T* y, index_t rows, index_t cols)`.
+    fn rows_kernel<T>(x: &CudaSlice<T>, out: &mut CudaSlice<T>, rows: u64, cols: u64);
+    /// A block-per-row kernel: `(const T* x, T* y, index_t cols)`.
+    fn block_per_row<T>(x: &CudaSlice<T>, out: &mut CudaSlice<T>, cols: u64);
+    /// A split-row summary: `stats(const T* x, MaxSum* partials, index_t cols, index_t chunk)`.
+    fn split_stats<T>(x: &CudaSlice<T>, partials: &mut CudaSlice<f32>, cols: u64, chunk: u64);
+    /// A split-row merge: `write(const T* x, T* y, const MaxSum* partials, index_t cols,
+    /// index_t chunk)`.
+    fn split_write<T>(
+        x: &CudaSlice<T>,
+        out: &mut CudaSlice<T>,
+        partials: &CudaSlice<f32>,
+        cols: u64,
+        chunk: u64,
+    );
+}
+
+/// A version that is one kernel `(const T* x, T* y, index_t rows, index_t cols)` on `shape`,
+/// which reads and writes only the rows it is given (day 1's thread per row, the warp per row
+/// of days 2 and 3, day 5's register tiers): the kernel, its launch shape and its tolerance
+/// are the day's.
+pub fn plan_rows<'a, T: Element>(
+    kernel: &'a Kernel,
+    shape: LaunchShape,
+    tolerance: Tolerance,
+    on: Rows<'a>,
+) -> Plan<'a, T> {
+    let Rows { gpu, rows, cols } = on;
+    Plan::new(kernel, shape, tolerance, on, move |x, out| {
+        // SAFETY: the kernel takes (const T*, T*, index_t rows, index_t cols) and touches only
+        // rows below `rows`, as this function's contract says; x and out hold rows x cols
+        // values (the plan checks).
+        unsafe { rows_kernel(gpu, kernel, &shape, x, out, rows as u64, cols as u64) }
+    })
 }
 
 /// A version that is one kernel `(const T* x, T* y, index_t cols)` run with a block of
 /// `threads` per row (day 4's `block`, `block_online`, day 5's `vec_online`).
 pub fn plan_block_per_row<'a, T: Element>(
-    gpu: &'a Gpu,
     kernel: &'a Kernel,
-    rows: usize,
-    cols: usize,
+    on: Rows<'a>,
     threads: u32,
     tolerance: Tolerance,
 ) -> Result<Plan<'a, T>> {
+    let Rows { gpu, rows, cols } = on;
     if rows > i32::MAX as usize {
         return Err(Refused(format!("{rows} rows exceed the grid's 2^31 - 1 blocks")).into());
     }
     let shape = LaunchShape::linear(rows as u32, threads);
-    Ok(Plan {
-        kernel,
-        shape,
-        tolerance,
-        launch: Box::new(move |x, out| {
-            check_sizes(x.len(), out.len(), rows, cols)?;
-            let config = kernel.config(&shape)?;
-            let cols = cols as u64;
-            let mut launch = gpu.stream.launch_builder(&kernel.func);
-            launch.arg(x).arg(out).arg(&cols);
-            // SAFETY: the kernel takes (const T*, T*, index_t cols), as this function's
-            // contract says, and gets one block per row of a rows x cols buffer.
-            unsafe { launch.launch(config) }?;
-            Ok(())
-        }),
-    })
+    Ok(Plan::new(kernel, shape, tolerance, on, move |x, out| {
+        // SAFETY: the kernel takes (const T*, T*, index_t cols), as this function's contract
+        // says, and gets one block per row of a rows x cols buffer (the plan checks both).
+        unsafe { block_per_row(gpu, kernel, &shape, x, out, cols as u64) }
+    }))
 }
 
 /// A version that splits rows into chunks (see [`split_chunks`]): `stats(const T* x,
 /// MaxSum* partials, index_t cols, index_t chunk)` writes a (max, sum) per chunk, then
 /// `write(const T* x, T* y, const MaxSum* partials, index_t cols, index_t chunk)` merges each
 /// row's and writes; both on a grid of (chunks, rows) blocks of `threads`.
-#[allow(clippy::too_many_arguments)]
 pub fn plan_split_rows<'a, T: Element>(
-    gpu: &'a Gpu,
     stats: &'a Kernel,
     write: &'a Kernel,
-    rows: usize,
-    cols: usize,
+    on: Rows<'a>,
     threads: u32,
     target_blocks: usize,
     align: usize,
 ) -> Result<Plan<'a, T>> {
+    let Rows { gpu, rows, cols } = on;
     if rows > 65535 {
         return Err(Refused(format!("{rows} rows exceed the grid's 65535 in y")).into());
     }
@@ -438,26 +453,16 @@ pub fn plan_split_rows<'a, T: Element>(
     // A thread adds its share of a chunk with up to one rescale per element; the merge adds
     // one term per chunk.
     let terms = 2 * chunk.div_ceil(threads as usize) + chunks + 16;
-    Ok(Plan {
-        kernel: stats,
-        shape,
-        tolerance: reference::softmax::tolerance_for::<T>(terms),
-        launch: Box::new(move |x, out| {
-            check_sizes(x.len(), out.len(), rows, cols)?;
-            let (cols, chunk) = (cols as u64, chunk as u64);
-            let mut first = gpu.stream.launch_builder(&stats.func);
-            first.arg(x).arg(&mut partials).arg(&cols).arg(&chunk);
-            // SAFETY: `stats` takes (const T*, MaxSum*, cols, chunk) by this function's
-            // contract; `partials` holds a (max, sum) pair for each of its blocks.
-            unsafe { first.launch(stats.config(&shape)?) }?;
-            let mut second = gpu.stream.launch_builder(&write.func);
-            second.arg(x).arg(out).arg(&partials).arg(&cols).arg(&chunk);
-            // SAFETY: `write` takes (const T*, T*, const MaxSum*, cols, chunk) on the same
-            // grid; the stream runs it after the stats kernel.
-            unsafe { second.launch(write.config(&shape)?) }?;
-            Ok(())
-        }),
-    })
+    let tolerance = reference::softmax::tolerance_for::<T>(terms);
+    Ok(Plan::new(stats, shape, tolerance, on, move |x, out| {
+        let (cols, chunk) = (cols as u64, chunk as u64);
+        // SAFETY: `stats` takes (const T*, MaxSum*, cols, chunk) by this function's contract;
+        // `partials` holds a (max, sum) pair for each of its blocks.
+        unsafe { split_stats(gpu, stats, &shape, x, &mut partials, cols, chunk) }?;
+        // SAFETY: `write` takes (const T*, T*, const MaxSum*, cols, chunk) on the same grid;
+        // the stream runs it after the stats kernel.
+        unsafe { split_write(gpu, write, &shape, x, out, &partials, cols, chunk) }
+    }))
 }
 
 /// Checks the buffers of a softmax launch: non-empty, `rows x cols`, input and output alike.
@@ -569,7 +574,7 @@ fn test_versions<T: Element, D: SoftmaxDay>(gpu: &Gpu, day: &D) -> Vec<(usize, V
         let mut reference = None;
         let mut out = gpu.alloc_poisoned::<T>(rows * cols).expect("alloc");
         for (&version, (ran, refusals)) in D::VERSIONS.iter().zip(outcomes.iter_mut()) {
-            let plan = match day.plan::<T>(gpu, version, rows, cols) {
+            let plan = match day.plan::<T>(version, Rows { gpu, rows, cols }) {
                 Ok(plan) => plan,
                 Err(e) if e.is::<Refused>() => {
                     refusals.push(format!("{rows}x{cols}: {e}"));

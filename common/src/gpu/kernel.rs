@@ -9,7 +9,7 @@ use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, sys::CUfunction_att
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::Gpu;
-use crate::gpu::kernel_build::KernelBuild;
+use crate::gpu::kernel_build::{KernelBuild, Target, first_runnable};
 use crate::gpu::nvrtc::{self, Compiled, KernelSource};
 
 /// What the compiler gave a kernel: the resources that decide how many of its blocks share
@@ -216,6 +216,21 @@ impl KernelSet {
             .map(|name| Ok((name.clone(), module.kernel(gpu, name)?)))
             .collect::<Result<_>>()?;
         Ok(Self { kernels })
+    }
+
+    /// Loads the first of `builds` that `gpu` runs ([`first_runnable`]: of
+    /// `KernelBuild::hopper_or_portable`'s, the sm_90a build on Hopper and the portable one
+    /// elsewhere), and says whether that was a Hopper build.
+    pub fn load_first_runnable(gpu: &Gpu, builds: Vec<KernelBuild>) -> Result<(Self, bool)> {
+        let Some(build) = first_runnable(builds, &gpu.info.arch) else {
+            bail!(
+                "no kernel build runs on {} ({})",
+                gpu.info.name,
+                gpu.info.arch
+            );
+        };
+        let hopper = build.target == Target::Hopper;
+        Ok((Self::load_build(gpu, &build)?, hopper))
     }
 
     /// Compiles `source` for `gpu` and loads each of `names`.

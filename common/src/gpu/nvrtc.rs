@@ -38,6 +38,18 @@ pub struct KernelSource {
     pub code: &'static str,
 }
 
+/// A day's kernel file, named once: `common::kernel_source!("softmax_warp.cu")` is the
+/// [`KernelSource`] of that file, read (`include_str!`) beside the `.rs` file that names it.
+#[macro_export]
+macro_rules! kernel_source {
+    ($file:literal) => {
+        $crate::gpu::nvrtc::KernelSource {
+            file_name: $file,
+            code: include_str!($file),
+        }
+    };
+}
+
 /// The result of a compilation: the CUBIN and what ptxas said about each kernel.
 #[derive(Debug, Clone)]
 pub struct Compiled {

@@ -10,7 +10,7 @@
 
 use crate::element::Element;
 use crate::gpu::Gpu;
-use anyhow::Result;
+use anyhow::{Result, bail};
 use cudarc::driver::CudaSlice;
 
 /// The reference split by whether it equals `T::POISON`.
@@ -20,6 +20,28 @@ pub struct PoisonSplit {
     pub checked_values: Vec<f64>,
     /// Flat indices whose reference is the poison value.
     pub poison_valued: Vec<usize>,
+}
+
+impl PoisonSplit {
+    /// [`verify_poison_valued`] for these elements, failing (the message begins with `what`)
+    /// when any of them was never written.
+    pub fn require_written<T: Element>(
+        &self,
+        gpu: &Gpu,
+        out: &mut CudaSlice<T>,
+        launch: &mut impl FnMut(&mut CudaSlice<T>) -> Result<()>,
+        what: &str,
+    ) -> Result<()> {
+        let unwritten = verify_poison_valued(gpu, out, &self.poison_valued, launch)?;
+        if unwritten > 0 {
+            bail!(
+                "{what}: {unwritten} of the {} elements whose value is the poison were never \
+                 written",
+                self.poison_valued.len()
+            );
+        }
+        Ok(())
+    }
 }
 
 pub fn split<T: Element>(reference: &[f64]) -> PoisonSplit {

@@ -18,6 +18,21 @@ pub fn last_dimension(report: &DayReport) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The x of each report of a sweep, given beside it (`xs` in the order of `reports`: the
+/// columns or size of the shape each was run on), as the `x_of` of [`version_series`] and
+/// [`peer_series`]. A report whose key is not among `reports`' is at 0.
+pub fn x_by_report(
+    reports: &[DayReport],
+    xs: impl IntoIterator<Item = f64>,
+) -> impl Fn(&DayReport) -> f64 {
+    let xs: Vec<(String, f64)> = reports.iter().map(|r| r.key.clone()).zip(xs).collect();
+    move |report| {
+        xs.iter()
+            .find(|(key, _)| *key == report.key)
+            .map_or(0.0, |&(_, x)| x)
+    }
+}
+
 /// One series per name in `versions`: a point `(x_of(report), y_of(row))` for every report
 /// where that version has a row with a value.
 pub fn version_series<'v>(
@@ -132,6 +147,26 @@ pub fn summary_table(x_header: &str, unit: &str, decimals: usize, series: &[Seri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_report_is_at_the_x_given_beside_it() {
+        let report = |key: &str| -> DayReport {
+            let device = r#"{"name": "gpu", "ordinal": 0, "arch": "sm_90", "sms": 1,
+                "l2_bytes": 1, "memory_bytes": 1, "max_threads_per_sm": 1,
+                "max_shared_per_block_optin": 1, "driver_cuda_version": 13000}"#;
+            serde_json::from_str(&format!(
+                r#"{{"day": "d", "title": "t", "problem": "p", "key": "{key}", "device": {device},
+                "copy_ceiling_gbs": 1, "bytes_per_run": 1, "baseline": null, "rows": []}}"#
+            ))
+            .expect("a valid report")
+        };
+        // Keys whose last dimension is not the x: the x comes from beside them.
+        let reports = [report("softmax/f32/8x128"), report("softmax/f32/4x256")];
+        let x_of = x_by_report(&reports, [1.0, 2.0]);
+        assert_eq!(x_of(&reports[0]), 1.0);
+        assert_eq!(x_of(&reports[1]), 2.0);
+        assert_eq!(x_of(&report("other")), 0.0);
+    }
 
     #[test]
     fn the_table_has_a_row_per_x_and_dashes_for_gaps() {

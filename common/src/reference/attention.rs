@@ -320,6 +320,41 @@ pub struct BackwardInputs<'a, T> {
     pub lse: &'a [f64],
 }
 
+/// A backward problem held whole, as tests build one: Q, K, V, dO and the f64 forward's O and
+/// L of them ([`attention_forward`]); [`HeldBackward::inputs`] lends them as the backward
+/// reference reads them.
+pub struct HeldBackward<T> {
+    pub q: Vec<T>,
+    pub k: Vec<T>,
+    pub v: Vec<T>,
+    pub d_o: Vec<T>,
+    pub forward: AttentionOutput,
+}
+
+impl<T: Element> HeldBackward<T> {
+    pub fn new([q, k, v, d_o]: [Vec<T>; 4], shape: &AttentionShape, scale: f64) -> Self {
+        let forward = attention_forward(&q, &k, &v, shape, scale);
+        Self {
+            q,
+            k,
+            v,
+            d_o,
+            forward,
+        }
+    }
+
+    pub fn inputs(&self) -> BackwardInputs<'_, T> {
+        BackwardInputs {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            d_o: &self.d_o,
+            o: &self.forward.o,
+            lse: &self.forward.lse,
+        }
+    }
+}
+
 /// `dQ` is `[total_q, heads, head_dim]`; `dK` and `dV` are `[total_k, kv_heads, head_dim]`,
 /// each summed over the query heads of its group.
 #[derive(Debug, Clone)]
@@ -1101,15 +1136,8 @@ mod backward_tests {
         let v: Vec<f32> = inputs::uniform(k_len, -1.0, 1.0, seed + 2);
         let d_o: Vec<f32> = inputs::uniform(q_len, -1.0, 1.0, seed + 3);
         let scale = 0.7;
-        let fwd = attention_forward(&q, &k, &v, shape, scale);
-        let x = BackwardInputs {
-            q: &q,
-            k: &k,
-            v: &v,
-            d_o: &d_o,
-            o: &fwd.o,
-            lse: &fwd.lse,
-        };
+        let held = HeldBackward::new([q.clone(), k.clone(), v.clone(), d_o.clone()], shape, scale);
+        let x = held.inputs();
         let grads = attention_backward(&x, shape, scale);
         let loss = |q: &[f32], k: &[f32], v: &[f32]| -> f64 {
             let out = attention_forward(q, k, v, shape, scale);
@@ -1158,15 +1186,8 @@ mod backward_tests {
 
         let q: Vec<f32> = inputs::uniform(12, -1.0, 1.0, 4);
         let k: Vec<f32> = inputs::uniform(6, -1.0, 1.0, 5);
-        let fwd = attention_forward(&q, &k, &k, &shape, 0.5);
-        let x = BackwardInputs {
-            q: &q,
-            k: &k,
-            v: &k,
-            d_o: &q,
-            o: &fwd.o,
-            lse: &fwd.lse,
-        };
+        let held = HeldBackward::new([q.clone(), k.clone(), k, q], &shape, 0.5);
+        let x = held.inputs();
         let grads = attention_backward(&x, &shape, 0.5);
         assert!(grads.dq[..6].iter().all(|&g| g == 0.0));
         assert!(grads.dq.iter().chain(&grads.dk).all(|g| g.is_finite()));
@@ -1198,15 +1219,8 @@ mod backward_tests {
         let d = 3;
         let q: Vec<f32> = inputs::uniform(10 * 4 * d, -1.0, 1.0, 9);
         let k: Vec<f32> = inputs::uniform(8 * 2 * d, -1.0, 1.0, 10);
-        let fwd = attention_forward(&q, &k, &k, &shape, 0.5);
-        let x = BackwardInputs {
-            q: &q,
-            k: &k,
-            v: &k,
-            d_o: &q,
-            o: &fwd.o,
-            lse: &fwd.lse,
-        };
+        let held = HeldBackward::new([q.clone(), k.clone(), k, q], &shape, 0.5);
+        let x = held.inputs();
         let full = attention_backward(&x, &shape, 0.5);
         let row = [QueryRow { token: 7, head: 3 }];
         let dq = attention_backward_dq(&x, &shape, 0.5, &row, Terms::Signed);
@@ -1268,16 +1282,9 @@ mod backward_tests {
         for (n, shape) in shapes.iter().enumerate() {
             let (q, k, v) = random(shape, 40 + n as u64);
             let (all_rows, all_keys) = (shape.all_query_rows(), shape.all_key_rows());
-            let forward = attention_forward(&q, &k, &v, shape, 0.3);
             let d_o: Vec<f32> = inputs::uniform(q.len(), -1.0, 1.0, 50 + n as u64);
-            let x = BackwardInputs {
-                q: &q,
-                k: &k,
-                v: &v,
-                d_o: &d_o,
-                o: &forward.o,
-                lse: &forward.lse,
-            };
+            let held = HeldBackward::new([q.clone(), k.clone(), v.clone(), d_o], shape, 0.3);
+            let x = held.inputs();
             // Every row and key, then a sampled check's: some of them, out of order.
             let some_rows: Vec<QueryRow> = all_rows.iter().rev().step_by(3).copied().collect();
             let some_keys: Vec<KeyRow> = all_keys.iter().rev().step_by(3).copied().collect();
@@ -1306,15 +1313,8 @@ mod backward_tests {
         let d = 3;
         let q: Vec<f32> = inputs::uniform(10 * 4 * d, -1.0, 1.0, 11);
         let k: Vec<f32> = inputs::uniform(8 * 2 * d, -1.0, 1.0, 12);
-        let fwd = attention_forward(&q, &k, &k, &shape, 0.5);
-        let x = BackwardInputs {
-            q: &q,
-            k: &k,
-            v: &k,
-            d_o: &q,
-            o: &fwd.o,
-            lse: &fwd.lse,
-        };
+        let held = HeldBackward::new([q.clone(), k.clone(), k, q], &shape, 0.5);
+        let x = held.inputs();
         let value = attention_backward(&x, &shape, 0.5);
         let size = attention_backward_terms(&x, &shape, 0.5, Terms::Absolute);
         for (v, m) in [
@@ -1333,7 +1333,7 @@ mod backward_tests {
                 .any(|(v, m)| v.abs() < 0.9 * m)
         );
         // dV = P^T dO with dO >= 0: every term is non-negative, so the two agree.
-        let ones = vec![1.0f32; q.len()];
+        let ones = vec![1.0f32; held.q.len()];
         let x = BackwardInputs { d_o: &ones, ..x };
         let value = attention_backward(&x, &shape, 0.5);
         let size = attention_backward_terms(&x, &shape, 0.5, Terms::Absolute);

@@ -1,20 +1,19 @@
 //! `C = A B` for row-major `A` (m x k) and `B` (k x n), in f64: in full for small problems,
 //! at sampled outputs for large ones (a full f64 reference of 4096^3 is minutes of CPU).
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-
 use super::dense::{self, MatRef};
 use crate::element::Element;
 use crate::gpu::cublas::{GemmEx, Stored};
 use crate::measure::check::Tolerance;
+/// The sampled checks' outputs live with the checks; kept here too, where the references that
+/// take them are.
+pub use crate::measure::sampled::{
+    CHECK_TILE, RANDOM_SAMPLES, sample_outputs, sample_outputs_every_tile, tile_outputs,
+};
 
 /// Problems up to this many multiply-adds get a full reference (about a second of CPU in a
 /// release build); larger ones a sampled one.
 pub const FULL_REFERENCE_MAX_MACS: usize = 1 << 30;
-
-/// Random outputs a sampled reference checks, besides the edges (see [`sample_outputs`]).
-pub const RANDOM_SAMPLES: usize = 4096;
 
 /// Every element of `C`, row-major (a blocked f64 product on every core: [`dense::gemm`]).
 pub fn matmul<T: Element>(a: &[T], b: &[T], m: usize, n: usize, k: usize) -> Vec<f64> {
@@ -162,53 +161,6 @@ pub fn gemm_ex<T: Element>(a: &[T], b: &[T], c: Option<&[T]>, g: &GemmEx) -> Vec
 pub fn tolerance_stored_in(k: usize, unit_roundoff: f64) -> Tolerance {
     let f32_sum = tolerance(k);
     Tolerance::new(f32_sum.atol, unit_roundoff).with_max_rel_l2(f32_sum.max_rel_l2 + unit_roundoff)
-}
-
-/// The outputs a sampled check looks at, sorted: the whole last row and last column (where
-/// partial tiles end), the first row, and `random` others drawn with `seed`.
-pub fn sample_outputs(m: usize, n: usize, random: usize, seed: u64) -> Vec<usize> {
-    let mut at: Vec<usize> = Vec::with_capacity(random + 2 * (m + n));
-    at.extend(0..n);
-    at.extend((m - 1) * n..m * n);
-    at.extend((0..m).map(|i| i * n + n - 1));
-    let mut rng = StdRng::seed_from_u64(seed);
-    at.extend((0..random).map(|_| rng.random_range(0..m * n)));
-    at.sort_unstable();
-    at.dedup();
-    at
-}
-
-/// The side of the squares [`tile_outputs`] visits: 128 divides every GEMM output tile in the
-/// workspace (mma.sync's 128 x 128, wgmma's 128 x 256, in either orientation).
-pub const CHECK_TILE: usize = 128;
-
-/// Two flat outputs in every `CHECK_TILE` square of an `m x n` output: one at random in the
-/// square (drawn with `seed`) and its last (bottom-right, clipped to the matrix). A sampled check
-/// that includes them looks at every output tile of every version, whichever wave of a
-/// persistent kernel computes it.
-pub fn tile_outputs(m: usize, n: usize, seed: u64) -> Vec<usize> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut at = Vec::with_capacity(2 * m.div_ceil(CHECK_TILE) * n.div_ceil(CHECK_TILE));
-    for i0 in (0..m).step_by(CHECK_TILE) {
-        let i1 = (i0 + CHECK_TILE).min(m);
-        for j0 in (0..n).step_by(CHECK_TILE) {
-            let j1 = (j0 + CHECK_TILE).min(n);
-            let (i, j) = (rng.random_range(i0..i1), rng.random_range(j0..j1));
-            at.push(i * n + j);
-            at.push((i1 - 1) * n + j1 - 1);
-        }
-    }
-    at
-}
-
-/// [`sample_outputs`] and [`tile_outputs`] together, sorted and unique: the edges, `random`
-/// outputs, and two in every output tile.
-pub fn sample_outputs_every_tile(m: usize, n: usize, random: usize, seed: u64) -> Vec<usize> {
-    let mut at = sample_outputs(m, n, random, seed);
-    at.extend(tile_outputs(m, n, seed.wrapping_add(1)));
-    at.sort_unstable();
-    at.dedup();
-    at
 }
 
 /// The check of an f32 matmul with inner dimension `k`, for inputs in [-1, 1].
@@ -371,36 +323,10 @@ mod tests {
     }
 
     #[test]
-    fn samples_cover_the_edges_once_each() {
-        let at = sample_outputs(5, 4, 0, 0);
-        // First row (4), last row (4), last column (5), sharing 2 corners.
-        assert_eq!(at.len(), 4 + 4 + 5 - 2);
-        assert!(at.windows(2).all(|w| w[0] < w[1]));
-        assert!(at.contains(&19) && at.contains(&3) && at.contains(&16));
-        assert_eq!(sample_outputs(1, 1, 5, 0), vec![0]);
-    }
-
-    #[test]
     fn the_tolerance_allows_rounding_and_not_a_lost_product() {
         let t = tolerance(4096);
         assert!(t.atol > 1e-3 && t.atol < 0.01, "{t:?}");
         assert!(tolerance(1).atol < 1e-6);
         assert!(tolerance(8192).atol < 0.02);
-    }
-
-    #[test]
-    fn the_tiled_sample_touches_every_tile() {
-        let (m, n) = (300, 1000);
-        let at = sample_outputs_every_tile(m, n, 10, 7);
-        assert!(at.windows(2).all(|w| w[0] < w[1]), "sorted and unique");
-        for ti in 0..m.div_ceil(CHECK_TILE) {
-            for tj in 0..n.div_ceil(CHECK_TILE) {
-                let inside = |&i: &usize| i / n / CHECK_TILE == ti && i % n / CHECK_TILE == tj;
-                assert!(
-                    at.iter().filter(|i| inside(i)).count() >= 2,
-                    "tile {ti}, {tj}"
-                );
-            }
-        }
     }
 }

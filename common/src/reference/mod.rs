@@ -4,17 +4,9 @@
 // First: the dense products the others use.
 pub mod dense;
 
-pub mod activation;
 pub mod attention;
-pub mod conv;
-pub mod cross_entropy;
 pub mod gemv;
 pub mod matmul;
 pub mod norm;
-pub mod nvfp4;
 pub mod quantize;
-pub mod reduce;
 pub mod softmax;
-pub mod topk;
-pub mod transpose;
-pub mod vector_add;

@@ -122,21 +122,27 @@ def _backward(ctx, dy, native, params):
     return _split(grads, x, params)
 
 
+def _forward(ctx, native, x, weight, eps, *bias):
+    """y of either norm by its native forward (LayerNorm's takes the bias after the weight).
+    Saves what the backward reads: x and the weight (the bias does not enter the gradients)."""
+    ctx.save_for_backward(x, weight)
+    ctx.eps = eps
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    rows, cols = _rows(x)
+    device, stream = where(x.device)
+    native(
+        device, stream, DTYPE_NAMES[x.dtype], rows, cols, eps, x.data_ptr(), weight.data_ptr(),
+        *(b.data_ptr() for b in bias), y.data_ptr(),
+    )
+    return y
+
+
 class _RmsNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
-        ctx.save_for_backward(x, weight)
-        ctx.eps = eps
-        y = torch.empty_like(x)
-        if x.numel() == 0:
-            return y
-        rows, cols = _rows(x)
-        device, stream = where(x.device)
-        _native.rms_norm_forward(
-            device, stream, DTYPE_NAMES[x.dtype], rows, cols, eps, x.data_ptr(),
-            weight.data_ptr(), y.data_ptr(),
-        )
-        return y
+        return _forward(ctx, _native.rms_norm_forward, x, weight, eps)
 
     @staticmethod
     @once_differentiable
@@ -147,19 +153,7 @@ class _RmsNorm(torch.autograd.Function):
 class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
-        # The backward reads x and the weight; the bias does not enter the gradients.
-        ctx.save_for_backward(x, weight)
-        ctx.eps = eps
-        y = torch.empty_like(x)
-        if x.numel() == 0:
-            return y
-        rows, cols = _rows(x)
-        device, stream = where(x.device)
-        _native.layer_norm_forward(
-            device, stream, DTYPE_NAMES[x.dtype], rows, cols, eps, x.data_ptr(),
-            weight.data_ptr(), bias.data_ptr(), y.data_ptr(),
-        )
-        return y
+        return _forward(ctx, _native.layer_norm_forward, x, weight, eps, bias)
 
     @staticmethod
     @once_differentiable

@@ -8,11 +8,13 @@
 //! times its versions on one problem); its `main` flattens [`AttentionArgs`] beside
 //! `CommonArgs` and hands both to [`run`].
 //!
-//! Its files: `problems` (the flags, the benchmark shapes, the problems and the rows to
-//! check), `runner` (a day over its problems, and the sweep's plot), `test_grid` (the GPU
-//! tests' shapes).
+//! Its files: `inputs` (the random tensors), `kernels` (what the launchers share: dtype names,
+//! `fa_hopper`'s refusals), `problems` (the flags, the benchmark shapes, the problems and the
+//! rows to check), `runner` (a day over its problems, and the sweep's plot), `test_grid` (the GPU
+//! tests' shapes, and their run over every version).
 
 mod inputs;
+mod kernels;
 mod problems;
 mod runner;
 mod test_grid;
@@ -34,6 +36,7 @@ use crate::sizes::{self, positive};
 use crate::{UsageError, measure::sweep};
 
 pub use inputs::*;
+pub use kernels::*;
 pub use problems::*;
 pub use runner::*;
 pub use test_grid::*;
@@ -61,10 +64,7 @@ pub trait AttentionDay: Sized {
     const FLOPS: &'static str;
 
     /// Version names (`--kernel`), in table order.
-    fn versions() -> Vec<&'static str>;
-
-    /// Refuses a storage type the day has no kernels for; before the problems are built.
-    fn check_dtype(dtype: Dtype) -> Result<()>;
+    const VERSIONS: &'static [&'static str];
 
     /// Refuses a problem none of `versions` can take; for every problem, before the GPU opens.
     fn check_shape(shape: &AttentionShape, versions: &[&str]) -> Result<()>;

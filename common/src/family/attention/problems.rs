@@ -205,6 +205,24 @@ pub fn key_rows_to_check(shape: &AttentionShape, max_work: usize, seed: u64) -> 
     }
 }
 
+/// The flat indices of the checked query rows' elements in a `[total_q, heads, head_dim]`
+/// tensor (Q, O, dO, dQ), row after row: where a sampled reference's values sit.
+pub fn query_row_elements(shape: &AttentionShape, rows: &[QueryRow]) -> Vec<usize> {
+    let d = shape.head_dim;
+    rows.iter()
+        .flat_map(|r| (0..d).map(move |c| (r.token * shape.heads + r.head) * d + c))
+        .collect()
+}
+
+/// The flat indices of the checked key rows' elements in a `[total_k, kv_heads, head_dim]`
+/// tensor (dK, dV) that starts `base` elements into its buffer.
+pub fn key_row_elements(shape: &AttentionShape, keys: &[KeyRow], base: usize) -> Vec<usize> {
+    let d = shape.head_dim;
+    keys.iter()
+        .flat_map(|r| (0..d).map(move |c| base + (r.token * shape.kv_heads + r.kv_head) * d + c))
+        .collect()
+}
+
 /// Requests every attention day refuses before opening a GPU, with exit 2 and one `error:`
 /// line saying this: `(arguments, what the error must say)`. Each day's `tests/cli.rs`
 /// runs them (`testing::assert_all_refused`) beside what only that day refuses.

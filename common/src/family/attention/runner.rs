@@ -2,6 +2,7 @@
 //! the sweep plotted, the reports finished.
 
 use super::*;
+use crate::session::Refused;
 
 /// What [`AttentionDay::run_problem`] is given besides its problem.
 pub struct Run<'a> {
@@ -18,6 +19,25 @@ impl<'a> Run<'a> {
         let session = Session::new(self.gpu, self.common, problem)?;
         Ok(if self.sweep { session.quiet() } else { session })
     }
+
+    /// Each version of the run on one problem, in table order: `plan` prepares it once (a
+    /// [`Refused`] plan is listed under the table instead), `check_and_time` runs it through
+    /// `session`.
+    pub fn each_version<P>(
+        &self,
+        session: &mut Session<'a>,
+        mut plan: impl FnMut(&str) -> Result<P>,
+        mut check_and_time: impl FnMut(&mut Session<'a>, &str, P) -> Result<()>,
+    ) -> Result<()> {
+        for &name in self.versions {
+            match plan(name) {
+                Ok(planned) => check_and_time(session, name, planned)?,
+                Err(e) if e.is::<Refused>() => session.skip_version(name, &e.to_string()),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A day's whole run: its versions on every problem the flags ask for, then the sweep's plot
@@ -28,14 +48,13 @@ pub fn run<D: AttentionDay>(
     common: &CommonArgs,
     load: impl FnOnce(&Gpu) -> Result<D>,
 ) -> Result<()> {
-    let names = D::versions();
-    let mut versions = common.select_versions(&names)?;
+    let mut versions = common.select_versions(D::VERSIONS)?;
     if args.sweep && common.kernel.is_empty() {
         // The naive version's score matrices are the point of the default run, not of the
         // sweep's longer sequences.
         versions.retain(|&v| v != "naive");
     }
-    D::check_dtype(args.dtype)?;
+    check_dtype(args.dtype)?;
     let mut shapes = args.problems()?;
     if args.without_size_flags() {
         shapes.extend(D::more_targets());
@@ -52,6 +71,8 @@ pub fn run<D: AttentionDay>(
         sweep: args.sweep,
     };
     let mut reports = Vec::new();
+    // A sweep point's x: the sequence length of the problem its report is of.
+    let mut seqlens = Vec::new();
     for shape in &shapes {
         let report = match args.dtype {
             Dtype::Bf16 => day.run_problem::<bf16>(&run, shape)?,
@@ -63,37 +84,31 @@ pub fn run<D: AttentionDay>(
             }
         };
         reports.push(report);
+        seqlens.push(shape.seqlens_q[0] as f64);
     }
     if args.sweep {
-        plot_sweep::<D>(args, &gpu, &reports)?;
+        plot_sweep::<D>(args, &gpu, &reports, &seqlens)?;
     }
     finish_reports(common, &reports)
 }
 
-/// The query length of a report's key (`...-q4096-k4096`): the x of a sweep point.
-fn seqlen_of(report: &DayReport) -> f64 {
-    report
-        .key
-        .split('-')
-        .find_map(|part| part.strip_prefix('q'))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
-/// TFLOP/s against sequence length for each version and each peer, and the summary table.
+/// TFLOP/s against sequence length for each version and each peer, and the summary table;
+/// `seqlens[i]` is the sequence length of `reports[i]`.
 fn plot_sweep<D: AttentionDay>(
     args: &AttentionArgs,
     gpu: &Gpu,
     reports: &[DayReport],
+    seqlens: &[f64],
 ) -> Result<()> {
+    let seqlen_of = sweep::x_by_report(reports, seqlens.iter().copied());
     let mut series =
-        sweep::version_series(reports, sweep::row_versions(reports), seqlen_of, |row| {
+        sweep::version_series(reports, sweep::row_versions(reports), &seqlen_of, |row| {
             row.tflops
         });
     series.extend(sweep::peer_series(
         reports,
         " (peer)",
-        seqlen_of,
+        &seqlen_of,
         sweep::peer_tflops,
     ));
     let title = format!(

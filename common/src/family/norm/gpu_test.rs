@@ -44,7 +44,7 @@ pub fn test_every_version<D: NormDay>() {
     }
 }
 
-fn test_dtype<T: Element, D: NormDay>(gpu: &Gpu, day: &D) {
+fn test_dtype<T: Element, D: NormDay>(gpu: &Gpu, day: &NormKernels<D>) {
     let eps = D::DEFAULT_EPS as f32;
     let mut ran: std::collections::BTreeMap<&str, usize> = Default::default();
     for (i, (rows, cols)) in test_shapes().into_iter().enumerate() {
@@ -96,6 +96,28 @@ fn test_dtype<T: Element, D: NormDay>(gpu: &Gpu, day: &D) {
             T::NAME
         );
     }
+}
+
+/// The register versions refuse rows one past their widest tier instead of writing garbage,
+/// and `streaming` (a forward version that takes any width) and `bwd_split` take them.
+pub fn test_register_refusals<D: NormDay>(streaming: &str) {
+    let Some(gpu) = testing::gpu_or_skip(&format!("{} refusals", D::DAY)) else {
+        return;
+    };
+    let day = D::load(&gpu).expect("kernels load");
+    let eps = D::DEFAULT_EPS as f32;
+    // Any error other than a refusal fails the test: "not refused" must mean "planned".
+    let refused = |version: &str, cols: usize| match day.plan::<f32>(&gpu, version, 4, cols, eps) {
+        Ok(_) => false,
+        Err(e) if e.is::<Refused>() => true,
+        Err(e) => panic!("{version} on 4 x {cols}: {e:#}"),
+    };
+    assert!(!refused("vec_regs", MAX_REGISTER_ROW));
+    assert!(refused("vec_regs", MAX_REGISTER_ROW + 1));
+    assert!(!refused("bwd_vec_regs", MAX_BACKWARD_REGISTER_ROW));
+    assert!(refused("bwd_vec_regs", MAX_BACKWARD_REGISTER_ROW + 1));
+    assert!(!refused(streaming, MAX_REGISTER_ROW + 1));
+    assert!(!refused("bwd_split", MAX_BACKWARD_REGISTER_ROW + 1));
 }
 
 #[cfg(test)]

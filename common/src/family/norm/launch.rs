@@ -3,6 +3,12 @@
 
 use super::*;
 use crate::gpu::kernel::KernelSet;
+use cudarc::driver::CudaViewMut;
+
+/// The forward's register tiers are day 5's (threads per row, elements per thread).
+pub use crate::family::tiers::{
+    MAX_REGISTER_ROW, load_suffix, pack, register_tiers as forward_tiers, tier_for,
+};
 
 /// Checks the sizes of a launch: non-empty, x (and dy) `rows x cols`, the parameters `cols`,
 /// the output `out_expected` elements (`rows x cols`, or [`backward_len`]).
@@ -32,36 +38,12 @@ pub fn check_sizes<T>(
     Ok(())
 }
 
-/// Elements in one 16-byte pack of `dtype`.
-pub fn pack(dtype: Dtype) -> usize {
-    16 / dtype.size()
-}
-
-/// `v` (16-byte loads) when every row starts on a 16-byte boundary, i.e. the width is a
-/// multiple of the pack; `s` (scalar loads) otherwise.
-pub fn load_suffix(dtype: Dtype, cols: usize) -> &'static str {
-    if cols.is_multiple_of(pack(dtype)) {
-        "v"
-    } else {
-        "s"
-    }
-}
-
-/// The forward register tiers (threads per row, elements per thread), smallest first, as
-/// day05's: a row takes the first whose capacity (the product) holds it.
-pub fn forward_tiers(dtype: Dtype) -> [(usize, usize); 6] {
-    [
-        (32, pack(dtype)),
-        (32, 16),
-        (128, 32),
-        (256, 32),
-        (512, 32),
-        (1024, 32),
-    ]
-}
-
-/// The widest row the forward register kernels take: 32 elements in each of 1024 threads.
-pub const MAX_REGISTER_ROW: usize = 32 * 1024;
+/// Threads per block of the block-per-row and elementwise kernels.
+pub const BLOCK_THREADS: u32 = 256;
+/// Threads per block of `naive` (one per row).
+pub const NAIVE_THREADS: u32 = 128;
+/// Rows per block in the first stage of `bwd_split`'s column sums.
+pub const CHUNK_ROWS: usize = 64;
 
 /// The backward register tiers: x, dy, the weight and the weight gradients' accumulators all
 /// live in registers, and blocks are sized for 1024 threads per SM (64 registers each), so a
@@ -72,11 +54,6 @@ pub fn backward_tiers(dtype: Dtype) -> [(usize, usize); 4] {
 
 /// The widest row the backward register kernels take.
 pub const MAX_BACKWARD_REGISTER_ROW: usize = 1024 * 8;
-
-/// The first tier of `tiers` that holds `cols`.
-pub fn tier_for(tiers: &[(usize, usize)], cols: usize) -> Option<(usize, usize)> {
-    tiers.iter().copied().find(|(g, e)| g * e >= cols)
-}
 
 /// A grid of one block per row must fit the grid's 2^31 - 1 blocks.
 pub fn block_per_row_grid(rows: usize) -> Result<u32> {
@@ -162,6 +139,11 @@ pub fn pipe_shared_bytes(dtype: Dtype, group: usize, ept: usize) -> u32 {
     (pipe_stages(dtype) * 2 * group * ept * dtype.size()) as u32
 }
 
+/// The `vec_regs` kernel of a tier: `<op>_regs_<dtype>_g<group>_e<ept>_<v|s>`.
+pub fn regs_function(op: &str, dtype: Dtype, group: usize, ept: usize, suffix: &str) -> String {
+    format!("{op}_regs_{dtype}_g{group}_e{ept}_{suffix}")
+}
+
 /// The `bwd_vec_pipe` kernel of a tier: `<op>_bwd_pipe_<dtype>_g<group>_e<ept>`.
 pub fn pipe_function(op: &str, dtype: Dtype, group: usize, ept: usize) -> String {
     format!("{op}_bwd_pipe_{dtype}_g{group}_e{ept}")
@@ -220,7 +202,7 @@ pub fn pipe_tier(dtype: Dtype, cols: usize) -> Result<(usize, usize)> {
     backward_register_tier(dtype, cols, "bwd_split")
 }
 
-/// The tiers of `bwd_saved` (threads per row, elements per thread), as `BWD_SAVED_KERNELS`
+/// The tiers of `bwd_saved` (threads per row, elements per thread), as `NORM_BWD_SAVED_TIERS`
 /// instantiates them: a warp per row (8 rows per block of 256) up to 16 elements a thread,
 /// then blocks of 128 and 256 threads with 32 each. Its threads keep x and dy packed, so 32
 /// elements fit where the recomputing backward keeps 8.
@@ -302,6 +284,11 @@ pub fn column_terms(rows_per_chunk: usize, chunks: usize) -> usize {
     rows_per_chunk + chunks.div_ceil(COLUMN_SLICES) + COLUMN_SLICES
 }
 
+crate::kernel_args! {
+    /// `column_sums_<T>(const float* partials, T* out, index_t chunks, index_t cols)`
+    fn column_sums<T>(partials: &CudaSlice<f32>, out: &mut CudaViewMut<'_, T>, chunks: u64, cols: u64);
+}
+
 /// Enqueues `column_sums_<T>(partials, out, chunks, cols)` over `arrays` column sums:
 /// `out[a * cols + c]` = the sum of column `c` of array `a`'s `chunks x cols` partial sums
 /// (stored one array after the other), in a fixed order.
@@ -309,23 +296,28 @@ pub fn launch_column_sums<T: Element>(
     gpu: &Gpu,
     kernel: &Kernel,
     partials: &CudaSlice<f32>,
-    out: &mut cudarc::driver::CudaViewMut<'_, T>,
+    out: &mut CudaViewMut<'_, T>,
     arrays: usize,
     chunks: usize,
     cols: usize,
 ) -> Result<()> {
-    use cudarc::driver::PushKernelArg;
     if partials.len() < arrays * chunks * cols || out.len() != arrays * cols {
         anyhow::bail!("column_sums: buffers do not hold {arrays} x {chunks} x {cols} partials");
     }
-    let (chunks, cols64) = (chunks as u64, cols as u64);
-    let mut launch = gpu.stream.launch_builder(&kernel.func);
-    launch.arg(partials).arg(out).arg(&chunks).arg(&cols64);
-    // SAFETY: column_sums_<T>(const float* partials, T* out, index_t chunks, index_t cols),
-    // grid.y = arrays, with partials holding arrays x chunks x cols floats and out arrays x
-    // cols elements, checked above.
-    unsafe { launch.launch(kernel.config(&column_sums_shape(cols, arrays))?) }?;
-    Ok(())
+    let shape = column_sums_shape(cols, arrays);
+    // SAFETY: grid.y = arrays, with partials holding arrays x chunks x cols floats and out
+    // arrays x cols elements, checked above.
+    unsafe {
+        column_sums(
+            gpu,
+            kernel,
+            &shape,
+            partials,
+            out,
+            chunks as u64,
+            cols as u64,
+        )
+    }
 }
 
 #[cfg(test)]
@@ -333,11 +325,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tiers_grow_and_end_at_the_register_limits() {
+    fn backward_tiers_grow_and_end_at_the_register_limit() {
+        // The forward's are `family::tiers`' (tested there).
         for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
-            let caps: Vec<usize> = forward_tiers(dtype).iter().map(|(g, e)| g * e).collect();
-            assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
-            assert_eq!(*caps.last().unwrap(), MAX_REGISTER_ROW);
             let caps: Vec<usize> = backward_tiers(dtype).iter().map(|(g, e)| g * e).collect();
             assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
             assert_eq!(*caps.last().unwrap(), MAX_BACKWARD_REGISTER_ROW);
@@ -345,10 +335,6 @@ mod tests {
         // The default problem's tiers: 128 threads x 32 forward, 512 x 8 backward.
         assert_eq!(tier_for(&forward_tiers(Dtype::Bf16), 4096), Some((128, 32)));
         assert_eq!(tier_for(&backward_tiers(Dtype::Bf16), 4096), Some((512, 8)));
-        assert_eq!(
-            tier_for(&forward_tiers(Dtype::F32), MAX_REGISTER_ROW + 1),
-            None
-        );
         assert!(forward_register_plan(Dtype::F32, 4, MAX_REGISTER_ROW + 1, "x").is_err());
         assert!(backward_register_tier(Dtype::F32, MAX_BACKWARD_REGISTER_ROW + 1, "x").is_err());
     }

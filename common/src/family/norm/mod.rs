@@ -13,12 +13,14 @@
 //! The module's files, by role: this one the problem and the trait; `runner` the command
 //! line and the run over a day's problems; `host_inputs` the random inputs; `backward_check`
 //! the check of a backward output made of parts; `launch` what the days' launchers share
-//! (size checks, register tiers, grids); `gpu_test` the GPU test.
+//! (size checks, register tiers, grids); `plans` the days' kernels and the plans of the
+//! versions both have; `gpu_test` the GPU test.
 
 mod backward_check;
 mod gpu_test;
 mod host_inputs;
 mod launch;
+mod plans;
 mod runner;
 
 use std::process::ExitCode;
@@ -30,9 +32,12 @@ use half::{bf16, f16};
 pub use crate::reference::norm::Kind;
 pub use crate::session::Refused;
 pub use backward_check::check_backward;
-pub use gpu_test::{TEST_COLS, TEST_ROWS, TEST_TALL, TEST_WIDE, test_every_version};
+pub use gpu_test::{
+    TEST_COLS, TEST_ROWS, TEST_TALL, TEST_WIDE, test_every_version, test_register_refusals,
+};
 pub use host_inputs::HostInputs;
 pub use launch::*;
+pub use plans::{BackwardVersion, NormKernels, functions, kernel_builds};
 pub use runner::{NormArgs, REFUSED_REQUESTS, main};
 
 use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
@@ -40,6 +45,7 @@ use crate::dtype::Dtype;
 use crate::element::Element;
 use crate::gpu::Gpu;
 use crate::gpu::kernel::{Kernel, LaunchShape};
+use crate::gpu::nvrtc::KernelSource;
 use crate::measure::check::{self, CheckReport, Tolerance};
 use crate::measure::report::DayReport;
 use crate::reference::norm::{self as reference, Forward, Gradients};
@@ -188,31 +194,66 @@ pub struct Plan<'a, T: Element> {
     pub launch: Launch<'a, T>,
 }
 
-/// A normalization day: its versions and how each launches.
-pub trait NormDay: Sized {
+/// One problem a version is planned for: the GPU, `rows x cols`, and eps.
+#[derive(Clone, Copy)]
+pub struct Rows<'a> {
+    pub gpu: &'a Gpu,
+    pub rows: usize,
+    pub cols: usize,
+    pub eps: f32,
+}
+
+/// What `cargo run -p dayNN` runs without --rows/--cols, unless the day says otherwise: each
+/// pass on 16384 rows of 4096 bf16 (a batch of tokens of a 4096-wide model).
+pub const DEFAULT_PROBLEMS: &[Shape] = &[
+    Shape::new(Pass::Forward, 16384, 4096, Dtype::Bf16),
+    Shape::new(Pass::Backward, 16384, 4096, Dtype::Bf16),
+];
+
+/// A normalization day: its name, kind, kernel file and forward versions, and how those of
+/// its forward versions that are its own launch. The rest (the backward versions,
+/// [`BackwardVersion`], and the forward versions both days have) the family plans from the
+/// kernels' names: [`NormKernels`], the day's kernels loaded.
+pub trait NormDay: Sized + 'static {
     /// Package name, `day11`.
     const DAY: &'static str;
-    const TITLE: &'static str;
     const KIND: Kind;
-    /// Version names (`--kernel`), in table order, of each pass.
+    /// The table's title: the kind's name.
+    const TITLE: &'static str = match Self::KIND {
+        Kind::Rms => "RMSNorm",
+        Kind::Layer => "LayerNorm",
+    };
+    /// The day's kernel file.
+    const SOURCE: KernelSource;
+    /// The day's kernels beside the family's ([`functions`]), each compiled per dtype:
+    /// `rmsnorm_block`.
+    const OWN_FUNCTIONS: &'static [&'static str];
+    /// The forward's version names (`--kernel`), in table order.
     const FORWARD_VERSIONS: &'static [&'static str];
-    const BACKWARD_VERSIONS: &'static [&'static str];
-    /// What `cargo run -p dayNN` runs without --rows/--cols.
-    const DEFAULT_PROBLEMS: &'static [Shape];
-    /// `--eps` when not given.
-    const DEFAULT_EPS: f64;
+    /// The backward's, in table order.
+    const BACKWARD_VERSIONS: &'static [&'static str] = &BackwardVersion::NAMES;
+    const DEFAULT_PROBLEMS: &'static [Shape] = DEFAULT_PROBLEMS;
+    /// `--eps` when not given: 1e-6 for RMSNorm, 1e-5 (torch's) for LayerNorm.
+    const DEFAULT_EPS: f64 = match Self::KIND {
+        Kind::Rms => 1e-6,
+        Kind::Layer => 1e-5,
+    };
+    /// Rows of x and dy each `bwd_saved` row group stages in shared memory (`SAVED_STAGES` in
+    /// the day's kernel file); 0 where they stay in registers.
+    const SAVED_STAGED_ROWS: usize;
 
-    fn load(gpu: &Gpu) -> Result<Self>;
+    /// The day's kernels, compiled and loaded for `gpu`.
+    fn load(gpu: &Gpu) -> Result<NormKernels<Self>> {
+        NormKernels::load(gpu)
+    }
 
-    /// How `version` runs on `rows x cols` of `T` with this `eps`, or an error: [`Refused`]
-    /// for a shape it does not take, anything else for a real failure.
-    fn plan<'a, T: Element>(
-        &'a self,
-        gpu: &'a Gpu,
+    /// How the day's own forward `version` runs on `on` with `kernels`, or an error:
+    /// [`Refused`] for a shape it does not take or a name the day does not have, anything
+    /// else for a real failure.
+    fn plan_forward<'a, T: Element>(
+        kernels: &'a NormKernels<Self>,
         version: &str,
-        rows: usize,
-        cols: usize,
-        eps: f32,
+        on: Rows<'a>,
     ) -> Result<Plan<'a, T>>;
 }
 

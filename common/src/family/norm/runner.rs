@@ -145,7 +145,7 @@ fn to_usize(v: u64) -> Result<usize> {
 struct Run<'r, D> {
     gpu: &'r Gpu,
     common: &'r CommonArgs,
-    day: &'r D,
+    day: &'r NormKernels<D>,
     versions: &'r [&'static str],
     eps: f32,
 }

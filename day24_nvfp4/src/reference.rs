@@ -1,4 +1,5 @@
-//! NVFP4: NVIDIA's 4-bit floating-point format, as day 24 stores and reads it.
+//! NVFP4: NVIDIA's 4-bit floating-point format, as the day stores and reads it, and the f64
+//! CPU references of its kernels.
 //!
 //! A tensor of `rows x cols` (cols a multiple of 16) becomes three things:
 //! - `packed`: one e2m1 code per value, two per byte, the **even index in the low nibble**
@@ -435,7 +436,7 @@ mod tests {
     fn quantize_error_is_within_half_a_step() {
         // Random values: each dequantized value is within half an e2m1 step (the largest, 1,
         // between 4 and 6) of the block's scale of x, or saturated at 6 * scale.
-        let x: Vec<bf16> = crate::measure::inputs::uniform(64 * 32, -3.0, 5.0, 7);
+        let x: Vec<bf16> = common::measure::inputs::uniform(64 * 32, -3.0, 5.0, 7);
         let q = quantize(&x, 64, 32);
         for r in 0..64 {
             for c in 0..32 {
@@ -453,7 +454,7 @@ mod tests {
 
     #[test]
     fn gemv_and_gemm_use_the_exact_values() {
-        let x: Vec<bf16> = crate::measure::inputs::uniform(3 * 32, -1.0, 1.0, 3);
+        let x: Vec<bf16> = common::measure::inputs::uniform(3 * 32, -1.0, 1.0, 3);
         let w = quantize(&x, 3, 32);
         let v: Vec<bf16> = (0..32).map(|i| b(if i == 1 { 1.0 } else { 0.0 })).collect();
         let (y, mag) = gemv(&w, &v);

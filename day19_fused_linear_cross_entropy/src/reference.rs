@@ -34,7 +34,7 @@
 //! themselves checked against [`logits_rows`] at sampled tokens): the exact loss, dH rows,
 //! and dW rows and columns, which need every token's log-sum-exp.
 
-use crate::element::Element;
+use common::Element;
 
 /// torch's default `ignore_index`.
 pub const IGNORE_INDEX: i32 = -100;

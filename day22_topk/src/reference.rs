@@ -16,11 +16,9 @@
 //! Equal keys (ties, and NaNs among themselves) go to the lower column index first. The
 //! values returned are the stored elements at the returned indices, unchanged.
 
+use common::element::Element;
+use common::measure::check::{self, CheckReport, Tolerance};
 use half::bf16;
-
-use crate::element::Element;
-use crate::measure::check::{self, CheckReport};
-use crate::reference::reduce::EXACT;
 
 /// A storage type top-k ranks: its order-preserving key and its raw bits.
 pub trait TopkValue: Element {
@@ -115,19 +113,19 @@ pub fn gather<T: Copy>(x: &[T], width: usize, k: usize, indices: &[u32]) -> Vec<
 /// bits as integers.
 pub fn compare_values<T: TopkValue>(got: &[T], expected: &[T], shape: &[usize]) -> CheckReport {
     let as_f64: Vec<f64> = expected.iter().map(|v| v.to_f64()).collect();
-    let numbers = check::compare(got, &as_f64, shape, EXACT);
+    let numbers = check::compare(got, &as_f64, shape, Tolerance::EXACT);
     if !numbers.passed() {
         return numbers;
     }
     let got_bits: Vec<u32> = got.iter().map(|v| v.bits()).collect();
     let expected_bits: Vec<f64> = expected.iter().map(|v| f64::from(v.bits())).collect();
-    check::compare(&got_bits, &expected_bits, shape, EXACT)
+    check::compare(&got_bits, &expected_bits, shape, Tolerance::EXACT)
 }
 
 /// Compares column indices exactly; unwritten (poisoned) ones are counted as such.
 pub fn compare_indices(got: &[u32], expected: &[u32], shape: &[usize]) -> CheckReport {
     let as_f64: Vec<f64> = expected.iter().map(|&i| f64::from(i)).collect();
-    check::compare(got, &as_f64, shape, EXACT)
+    check::compare(got, &as_f64, shape, Tolerance::EXACT)
 }
 
 /// Values that exercise the defined order, for tests: NaNs of both signs and two payloads,
@@ -169,7 +167,7 @@ pub fn special_bf16() -> Vec<bf16> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::inputs;
+    use common::measure::inputs;
 
     #[test]
     fn keys_order_floats_numerically_with_nan_on_top() {

@@ -39,9 +39,9 @@
 //! f64 has no `erf` in std; [`erf`] below is accurate to ~1e-16 (checked against tabulated
 //! values), far below any f32 kernel's error.
 
-use crate::dtype::Dtype;
-use crate::element::Element;
-use crate::measure::check::Tolerance;
+use common::dtype::Dtype;
+use common::element::Element;
+use common::measure::check::Tolerance;
 
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 const GELU_CUBIC: f64 = 0.044_715;

@@ -1,5 +1,6 @@
-//! Reductions and scans: sum, dot product, count of a value, sums of consecutive segments, and
-//! the inclusive prefix sum; with the tolerances an f32 kernel must meet against them.
+//! The f64 references of the day's reductions and scans: sum, dot product, count of a value,
+//! sums of consecutive segments, and the inclusive prefix sum; with the tolerances an f32
+//! kernel must meet against them.
 //!
 //! The float references sum in f64 with Neumaier's compensation, so their own error (a few
 //! f64 ulps whatever the length) is nothing next to an f32 kernel's. Integer results are exact.
@@ -22,10 +23,8 @@
 //! among them (uniform in [-0.5, 1.5): `sum |x| = 1.25 |sum x|` for long sums), so the bound is
 //! a meaningful relative error and a lost sign still fails.
 
+use common::{Element, Tolerance};
 use rayon::prelude::*;
-
-use crate::element::Element;
-use crate::measure::check::Tolerance;
 
 /// The unit roundoff of f32: half the distance from 1 to the next float.
 pub const F32_UNIT_ROUNDOFF: f64 = 1.0 / (1u64 << 24) as f64;
@@ -161,9 +160,6 @@ pub fn covering_tolerance_by(
     Tolerance::new(atol, rtol).with_max_rel_l2(max_rel_l2)
 }
 
-/// Exact comparison, for integer results (counts, integer scans).
-pub const EXACT: Tolerance = Tolerance::new(0.0, 0.0);
-
 /// The largest power of two that every element of `x` is a multiple of (the grid the inputs
 /// lie on: 0.25 for quarters, 1 for integers), or None when all are zero.
 pub fn grid_of<T: Element>(x: &[T]) -> Option<f64> {
@@ -281,7 +277,7 @@ mod tests {
 
     #[test]
     fn the_scan_ends_at_the_sum_and_segments_add_up() {
-        let x: Vec<f32> = crate::measure::inputs::uniform(1000, -0.5, 1.5, 3);
+        let x: Vec<f32> = common::measure::inputs::uniform(1000, -0.5, 1.5, 3);
         let (scan, _) = inclusive_scan(&x);
         assert!((scan[999] - sum(&x)).abs() < 1e-12);
         let (segments, abs) = segment_sums(&x, 100);
@@ -306,7 +302,7 @@ mod tests {
     #[test]
     fn a_real_f32_tree_sum_is_within_its_bound() {
         // Pairwise f32 sum of 2^16 terms: depth 16.
-        let x: Vec<f32> = crate::measure::inputs::uniform(1 << 16, -0.5, 1.5, 9);
+        let x: Vec<f32> = common::measure::inputs::uniform(1 << 16, -0.5, 1.5, 9);
         fn pairwise(x: &[f32]) -> f32 {
             if x.len() == 1 {
                 x[0]
@@ -316,12 +312,12 @@ mod tests {
             }
         }
         let tol = covering_tolerance(&[sum(&x)], &[abs_sum(&x)], 16);
-        let report = crate::measure::check::compare(&[pairwise(&x)], &[sum(&x)], &[1], tol);
+        let report = common::measure::check::compare(&[pairwise(&x)], &[sum(&x)], &[1], tol);
         assert!(report.passed(), "{report}");
         // A sequential f32 sum is depth n - 1: it needs the bound of its own order.
         let sequential: f32 = x.iter().sum();
         let tol = covering_tolerance(&[sum(&x)], &[abs_sum(&x)], (1 << 16) - 1);
-        assert!(crate::measure::check::compare(&[sequential], &[sum(&x)], &[1], tol).passed());
+        assert!(common::measure::check::compare(&[sequential], &[sum(&x)], &[1], tol).passed());
     }
 
     #[test]
@@ -349,7 +345,7 @@ mod tests {
 
     #[test]
     fn the_covering_tolerance_admits_every_bound_and_an_off_by_one_fails_integers() {
-        let x: Vec<f32> = crate::measure::inputs::uniform(5000, -0.5, 1.5, 4);
+        let x: Vec<f32> = common::measure::inputs::uniform(5000, -0.5, 1.5, 4);
         let (scan, abs) = inclusive_scan(&x);
         let depth = 40;
         let tol = covering_tolerance(&scan, &abs, depth);
@@ -362,7 +358,12 @@ mod tests {
         // Integers: exact, and one element off fails.
         let ints = [1i32, 2, 3];
         let (iscan, _) = inclusive_scan(&ints);
-        assert!(crate::measure::check::compare(&[1i32, 3, 6], &iscan, &[3], EXACT).passed());
-        assert!(!crate::measure::check::compare(&[1i32, 3, 5], &iscan, &[3], EXACT).passed());
+        assert!(
+            common::measure::check::compare(&[1i32, 3, 6], &iscan, &[3], Tolerance::EXACT).passed()
+        );
+        assert!(
+            !common::measure::check::compare(&[1i32, 3, 5], &iscan, &[3], Tolerance::EXACT)
+                .passed()
+        );
     }
 }

@@ -23,10 +23,10 @@
 //! The references read the same stored values the kernels read and compute in f64 on every
 //! host core.
 
-use crate::dtype::Dtype;
-use crate::element::Element;
-use crate::measure::check::{self, CheckReport, Tolerance};
-use crate::reference::attention::in_parallel_pairs;
+use common::dtype::Dtype;
+use common::element::Element;
+use common::measure::check::{self, CheckReport, Tolerance};
+use common::reference::attention::in_parallel_pairs;
 
 /// `(before, after)`: the zeros "same" padding puts on each side of an axis for a filter of
 /// `k` taps (torch's rule: the extra one of an even `k` goes after).

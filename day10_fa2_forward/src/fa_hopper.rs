@@ -1,0 +1,205 @@
+//! `fa_hopper.cu`'s launcher: the Hopper version (wgmma, TMA, warp specialisation), compiled
+//! for sm_90a with its tile table's defines ([`crate::hopper_defines`]), on a persistent grid
+//! that draws its work items from a ticket counter.
+
+use anyhow::Result;
+use common::Element;
+use common::family::attention::hopper_refusal;
+use common::gpu::kernel::KernelSet;
+use common::gpu::kernel_build::KernelBuild;
+use common::gpu::nvrtc::KernelSource;
+use common::gpu::tma::{HeadTiles, TmaDescriptor};
+use common::reference::attention::AttentionShape;
+use common::session::Refused;
+use common::{Gpu, Kernel, LaunchShape};
+use cudarc::driver::CudaSlice;
+
+use crate::{DeviceProblem, HOPPER_TILES, HopperTile, Inputs, hopper_defines, hopper_head_dims};
+
+/// The Hopper version, compiled for `sm_90a` (wgmma, TMA, setmaxnreg) on Hopper GPUs only.
+pub const HOPPER_SOURCE: KernelSource = KernelSource {
+    file_name: "fa_hopper.cu",
+    code: include_str!("fa_hopper.cu"),
+};
+
+/// Every CUDA function of `fa_hopper.cu`: one per dtype and tile.
+pub fn hopper_kernel_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for dtype in ["bf16", "f16"] {
+        for tile in &HOPPER_TILES {
+            names.push(format!("fa_hopper_{dtype}_d{}", tile.head_dim));
+        }
+    }
+    names
+}
+
+/// `fa_hopper.cu`'s kernels, for sm_90a with [`hopper_defines`]: the tiles the launcher sizes
+/// its launches from are the ones the kernels were compiled with.
+pub(crate) fn hopper_build() -> KernelBuild {
+    KernelBuild::hopper(HOPPER_SOURCE, hopper_kernel_names()).with_options(hopper_defines())
+}
+
+/// `fa_hopper`'s work items: query tiles of the longest sequence x heads x sequences (None at
+/// a head dim it has no tile for). Its persistent grid (one block per SM) draws them from a
+/// counter; items past a shorter sequence's end are skipped.
+pub fn hopper_work_items(shape: &AttentionShape) -> Option<usize> {
+    let tile = HopperTile::for_head_dim(shape.head_dim)?;
+    let max_q = shape.seqlens_q.iter().copied().max().unwrap_or(0);
+    let q_tiles = max_q.div_ceil(tile.block_rows()).max(1);
+    Some(q_tiles * shape.heads * shape.batch())
+}
+
+common::kernel_args! {
+    /// `FA_HOPPER_KERNEL`'s entries, `fa_hopper_<T>_d<D>(map_q, map_k, map_v, o, lse, cu_q,
+    /// cu_k, heads, kv_heads, scale_log2, causal, q_tiles, items, tickets)`
+    fn fa_hopper_forward<T>(
+        map_q: TmaDescriptor,
+        map_k: TmaDescriptor,
+        map_v: TmaDescriptor,
+        o: &mut CudaSlice<T>,
+        lse: &mut CudaSlice<f32>,
+        cu_q: &CudaSlice<i32>,
+        cu_k: &CudaSlice<i32>,
+        heads: i32,
+        kv_heads: i32,
+        scale_log2: f32,
+        causal: i32,
+        q_tiles: i32,
+        items: i32,
+        tickets: &CudaSlice<i32>,
+    );
+}
+
+/// `fa_hopper`'s kernel and launch shape: one block per SM (or per item, if fewer); refused
+/// off Hopper, at a head dim without a tile, or past 2^31 tickets.
+pub(crate) fn hopper_launch<'k>(
+    hopper: Option<&'k KernelSet>,
+    sms: usize,
+    dtype: &str,
+    problem: &DeviceProblem,
+) -> Result<(&'k Kernel, LaunchShape)> {
+    let d = problem.shape.head_dim;
+    if let Some(refused) = hopper_refusal(hopper.is_some(), d, &hopper_head_dims()) {
+        return Err(refused.into());
+    }
+    let hopper = hopper.expect("loaded, or refused above");
+    let kernel = hopper.get(&format!("fa_hopper_{dtype}_d{d}"))?;
+    let tile = HopperTile::for_head_dim(d).expect("a tile, or refused above");
+    let items = hopper_work_items(&problem.shape).expect("a tile, as above");
+    // Tickets run up to items + blocks - 1 in an i32.
+    if items + sms > i32::MAX as usize {
+        return Err(Refused(format!(
+            "fa_hopper: {items} query tiles x heads x sequences are over 2^31"
+        ))
+        .into());
+    }
+    // One block per SM, each loading its next item while it computes this one; the items
+    // (causal ones differ in cost, longest first) are drawn from a counter, so no block is
+    // left with a fixed share of long ones.
+    let blocks = items.min(sms);
+    let launch = LaunchShape {
+        grid: (blocks.max(1) as u32, 1, 1),
+        block: (tile.threads() as u32, 1, 1),
+        dynamic_shared_bytes: tile.shared_bytes() as u32,
+    };
+    Ok((kernel, launch))
+}
+
+/// What a `fa_hopper` plan prepares once: the tensor maps of Q, K and V (encoded from the
+/// plan's inputs) and the counts the kernel walks.
+pub(crate) struct HopperArgs {
+    map_q: TmaDescriptor,
+    map_k: TmaDescriptor,
+    map_v: TmaDescriptor,
+    q_tiles: i32,
+    items: i32,
+}
+
+impl HopperArgs {
+    pub(crate) fn new<T: Element>(
+        gpu: &Gpu,
+        problem: &DeviceProblem,
+        x: &Inputs<'_, T>,
+    ) -> Result<Self> {
+        let shape = &problem.shape;
+        let d = shape.head_dim;
+        let tiles = |tokens: usize, heads: usize, box_tokens: usize| HeadTiles {
+            tokens,
+            heads,
+            dim: d,
+            box_tokens: box_tokens as u32,
+        };
+        // The tile the launch was planned with: Q boxes of the block's rows, K and V boxes of
+        // a tile's keys, as `FhLayout` expects them.
+        let tile = HopperTile::for_head_dim(d).expect("planned above");
+        let q_tiles = tiles(shape.total_q(), shape.heads, tile.block_rows());
+        let kv_tiles = tiles(shape.total_k(), shape.kv_heads, tile.keys);
+        Ok(Self {
+            map_q: q_tiles.encode(gpu, x.q)?,
+            map_k: kv_tiles.encode(gpu, x.k)?,
+            map_v: kv_tiles.encode(gpu, x.v)?,
+            q_tiles: problem.max_q().div_ceil(tile.block_rows()).max(1) as i32,
+            items: hopper_work_items(shape).expect("planned above") as i32,
+        })
+    }
+
+    /// One launch: O and L of the whole batch.
+    pub(crate) fn launch<T: Element>(
+        &self,
+        gpu: &Gpu,
+        (kernel, launch): (&Kernel, &LaunchShape),
+        problem: &DeviceProblem,
+        tickets: &CudaSlice<i32>,
+        lse: &mut CudaSlice<f32>,
+        o: &mut CudaSlice<T>,
+    ) -> Result<()> {
+        let shape = &problem.shape;
+        let scale_log2 = shape.default_scale() as f32 * std::f32::consts::LOG2_E;
+        // SAFETY: matches FA_HOPPER_KERNEL's signature; the maps describe exactly Q, K and V
+        // (lengths checked by the plan, which borrows them for as long as it lives) and the TMA
+        // zero-fills past their ends; O and L are written only at rows inside the cumulative
+        // lengths; the tickets are the layer's two counters, zero between launches on this
+        // stream.
+        unsafe {
+            fa_hopper_forward(
+                gpu,
+                kernel,
+                launch,
+                self.map_q,
+                self.map_k,
+                self.map_v,
+                o,
+                lse,
+                problem.cu_q(),
+                problem.cu_k(),
+                shape.heads as i32,
+                shape.kv_heads as i32,
+                scale_log2,
+                i32::from(shape.causal),
+                self.q_tiles,
+                self.items,
+                tickets,
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ptxas's C7510-C7520: "wgmma.mma_async instructions are serialized" (each product then
+    /// waits for the one before). Issuing one step's two products in a different order on
+    /// two branches did that and measured about 30% slower at every length on the H100.
+    #[test]
+    fn the_hopper_version_keeps_wgmma_asynchronous() {
+        common::testing::compile_keeping_wgmma_asynchronous(&hopper_build());
+    }
+
+    /// Without the tile defines `fa_hopper.cu` stops at its `#error`: the kernels cannot be
+    /// compiled with tiles other than the launcher's.
+    #[test]
+    fn the_hopper_version_will_not_compile_without_the_tile_defines() {
+        common::testing::assert_needs_its_defines(&HOPPER_SOURCE, "sm_90a", "HopperTile");
+    }
+}

@@ -1,0 +1,359 @@
+//! `fa_hopper_bwd.cu`'s launcher: the Hopper backward (wgmma, TMA, warp specialisation),
+//! compiled for sm_90a with its tile table's defines ([`crate::hopper_defines`]): L and D
+//! transposed first, then a block per key tile whose dQ goes out by TMA reduce-adds, then dQ
+//! converted.
+
+use anyhow::{Result, bail};
+use common::Element;
+use common::family::attention::hopper_refusal;
+use common::gpu::kernel::KernelSet;
+use common::gpu::kernel_build::KernelBuild;
+use common::gpu::nvrtc::KernelSource;
+use common::gpu::tma::{HeadTiles, RowSpans, TmaDescriptor};
+use common::reference::attention::AttentionShape;
+use common::{Gpu, Kernel, LaunchShape};
+use cudarc::driver::{CudaSlice, CudaViewMut};
+
+use crate::attention_bwd::ConvertDq;
+use crate::{
+    BACKWARD_TILES, BackwardProblem, BackwardTensors, BackwardTile, Mode, Workspace, hopper_defines,
+};
+
+/// The Hopper version, compiled for `sm_90a` (wgmma, TMA, setmaxnreg) on Hopper GPUs only.
+pub const HOPPER_SOURCE: KernelSource = KernelSource {
+    file_name: "fa_hopper_bwd.cu",
+    code: include_str!("fa_hopper_bwd.cu"),
+};
+
+/// Every CUDA function of `fa_hopper_bwd.cu`.
+pub fn hopper_kernel_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for dtype in ["bf16", "f16"] {
+        names.push(format!("fa_hopper_bwd_preprocess_{dtype}"));
+        for tile in &BACKWARD_TILES {
+            names.push(format!("fa_hopper_bwd_{dtype}_d{}", tile.head_dim));
+        }
+    }
+    names
+}
+
+/// `fa_hopper_bwd.cu`'s kernels, for sm_90a.
+pub(crate) fn hopper_build() -> KernelBuild {
+    KernelBuild::hopper(HOPPER_SOURCE, hopper_kernel_names()).with_options(hopper_defines())
+}
+
+/// `fa_hopper`'s tile for head dim `d` (callers have checked that the version takes `d`).
+fn hopper_tile(d: usize) -> &'static BackwardTile {
+    BackwardTile::for_head_dim(d).expect("every flash head dim has a backward tile")
+}
+
+/// Floats per row (one head of one sequence) of the transposed L and D: the longest sequence
+/// rounded up to 16 bytes, so that every row, and every query tile in it, starts 16-byte
+/// aligned (the TMA requires it of a box's innermost coordinate).
+pub(crate) fn hopper_pitch(max_q: usize) -> usize {
+    max_q.div_ceil(4).max(1) * 4
+}
+
+/// `fa_hopper`'s grid: a block per key tile of the longest sequence, kv head and sequence
+/// (each walks the query tiles of its sequence). The shape's head dim must have a tile.
+pub fn hopper_grid(shape: &AttentionShape) -> (u32, u32, u32) {
+    let max_k = shape.seqlens_k.iter().copied().max().unwrap_or(0);
+    (
+        max_k.div_ceil(hopper_tile(shape.head_dim).keys).max(1) as u32,
+        shape.kv_heads as u32,
+        shape.batch() as u32,
+    )
+}
+
+/// The L2 bytes `fa_hopper`'s block order fills a section of kv heads up to: the Q, dO and
+/// f32 dQ of the heads whose blocks run side by side (of the H100's 50 MiB, room for the K
+/// and V tiles being read).
+const SECTION_L2_BYTES: usize = 40 << 20;
+
+/// The kv heads per section of `fa_hopper`'s block order: blocks are numbered kv head fastest
+/// within a section (a wave holds few key tiles of many heads: the deterministic mode's
+/// ordered dQ adds form short chains, and in either mode the heads' Q and dO are read by
+/// blocks running side by side), and a section's heads read at most
+/// [`SECTION_L2_BYTES`] of Q, dO and dQ (a power of two, at least one head, at
+/// most all of them).
+pub fn head_section(shape: &AttentionShape, max_q: usize) -> usize {
+    let group = shape.heads / shape.kv_heads.max(1);
+    let per_kv_head = (group * max_q * shape.head_dim * (2 + 2 + 4)).max(1);
+    let fits = (SECTION_L2_BYTES / per_kv_head).max(1);
+    let power_of_two = 1 << fits.ilog2();
+    power_of_two.min(shape.kv_heads).max(1)
+}
+
+common::kernel_args! {
+    /// `fa_hopper_bwd_preprocess_<T>(o, d_o, lse, delta_t, lse2_t, dq_accum, cu_q, d, pitch)`
+    fn bh_preprocess<T>(
+        o: &CudaSlice<T>,
+        d_o: &CudaSlice<T>,
+        lse: &CudaSlice<f32>,
+        delta_t: &mut CudaSlice<f32>,
+        lse2_t: &mut CudaSlice<f32>,
+        dq_accum: &mut CudaSlice<f32>,
+        cu_q: &CudaSlice<i32>,
+        d: i32,
+        pitch: i32,
+    );
+    /// `FA_HOPPER_BWD_KERNEL`'s entries, `fa_hopper_bwd_<T>_d<D>(map_q, map_k, map_v, map_do,
+    /// map_lse2, map_delta, map_dq, dk, dv, semaphores, ordered, cu_q, cu_k, heads, kv_heads,
+    /// scale, causal, q_tiles, head_section)`
+    fn fa_hopper_backward<T>(
+        map_q: TmaDescriptor,
+        map_k: TmaDescriptor,
+        map_v: TmaDescriptor,
+        map_do: TmaDescriptor,
+        map_lse2: TmaDescriptor,
+        map_delta: TmaDescriptor,
+        map_dq: TmaDescriptor,
+        dk: &mut CudaViewMut<'_, T>,
+        dv: &mut CudaViewMut<'_, T>,
+        semaphores: &mut CudaSlice<i32>,
+        ordered: i32,
+        cu_q: &CudaSlice<i32>,
+        cu_k: &CudaSlice<i32>,
+        heads: i32,
+        kv_heads: i32,
+        scale: f32,
+        causal: i32,
+        q_tiles: i32,
+        head_section: i32,
+    );
+}
+
+/// `fa_hopper`'s main kernel and launch shape; refused off Hopper or at a head dim without a
+/// tile.
+pub(crate) fn hopper_launch<'k>(
+    hopper: Option<&'k KernelSet>,
+    dtype: &str,
+    shape: &AttentionShape,
+) -> Result<(&'k Kernel, LaunchShape)> {
+    let d = shape.head_dim;
+    let dims: Vec<usize> = BACKWARD_TILES.iter().map(|t| t.head_dim).collect();
+    if let Some(refused) = hopper_refusal(hopper.is_some(), d, &dims) {
+        return Err(refused.into());
+    }
+    let hopper = hopper.expect("loaded, or refused above");
+    let kernel = hopper.get(&format!("fa_hopper_bwd_{dtype}_d{d}"))?;
+    let launch = LaunchShape {
+        grid: hopper_grid(shape),
+        block: (hopper_tile(d).threads() as u32, 1, 1),
+        dynamic_shared_bytes: hopper_tile(d).shared_bytes() as u32,
+    };
+    Ok((kernel, launch))
+}
+
+/// What a `fa_hopper` plan prepares once: the preprocess kernel and dQ's conversion, the
+/// tensor maps of Q, dO, K, V (the plan's inputs) and of the transposed L and D and the dQ
+/// accumulator (its workspace), and the query tiles.
+pub(crate) struct HopperSteps<'k> {
+    preprocess: (&'k Kernel, LaunchShape),
+    convert: ConvertDq<'k>,
+    maps: [TmaDescriptor; 7],
+    q_tiles: usize,
+}
+
+impl<'k> HopperSteps<'k> {
+    /// Checks that `ws` is this problem's `fa_hopper` workspace and encodes the maps.
+    pub(crate) fn new<T: Element>(
+        gpu: &Gpu,
+        (hopper, kernels): (&'k KernelSet, &'k KernelSet),
+        problem: &BackwardProblem,
+        t: &BackwardTensors<'_, T>,
+        ws: &Workspace,
+    ) -> Result<Self> {
+        let (shape, fwd) = (problem.shape(), &problem.forward);
+        let d = shape.head_dim;
+        let dtype = common::family::attention::dtype_name::<T>()?;
+        let (q_len, _) = problem.lens();
+        let pitch = hopper_pitch(fwd.max_q());
+        let spans = shape.heads * shape.batch();
+        let bm = hopper_tile(d).queries;
+        let q_tiles = fwd.max_q().div_ceil(bm).max(1);
+        let Some(scratch) = ws.hopper.as_ref() else {
+            bail!("attention backward: this workspace is not fa_hopper's");
+        };
+        if ws.delta.len() != spans * pitch
+            || scratch.lse2.len() != spans * pitch
+            || scratch.semaphores.len() != q_tiles * shape.heads * shape.batch()
+            || ws.dq_accum.len() != q_len
+        {
+            bail!("attention backward: this workspace was made for another problem");
+        }
+        let preprocess = LaunchShape {
+            grid: (
+                fwd.max_q().div_ceil(8).max(1) as u32,
+                shape.heads as u32,
+                shape.batch() as u32,
+            ),
+            block: (256, 1, 1),
+            dynamic_shared_bytes: 0,
+        };
+        let heads_tiles = |tokens, heads, box_tokens: usize| HeadTiles {
+            tokens,
+            heads,
+            dim: d,
+            box_tokens: box_tokens as u32,
+        };
+        let q_tiles_map = heads_tiles(shape.total_q(), shape.heads, bm);
+        let kv_tiles_map = heads_tiles(shape.total_k(), shape.kv_heads, hopper_tile(d).keys);
+        let rows_map = RowSpans {
+            rows: spans,
+            pitch,
+            box_len: bm as u32,
+        };
+        let dq_map = heads_tiles(shape.total_q(), shape.heads, 64);
+        let maps = [
+            q_tiles_map.encode(gpu, t.q)?,
+            kv_tiles_map.encode(gpu, t.k)?,
+            kv_tiles_map.encode(gpu, t.v)?,
+            q_tiles_map.encode(gpu, t.d_o)?,
+            rows_map.encode(gpu, &scratch.lse2)?,
+            rows_map.encode(gpu, &ws.delta)?,
+            dq_map.encode(gpu, &ws.dq_accum)?,
+        ];
+        Ok(Self {
+            preprocess: (
+                hopper.get(&format!("fa_hopper_bwd_preprocess_{dtype}"))?,
+                preprocess,
+            ),
+            convert: ConvertDq::new(kernels, dtype, q_len)?,
+            maps,
+            q_tiles,
+        })
+    }
+
+    /// D and L transposed (and dQ's accumulator zeroed), the main kernel (dK, dV written, dQ
+    /// added into the accumulator by TMA reduce-adds, ordered by key tile in the
+    /// deterministic mode), then dQ converted.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch<T: Element>(
+        &self,
+        gpu: &Gpu,
+        (main, launch): (&Kernel, &LaunchShape),
+        problem: &BackwardProblem,
+        t: &BackwardTensors<'_, T>,
+        ws: &mut Workspace,
+        mode: Mode,
+        grads: &mut CudaSlice<T>,
+    ) -> Result<()> {
+        let (shape, fwd) = (problem.shape(), &problem.forward);
+        let (q_len, k_len) = problem.lens();
+        let scratch = ws.hopper.as_mut().expect("checked by the plan");
+        let (heads, kv_heads) = (shape.heads as i32, shape.kv_heads as i32);
+        let causal = i32::from(shape.causal);
+        let scale = shape.default_scale() as f32;
+        let pitch = hopper_pitch(fwd.max_q());
+        let (d_i32, pitch_i32) = (shape.head_dim as i32, pitch as i32);
+        let (pre, pre_shape) = &self.preprocess;
+        // SAFETY: matches fa_hopper_bwd_preprocess's signature; one warp per query row i < lq
+        // of each (head, sequence), reading d elements of O and dO and one of L at that row
+        // (lengths checked by the plan), writing d floats of dq_accum (q_len) and one float
+        // of D and L2 at (head x batch + sequence) x pitch + i (i < max_q <= pitch; the lengths
+        // were checked by the plan).
+        unsafe {
+            bh_preprocess(
+                gpu,
+                pre,
+                pre_shape,
+                t.o,
+                t.d_o,
+                t.lse,
+                &mut ws.delta,
+                &mut scratch.lse2,
+                &mut ws.dq_accum,
+                fwd.cu_q(),
+                d_i32,
+                pitch_i32,
+            )
+        }?;
+        let ordered = i32::from(mode == Mode::Deterministic);
+        if ordered == 1 {
+            gpu.stream.memset_zeros(&mut scratch.semaphores)?;
+        }
+
+        let (mut dq, mut dkv) = grads.split_at_mut(q_len);
+        let (mut dk, mut dv) = dkv.split_at_mut(k_len);
+        let head_section = scratch
+            .head_section
+            .unwrap_or_else(|| head_section(shape, fwd.max_q()))
+            .min(shape.kv_heads) as i32;
+        let [map_q, map_k, map_v, map_do, map_lse2, map_delta, map_dq] = self.maps;
+        // SAFETY: matches FA_HOPPER_BWD_KERNEL's signature. The maps describe exactly Q, dO,
+        // K, V (lengths checked by the plan, which borrows them and holds the workspace for as
+        // long as it lives), the transposed L and D (heads x pitch) and the dQ accumulator
+        // (q_len floats); the TMA zero-fills loads and skips adds past their ends. dK and dV
+        // are written only at keys inside the cumulative lengths; the counters hold q_tiles x
+        // heads x batch ints, indexed by (sequence, head, query tile < q_tiles); head_section
+        // (>= 1) only renumbers the grid's blocks.
+        unsafe {
+            fa_hopper_backward(
+                gpu,
+                main,
+                launch,
+                map_q,
+                map_k,
+                map_v,
+                map_do,
+                map_lse2,
+                map_delta,
+                map_dq,
+                &mut dk,
+                &mut dv,
+                &mut scratch.semaphores,
+                ordered,
+                fwd.cu_q(),
+                fwd.cu_k(),
+                heads,
+                kv_heads,
+                scale,
+                causal,
+                self.q_tiles as i32,
+                head_section,
+            )
+        }?;
+        self.convert.launch(gpu, &ws.dq_accum, &mut dq, scale)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hopper_version_keeps_wgmma_asynchronous_and_spills_little() {
+        // Spill bytes, stores plus loads, as ptxas counts them. Head dim 64's consumers, with
+        // 128 queries a step (S^T and dP^T of 64 floats each beside dK and dV), keep a few
+        // loop-invariant scalars on the stack (232 bytes in all, reloaded from L1). The
+        // producer runs on 24 registers: its loops over the 64-column boxes of Q and dO and
+        // over the dQ tile's boxes stay rolled (unrolled at head dim 256, their addresses
+        // spilled 608 bytes). Bounded so that a change that spills in the main loop fails.
+        // Serialized wgmma (ptxas's C7512, "... due to insufficient register resources") is
+        // refused by the compile itself: issuing dV before computing dS (more registers live
+        // under an in-flight wgmma) did that and measured 13-16% slower on the H100.
+        let build = hopper_build();
+        let Some(compiled) = common::testing::compile_keeping_wgmma_asynchronous(&build) else {
+            return;
+        };
+        for name in &build.functions {
+            let limit = match name {
+                n if n.ends_with("_d64") => 256,
+                _ => 0,
+            };
+            let spilled = compiled.spills.get(name).copied();
+            assert!(
+                matches!(spilled, Some(bytes) if bytes <= limit),
+                "{name} spills {spilled:?} bytes (at most {limit}); ptxas said:\n{}",
+                compiled.log
+            );
+        }
+    }
+
+    /// Without the tile defines `fa_hopper_bwd.cu` stops at its `#error`.
+    #[test]
+    fn the_hopper_version_will_not_compile_without_the_tile_defines() {
+        common::testing::assert_needs_its_defines(&HOPPER_SOURCE, "sm_90a", "BackwardTile");
+    }
+}
