@@ -13,10 +13,7 @@ use cudarc::driver::CudaSlice;
 
 use crate::{DeviceProblem, HEAD_DIMS, Inputs, NAIVE_MAX_SCORE_BYTES, Version};
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "attention.cu",
-    code: include_str!("attention.cu"),
-};
+pub const SOURCE: KernelSource = common::kernel_source!("attention.cu");
 
 /// Every CUDA function of `attention.cu`.
 pub fn kernel_names() -> Vec<String> {

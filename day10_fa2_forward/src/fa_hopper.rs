@@ -17,10 +17,7 @@ use cudarc::driver::CudaSlice;
 use crate::{DeviceProblem, HOPPER_TILES, HopperTile, Inputs, hopper_defines, hopper_head_dims};
 
 /// The Hopper version, compiled for `sm_90a` (wgmma, TMA, setmaxnreg) on Hopper GPUs only.
-pub const HOPPER_SOURCE: KernelSource = KernelSource {
-    file_name: "fa_hopper.cu",
-    code: include_str!("fa_hopper.cu"),
-};
+pub const HOPPER_SOURCE: KernelSource = common::kernel_source!("fa_hopper.cu");
 
 /// Every CUDA function of `fa_hopper.cu`: one per dtype and tile.
 pub fn hopper_kernel_names() -> Vec<String> {

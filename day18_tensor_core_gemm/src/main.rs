@@ -182,7 +182,8 @@ fn run(args: Args) -> Result<()> {
         reports.push(runner.fp8_problem(shape)?);
     }
     if args.sweep {
-        plot_sweep(&args.plot, layout(&args), args.dtype, &gpu, &reports)?;
+        let sizes = shapes.iter().map(|s| s.k);
+        plot_sweep(&args.plot, layout(&args), args.dtype, &gpu, &reports, sizes)?;
     }
     finish_reports(&args.common, &reports)
 }

@@ -208,24 +208,23 @@ fn run_versions<'k, T: Element>(
 }
 
 /// TFLOP/s against size for each version and each peer, plotted to `plot`, and the summary
-/// table.
+/// table. `sizes` are the sweep's `m = n = k`, one per report, in the same order.
 pub fn plot_sweep(
     plot: &Path,
     layout: Layout,
     dtype: Dtype,
     gpu: &Gpu,
     reports: &[DayReport],
+    sizes: impl IntoIterator<Item = usize>,
 ) -> Result<()> {
-    let mut series = sweep::version_series(
-        reports,
-        sweep::row_versions(reports),
-        sweep::last_dimension,
-        |row| row.tflops,
-    );
+    let x_of = sweep::x_by_report(reports, sizes.into_iter().map(|s| s as f64));
+    let mut series = sweep::version_series(reports, sweep::row_versions(reports), &x_of, |row| {
+        row.tflops
+    });
     series.extend(sweep::peer_series(
         reports,
         " (peer)",
-        sweep::last_dimension,
+        &x_of,
         sweep::peer_tflops,
     ));
     let title = format!(

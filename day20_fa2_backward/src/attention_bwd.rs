@@ -15,10 +15,7 @@ use cudarc::driver::{CudaSlice, CudaViewMut};
 
 use crate::{BackwardProblem, BackwardTensors, FlashTile, HEAD_DIMS, Mode, Version, Workspace};
 
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "attention_bwd.cu",
-    code: include_str!("attention_bwd.cu"),
-};
+pub const SOURCE: KernelSource = common::kernel_source!("attention_bwd.cu");
 
 /// Every CUDA function of `attention_bwd.cu`.
 pub fn kernel_names() -> Vec<String> {

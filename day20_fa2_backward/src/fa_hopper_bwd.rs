@@ -20,10 +20,7 @@ use crate::{
 };
 
 /// The Hopper version, compiled for `sm_90a` (wgmma, TMA, setmaxnreg) on Hopper GPUs only.
-pub const HOPPER_SOURCE: KernelSource = KernelSource {
-    file_name: "fa_hopper_bwd.cu",
-    code: include_str!("fa_hopper_bwd.cu"),
-};
+pub const HOPPER_SOURCE: KernelSource = common::kernel_source!("fa_hopper_bwd.cu");
 
 /// Every CUDA function of `fa_hopper_bwd.cu`.
 pub fn hopper_kernel_names() -> Vec<String> {

@@ -7,17 +7,6 @@ use crate::measure::peers::PeerFigure;
 use crate::measure::plot::{self, LinePlot, Series};
 use crate::measure::report::{DayReport, Row};
 
-/// The last dimension of a report's key (`softmax/f32/8x1048576` -> 1048576; the k of a
-/// matmul's `m x n x k`): the x of a sweep point.
-pub fn last_dimension(report: &DayReport) -> f64 {
-    report
-        .key
-        .rsplit('x')
-        .next()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// The x of each report of a sweep, given beside it (`xs` in the order of `reports`: the
 /// columns or size of the shape each was run on), as the `x_of` of [`version_series`] and
 /// [`peer_series`]. A report whose key is not among `reports`' is at 0.
