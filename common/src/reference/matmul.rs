@@ -60,11 +60,7 @@ pub fn matmul_bt_at<T: Element>(
     assert_eq!(b.len(), batch * n * k, "B is not {batch} x {n} x {k}");
     at.iter()
         .map(|&flat| {
-            let (z, i, j) = (flat / (m * n), flat / n % m, flat % n);
-            assert!(
-                z < batch,
-                "index {flat} is outside a {batch} x {m} x {n} output"
-            );
+            let (z, i, j) = output_index(flat, (batch, m, n));
             let a_row = &a[(z * m + i) * k..][..k];
             let b_row = &b[(z * n + j) * k..][..k];
             a_row
@@ -101,11 +97,7 @@ pub fn gemm_ex_at<T: Element>(
     };
     at.iter()
         .map(|&flat| {
-            let (z, i, j) = (flat / (m * n), flat / n % m, flat % n);
-            assert!(
-                z < batch,
-                "index {flat} is outside a {batch} x {m} x {n} output"
-            );
+            let (z, i, j) = output_index(flat, (batch, m, n));
             let dot: f64 = (0..k)
                 .map(|l| a_at(z, i, l).to_f64() * b_at(z, l, j).to_f64())
                 .sum();
@@ -206,6 +198,16 @@ fn check_batch_lengths<T>(a: &[T], b: &[T], c: Option<&[T]>, g: &GemmEx) {
 fn check_lengths<T>(a: &[T], b: &[T], m: usize, n: usize, k: usize) {
     assert_eq!(a.len(), m * k, "A is not {m} x {k}");
     assert_eq!(b.len(), k * n, "B is not {k} x {n}");
+}
+
+/// The product, row and column of the flat index `flat` of a `[batch, m, n]` output.
+fn output_index(flat: usize, (batch, m, n): (usize, usize, usize)) -> (usize, usize, usize) {
+    let z = flat / (m * n);
+    assert!(
+        z < batch,
+        "index {flat} is outside a {batch} x {m} x {n} output"
+    );
+    (z, flat / n % m, flat % n)
 }
 
 #[cfg(test)]

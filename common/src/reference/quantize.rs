@@ -81,24 +81,22 @@ pub fn quantize_one(x: f32, p: QuantParams, range: QRange) -> i32 {
 pub fn quantize_sym(x: &[f32]) -> (QuantParams, Vec<i8>) {
     let (lo, hi) = min_max(x);
     let p = sym_params(lo, hi);
-    (
-        p,
-        x.iter()
-            .map(|&v| quantize_one(v, p, SYM_I8) as i8)
-            .collect(),
-    )
+    (p, quantize_all(x, p, SYM_I8, |q| q as i8))
 }
 
 /// Asymmetric uint8 quantization of the whole tensor: its parameters and values.
 pub fn quantize_asym(x: &[f32]) -> (QuantParams, Vec<u8>) {
     let (lo, hi) = min_max(x);
     let p = asym_params(lo, hi);
-    (
-        p,
-        x.iter()
-            .map(|&v| quantize_one(v, p, ASYM_U8) as u8)
-            .collect(),
-    )
+    (p, quantize_all(x, p, ASYM_U8, |q| q as u8))
+}
+
+/// Every value of `x` quantized with `p` into `range`, stored by `store` (which only narrows:
+/// the value is already in the range).
+fn quantize_all<Q>(x: &[f32], p: QuantParams, range: QRange, store: impl Fn(i32) -> Q) -> Vec<Q> {
+    x.iter()
+        .map(|&v| store(quantize_one(v, p, range)))
+        .collect()
 }
 
 /// `(q - zero_point) * scale` in f32, for i8 or u8 storage.

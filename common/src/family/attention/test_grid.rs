@@ -136,13 +136,6 @@ pub fn check_refusals<D>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Args {
-        #[command(flatten)]
-        attention: AttentionArgs,
-    }
 
     #[test]
     fn the_test_grid_has_every_odd_shape_at_both_head_dims_and_masks() {
