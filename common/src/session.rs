@@ -168,7 +168,9 @@ impl<'g> Session<'g> {
     }
 
     /// A version's plan, or None where it was [`Refused`] (then listed under the table as not
-    /// run, as [`Session::skip_version`] does); any other error is the caller's.
+    /// run, as [`Session::skip_version`] does); any other error is the caller's, who may add
+    /// what was being planned (`.with_context(|| format!("planning `{name}` for {op}"))`: the
+    /// context lands on that error only, never on a refusal's line).
     pub fn plan_or_skip<P>(&mut self, version: &str, plan: Result<P>) -> Result<Option<P>> {
         match plan {
             Ok(plan) => Ok(Some(plan)),

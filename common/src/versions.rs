@@ -1,6 +1,6 @@
 //! `versions!`: a day's versions, declared once. Each version is an enum variant with the name
-//! `--kernel` takes; the macro writes the table every day used to write by hand (`ALL` in
-//! the order the table lists them, `NAMES` for `--kernel`'s help, `name`, `from_name`).
+//! `--kernel` takes; from that one list the macro writes `ALL` (in the order the table lists
+//! them), `NAMES` (for `--kernel`'s help), `name` and `from_name`, so the four cannot disagree.
 
 /// Declares a version enum and its `--kernel` names:
 ///

@@ -1,10 +1,10 @@
 //! The day's run (`common::family::ops`): its flags, one problem per op, and how each is
 //! checked against the f64 reference and timed.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use common::cli::bytes_for;
 use common::dtype::Dtype;
-use common::family::ops::{Checked, OpsDay, Run, Selection, plan_or_skip};
+use common::family::ops::{Checked, OpsDay, Run, Selection};
 use common::measure::report::DayReport;
 use common::session::Expected;
 use common::{Element, Gpu, UsageError, sizes};
@@ -214,7 +214,10 @@ impl Activations {
         let mut out = run.gpu.alloc_poisoned::<T>(op.outputs() * rows * cols)?;
         for &name in run.versions {
             let plan = self.plan::<T>(run.gpu, name, &inputs);
-            let Some(mut plan) = plan_or_skip(&mut session, name, op.name(), plan)? else {
+            let Some(mut plan) = session
+                .plan_or_skip(name, plan)
+                .with_context(|| format!("planning `{name}` for {}", op.name()))?
+            else {
                 continue;
             };
             let tolerance = op.tolerance::<T>(name);

@@ -3,10 +3,10 @@
 //! reference and every selected version, planned once for the problem's size and then run by
 //! the session.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::ValueEnum;
 use common::cli::bytes_for;
-use common::family::ops::{Checked, OpsDay, Run, Selection, plan_or_skip};
+use common::family::ops::{Checked, OpsDay, Run, Selection};
 use common::measure::inputs;
 use common::measure::report::DayReport;
 use common::session::{Expected, Problem as Described, Session, Version};
@@ -306,7 +306,10 @@ fn segment_sum(run: &Run, day: &Reductions, n: usize, len: usize) -> Result<DayR
     for &name in run.versions {
         let v = SegmentVersion::from_name(name).expect("one of the op's versions");
         let planned = day.plan_segment(v, segments, len);
-        let Some(plan) = plan_or_skip(&mut session, name, "segment sum", planned)? else {
+        let Some(plan) = session
+            .plan_or_skip(name, planned)
+            .with_context(|| format!("planning `{name}` for segment sum"))?
+        else {
             continue;
         };
         let expected = Expected::full(&sums, &shape, reduce::tolerance(&sums, &abs, plan.depth));

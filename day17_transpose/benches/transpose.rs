@@ -41,13 +41,14 @@ fn cases<'a>(gpu: &'a Gpu, p: &'a Problem) -> Result<Vec<BenchCase<'a>>> {
                 .into_iter()
                 .find(|v| v.name() == name)
                 .context("a transpose version")?;
-            // A shape this version refuses fails here, not in the middle of criterion's run.
-            p.day.transpose_kernel(version, ROWS, COLS)?;
+            // Planned once; a shape this version refuses fails here, not in the middle of
+            // criterion's run.
+            let plan = p.day.plan_transpose(version, ROWS, COLS)?;
             let mut y = gpu.alloc_poisoned::<f32>(ROWS * COLS)?;
             Ok(BenchCase::new(
                 name,
                 Work::Bytes(8 * (ROWS * COLS) as u64),
-                move || p.day.transpose(gpu, version, &p.x, &mut y, ROWS, COLS),
+                move || plan.launch(gpu, &p.x, &mut y),
             ))
         })
         .collect()

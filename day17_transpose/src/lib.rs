@@ -147,14 +147,16 @@ impl Day17 {
         })
     }
 
-    pub fn copy_kernel(&self, n: usize) -> Result<(&Kernel, LaunchShape)> {
-        Ok((
-            self.kernels.get(COPY_FUNCTION)?,
-            LaunchShape::linear(blocks_for(n / 4 + 1), THREADS),
-        ))
+    /// Plans the float4 copy of `n` elements.
+    pub fn plan_copy(&self, n: usize) -> Result<MatrixPlan<'_>> {
+        Ok(MatrixPlan {
+            kernel: self.kernels.get(COPY_FUNCTION)?,
+            shape: LaunchShape::linear(blocks_for(n / 4 + 1), THREADS),
+            op: MatrixOp::Copy { n },
+        })
     }
 
-    /// `y = x` with float4 accesses.
+    /// `y = x` with float4 accesses, planned and launched once.
     pub fn copy(&self, gpu: &Gpu, x: &CudaSlice<f32>, y: &mut CudaSlice<f32>) -> Result<()> {
         let n = x.len();
         if n == 0 || y.len() != n {
@@ -163,19 +165,16 @@ impl Day17 {
                 y.len()
             );
         }
-        let (kernel, shape) = self.copy_kernel(n)?;
-        // SAFETY: x and y both hold n floats (checked above); threads past the last float4
-        // return, and the last one copies the tail.
-        unsafe { copy_f32x4(gpu, kernel, &shape, x, y, n as u64) }
+        self.plan_copy(n)?.launch(gpu, x, y)
     }
 
-    /// The kernel and launch shape of a transpose of a `rows x cols` x, or why it cannot run.
-    pub fn transpose_kernel(
+    /// Plans a transpose of a `rows x cols` x: [`Refused`] when the version cannot take it.
+    pub fn plan_transpose(
         &self,
         version: Transpose,
         rows: usize,
         cols: usize,
-    ) -> Result<(&Kernel, LaunchShape)> {
+    ) -> Result<MatrixPlan<'_>> {
         version.check_shape(rows, cols).map_err(Refused)?;
         let (block, (tile_rows, tile_cols)) = version.geometry();
         let shape = LaunchShape {
@@ -187,10 +186,15 @@ impl Day17 {
             block,
             dynamic_shared_bytes: 0,
         };
-        Ok((self.kernels.get(version.function())?, shape))
+        Ok(MatrixPlan {
+            kernel: self.kernels.get(version.function())?,
+            shape,
+            op: MatrixOp::Transpose { rows, cols },
+        })
     }
 
-    /// `y = x^T` for row-major `x` of `rows x cols` (`y` is `cols x rows`).
+    /// `y = x^T` for row-major `x` of `rows x cols` (`y` is `cols x rows`), planned and
+    /// launched once.
     pub fn transpose(
         &self,
         gpu: &Gpu,
@@ -200,33 +204,29 @@ impl Day17 {
         rows: usize,
         cols: usize,
     ) -> Result<()> {
-        if rows == 0 || cols == 0 || x.len() != rows * cols || y.len() != rows * cols {
-            bail!(
-                "transpose {rows} x {cols}: x has {} and y {} elements",
-                x.len(),
-                y.len()
-            );
-        }
-        let (kernel, shape) = self.transpose_kernel(version, rows, cols)?;
-        // SAFETY: x and y both hold rows x cols floats (checked above), rows and cols fit an
-        // int (`check_shape`), and the kernels skip the parts of edge tiles outside the matrix.
-        unsafe { transpose_f32(gpu, kernel, &shape, x, y, rows as i32, cols as i32) }
+        check_matrix(rows, cols, x, y)?;
+        self.plan_transpose(version, rows, cols)?.launch(gpu, x, y)
     }
 
-    pub fn reverse_kernel(&self, version: Reverse, n: usize) -> Result<(&Kernel, LaunchShape)> {
+    /// Plans `version` of the reversal of `n` elements (the float4 kernels have a variant for
+    /// n % 4 != 0).
+    pub fn plan_reverse(&self, version: Reverse, n: usize) -> Result<ReversePlan<'_>> {
         let threads = match version {
             Reverse::Naive => n,
             Reverse::Vec4 => n / 4 + 1,
             Reverse::InplaceVec4 if n.is_multiple_of(4) => (n / 4).div_ceil(2),
             Reverse::InplaceVec4 => n / 2,
         };
-        Ok((
-            self.kernels.get(version.function(n))?,
-            LaunchShape::linear(blocks_for(threads), THREADS),
-        ))
+        Ok(ReversePlan {
+            kernel: self.kernels.get(version.function(n))?,
+            shape: LaunchShape::linear(blocks_for(threads), THREADS),
+            version,
+            n,
+        })
     }
 
-    /// Out of place, `y[i] = x[n - 1 - i]`. Not for `InplaceVec4` (see [`Day17::reverse_inplace`]).
+    /// Out of place, `y[i] = x[n - 1 - i]`, planned and launched once. Not for `InplaceVec4`
+    /// (see [`Day17::reverse_inplace`]).
     pub fn reverse(
         &self,
         gpu: &Gpu,
@@ -247,20 +247,112 @@ impl Day17 {
                 version.name()
             );
         }
-        let (kernel, shape) = self.reverse_kernel(version, n)?;
-        // SAFETY: x and y both hold n floats (checked above); threads past the end return.
-        unsafe { reverse_f32(gpu, kernel, &shape, x, y, n as u64) }
+        self.plan_reverse(version, n)?.launch(gpu, x, y)
     }
 
-    /// Reverses `x` in place.
+    /// Reverses `x` in place, planned and launched once.
     pub fn reverse_inplace(&self, gpu: &Gpu, x: &mut CudaSlice<f32>) -> Result<()> {
         let n = x.len();
         if n == 0 {
             bail!("reverse: the array is empty");
         }
-        let (kernel, shape) = self.reverse_kernel(Reverse::InplaceVec4, n)?;
+        self.plan_reverse(Reverse::InplaceVec4, n)?
+            .launch_inplace(gpu, x)
+    }
+}
+
+/// The copy or a transpose version planned for one matrix: its kernel and launch shape,
+/// chosen once, launched as often as wanted.
+pub struct MatrixPlan<'a> {
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    op: MatrixOp,
+}
+
+/// What a [`MatrixPlan`] does, and the sizes it was planned for.
+#[derive(Clone, Copy)]
+enum MatrixOp {
+    /// `y = x` of `n` elements.
+    Copy { n: usize },
+    /// `y = x^T` of a `rows x cols` x.
+    Transpose { rows: usize, cols: usize },
+}
+
+/// A reversal version planned for `n` elements.
+pub struct ReversePlan<'a> {
+    pub kernel: &'a Kernel,
+    pub shape: LaunchShape,
+    version: Reverse,
+    n: usize,
+}
+
+/// An error unless x and y both hold the `n > 0` elements `op` was planned for.
+fn check_planned(op: &str, n: usize, x: usize, y: usize) -> Result<()> {
+    if n == 0 || x != n || y != n {
+        bail!("{op}: planned for {n} elements; x has {x} and y {y}");
+    }
+    Ok(())
+}
+
+/// An error unless x and y both hold a `rows x cols` matrix, neither side 0.
+fn check_matrix(rows: usize, cols: usize, x: &CudaSlice<f32>, y: &CudaSlice<f32>) -> Result<()> {
+    if rows == 0 || cols == 0 || x.len() != rows * cols || y.len() != rows * cols {
+        bail!(
+            "transpose {rows} x {cols}: x has {} and y {} elements",
+            x.len(),
+            y.len()
+        );
+    }
+    Ok(())
+}
+
+impl MatrixPlan<'_> {
+    /// `y = x` with float4 accesses, or `y = x^T` (`y` is `cols x rows`).
+    pub fn launch(&self, gpu: &Gpu, x: &CudaSlice<f32>, y: &mut CudaSlice<f32>) -> Result<()> {
+        let (kernel, shape) = (self.kernel, &self.shape);
+        match self.op {
+            MatrixOp::Copy { n } => {
+                check_planned("copy", n, x.len(), y.len())?;
+                // SAFETY: x and y both hold n floats (checked above); threads past the last
+                // float4 return, and the last one copies the tail.
+                unsafe { copy_f32x4(gpu, kernel, shape, x, y, n as u64) }
+            }
+            MatrixOp::Transpose { rows, cols } => {
+                check_matrix(rows, cols, x, y)?;
+                // SAFETY: x and y both hold rows x cols floats (checked above), rows and cols
+                // fit an int (`check_shape`, when planned), and the kernels skip the parts of
+                // edge tiles outside the matrix.
+                unsafe { transpose_f32(gpu, kernel, shape, x, y, rows as i32, cols as i32) }
+            }
+        }
+    }
+}
+
+impl ReversePlan<'_> {
+    /// Out of place, `y[i] = x[n - 1 - i]`. Not for `InplaceVec4` ([`ReversePlan::launch_inplace`]).
+    pub fn launch(&self, gpu: &Gpu, x: &CudaSlice<f32>, y: &mut CudaSlice<f32>) -> Result<()> {
+        if self.version == Reverse::InplaceVec4 {
+            bail!(
+                "reverse: `{}` works in place; call reverse_inplace",
+                self.version.name()
+            );
+        }
+        check_planned("reverse", self.n, x.len(), y.len())?;
+        // SAFETY: x and y both hold n floats (checked above); threads past the end return.
+        unsafe { reverse_f32(gpu, self.kernel, &self.shape, x, y, self.n as u64) }
+    }
+
+    /// Reverses `x` in place: `InplaceVec4` only.
+    pub fn launch_inplace(&self, gpu: &Gpu, x: &mut CudaSlice<f32>) -> Result<()> {
+        if self.version != Reverse::InplaceVec4 {
+            bail!(
+                "reverse: `{}` works out of place; call reverse",
+                self.version.name()
+            );
+        }
+        check_planned("reverse", self.n, x.len(), x.len())?;
         // SAFETY: x holds n floats, and each element is read and written by one thread only.
-        unsafe { reverse_inplace_f32(gpu, kernel, &shape, x, n as u64) }
+        unsafe { reverse_inplace_f32(gpu, self.kernel, &self.shape, x, self.n as u64) }
     }
 }
 

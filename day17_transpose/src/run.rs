@@ -4,9 +4,9 @@
 use std::cell::OnceCell;
 use std::rc::Rc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use common::cli::bytes_for;
-use common::family::ops::{Checked, OpList, OpsDay, Run, Selection, plan_or_skip};
+use common::family::ops::{Checked, OpList, OpsDay, Run, Selection};
 use common::measure::report::DayReport;
 use common::session::{Expected, Version};
 use common::{Gpu, Tolerance, UsageError, measure::inputs, sizes};
@@ -169,22 +169,21 @@ fn matrix(day: &Day17, run: &Run, m: &Matrix, transpose: bool) -> Result<DayRepo
     let x_dev = gpu.upload(x)?;
     let mut out = gpu.alloc_poisoned::<f32>(n)?;
     for &name in run.versions {
-        let version = transpose.then(|| Transpose::from_name(name).expect("a transpose"));
-        let plan = match version {
-            Some(v) => day.transpose_kernel(v, rows, cols),
-            None => day.copy_kernel(n),
+        let plan = if transpose {
+            let version = Transpose::from_name(name).expect("a transpose");
+            day.plan_transpose(version, rows, cols)
+        } else {
+            day.plan_copy(n)
         };
-        let Some((kernel, shape)) = plan_or_skip(&mut session, name, op, plan)? else {
+        let planned = session.plan_or_skip(name, plan);
+        let Some(plan) = planned.with_context(|| format!("planning `{name}` for {op}"))? else {
             continue;
         };
         session.run_version(
-            Version::of(name, kernel, shape),
+            Version::of(name, plan.kernel, plan.shape),
             &mut out,
             &expected,
-            |out| match version {
-                Some(v) => day.transpose(gpu, v, &x_dev, out, rows, cols),
-                None => day.copy(gpu, &x_dev, out),
-            },
+            |out| plan.launch(gpu, &x_dev, out),
         )?;
     }
     Ok(session.finish())
@@ -207,8 +206,12 @@ fn reverse(day: &Day17, run: &Run, n: usize) -> Result<DayReport> {
     let mut out = gpu.alloc_poisoned::<f32>(n)?;
     for &name in run.versions {
         let version = Reverse::from_name(name).expect("a reversal version");
-        let (kernel, shape) = day.reverse_kernel(version, n)?;
-        let run_version = Version::of(name, kernel, shape);
+        let plan = day.plan_reverse(version, n);
+        let planned = session.plan_or_skip(name, plan);
+        let Some(plan) = planned.with_context(|| format!("planning `{name}` for reverse"))? else {
+            continue;
+        };
+        let run_version = Version::of(name, plan.kernel, plan.shape);
         if version == Reverse::InplaceVec4 {
             // The check poisons the buffer, so the first launch copies x into it before
             // reversing it in place. The timed launches then reverse whatever the buffer
@@ -218,11 +221,11 @@ fn reverse(day: &Day17, run: &Run, n: usize) -> Result<DayReport> {
                 if std::mem::take(&mut first) {
                     gpu.stream.memcpy_dtod(&x_dev, out)?;
                 }
-                day.reverse_inplace(gpu, out)
+                plan.launch_inplace(gpu, out)
             })?;
         } else {
             session.run_version(run_version, &mut out, &expected, |out| {
-                day.reverse(gpu, version, &x_dev, out)
+                plan.launch(gpu, &x_dev, out)
             })?;
         }
     }

@@ -1,8 +1,9 @@
 //! day17 on the GPU: every version bit for bit against the CPU over shapes that are not
 //! multiples of the tile (32 or 64), of the float4, or of the block: vectors, primes, odd
-//! sizes.
+//! sizes. Each version is planned once and its plan launched twice, as a timed run does;
+//! `Day17`'s one-shot calls (plan and launch) are checked too.
 
-use common::session::launch_and_read;
+use common::session::{Refused, launch_and_read};
 use common::{Tolerance, measure::check, measure::inputs, testing};
 use day17::{Day17, Reverse, Transpose, reference};
 
@@ -37,6 +38,16 @@ fn copy_and_every_transpose_are_bit_exact_on_odd_shapes() {
         let mut out = gpu.alloc_poisoned::<f32>(n).unwrap();
 
         let same: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+        let plan = day.plan_copy(n).unwrap();
+        for pass in 0..2 {
+            let got =
+                launch_and_read(&gpu, &mut out, &mut |out| plan.launch(&gpu, &x_dev, out)).unwrap();
+            let report = check::compare(&got, &same, &[rows, cols], Tolerance::EXACT);
+            assert!(
+                report.passed(),
+                "copy {rows}x{cols} launch {pass}: {report}"
+            );
+        }
         let got = launch_and_read(&gpu, &mut out, &mut |out| day.copy(&gpu, &x_dev, out)).unwrap();
         let report = check::compare(&got, &same, &[rows, cols], Tolerance::EXACT);
         assert!(report.passed(), "copy {rows}x{cols}: {report}");
@@ -46,6 +57,18 @@ fn copy_and_every_transpose_are_bit_exact_on_odd_shapes() {
             .map(f64::from)
             .collect();
         for version in Transpose::ALL {
+            let plan = day.plan_transpose(version, rows, cols).unwrap();
+            for pass in 0..2 {
+                let got =
+                    launch_and_read(&gpu, &mut out, &mut |out| plan.launch(&gpu, &x_dev, out))
+                        .unwrap();
+                let report = check::compare(&got, &want, &[cols, rows], Tolerance::EXACT);
+                assert!(
+                    report.passed(),
+                    "{} {rows}x{cols} launch {pass}: {report}",
+                    version.name()
+                );
+            }
             let got = launch_and_read(&gpu, &mut out, &mut |out| {
                 day.transpose(&gpu, version, &x_dev, out, rows, cols)
             })
@@ -78,6 +101,24 @@ fn every_reversal_is_bit_exact_on_odd_lengths() {
         let x_dev = gpu.upload(&x).unwrap();
         let mut out = gpu.alloc_poisoned::<f32>(n).unwrap();
         for version in Reverse::ALL {
+            let plan = day.plan_reverse(version, n).unwrap();
+            for pass in 0..2 {
+                let got = launch_and_read(&gpu, &mut out, &mut |out| {
+                    if version == Reverse::InplaceVec4 {
+                        gpu.stream.memcpy_dtod(&x_dev, out)?;
+                        plan.launch_inplace(&gpu, out)
+                    } else {
+                        plan.launch(&gpu, &x_dev, out)
+                    }
+                })
+                .unwrap();
+                let report = check::compare(&got, &want, &[n], Tolerance::EXACT);
+                assert!(
+                    report.passed(),
+                    "reverse {} n={n} launch {pass}: {report}",
+                    version.name()
+                );
+            }
             let got = launch_and_read(&gpu, &mut out, &mut |out| {
                 if version == Reverse::InplaceVec4 {
                     gpu.stream.memcpy_dtod(&x_dev, out)?;
@@ -118,9 +159,21 @@ fn mismatched_sizes_are_refused() {
     assert!(day.copy(&gpu, &x, &mut short).is_err());
     assert!(day.reverse(&gpu, Reverse::Vec4, &x, &mut short).is_err());
     assert!(day.reverse(&gpu, Reverse::InplaceVec4, &x, &mut y).is_err());
-    // Too many rows for the grid: refused, not launched.
-    assert!(
-        day.transpose_kernel(Transpose::Naive, 65535 * 8 + 1, 1)
-            .is_err()
-    );
+    // A plan launched on other sizes than it was made for, or the wrong way round.
+    let mut x_short = gpu.alloc_poisoned::<f32>(11).unwrap();
+    assert!(day.plan_copy(11).unwrap().launch(&gpu, &x, &mut y).is_err());
+    let transpose = day.plan_transpose(Transpose::Tiled, 3, 4).unwrap();
+    assert!(transpose.launch(&gpu, &x, &mut short).is_err());
+    let reverse = day.plan_reverse(Reverse::Naive, 12).unwrap();
+    assert!(reverse.launch(&gpu, &x, &mut short).is_err());
+    assert!(reverse.launch_inplace(&gpu, &mut y).is_err());
+    let inplace = day.plan_reverse(Reverse::InplaceVec4, 12).unwrap();
+    assert!(inplace.launch(&gpu, &x, &mut y).is_err());
+    assert!(inplace.launch_inplace(&gpu, &mut x_short).is_err());
+    // Too many rows for the grid: refused when planned, never launched.
+    let err = day
+        .plan_transpose(Transpose::Naive, 65535 * 8 + 1, 1)
+        .err()
+        .expect("refused");
+    assert!(err.is::<Refused>(), "{err:#}");
 }

@@ -8,7 +8,7 @@ use common::gpu::cublas::GemmEx;
 use common::session::Refused;
 use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice};
 
-use crate::{TensorCoreGemm, Version};
+use crate::{Prepared, TensorCoreGemm, Version};
 
 /// Day 18's GEMM as a library: the fastest version that takes each problem. Later days (19's
 /// fused cross-entropy) call this instead of cuBLAS.
@@ -80,14 +80,23 @@ impl Gemm {
         Err(first_refusal.expect("PREFERENCE is not empty"))
     }
 
-    /// Enqueues `g` with the first version of [`Gemm::preference`] that takes it (sizes, then
-    /// the operands' alignment); [`Refused`] with the best version's reason when none does.
-    pub fn run<T, A, B, C>(&self, gpu: &Gpu, g: &GemmEx, a: &A, b: &B, c: &mut C) -> Result<()>
+    /// Plans `g` on these buffers with the first version of [`Gemm::preference`] that takes
+    /// it (sizes, then the operands' alignment), for [`Prepared::launch`] to enqueue as often
+    /// as wanted on them; [`Refused`] with the best version's reason when none does. Nothing
+    /// is enqueued.
+    pub fn prepare<T, A, B, C>(
+        &self,
+        gpu: &Gpu,
+        g: &GemmEx,
+        a: &A,
+        b: &B,
+        c: &C,
+    ) -> Result<Prepared<'_>>
     where
         T: Element,
         A: DevicePtr<T> + DeviceSlice<T>,
         B: DevicePtr<T> + DeviceSlice<T>,
-        C: DevicePtr<T> + DevicePtrMut<T> + DeviceSlice<T>,
+        C: DevicePtr<T> + DeviceSlice<T>,
     {
         let mut first_refusal = None;
         for &v in Self::preference(g) {
@@ -98,8 +107,7 @@ impl Gemm {
                 first_refusal.get_or_insert(e);
                 continue;
             }
-            // A refusal here comes before anything is enqueued (an operand's alignment).
-            match self.day.gemm::<T, A, B, C>(gpu, v, g, a, b, c) {
+            match self.day.prepare::<T, A, B, C>(gpu, v, g, a, b, c) {
                 Err(e) if e.is::<Refused>() => {
                     first_refusal.get_or_insert(e);
                 }
@@ -107,6 +115,19 @@ impl Gemm {
             }
         }
         Err(first_refusal.expect("PREFERENCE is not empty"))
+    }
+
+    /// Enqueues `g` with the first version of [`Gemm::preference`] that takes it: planned
+    /// ([`Gemm::prepare`]) and launched once.
+    pub fn run<T, A, B, C>(&self, gpu: &Gpu, g: &GemmEx, a: &A, b: &B, c: &mut C) -> Result<()>
+    where
+        T: Element,
+        A: DevicePtr<T> + DeviceSlice<T>,
+        B: DevicePtr<T> + DeviceSlice<T>,
+        C: DevicePtr<T> + DevicePtrMut<T> + DeviceSlice<T>,
+    {
+        self.prepare::<T, A, B, C>(gpu, g, a, b, c)?
+            .launch::<T, T, A, B, C>(gpu, a, b, c)
     }
 }
 

@@ -76,9 +76,10 @@ fn cases<'a>(gpu: &'a Gpu, p: &'a Problem) -> Result<Vec<BenchCase<'a>>> {
         };
         let mut grads = gpu.alloc_poisoned::<bf16>((tokens + vocab) * hidden)?;
         let mut loss = gpu.alloc_poisoned::<f32>(1)?;
+        let launches = plan.prepare(gpu, &p.ce, &p.cublas, &p.h, &p.w, &grads)?;
         cases.push(BenchCase::new(name, work, move || {
             plan.run(
-                gpu, &p.ce, &p.cublas, &p.h, &p.w, &p.targets, &OPTIONS, &mut grads, &mut loss,
+                gpu, &launches, &p.h, &p.w, &p.targets, &OPTIONS, &mut grads, &mut loss,
             )
         }));
     }

@@ -1,7 +1,8 @@
 //! The fused problem's chunked loop: per chunk of tokens, the logits (GEMM), the loss rows
 //! and their gradient written over the logits in place (`cross_entropy.cu`), the chunk's dH
-//! (GEMM) and its share of dW (GEMM, accumulated). [`FusedPlan`] holds one version's chunk and
-//! scratch for one shape; [`FusedPlan::run`] is one forward and backward.
+//! (GEMM) and its share of dW (GEMM, accumulated). [`FusedPlan`] holds one version's chunk
+//! and scratch for one shape, [`ChunkLaunches`] its kernels planned for one backend and set
+//! of buffers; [`FusedPlan::run`] is one forward and backward.
 
 use anyhow::{Result, bail};
 use common::Gpu;
@@ -10,8 +11,8 @@ use common::session::Refused;
 use cudarc::driver::CudaSlice;
 use half::bf16;
 
-use crate::cross_entropy::{CrossEntropy, LossScratch};
-use crate::gemm::{GemmBackend, describe, gemm};
+use crate::cross_entropy::{CrossEntropy, LossScratch, RowPlan};
+use crate::gemm::{GemmBackend, PreparedGemm, describe, gemm};
 use crate::problem::validate_options;
 use crate::reference::CeOptions;
 use crate::row_kernel::RowKernel;
@@ -78,6 +79,8 @@ pub(crate) fn gib(bytes: u64) -> f64 {
 }
 
 /// One version of the fused problem on one shape: its chunk and its scratch.
+/// [`FusedPlan::prepare`] plans its kernels for a backend and the buffers ([`ChunkLaunches`]);
+/// [`FusedPlan::run`] only launches them.
 pub struct FusedPlan {
     pub shape: Shape,
     pub chunk: usize,
@@ -85,6 +88,32 @@ pub struct FusedPlan {
     /// `chunk x V` bf16: a chunk's logits, then its gradient in place.
     logits: CudaSlice<bf16>,
     loss_scratch: LossScratch,
+}
+
+/// A [`FusedPlan`]'s kernels planned once for a backend and one set of buffers (H, W, the
+/// gradients and the plan's logits): the row kernel of a full chunk and of the ragged last
+/// one, and every chunk's three GEMMs in the order they run.
+pub struct ChunkLaunches<'a> {
+    shape: Shape,
+    chunk: usize,
+    ce: &'a CrossEntropy,
+    full: RowPlan<'a>,
+    last: RowPlan<'a>,
+    gemms: Vec<[Box<dyn PreparedGemm + 'a>; 3]>,
+}
+
+impl<'a> ChunkLaunches<'a> {
+    /// The row kernel's plan for a full chunk (the table's launch).
+    pub fn row_plan(&self) -> &RowPlan<'a> {
+        &self.full
+    }
+}
+
+/// The chunks of `tokens` in `chunk`s: (first token, rows).
+fn chunks(tokens: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..tokens)
+        .step_by(chunk)
+        .map(move |start| (start, chunk.min(tokens - start)))
 }
 
 impl FusedPlan {
@@ -147,16 +176,10 @@ impl FusedPlan {
         ]
     }
 
-    /// Rows of the last chunk (all of them when there is one).
-    fn last_chunk(&self) -> usize {
-        let tokens = self.shape.tokens;
-        tokens - (tokens - 1) / self.chunk * self.chunk
-    }
-
     /// [`Refused`] when `backend` cannot take one of the GEMMs of this plan (the full chunk
     /// and the ragged last one), before anything is enqueued.
     pub fn check_backend(&self, backend: &dyn GemmBackend) -> Result<()> {
-        for rows in [self.chunk, self.last_chunk()] {
+        for rows in [self.chunk, last_chunk(self.shape.tokens, self.chunk)] {
             for g in self.chunk_gemms(rows, true) {
                 backend.check(&g).map_err(|e| {
                     if e.is::<Refused>() {
@@ -175,13 +198,82 @@ impl FusedPlan {
         2 * self.logits.len() as u64 + self.loss_scratch.bytes()
     }
 
-    /// One forward + backward: `grads` is dH `[T, Hd]` then dW `[V, Hd]`, `loss[0]` the mean.
+    /// Whether H, W and the gradients have this plan's sizes.
+    fn fits(&self, h: &CudaSlice<bf16>, w: &CudaSlice<bf16>, grads: &CudaSlice<bf16>) -> bool {
+        let Shape {
+            tokens,
+            hidden,
+            vocab,
+        } = self.shape;
+        h.len() == tokens * hidden
+            && w.len() == vocab * hidden
+            && grads.len() == (tokens + vocab) * hidden
+    }
+
+    /// The row kernel planned for a full chunk and the last one, and every chunk's GEMMs
+    /// planned by `backend` on `h`, `w` and `grads` (the buffers [`FusedPlan::run`] must then
+    /// be given), after [`FusedPlan::check_backend`]: [`Refused`] before anything is enqueued
+    /// when the backend cannot take them.
+    pub fn prepare<'a>(
+        &self,
+        gpu: &Gpu,
+        ce: &'a CrossEntropy,
+        backend: &'a dyn GemmBackend,
+        h: &CudaSlice<bf16>,
+        w: &CudaSlice<bf16>,
+        grads: &CudaSlice<bf16>,
+    ) -> Result<ChunkLaunches<'a>> {
+        let Shape {
+            tokens,
+            hidden,
+            vocab,
+        } = self.shape;
+        if !self.fits(h, w, grads) {
+            bail!(
+                "fused cross-entropy: H of {}, W of {} and {} gradients do not make T = {tokens}, \
+                 Hd = {hidden}, V = {vocab}",
+                h.len(),
+                w.len(),
+                grads.len()
+            );
+        }
+        self.check_backend(backend)?;
+        let full = ce.plan_rows(gpu, self.row_kernel, self.chunk, vocab)?;
+        let last = ce.plan_rows(gpu, self.row_kernel, last_chunk(tokens, self.chunk), vocab)?;
+        // The operands exactly as `run` slices them.
+        let (dh, dw) = grads.split_at(tokens * hidden);
+        let w_view = w.as_view();
+        let gemms = chunks(tokens, self.chunk)
+            .map(|(start, rows)| {
+                let h_chunk = h.slice(start * hidden..(start + rows) * hidden);
+                let [logits_gemm, dh_gemm, dw_gemm] = self.chunk_gemms(rows, start > 0);
+                let logits = self.logits.slice(..rows * vocab);
+                let dh_chunk = dh.slice(start * hidden..(start + rows) * hidden);
+                Ok([
+                    backend.prepare(&logits_gemm, &h_chunk, &w_view, &logits)?,
+                    backend.prepare(&dh_gemm, &logits, &w_view, &dh_chunk)?,
+                    backend.prepare(&dw_gemm, &logits, &h_chunk, &dw)?,
+                ])
+            })
+            .collect::<Result<_>>()?;
+        Ok(ChunkLaunches {
+            shape: self.shape,
+            chunk: self.chunk,
+            ce,
+            full,
+            last,
+            gemms,
+        })
+    }
+
+    /// One forward + backward with `launches` (prepared by [`FusedPlan::prepare`] on these
+    /// `h`, `w` and `grads`): `grads` is dH `[T, Hd]` then dW `[V, Hd]`, `loss[0]` the mean.
+    /// Every kernel was planned once, with the plan and its launches; this only enqueues.
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &mut self,
         gpu: &Gpu,
-        ce: &CrossEntropy,
-        backend: &dyn GemmBackend,
+        launches: &ChunkLaunches,
         h: &CudaSlice<bf16>,
         w: &CudaSlice<bf16>,
         targets: &CudaSlice<i32>,
@@ -194,12 +286,7 @@ impl FusedPlan {
             hidden,
             vocab,
         } = self.shape;
-        if h.len() != tokens * hidden
-            || w.len() != vocab * hidden
-            || targets.len() != tokens
-            || grads.len() != (tokens + vocab) * hidden
-            || loss.is_empty()
-        {
+        if !self.fits(h, w, grads) || targets.len() != tokens || loss.is_empty() {
             bail!(
                 "fused cross-entropy: H of {}, W of {}, {} targets and {} gradients do not make \
                  T = {tokens}, Hd = {hidden}, V = {vocab}",
@@ -209,21 +296,25 @@ impl FusedPlan {
                 grads.len()
             );
         }
-        self.check_backend(backend)?;
-        // The row kernel of a full chunk and of the ragged last one, planned once.
-        let full = ce.plan_rows(gpu, self.row_kernel, self.chunk, vocab)?;
-        let last = ce.plan_rows(gpu, self.row_kernel, self.last_chunk(), vocab)?;
+        if launches.shape != self.shape || launches.chunk != self.chunk {
+            bail!("fused cross-entropy: launches prepared for another plan");
+        }
+        let ce = launches.ce;
         ce.count_valid(gpu, targets, vocab, opts, &mut self.loss_scratch)?;
         let (mut dh, mut dw) = grads.split_at_mut(tokens * hidden);
         let w_view = w.as_view();
-        for start in (0..tokens).step_by(self.chunk) {
-            let rows = self.chunk.min(tokens - start);
-            let row_plan = if rows == self.chunk { &full } else { &last };
+        for ((start, rows), [logits_gemm, dh_gemm, dw_gemm]) in
+            chunks(tokens, self.chunk).zip(&launches.gemms)
+        {
+            let row_plan = if rows == self.chunk {
+                &launches.full
+            } else {
+                &launches.last
+            };
             let h_chunk = h.slice(start * hidden..(start + rows) * hidden);
             // The first chunk overwrites dW, so dW needs no zeroing (its poison is never read).
-            let [logits_gemm, dh_gemm, dw_gemm] = self.chunk_gemms(rows, start > 0);
             let mut logits = self.logits.slice_mut(..rows * vocab);
-            backend.gemm(&logits_gemm, &h_chunk, &w_view, &mut logits)?;
+            logits_gemm.launch(&h_chunk, &w_view, &mut logits)?;
             ce.rows_in_place(
                 gpu,
                 row_plan,
@@ -235,11 +326,16 @@ impl FusedPlan {
             )?;
             let dlogits = self.logits.slice(..rows * vocab);
             let mut dh_chunk = dh.slice_mut(start * hidden..(start + rows) * hidden);
-            backend.gemm(&dh_gemm, &dlogits, &w_view, &mut dh_chunk)?;
-            backend.gemm(&dw_gemm, &dlogits, &h_chunk, &mut dw)?;
+            dh_gemm.launch(&dlogits, &w_view, &mut dh_chunk)?;
+            dw_gemm.launch(&dlogits, &h_chunk, &mut dw)?;
         }
         ce.mean_loss(gpu, tokens, &self.loss_scratch, loss)
     }
+}
+
+/// Rows of the last chunk (all of them when there is one).
+fn last_chunk(tokens: usize, chunk: usize) -> usize {
+    tokens - (tokens - 1) / chunk * chunk
 }
 
 #[cfg(test)]

@@ -23,7 +23,33 @@ pub trait GemmBackend {
     fn check(&self, _g: &GemmEx) -> Result<()> {
         Ok(())
     }
-    fn gemm(&self, g: &GemmEx, a: &Operand, b: &Operand, c: &mut Output) -> Result<()>;
+    /// `g` planned once on these operands (C given as a view of the output it will write),
+    /// enqueued by [`PreparedGemm::launch`] as often as wanted on the same operands.
+    fn prepare<'s>(
+        &'s self,
+        g: &GemmEx,
+        a: &Operand,
+        b: &Operand,
+        c: &Operand,
+    ) -> Result<Box<dyn PreparedGemm + 's>>;
+}
+
+/// One GEMM of a [`GemmBackend`], planned for its operands.
+pub trait PreparedGemm {
+    /// Enqueues the GEMM on the operands it was prepared for.
+    fn launch(&self, a: &Operand, b: &Operand, c: &mut Output) -> Result<()>;
+}
+
+/// cuBLAS plans inside the library call: its prepared GEMM is the call's description.
+struct CublasGemm<'c> {
+    cublas: &'c Cublas,
+    g: GemmEx,
+}
+
+impl PreparedGemm for CublasGemm<'_> {
+    fn launch(&self, a: &Operand, b: &Operand, c: &mut Output) -> Result<()> {
+        self.cublas.gemm_ex::<bf16, bf16, _, _, _>(&self.g, a, b, c)
+    }
 }
 
 impl GemmBackend for Cublas {
@@ -31,8 +57,17 @@ impl GemmBackend for Cublas {
         "cublas"
     }
 
-    fn gemm(&self, g: &GemmEx, a: &Operand, b: &Operand, c: &mut Output) -> Result<()> {
-        self.gemm_ex::<bf16, bf16, _, _, _>(g, a, b, c)
+    fn prepare<'s>(
+        &'s self,
+        g: &GemmEx,
+        _a: &Operand,
+        _b: &Operand,
+        _c: &Operand,
+    ) -> Result<Box<dyn PreparedGemm + 's>> {
+        Ok(Box::new(CublasGemm {
+            cublas: self,
+            g: *g,
+        }))
     }
 }
 
@@ -65,8 +100,30 @@ impl GemmBackend for Day18Gemm<'_> {
         self.gemm.choose::<bf16>(g).map(|_| ())
     }
 
-    fn gemm(&self, g: &GemmEx, a: &Operand, b: &Operand, c: &mut Output) -> Result<()> {
-        self.gemm.run::<bf16, _, _, _>(self.gpu, g, a, b, c)
+    fn prepare<'s>(
+        &'s self,
+        g: &GemmEx,
+        a: &Operand,
+        b: &Operand,
+        c: &Operand,
+    ) -> Result<Box<dyn PreparedGemm + 's>> {
+        Ok(Box::new(Day18Prepared {
+            gpu: self.gpu,
+            prepared: self.gemm.prepare::<bf16, _, _, _>(self.gpu, g, a, b, c)?,
+        }))
+    }
+}
+
+/// Day 18's GEMM with its version, launch and tensor maps made once for its operands.
+struct Day18Prepared<'g, 'k> {
+    gpu: &'g Gpu,
+    prepared: day18::Prepared<'k>,
+}
+
+impl PreparedGemm for Day18Prepared<'_, '_> {
+    fn launch(&self, a: &Operand, b: &Operand, c: &mut Output) -> Result<()> {
+        self.prepared
+            .launch::<bf16, bf16, _, _, _>(self.gpu, a, b, c)
     }
 }
 

@@ -22,9 +22,10 @@ pub mod tolerance;
 
 pub use cross_entropy::{CePlan, CrossEntropy, LossScratch, RowPlan};
 pub use fused::{
-    FusedPlan, FusedVersion, Shape, default_chunk, output_bytes, planned_scratch_bytes,
+    ChunkLaunches, FusedPlan, FusedVersion, Shape, default_chunk, output_bytes,
+    planned_scratch_bytes,
 };
-pub use gemm::{Day18Gemm, GemmBackend};
+pub use gemm::{Day18Gemm, GemmBackend, PreparedGemm};
 pub use problem::{
     CeProblem, DEFAULT_HIDDEN, DEFAULT_TOKENS, DEFAULT_VOCAB, make_inputs, make_targets,
     validate_options,

@@ -134,9 +134,12 @@ pub fn run_fused(
             (FusedVersion::ChunkedDay18, Some(day18)) => day18,
             _ => &cublas,
         };
-        let planned = FusedPlan::new(gpu, shape, version.chunk(shape, chunk), opts)
-            .and_then(|plan| plan.check_backend(backend).map(|()| plan));
-        let mut plan = match planned {
+        let planned =
+            FusedPlan::new(gpu, shape, version.chunk(shape, chunk), opts).and_then(|plan| {
+                let launches = plan.prepare(gpu, ce, backend, &h_dev, &w_dev, &grads)?;
+                Ok((plan, launches))
+            });
+        let (mut plan, launches) = match planned {
             Ok(plan) => plan,
             Err(e) if e.is::<Refused>() => {
                 session.skip_version(name, &e.to_string());
@@ -145,7 +148,7 @@ pub fn run_fused(
             Err(e) => return Err(e),
         };
         let chunks = tokens.div_ceil(plan.chunk);
-        let (row_kernel, row_shape) = ce.row_launch(gpu, plan.row_kernel, plan.chunk)?;
+        let (row_kernel, row_shape) = (launches.row_plan().kernel, launches.row_plan().shape);
         let row = Version {
             name,
             kernel: row_kernel
@@ -166,7 +169,7 @@ pub fn run_fused(
             report
         };
         session.run_version_checked(row, &mut grads, &[grads_len], check, |g| {
-            plan.run(gpu, ce, backend, &h_dev, &w_dev, &t_dev, opts, g, &mut loss)
+            plan.run(gpu, &launches, &h_dev, &w_dev, &t_dev, opts, g, &mut loss)
         })?;
         print_memory(
             name,

@@ -3,7 +3,8 @@
 //! 16-byte boundaries), with ignored targets (all of them too: loss 0, no NaN), label
 //! smoothing and z-loss; cross-entropy alone, both row kernels, out of place and in place.
 //! `chunked_day18` (day 18's GEMM as the backend) on the vocabularies it takes (V and Hd
-//! multiples of 8), and its refusal of the others before anything runs.
+//! multiples of 8), and its refusal of the others before anything runs. Each fused check
+//! plans once (`FusedPlan::prepare`) and runs the plan twice, as a timed run does.
 
 use common::gpu::cublas::Cublas;
 use common::session::Refused;
@@ -57,32 +58,41 @@ fn check_fused(
         .alloc_poisoned::<bf16>((shape.tokens + shape.vocab) * shape.hidden)
         .unwrap();
     let mut loss = gpu.alloc_poisoned::<f32>(1).unwrap();
-    let got = launch_and_read(gpu, &mut grads, &mut |g| {
-        plan.run(gpu, ce, backend, &h_dev, &w_dev, &t_dev, opts, g, &mut loss)
-    })
-    .unwrap_or_else(|e| panic!("{what}: {e:#}"));
-    let split = shape.tokens * shape.hidden;
-    // Element by element: the bf16 tolerance plus each element's allowance from the sum of its
-    // terms' magnitudes, so a small gradient is held to its own scale, not the largest one's.
-    let dh = check::compare_with_slack(
-        &got[..split],
-        &expected.dh,
-        &tolerance::gradient_slack(&expected.dh_terms, chunks),
-        &[shape.tokens, shape.hidden],
-        tolerance::gradient(),
-    );
-    assert!(dh.passed(), "{what}: dH {dh}");
-    let dw = check::compare_with_slack(
-        &got[split..],
-        &expected.dw,
-        &tolerance::gradient_slack(&expected.dw_terms, chunks),
-        &[shape.vocab, shape.hidden],
-        tolerance::gradient(),
-    );
-    assert!(dw.passed(), "{what}: dW {dw}");
-    let got_loss = gpu.download(&loss).unwrap();
-    let l = check::compare(&got_loss, &[expected.loss], &[1], tolerance::LOSS);
-    assert!(l.passed(), "{what}: loss {l}");
+    let launches = plan
+        .prepare(gpu, ce, backend, &h_dev, &w_dev, &grads)
+        .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    // Twice from the same plan and launches, as timed runs launch them (the outputs poisoned
+    // before each): both must pass.
+    for pass in ["first run", "second run"] {
+        let got = launch_and_read(gpu, &mut grads, &mut |g| {
+            plan.run(gpu, &launches, &h_dev, &w_dev, &t_dev, opts, g, &mut loss)
+        })
+        .unwrap_or_else(|e| panic!("{what} {pass}: {e:#}"));
+        let split = shape.tokens * shape.hidden;
+        // Element by element: the bf16 tolerance plus each element's allowance from the sum of
+        // its terms' magnitudes, so a small gradient is held to its own scale, not the largest
+        // one's.
+        let dh = check::compare_with_slack(
+            &got[..split],
+            &expected.dh,
+            &tolerance::gradient_slack(&expected.dh_terms, chunks),
+            &[shape.tokens, shape.hidden],
+            tolerance::gradient(),
+        );
+        assert!(dh.passed(), "{what} {pass}: dH {dh}");
+        let dw = check::compare_with_slack(
+            &got[split..],
+            &expected.dw,
+            &tolerance::gradient_slack(&expected.dw_terms, chunks),
+            &[shape.vocab, shape.hidden],
+            tolerance::gradient(),
+        );
+        assert!(dw.passed(), "{what} {pass}: dW {dw}");
+        let got_loss = gpu.download(&loss).unwrap();
+        let l = check::compare(&got_loss, &[expected.loss], &[1], tolerance::LOSS);
+        assert!(l.passed(), "{what} {pass}: loss {l}");
+        gpu.poison(&mut loss).unwrap();
+    }
 }
 
 #[test]
@@ -187,20 +197,15 @@ fn chunked_day18_refuses_what_day18_refuses() {
             text.contains("day18 GEMM") && text.contains("multiple of 8"),
             "{text}"
         );
-        // run() refuses the same way, with the outputs untouched.
+        // prepare() refuses the same way, before anything is enqueued.
         let ce = CrossEntropy::load(&gpu).unwrap();
-        let (h, w, targets) = make_inputs(shape, 0.0, opts.ignore_index, 5);
-        let (h, w, t) = (
-            gpu.upload(&h).unwrap(),
-            gpu.upload(&w).unwrap(),
-            gpu.upload(&targets).unwrap(),
-        );
-        let mut plan = plan;
-        let mut grads = gpu.alloc_poisoned::<bf16>((17 + vocab) * hidden).unwrap();
-        let mut loss = gpu.alloc_poisoned::<f32>(1).unwrap();
+        let (h, w, _) = make_inputs(shape, 0.0, opts.ignore_index, 5);
+        let (h, w) = (gpu.upload(&h).unwrap(), gpu.upload(&w).unwrap());
+        let grads = gpu.alloc_poisoned::<bf16>((17 + vocab) * hidden).unwrap();
         let err = plan
-            .run(&gpu, &ce, &day18, &h, &w, &t, &opts, &mut grads, &mut loss)
-            .unwrap_err();
+            .prepare(&gpu, &ce, &day18, &h, &w, &grads)
+            .err()
+            .expect("day18 prepared V or Hd off a multiple of 8");
         assert!(err.is::<Refused>(), "{err:#}");
     }
     // cuBLAS takes all of them.
@@ -453,11 +458,20 @@ fn refusals_are_clear() {
     let mut plan = FusedPlan::new(&gpu, shape, 2, &opts).unwrap();
     let cublas = Cublas::open(&gpu).unwrap();
     let h = gpu.upload(&[bf16::ONE; 4 * 8]).unwrap();
-    let w = gpu.upload(&[bf16::ONE; 9 * 8]).unwrap();
-    let t = gpu.upload(&[0i32; 4]).unwrap();
+    let short_w = gpu.upload(&[bf16::ONE; 9 * 8]).unwrap();
+    let w = gpu.upload(&[bf16::ONE; 10 * 8]).unwrap();
+    let short_t = gpu.upload(&[0i32; 3]).unwrap();
     let mut grads = gpu.alloc_poisoned::<bf16>(14 * 8).unwrap();
     let err = plan
-        .run(&gpu, &ce, &cublas, &h, &w, &t, &opts, &mut grads, &mut loss)
+        .prepare(&gpu, &ce, &cublas, &h, &short_w, &grads)
+        .err()
+        .expect("prepared on a short W");
+    assert!(err.to_string().contains("do not make"), "{err:#}");
+    let launches = plan.prepare(&gpu, &ce, &cublas, &h, &w, &grads).unwrap();
+    let err = plan
+        .run(
+            &gpu, &launches, &h, &w, &short_t, &opts, &mut grads, &mut loss,
+        )
         .unwrap_err();
     assert!(err.to_string().contains("do not make"), "{err:#}");
 }

@@ -2,9 +2,9 @@
 //! `--op` asks for with its sizes, and how each is checked against the f64 reference and
 //! timed.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use common::dtype::Dtype;
-use common::family::ops::{Checked, OpsDay, Run, Selection, plan_or_skip};
+use common::family::ops::{Checked, OpsDay, Run, Selection};
 use common::measure::report::DayReport;
 use common::{Element, Gpu, UsageError, sizes};
 use half::bf16;
@@ -211,7 +211,10 @@ impl Conv {
         let mut y = gpu.alloc_poisoned::<T>(shape.output_len())?;
         for &name in run.versions {
             let plan = self.plan::<T>(gpu, name, &shape);
-            let Some(mut plan) = plan_or_skip(&mut session, name, op.name(), plan)? else {
+            let Some(mut plan) = session
+                .plan_or_skip(name, plan)
+                .with_context(|| format!("planning `{name}` for {}", op.name()))?
+            else {
                 continue;
             };
             let version = plan.version(name);

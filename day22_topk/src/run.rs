@@ -2,9 +2,9 @@
 //! or the one `--rows --width --k` give, and how each version is checked bit for bit (values
 //! and indices) and timed.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::ValueEnum;
-use common::family::ops::{Checked, OpsDay, Run, Selection, plan_or_skip};
+use common::family::ops::{Checked, OpsDay, Run, Selection};
 use common::measure::report::DayReport;
 use common::{Gpu, measure::inputs, sizes};
 use half::bf16;
@@ -140,7 +140,10 @@ impl TopK {
         let mut indices = gpu.alloc_poisoned::<u32>(shape.outputs())?;
         for &name in run.versions {
             let plan = self.plan::<T>(gpu, name, shape);
-            let Some(mut plan) = plan_or_skip(&mut session, name, TOPK, plan)? else {
+            let Some(mut plan) = session
+                .plan_or_skip(name, plan)
+                .with_context(|| format!("planning `{name}` for {TOPK}"))?
+            else {
                 continue;
             };
             // Poisoned before the checked run; every later run writes the same indices, so one

@@ -13,7 +13,7 @@ use common::gpu::tma::{KMajorTiles, TmaDescriptor};
 use common::reference::matmul;
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape, Tolerance, UsageError};
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DevicePtr};
 use half::bf16;
 
 use crate::{GEMM_SOURCE, Nvfp4Dev, check_shape};
@@ -171,13 +171,25 @@ impl Gemm {
         })
     }
 
-    /// Plans `version` on `m x n x k`; a [`Refused`] when this GPU or these sizes do not suit
-    /// it.
-    pub fn plan(&self, version: Version, m: usize, n: usize, k: usize) -> Result<GemmPlan<'_>> {
+    /// Plans `version` on `m x n x k` with `a` as A (`wgmma_rs` encodes A's TMA map here, so
+    /// its launches take that same A); a [`Refused`] when this GPU, these sizes or A's
+    /// layout do not suit it.
+    pub fn plan(
+        &self,
+        gpu: &Gpu,
+        version: Version,
+        a: &CudaSlice<bf16>,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<GemmPlan<'_>> {
         check_shape("gemm: W", n, k)?;
         check_shape("gemm: A", m, k)?;
-        let (kernel, shape) = match version {
-            Version::MmaBf16 => (self.kernels.get(MMA_FUNCTION)?, launch_shape(m, n)?),
+        if a.len() != m * k {
+            bail!("gemm: A of {} does not fit {m} x {k}", a.len());
+        }
+        let (kernel, shape, map_a) = match version {
+            Version::MmaBf16 => (self.kernels.get(MMA_FUNCTION)?, launch_shape(m, n)?, None),
             Version::WgmmaRs => {
                 if !self.hopper {
                     return Err(Refused(
@@ -185,16 +197,26 @@ impl Gemm {
                     )
                     .into());
                 }
-                (
-                    self.kernels.get(WGMMA_FUNCTION)?,
-                    wgmma_launch_shape(m, n, k, self.sms)?,
-                )
+                let shape = wgmma_launch_shape(m, n, k, self.sms)?;
+                // A as [1][m][k] in boxes of 64 k x 256 rows: rows of 2k bytes, a multiple of
+                // 32 since k is of 16, as the TMA needs.
+                let map = KMajorTiles {
+                    inner: k,
+                    rows: m,
+                    outer: 1,
+                    outer_stride: m * k,
+                    box_inner: WG_BOX_K as u32,
+                    box_rows: WG_TILE_M as u32,
+                }
+                .encode(gpu, a)?;
+                let a_at = a.device_ptr(&gpu.stream).0;
+                (self.kernels.get(WGMMA_FUNCTION)?, shape, Some((map, a_at)))
             }
         };
         Ok(GemmPlan {
             kernel,
             shape,
-            version,
+            map_a,
             m,
             n,
             k,
@@ -202,18 +224,20 @@ impl Gemm {
     }
 }
 
-/// One version planned for `m x n x k`: its kernel and launch shape.
+/// One version planned for `m x n x k`: its kernel and launch shape, and for `wgmma_rs` A's
+/// TMA map with the device address of the A it maps.
 pub struct GemmPlan<'a> {
     pub kernel: &'a Kernel,
     pub shape: LaunchShape,
-    version: Version,
+    map_a: Option<(TmaDescriptor, u64)>,
     m: usize,
     n: usize,
     k: usize,
 }
 
 impl GemmPlan<'_> {
-    /// `C = A W^T`.
+    /// `C = A W^T`, with the A it was planned with for `wgmma_rs` (another A is an error: A's
+    /// map holds its address).
     pub fn launch(
         &self,
         gpu: &Gpu,
@@ -233,7 +257,7 @@ impl GemmPlan<'_> {
             );
         }
         let (packed, scales, ts) = (&w.packed, &w.scales, &w.tensor_scale);
-        if self.version == Version::MmaBf16 {
+        let Some((map_a, a_at)) = self.map_a else {
             let (m, n, k) = (m as u64, n as u64, k as u64);
             // SAFETY: the lengths are checked above; k is a multiple of 16 (A rows 32-byte
             // aligned, W rows 8-byte aligned, as its loads need); tiles past m, n, k are
@@ -253,23 +277,16 @@ impl GemmPlan<'_> {
                     k,
                 )
             };
+        };
+        if a.device_ptr(&gpu.stream).0 != a_at {
+            bail!("gemm: wgmma_rs launched on another A than it was planned for");
         }
-        // A as [1][m][k] in boxes of 64 k x 256 rows: rows of 2k bytes, a multiple of 32
-        // since k is of 16, as the TMA needs.
-        let map_a = KMajorTiles {
-            inner: k,
-            rows: m,
-            outer: 1,
-            outer_stride: m * k,
-            box_inner: WG_BOX_K as u32,
-            box_rows: WG_TILE_M as u32,
-        }
-        .encode(gpu, a)?;
         let (m, n, k) = (m as i32, n as i32, k as i32);
         // SAFETY: the lengths are checked above and m, n, k are within i32
-        // (wgmma_launch_shape); the map covers exactly A; W's codes are read in 8-byte blocks
-        // (rows of k / 2 bytes, k a multiple of 16) and scales byte by byte unless every row is
-        // 4-byte aligned; rows and blocks past n and k are not read and stores are guarded.
+        // (wgmma_launch_shape); the map covers exactly A, the A given (its address checked
+        // above); W's codes are read in 8-byte blocks (rows of k / 2 bytes, k a multiple of
+        // 16) and scales byte by byte unless every row is 4-byte aligned; rows and blocks past
+        // n and k are not read and stores are guarded.
         unsafe {
             gemm_nvfp4_wgmma_rs(
                 gpu,

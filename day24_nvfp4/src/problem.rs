@@ -5,9 +5,9 @@
 use std::cell::OnceCell;
 use std::rc::Rc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use common::cli::bytes_for;
-use common::family::ops::{Checked, OpList, OpsDay, Run, Selection, plan_or_skip};
+use common::family::ops::{Checked, OpList, OpsDay, Run, Selection};
 use common::measure::report::DayReport;
 use common::measure::{check, inputs, poison_check};
 use common::reference::matmul::{
@@ -387,7 +387,11 @@ fn gemm(run: &Run, day: &Gemm, m: usize, n: usize, k: usize) -> Result<DayReport
     let mut c = gpu.alloc_poisoned::<f32>(m * n)?;
     for &name in run.versions {
         let v = gemm::Version::from_name(name).expect("one of the op's versions");
-        let Some(plan) = plan_or_skip(&mut session, name, "gemm", day.plan(v, m, n, k))? else {
+        let plan = day.plan(gpu, v, &a_dev, m, n, k);
+        let Some(plan) = session
+            .plan_or_skip(name, plan)
+            .with_context(|| format!("planning `{name}` for gemm"))?
+        else {
             continue;
         };
         session.run_version(

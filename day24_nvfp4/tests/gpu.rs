@@ -248,7 +248,7 @@ fn gemm_is_right_on_odd_shapes() {
         let (want, _) = fmt::gemm_at(&a, &w, m, &at);
         let (a_dev, w_dev) = (gpu.upload(&a).unwrap(), Nvfp4Dev::upload(&gpu, &w).unwrap());
         for version in gemm::Version::ALL {
-            let plan = match day.plan(version, m, n, k) {
+            let plan = match day.plan(&gpu, version, &a_dev, m, n, k) {
                 Err(e) if e.is::<Refused>() => {
                     let version = version.name();
                     println!("SKIPPED {version} on {m} x {n} x {k}: not for this GPU or size");
@@ -319,4 +319,18 @@ fn launchers_refuse_what_the_kernels_cannot_take() {
     rows4
         .launch(&gpu, Weights::Nvfp4(&nv), &x16, &mut y5)
         .unwrap();
+    // wgmma_rs holds A's TMA map from its plan: another A of the same size is an error.
+    let gemm_day = Gemm::load(&gpu).unwrap();
+    let a = gpu.upload(&[bf16::from_f32(1.0); 48]).unwrap();
+    let other_a = gpu.upload(&[bf16::from_f32(1.0); 48]).unwrap();
+    match gemm_day.plan(&gpu, gemm::Version::WgmmaRs, &a, 3, 5, 16) {
+        Err(e) if e.is::<Refused>() => println!("SKIPPED wgmma_rs on another A: {e}"),
+        plan => {
+            let plan = plan.unwrap();
+            let mut c = gpu.alloc_poisoned::<f32>(15).unwrap();
+            let err = plan.launch(&gpu, &other_a, &nv, &mut c).unwrap_err();
+            assert!(err.to_string().contains("another A"), "{err}");
+            plan.launch(&gpu, &a, &nv, &mut c).unwrap();
+        }
+    }
 }

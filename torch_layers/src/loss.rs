@@ -191,8 +191,10 @@ pub fn run(call: &Call, p: &Pointers) -> Result<(&'static str, usize)> {
     // Held while the loop is enqueued: one handle and one plan serve one call at a time.
     let blas = lock(&blas);
     let mut plan = lock(&plan);
+    // The buffers are this call's, so its launches are planned for it.
+    let launches = plan.prepare(&gpu, &ce, &*blas, &h, &w, &grads)?;
     plan.run(
-        &gpu, &ce, &*blas, &h, &w, &labels, &opts, &mut grads, &mut loss,
+        &gpu, &launches, &h, &w, &labels, &opts, &mut grads, &mut loss,
     )?;
     Ok((VERSION, plan.chunk))
 }

@@ -16,7 +16,7 @@ use cudarc::driver::CudaSlice;
 use indicatif::ProgressBar;
 
 use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
-use crate::family::runner::{open_gpu_for, plan_or_skip, progress_bar};
+use crate::family::runner::{open_gpu_for, progress_bar};
 use crate::gpu::Gpu;
 use crate::gpu::cublas::Cublas;
 use crate::gpu::kernel::{Kernel, LaunchShape};
@@ -323,9 +323,12 @@ impl<D: MatmulDay> Run<'_, D> {
 
         let problem = shape.describe();
         for &name in self.versions {
-            let plan = || self.day.plan(self.gpu, name, shape);
-            if let Some(mut plan) = plan_or_skip(&mut session, self.progress, name, &problem, plan)?
-            {
+            self.progress.set_message(format!("{name} on {problem}"));
+            let plan = self.day.plan(self.gpu, name, shape);
+            let plan = session
+                .plan_or_skip(name, plan)
+                .with_context(|| format!("planning `{name}` on {problem}"))?;
+            if let Some(mut plan) = plan {
                 let version = Version {
                     name,
                     kernel: Some((plan.kernel, plan.shape)),

@@ -37,7 +37,7 @@
 //! 5. Runs each problem in turn ([`OpsDay::run`]) with a [`Run`]: the GPU, the common flags,
 //!    the versions of the problem's op that `--kernel` leaves, a [`Session`] made with the
 //!    day's name and title. A version that cannot take the problem is listed as refused with
-//!    [`plan_or_skip`]. A day's plans can be a [`Plan`] (a kernel, its launch shape and a
+//!    [`Session::plan_or_skip`]. A day's plans can be a [`Plan`] (a kernel, its launch shape and a
 //!    launch closure of the day's own signature), whose [`Plan::version`] names the row.
 //! 6. Hands every report to [`finish_reports`]: JSON, and the exit code (1 when a check
 //!    failed, 2 when nothing ran).
@@ -57,7 +57,7 @@ use crate::cli::{
 use crate::gpu::Gpu;
 use crate::gpu::kernel::{Kernel, LaunchShape};
 use crate::measure::report::DayReport;
-use crate::session::{Problem, Refused, Session, Version};
+use crate::session::{Problem, Session, Version};
 
 /// `--op NAME[,NAME]`: which of the day's ops to run. Flatten it into the day's flags (first,
 /// so that `--help` lists it first); the runner writes its help from [`OpsDay::OPS`] and
@@ -373,25 +373,6 @@ impl<'a, L: ?Sized> Plan<'a, L> {
     /// The version `name` that this plan runs, for [`Session::run_version`].
     pub fn version(&self, name: &'a str) -> Version<'a> {
         Version::of(name, self.kernel, self.shape)
-    }
-}
-
-/// The plan of `version`, or `None` once `session` lists it as refused (a [`Refused`] error:
-/// a size it does not take). Any other error is a real failure, returned with what was being
-/// planned (`what`: the op or the problem).
-pub fn plan_or_skip<P>(
-    session: &mut Session,
-    version: &str,
-    what: &str,
-    plan: Result<P>,
-) -> Result<Option<P>> {
-    match plan {
-        Ok(plan) => Ok(Some(plan)),
-        Err(e) if e.is::<Refused>() => {
-            session.skip_version(version, &e.to_string());
-            Ok(None)
-        }
-        Err(e) => Err(e.context(format!("planning `{version}` for {what}"))),
     }
 }
 

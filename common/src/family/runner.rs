@@ -1,13 +1,12 @@
 //! What the runners of the one-problem families (softmax, matmul) share: the GPU, opened once
-//! every problem's sizes were checked, the progress bar of a sweep, and a version's plan or
-//! its refusal.
+//! every problem's sizes were checked, and the progress bar of a sweep. A version's plan or
+//! its refusal is [`Session::plan_or_skip`](crate::session::Session::plan_or_skip)'s.
 
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::CommonArgs;
 use crate::gpu::Gpu;
-use crate::session::{Refused, Session};
 
 /// Opens the GPU the common flags name and checks that every problem fits in its memory:
 /// `(the problem in words, the device bytes it needs)`, each refused with its own words.
@@ -31,25 +30,4 @@ pub fn progress_bar(show: bool, steps: usize) -> ProgressBar {
             .expect("a valid template"),
     );
     bar
-}
-
-/// Plans version `name` on `problem` (in words, for the messages), or returns None once
-/// `session` lists the version as refused (a [`Refused`] error: a shape it does not take). Any
-/// other error is a real failure, returned with what was being planned.
-pub fn plan_or_skip<P>(
-    session: &mut Session,
-    progress: &ProgressBar,
-    name: &str,
-    problem: &str,
-    plan: impl FnOnce() -> Result<P>,
-) -> Result<Option<P>> {
-    progress.set_message(format!("{name} on {problem}"));
-    match plan() {
-        Ok(plan) => Ok(Some(plan)),
-        Err(e) if e.is::<Refused>() => {
-            session.skip_version(name, &e.to_string());
-            Ok(None)
-        }
-        Err(e) => Err(e.context(format!("planning `{name}` on {problem}"))),
-    }
 }

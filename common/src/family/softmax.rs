@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
 use indicatif::ProgressBar;
@@ -16,7 +16,7 @@ use indicatif::ProgressBar;
 use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
 use crate::dtype::Dtype;
 use crate::element::Element;
-use crate::family::runner::{open_gpu_for, plan_or_skip, progress_bar};
+use crate::family::runner::{open_gpu_for, progress_bar};
 use crate::gpu::Gpu;
 use crate::gpu::kernel::{Kernel, LaunchShape};
 use crate::measure::check::{self, Tolerance};
@@ -279,9 +279,12 @@ impl<D: SoftmaxDay> Run<'_, D> {
         let (problem, out_shape) = (shape.describe(), [rows, cols]);
         let gpu = self.gpu;
         for &name in self.versions {
-            let plan = || self.day.plan::<T>(name, Rows { gpu, rows, cols });
-            if let Some(mut plan) = plan_or_skip(&mut session, self.progress, name, &problem, plan)?
-            {
+            self.progress.set_message(format!("{name} on {problem}"));
+            let plan = self.day.plan::<T>(name, Rows { gpu, rows, cols });
+            let plan = session
+                .plan_or_skip(name, plan)
+                .with_context(|| format!("planning `{name}` on {problem}"))?;
+            if let Some(mut plan) = plan {
                 let expected = Expected::full(&reference, &out_shape, plan.tolerance);
                 let version = Version {
                     name,
