@@ -450,18 +450,29 @@ static_assert(2 * PIPE_SLOTS * 16 == SCAN_LAYOUT_PIPE_SHARED_BYTES,
               "the pipelined scan's shared memory is the launcher's");
 
 // Starts the copy of this thread's packs of the tile at `base` (load_tile's layout) into
-// `buf`; a pack that runs past n copies only the elements before n and zero-fills the rest
-// (cp.async's source size), so the partial last tile needs no separate path.
+// `buf`. A pack past n is zero-filled by a cp.async that reads nothing (source size 0); the
+// one pack that n cuts is written element by element, zeros after n: a cp.async of fewer than
+// 16 source bytes reads only those, but compute-sanitizer counts it as a 16-byte read past the
+// end of the input. The thread reads only its own packs, so its plain stores are in order with
+// its reads.
 template <typename T>
 __device__ __forceinline__ void stage_tile(const T* __restrict__ in, index_t base, index_t n,
                                            uint4* buf) {
 #pragma unroll
     for (int k = 0; k < PIPE_PACKS; ++k) {
         const index_t i = base + item_index<PIPE_PACKS>(k, 0);
-        const index_t left = n - i;
-        const unsigned bytes = left >= 4 ? 16u : left > 0 ? (unsigned)left * 4u : 0u;
-        const T* src = bytes > 0 ? in + i : in;  // nothing is read when bytes is 0
-        cp_async_16_partial(&buf[k * SCAN_THREADS + threadIdx.x], src, bytes);
+        uint4* dst = &buf[k * SCAN_THREADS + threadIdx.x];
+        // index_t is unsigned: a pack past n has nothing left (n - i would wrap round).
+        const index_t left = i < n ? n - i : 0;
+        if (left >= 4) {
+            cp_async_16_partial(dst, in + i, 16u);
+        } else if (left == 0) {
+            cp_async_16_partial(dst, in, 0u);  // nothing is read
+        } else {
+            T* d = reinterpret_cast<T*>(dst);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) d[j] = (index_t)j < left ? in[i + j] : T(0);
+        }
     }
 }
 
