@@ -283,10 +283,13 @@ __device__ __forceinline__ void mbarrier_wait_cluster(unsigned long long* bar, u
 }
 
 // Arrives on the barrier at `bar`'s offset in the shared memory of CTA `cta` of the cluster
-// (this CTA's own when `cta` is its rank).
+// (this CTA's own when `cta` is its rank). The arrival releases at CTA scope only: it says
+// "this thread's reads of a stage are done" (wgmma_wait already made them so), and publishes
+// no writes the other CTA must see. `.release.cluster` would put a cluster-wide memory fence
+// before every arrival, and day 18's cluster GEMM spent half its time stalled in those fences
+// (one per consumer per k step).
 __device__ __forceinline__ void mbarrier_arrive_cluster(unsigned long long* bar, unsigned cta) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(
-                     cluster_address(bar, cta))
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_address(bar, cta))
                  : "memory");
 }
 
@@ -426,6 +429,7 @@ __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const unsigne
 #define WGMMA_D16(d, o) WGMMA_D8(d, o), WGMMA_D8(d, o + 8)
 #define WGMMA_D32(d, o) WGMMA_D8(d, o), WGMMA_D8(d, o + 8), WGMMA_D8(d, o + 16), WGMMA_D8(d, o + 24)
 #define WGMMA_D64(d, o) WGMMA_D32(d, o), WGMMA_D32(d, o + 32)
+#define WGMMA_D96(d, o) WGMMA_D64(d, o), WGMMA_D32(d, o + 64)
 #define WGMMA_D128(d, o) WGMMA_D64(d, o), WGMMA_D64(d, o + 64)
 #define WGMMA_D16_LIST "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
 #define WGMMA_D32_LIST \
@@ -436,6 +440,13 @@ __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const unsigne
     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
     "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define WGMMA_D96_LIST \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63," \
+    "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79," \
+    "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95"
 #define WGMMA_D128_LIST \
     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
@@ -480,6 +491,7 @@ __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const unsigne
 #define WGMMA_SS_TAIL_16(MMA) "setp.ne.b32 p, %18, 0;\n" MMA "%16, %17, p, 1, 1, %19, %20;\n}\n"
 #define WGMMA_SS_TAIL_32(MMA) "setp.ne.b32 p, %34, 0;\n" MMA "%32, %33, p, 1, 1, %35, %36;\n}\n"
 #define WGMMA_SS_TAIL_64(MMA) "setp.ne.b32 p, %66, 0;\n" MMA "%64, %65, p, 1, 1, %67, %68;\n}\n"
+#define WGMMA_SS_TAIL_96(MMA) "setp.ne.b32 p, %98, 0;\n" MMA "%96, %97, p, 1, 1, %99, %100;\n}\n"
 #define WGMMA_SS_TAIL_128(MMA)                                                                     \
     "setp.ne.b32 p, %130, 0;\n" MMA "%128, %129, p, 1, 1, %131, %132;\n}\n"
 // RS: a = %R .. %R+3, desc_b = %R+4, accumulate = %R+5, trans-b = %R+6.
@@ -490,10 +502,13 @@ __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const unsigne
 #define WGMMA_RS_TAIL_128(MMA)                                                                     \
     "setp.ne.b32 p, %133, 0;\n" MMA "{%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
 
-// Day 18's GEMM tile is n256; attention's S = Q K^T is n128 or n64 (keys) and O += P V n64,
-// n128 or n256 (the head dim); the backward's S^T at head dim 256 is n32 (half a 64-query step).
+// Day 18's GEMM tiles are n256, n192, n128 and n64; attention's S = Q K^T is n128 or n64 (keys)
+// and O += P V n64, n128 or n256 (the head dim); the backward's S^T at head dim 256 is n32 (half
+// a 64-query step).
 WGMMA_SS(256, 128, bf16_t, "bf16", WGMMA_SS_TAIL_128)
 WGMMA_SS(256, 128, f16_t, "f16", WGMMA_SS_TAIL_128)
+WGMMA_SS(192, 96, bf16_t, "bf16", WGMMA_SS_TAIL_96)
+WGMMA_SS(192, 96, f16_t, "f16", WGMMA_SS_TAIL_96)
 WGMMA_SS(128, 64, bf16_t, "bf16", WGMMA_SS_TAIL_64)
 WGMMA_SS(128, 64, f16_t, "f16", WGMMA_SS_TAIL_64)
 WGMMA_SS(64, 32, bf16_t, "bf16", WGMMA_SS_TAIL_32)

@@ -39,10 +39,15 @@
 //                  dz^T H: 16). 3 stages instead of 4 make room for the whole slice. At
 //                  beta = 1 wgmma_tma_store's reduce-add measured faster (day 19 uses that),
 //                  so day18::Gemm takes this version only at other beta. Every layout.
-//   wgmma_cluster  wgmma_overlap in clusters of 2 CTAs on neighbouring tile rows: each loads
+//   wgmma_n192, wgmma_n128, wgmma_n64  wgmma_tma_store on 128 x 192, 128 x 128 and 128 x 64
+//                  tiles (the tile table gives each the stages it has room for): more, smaller
+//                  tiles, for problems whose 256-wide tiles leave the last wave of SMs mostly
+//                  empty. day18::Gemm's wgmma_auto picks the width per problem (auto.rs). Every
+//                  layout.
+//   wgmma_cluster  wgmma_tma_store in clusters of 2 CTAs on neighbouring tile rows: each loads
 //                  half of the B tile they share and the TMA multicasts it into both, so B
-//                  crosses from L2 once per pair of tiles instead of once per tile. K-major
-//                  only.
+//                  crosses from L2 once per pair of tiles instead of once per tile. A consumer
+//                  frees a stage in both CTAs (a remote mbarrier arrival). K-major only.
 //
 //   cargo run --release -p day18 -- --size 4096 --kernel wgmma_tma
 //   cargo run --release -p day18 -- --size 4096 --a transposed --b as-is   (layout "tn")
@@ -75,6 +80,11 @@
     !defined(GEMM_WG_SHARED_BYTES) || !defined(GEMM_WG_TMA_STORE_SHARED_BYTES) ||              \
     !defined(GEMM_WG_PREFETCH_STAGES) || !defined(GEMM_WG_PREFETCH_C_SHARED_BYTES)
 #error "gemm.cu: compile it with the -DGEMM_WG_ defines of day18's tile table"
+#endif
+#if !defined(GEMM_WG_N192_STAGES) || !defined(GEMM_WG_N192_TMA_STORE_SHARED_BYTES) ||         \
+    !defined(GEMM_WG_N128_STAGES) || !defined(GEMM_WG_N128_TMA_STORE_SHARED_BYTES) ||          \
+    !defined(GEMM_WG_N64_STAGES) || !defined(GEMM_WG_N64_TMA_STORE_SHARED_BYTES)
+#error "gemm.cu: compile it with the narrow tiles' -DGEMM_WG_N* defines of day18's tile table"
 #endif
 #include "common.cuh"
 #include "dtype.cuh"
@@ -336,7 +346,11 @@ constexpr int WG_CONSUMERS = GEMM_WG_CONSUMERS;        // warpgroups of 64 rows 
 static_assert(WG_BM == 64 * WG_CONSUMERS, "each consumer takes 64 rows of the tile");
 static_assert(WG_BK_BYTES == 128, "a stage holds one 128-byte swizzle row of k");
 constexpr int WG_THREADS = 128 * (1 + WG_CONSUMERS);  // + the producer warpgroup
-constexpr int WG_A_TILE = WG_BM * WG_BK_BYTES, WG_B_TILE = WG_BN * WG_BK_BYTES;  // bytes
+constexpr int WG_A_TILE = WG_BM * WG_BK_BYTES;  // bytes
+// The tiles are 128 x BN: BN = WG_BN (256) for most versions, 192, 128 or 64 for wgmma_n192,
+// wgmma_n128 and wgmma_n64, which keep the 128 rows and the 128-byte stages; a stage's B tile
+// is BN rows of it.
+template <int BN> __device__ constexpr int wg_b_tile() { return BN * WG_BK_BYTES; }
 template <typename T> __device__ constexpr int wg_bk() { return WG_BK_BYTES / (int)sizeof(T); }
 
 // wgmma_tma_store's staging: per consumer two buffers of 64 rows x 128 bytes (64 columns of a
@@ -358,16 +372,11 @@ constexpr int WG_PREFETCH_STAGING = WG_CONSUMERS * WG_SLICE_CHUNKS * WG_OUT_CHUN
 // The dynamic shared memory a configuration takes: the stages, the staging, the full and
 // empty barriers of each stage and (PREFETCH_C) one c_full per consumer, and 1 KiB to align
 // the tiles; and what the host gives it (`WgTile::shared_bytes`).
-template <int STAGES, bool TMA_STORE, bool PREFETCH_C>
+template <int BN, int STAGES, bool TMA_STORE, bool PREFETCH_C>
 __device__ constexpr int wg_shared_bytes() {
     const int staging = PREFETCH_C ? WG_PREFETCH_STAGING : TMA_STORE ? WG_STAGING : 0;
     const int barriers = 2 * STAGES + (PREFETCH_C ? WG_CONSUMERS : 0);
-    return STAGES * (WG_A_TILE + WG_B_TILE) + staging + 8 * barriers + 1024;
-}
-template <bool TMA_STORE, bool PREFETCH_C> __device__ constexpr int wg_host_shared_bytes() {
-    return PREFETCH_C  ? GEMM_WG_PREFETCH_C_SHARED_BYTES
-           : TMA_STORE ? GEMM_WG_TMA_STORE_SHARED_BYTES
-                       : GEMM_WG_SHARED_BYTES;
+    return STAGES * (WG_A_TILE + wg_b_tile<BN>()) + staging + 8 * barriers + 1024;
 }
 
 // A tile's place: product z, tile row tm, tile column tn. With clusters of 2, the two CTAs of
@@ -431,17 +440,18 @@ __device__ __forceinline__ unsigned long long operand_descriptor(const unsigned 
 // One wgmma k step (32 bytes of k) of a consumer's 64 x 256 slice: m64n256k16 for 16-bit
 // types (with their transpose bits), m64n256k32 for FP8 (K-major only).
 template <typename T> struct WgmmaStep {
-    template <bool A_MN, bool B_MN>
-    static __device__ __forceinline__ void run(float (&d)[WG_BN / 2], unsigned long long da,
+    template <bool A_MN, bool B_MN, int BN>
+    static __device__ __forceinline__ void run(float (&d)[BN / 2], unsigned long long da,
                                                unsigned long long db, int accumulate) {
-        wgmma_m64k16<WG_BN, T, A_MN, B_MN>(d, da, db, accumulate);
+        wgmma_m64k16<BN, T, A_MN, B_MN>(d, da, db, accumulate);
     }
 };
 template <> struct WgmmaStep<e4m3_t> {
-    template <bool A_MN, bool B_MN>
-    static __device__ __forceinline__ void run(float (&d)[WG_BN / 2], unsigned long long da,
+    template <bool A_MN, bool B_MN, int BN>
+    static __device__ __forceinline__ void run(float (&d)[BN / 2], unsigned long long da,
                                                unsigned long long db, int accumulate) {
         static_assert(!A_MN && !B_MN, "8-bit wgmma reads K-major operands only");
+        static_assert(BN == 256, "the FP8 kernels have the 128 x 256 tile only");
         wgmma_m64n256k32_e4m3(d, da, db, accumulate);
     }
 };
@@ -449,23 +459,24 @@ template <> struct WgmmaStep<e4m3_t> {
 // ---- the epilogues --------------------------------------------------------------------------
 // Straight from registers: the accumulator layout is mma.m16n8's, one 16-row slice per warp;
 // rows past m (a cluster's second tile row past the end included) and columns past n masked.
-template <typename TOut>
-__device__ __forceinline__ void store_tile_direct(const float (&d)[WG_BN / 2], TOut* cz, int m,
+template <typename TOut, int BN>
+__device__ __forceinline__ void store_tile_direct(const float (&d)[BN / 2], TOut* cz, int m,
                                                   int n, int row0, int col0,
                                                   const Epilogue& e) {
     const int lane = threadIdx.x % 32, warp_in_group = (threadIdx.x / 32) % 4;
     const int row = row0 + warp_in_group * 16 + lane / 4;
     const int col = col0 + 2 * (lane % 4);
 #pragma unroll
-    for (int j = 0; j < WG_BN / 8; ++j) {
+    for (int j = 0; j < BN / 8; ++j) {
         store_fragment_pair(cz, m, n, row, col + 8 * j, d[4 * j], d[4 * j + 1], e);
         store_fragment_pair(cz, m, n, row + 8, col + 8 * j, d[4 * j + 2], d[4 * j + 3], e);
     }
 }
 
-// Through shared memory and the TMA: a consumer's 64 x 256 slice (rows row0.., columns
-// col0.. of product z) in 4 chunks of 64 rows x 64 columns (128 bytes), alternating between
-// the consumer's two staging buffers:
+// Through shared memory and the TMA: a consumer's 64 x BN slice (rows row0.., columns col0..
+// of product z) in BN / 64 chunks of 64 rows x 64 columns (128 bytes), alternating between the
+// consumer's two staging buffers (`chunks_staged`, the consumer's count of chunks so far, picks
+// the buffer, so an odd number of chunks a tile alternates across tiles too):
 //   leader waits until the store that last read this buffer is done reading it -> barrier ->
 //   all write alpha acc (+ beta C) of the chunk, rounded, swizzled -> proxy fence -> barrier ->
 //   leader issues the TMA store and commits it; nobody waits for it to finish.
@@ -474,16 +485,17 @@ __device__ __forceinline__ void store_tile_direct(const float (&d)[WG_BN / 2], T
 // instead of storing it. The TMA drops what falls past m and n, so only C's reads (beta other
 // than 0 and 1) are masked. C's rows are 16-byte multiples (the host's rule),
 // so a pair of columns is always an aligned 32-bit word.
-template <typename TOut>
-__device__ __forceinline__ void store_tile_by_tma(const float (&d)[WG_BN / 2],
+template <typename TOut, int BN>
+__device__ __forceinline__ void store_tile_by_tma(const float (&d)[BN / 2],
                                                   unsigned char* staging,
                                                   const TmaDescriptor* map_c, const TOut* cz,
                                                   int consumer, int m, int n, int row0,
-                                                  int col0, int z, const Epilogue& e) {
+                                                  int col0, int z, const Epilogue& e,
+                                                  unsigned& chunks_staged) {
     static_assert(sizeof(TOut) == 2, "a staged chunk row is 64 16-bit outputs");
-    constexpr int CHUNKS = WG_BN / WG_OUT_COLS;  // 4: even, so buffer q % 2 alternates across tiles
-    constexpr int GROUPS = WG_OUT_COLS / 8;      // 8-column accumulator groups per chunk
-    static_assert(CHUNKS % 2 == 0, "the buffers alternate across tiles too");
+    constexpr int CHUNKS = BN / WG_OUT_COLS;
+    constexpr int GROUPS = WG_OUT_COLS / 8;  // 8-column accumulator groups per chunk
+    static_assert(BN % WG_OUT_COLS == 0, "a tile is whole chunks of 64 columns");
     const bool leader = threadIdx.x % 128 == 0;
     const int lane = threadIdx.x % 32, r = ((threadIdx.x / 32) % 4) * 16 + lane / 4;
     const int barrier = 1 + consumer;  // named barrier of this warpgroup (0 is __syncthreads)
@@ -494,7 +506,7 @@ __device__ __forceinline__ void store_tile_by_tma(const float (&d)[WG_BN / 2],
     const bool read_c = e.beta != 0.0f && !add_in_l2;
 #pragma unroll
     for (int q = 0; q < CHUNKS; ++q) {
-        unsigned char* chunk = staging + (q % 2) * WG_OUT_CHUNK;
+        unsigned char* chunk = staging + ((chunks_staged + q) % 2) * WG_OUT_CHUNK;
         // beta != 0: the chunk's C pairs (two rows of GROUPS pairs per thread) are loaded
         // first, all at once, so their latencies overlap; loaded one by one between the
         // shared-memory stores they would wait one after another (the compiler cannot move a
@@ -543,6 +555,7 @@ __device__ __forceinline__ void store_tile_by_tma(const float (&d)[WG_BN / 2],
             bulk_commit();
         }
     }
+    chunks_staged += CHUNKS;
 }
 
 // wgmma_prefetch_c: the TMA loads a consumer's 64 x 256 slice of C (rows row0.., columns
@@ -631,11 +644,12 @@ __device__ __forceinline__ void store_tile_over_c(const float (&d)[WG_BN / 2],
     }
 }
 
-// grid(min(tiles, SMs)) (a multiple of CLUSTER), block(384), dynamic shared STAGES x 48 KiB +
-// 1 KiB for alignment (+ 32 KiB of staging with TMA_STORE, 64 KiB with PREFETCH_C; see
-// wg_shared_bytes). The tensor maps cover A as [batch][m][k] (A_MN: [batch][k][m]) and B as
-// [batch][n][k] (B_MN: [batch][k][n]), 128-byte swizzle; K-major boxes are 128 bytes of k x
-// 128 rows for A and x 256 / CLUSTER rows for B, MN-major boxes 64 (m or n) x 64 (k). C is
+// grid(min(tiles, SMs), or fewer: wgmma_auto's CTA count) (a multiple of CLUSTER), block(384),
+// dynamic shared STAGES x (16 KiB + BN x 128 bytes) + 1 KiB for alignment (+ 32 KiB of staging
+// with TMA_STORE, 64 KiB with PREFETCH_C; see wg_shared_bytes). The tensor maps cover A as
+// [batch][m][k] (A_MN: [batch][k][m]) and B as [batch][n][k] (B_MN: [batch][k][n]), 128-byte
+// swizzle; K-major boxes are 128 bytes of k x 128 rows for A and x BN / CLUSTER rows for B,
+// MN-major boxes 64 (m or n) x 64 (k). C is
 // [batch][m][n] with products `stride_c` apart; with TMA_STORE its map covers it in boxes of
 // 64 columns x 64 rows, 128-byte swizzle (PREFETCH_C loads C through the same map).
 //
@@ -644,8 +658,11 @@ __device__ __forceinline__ void store_tile_over_c(const float (&d)[WG_BN / 2],
 //
 // CLUSTER = 2: each CTA loads its own A tile and half of the shared B tile, multicast into
 // both CTAs' shared memory; a stage may be refilled only when the consumers of both CTAs have
-// freed it, so every consumer arrives on the `empty` barrier of each CTA of the cluster.
-// K-major operands only.
+// freed it, so every consumer arrives on the `empty` barrier of each CTA of the cluster (at CTA
+// scope: see mbarrier_arrive_cluster). K-major operands, the 256-wide tile only.
+//
+// BN: the tile's width, one wgmma's N (256, or 192, 128, 64 for the narrow versions); the host
+// gives the shared memory HOST_SHARED_BYTES, which the layout must take exactly.
 //
 // PREFETCH_C (with TMA_STORE; STAGES = 3 to make room): when beta != 0, each consumer's leader
 // has the TMA load the consumer's slice of C for a tile into its staging while the tile's
@@ -655,20 +672,22 @@ __device__ __forceinline__ void store_tile_over_c(const float (&d)[WG_BN / 2],
 // phase parity is the count of tiles this CTA has done, & 1. A tile of one k step is still
 // correct: the epilogue waits for the loads however late they were issued.
 template <typename TIn, typename TOut, int IN_FLIGHT, int CLUSTER, bool A_MN, bool B_MN,
-          bool TMA_STORE, int STAGES, bool PREFETCH_C>
+          bool TMA_STORE, int STAGES, bool PREFETCH_C, int BN, int HOST_SHARED_BYTES>
 __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                                                const TmaDescriptor* map_b,
                                                const TmaDescriptor* map_c, TOut* c, int m,
                                                int n, int k, int batch, index_t stride_c,
                                                float alpha, float beta) {
     static_assert(CLUSTER == 1 || (!A_MN && !B_MN), "the cluster version is K-major only");
-    static_assert(CLUSTER == 1 || !TMA_STORE, "the cluster version stores from registers");
     static_assert(TMA_STORE || !PREFETCH_C, "C is prefetched into the TMA store's staging");
-    static_assert(wg_shared_bytes<STAGES, TMA_STORE, PREFETCH_C>() <= 227 * 1024,
+    static_assert(!PREFETCH_C || BN == WG_BN, "C's slice is prefetched for the 256-wide tile");
+    static_assert(CLUSTER == 1 || BN == WG_BN, "the cluster version has the 256-wide tile");
+    static_assert(BN % 64 == 0 && BN <= 256, "a tile is whole 64-wide TMA boxes and chunks");
+    static_assert(wg_shared_bytes<BN, STAGES, TMA_STORE, PREFETCH_C>() <= 227 * 1024,
                   "at most 227 KiB of shared memory per block on sm_90");
-    static_assert(wg_shared_bytes<STAGES, TMA_STORE, PREFETCH_C>() ==
-                      wg_host_shared_bytes<TMA_STORE, PREFETCH_C>(),
+    static_assert(wg_shared_bytes<BN, STAGES, TMA_STORE, PREFETCH_C>() == HOST_SHARED_BYTES,
                   "the layout takes exactly the shared memory the host gives");
+    constexpr int B_TILE = wg_b_tile<BN>();
     constexpr int BK = wg_bk<TIn>();  // k per stage
     extern __shared__ unsigned char wg_smem_raw[];
     // The 128-byte swizzle pattern repeats every 1024 bytes: tiles start on that boundary.
@@ -676,13 +695,13 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
         (reinterpret_cast<unsigned long long>(wg_smem_raw) + 1023) & ~1023ull);
     unsigned char* sb = sa + STAGES * WG_A_TILE;
     // The staging buffers (TMA_STORE only) follow the stages, on a 1024-byte boundary still.
-    unsigned char* staging = sb + STAGES * WG_B_TILE;
+    unsigned char* staging = sb + STAGES * B_TILE;
     constexpr int STAGING = PREFETCH_C ? WG_PREFETCH_STAGING : TMA_STORE ? WG_STAGING : 0;
     unsigned long long* full = reinterpret_cast<unsigned long long*>(staging + STAGING);
     unsigned long long* empty = full + STAGES;
     unsigned long long* c_full = empty + STAGES;  // one per consumer (PREFETCH_C only)
 
-    const int tiles_m = (m + WG_BM - 1) / WG_BM, tiles_n = (n + WG_BN - 1) / WG_BN;
+    const int tiles_m = (m + WG_BM - 1) / WG_BM, tiles_n = (n + BN - 1) / BN;
     const int tiles = (tiles_m + CLUSTER - 1) / CLUSTER * tiles_n * batch;  // per cluster
     const int steps = (k + BK - 1) / BK;
     const int warpgroup = threadIdx.x / 128;
@@ -716,19 +735,19 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                 for (int step = 0; step < steps; ++step) {
                     mbarrier_wait(&empty[stage], phase ^ 1);
                     // Boxes past m, n or k arrive zero-filled and still count whole.
-                    mbarrier_arrive_expect_tx(&full[stage], WG_A_TILE + WG_B_TILE);
+                    mbarrier_arrive_expect_tx(&full[stage], WG_A_TILE + B_TILE);
                     tma_load_operand<TIn, A_MN, WG_BM>(sa + stage * WG_A_TILE, map_a,
                                                        &full[stage], step * BK, p.tm * WG_BM,
                                                        p.z);
                     if (CLUSTER == 1) {
-                        tma_load_operand<TIn, B_MN, WG_BN>(sb + stage * WG_B_TILE, map_b,
-                                                           &full[stage], step * BK,
-                                                           p.tn * WG_BN, p.z);
+                        tma_load_operand<TIn, B_MN, BN>(sb + stage * B_TILE, map_b,
+                                                        &full[stage], step * BK, p.tn * BN,
+                                                        p.z);
                     } else {
-                        constexpr int HALF = WG_BN / CLUSTER;
-                        tma_load_3d_multicast(sb + stage * WG_B_TILE + rank * HALF * WG_BK_BYTES,
+                        constexpr int HALF = BN / CLUSTER;
+                        tma_load_3d_multicast(sb + stage * B_TILE + rank * HALF * WG_BK_BYTES,
                                               map_b, &full[stage], step * BK,
-                                              p.tn * WG_BN + rank * HALF, p.z,
+                                              p.tn * BN + rank * HALF, p.z,
                                               (unsigned short)((1u << CLUSTER) - 1));
                     }
                     if (++stage == STAGES) {
@@ -753,7 +772,8 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
         };
         int stage = 0;
         unsigned phase = 0;
-        float d[WG_BN / 2];
+        float d[BN / 2];
+        unsigned chunks_staged = 0;  // TMA_STORE: chunks this consumer staged so far
         // PREFETCH_C: this consumer's slice of the staging, whether C is loaded into it at
         // all (beta != 0), and the parity of c_full's phase for the current tile.
         unsigned char* slice = staging + consumer * WG_SLICE_CHUNKS * WG_OUT_CHUNK;
@@ -765,18 +785,18 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
             // Only the leader issues the loads; the coordinates are the epilogue's stores'.
             auto load_c = [&] {
                 tma_load_c_slice(slice, map_c, &c_full[consumer], p.tm * WG_BM + consumer * 64,
-                                 p.tn * WG_BN, p.z);
+                                 p.tn * BN, p.z);
             };
             if (prefetch && first_tile && threadIdx.x % 128 == 0) load_c();
             int previous = -1;  // the stage whose wgmma may still be running (IN_FLIGHT)
             for (int step = 0; step < steps; ++step) {
                 mbarrier_wait(&full[stage], phase);
                 const unsigned char* ta = sa + stage * WG_A_TILE + consumer * 64 * WG_BK_BYTES;
-                const unsigned char* tb = sb + stage * WG_B_TILE;
+                const unsigned char* tb = sb + stage * B_TILE;
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < WG_BK_BYTES / 32; ++kk) {
-                    WgmmaStep<TIn>::template run<A_MN, B_MN>(
+                    WgmmaStep<TIn>::template run<A_MN, B_MN, BN>(
                         d, operand_descriptor<A_MN>(ta, kk), operand_descriptor<B_MN>(tb, kk),
                         step > 0 || kk > 0);
                 }
@@ -808,16 +828,16 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
             }
             TOut* cz = c + (index_t)p.z * stride_c;
             const Epilogue e = make_epilogue(cz, n, alpha, beta);
-            const int row0 = p.tm * WG_BM + consumer * 64, col0 = p.tn * WG_BN;
+            const int row0 = p.tm * WG_BM + consumer * 64, col0 = p.tn * BN;
             if constexpr (PREFETCH_C) {
                 store_tile_over_c<TOut>(d, slice, map_c, &c_full[consumer], c_parity, consumer,
                                         row0, col0, p.z, e);
                 c_parity ^= 1;
             } else if constexpr (TMA_STORE) {
-                store_tile_by_tma<TOut>(d, staging + consumer * 2 * WG_OUT_CHUNK, map_c, cz,
-                                        consumer, m, n, row0, col0, p.z, e);
+                store_tile_by_tma<TOut, BN>(d, staging + consumer * 2 * WG_OUT_CHUNK, map_c, cz,
+                                            consumer, m, n, row0, col0, p.z, e, chunks_staged);
             } else {
-                store_tile_direct<TOut>(d, cz, m, n, row0, col0, e);
+                store_tile_direct<TOut, BN>(d, cz, m, n, row0, col0, e);
             }
         }
         // The shared memory must outlive the last TMA stores' reads of it.
@@ -834,7 +854,7 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
 // t: transposed); A_MN = (A transposed), B_MN = (B as is). Every kernel takes C's tensor map;
 // the versions that store from registers leave it unread (the host passes A's).
 #define WGMMA_KERNEL(TIn, TOut, NAME, VERSION, LAYOUT, IN_FLIGHT, CLUSTER, A_MN, B_MN,         \
-                     TMA_STORE, STAGES, PREFETCH_C, ATTRIBUTES)                                \
+                     TMA_STORE, STAGES, PREFETCH_C, BN, HOST_SHARED_BYTES, ATTRIBUTES)         \
     KERNEL void __launch_bounds__(WG_THREADS, 1) ATTRIBUTES                                    \
         gemm_##VERSION##_##LAYOUT##_##NAME(                                                    \
             const __grid_constant__ TmaDescriptor map_a,                                       \
@@ -842,42 +862,54 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
             const __grid_constant__ TmaDescriptor map_c, TOut* c, int m, int n, int k,         \
             int batch, index_t stride_c, float alpha, float beta) {                            \
         gemm_wgmma_tma<TIn, TOut, IN_FLIGHT, CLUSTER, A_MN, B_MN, TMA_STORE, STAGES,           \
-                       PREFETCH_C>(                                                            \
-            &map_a, &map_b, &map_c, c, m, n, k, batch, stride_c, alpha, beta);                 \
+                       PREFETCH_C, BN, HOST_SHARED_BYTES>(&map_a, &map_b, &map_c, c, m, n, k,  \
+                                                          batch, stride_c, alpha, beta);       \
     }
 #define NO_ATTRIBUTES
 #define CLUSTER_OF_2 __cluster_dims__(2, 1, 1)
 
 // The single-CTA versions in the four layouts: nt (both K-major, today's linear layer), nn (B
 // MN-major), tn (both MN-major), tt (A MN-major).
-#define WGMMA_LAYOUTS(T, NAME, VERSION, IN_FLIGHT, TMA_STORE, STAGES, PREFETCH_C)             \
+#define WGMMA_LAYOUTS(T, NAME, VERSION, IN_FLIGHT, TMA_STORE, STAGES, PREFETCH_C, BN, BYTES)  \
     WGMMA_KERNEL(T, T, NAME, VERSION, nt, IN_FLIGHT, 1, false, false, TMA_STORE, STAGES,       \
-                 PREFETCH_C, NO_ATTRIBUTES)                                                    \
+                 PREFETCH_C, BN, BYTES, NO_ATTRIBUTES)                                         \
     WGMMA_KERNEL(T, T, NAME, VERSION, nn, IN_FLIGHT, 1, false, true, TMA_STORE, STAGES,        \
-                 PREFETCH_C, NO_ATTRIBUTES)                                                    \
+                 PREFETCH_C, BN, BYTES, NO_ATTRIBUTES)                                         \
     WGMMA_KERNEL(T, T, NAME, VERSION, tn, IN_FLIGHT, 1, true, true, TMA_STORE, STAGES,         \
-                 PREFETCH_C, NO_ATTRIBUTES)                                                    \
+                 PREFETCH_C, BN, BYTES, NO_ATTRIBUTES)                                         \
     WGMMA_KERNEL(T, T, NAME, VERSION, tt, IN_FLIGHT, 1, true, false, TMA_STORE, STAGES,        \
-                 PREFETCH_C, NO_ATTRIBUTES)
+                 PREFETCH_C, BN, BYTES, NO_ATTRIBUTES)
+// Each version in both 16-bit types.
+#define WGMMA_VERSION(VERSION, IN_FLIGHT, TMA_STORE, STAGES, PREFETCH_C, BN, BYTES)           \
+    WGMMA_LAYOUTS(bf16_t, bf16, VERSION, IN_FLIGHT, TMA_STORE, STAGES, PREFETCH_C, BN, BYTES) \
+    WGMMA_LAYOUTS(f16_t, f16, VERSION, IN_FLIGHT, TMA_STORE, STAGES, PREFETCH_C, BN, BYTES)
 
-WGMMA_LAYOUTS(bf16_t, bf16, wgmma_tma, 0, false, WG_STAGES, false)
-WGMMA_LAYOUTS(f16_t, f16, wgmma_tma, 0, false, WG_STAGES, false)
-WGMMA_LAYOUTS(bf16_t, bf16, wgmma_overlap, 1, false, WG_STAGES, false)
-WGMMA_LAYOUTS(f16_t, f16, wgmma_overlap, 1, false, WG_STAGES, false)
-WGMMA_LAYOUTS(bf16_t, bf16, wgmma_tma_store, 1, true, WG_STAGES, false)
-WGMMA_LAYOUTS(f16_t, f16, wgmma_tma_store, 1, true, WG_STAGES, false)
-WGMMA_LAYOUTS(bf16_t, bf16, wgmma_prefetch_c, 1, true, WG_PREFETCH_STAGES, true)
-WGMMA_LAYOUTS(f16_t, f16, wgmma_prefetch_c, 1, true, WG_PREFETCH_STAGES, true)
-WGMMA_KERNEL(bf16_t, bf16_t, bf16, wgmma_cluster, nt, 1, 2, false, false, false, WG_STAGES, false,
-             CLUSTER_OF_2)
-WGMMA_KERNEL(f16_t, f16_t, f16, wgmma_cluster, nt, 1, 2, false, false, false, WG_STAGES, false,
-             CLUSTER_OF_2)
+WGMMA_VERSION(wgmma_tma, 0, false, WG_STAGES, false, WG_BN, GEMM_WG_SHARED_BYTES)
+WGMMA_VERSION(wgmma_overlap, 1, false, WG_STAGES, false, WG_BN, GEMM_WG_SHARED_BYTES)
+WGMMA_VERSION(wgmma_tma_store, 1, true, WG_STAGES, false, WG_BN, GEMM_WG_TMA_STORE_SHARED_BYTES)
+WGMMA_VERSION(wgmma_prefetch_c, 1, true, WG_PREFETCH_STAGES, true, WG_BN,
+              GEMM_WG_PREFETCH_C_SHARED_BYTES)
+// wgmma_tma_store with narrower tiles, for problems whose tile count fills the last wave of
+// SMs badly with 256-wide tiles (day18::Gemm picks among them per problem); the stages they
+// have room for come from the tile table.
+WGMMA_VERSION(wgmma_n192, 1, true, GEMM_WG_N192_STAGES, false, 192,
+              GEMM_WG_N192_TMA_STORE_SHARED_BYTES)
+WGMMA_VERSION(wgmma_n128, 1, true, GEMM_WG_N128_STAGES, false, 128,
+              GEMM_WG_N128_TMA_STORE_SHARED_BYTES)
+WGMMA_VERSION(wgmma_n64, 1, true, GEMM_WG_N64_STAGES, false, 64,
+              GEMM_WG_N64_TMA_STORE_SHARED_BYTES)
+WGMMA_KERNEL(bf16_t, bf16_t, bf16, wgmma_cluster, nt, 1, 2, false, false, true, WG_STAGES, false,
+             WG_BN, GEMM_WG_TMA_STORE_SHARED_BYTES, CLUSTER_OF_2)
+WGMMA_KERNEL(f16_t, f16_t, f16, wgmma_cluster, nt, 1, 2, false, false, true, WG_STAGES, false,
+             WG_BN, GEMM_WG_TMA_STORE_SHARED_BYTES, CLUSTER_OF_2)
 
 // FP8 (e4m3 in, f32 accumulation, bf16 out), K-major (layout nt) only: the same ring with 128
 // k per stage, one m64n256k32 per 32 bytes of k. `wgmma_overlap`'s epilogue from registers
 // (any n) and `wgmma_tma_store`'s through the TMA.
 WGMMA_KERNEL(e4m3_t, bf16_t, e4m3, wgmma_overlap, nt, 1, 1, false, false, false, WG_STAGES, false,
-             NO_ATTRIBUTES)
+             WG_BN, GEMM_WG_SHARED_BYTES, NO_ATTRIBUTES)
 WGMMA_KERNEL(e4m3_t, bf16_t, e4m3, wgmma_tma_store, nt, 1, 1, false, false, true, WG_STAGES,
-             false, NO_ATTRIBUTES)
+             false, WG_BN, GEMM_WG_TMA_STORE_SHARED_BYTES, NO_ATTRIBUTES)
+WGMMA_KERNEL(e4m3_t, bf16_t, e4m3, wgmma_cluster, nt, 1, 2, false, false, true, WG_STAGES, false,
+             WG_BN, GEMM_WG_TMA_STORE_SHARED_BYTES, CLUSTER_OF_2)
 #endif

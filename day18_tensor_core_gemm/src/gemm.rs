@@ -14,7 +14,9 @@ use common::{Gpu, Kernel, LaunchShape};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
 use half::bf16;
 
-use crate::tile::{MMA_TILE, SWIZZLE_ROW_BYTES, Staging, WG_PREFETCH_TILE, WG_TILE, WgTile};
+use crate::tile::{
+    MMA_TILE, SWIZZLE_ROW_BYTES, Staging, WG_NARROW_TILES, WG_PREFETCH_TILE, WG_TILE, WgTile,
+};
 use crate::{FP8_NAME, Layout, Version, dtype_name, kernel_builds, kernel_name, refused};
 
 common::kernel_args! {
@@ -52,6 +54,13 @@ pub struct Prepared<'k> {
     maps: Option<[TmaDescriptor; 3]>,
 }
 
+/// A planned launch: the kernel, its launch shape, and the version whose kernel it is.
+struct Plan<'k> {
+    kernel: &'k Kernel,
+    launch: LaunchShape,
+    version: Version,
+}
+
 /// Elements each operand must hold ([`GemmEx::needs`]); an error when one of them overflows
 /// (release builds would wrap it to a small length that passes the buffer checks).
 fn needs(g: &GemmEx) -> Result<(usize, usize, usize)> {
@@ -76,11 +85,17 @@ fn check_lengths(g: &GemmEx, a: usize, b: usize, c: usize) -> Result<()> {
 }
 
 impl Version {
-    /// The tile of a Hopper version and how its epilogue writes C.
+    /// The tile of a Hopper version and how its epilogue writes C (`wgmma_auto`'s are those
+    /// of the version it runs, [`crate::auto::choose`]).
     fn wg_tile(self) -> (&'static WgTile, Staging) {
         match self {
             Version::WgmmaPrefetchC => (&WG_PREFETCH_TILE, Staging::PrefetchC),
-            Version::WgmmaTmaStore => (&WG_TILE, Staging::TmaStore),
+            Version::WgmmaTmaStore | Version::WgmmaCluster | Version::WgmmaAuto => {
+                (&WG_TILE, Staging::TmaStore)
+            }
+            Version::WgmmaN192 => (&WG_NARROW_TILES[0], Staging::TmaStore),
+            Version::WgmmaN128 => (&WG_NARROW_TILES[1], Staging::TmaStore),
+            Version::WgmmaN64 => (&WG_NARROW_TILES[2], Staging::TmaStore),
             _ => (&WG_TILE, Staging::Registers),
         }
     }
@@ -116,7 +131,8 @@ impl TensorCoreGemm {
         if !Version::FP8.contains(&version) {
             return Err(refused(
                 version,
-                "has no FP8 kernel (FP8 runs wgmma_overlap and wgmma_tma_store)",
+                "has no FP8 kernel (FP8 runs wgmma_overlap, wgmma_tma_store, wgmma_cluster and \
+                 wgmma_auto)",
             ));
         }
         let layout = Layout::of(g);
@@ -232,24 +248,29 @@ impl TensorCoreGemm {
     /// version cannot take the problem.
     pub fn plan<T: Element>(&self, version: Version, g: &GemmEx) -> Result<(&Kernel, LaunchShape)> {
         self.check::<T>(version, g)?;
-        self.plan_for(version, g, dtype_name::<T>()?)
+        let plan = self.plan_for(version, g, dtype_name::<T>()?)?;
+        Ok((plan.kernel, plan.launch))
     }
 
     /// [`TensorCoreGemm::plan`] for FP8 (see [`TensorCoreGemm::check_fp8`]).
     pub fn plan_fp8(&self, version: Version, g: &GemmEx) -> Result<(&Kernel, LaunchShape)> {
         self.check_fp8(version, g)?;
-        self.plan_for(version, g, FP8_NAME)
+        let plan = self.plan_for(version, g, FP8_NAME)?;
+        Ok((plan.kernel, plan.launch))
     }
 
-    /// The kernel of `version` for `g` with operands named `dtype`, and its launch shape from
-    /// the tile table; `g` was checked.
-    fn plan_for(
-        &self,
-        version: Version,
-        g: &GemmEx,
-        dtype: &str,
-    ) -> Result<(&Kernel, LaunchShape)> {
+    /// The kernel of `version` for `g` with operands named `dtype`, its launch shape from the
+    /// tile table, and the version whose kernel it is (`wgmma_auto`'s choice; the version
+    /// itself otherwise); `g` was checked.
+    fn plan_for(&self, version: Version, g: &GemmEx, dtype: &str) -> Result<Plan<'_>> {
         let GemmEx { m, n, batch, .. } = *g;
+        // wgmma_auto runs the version it chooses on at most the CTAs it chooses.
+        let (version, ctas) = if version == Version::WgmmaAuto {
+            let choice = crate::auto::choose(m, n, batch, self.sms, dtype != FP8_NAME);
+            (choice.version, choice.ctas)
+        } else {
+            (version, u64::MAX)
+        };
         let kernel = self
             .kernels
             .get(&kernel_name(version, Layout::of(g), dtype))?;
@@ -277,11 +298,7 @@ impl TensorCoreGemm {
                     },
                 }
             }
-            Version::WgmmaTma
-            | Version::WgmmaOverlap
-            | Version::WgmmaTmaStore
-            | Version::WgmmaPrefetchC
-            | Version::WgmmaCluster => {
+            _ => {
                 let (tile, staging) = version.wg_tile();
                 // A cluster's CTAs take neighbouring tile rows: tiles are counted per cluster.
                 let cluster = version.cluster() as u64;
@@ -308,11 +325,15 @@ impl TensorCoreGemm {
                 if resident == 0 {
                     bail!("{}: not one cluster can be resident", version.name());
                 }
-                launch.grid.0 = (tiles * cluster).min(resident) as u32;
+                launch.grid.0 = (tiles * cluster).min(resident).min(ctas) as u32;
                 launch
             }
         };
-        Ok((kernel, launch))
+        Ok(Plan {
+            kernel,
+            launch,
+            version,
+        })
     }
 
     /// Plans `version` for `g` on these buffers: the lengths, the plan, and the arguments (the
@@ -335,8 +356,9 @@ impl TensorCoreGemm {
         C: DevicePtr<T> + DeviceSlice<T>,
     {
         check_lengths(g, a.len(), b.len(), c.len())?;
-        let (kernel, launch) = self.plan::<T>(version, g)?;
-        self.prepare_for(gpu, version, g, (kernel, launch), a, b, c)
+        self.check::<T>(version, g)?;
+        let plan = self.plan_for(version, g, dtype_name::<T>()?)?;
+        self.prepare_for(gpu, g, plan, a, b, c)
     }
 
     /// [`TensorCoreGemm::prepare`] for FP8: A `[m, k]` and B `[n, k]` e4m3 (their bytes), C
@@ -354,19 +376,22 @@ impl TensorCoreGemm {
         C: DevicePtr<bf16> + DeviceSlice<bf16>,
     {
         check_lengths(g, a.len(), b.len(), c.len())?;
-        let plan = self.plan_fp8(version, g)?;
-        self.prepare_for(gpu, version, g, plan, a, b, c)
+        self.check_fp8(version, g)?;
+        let plan = self.plan_for(version, g, FP8_NAME)?;
+        self.prepare_for(gpu, g, plan, a, b, c)
     }
 
     /// The arguments of a planned version: operands of `TIn` (bf16, f16, or FP8 bytes), C of
     /// `TOut`.
-    #[allow(clippy::too_many_arguments)]
     fn prepare_for<'k, TIn, TOut, A, B, C>(
         &'k self,
         gpu: &Gpu,
-        version: Version,
         g: &GemmEx,
-        (kernel, launch): (&'k Kernel, LaunchShape),
+        Plan {
+            kernel,
+            launch,
+            version,
+        }: Plan<'k>,
         a: &A,
         b: &B,
         c: &C,
@@ -629,7 +654,9 @@ mod tests {
     fn each_hopper_version_has_its_tile_and_staging() {
         assert_eq!(Version::WgmmaPrefetchC.wg_tile().0.stages, 3);
         assert_eq!(Version::WgmmaTmaStore.wg_tile().1, Staging::TmaStore);
-        assert_eq!(Version::WgmmaCluster.wg_tile().1, Staging::Registers);
+        assert_eq!(Version::WgmmaCluster.wg_tile().1, Staging::TmaStore);
+        assert_eq!(Version::WgmmaOverlap.wg_tile().1, Staging::Registers);
+        assert_eq!(Version::WgmmaN64.wg_tile().0.bn, 64);
         // The shared memory the launcher gave before the table: 4 stages, + 32 KiB of staging.
         let shared = |v: Version| {
             let (tile, staging) = v.wg_tile();

@@ -7,10 +7,11 @@
 //! cuBLAS (`common::cublas`) is the ceiling and runs the same problems.
 //!
 //! The modules: [`gemm`] plans and launches `gemm.cu`'s kernels, [`tile`] holds their tiles
-//! (which `gemm.cu` gets as defines), [`library`] is [`Gemm`], [`shape`] the CLI's problems,
+//! (which `gemm.cu` gets as defines), [`auto`] is `wgmma_auto`'s choice of tile and CTAs, [`library`] is [`Gemm`], [`shape`] the CLI's problems,
 //! [`fp8`] the FP8 problems' inputs and reference, and [`run`] checks and times every version
 //! on a problem.
 
+pub mod auto;
 pub mod fp8;
 pub mod gemm;
 pub mod library;
@@ -121,36 +122,42 @@ common::versions! {
         WgmmaOverlap => "wgmma_overlap",
         WgmmaTmaStore => "wgmma_tma_store",
         WgmmaPrefetchC => "wgmma_prefetch_c",
+        WgmmaN192 => "wgmma_n192",
+        WgmmaN128 => "wgmma_n128",
+        WgmmaN64 => "wgmma_n64",
+        WgmmaAuto => "wgmma_auto",
         WgmmaCluster => "wgmma_cluster",
     }
 }
 
 impl Version {
     /// The versions that also exist for FP8 (e4m3) operands, layout `nt`, bf16 out.
-    pub const FP8: [Version; 2] = [Version::WgmmaOverlap, Version::WgmmaTmaStore];
+    pub const FP8: [Version; 4] = [
+        Version::WgmmaOverlap,
+        Version::WgmmaTmaStore,
+        Version::WgmmaCluster,
+        Version::WgmmaAuto,
+    ];
 
     /// Needs `sm_90a` (wgmma, TMA, setmaxnreg).
     pub fn is_hopper_only(self) -> bool {
-        matches!(
-            self,
-            Version::WgmmaTma
-                | Version::WgmmaOverlap
-                | Version::WgmmaTmaStore
-                | Version::WgmmaPrefetchC
-                | Version::WgmmaCluster
-        )
+        !matches!(self, Version::MmaLdmatrix | Version::MmaPipelined)
     }
 
     /// The layouts this version has kernels for: every one for the single-CTA Hopper
     /// versions, the K-major `nt` for the others.
     pub fn layouts(self) -> &'static [Layout] {
         match self {
-            Version::WgmmaTma
-            | Version::WgmmaOverlap
-            | Version::WgmmaTmaStore
-            | Version::WgmmaPrefetchC => &Layout::ALL,
-            _ => &Layout::ALL[..1],
+            Version::MmaLdmatrix | Version::MmaPipelined | Version::WgmmaCluster => {
+                &Layout::ALL[..1]
+            }
+            _ => &Layout::ALL,
         }
+    }
+
+    /// `wgmma_auto` has no kernel of its own: it runs one of [`auto::CHOICES`].
+    pub fn has_kernels(self) -> bool {
+        self != Version::WgmmaAuto
     }
 
     fn uses_tma(self) -> bool {
@@ -160,7 +167,23 @@ impl Version {
     /// Moves C through shared memory and the TMA (stores, and for `wgmma_prefetch_c` loads
     /// too), so C's rows and batch stride must be 16-byte multiples.
     pub fn stores_by_tma(self) -> bool {
-        matches!(self, Version::WgmmaTmaStore | Version::WgmmaPrefetchC)
+        matches!(
+            self,
+            Version::WgmmaTmaStore
+                | Version::WgmmaPrefetchC
+                | Version::WgmmaCluster
+                | Version::WgmmaN192
+                | Version::WgmmaN128
+                | Version::WgmmaN64
+                | Version::WgmmaAuto
+        )
+    }
+
+    /// At beta = 1 the TMA adds the rounded product into C in L2 (its reduce-add) instead of
+    /// the kernel reading C: `wgmma_tma_store`'s epilogue, which the narrow tiles and
+    /// `wgmma_auto` share. C is rounded twice there, as cuBLAS's bf16 kernels do at beta != 0.
+    pub fn adds_into_c_in_l2(self) -> bool {
+        self.stores_by_tma() && self != Version::WgmmaPrefetchC
     }
 
     /// CTAs per thread-block cluster (they share B's tile through TMA multicast).
@@ -190,7 +213,7 @@ pub fn kernel_names(hopper: bool) -> Vec<String> {
     let mut names = Vec::new();
     for dtype in ["bf16", "f16"] {
         for v in Version::ALL {
-            if hopper || !v.is_hopper_only() {
+            if v.has_kernels() && (hopper || !v.is_hopper_only()) {
                 for &layout in v.layouts() {
                     names.push(kernel_name(v, layout, dtype));
                 }
@@ -198,7 +221,12 @@ pub fn kernel_names(hopper: bool) -> Vec<String> {
         }
     }
     if hopper {
-        names.extend(Version::FP8.map(|v| kernel_name(v, Layout::NT, FP8_NAME)));
+        names.extend(
+            Version::FP8
+                .into_iter()
+                .filter(|v| v.has_kernels())
+                .map(|v| kernel_name(v, Layout::NT, FP8_NAME)),
+        );
     }
     names
 }
@@ -265,9 +293,11 @@ mod tests {
         assert!(!names.contains(&"gemm_wgmma_cluster_tn_bf16".to_string()));
         assert!(names.contains(&"gemm_wgmma_tma_store_nt_e4m3".to_string()));
         assert!(!names.contains(&"gemm_wgmma_prefetch_c_nt_e4m3".to_string()));
-        // Per 16-bit dtype: 2 mma.sync, 4 single-CTA Hopper versions x 4 layouts, the
-        // cluster; then the 2 FP8 kernels.
-        assert_eq!(names.len(), 2 * (1 + 1 + 4 + 4 + 4 + 4 + 1) + 2);
+        // Per 16-bit dtype: 2 mma.sync, 7 single-CTA Hopper versions x 4 layouts (wgmma_auto
+        // has no kernel of its own), the cluster; then the 3 FP8 kernels.
+        assert_eq!(names.len(), 2 * (1 + 1 + 7 * 4 + 1) + 3);
+        assert!(!names.iter().any(|n| n.contains("auto")));
+        assert!(names.contains(&"gemm_wgmma_n192_tn_bf16".to_string()));
         assert_eq!(kernel_names(false).len(), 2 * 2);
     }
 

@@ -18,14 +18,16 @@ pub struct Gemm {
 
 impl Gemm {
     /// Versions in order of preference where C is not read into the SM: beta = 0, and beta =
-    /// 1, where `wgmma_tma_store`'s TMA adds the tile into C in L2. `wgmma_tma_store`
-    /// first (its epilogue overlaps the next tile's math); `wgmma_overlap` where C's rows or
-    /// address do not suit the TMA (`wgmma_tma` measured level with it); `wgmma_cluster` half
-    /// as fast, so never chosen. The mma.sync versions take what the Hopper path cannot (k %
-    /// 8 != 0, unaligned views in layout nt) or GPUs before Hopper. `wgmma_prefetch_c` is not
-    /// here: with beta = 0 it loads nothing and only has a stage fewer.
+    /// 1, where `wgmma_tma_store`'s TMA adds the tile into C in L2. `wgmma_auto` first
+    /// (`wgmma_tma_store`'s epilogue overlapping the next tile's math, on the tile width and
+    /// CTA count that fill the GPU's waves best); `wgmma_overlap` where C's rows or address do
+    /// not suit the TMA (`wgmma_tma` measured level with it). `wgmma_cluster` measured level
+    /// with `wgmma_tma_store` or below, so it is not chosen. The mma.sync versions take what
+    /// the Hopper path cannot (k % 8 != 0, unaligned views in layout nt) or GPUs before
+    /// Hopper. `wgmma_prefetch_c` is not here: with beta = 0 it loads nothing and only has a
+    /// stage fewer.
     pub const PREFERENCE: [Version; 4] = [
-        Version::WgmmaTmaStore,
+        Version::WgmmaAuto,
         Version::WgmmaOverlap,
         Version::MmaPipelined,
         Version::MmaLdmatrix,
@@ -34,11 +36,10 @@ impl Gemm {
     /// Versions in order of preference where C is read (beta other than 0 and 1):
     /// `wgmma_prefetch_c` first (the TMA loads C during the main loop; the others read it in
     /// the epilogue, while that consumer issues no wgmma), then [`Gemm::PREFERENCE`]. It takes
-    /// exactly what `wgmma_tma_store` takes (C's rows and batch stride 16-byte multiples,
-    /// Hopper).
+    /// exactly what `wgmma_auto` takes (C's rows and batch stride 16-byte multiples, Hopper).
     pub const PREFERENCE_READING_C: [Version; 5] = [
         Version::WgmmaPrefetchC,
-        Version::WgmmaTmaStore,
+        Version::WgmmaAuto,
         Version::WgmmaOverlap,
         Version::MmaPipelined,
         Version::MmaLdmatrix,
@@ -138,7 +139,7 @@ mod tests {
     #[test]
     fn reading_c_prefers_the_version_that_prefetches_it() {
         let g = GemmEx::new(128, 256, 64);
-        assert_eq!(Gemm::preference(&g)[0], Version::WgmmaTmaStore);
+        assert_eq!(Gemm::preference(&g)[0], Version::WgmmaAuto);
         // beta = 1: wgmma_tma_store adds into C in L2; C is not read into the SM.
         let accumulate = GemmEx { beta: 1.0, ..g };
         assert_eq!(Gemm::preference(&accumulate), Gemm::PREFERENCE);

@@ -11,7 +11,6 @@ use clap::{Parser, ValueEnum};
 use common::UsageError;
 use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
 use common::dtype::Dtype;
-use common::family::matmul::SWEEP_SIZES;
 use common::gpu::cublas::{Cublas, Stored};
 use common::gpu::cublaslt::CublasLt;
 use day18::run::{CUBLAS, Runner, plot_sweep};
@@ -51,9 +50,13 @@ struct Args {
     /// GEMM, layout nt only, instead of --dtype (the default run has both).
     #[arg(long, conflicts_with_all = ["sweep", "batch", "a", "b", "dtype"])]
     fp8: bool,
-    /// Square sizes 256 to 8192, plotted to --plot.
+    /// Square sizes 1024 to 8192 in steps of 512, plotted to --plot.
     #[arg(long, conflicts_with_all = ["size", "m", "n", "k"])]
     sweep: bool,
+    /// The linear layers of an 8B language model on 8192 tokens: m = 8192 with (n, k) =
+    /// (4096, 4096), (14336, 4096), (4096, 14336) and (128256, 4096).
+    #[arg(long, conflicts_with_all = ["size", "m", "n", "k", "sweep", "fp8"])]
+    llm: bool,
     #[arg(long, default_value = "sweep.svg")]
     plot: PathBuf,
     #[command(flatten)]
@@ -90,16 +93,13 @@ fn kernel_names() -> Vec<&'static str> {
 /// The problems of the flags, each checked before anything is allocated.
 fn problems(args: &Args) -> Result<Vec<GemmShape>> {
     let shapes = if args.sweep {
-        SWEEP_SIZES.map(GemmShape::square).to_vec()
+        GemmShape::SWEEP_SIZES.map(GemmShape::square).to_vec()
+    } else if args.llm {
+        GemmShape::LLM.to_vec()
     } else if let Some(s) = args.size {
         vec![GemmShape::square(s)]
     } else if let (Some(m), Some(n), Some(k)) = (args.m, args.n, args.k) {
-        vec![GemmShape {
-            m,
-            n,
-            k,
-            ..GemmShape::square(1)
-        }]
+        vec![GemmShape::rect(m, n, k)]
     } else {
         GemmShape::DEFAULTS.to_vec()
     };
@@ -134,7 +134,7 @@ fn run(args: Args) -> Result<()> {
         .into());
     }
     let selected = args.common.select_versions(&kernel_names())?;
-    let default_run = !args.sweep && args.size.is_none() && args.m.is_none();
+    let default_run = !args.sweep && !args.llm && args.size.is_none() && args.m.is_none();
     let (shapes, fp8_shapes) = if args.fp8 {
         (Vec::new(), problems(&args)?)
     } else if default_run {

@@ -246,17 +246,21 @@ pub fn plot_sweep(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tile::{MMA_TILE, WG_TILE};
+    use crate::tile::{MMA_TILE, WG_NARROW_TILES, WG_TILE};
 
     /// The sampled check looks at every output tile of every version (128 x 128 for
-    /// mma.sync, 128 x 256 for wgmma), whatever the wave of a persistent kernel that computes
+    /// mma.sync, 128 x 256, 192, 128 or 64 for wgmma), whatever the wave of a persistent kernel that computes
     /// it, in every product of a batch.
     #[test]
     fn the_sampled_check_covers_every_output_tile() {
         for (batch, m, n, k) in [(1, 8192, 8192, 8192), (3, 1000, 3001, 999)] {
             let checked = CheckedOutputs::of_products(batch, m, n, k, 7);
             assert!(checked.at().is_some(), "sampled at this size");
-            for tile in [(MMA_TILE.bm, MMA_TILE.bn), (WG_TILE.bm, WG_TILE.bn)] {
+            let narrow = WG_NARROW_TILES.map(|t| (t.bm, t.bn));
+            for tile in [(MMA_TILE.bm, MMA_TILE.bn), (WG_TILE.bm, WG_TILE.bn)]
+                .into_iter()
+                .chain(narrow)
+            {
                 let missing = checked.tiles_missed((batch, m, n), tile);
                 assert_eq!(missing, 0, "{tile:?}: {missing} tiles never sampled");
             }

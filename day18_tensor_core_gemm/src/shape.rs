@@ -28,17 +28,42 @@ impl GemmShape {
         }
     }
 
+    pub const fn rect(m: usize, n: usize, k: usize) -> Self {
+        Self {
+            m,
+            n,
+            k,
+            ..Self::square(1)
+        }
+    }
+
     /// The default run's problems: the two square sizes peers are usually quoted at, and an
     /// odd one whose k no cp.async/TMA version takes.
     pub const DEFAULTS: [GemmShape; 3] = [
         GemmShape::square(4096),
         GemmShape::square(8192),
-        GemmShape {
-            m: 1000,
-            n: 1001,
-            k: 999,
-            ..GemmShape::square(1)
-        },
+        GemmShape::rect(1000, 1001, 999),
+    ];
+
+    /// `--sweep`'s square sizes: 1024 to 8192 in steps of 512, so the sizes between powers of
+    /// two (where tiles fill the last wave of SMs worst) are measured too.
+    pub const SWEEP_SIZES: [usize; 15] = {
+        let mut sizes = [0; 15];
+        let mut i = 0;
+        while i < sizes.len() {
+            sizes[i] = 1024 + 512 * i;
+            i += 1;
+        }
+        sizes
+    };
+
+    /// `--llm`: the linear layers of an 8B-parameter language model (hidden 4096, MLP 14336,
+    /// vocabulary 128256) on 8192 tokens: `m` tokens x `n` outputs x `k` inputs.
+    pub const LLM: [GemmShape; 4] = [
+        GemmShape::rect(8192, 4096, 4096),
+        GemmShape::rect(8192, 14336, 4096),
+        GemmShape::rect(8192, 4096, 14336),
+        GemmShape::rect(8192, 128_256, 4096),
     ];
 
     /// The FP8 problems of the default run: the two square sizes the bf16 table leads with.

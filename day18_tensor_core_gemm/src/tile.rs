@@ -138,6 +138,24 @@ pub const WG_TILE: WgTile = WgTile {
     consumer_registers: 232,
 };
 
+/// The narrower tiles of `wgmma_n192`, `wgmma_n128` and `wgmma_n64`: `wgmma_tma_store`'s kernel
+/// on 128 x `bn` tiles, so a problem has more tiles and the last wave of SMs fills better
+/// (`day18::Gemm` picks among the widths per problem). Each has as many stages as fit beside
+/// the staging; the narrower a tile, the more of them.
+pub const WG_NARROW_TILES: [WgTile; 3] = [
+    WgTile { bn: 192, ..WG_TILE },
+    WgTile {
+        bn: 128,
+        stages: 6,
+        ..WG_TILE
+    },
+    WgTile {
+        bn: 64,
+        stages: 8,
+        ..WG_TILE
+    },
+];
+
 /// `wgmma_prefetch_c`'s: 3 stages, which make room for the whole slice of C beside them.
 pub const WG_PREFETCH_TILE: WgTile = WgTile {
     stages: 3,
@@ -191,13 +209,11 @@ impl WgTile {
         v.require(self.bm <= 256 && self.bn <= 256, || {
             "a TMA box has at most 256 rows".into()
         });
-        // MN-major operands arrive as 64-wide boxes, and a staged chunk is 64 16-bit (or 32
-        // int32) columns: the chunks of a tile alternate between two buffers, so they must
-        // come in pairs.
-        v.require(
-            self.bn.is_multiple_of(64) && (self.bn / 64).is_multiple_of(2),
-            || format!("bn = {} is not an even number of 64-column chunks", self.bn),
-        );
+        // MN-major operands arrive as 64-wide boxes, and a staged chunk is 64 16-bit columns
+        // (day 23: 32 int32 ones, two chunks a box).
+        v.require(self.bn.is_multiple_of(64), || {
+            format!("bn = {} is not whole 64-column chunks", self.bn)
+        });
         v.require(self.k_bytes == SWIZZLE_ROW_BYTES, || {
             format!("a stage holds one {SWIZZLE_ROW_BYTES}-byte swizzle row of k")
         });
@@ -240,8 +256,9 @@ impl WgTile {
     }
 }
 
-/// `gemm.cu`'s defines: [`MMA_TILE`] as `GEMM_MMA_*`, [`WG_TILE`] as `GEMM_WG_*`, and
-/// `wgmma_prefetch_c`'s stages and shared memory ([`WG_PREFETCH_TILE`]).
+/// `gemm.cu`'s defines: [`MMA_TILE`] as `GEMM_MMA_*`, [`WG_TILE`] as `GEMM_WG_*`,
+/// `wgmma_prefetch_c`'s stages and shared memory ([`WG_PREFETCH_TILE`]), and each narrow tile's
+/// ([`WG_NARROW_TILES`]) as `GEMM_WG_N<bn>_*`.
 pub fn gemm_defines() -> Vec<String> {
     let mut defines = MMA_TILE.defines("GEMM_MMA");
     defines.extend(WG_TILE.defines("GEMM_WG"));
@@ -254,6 +271,17 @@ pub fn gemm_defines() -> Vec<String> {
             )
             .into_vec(),
     );
+    for tile in &WG_NARROW_TILES {
+        defines.extend(
+            Defines::new(format_args!("GEMM_WG_N{}", tile.bn))
+                .set("STAGES", tile.stages)
+                .set(
+                    "TMA_STORE_SHARED_BYTES",
+                    tile.shared_bytes(Staging::TmaStore),
+                )
+                .into_vec(),
+        );
+    }
     defines
 }
 
@@ -268,6 +296,9 @@ mod tests {
         assert_eq!(WG_TILE.violations(&stagings), Vec::<String>::new());
         let prefetch = [Staging::PrefetchC];
         assert_eq!(WG_PREFETCH_TILE.violations(&prefetch), Vec::<String>::new());
+        for tile in &WG_NARROW_TILES {
+            assert_eq!(tile.violations(&[Staging::TmaStore]), Vec::<String>::new());
+        }
     }
 
     #[test]
@@ -334,6 +365,9 @@ mod tests {
             "-DGEMM_WG_TMA_STORE_SHARED_BYTES=230464",
             "-DGEMM_WG_PREFETCH_STAGES=3",
             "-DGEMM_WG_PREFETCH_C_SHARED_BYTES=214080",
+            "-DGEMM_WG_N192_STAGES=4",
+            "-DGEMM_WG_N128_STAGES=6",
+            "-DGEMM_WG_N64_STAGES=8",
         ] {
             assert!(d.contains(&expected.to_string()), "{expected} not in {d:?}");
         }

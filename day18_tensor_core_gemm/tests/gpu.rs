@@ -303,9 +303,9 @@ fn reading_c_over_several_waves() {
 }
 
 /// Whether `version` rounds `alpha op(A) op(B)` to the output type before adding C:
-/// wgmma_tma_store at beta = 1, whose TMA adds the stored tile into C in L2.
+/// wgmma_tma_store's epilogue at beta = 1, whose TMA adds the stored tile into C in L2.
 fn rounds_twice(version: Version, g: &GemmEx) -> bool {
-    version == Version::WgmmaTmaStore && g.beta == 1.0
+    version.adds_into_c_in_l2() && g.beta == 1.0
 }
 
 /// The tolerance of a result rounded twice: the product rounded to the output type first,
@@ -396,8 +396,8 @@ fn check_alpha_beta<T: Element>(
     // relative to the product, not to the result (a product of 10 and a C of -9.8 leave 0.2
     // with an error of the product's half ulp), so its row gets one output roundoff of the
     // largest product as an absolute allowance, and a second relative one. Ours round once.
-    // wgmma_tma_store at beta = 1 rounds the same way (its TMA adds the rounded product into
-    // C in L2).
+    // wgmma_tma_store's epilogue at beta = 1 rounds the same way (its TMA adds the rounded
+    // product into C in L2).
     let cublas_tolerance = if beta != 0.0 {
         two_roundings(tolerance, &expected, beta, unit_roundoff::<T>())
     } else {
@@ -517,11 +517,11 @@ fn the_library_entry_point_takes_views_and_refuses_what_it_must() {
                 b: layout.b,
                 ..GemmEx::new(128, 256, 64)
             };
-            assert_eq!(gemm.choose::<bf16>(&g).unwrap(), Version::WgmmaTmaStore);
+            assert_eq!(gemm.choose::<bf16>(&g).unwrap(), Version::WgmmaAuto);
             let accumulating = GemmEx { beta: 1.0, ..g };
             assert_eq!(
                 gemm.choose::<bf16>(&accumulating).unwrap(),
-                Version::WgmmaTmaStore
+                Version::WgmmaAuto
             );
             let reading_c = GemmEx { beta: 0.5, ..g };
             assert_eq!(
@@ -574,6 +574,10 @@ fn refusals_are_refusals() {
         Version::WgmmaOverlap,
         Version::WgmmaTmaStore,
         Version::WgmmaPrefetchC,
+        Version::WgmmaN192,
+        Version::WgmmaN128,
+        Version::WgmmaN64,
+        Version::WgmmaAuto,
     ] {
         assert!(refusal(v, &odd_k).contains("multiple of 8"));
     }
@@ -621,7 +625,7 @@ fn refusals_are_refusals() {
         stride_c: 64 * 64 + 4,
         ..nt(64, 64, 64)
     };
-    for v in [Version::WgmmaTmaStore, Version::WgmmaPrefetchC] {
+    for v in Version::ALL.into_iter().filter(|v| v.stores_by_tma()) {
         let why = refusal(v, &nt(64, 1001, 64));
         assert!(
             why.contains("n = 1001") && why.contains("TMA stores"),
@@ -682,7 +686,7 @@ fn fp8_versions_match_the_reference() {
             assert!(report.passed(), "cublaslt {what}: {report}");
         }
         for (v, version) in Version::FP8.into_iter().enumerate() {
-            let refuse = version == Version::WgmmaTmaStore && !n.is_multiple_of(8);
+            let refuse = version.stores_by_tma() && !n.is_multiple_of(8);
             if let Err(e) = day.plan_fp8(version, &g) {
                 assert!(
                     refuse && e.is::<Refused>(),
@@ -702,7 +706,7 @@ fn fp8_versions_match_the_reference() {
         }
     }
     // wgmma_tma_store refuses n = 257 (C's rows must be 16-byte multiples).
-    assert_eq!(ran, [7, 6], "FP8 shapes run per version");
+    assert_eq!(ran, [7, 6, 6, 6], "FP8 shapes run per version");
 
     let refusal = |v: Version, g: &GemmEx| -> String {
         let Err(e) = day.plan_fp8(v, g) else {

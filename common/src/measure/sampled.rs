@@ -29,9 +29,9 @@ pub fn sample_outputs(m: usize, n: usize, random: usize, seed: u64) -> Vec<usize
     at
 }
 
-/// The side of the squares [`tile_outputs`] visits: 128 divides every GEMM output tile in the
-/// workspace (mma.sync's 128 x 128, wgmma's 128 x 256, in either orientation).
-pub const CHECK_TILE: usize = 128;
+/// The side of the squares [`tile_outputs`] visits: 64 divides every GEMM output tile in the
+/// workspace (mma.sync's 128 x 128, wgmma's 128 x 256, 192, 128 and 64, in either orientation).
+pub const CHECK_TILE: usize = 64;
 
 /// Two flat outputs in every `CHECK_TILE` square of an `m x n` output: one at random in the
 /// square (drawn with `seed`) and its last (bottom-right, clipped to the matrix). A sampled check
