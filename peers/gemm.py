@@ -3,7 +3,8 @@
     python3 peers/gemm.py --out peers_gemm.json
 
 torch.matmul(a, b.t()) (cuBLAS or cuBLASLt underneath, as torch picks) in bf16 on the day's
-square sizes 256 to 8192 (its default problems and its --sweep), and the odd 1000 x 1001 x 999;
+square sizes 1024 to 8192 by 512 (its default problems and its --sweep), its --llm shapes (8192
+tokens through an 8B model's linear layers), and the odd 1000 x 1001 x 999;
 torch._scaled_mm on the FP8 problems (e4m3 A [m, k] and B [n, k], bf16 out, unit scales, fast
 accumulation as the day's cuBLASLt row) at 4096 and 8192.
 Writes {"torch", "device", "figures": [{key, peer, median_ms, gb_per_s}]} with the day's keys;
@@ -20,7 +21,8 @@ import _peer
 # The days whose tables use these figures: run.sh --days runs this script only for them.
 DAYS = "day18"
 
-SIZES = [256, 512, 1024, 2048, 3072, 4096, 6144, 8192]
+SIZES = list(range(1024, 8192 + 1, 512))
+LLM = [(8192, 4096, 4096), (8192, 14336, 4096), (8192, 4096, 14336), (8192, 128256, 4096)]
 ODD = (1000, 1001, 999)
 
 
@@ -54,6 +56,8 @@ def figures():
     gen = torch.Generator(device="cuda").manual_seed(0)
     for s in SIZES:
         yield one(s, s, s, gen)
+    for shape in LLM:
+        yield one(*shape, gen)
     yield one(*ODD, gen)
     for s in (4096, 8192):
         yield one_fp8(s, gen)
