@@ -8,12 +8,13 @@ Between processes cuBLAS and our kernels move by a few percent at 4096 and 8192 
 a power-limited H100 move with its temperature and load), more than the versions differ, so
 one run proves little. Each run here is one process that times cuBLAS and the named versions
 one after another on the same inputs (day 18's own table, `--iters` timed runs each, L2
-flushed between them), while `nvidia-smi` samples the SM clock and the power every 20 ms. The
-runs follow each other, so each version is timed once in every run. Printed per run: each
-version's median ms, TFLOP/s and ratio to cuBLAS in that run, and the SM clock while the GPU
-was under load (the samples above a quarter of the power limit: the CPU's checks between
-versions leave the GPU idle, at its idle clock). Then per version the median over the runs of
-its TFLOP/s and of its ratio to cuBLAS.
+flushed between them), while `nvidia-smi` samples the SM clock, the instantaneous power and
+whether the power cap is holding the clock down, every 20 ms. The runs follow each other, so
+each version is timed once in every run. Printed per run: each version's median ms, TFLOP/s
+and ratio to cuBLAS in that run, and the SM clock while the GPU was under load (the samples
+above a quarter of the power limit: the CPU's checks between versions leave the GPU idle, at
+its idle clock) with the share of those samples the power cap was active in. Then per version
+the median over the runs of its TFLOP/s and of its ratio to cuBLAS.
 """
 
 import argparse
@@ -25,9 +26,12 @@ import sys
 import tempfile
 
 
+QUERY = "clocks.sm,power.draw.instant,power.limit,clocks_event_reasons.sw_power_cap"
+
+
 def sample_clocks(path):
-    """Starts nvidia-smi writing `clock MHz, power W, power limit W` every 20 ms into path."""
-    query = "clocks.sm,power.draw,power.limit"
+    """Starts nvidia-smi writing `clock MHz, power W, power limit W, power cap` every 20 ms."""
+    query = QUERY
     return subprocess.Popen(
         ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-lms", "20"],
         stdout=open(path, "w"),
@@ -35,17 +39,18 @@ def sample_clocks(path):
     )
 
 
-def loaded_clocks(path):
-    """The SM clocks (MHz) of the samples taken under load."""
-    clocks = []
+def loaded_samples(path):
+    """(SM clock MHz, whether the power cap was active) of the samples taken under load."""
+    samples = []
     for line in open(path):
+        fields = [x.strip() for x in line.split(",")]
         try:
-            clock, power, limit = (float(x) for x in line.split(","))
-        except ValueError:
+            clock, power, limit = (float(x) for x in fields[:3])
+        except (ValueError, IndexError):
             continue
         if power > limit / 4:
-            clocks.append(clock)
-    return clocks
+            samples.append((clock, fields[3] == "Active" if len(fields) > 3 else False))
+    return samples
 
 
 def main():
@@ -81,7 +86,8 @@ def main():
                 sys.exit(f"error: {' '.join(command)} failed:\n{done.stderr}")
             (report,) = json.load(open(report_path))
             rows = {r["version"]: r for r in report["rows"]}
-            clocks = loaded_clocks(clock_path)
+            samples = loaded_samples(clock_path)
+            clocks = [c for c, _ in samples]
             runs.append({
                 "tflops": {v: rows[v]["tflops"] for v in [ceiling] + versions},
                 "median_ms": {v: rows[v]["timing"]["median_ms"] for v in [ceiling] + versions},
@@ -89,6 +95,7 @@ def main():
                     "median": statistics.median(clocks) if clocks else None,
                     "min": min(clocks) if clocks else None,
                     "samples": len(clocks),
+                    "power_capped": sum(capped for _, capped in samples) / max(len(samples), 1),
                 },
             })
             r = runs[-1]
@@ -99,7 +106,8 @@ def main():
                 for v in [ceiling] + versions
             )
             print(f"run {run + 1}: {line} | SM clock under load: median {clock['median']} MHz, "
-                  f"min {clock['min']} MHz ({clock['samples']} samples)", flush=True)
+                  f"min {clock['min']} MHz ({clock['samples']} samples, power cap active in "
+                  f"{100 * clock['power_capped']:.0f}%)", flush=True)
 
     print(f"median of {args.runs} runs, {args.size}^3{' FP8' if args.fp8 else ''}:")
     for v in [ceiling] + versions:
