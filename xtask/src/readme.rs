@@ -333,7 +333,7 @@ fn day_block(
         } else if first.is_compute_bound() {
             format!(
                 "\n![TFLOP/s against size, {}](sweep.svg)\n\n`--sweep`: cuBLAS and every \
-                 version on square problems from 256 to 8192, same run.\n",
+                 version on the square sizes of the day's `--sweep`, same run.\n",
                 first.day
             )
         } else {
