@@ -47,15 +47,9 @@ impl GemmShape {
 
     /// `--sweep`'s square sizes: 1024 to 8192 in steps of 512, so the sizes between powers of
     /// two (where tiles fill the last wave of SMs worst) are measured too.
-    pub const SWEEP_SIZES: [usize; 15] = {
-        let mut sizes = [0; 15];
-        let mut i = 0;
-        while i < sizes.len() {
-            sizes[i] = 1024 + 512 * i;
-            i += 1;
-        }
-        sizes
-    };
+    pub const SWEEP_SIZES: [usize; 15] = [
+        1024, 1536, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 5632, 6144, 6656, 7168, 7680, 8192,
+    ];
 
     /// `--llm`: the linear layers of an 8B-parameter language model (hidden 4096, MLP 14336,
     /// vocabulary 128256) on 8192 tokens: `m` tokens x `n` outputs x `k` inputs.
