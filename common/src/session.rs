@@ -132,6 +132,7 @@ impl<'g> Session<'g> {
             rows: Vec::new(),
             refused: Vec::new(),
             peers,
+            kernel_sources: None,
         };
         eprintln!("{}", report.heading());
         Ok(Self {
@@ -338,7 +339,9 @@ impl<'g> Session<'g> {
 
     /// Prints the table (unless quiet) and returns the report. Failed checks are in it; the
     /// exit code is decided by [`crate::cli::finish_reports`].
-    pub fn finish(self) -> DayReport {
+    pub fn finish(mut self) -> DayReport {
+        // After every version has loaded its kernels: the files they were compiled from.
+        self.report.kernel_sources = crate::gpu::kernel_source::source_override();
         if !self.quiet {
             println!("{}", self.report.console_table());
         }

@@ -30,13 +30,8 @@ pub const DEFAULT_COLS: u64 = 4096;
 /// `activations.cu` with `rectifiers.cu` appended: NVRTC compiles one program, and the
 /// rectifiers are mapped by the first file's templates and macros (`rectifiers.cu` opens with
 /// a `#line` directive, so compiler messages still name it and its own lines).
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "activations.cu",
-    code: concat!(
-        include_str!("activations.cu"),
-        include_str!("rectifiers.cu")
-    ),
-};
+pub const SOURCE: KernelSource =
+    common::kernel_source!("activations.cu" = ["activations.cu", "rectifiers.cu"]);
 
 /// What the day compiles: every kernel, for the GPU's own architecture. The loader compiles the
 /// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of time for

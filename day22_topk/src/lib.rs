@@ -37,15 +37,14 @@ pub mod warp_bitonic;
 
 /// The kernels: what the versions share, then each version's file (NVRTC is given only
 /// `common/cuda/` as headers, so the shared part is put in front rather than included).
-pub const SOURCE: KernelSource = KernelSource {
-    file_name: "topk.cu",
-    code: concat!(
-        include_str!("topk.cuh"),
-        include_str!("sort_row.cu"),
-        include_str!("warp_bitonic.cu"),
-        include_str!("radix_select.cu"),
-    ),
-};
+pub const SOURCE: KernelSource = common::kernel_source!(
+    "topk.cu" = [
+        "topk.cuh",
+        "sort_row.cu",
+        "warp_bitonic.cu",
+        "radix_select.cu"
+    ]
+);
 
 /// What the day compiles: every kernel, for the GPU's own architecture. The loader compiles the
 /// same, the compile test checks this list, and `cargo xtask bundle` compiles it ahead of time for

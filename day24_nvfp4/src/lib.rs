@@ -32,21 +32,12 @@ pub const DEFAULT_GEMM_SHAPES: [(usize, usize, usize); 2] =
     [(4096, 4096, 4096), (8192, 14336, 4096)];
 
 /// Each kernel file is compiled with the format's device code in front of it.
-pub const QUANTIZE_SOURCE: KernelSource = KernelSource {
-    file_name: "quantize.cu",
-    code: concat!(
-        include_str!("nvfp4_format.cuh"),
-        include_str!("quantize.cu")
-    ),
-};
-pub const GEMV_SOURCE: KernelSource = KernelSource {
-    file_name: "gemv.cu",
-    code: concat!(include_str!("nvfp4_format.cuh"), include_str!("gemv.cu")),
-};
-pub const GEMM_SOURCE: KernelSource = KernelSource {
-    file_name: "gemm.cu",
-    code: concat!(include_str!("nvfp4_format.cuh"), include_str!("gemm.cu")),
-};
+pub const QUANTIZE_SOURCE: KernelSource =
+    common::kernel_source!("quantize.cu" = ["nvfp4_format.cuh", "quantize.cu"]);
+pub const GEMV_SOURCE: KernelSource =
+    common::kernel_source!("gemv.cu" = ["nvfp4_format.cuh", "gemv.cu"]);
+pub const GEMM_SOURCE: KernelSource =
+    common::kernel_source!("gemm.cu" = ["nvfp4_format.cuh", "gemm.cu"]);
 
 /// What the day compiles: its three files, every kernel, for the GPU's own architecture, and
 /// `gemm.cu` for Hopper too (its wgmma version). The loaders compile the same, the compile

@@ -119,6 +119,25 @@ pub fn manifest(done: &[Done]) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use common::gpu::kernel_source::SourceTexts;
+
+    /// `DAYS_OF_GPU_KERNEL_SOURCES` pointed at this checkout finds every file of every build
+    /// where `kernel_source!` says it is, with the text the binary embedded: the override
+    /// reads the right files, and an unedited checkout changes nothing.
+    #[test]
+    fn every_kernel_file_is_where_an_override_reads_it() {
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        for (day, builds) in all_days() {
+            for build in builds {
+                let source = &build.source;
+                assert!(!source.parts.is_empty(), "{day}: {}", source.file_name);
+                let texts = SourceTexts::resolve(source, Some(checkout))
+                    .unwrap_or_else(|e| panic!("{day}: {e:#}"));
+                assert_eq!(texts.code, source.code, "{day}: {}", source.file_name);
+                assert!(texts.edited.is_empty(), "{day}: {:?}", texts.edited);
+            }
+        }
+    }
 
     #[test]
     fn every_day_with_kernels_is_listed_once_with_every_file() {

@@ -1,7 +1,9 @@
 //! `cargo run --release -p kernels -- [--days day18] [--arch sm_90] [--cache DIR]`: compiles
 //! every kernel of the selected days with NVRTC (no GPU needed) and prints each kernel's
 //! registers and spill bytes from ptxas's report. The compiled kernels go into the kernel
-//! cache the days use (or DIR), so the next run of those days loads them.
+//! cache the days use (or DIR), so the next run of those days loads them. Under
+//! `DAYS_OF_GPU_KERNEL_SOURCES=CHECKOUT` it compiles that checkout's files, so an edited
+//! kernel's registers and spills need no rebuild either.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,6 +29,9 @@ struct Args {
     /// Also write DIR/MANIFEST (the bundle's list of its kernels, which run.sh reads).
     #[arg(long, requires = "cache")]
     manifest: bool,
+    /// Print the days that compile kernels, one a line, and stop (run.sh picks from them).
+    #[arg(long, exclusive = true)]
+    list_days: bool,
 }
 
 fn main() -> ExitCode {
@@ -42,6 +47,12 @@ fn run(args: Args) -> Result<()> {
         )));
     }
     let days = kernels::all_days();
+    if args.list_days {
+        for (day, _) in &days {
+            println!("{day}");
+        }
+        return Ok(());
+    }
     if let Some(unknown) = args.days.iter().find(|d| !days.iter().any(|(n, _)| n == d)) {
         let known: Vec<&str> = days.iter().map(|(n, _)| *n).collect();
         bail!(UsageError::new(format!(
@@ -59,7 +70,7 @@ fn run(args: Args) -> Result<()> {
 
     let mut table = Table::new();
     table.load_preset(ASCII_MARKDOWN).set_header([
-        "day", "file", "arch", "kernel", "regs", "spill B", "compiled",
+        "day", "file", "arch", "kernel", "regs", "spill B", "compiled", "source",
     ]);
     let (mut compiled, mut spilling) = (0, 0);
     for d in &done {
@@ -82,10 +93,14 @@ fn run(args: Args) -> Result<()> {
                 show(regs),
                 show(spills),
                 how.clone(),
+                source_of(&d.compiled),
             ]);
         }
     }
     println!("{table}");
+    if let Some(o) = common::gpu::kernel_source::source_override() {
+        println!("{}", o.describe());
+    }
     println!(
         "{} builds ({} compiled now, {} from the cache), {} kernels spill",
         done.len(),
@@ -99,4 +114,14 @@ fn run(args: Args) -> Result<()> {
         std::fs::write(dir.join("MANIFEST"), kernels::manifest(&done)?)?;
     }
     Ok(())
+}
+
+/// Where a build's text came from: the binary's own copy, or the edited files of
+/// `DAYS_OF_GPU_KERNEL_SOURCES`.
+fn source_of(compiled: &common::gpu::nvrtc::Compiled) -> String {
+    if compiled.edited.is_empty() {
+        "embedded".to_string()
+    } else {
+        format!("edited: {}", compiled.edited.join(", "))
+    }
 }

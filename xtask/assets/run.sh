@@ -4,7 +4,7 @@
 # `cargo xtask report`. The host needs the NVIDIA driver and NVRTC (CUDA 13), not Rust.
 #
 #   run.sh --out DIR [--days day06,day09] [--parts tests,bench,sweeps,verify,torch,train] [--jobs N]
-#          [--peers-from FILE] [--bench] [--sanitize]
+#          [--peers-from FILE] [--bench] [--sanitize] [--sources CHECKOUT]
 #
 # --days runs only those days' test executables, benchmarks, sweeps, checks and peers (each
 # peer script names its days); results.json then holds only them. --parts runs only some of the default
@@ -32,6 +32,11 @@
 # bench and sanitizer run, so `cargo xtask report` can refuse a run in which anything failed.
 # The bundle's compiled kernels (kernel-cache/ in the archive) go into the kernel cache first;
 # a kernel compiled here that the bundle should have held fails the run (the end says why).
+# --sources CHECKOUT (or DAYS_OF_GPU_KERNEL_SOURCES=CHECKOUT in the environment) compiles every
+# kernel from that checkout's files instead of the bundle's own copies: a kernel edited since
+# the bundle was built is tried without building anything. The selected days' kernels are then
+# compiled first, once, on every core (bin/kernels), and the tests and benchmarks load them;
+# results.json names the edited files, and `cargo xtask report` refuses it.
 # Exits 1 if any of them failed, 2 on bad arguments.
 set -u
 # Empty arrays ("${peers_args[@]}") are fine under `set -u` from bash 4.4 on only.
@@ -41,7 +46,7 @@ if [ "${BASH_VERSINFO[0]}" -lt 4 ] || { [ "${BASH_VERSINFO[0]}" -eq 4 ] && [ "${
 fi
 here=$(cd "$(dirname "$0")" && pwd)
 
-usage() { echo "usage: $0 --out DIR [--days dayNN,dayMM] [--parts tests,bench,sweeps,verify,torch,train] [--jobs N] [--peers-from FILE] [--bench] [--sanitize]" >&2; }
+usage() { echo "usage: $0 --out DIR [--days dayNN,dayMM] [--parts tests,bench,sweeps,verify,torch,train] [--jobs N] [--peers-from FILE] [--bench] [--sanitize] [--sources CHECKOUT]" >&2; }
 out=""
 days=""
 parts_wanted=",tests,bench,sweeps,verify,torch,"
@@ -58,6 +63,9 @@ while [ $# -gt 0 ]; do
     --jobs) [ $# -ge 2 ] && [ "$2" -ge 1 ] 2>/dev/null || { usage; exit 2; }; jobs=$2; shift 2 ;;
     --bench) criterion=1; shift ;;
     --sanitize) sanitize=1; shift ;;
+    --sources) [ $# -ge 2 ] || { usage; exit 2; }
+      [ -d "$2/common/cuda" ] || { echo "--sources $2: not the root of a checkout (no common/cuda/)" >&2; exit 2; }
+      DAYS_OF_GPU_KERNEL_SOURCES=$(cd "$2" && pwd); export DAYS_OF_GPU_KERNEL_SOURCES; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1" >&2; usage; exit 2 ;;
   esac
@@ -159,6 +167,30 @@ if [ -f "$exe/kernel-cache/MANIFEST" ] && [ "$cache_off" = 0 ]; then
 fi
 export DAYS_OF_GPU_KERNEL_LOG="$parts/kernels.log"
 : > "$DAYS_OF_GPU_KERNEL_LOG"
+# Kernel sources from a checkout (common::gpu::kernel_source): compile the selected days'
+# kernels now, on every core and once, rather than in each test executable at the same time.
+sources="${DAYS_OF_GPU_KERNEL_SOURCES:-}"
+if [ -n "$sources" ]; then
+  echo "== kernels: sources from $sources, not the bundle's copies"
+  if [ -x "$exe/bin/kernels" ]; then
+    kernel_days=""
+    for d in $("$exe/bin/kernels" --list-days); do
+      selected "$d" && kernel_days="$kernel_days${kernel_days:+,}$d"
+    done
+    if [ -n "$kernel_days" ]; then
+      started
+      "$exe/bin/kernels" --days "$kernel_days" > "$out/kernels.log" 2>&1
+      rc=$?
+      record_run kernels compile "$rc"
+      if [ "$rc" = 0 ]; then
+        note kernels compile "ok ($(tail -n 1 "$out/kernels.log"))"
+      else
+        tail -n 20 "$out/kernels.log"
+        note kernels compile "FAILED (exit $rc: see kernels.log)"; failed=1
+      fi
+    fi
+  fi
+fi
 tests_json=""
 if part tests; then
   echo "== tests, $jobs side by side (log: $out/tests.log)"
@@ -403,7 +435,8 @@ else
   echo "== kernels: $loaded loaded from the cache, $compiled compiled in this run"
 fi
 if [ -n "$bundled_nvrtc" ]; then
-  missed=$(awk -F'\t' -v v="$bundled_nvrtc" '$1 == "compiled" && $4 == v && ($2 == "sm_90" || $2 == "sm_90a") { print $3 " for " $2 }' \
+  # Kernels of edited sources (--sources) are expected to compile here; the rest are not.
+  missed=$(awk -F'\t' -v v="$bundled_nvrtc" '$1 == "compiled" && $4 == v && $5 !~ /^edited/ && ($2 == "sm_90" || $2 == "sm_90a") { print $3 " for " $2 }' \
     "$DAYS_OF_GPU_KERNEL_LOG" | sort | uniq -c)
   other=$(awk -F'\t' -v v="$bundled_nvrtc" '$1 == "compiled" && $4 != v { print $4 }' "$DAYS_OF_GPU_KERNEL_LOG" | sort -u | tr '\n' ' ')
   if [ -n "$missed" ]; then
@@ -421,9 +454,19 @@ if [ -n "$bundled_nvrtc" ]; then
   fi
 fi
 
+# The files of --sources that differ from the bundle's copies, in anything the run compiled or
+# loaded: results.json names them, so no report passes them off as the commit's kernels.
+edited_json=""
+if [ -n "$sources" ]; then
+  edited=$(awk -F'\t' '$5 ~ /^edited: / { sub(/^edited: /, "", $5); print $5 }' "$DAYS_OF_GPU_KERNEL_LOG" \
+    | tr ',' '\n' | sort -u)
+  for f in $edited; do edited_json="$edited_json${edited_json:+,}$(json_string "$f")"; done
+  note kernels sources "from $sources; edited since the bundle: $(printf '%s' "${edited:-none}" | tr '\n' ' ')"
+fi
+
 {
-  printf '{"commit":"%s","dirty":%s,"built_at":"%s","run_at":"%s","tests":[%s],"runs":[%s],"days":[' \
-    "$COMMIT" "$DIRTY" "$BUILT_AT" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$tests_json" "$runs_json"
+  printf '{"commit":"%s","dirty":%s,"built_at":"%s","run_at":"%s","edited_kernel_sources":[%s],"tests":[%s],"runs":[%s],"days":[' \
+    "$COMMIT" "$DIRTY" "$BUILT_AT" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$edited_json" "$tests_json" "$runs_json"
   first=1
   for f in "$parts"/day*.json; do
     [ -e "$f" ] || continue
@@ -435,7 +478,7 @@ fi
 } > "$out/results.json.tmp" && mv "$out/results.json.tmp" "$out/results.json"
 
 [ -z "$run_seconds" ] || { echo "== wall seconds of the other parts"; printf '%s' "$run_seconds"; }
-echo "== summary (commit $COMMIT$([ "$DIRTY" = true ] && echo ', with uncommitted changes'))"
+echo "== summary (commit $COMMIT$([ "$DIRTY" = true ] && echo ', with uncommitted changes')$([ -n "$sources" ] && echo ", kernel sources from $sources"))"
 printf '%s' "$summary"
 echo "results: $out/results.json"
 exit $failed

@@ -44,24 +44,29 @@ const RUN_SH: &str = include_str!("../assets/run.sh");
 /// The most the bundle may weigh: a copy to a GPU host stays quick.
 const MAX_BUNDLE_BYTES: u64 = 64 << 20;
 
-pub fn bundle(root: &Path, out: &Path, with_kernels: bool) -> Result<()> {
+/// What goes into a bundle.
+pub struct Contents {
+    /// Compile every selected day's kernels for Hopper here (else the GPU host compiles them).
+    pub kernels: bool,
+    /// Only these days (`day20`), or every day when empty.
+    pub days: Vec<String>,
+    /// The PyTorch extension's wheel and the peers' wheels: always in a bundle of every day, in
+    /// a bundle of some days only when asked (they take most of a small bundle's build).
+    pub wheels: bool,
+}
+
+pub fn bundle(root: &Path, out: &Path, contents: &Contents) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    // torch_layers is a Python extension: maturin builds it, as a wheel, below.
-    let common_args = [
-        "--release",
-        "--workspace",
-        "--exclude",
-        "xtask",
-        "--exclude",
-        "torch_layers",
-    ];
+    let packages = Packages::select(root, &contents.days)?;
+    let with_wheels = packages.all || contents.wheels;
 
     eprintln!("building release binaries...");
     run(Command::new(&cargo)
         .current_dir(root)
-        .args(["build", "--bins"])
-        .args(common_args))?;
-    let bins = day_binaries(root)?;
+        .args(["build", "--bins", "--release"])
+        .args(packages.with_kernels_binary()))?;
+    let mut bins = day_binaries(root, &packages.days)?;
+    bins.push(root.join("target/release/kernels"));
 
     eprintln!("building test executables...");
     let output = stdout_of(
@@ -70,9 +75,10 @@ pub fn bundle(root: &Path, out: &Path, with_kernels: bool) -> Result<()> {
             .args([
                 "test",
                 "--no-run",
+                "--release",
                 "--message-format=json-render-diagnostics",
             ])
-            .args(common_args),
+            .args(packages.args()),
         "cargo test --no-run",
     )?;
     let tests = test_executables(&String::from_utf8_lossy(&output))?;
@@ -87,21 +93,15 @@ pub fn bundle(root: &Path, out: &Path, with_kernels: bool) -> Result<()> {
                 "--benches",
                 "--message-format=json-render-diagnostics",
             ])
-            .args([
-                "--workspace",
-                "--exclude",
-                "xtask",
-                "--exclude",
-                "torch_layers",
-            ]),
+            .args(packages.args()),
         "cargo bench --no-run",
     )?;
     let benches = bench_executables(&String::from_utf8_lossy(&output));
     // Every day has a `cargo bench`; `run.sh --bench` would otherwise skip a day in silence.
-    for day in crate::readme::day_folders(root)? {
-        let prefix = format!("{}-bench-", day.package);
+    for day in &packages.days {
+        let prefix = format!("{day}-bench-");
         if !benches.iter().any(|(name, _)| name.starts_with(&prefix)) {
-            bail!("{} has no criterion bench (benches/*.rs)", day.package);
+            bail!("{day} has no criterion bench (benches/*.rs)");
         }
     }
 
@@ -110,9 +110,9 @@ pub fn bundle(root: &Path, out: &Path, with_kernels: bool) -> Result<()> {
     }
     let staging = out.join("executables");
     fs::create_dir_all(staging.join("bin"))?;
-    let kernels = if with_kernels {
-        eprintln!("compiling every day's kernels for Hopper (sm_90, sm_90a) with NVRTC...");
-        precompile_kernels(root, &staging.join(KERNEL_CACHE))?
+    let kernels = if contents.kernels {
+        eprintln!("compiling the days' kernels for Hopper (sm_90, sm_90a) with NVRTC...");
+        precompile_kernels(root, &staging.join(KERNEL_CACHE), &packages)?
     } else {
         0
     };
@@ -129,27 +129,37 @@ pub fn bundle(root: &Path, out: &Path, with_kernels: bool) -> Result<()> {
     }
     let unpacked = folder_size(&staging)?;
     let mut parts = vec!["bin", "tests", "benches"];
-    if with_kernels {
+    if contents.kernels {
         parts.push(KERNEL_CACHE);
     }
     pack(&staging, &parts, &out.join(ARCHIVE))?;
     fs::remove_dir_all(&staging)?;
+    // The scripts cost nothing to copy; the wheels take a build and a download.
     let peers = copy_scripts(root, "peers", out)?;
-    let peer_wheels = fetch_peer_wheels(root, &out.join("peers").join("wheels"));
     let verify = copy_scripts(root, "verify", out)?;
-    let wheel = build_wheel(root, &out.join(TORCH_LAYERS))?;
-    copy_scripts(root, "torch_layers/tests", &out.join(TORCH_LAYERS))?;
-    copy_scripts(root, "torch_layers/examples", &out.join(TORCH_LAYERS))?;
+    let (peer_wheels, wheel) = if with_wheels {
+        let peer_wheels = fetch_peer_wheels(root, &out.join("peers").join("wheels"));
+        let wheel = build_wheel(root, &out.join(TORCH_LAYERS))?;
+        copy_scripts(root, "torch_layers/tests", &out.join(TORCH_LAYERS))?;
+        copy_scripts(root, "torch_layers/examples", &out.join(TORCH_LAYERS))?;
+        (peer_wheels, wheel)
+    } else {
+        (
+            "no peer wheels (--wheels)".to_string(),
+            "no PyTorch extension (--wheels)".to_string(),
+        )
+    };
     fs::write(out.join("run.sh"), RUN_SH)?;
     fs::set_permissions(out.join("run.sh"), fs::Permissions::from_mode(0o755))?;
-    fs::write(out.join("BUILD_INFO"), build_info(root)?)?;
+    fs::write(out.join("BUILD_INFO"), build_info(root, &packages)?)?;
 
     let size = folder_size(out)?;
     eprintln!(
-        "bundle: {} ({} binaries, {} test executables, {} benches and {kernels} compiled \
+        "bundle of {}: {} ({} binaries, {} test executables, {} benches and {kernels} compiled \
          kernel files ({:.1} MiB, packed), {peers} peer scripts, {peer_wheels}, {verify} \
          verify scripts, {wheel}, {:.1} MiB)\n\
          on the GPU host: {}/run.sh --out DIR",
+        packages.describe(),
         out.display(),
         bins.len(),
         tests.len(),
@@ -175,11 +185,31 @@ const KERNEL_CACHE: &str = "kernel-cache";
 /// `target/release/kernels` (built with the day binaries): the GPU host then loads every
 /// kernel instead of compiling it. Entries the developer's own cache holds (from a `cargo
 /// test`) are copied, not compiled again. Returns the number of cached files.
-fn precompile_kernels(root: &Path, dir: &Path) -> Result<usize> {
-    let status = Command::new(root.join("target/release/kernels"))
-        .arg("--cache")
-        .arg(dir)
-        .arg("--manifest")
+fn precompile_kernels(root: &Path, dir: &Path, packages: &Packages) -> Result<usize> {
+    let kernels = root.join("target/release/kernels");
+    let mut command = Command::new(&kernels);
+    command.arg("--cache").arg(dir).arg("--manifest");
+    if !packages.all {
+        // Day 8 compiles none of its own: `kernels` lists the days that do.
+        let listed = stdout_of(
+            Command::new(&kernels).arg("--list-days"),
+            "kernels --list-days",
+        )?;
+        let listed = String::from_utf8_lossy(&listed);
+        let days: Vec<&str> = listed
+            .lines()
+            .filter(|d| packages.days.iter().any(|p| p == d))
+            .collect();
+        if days.is_empty() {
+            fs::create_dir_all(dir)?;
+            fs::write(dir.join("MANIFEST"), "")?;
+            return Ok(0);
+        }
+        command.arg("--days").arg(days.join(","));
+    }
+    // The bundle holds the committed kernels, never a checkout's edits.
+    let status = command
+        .env_remove(crate::SOURCES_ENV)
         .stdout(std::process::Stdio::null())
         .status()
         .context("running target/release/kernels")?;
@@ -342,11 +372,83 @@ fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-/// `target/release/dayNN` for every `dayNN_topic/` folder.
-fn day_binaries(root: &Path) -> Result<Vec<PathBuf>> {
+/// The packages a bundle builds: every day (and `common`'s tests, `kernels`'), or some days.
+struct Packages {
+    all: bool,
+    days: Vec<String>,
+}
+
+impl Packages {
+    /// `days` (package names), each checked against the day folders; all of them when empty.
+    fn select(root: &Path, days: &[String]) -> Result<Self> {
+        let known: Vec<String> = crate::readme::day_folders(root)?
+            .into_iter()
+            .map(|d| d.package)
+            .collect();
+        if days.is_empty() {
+            return Ok(Self {
+                all: true,
+                days: known,
+            });
+        }
+        if let Some(unknown) = days.iter().find(|d| !known.contains(d)) {
+            bail!(
+                "--days: no day `{unknown}` in this workspace; choose from {}",
+                known.join(", ")
+            );
+        }
+        Ok(Self {
+            all: false,
+            days: days.to_vec(),
+        })
+    }
+
+    /// cargo's package selection: the workspace without xtask and torch_layers (a Python
+    /// extension, which maturin builds as a wheel), or `-p dayNN` for each day.
+    fn args(&self) -> Vec<String> {
+        if self.all {
+            [
+                "--workspace",
+                "--exclude",
+                "xtask",
+                "--exclude",
+                "torch_layers",
+            ]
+            .map(String::from)
+            .to_vec()
+        } else {
+            self.days
+                .iter()
+                .flat_map(|d| ["-p".to_string(), d.clone()])
+                .collect()
+        }
+    }
+
+    /// [`Self::args`] and the `kernels` binary, which compiles the days' kernels (into the
+    /// bundle here, and on the GPU host from a checkout's sources).
+    fn with_kernels_binary(&self) -> Vec<String> {
+        let mut args = self.args();
+        if !self.all {
+            args.extend(["-p".to_string(), "kernels".to_string()]);
+        }
+        args
+    }
+
+    /// For the summary line: `every day` or `day20, day10`.
+    fn describe(&self) -> String {
+        if self.all {
+            "every day".to_string()
+        } else {
+            self.days.join(", ")
+        }
+    }
+}
+
+/// `target/release/dayNN` for each of `days`.
+fn day_binaries(root: &Path, days: &[String]) -> Result<Vec<PathBuf>> {
     let mut bins = Vec::new();
-    for day in crate::readme::day_folders(root)? {
-        let bin = root.join("target/release").join(&day.package);
+    for day in days {
+        let bin = root.join("target/release").join(day);
         if !bin.exists() {
             bail!("{} was not built", bin.display());
         }
@@ -433,7 +535,7 @@ fn copy_executable(from: &Path, to: &Path) -> Result<()> {
 
 /// Shell variables run.sh reads: which commit the binaries come from, and whether the tree
 /// had uncommitted changes (then the commit alone does not reproduce them).
-fn build_info(root: &Path) -> Result<String> {
+fn build_info(root: &Path, packages: &Packages) -> Result<String> {
     let git = |args: &[&str]| -> Result<String> {
         let out = Command::new("git").current_dir(root).args(args).output()?;
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
@@ -445,11 +547,16 @@ fn build_info(root: &Path) -> Result<String> {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())?;
     Ok(format!(
-        "COMMIT={}\nDIRTY={dirty}\nBUILT_AT={built_at}\n",
+        "COMMIT={}\nDIRTY={dirty}\nBUILT_AT={built_at}\nDAYS=\"{}\"\n",
         if commit.is_empty() {
             "unknown"
         } else {
             &commit
+        },
+        if packages.all {
+            String::new()
+        } else {
+            packages.days.join(",")
         }
     ))
 }

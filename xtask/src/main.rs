@@ -1,8 +1,8 @@
 //! Workspace chores, run as `cargo xtask <command>`:
 //!
-//! - `bundle`: build every day's release binary and every test executable, and compile every
-//!   day's kernels for Hopper, into `target/bundle/` with `run.sh`, to copy to a GPU host
-//!   that has no Rust;
+//! - `bundle [--days day20]`: build every day's (or those days') release binary and test
+//!   executables, and compile their kernels for Hopper, into `target/bundle/` with `run.sh`,
+//!   to copy to a GPU host that has no Rust;
 //! - `report DIR/results.json [DIR2/results.json ...]`: write the tables of a GPU run into the
 //!   READMEs (a run split over several `run.sh --days` calls at one commit gives several);
 //! - `check-docs`: fail on a broken relative link, a cited file the repository does not have,
@@ -41,6 +41,15 @@ enum Command {
         /// Leave the kernels to be compiled on the GPU host (needs no NVRTC here).
         #[arg(long)]
         no_kernels: bool,
+        /// Only these days (comma-separated: day20,day10): their binaries, test executables,
+        /// benches and kernels, the peers' and verify's scripts, and the `kernels` binary. A
+        /// launcher change then costs a build of those days alone.
+        #[arg(long, value_delimiter = ',', value_name = "dayNN[,dayNN]")]
+        days: Vec<String>,
+        /// With --days: also build the PyTorch extension's wheel and fetch the peers' wheels
+        /// (a bundle of every day always has them).
+        #[arg(long, requires = "days")]
+        wheels: bool,
     },
     /// Rewrite the results tables in each day's README and the root README.
     Report {
@@ -63,11 +72,28 @@ enum Command {
     },
 }
 
+/// The variable that makes the days compile a checkout's kernel files
+/// (`common::gpu::kernel_source`): a bundle never takes them.
+const SOURCES_ENV: &str = common::gpu::kernel_source::SOURCES_ENV;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let root = workspace_root();
     let result = match cli.command {
-        Command::Bundle { out, no_kernels } => bundle::bundle(&root, &root.join(out), !no_kernels),
+        Command::Bundle {
+            out,
+            no_kernels,
+            days,
+            wheels,
+        } => bundle::bundle(
+            &root,
+            &root.join(out),
+            &bundle::Contents {
+                kernels: !no_kernels,
+                days,
+                wheels,
+            },
+        ),
         Command::Report {
             results,
             allow_dirty,

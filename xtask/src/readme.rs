@@ -23,6 +23,10 @@ struct RunResults {
     runs: Vec<RunOutcome>,
     /// One list per day binary: a report per problem it ran.
     days: Vec<Vec<DayReport>>,
+    /// The kernel files, read from `DAYS_OF_GPU_KERNEL_SOURCES`, that differed from the
+    /// bundle's own copies in anything the run compiled or loaded (tests included).
+    #[serde(default)]
+    edited_kernel_sources: Vec<String>,
 }
 
 impl RunResults {
@@ -111,8 +115,23 @@ fn merge(runs: Vec<RunResults>) -> Result<RunResults> {
         merged.tests.extend(run.tests);
         merged.runs.extend(run.runs);
         merged.days.extend(run.days);
+        merged
+            .edited_kernel_sources
+            .extend(run.edited_kernel_sources);
     }
     Ok(merged)
+}
+
+/// Every kernel file the run read from a checkout (`DAYS_OF_GPU_KERNEL_SOURCES`) that differs
+/// from the bundle's copy: those figures are not the commit's.
+fn edited_sources(results: &RunResults) -> Vec<String> {
+    let mut edited = results.edited_kernel_sources.clone();
+    for report in results.reports() {
+        edited.extend(report.kernel_sources.iter().flat_map(|o| o.edited.clone()));
+    }
+    edited.sort();
+    edited.dedup();
+    edited
 }
 
 pub fn report(root: &Path, results_paths: &[PathBuf], allow_dirty: bool) -> Result<()> {
@@ -127,6 +146,16 @@ pub fn report(root: &Path, results_paths: &[PathBuf], allow_dirty: bool) -> Resu
             "these results come from a bundle built with uncommitted changes, so commit {} does \
              not reproduce them: commit, rebuild the bundle and rerun (or pass --allow-dirty)",
             results.commit
+        );
+    }
+    let edited = edited_sources(&results);
+    if !edited.is_empty() {
+        bail!(
+            "these results come from kernel sources edited after commit {} \
+             (DAYS_OF_GPU_KERNEL_SOURCES): {}. The READMEs carry only the figures of committed \
+             kernels: commit, rebuild the bundle and rerun without the variable",
+            results.commit,
+            edited.join(", ")
         );
     }
     let failures = failures(&results);
@@ -590,6 +619,50 @@ mod tests {
         assert_eq!(f, ["bench day05 wrote no report"]);
         let f = failures(&run(r#"{"name": "day05-test-gpu", "passed": false}"#, ""));
         assert_eq!(f, ["test day05-test-gpu failed"]);
+    }
+
+    #[test]
+    fn results_of_edited_kernel_sources_are_refused() {
+        let run = |edited_tests: &str, sources: &str| -> RunResults {
+            serde_json::from_str(&format!(
+                r#"{{"commit": "abc", "dirty": false, "run_at": "2026-11-22",
+                    "tests": [], "edited_kernel_sources": [{edited_tests}],
+                    "days": [[{{"day": "day10", "title": "t", "problem": "p", "key": "k",
+                        "device": {{"name": "H100", "ordinal": 0, "arch": "sm_90", "sms": 132,
+                            "l2_bytes": 0, "memory_bytes": 0, "max_threads_per_sm": 2048,
+                            "max_shared_per_block_optin": 0, "driver_cuda_version": 13000}},
+                        "copy_ceiling_gbs": 1.0, "bytes_per_run": 1, "baseline": null,
+                        "rows": [] {sources}}}]]}}"#
+            ))
+            .unwrap()
+        };
+        assert!(edited_sources(&run("", "")).is_empty());
+        // An override whose files equal the bundle's is the commit's own code.
+        let same = r#", "kernel_sources": {"dir": "/tree", "edited": []}"#;
+        assert!(edited_sources(&run("", same)).is_empty());
+        let edited = r#", "kernel_sources": {"dir": "/tree", "edited": ["day10_fa2_forward/src/fa_hopper.cu"]}"#;
+        assert_eq!(
+            edited_sources(&run("", edited)),
+            ["day10_fa2_forward/src/fa_hopper.cu"]
+        );
+        // The tests' edits come from run.sh's kernel log, top level.
+        assert_eq!(
+            edited_sources(&run(r#""common/cuda/hopper.cuh""#, edited)),
+            [
+                "common/cuda/hopper.cuh",
+                "day10_fa2_forward/src/fa_hopper.cu"
+            ]
+        );
+        let dir = std::env::temp_dir().join(format!("xtask-edited-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let results = dir.join("results.json");
+        let text = r#"{"commit": "abc", "dirty": false, "run_at": "2026-11-22", "tests": [],
+            "edited_kernel_sources": ["day10_fa2_forward/src/fa_hopper.cu"], "days": []}"#;
+        fs::write(&results, text).unwrap();
+        let err = report(&dir, &[results], false).unwrap_err().to_string();
+        assert!(err.contains("edited after commit abc"), "{err}");
+        assert!(err.contains("day10_fa2_forward/src/fa_hopper.cu"), "{err}");
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

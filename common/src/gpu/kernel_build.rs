@@ -127,10 +127,7 @@ pub fn first_runnable(builds: Vec<KernelBuild>, device_arch: &str) -> Option<Ker
 mod tests {
     use super::*;
 
-    const SOURCE: KernelSource = KernelSource {
-        file_name: "a.cu",
-        code: "",
-    };
+    const SOURCE: KernelSource = KernelSource::inline("a.cu", "");
 
     #[test]
     fn hopper_builds_exist_on_sm90_only() {

@@ -1,12 +1,14 @@
 //! Opening the GPU, or saying clearly why not; device facts; memory helpers.
 //!
 //! Below the device, in order (each uses only what comes before it): [`kernel_cache`],
+//! [`kernel_source`] (the kernel files and headers, embedded or read from a checkout),
 //! [`nvrtc`], [`kernel_build`] (what each day compiles), [`kernel`] (loading a compiled file
 //! and its kernels), [`tma`], [`launch`] (typed kernel launches, `kernel_args!`), [`tile`] (the numbers a kernel and its launcher share: defines, shared bytes, the limits a tile table checks),
 //! [`cublas`],
 //! [`cublaslt`] (the 8-bit GEMMs).
 
 pub mod kernel_cache;
+pub mod kernel_source;
 pub mod nvrtc;
 pub mod kernel_build;
 pub mod kernel;

@@ -4,6 +4,8 @@
 //! then has nothing left to compile, and ptxas's report (`-v`) gives each kernel's spill bytes,
 //! which the driver's attributes do not. The headers in `common/cuda/` are handed to NVRTC from
 //! memory, so `#include "common.cuh"` works on a machine that has none of this source tree.
+//! The texts are the embedded ones, or a checkout's under `DAYS_OF_GPU_KERNEL_SOURCES`
+//! ([`crate::gpu::kernel_source`]).
 //! Set `NVRTC_LOG=1` to see the compiler's full report on stderr.
 //!
 //! A compilation is done once: its CUBIN and report go into the on-disk
@@ -20,35 +22,8 @@ use cudarc::nvrtc::{result as nvrtc_result, sys};
 use crate::error::SetupError;
 use crate::gpu::kernel_cache::{self, Entry, KernelCache};
 
-/// The headers every kernel file may include, by the name it includes them under.
-pub const HEADERS: &[(&str, &str)] = &[
-    ("common.cuh", include_str!("../../cuda/common.cuh")),
-    ("dtype.cuh", include_str!("../../cuda/dtype.cuh")),
-    ("reduce.cuh", include_str!("../../cuda/reduce.cuh")),
-    ("mma.cuh", include_str!("../../cuda/mma.cuh")),
-    ("norm.cuh", include_str!("../../cuda/norm.cuh")),
-    ("hopper.cuh", include_str!("../../cuda/hopper.cuh")),
-    ("attention.cuh", include_str!("../../cuda/attention.cuh")),
-];
-
-/// A day's kernel file: its name (for error messages) and its text (`include_str!`).
-#[derive(Debug, Clone, Copy)]
-pub struct KernelSource {
-    pub file_name: &'static str,
-    pub code: &'static str,
-}
-
-/// A day's kernel file, named once: `common::kernel_source!("softmax_warp.cu")` is the
-/// [`KernelSource`] of that file, read (`include_str!`) beside the `.rs` file that names it.
-#[macro_export]
-macro_rules! kernel_source {
-    ($file:literal) => {
-        $crate::gpu::nvrtc::KernelSource {
-            file_name: $file,
-            code: include_str!($file),
-        }
-    };
-}
+use crate::gpu::kernel_source::SourceTexts;
+pub use crate::gpu::kernel_source::{HEADERS, KernelSource};
 
 /// The result of a compilation: the CUBIN and what ptxas said about each kernel.
 #[derive(Debug, Clone)]
@@ -62,11 +37,15 @@ pub struct Compiled {
     pub registers: BTreeMap<String, u32>,
     /// Taken from the kernel cache (disk or this process's memory), not compiled now.
     pub from_cache: bool,
+    /// The files of `DAYS_OF_GPU_KERNEL_SOURCES` this build read that differ from the
+    /// embedded copies (empty without an override).
+    pub edited: Vec<String>,
 }
 
 impl Compiled {
-    fn from_entry(entry: Entry, from_cache: bool) -> Self {
+    fn from_entry(entry: Entry, from_cache: bool, edited: &[String]) -> Self {
         Self {
+            edited: edited.to_vec(),
             spills: parse_spills(&entry.log),
             registers: parse_registers(&entry.log),
             arch: entry.arch,
@@ -111,9 +90,10 @@ pub fn compile(source: &KernelSource, arch: &str, extra_options: &[&str]) -> Res
 }
 
 /// The environment variable naming a file to which every [`compile`] through the kernel
-/// cache appends one line, `loaded` or `compiled`, the architecture, the file and NVRTC's
-/// version (tab-separated): how the GPU host's `run.sh` counts what its bundled cache saved
-/// and finds a kernel the bundle should have held.
+/// cache appends one line, `loaded` or `compiled`, the architecture, the file, NVRTC's
+/// version and `edited: PATH,...` or `embedded` (tab-separated): how the GPU host's `run.sh`
+/// counts what its bundled cache saved, finds a kernel the bundle should have held, and tells
+/// the kernels of edited sources (`DAYS_OF_GPU_KERNEL_SOURCES`) from the committed ones.
 pub const LOG_ENV: &str = "DAYS_OF_GPU_KERNEL_LOG";
 
 fn log_event(compiled: &Compiled, source: &KernelSource) {
@@ -126,8 +106,13 @@ fn log_event(compiled: &Compiled, source: &KernelSource) {
         "compiled"
     };
     let nvrtc = version().map_or_else(|_| "?".to_string(), |(a, b)| format!("{a}.{b}"));
+    let origin = if compiled.edited.is_empty() {
+        "embedded".to_string()
+    } else {
+        format!("edited: {}", compiled.edited.join(","))
+    };
     let line = format!(
-        "{how}\t{}\t{}\tnvrtc {nvrtc}\n",
+        "{how}\t{}\t{}\tnvrtc {nvrtc}\t{origin}\n",
         compiled.arch, source.file_name
     );
     // One short write in append mode: lines of processes writing at once do not interleave.
@@ -149,7 +134,8 @@ pub fn compile_with_cache(
     extra_options: &[&str],
     cache: Option<&KernelCache>,
 ) -> Result<Compiled> {
-    let key = cache_key(source, arch, extra_options)?;
+    let texts = SourceTexts::for_compile(source)?;
+    let key = key_of(source, &texts, arch, extra_options)?;
     let options = options(arch, extra_options);
     // Keyed by folder too, so a test with its own cache folder is not answered from memory.
     let memo_key = (cache.map(|c| c.dir().to_path_buf()), key.clone());
@@ -158,12 +144,12 @@ pub fn compile_with_cache(
     if cache.is_some()
         && let Some(entry) = memo.lock().expect("kernel memo").get(&memo_key)
     {
-        return Ok(Compiled::from_entry(entry.clone(), true));
+        return Ok(Compiled::from_entry(entry.clone(), true, &texts.edited));
     }
     let compiled = match cache.and_then(|c| c.get(&key)) {
-        Some(entry) => Compiled::from_entry(entry, true),
+        Some(entry) => Compiled::from_entry(entry, true, &texts.edited),
         None => {
-            let compiled = compile_now(source, arch, &options)?;
+            let compiled = compile_now(source.file_name, &texts, arch, &options)?;
             if let Some(cache) = cache {
                 let entry = Entry {
                     arch: compiled.arch.clone(),
@@ -203,10 +189,25 @@ pub fn compile_with_cache(
 /// The kernel cache's key of compiling `source` for `arch` with `extra_options` by the NVRTC
 /// this process loads (an error without NVRTC: its version is part of the key).
 pub fn cache_key(source: &KernelSource, arch: &str, extra_options: &[&str]) -> Result<String> {
+    key_of(
+        source,
+        &SourceTexts::for_compile(source)?,
+        arch,
+        extra_options,
+    )
+}
+
+/// [`cache_key`] of `source` compiled from `texts`.
+fn key_of(
+    source: &KernelSource,
+    texts: &SourceTexts,
+    arch: &str,
+    extra_options: &[&str],
+) -> Result<String> {
     ensure_available()?;
     Ok(kernel_cache::key(
-        (source.file_name, source.code),
-        HEADERS,
+        (source.file_name, texts.code),
+        &texts.headers,
         &options(arch, extra_options),
         version()?,
     ))
@@ -242,40 +243,44 @@ fn options(arch: &str, extra_options: &[&str]) -> Vec<String> {
 }
 
 /// Runs NVRTC.
-fn compile_now(source: &KernelSource, arch: &str, options: &[String]) -> Result<Compiled> {
-    let program = Program::new(source)?;
+fn compile_now(
+    file_name: &str,
+    texts: &SourceTexts,
+    arch: &str,
+    options: &[String],
+) -> Result<Compiled> {
+    let program = Program::new(file_name, texts)?;
     // SAFETY: `program.0` is a live program created above; options are plain strings.
     let compiled = unsafe { nvrtc_result::compile_program(program.0, options) };
     let log = program.log()?;
     if let Err(e) = compiled {
-        bail!(
-            "NVRTC could not compile {} for {arch} ({e:?}):\n{log}",
-            source.file_name
-        );
+        bail!("NVRTC could not compile {file_name} for {arch} ({e:?}):\n{log}");
     }
     let cubin = program
         .cubin()
-        .with_context(|| format!("reading the CUBIN of {}", source.file_name))?;
+        .with_context(|| format!("reading the CUBIN of {file_name}"))?;
     let entry = Entry {
         arch: arch.to_string(),
         cubin,
         log,
     };
-    Ok(Compiled::from_entry(entry, false))
+    Ok(Compiled::from_entry(entry, false, &texts.edited))
 }
 
 /// An NVRTC program, destroyed on drop. Keeps the C strings it was made from alive.
 struct Program(sys::nvrtcProgram);
 
 impl Program {
-    fn new(source: &KernelSource) -> Result<Self> {
-        let src = CString::new(source.code).context("kernel source contains a NUL byte")?;
-        let name = CString::new(source.file_name)?;
-        let header_texts: Vec<CString> = HEADERS
+    fn new(file_name: &str, texts: &SourceTexts) -> Result<Self> {
+        let src = CString::new(texts.code).context("kernel source contains a NUL byte")?;
+        let name = CString::new(file_name)?;
+        let header_texts: Vec<CString> = texts
+            .headers
             .iter()
             .map(|(_, text)| CString::new(*text))
             .collect::<Result<_, _>>()?;
-        let header_names: Vec<CString> = HEADERS
+        let header_names: Vec<CString> = texts
+            .headers
             .iter()
             .map(|(name, _)| CString::new(*name))
             .collect::<Result<_, _>>()?;
@@ -288,7 +293,7 @@ impl Program {
                 &mut prog,
                 src.as_ptr(),
                 name.as_ptr(),
-                HEADERS.len() as i32,
+                texts.headers.len() as i32,
                 text_ptrs.as_ptr(),
                 name_ptrs.as_ptr(),
             )
@@ -410,9 +415,9 @@ ptxas info    : Function properties for b
         if !crate::testing::nvrtc_or_skip("common: shared header compile") {
             return;
         }
-        let source = KernelSource {
-            file_name: "probe.cu",
-            code: r#"
+        let source = KernelSource::inline(
+            "probe.cu",
+            r#"
 #include "common.cuh"
 #include "dtype.cuh"
 #include "reduce.cuh"
@@ -426,7 +431,7 @@ KERNEL void probe(const bf16_t* in, f16_t* out, float* x, index_t n) {
     store16(x, load16(x + 4));
     if (threadIdx.x < n) x[threadIdx.x] = NEG_INF;
 }"#,
-        };
+        );
         // No disk cache: a probe of the headers, not a kernel any day loads.
         let compiled = compile_with_cache(&source, "sm_90", &[], None).expect("compiles");
         assert!(!compiled.cubin.is_empty());
@@ -445,10 +450,10 @@ KERNEL void probe(const bf16_t* in, f16_t* out, float* x, index_t n) {
         }
         let dir = std::env::temp_dir().join(format!("days-of-gpu-nvrtc-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let source = KernelSource {
-            file_name: "cached.cu",
-            code: "#include \"common.cuh\"\nKERNEL void cached(float* x) { x[threadIdx.x] = 1.0f; }",
-        };
+        let source = KernelSource::inline(
+            "cached.cu",
+            "#include \"common.cuh\"\nKERNEL void cached(float* x) { x[threadIdx.x] = 1.0f; }",
+        );
         // A fresh cache object each time, as a second process would have.
         let first =
             compile_with_cache(&source, "sm_90", &[], Some(&KernelCache::at(&dir))).unwrap();
@@ -487,10 +492,10 @@ KERNEL void probe(const bf16_t* in, f16_t* out, float* x, index_t n) {
         if !crate::testing::nvrtc_or_skip("common: compile error message") {
             return;
         }
-        let source = KernelSource {
-            file_name: "broken.cu",
-            code: "#include \"common.cuh\"\nKERNEL void broken() { undefined_name(); }",
-        };
+        let source = KernelSource::inline(
+            "broken.cu",
+            "#include \"common.cuh\"\nKERNEL void broken() { undefined_name(); }",
+        );
         let err = compile(&source, "sm_90", &[]).unwrap_err().to_string();
         assert!(err.contains("broken.cu"), "{err}");
         assert!(err.contains("undefined_name"), "{err}");

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gpu::DeviceInfo;
 use crate::gpu::kernel::KernelAttrs;
+use crate::gpu::kernel_source::SourceOverride;
 use crate::measure::bench::Timing;
 use crate::measure::check::CheckReport;
 use crate::measure::peers::PeerFigure;
@@ -41,6 +42,11 @@ pub struct DayReport {
     /// What the peers (PyTorch, ...) measured on the same problem in the same run.
     #[serde(default)]
     pub peers: Vec<PeerFigure>,
+    /// Set when the kernels were compiled from a checkout's files
+    /// (`DAYS_OF_GPU_KERNEL_SOURCES`) rather than the binary's own: the folder and the files
+    /// that differ from the committed ones. `cargo xtask report` refuses such a report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_sources: Option<SourceOverride>,
 }
 
 /// One kernel version: what it is, how it launched, whether it was right, how fast.
@@ -124,8 +130,12 @@ impl DayReport {
             (Some(name), None) => format!("against {name}"),
             (None, _) => format!("copy ceiling {:.0} GB/s", self.copy_ceiling_gbs),
         };
+        let sources = self
+            .kernel_sources
+            .as_ref()
+            .map_or(String::new(), |o| format!(" | {}", o.describe()));
         format!(
-            "{} {} | {} | {} | {ceiling}",
+            "{} {} | {} | {} | {ceiling}{sources}",
             self.day,
             self.title,
             self.device.summary(),
