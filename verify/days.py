@@ -52,6 +52,15 @@ def attention_day(day):
         p("small-varlen-gqa", day, [1, 17, 100], 4, 64, "f16", kv_heads=2, uniform=False),
         # More keys than queries under a bottom-right causal mask, head dim 128, bf16.
         p("small-causal", day, [37, 37], 2, 128, "bf16", seqlen_k=50, causal=True),
+        # Every head dim the Hopper kernels take, causal and not (with the two above): their
+        # shared-memory hand-offs differ by head dim (one Q stage at 256, two below).
+        p("small-d64-causal", day, [100, 100], 4, 64, "bf16", causal=True),
+        p("small-d128", day, [137, 137], 2, 128, "bf16"),
+        p("small-d256", day, [200], 2, 256, "bf16"),
+        p("small-d256-causal", day, [200], 2, 256, "bf16", causal=True),
+        # 160 work items for 132 persistent blocks: some blocks take a second item, so the one
+        # Q stage's item slot is rewritten before the end-of-work mark.
+        p("small-d256-many-items", day, [200] * 40, 2, 256, "bf16", causal=True),
         # 2 x 512 x 4 heads x 128: 2^28 row-key-dim products, the largest the days check in full.
         p("medium-causal", day, [512, 512], 4, 128, "bf16", causal=True),
     ]

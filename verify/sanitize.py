@@ -6,7 +6,8 @@ verify/days.py, so the sanitizer sees the shapes that end tiles mid-way.
     python3 verify/sanitize.py --bin DIR --sanitizer PATH --out DIR [--days day05,day10] [--jobs N]
 
 memcheck runs every small problem of a day; the other three tools, which are much slower,
-run its first. A run fails when the sanitizer reports an error (it exits with ERROR_EXIT) or
+run its first, except on the attention days, whose Hopper kernels hand shared memory between
+warpgroups differently at each head dim: racecheck and synccheck run all their small problems. A run fails when the sanitizer reports an error (it exits with ERROR_EXIT) or
 when the day itself fails (a check, a crash). Writes one log per run under DIR and a summary;
 exits 0 when every run was clean, 1 otherwise, 2 on bad arguments.
 """
@@ -44,6 +45,12 @@ TIMED_OUT = 124
 # synccheck run every version.
 INITCHECK_KERNELS = {"day19": "two_pass,cluster8,cluster_stream,cluster_push"}
 
+# Days whose every small problem also runs under racecheck and synccheck: the attention
+# kernels' producer and consumer warpgroups hand tiles and work items over in shared memory,
+# with one Q stage at head dim 256 and two below, causal or not.
+EVERY_SMALL_PROBLEM = {"day10", "day20"}
+EVERY_SMALL_TOOLS = ("racecheck", "synccheck")
+
 
 def with_kernels(args: tuple[str, ...], kernels: str) -> tuple[str, ...]:
     """`args` with its `--kernel` list (if any) replaced by `kernels`."""
@@ -64,10 +71,12 @@ def runs_of(day: str) -> list[tuple[str, str, tuple[str, ...]]]:
     small = [p for p in DAYS[day] if p.label.startswith("small")]
     runs = [("memcheck", p.label, p.args) for p in small]
     for tool in TOOLS[1:] if small else []:
-        args = small[0].args
-        if tool == "initcheck" and day in INITCHECK_KERNELS:
-            args = with_kernels(args, INITCHECK_KERNELS[day])
-        runs.append((tool, small[0].label, args))
+        problems = small if day in EVERY_SMALL_PROBLEM and tool in EVERY_SMALL_TOOLS else small[:1]
+        for problem in problems:
+            args = problem.args
+            if tool == "initcheck" and day in INITCHECK_KERNELS:
+                args = with_kernels(args, INITCHECK_KERNELS[day])
+            runs.append((tool, problem.label, args))
     return runs
 
 

@@ -674,6 +674,17 @@ class Sanitize(unittest.TestCase):
         self.assertNotIn("chunked", sanitize.INITCHECK_KERNELS["day19"])
         self.assertIn("naive,chunked_cublas,chunked_day18", runs["racecheck"])
 
+    def test_the_attention_days_race_and_sync_check_every_head_dim_and_mask(self):
+        for day in ("day10", "day20"):
+            runs = sanitize.runs_of(day)
+            small = [p for p in DAYS[day] if p.label.startswith("small")]
+            for tool in ("memcheck", "racecheck", "synccheck"):
+                labels = [label for t, label, _ in runs if t == tool]
+                self.assertEqual(labels, [p.label for p in small], (day, tool))
+            cases = {(p.params["d"], p.params["causal"]) for p in small}
+            self.assertEqual(cases, {(d, c) for d in (64, 128, 256) for c in (False, True)}, day)
+            self.assertEqual(len([t for t, _, _ in runs if t == "initcheck"]), 1, day)
+
     def test_with_kernels_replaces_a_list_or_adds_one(self):
         self.assertEqual(sanitize.with_kernels(("--n", "3", "--kernel", "a,b"), "c"), ("--n", "3", "--kernel", "c"))
         self.assertEqual(sanitize.with_kernels(("--n", "3"), "c"), ("--n", "3", "--kernel", "c"))

@@ -21,8 +21,8 @@
 //     and store the last.
 //
 // Per block: 64 query rows per consumer warpgroup, block 128 x (1 + consumers). Key tiles of
-// 128 keys (64 at head dim 256) in a ring of 2 stages; a Q stage is freed (q_empty) after
-// its item's last S product:
+// 128 keys (64 at head dim 256) in a ring of 2 stages; a Q stage and its item slot are freed
+// (q_empty, lane 0 of every consumer warp arriving) after the item's last S product:
 //
 //   producer:   per item: draw a ticket; wait q_empty[q] -> item slot, TMA Q -> q_full[q];
 //               per key tile n: wait k_empty[s] -> TMA K -> k_full[s]
@@ -46,7 +46,7 @@
 #include "hopper.cuh"
 
 constexpr int FH_BOX = 64;  // head-dim elements of one 128-byte swizzle row
-// Named barriers: 1 + c is consumer c's turn, FH_MAX_CONSUMERS + 1 + c its own warpgroup's.
+// Named barriers: 1 + c is consumer c's turn.
 constexpr int FH_MAX_CONSUMERS = 4;
 
 // The tile configuration comes from the host, as defines, one set per head dim D:
@@ -162,9 +162,19 @@ template <int N> struct Ring {
 };
 
 // A work item as the producer hands it to the consumers: the first query row of the tile, the
-// head and the sequence (i0 < 0: no more work). One slot per Q stage, written before the
-// producer's arrival on that stage's q_full and read after the consumers' wait on it; the
-// producer rewrites it only once q_empty says every consumer is done with the item.
+// head and the sequence (i0 < 0: no more work). One slot per Q stage, read by one thread of
+// each consumer warp (lane 0, which shuffles it to the others), and two orders keep it:
+//   - write before read: the producer writes it, then arrives on q_full (a release); each
+//     reader waits on q_full (an acquire) before reading it;
+//   - read before the next write: each reader arrives on q_empty itself once its warp is done
+//     with the item's Q (q_empty counts 4 arrivals per consumer warpgroup); the producer
+//     waits for all of them before rewriting the slot.
+// mbarrier.arrive releases only the arriving thread's own earlier accesses, so every reader
+// arrives. With every thread reading and thread 0 alone arriving (after a barrier of its
+// warpgroup) the order also held, through that barrier, but compute-sanitizer's racecheck does
+// not follow such a chain: it reported each rewrite of a slot as a race (the end-of-work mark
+// at head dim 256, whose one Q stage reuses the slot its block read last; any second item of a
+// block at the other head dims). Every thread arriving instead cost 0.8-1.6% at head dim 128.
 struct FhItem {
     int i0, h;
     Sequence s;
@@ -209,7 +219,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     if (threadIdx.x == 0) {
         for (int st = 0; st < Q_STAGES; ++st) {
             mbarrier_init(&q_full[st], 1);  // the producer's arrival (+ the TMA's bytes)
-            mbarrier_init(&q_empty[st], C::CONSUMERS);  // one arrival per consumer warpgroup
+            mbarrier_init(&q_empty[st], C::CONSUMERS * 4);  // lane 0 of every consumer warp
         }
         for (int st = 0; st < STAGES; ++st) {
             mbarrier_init(&k_full[st], 1);
@@ -405,23 +415,42 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     Ring<Q_STAGES> q_ring;
     int q_stage = 0, tiles = 0, rows_left = 0;
     index_t token0 = 0;
-    // Waits for the next item's Q and reads the item; false when there is no more work.
+    // The item's Q stage and slot: each warp's reader of the slot arrives (the slot's comment
+    // says why); the Q tile itself was read only by the S products, which have completed
+    // (wgmma_wait) before this.
+    auto release_q = [&]() {
+        if (lane == 0) mbarrier_arrive(&q_empty[q_stage]);
+    };
+    // Waits for the next item's Q and reads the item (lane 0 from the slot, the other lanes
+    // from it); false when there is no more work.
+    FhItem it{};
     auto take_item = [&](int& stage) {
         stage = q_ring.stage();
         mbarrier_wait(&q_full[stage], q_ring.phase());
         q_ring.advance();
-        return slots[stage].i0 >= 0;
+        if (lane == 0) {
+            const FhItem& slot = slots[stage];
+            it.i0 = slot.i0;
+            it.h = slot.h;
+            it.s = slot.s;
+        }
+        it.i0 = __shfl_sync(FULL_WARP, it.i0, 0);
+        it.h = __shfl_sync(FULL_WARP, it.h, 0);
+        it.s.q0 = __shfl_sync(FULL_WARP, it.s.q0, 0);
+        it.s.lq = __shfl_sync(FULL_WARP, it.s.lq, 0);
+        it.s.k0 = __shfl_sync(FULL_WARP, it.s.k0, 0);
+        it.s.lk = __shfl_sync(FULL_WARP, it.s.lk, 0);
+        return it.i0 >= 0;
     };
-    auto tiles_of = [&](int stage) {
-        const FhItem& it = slots[stage];
+    auto tiles_of = [&]() {
         const int keys = key_end(min(it.i0 + FH_BM, it.s.lq) - 1, it.s, causal);
         return (keys + FH_BN - 1) / FH_BN;
     };
-    // Makes the item in Q stage `stage` the one in hand: its masks, rows and fresh statistics.
+    // Makes the item taken (in Q stage `stage`) the one in hand: its masks, rows and fresh
+    // statistics.
     auto begin = [&](int stage) {
-        const FhItem& it = slots[stage];
         q_stage = stage;
-        tiles = tiles_of(stage);
+        tiles = tiles_of();
         const int row0 = it.i0 + consumer * 64 + warp * 16 + g;
         end[0] = key_end(row0, it.s, causal);
         end[1] = key_end(row0 + 8, it.s, causal);
@@ -455,10 +484,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
         if (tiles == 0) {
-            // No S product: only a barrier says every warp has read the item's slot, which
-            // the producer may rewrite once q_empty completes.
-            named_barrier_sync(FH_MAX_CONSUMERS + 1 + consumer, 128);
-            release(&q_empty[q_stage]);
+            release_q();  // no S product reads this Q
             return;
         }
         mbarrier_wait(&k_full[ring.stage()], ring.phase());
@@ -467,7 +493,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
         wgmma_wait<0>();
         wgmma_fence_operands(sc);
         release(&k_empty[ring.stage()]);
-        if (tiles == 1) release(&q_empty[q_stage]);
+        if (tiles == 1) release_q();
         softmax(0);
         rescale_and_pack();
         ring.advance();
@@ -501,7 +527,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
             wgmma_wait<1>();  // S_n is done; P_{n-1} V_{n-1} may still run
             wgmma_fence_operands(sc);
             release(&k_empty[ring.stage()]);
-            if (n == tiles - 1) release(&q_empty[q_stage]);  // the producer may load a Q here
+            if (n == tiles - 1) release_q();  // the producer may load a Q here
             softmax(n);
             wgmma_wait<0>();
             wgmma_fence_operands(acc);

@@ -219,3 +219,92 @@ fn sizes_a_version_cannot_take_are_refused() {
     // f32 storage is not an attention dtype here.
     assert!(day.kernel_for::<f32>(Version::Fa2Mma, &problem).is_err());
 }
+
+/// Many short items per block, launched again and again: `fa_hopper`'s producer hands each
+/// block's items to its consumers through one slot per Q stage (one stage at head dim 256, two
+/// at 64 and 128), rewriting a slot as soon as every consumer thread has arrived on q_empty,
+/// and ends with an end-of-work mark in the next slot. A consumer that read a slot after its
+/// rewrite (a missing or misplaced arrival) would compute another item's rows, or stop early
+/// and leave rows unwritten: the first launch is checked against the f64 reference, and every
+/// later one, into freshly poisoned outputs, must give the same bits (each row's order of
+/// arithmetic is fixed, so a correct kernel repeats itself exactly). Causal with fewer keys
+/// than queries, so some items see no key (no S product before their release) and some one
+/// tile; ~6 items per block of the 132.
+#[test]
+fn fa_hopper_hands_items_over_the_same_way_every_launch() {
+    const LAUNCHES: usize = 40;
+    let Some(gpu) = testing::gpu_or_skip("day10 fa_hopper item hand-off") else {
+        return;
+    };
+    if let Some(why) = testing::needs_sm90a(&gpu) {
+        testing::note_skip("day10 fa_hopper item hand-off", &why);
+        return;
+    }
+    let day = FlashAttention::load(&gpu).unwrap();
+    let mut failures = Vec::new();
+    for d in [64, 128, 256] {
+        let shape = AttentionShape {
+            heads: 2,
+            kv_heads: 1,
+            head_dim: d,
+            seqlens_q: (0..200).map(|i| 1 + (i * 37) % 300).collect(),
+            seqlens_k: (0..200).map(|i| 1 + (i * 53) % 180).collect(),
+            causal: true,
+        };
+        let items = day10::hopper_work_items(&shape).unwrap();
+        assert!(items >= 3 * H100_SMS, "{items} items at head dim {d}");
+        let q_len = shape.total_q() * shape.heads * d;
+        let (q, k, v) = attention::random_qkv::<bf16>(&shape, 7 + d as u64);
+        let problem = DeviceProblem::new(&gpu, &shape).unwrap();
+        let (q_dev, k_dev, v_dev) = (
+            gpu.upload(&q).unwrap(),
+            gpu.upload(&k).unwrap(),
+            gpu.upload(&v).unwrap(),
+        );
+        let inputs = Inputs {
+            q: &q_dev,
+            k: &k_dev,
+            v: &v_dev,
+        };
+        let plan = day
+            .plan::<bf16>(&gpu, Version::FaHopper, &problem, inputs)
+            .unwrap();
+        let mut o = gpu.alloc_poisoned::<bf16>(q_len).unwrap();
+        let mut lse = gpu
+            .alloc_poisoned::<f32>(shape.total_q() * shape.heads)
+            .unwrap();
+        // One launch into poisoned O and L; their bits.
+        let mut launch = || -> (Vec<u16>, Vec<u32>) {
+            gpu.poison(&mut lse).unwrap();
+            let got =
+                launch_and_read(&gpu, &mut o, &mut |o| plan.launch(o, &mut lse, None)).unwrap();
+            let lse_got = gpu.download(&lse).unwrap();
+            (
+                got.iter().map(|x| x.to_bits()).collect(),
+                lse_got.iter().map(|x| x.to_bits()).collect(),
+            )
+        };
+        let first = launch();
+        let expected = ExpectedO::at_rows(&q, &k, &v, &shape, &shape.all_query_rows());
+        let first_o: Vec<bf16> = first.0.iter().map(|&b| bf16::from_bits(b)).collect();
+        let first_l: Vec<f32> = first.1.iter().map(|&b| f32::from_bits(b)).collect();
+        let o_check = expected.check_o(&first_o, None, &[shape.total_q(), shape.heads, d]);
+        let l_check = expected.check_lse(&first_l, None, &[shape.total_q(), shape.heads]);
+        if !o_check.passed() || !l_check.passed() {
+            failures.push(format!("head dim {d}, launch 1: O {o_check}, L {l_check}"));
+            continue;
+        }
+        for n in 2..=LAUNCHES {
+            let again = launch();
+            if again != first {
+                let rows = again.0.iter().zip(&first.0).filter(|(a, b)| a != b).count();
+                failures.push(format!(
+                    "head dim {d}, launch {n}: {rows} of {} O elements differ from launch 1",
+                    first.0.len()
+                ));
+                break;
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
