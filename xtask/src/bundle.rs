@@ -29,6 +29,7 @@
 //! `common`, so the 31 files of ten days weighed 43 MiB and one solid archive of them 3.5 MiB
 //! (xz's window spans the files; gzip's 32 KiB window does not and gave 19.5 MiB).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -198,7 +199,7 @@ fn precompile_kernels(root: &Path, dir: &Path, packages: &Packages) -> Result<us
         let listed = String::from_utf8_lossy(&listed);
         let days: Vec<&str> = listed
             .lines()
-            .filter(|d| packages.days.iter().any(|p| p == d))
+            .filter(|d| packages.loads_kernels_of.iter().any(|p| p == d))
             .collect();
         if days.is_empty() {
             fs::create_dir_all(dir)?;
@@ -376,6 +377,9 @@ fn run(cmd: &mut Command) -> Result<()> {
 struct Packages {
     all: bool,
     days: Vec<String>,
+    /// The days whose kernels those days load: themselves and the days they depend on (day 20
+    /// runs day 10's forward, day 19 day 18's GEMMs), whose kernels the bundle must hold too.
+    loads_kernels_of: Vec<String>,
 }
 
 impl Packages {
@@ -388,6 +392,7 @@ impl Packages {
         if days.is_empty() {
             return Ok(Self {
                 all: true,
+                loads_kernels_of: known.clone(),
                 days: known,
             });
         }
@@ -399,6 +404,7 @@ impl Packages {
         }
         Ok(Self {
             all: false,
+            loads_kernels_of: with_dependencies(days, &day_dependencies(root)?),
             days: days.to_vec(),
         })
     }
@@ -442,6 +448,56 @@ impl Packages {
             self.days.join(", ")
         }
     }
+}
+
+/// Each workspace package's dependencies inside the workspace, from `cargo metadata`.
+fn day_dependencies(root: &Path) -> Result<BTreeMap<String, Vec<String>>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let out = stdout_of(
+        Command::new(cargo).current_dir(root).args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ]),
+        "cargo metadata",
+    )?;
+    let metadata: Value = serde_json::from_slice(&out).context("reading cargo metadata")?;
+    let packages = metadata["packages"]
+        .as_array()
+        .context("cargo metadata: no packages")?;
+    let names = |list: &Value| -> Vec<String> {
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    Ok(packages
+        .iter()
+        .filter_map(|p| Some((p["name"].as_str()?.to_string(), names(&p["dependencies"]))))
+        .collect())
+}
+
+/// `days` and every package they depend on, directly or not, that `dependencies` knows (the
+/// workspace's own), sorted.
+fn with_dependencies(days: &[String], dependencies: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+    let mut found: BTreeSet<String> = BTreeSet::new();
+    let mut todo: Vec<String> = days.to_vec();
+    while let Some(day) = todo.pop() {
+        if found.insert(day.clone()) {
+            todo.extend(
+                dependencies
+                    .get(&day)
+                    .into_iter()
+                    .flatten()
+                    .filter(|d| dependencies.contains_key(*d))
+                    .cloned(),
+            );
+        }
+    }
+    found.into_iter().collect()
 }
 
 /// `target/release/dayNN` for each of `days`.
@@ -578,6 +634,35 @@ fn folder_size(dir: &Path) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_day_takes_the_kernels_of_the_days_it_runs() {
+        let deps: BTreeMap<String, Vec<String>> = [
+            ("day20", vec!["common", "day10", "anyhow"]),
+            ("day10", vec!["common"]),
+            ("day19", vec!["day18"]),
+            ("day18", vec!["common"]),
+            ("common", vec!["cudarc"]),
+        ]
+        .into_iter()
+        .map(|(p, d)| (p.to_string(), d.into_iter().map(String::from).collect()))
+        .collect();
+        let days = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            with_dependencies(&days(&["day20"]), &deps),
+            days(&["common", "day10", "day20"])
+        );
+        assert_eq!(
+            with_dependencies(&days(&["day19", "day10"]), &deps),
+            days(&["common", "day10", "day18", "day19"])
+        );
+        // This workspace: day 20 runs day 10's forward.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let ours = Packages::select(root, &days(&["day20"])).unwrap();
+        assert!(ours.loads_kernels_of.contains(&"day10".to_string()));
+        assert_eq!(ours.days, ["day20"]);
+        assert!(Packages::select(root, &days(&["day99"])).is_err());
+    }
 
     #[test]
     fn package_names_from_ids() {
