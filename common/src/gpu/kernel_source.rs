@@ -86,8 +86,8 @@ impl KernelSource {
 
 /// A day's kernel file, named once: `common::kernel_source!("softmax_warp.cu")` is the
 /// [`KernelSource`] of that file, read (`include_str!`) beside the `.rs` file that names it.
-/// `kernel_source!("topk.cu" = ["topk.cuh", "sort_row.cu"])` is one text made of several
-/// files, compiled under the first name.
+/// `kernel_source!("gemv.cu" = ["nvfp4_format.cuh", "gemv.cu"])` (day 24) is one text made
+/// of several files, one after another, compiled under the name before `=`.
 #[macro_export]
 macro_rules! kernel_source {
     ($file:literal) => {
@@ -183,7 +183,7 @@ pub struct SourceOverride {
 }
 
 impl SourceOverride {
-    /// For the line above a table: `kernel sources from DIR (edited: a.cu, b.cuh)`.
+    /// For the line above a table: `kernel sources from DIR (edited: PATH, PATH)`.
     pub fn describe(&self) -> String {
         let edited = if self.edited.is_empty() {
             "none edited".to_string()
@@ -241,7 +241,7 @@ fn read_once(dir: &Path, path: &Path) -> Result<&'static str> {
 mod tests {
     use super::*;
 
-    /// A source as `kernel_source!` would make it in `dayXX_demo/src/lib.rs`.
+    /// A source as `kernel_source!` would make it in the `lib.rs` of a day folder `dayXX_demo`.
     fn demo(
         parts: &'static [(&'static str, &'static str)],
         code: &'static str,
