@@ -20,14 +20,17 @@
 #include "common.cuh"
 
 // grid(ceil(n / 256)), block(256): thread i adds element i.
+// quote: naive
 KERNEL void vector_add_f32(const float* __restrict__ a, const float* __restrict__ b,
                            float* __restrict__ out, index_t n) {
     const index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[i] + b[i];
 }
+// end quote: naive
 
 // grid(ceil((n / 4 + 1) / 256)), block(256): thread i adds float4 number i; the one thread
 // just past the last whole float4 adds the 0-3 leftover elements.
+// quote: vec4
 KERNEL void vector_add_f32x4(const float* __restrict__ a, const float* __restrict__ b,
                              float* __restrict__ out, index_t n) {
     const index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -40,9 +43,11 @@ KERNEL void vector_add_f32x4(const float* __restrict__ a, const float* __restric
         for (index_t j = 4 * n4; j < n; ++j) out[j] = a[j] + b[j];
     }
 }
+// end quote: vec4
 
 // grid(SMs * resident blocks per SM), block(256): every thread loops over float4s with the
 // stride of the whole grid, then over the leftover elements. One wave of blocks, no tail wave.
+// quote: grid_stride
 KERNEL void vector_add_grid_stride_f32x4(const float* __restrict__ a, const float* __restrict__ b,
                                          float* __restrict__ out, index_t n) {
     const index_t start = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -55,3 +60,4 @@ KERNEL void vector_add_grid_stride_f32x4(const float* __restrict__ a, const floa
     }
     for (index_t j = 4 * n4 + start; j < n; j += stride) out[j] = a[j] + b[j];
 }
+// end quote: grid_stride

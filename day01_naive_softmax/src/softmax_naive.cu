@@ -21,6 +21,7 @@
 #include "common.cuh"
 
 // grid(ceil(rows / 64)), block(64): thread r computes row r.
+// quote: naive
 KERNEL void softmax_row_per_thread_f32(const float* __restrict__ x, float* __restrict__ y,
                                        index_t rows, index_t cols) {
     const index_t row = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -41,3 +42,4 @@ KERNEL void softmax_row_per_thread_f32(const float* __restrict__ x, float* __res
     const float inv_sum = 1.0f / sum;
     for (index_t c = 0; c < cols; ++c) out[c] = expf(in[c] - row_max) * inv_sum;
 }
+// end quote: naive

@@ -6,7 +6,11 @@
 //! - file names cited in prose or comments (`gemm.cu`, `src/lib.rs`, `CHANGELOG.md`) that no
 //!   tracked file has (a path from the citing file, from the root, or the tail of a tracked path);
 //! - words about how the work was organised rather than about the code: the challenge logs'
-//!   internal numbering, numbered tasks, working periods and their budgets.
+//!   internal numbering, numbered tasks, working periods and their budgets;
+//! - quoted kernel lines (`<!-- quote: PATH NAME -->` above a fenced block) that no longer match
+//!   the region they quote, or quote a file or region that is not there (`crate::quotes`);
+//! - a commit named in the lesson of a day whose notes sit beside it, outside its results
+//!   table's stamp (`crate::lessons`).
 //!
 //! A test runs the same check, so `cargo test --workspace` (and CI) fails on any finding.
 
@@ -66,7 +70,7 @@ const FORBIDDEN: &[(&str, &str)] = &[
 ];
 
 /// Every tracked text file, as paths relative to `root` (what a clean clone has).
-fn tracked_files(root: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn tracked_files(root: &Path) -> Result<Vec<PathBuf>> {
     let output = stdout_of(
         Command::new("git")
             .arg("-C")
@@ -79,6 +83,10 @@ fn tracked_files(root: &Path) -> Result<Vec<PathBuf>> {
         .filter(|name| !name.is_empty())
         .map(|name| PathBuf::from(String::from_utf8_lossy(name).into_owned()))
         .collect())
+}
+
+pub(crate) fn is_markdown(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "md")
 }
 
 fn is_text(path: &Path) -> bool {
@@ -117,7 +125,7 @@ pub fn check(root: &Path) -> Result<Vec<Finding>> {
                     report(m.start(), format!("`{}`: {why}", m.as_str()));
                 }
             }
-            if path.extension().is_some_and(|e| e == "md") {
+            if is_markdown(path) {
                 for (offset, word) in prose_sessions(&text) {
                     report(
                         offset,
@@ -138,7 +146,7 @@ pub fn check(root: &Path) -> Result<Vec<Finding>> {
                 );
             }
         }
-        if path.extension().is_some_and(|e| e == "md") {
+        if is_markdown(path) {
             for (offset, target) in relative_links(&text) {
                 if let Some(message) = broken_link(root, dir, &target, &mut headings, path) {
                     report(offset, message);
@@ -146,6 +154,11 @@ pub fn check(root: &Path) -> Result<Vec<Finding>> {
             }
         }
     }
+    let markdown: Vec<PathBuf> = tracked.iter().filter(|p| is_markdown(p)).cloned().collect();
+    findings.extend(crate::quotes::check(root, &markdown)?);
+    findings.extend(crate::lessons::check(&tracked, |p| {
+        std::fs::read_to_string(root.join(p)).ok()
+    }));
     findings.sort();
     findings.dedup();
     Ok(findings)

@@ -6,7 +6,10 @@
 //! - `report DIR/results.json [DIR2/results.json ...]`: write the tables of a GPU run into the
 //!   READMEs (a run split over several `run.sh --days` calls at one commit gives several);
 //! - `check-docs`: fail on a broken relative link, a cited file the repository does not have,
-//!   or words about how the work was organised rather than about the code;
+//!   a quoted block that no longer matches the kernel lines it quotes, or words about how the
+//!   work was organised rather than about the code;
+//! - `quotes`: rewrite every quoted block of the Markdown files (`<!-- quote: PATH NAME -->`
+//!   above a fenced block) from the region `// quote: NAME` ... `// end quote: NAME` of PATH;
 //! - `book`: build the READMEs, each day's kernels beside its lesson, into an mdBook site in
 //!   `target/book/` (opens from disk), and fail on any link or image of it that does not open.
 
@@ -14,17 +17,20 @@ mod book;
 mod bundle;
 mod command;
 mod docs;
+mod lessons;
 mod paths;
+mod quotes;
 mod readme;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
-    about = "Workspace chores: bundle for a GPU host, report its results, check the docs, build the book"
+    about = "Workspace chores: bundle for a GPU host, report its results, check the docs, refresh their quotes, build the book"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -61,9 +67,11 @@ enum Command {
         #[arg(long)]
         allow_dirty: bool,
     },
-    /// Check every tracked text file: relative links and images, cited files, and words that
-    /// speak of anything but this repository.
+    /// Check every tracked text file: relative links and images, cited files, quoted kernel
+    /// lines, and words that speak of anything but this repository.
     CheckDocs,
+    /// Rewrite every quoted block of the Markdown files from the kernel lines it quotes.
+    Quotes,
     /// Build the READMEs and each day's kernels into an mdBook site, and check its links.
     Book {
         /// Where to put the site.
@@ -99,6 +107,7 @@ fn main() -> ExitCode {
             allow_dirty,
         } => readme::report(&root, &results, allow_dirty),
         Command::CheckDocs => docs::run(&root),
+        Command::Quotes => rewrite_quotes(&root),
         Command::Book { out } => book::run(&root, &root.join(out)),
     };
     match result {
@@ -108,6 +117,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `cargo xtask quotes`: every tracked Markdown file's quotes made their sources' lines again.
+fn rewrite_quotes(root: &Path) -> Result<()> {
+    let markdown: Vec<PathBuf> = docs::tracked_files(root)?
+        .into_iter()
+        .filter(|path| docs::is_markdown(path))
+        .collect();
+    let changed = quotes::write(root, &markdown)?;
+    println!("{changed} quoted block(s) rewritten");
+    Ok(())
 }
 
 /// The workspace root: xtask lives one folder below it.

@@ -180,14 +180,23 @@ pub fn report(root: &Path, results_paths: &[PathBuf], allow_dirty: bool) -> Resu
         let has_plot = copy_plot(&plot_dirs, day, "", "sweep.svg")?;
         let has_roofline = copy_plot(&plot_dirs, day, "-roofline", "roofline.svg")?;
         let readme = day.folder.join("README.md");
+        let notes = day.folder.join(NOTES);
         let block = day_block(&reports, &results, has_plot, has_roofline);
-        rewrite_between(
-            &readme,
-            "<!-- results:begin -->",
-            "<!-- results:end -->",
-            &block,
-        )?;
-        eprintln!("{}: table written to {}", day.package, readme.display());
+        let (begin, end) = ("<!-- results:begin -->", "<!-- results:end -->");
+        if notes.exists() {
+            // The notebook takes every table; the lesson one short table.
+            rewrite_between(&notes, begin, end, &block)?;
+            rewrite_between(&readme, begin, end, &lesson_block(&reports, &results))?;
+            eprintln!(
+                "{}: tables written to {} and {}",
+                day.package,
+                notes.display(),
+                readme.display()
+            );
+        } else {
+            rewrite_between(&readme, begin, end, &block)?;
+            eprintln!("{}: table written to {}", day.package, readme.display());
+        }
     }
     let root_readme = root.join("README.md");
     let previous = fs::read_to_string(&root_readme)
@@ -291,7 +300,35 @@ fn tests_line(results: &RunResults, day: &str) -> String {
     }
 }
 
-/// The text a day's README gets: where and when, then a table per problem, then the plots.
+/// A day's lab notebook, `NOTES.md` in its folder beside the lesson: where a day that has one
+/// gets its full tables, the lesson keeping one short table.
+pub const NOTES: &str = "NOTES.md";
+
+/// The peers a lesson's table shows (the fastest; the notes show every one).
+const LESSON_PEERS: usize = 3;
+
+/// The text a lesson gets: where and when, one short table of the day's first problem (its
+/// default), and where the rest is.
+fn lesson_block(reports: &[&DayReport], results: &RunResults) -> String {
+    let first = reports[0];
+    let mut out = format!(
+        "Measured on {}. {}\n\n**{}**\n\n{}\n",
+        run_line(results, first),
+        tests_line(results, &first.day),
+        first.problem,
+        first.lesson_markdown_table(LESSON_PEERS)
+    );
+    if let Some(line) = faster_peers_line(first) {
+        out += &format!("\n{line}\n");
+    }
+    out += &format!(
+        "\nEvery problem, column and peer of the same run: [the notes]({NOTES}#results).\n"
+    );
+    out
+}
+
+/// The text a day's README (or, where the day has one, its notes) gets: where and when, then a
+/// table per problem, then the plots.
 fn day_block(
     reports: &[&DayReport],
     results: &RunResults,
@@ -706,6 +743,62 @@ mod tests {
         assert_eq!(
             replace_between(&out, "<!-- a -->", "<!-- b -->", "new\n").unwrap(),
             out
+        );
+    }
+
+    #[test]
+    fn a_lesson_gets_one_short_table_with_the_fastest_peers() {
+        let peers: Vec<serde_json::Value> = [1.0, 0.6, 2.0, 0.8]
+            .iter()
+            .enumerate()
+            .map(|(i, ms)| {
+                serde_json::json!({"key": "k", "peer": format!("p{i}"), "median_ms": ms,
+                                   "gb_per_s": 1.0})
+            })
+            .collect();
+        let report: DayReport = serde_json::from_value(serde_json::json!({
+            "day": "day05", "title": "t", "problem": "32768 x 4096, f32", "key": "k",
+            "device": {"name": "H100", "ordinal": 0, "arch": "sm_90", "sms": 132,
+                       "l2_bytes": 0, "memory_bytes": 0, "max_threads_per_sm": 2048,
+                       "max_shared_per_block_optin": 0, "driver_cuda_version": 13000},
+            "copy_ceiling_gbs": 3000.0, "bytes_per_run": 1_000_000_000u64, "baseline": "vec",
+            "rows": [{
+                "version": "vec", "function": "f", "launch": "1 x 1", "attrs": null,
+                "occupancy": null,
+                "check": {"elements": 4, "tolerance": {"atol": 0.0, "rtol": 0.0,
+                          "max_rel_l2": 0.0}, "mismatches": 0, "unwritten": 0, "nans": 0,
+                          "max_abs_err": 0.0, "max_rel_err": 0.0, "rel_l2_err": 0.0},
+                "timing": {"median_ms": 0.5, "min_ms": 0.5, "max_ms": 0.5, "runs": 5,
+                           "l2_flushed": false},
+                "gb_per_s": null, "fraction_of_copy": null, "speedup_vs_baseline": null
+            }],
+            "peers": peers
+        }))
+        .unwrap();
+        let results: RunResults = serde_json::from_str(
+            r#"{"commit": "abc", "dirty": false, "run_at": "2026-11-28", "days": [],
+                "tests": [{"name": "day05-test-gpu", "passed": true}]}"#,
+        )
+        .unwrap();
+        let block = lesson_block(&[&report], &results);
+        assert!(block.contains("commit `abc`"), "{block}");
+        assert!(block.contains("Every GPU test passed"), "{block}");
+        assert!(block.contains("**32768 x 4096, f32**"), "{block}");
+        // 1 GB in 0.5 ms: 2000 GB/s, 66.7% of the copy.
+        assert!(block.contains("| `vec` "), "{block}");
+        assert!(block.contains("2000") && block.contains("66.7%"), "{block}");
+        // The three fastest peers, fastest first; the slowest is left to the notes.
+        let (p1, p3, p0) = (
+            block.find("p1 (peer)").unwrap(),
+            block.find("p3 (peer)").unwrap(),
+            block.find("p0 (peer)").unwrap(),
+        );
+        assert!(p1 < p3 && p3 < p0, "{block}");
+        assert!(!block.contains("p2 (peer)"), "{block}");
+        assert!(block.contains("](NOTES.md#results)"), "{block}");
+        assert!(
+            !block.contains("launch"),
+            "no launch column in a lesson: {block}"
         );
     }
 

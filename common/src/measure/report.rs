@@ -159,6 +159,72 @@ impl DayReport {
         table.to_string()
     }
 
+    /// The short table of a lesson, in Markdown: each version's median time, throughput, share
+    /// of the ceiling, speedup and check, and at most `peers` of the peers, the fastest (the
+    /// full table, with launch shapes, registers and errors, is [`Self::markdown_table`]).
+    pub fn lesson_markdown_table(&self, peers: usize) -> String {
+        let (unit, digits) = if self.is_compute_bound() {
+            ("TFLOP/s", 1)
+        } else {
+            ("GB/s", 0)
+        };
+        let of = self.ceiling.as_deref().unwrap_or("copy");
+        let baseline = self.baseline.as_deref().unwrap_or("first");
+        let mut table = Table::new();
+        table.load_preset(presets::ASCII_MARKDOWN).set_header([
+            "kernel".to_string(),
+            "median ms".to_string(),
+            unit.to_string(),
+            format!("% {of}"),
+            format!("vs {baseline}"),
+            "check".to_string(),
+        ]);
+        let ceiling = self.ceiling_throughput();
+        let baseline_ms = self
+            .rows
+            .iter()
+            .find(|r| Some(&r.version) == self.baseline.as_ref())
+            .and_then(|r| r.timing)
+            .map(|t| t.median_ms);
+        let cells = |name: String, ms: Option<f64>, check: &str| {
+            let speed = ms.map(|ms| self.throughput(ms));
+            let dash = || "-".to_string();
+            vec![
+                Cell::new(name),
+                right(ms.map_or_else(dash, |ms| format!("{ms:.4}"))),
+                right(speed.map_or_else(dash, |s| format!("{s:.digits$}"))),
+                right(
+                    speed
+                        .zip(ceiling)
+                        .map_or_else(dash, |(s, c)| format!("{:.1}%", s / c * 100.0)),
+                ),
+                right(
+                    ms.zip(baseline_ms)
+                        .map_or_else(dash, |(ms, b)| format!("{:.2}x", b / ms)),
+                ),
+                Cell::new(check),
+            ]
+        };
+        for row in &self.rows {
+            let check = if row.check.passed() { "ok" } else { "FAIL" };
+            table.add_row(cells(
+                format!("`{}`", row.version),
+                row.timing.map(|t| t.median_ms),
+                check,
+            ));
+        }
+        let mut fastest: Vec<&PeerFigure> = self.peers.iter().collect();
+        fastest.sort_by(|a, b| a.median_ms.total_cmp(&b.median_ms));
+        for peer in fastest.into_iter().take(peers) {
+            table.add_row(cells(
+                format!("{} (peer)", peer.peer),
+                Some(peer.median_ms),
+                "",
+            ));
+        }
+        table.to_string()
+    }
+
     /// Throughput in the table's unit (TFLOP/s or GB/s) of a run of `ms`.
     fn throughput(&self, ms: f64) -> f64 {
         match self.flops_per_run {

@@ -30,6 +30,8 @@ struct Chapter {
     title: String,
     /// The Markdown file of the repository, relative to the root.
     file: PathBuf,
+    /// The day's lab notebook (`NOTES.md` beside its lesson), when it has one.
+    notes: Option<PathBuf>,
     /// The day's kernel listing (its folder's `kernels` page), when the day has kernels.
     kernels: Option<PathBuf>,
 }
@@ -45,27 +47,32 @@ pub fn stage(root: &Path, staging: &Path) -> Result<()> {
     let mut chapters = vec![Chapter {
         title: "Introduction".to_string(),
         file: PathBuf::from("README.md"),
+        notes: None,
         kernels: None,
     }];
     let mut stager = Stager::new(root, &src);
     for day in day_folders(root)? {
         let folder = day.folder.strip_prefix(root)?.to_path_buf();
         let kernels = stager.kernel_page(&folder, &day.package)?;
+        let notes = folder.join(crate::readme::NOTES);
         chapters.push(Chapter {
             title: format!("Day {}: {}", &day.package[3..], day.topic),
             file: folder.join("README.md"),
+            notes: root.join(&notes).exists().then_some(notes),
             kernels,
         });
     }
     chapters.push(Chapter {
         title: "How a day is written".to_string(),
         file: PathBuf::from("CONTRIBUTING.md"),
+        notes: None,
         kernels: None,
     });
-    stager.chapters = chapters.iter().map(|c| c.file.clone()).collect();
+    let pages = |c: &Chapter| std::iter::once(c.file.clone()).chain(c.notes.clone());
+    stager.chapters = chapters.iter().flat_map(pages).collect();
 
-    for chapter in &chapters {
-        stager.markdown_page(&chapter.file)?;
+    for page in chapters.iter().flat_map(pages) {
+        stager.markdown_page(&page)?;
     }
     // Pages linked from pages: each may link further (the queue grows while it is read).
     let mut next = 0;
@@ -331,8 +338,8 @@ impl<'a> Stager<'a> {
     }
 }
 
-/// The table of contents: the introduction, each day with its kernels, CONTRIBUTING.md, then the cited
-/// files under a page of their own.
+/// The table of contents: the introduction, each day with its notes and its kernels,
+/// CONTRIBUTING.md, then the cited files under a page of their own.
 fn summary(chapters: &[Chapter], extra: &[PathBuf]) -> String {
     let mut text = String::from("# Summary\n\n");
     let (intro, rest) = chapters
@@ -349,6 +356,9 @@ fn summary(chapters: &[Chapter], extra: &[PathBuf]) -> String {
             chapter.title,
             page_of(&chapter.file).display()
         ));
+        if let Some(notes) = &chapter.notes {
+            text.push_str(&format!("  - [Notes]({})\n", page_of(notes).display()));
+        }
         if let Some(kernels) = &chapter.kernels {
             text.push_str(&format!("  - [Kernels]({})\n", kernels.display()));
         }
