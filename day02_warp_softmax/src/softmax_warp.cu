@@ -16,6 +16,7 @@
 #include "reduce.cuh"
 
 // grid(ceil(rows / 8)), block(256): warp w of block b owns row 8b + w.
+// quote: warp
 KERNEL void softmax_warp_f32(const float* __restrict__ x, float* __restrict__ y, index_t rows,
                              index_t cols) {
     const index_t row = (index_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -41,3 +42,4 @@ KERNEL void softmax_warp_f32(const float* __restrict__ x, float* __restrict__ y,
     const float inv_sum = 1.0f / sum;
     for (index_t c = lane; c < cols; c += 32) out[c] = expf(in[c] - row_max) * inv_sum;
 }
+// end quote: warp

@@ -15,6 +15,7 @@
 
 // grid(ceil(rows / 8)), block(256): warp w of block b owns row 8b + w; lane l reads columns
 // l, l+32, ... (for 2-byte types a warp load is 64 contiguous bytes).
+// quote: template
 template <typename T>
 __device__ __forceinline__ void softmax_warp(const T* __restrict__ x, T* __restrict__ y,
                                              index_t rows, index_t cols) {
@@ -40,7 +41,9 @@ __device__ __forceinline__ void softmax_warp(const T* __restrict__ x, T* __restr
     for (index_t c = lane; c < cols; c += 32)
         out[c] = from_f32<T>(expf(to_f32(in[c]) - row_max) * inv_sum);
 }
+// end quote: template
 
+// quote: instances
 #define SOFTMAX_WARP(T, NAME)                                                                  \
     KERNEL void softmax_warp_##NAME(const T* x, T* y, index_t rows, index_t cols) {           \
         softmax_warp<T>(x, y, rows, cols);                                                     \
@@ -48,3 +51,4 @@ __device__ __forceinline__ void softmax_warp(const T* __restrict__ x, T* __restr
 SOFTMAX_WARP(float, f32)
 SOFTMAX_WARP(f16_t, f16)
 SOFTMAX_WARP(bf16_t, bf16)
+// end quote: instances

@@ -26,6 +26,7 @@
 #include "reduce.cuh"
 
 // grid(rows), block(THREADS <= 1024, a multiple of 32): thread t reads columns t, t+T, ...
+// quote: block
 template <typename T>
 __device__ __forceinline__ void softmax_block(const T* __restrict__ x, T* __restrict__ y,
                                               index_t cols) {
@@ -50,9 +51,11 @@ __device__ __forceinline__ void softmax_block(const T* __restrict__ x, T* __rest
     for (index_t c = threadIdx.x; c < cols; c += blockDim.x)
         out[c] = from_f32<T>(expf(to_f32(in[c]) - row_max) * inv_sum);
 }
+// end quote: block
 
 // grid(rows), block(THREADS): pass 1 keeps (max, sum) online per thread, then merges them
 // across the block; pass 2 writes.
+// quote: block_online
 template <typename T>
 __device__ __forceinline__ void softmax_block_online(const T* __restrict__ x, T* __restrict__ y,
                                                      index_t cols) {
@@ -73,9 +76,11 @@ __device__ __forceinline__ void softmax_block_online(const T* __restrict__ x, T*
     for (index_t c = threadIdx.x; c < cols; c += blockDim.x)
         out[c] = from_f32<T>(expf(to_f32(in[c]) - stats.max) * inv_sum);
 }
+// end quote: block_online
 
 // grid(chunks, rows), block(THREADS): block (k, r) summarises columns [k*chunk, (k+1)*chunk)
 // of row r into partials[r * chunks + k].
+// quote: split_stats
 template <typename T>
 __device__ __forceinline__ void softmax_split_stats(const T* __restrict__ x,
                                                     MaxSum* __restrict__ partials, index_t cols,
@@ -91,6 +96,7 @@ __device__ __forceinline__ void softmax_split_stats(const T* __restrict__ x,
     stats = block_max_sum(stats, scratch);
     if (threadIdx.x == 0) partials[row * gridDim.x + blockIdx.x] = stats;
 }
+// end quote: split_stats
 
 // grid(chunks, rows), block(THREADS): every block of row r merges the row's chunk summaries
 // (a few hundred values, cheap to repeat per block), then writes its own chunk.
@@ -102,10 +108,12 @@ __device__ __forceinline__ void softmax_split_write(const T* __restrict__ x, T* 
     const index_t row = blockIdx.y, begin = (index_t)blockIdx.x * chunk;
     const index_t end = begin + chunk < cols ? begin + chunk : cols;
 
+    // quote: split_merge
     MaxSum stats = max_sum_empty();
     for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x)
         stats = max_sum_combine(stats, partials[row * gridDim.x + k]);
     stats = block_max_sum(stats, scratch);
+    // end quote: split_merge
 
     const T* in = x + row * cols;
     T* out = y + row * cols;

@@ -50,6 +50,7 @@ template <int GROUP> __device__ __forceinline__ float group_sum(float v, float* 
 template <typename T, int GROUP, int EPT, bool VEC>
 __device__ __forceinline__ void softmax_regs(const T* __restrict__ x, T* __restrict__ y,
                                              index_t rows, index_t cols) {
+    // quote: regs_load
     constexpr int N = 16 / sizeof(T);
     constexpr int PACKS = EPT / N;
     __shared__ float scratch[32];
@@ -80,7 +81,9 @@ __device__ __forceinline__ void softmax_regs(const T* __restrict__ x, T* __restr
             v[i] = col < cols ? to_f32(in[col]) : NEG_INF;
         }
     }
+    // end quote: regs_load
 
+    // quote: regs_math
     float row_max = NEG_INF;
 #pragma unroll
     for (int i = 0; i < EPT; ++i) row_max = fmaxf(row_max, v[i]);
@@ -98,7 +101,9 @@ __device__ __forceinline__ void softmax_regs(const T* __restrict__ x, T* __restr
     // Every thread reaches the barrier inside group_sum, also in an all -inf row.
     sum = group_sum<GROUP>(sum, scratch);
     const float scale = row_max == NEG_INF ? 0.0f : 1.0f / sum;  // all -inf: zeros
+    // end quote: regs_math
 
+    // quote: regs_store
     if constexpr (VEC) {
 #pragma unroll
         for (int p = 0; p < PACKS; ++p) {
@@ -117,6 +122,7 @@ __device__ __forceinline__ void softmax_regs(const T* __restrict__ x, T* __restr
             if (col < cols) out[col] = from_f32<T>(v[i] * scale);
         }
     }
+    // end quote: regs_store
 }
 
 // Online (max, sum) of columns [begin, end) of one row, by this block's threads; with VEC,
@@ -536,6 +542,7 @@ __device__ __forceinline__ void softmax_rows_overlap(const T* __restrict__ x, T*
         softmax_split_fused<T, VEC>(x, y, partials, arrivals, cols, chunk, target);            \
     }
 
+// quote: tiers
 #define ALL_KERNELS(T, NAME, WARP_SMALL, WARP_LARGE)                                           \
     REGS_TIER(T, NAME, 32, WARP_SMALL, 256)                                                    \
     REGS_TIER(T, NAME, 32, WARP_LARGE, 256)                                                    \
@@ -549,6 +556,7 @@ __device__ __forceinline__ void softmax_rows_overlap(const T* __restrict__ x, T*
 
 // Warp tiers: one pack per lane (4 floats, 8 halves), and 16 elements per lane.
 ALL_KERNELS(float, f32, 4, 16)
+// end quote: tiers
 // f32 only: in 16-bit types the eight held packs and their conversions spill at 64 registers.
 OVERLAP(float, f32)
 ALL_KERNELS(f16_t, f16, 8, 16)

@@ -8,6 +8,7 @@
 // the inner loop (2 loads per multiply-add still, now from a faster place).
 #include "common.cuh"
 
+// quote: tiled
 template <int T>
 __device__ __forceinline__ void matmul_tiled(const float* A, const float* B, float* C, int m,
                                              int n, int k) {
@@ -33,7 +34,9 @@ __device__ __forceinline__ void matmul_tiled(const float* A, const float* B, flo
     }
     if (row < m && col < n) C[(index_t)row * n + col] = acc;
 }
+// end quote: tiled
 
+// quote: tiled_kernels
 // grid(ceil(n / T), ceil(m / T)), block(T, T): one output of C per thread, T = 8, 16, 32
 #define TILED(T)                                                                              \
     KERNEL void __launch_bounds__(T * T)                                                      \
@@ -44,3 +47,4 @@ __device__ __forceinline__ void matmul_tiled(const float* A, const float* B, flo
 TILED(8)
 TILED(16)
 TILED(32)
+// end quote: tiled_kernels

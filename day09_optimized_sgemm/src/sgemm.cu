@@ -65,6 +65,7 @@ __device__ __forceinline__ float load1(const float* M, int rows, int cols, int r
     return (r < rows && c < cols) ? M[(index_t)r * cols + c] : 0.0f;
 }
 
+// quote: outer_product
 // acc += a b^T: the multiply-adds of one step of k on a thread's registers.
 template <int TM, int TN>
 __device__ __forceinline__ void outer_product(float (&acc)[TM][TN], const float (&a)[TM],
@@ -74,6 +75,7 @@ __device__ __forceinline__ void outer_product(float (&acc)[TM][TN], const float 
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
 }
+// end quote: outer_product
 
 // ---------------------------------------------------------------------------------------------
 // v1: 1D block tiling. A 64 x 64 tile of C per block of 512 threads; each thread keeps 8
@@ -101,12 +103,14 @@ KERNEL void __launch_bounds__(SG_TILE1D_THREADS)
         As[a_r][a_c] = load1(A, m, k, row0 + a_r, k0 + a_c);
         Bs[b_r][b_c] = load1(B, k, n, k0 + b_r, col0 + b_c);
         __syncthreads();
+        // quote: tile1d
 #pragma unroll
         for (int l = 0; l < BK; ++l) {
             const float b = Bs[l][tcol];
 #pragma unroll
             for (int i = 0; i < TM; ++i) acc[i] += As[trow * TM + i][l] * b;
         }
+        // end quote: tile1d
         __syncthreads();
     }
 #pragma unroll
@@ -148,6 +152,7 @@ KERNEL void __launch_bounds__(SG_TILE2D_THREADS)
             Bs[idx / BN][idx % BN] = load1(B, k, n, k0 + idx / BN, col0 + idx % BN);
         }
         __syncthreads();
+        // quote: tile2d
 #pragma unroll
         for (int l = 0; l < BK; ++l) {
 #pragma unroll
@@ -156,6 +161,7 @@ KERNEL void __launch_bounds__(SG_TILE2D_THREADS)
             for (int j = 0; j < TN; ++j) regN[j] = Bs[l][tcol * TN + j];
             outer_product(acc, regM, regN);
         }
+        // end quote: tile2d
         __syncthreads();
     }
 #pragma unroll
@@ -198,21 +204,25 @@ __device__ __forceinline__ void sgemm_vec4(const float* A, const float* B, float
     float acc[TM][TN] = {};
     float regM[TM], regN[TN];
     for (int k0 = 0; k0 < k; k0 += BK) {
+        // quote: vec4_load
         const float4 a = load4<VEC>(A, m, k, row0 + a_r, k0 + a_c);
         As[a_r][a_c + 0] = a.x;
         As[a_r][a_c + 1] = a.y;
         As[a_r][a_c + 2] = a.z;
         As[a_r][a_c + 3] = a.w;
         *reinterpret_cast<float4*>(&Bs[b_r][b_c]) = load4<VEC>(B, k, n, k0 + b_r, col0 + b_c);
+        // end quote: vec4_load
         __syncthreads();
 #pragma unroll
         for (int l = 0; l < BK; ++l) {
 #pragma unroll
             for (int i = 0; i < TM; ++i) regM[i] = As[trow * TM + i][l];
+            // quote: vec4_shared_b
             const float4 b0 = *reinterpret_cast<const float4*>(&Bs[l][tcol * TN]);
             const float4 b1 = *reinterpret_cast<const float4*>(&Bs[l][tcol * TN + 4]);
             regN[0] = b0.x, regN[1] = b0.y, regN[2] = b0.z, regN[3] = b0.w;
             regN[4] = b1.x, regN[5] = b1.y, regN[6] = b1.z, regN[7] = b1.w;
+            // end quote: vec4_shared_b
             outer_product(acc, regM, regN);
         }
         __syncthreads();
@@ -229,6 +239,7 @@ __device__ __forceinline__ void sgemm_vec4(const float* A, const float* B, float
 }
 
 // ---------------------------------------------------------------------------------------------
+// quote: transposed_a
 // The shared tiles of v4 and later: A transposed (As[l][row]) so a thread's 8 values of A at
 // step l are consecutive words, read as two float4. Each row of As is padded by 4 words: the
 // transposing stores of a warp (16 rows x 2 column groups) then fall in 32 different banks
@@ -247,7 +258,9 @@ __device__ __forceinline__ void store_a_transposed(Tiles<BM, BN, BK>& t, int r, 
     t.As[c + 2][r] = a.z;
     t.As[c + 3][r] = a.w;
 }
+// end quote: transposed_a
 
+// quote: multiply_8x8
 // The 8 x 8 inner product of v4 and v5 on one pair of tiles: at each l, two float4 of A and two
 // of B, 64 FMAs.
 template <int BM, int BN, int BK>
@@ -265,6 +278,7 @@ __device__ __forceinline__ void multiply_8x8(const Tiles<BM, BN, BK>& t, int tro
         outer_product(acc, regM, regN);
     }
 }
+// end quote: multiply_8x8
 
 template <bool VEC>
 __device__ __forceinline__ void store_8x8(float* C, int m, int n, int r0, int c0,
@@ -309,6 +323,7 @@ __device__ __forceinline__ void sgemm_double_buffer(const float* A, const float*
     store_a_transposed(t[0], a_r, a_c, load4<VEC>(A, m, k, row0 + a_r, a_c));
     *reinterpret_cast<float4*>(&t[0].Bs[b_r][b_c]) = load4<VEC>(B, k, n, b_r, col0 + b_c);
     __syncthreads();
+    // quote: double_buffer
     const int steps = (k + BK - 1) / BK;
     for (int s = 0; s < steps; ++s) {
         const int cur = s & 1;
@@ -326,6 +341,7 @@ __device__ __forceinline__ void sgemm_double_buffer(const float* A, const float*
         }
         __syncthreads();
     }
+    // end quote: double_buffer
     store_8x8<VEC>(C, m, n, row0 + trow * 8, col0 + tcol * 8, acc);
 }
 
@@ -334,6 +350,7 @@ __device__ __forceinline__ void sgemm_double_buffer(const float* A, const float*
 // with them: the multiply-adds of one pair of shared tiles, and the final stores.
 template <int BM, int BN, int BK, int WM, int WN, int LM, int THREADS>
 struct WarpTile {
+    // quote: warptile_lanes
     static constexpr int WARPS_N = BN / WN;
     static constexpr int LN = 32 / LM, SUB_M = 4 * LM, SUB_N = 4 * LN;
     static constexpr int M_ITER = WM / SUB_M, N_ITER = WN / SUB_N;
@@ -349,7 +366,9 @@ struct WarpTile {
         wrow = (warp / WARPS_N) * WM + (lane / LN) * 4;
         wcol = (warp % WARPS_N) * WN + (lane % LN) * 4;
     }
+    // end quote: warptile_lanes
 
+    // quote: warptile_multiply
     // At each step l: M_ITER float4 of A and N_ITER of B, then their outer product.
     __device__ __forceinline__ void multiply(const Tiles<BM, BN, BK>& t) {
 #pragma unroll
@@ -366,6 +385,7 @@ struct WarpTile {
             outer_product(acc, regM, regN);
         }
     }
+    // end quote: warptile_multiply
 
     // The lane's outputs into C, whose block tile starts at (row0, col0).
     template <bool VEC>
@@ -494,6 +514,7 @@ __device__ __forceinline__ void sgemm_multistage(const float* A, const float* B,
         if (s < steps) {
             Tiles<BM, BN, BK>& dst = t[s % STAGES];
             const int k0 = s * BK;
+            // quote: multistage_copy_a
 #pragma unroll
             for (int i = 0; i < A_LOADS; ++i) {
                 const int idx = tid + i * THREADS;
@@ -505,6 +526,7 @@ __device__ __forceinline__ void sgemm_multistage(const float* A, const float* B,
                     cp_async_4(&dst.As[c + e][r], ok ? A + (index_t)gr * k + k0 + c + e : A, ok);
                 }
             }
+            // end quote: multistage_copy_a
 #pragma unroll
             for (int i = 0; i < B_LOADS; ++i) {
                 const int idx = tid + i * THREADS;
@@ -525,6 +547,7 @@ __device__ __forceinline__ void sgemm_multistage(const float* A, const float* B,
         cp_async_commit();
     };
 
+    // quote: multistage_loop
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) issue(s);
     for (int s = 0; s < steps; ++s) {
@@ -535,6 +558,7 @@ __device__ __forceinline__ void sgemm_multistage(const float* A, const float* B,
         issue(s + STAGES - 1);
         out.multiply(t[s % STAGES]);
     }
+    // end quote: multistage_loop
     cp_async_wait<0>();
     out.template store<VEC>(C, m, n, row0, col0);
 }
