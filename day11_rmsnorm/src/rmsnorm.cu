@@ -35,6 +35,7 @@
 // ---------------------------------------------------------------------------------------
 // naive: grid(ceil(rows / 128)), block(128): thread r owns row r. Neighbouring threads read
 // addresses a whole row apart, so every load is its own memory transaction.
+// quote: naive
 template <typename T>
 __device__ __forceinline__ void rmsnorm_naive(const T* __restrict__ x, const T* __restrict__ w,
                                               T* __restrict__ y, index_t rows, index_t cols,
@@ -51,6 +52,7 @@ __device__ __forceinline__ void rmsnorm_naive(const T* __restrict__ x, const T* 
     const float rstd = rsqrtf(sum / (float)cols + eps);
     for (index_t c = 0; c < cols; ++c) out[c] = from_f32<T>(to_f32(in[c]) * rstd * to_f32(w[c]));
 }
+// end quote: naive
 
 // ---------------------------------------------------------------------------------------
 // split, kernel 1: grid(rows), block(256): the block sums its row's squares (coalesced,
@@ -73,6 +75,7 @@ __device__ __forceinline__ void rmsnorm_rstd(const T* __restrict__ x, float* __r
 // element; a block covers 256 columns of rows y, y + gridDim.y, ... The 2-D grid avoids a
 // 64-bit division per element to find its row. x is read a second time from memory: the
 // 128 MiB of the default problem do not stay in the 50 MiB L2 between the kernels.
+// quote: split_scale
 template <typename T>
 __device__ __forceinline__ void rmsnorm_scale(const T* __restrict__ x, const T* __restrict__ w,
                                               const float* __restrict__ rstd, T* __restrict__ y,
@@ -83,10 +86,12 @@ __device__ __forceinline__ void rmsnorm_scale(const T* __restrict__ x, const T* 
     for (index_t r = blockIdx.y; r < rows; r += gridDim.y)
         y[r * cols + c] = from_f32<T>(to_f32(x[r * cols + c]) * rstd[r] * wc);
 }
+// end quote: split_scale
 
 // ---------------------------------------------------------------------------------------
 // block: grid(rows), block(256): one launch, the row read twice by the same block; the
 // second read mostly hits L1/L2 (the block read those 8 KB a moment ago).
+// quote: block
 template <typename T>
 __device__ __forceinline__ void rmsnorm_block(const T* __restrict__ x, const T* __restrict__ w,
                                               T* __restrict__ y, index_t cols, float eps) {
@@ -102,6 +107,7 @@ __device__ __forceinline__ void rmsnorm_block(const T* __restrict__ x, const T* 
     for (index_t c = threadIdx.x; c < cols; c += blockDim.x)
         out[c] = from_f32<T>(to_f32(in[c]) * rstd * to_f32(w[c]));
 }
+// end quote: block
 
 // ---------------------------------------------------------------------------------------
 // vec_regs: GROUP = 32 is a warp per row (8 rows per 256-thread block, grid(ceil(rows / 8))),
@@ -112,6 +118,7 @@ template <typename T, int GROUP, int EPT, bool VEC>
 __device__ __forceinline__ void rmsnorm_regs(const T* __restrict__ x, const T* __restrict__ w,
                                              T* __restrict__ y, index_t rows, index_t cols,
                                              float eps) {
+    // quote: regs_load
     __shared__ float scratch[32];
     const int t = threadIdx.x % GROUP;
     const index_t row = (index_t)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
@@ -122,8 +129,10 @@ __device__ __forceinline__ void rmsnorm_regs(const T* __restrict__ x, const T* _
 #pragma unroll
     for (int i = 0; i < EPT; ++i) sum += v[i] * v[i];
     const float rstd = rsqrtf(group_sum<GROUP>(sum, scratch) / (float)cols + eps);
+    // end quote: regs_load
     // w pack by pack as each output pack is written: a whole w[EPT] array beside v[EPT]
     // would cost the 1024-thread tier more than its 64 registers.
+    // quote: regs_store
     constexpr int N = 16 / sizeof(T);
     T* out = y + row * cols;
     if constexpr (VEC) {
@@ -146,6 +155,7 @@ __device__ __forceinline__ void rmsnorm_regs(const T* __restrict__ x, const T* _
             if (col < cols) out[col] = from_f32<T>(v[i] * rstd * to_f32(w[col]));
         }
     }
+    // end quote: regs_store
 }
 
 // ---------------------------------------------------------------------------------------
@@ -187,6 +197,7 @@ __device__ __forceinline__ void rmsnorm_bwd_dw_partials(const T* __restrict__ x,
                                                         float* __restrict__ partials,
                                                         index_t rows, index_t cols,
                                                         index_t chunk_rows) {
+    // quote: bwd_split_dw
     const index_t c = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cols) return;
     const index_t begin = (index_t)blockIdx.y * chunk_rows;
@@ -195,11 +206,13 @@ __device__ __forceinline__ void rmsnorm_bwd_dw_partials(const T* __restrict__ x,
     for (index_t r = begin; r < end; ++r)
         sum += to_f32(dy[r * cols + c]) * (to_f32(x[r * cols + c]) * rstd[r]);
     partials[(index_t)blockIdx.y * cols + c] = sum;
+    // end quote: bwd_split_dw
 }
 
 // One row of the fused backward, from x and dy in registers (every thread of the block calls
 // it: it holds a block reduction): sum(x^2) and sum(g * x) reduced together, dx written over
 // x's registers, the row's dy * xhat added to the block's dw accumulators.
+// quote: bwd_row
 template <int EPT>
 __device__ __forceinline__ void rmsnorm_bwd_row(float (&xv)[EPT], const float (&dyv)[EPT],
                                                 const float (&wv)[EPT], float (&acc)[EPT],
@@ -220,6 +233,7 @@ __device__ __forceinline__ void rmsnorm_bwd_row(float (&xv)[EPT], const float (&
         xv[i] = rstd * (wv[i] * dyv[i] - xhat * mean_g_xhat);  // dx, in x's registers
     }
 }
+// end quote: bwd_row
 
 // ---------------------------------------------------------------------------------------
 // bwd_vec_regs: grid(blocks), block(GROUP): block b takes rows b, b + gridDim.x, ... (about
@@ -235,6 +249,7 @@ __device__ __forceinline__ void rmsnorm_bwd_regs(const T* __restrict__ x, const 
                                                  index_t cols, float eps) {
     __shared__ float scratch[64];
     const int t = threadIdx.x;
+    // quote: bwd_regs
     float wv[EPT], acc[EPT];
     load_row<T, GROUP, EPT, VEC>(w, t, cols, wv);
 #pragma unroll
@@ -248,6 +263,7 @@ __device__ __forceinline__ void rmsnorm_bwd_regs(const T* __restrict__ x, const 
     }
     // The block's share of dw: one f32 partial row, in load_row's layout.
     store_partial<T, GROUP, EPT, VEC>(partials + (index_t)blockIdx.x * cols, t, cols, acc);
+    // end quote: bwd_regs
 }
 
 // bwd_vec_pipe: bwd_vec_regs's work split and arithmetic, with x and dy of the block's rows

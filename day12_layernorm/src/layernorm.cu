@@ -38,6 +38,7 @@
 
 // ---------------------------------------------------------------------------------------
 // Welford's running statistics: count, mean and M2 = sum((x - mean)^2) of the values seen.
+// quote: welford
 struct Welford {
     float n, mean, m2;
 };
@@ -57,6 +58,7 @@ __device__ __forceinline__ Welford welford_combine(Welford a, Welford b) {
     const float d = b.mean - a.mean, fb = b.n / n;
     return {n, a.mean + d * fb, a.m2 + b.m2 + d * d * a.n * fb};
 }
+// end quote: welford
 
 __device__ __forceinline__ Welford warp_welford(Welford s) {
     for (int offset = 16; offset > 0; offset >>= 1) {
@@ -70,6 +72,7 @@ __device__ __forceinline__ Welford warp_welford(Welford s) {
 }
 
 // Block-wide merge, as block_sum: `scratch` holds 32 Welford in shared memory.
+// quote: block_welford
 __device__ __forceinline__ Welford block_welford(Welford s, Welford* scratch) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     s = warp_welford(s);
@@ -79,11 +82,13 @@ __device__ __forceinline__ Welford block_welford(Welford s, Welford* scratch) {
     __syncthreads();
     return s;
 }
+// end quote: block_welford
 
 // ---------------------------------------------------------------------------------------
 // naive: grid(ceil(rows / 128)), block(128): thread r owns row r (uncoalesced: neighbouring
 // threads read a row apart). Welford reads the row once for the statistics, then once more
 // to write.
+// quote: naive
 template <typename T>
 __device__ __forceinline__ void layernorm_naive(const T* __restrict__ x, const T* __restrict__ w,
                                                 const T* __restrict__ b, T* __restrict__ y,
@@ -98,6 +103,7 @@ __device__ __forceinline__ void layernorm_naive(const T* __restrict__ x, const T
     for (index_t c = 0; c < cols; ++c)
         out[c] = from_f32<T>((to_f32(in[c]) - s.mean) * rstd * to_f32(w[c]) + to_f32(b[c]));
 }
+// end quote: naive
 
 // ---------------------------------------------------------------------------------------
 // welford_block: grid(rows), block(256): each thread runs Welford over columns t, t + 256,
@@ -109,6 +115,7 @@ __device__ __forceinline__ void layernorm_welford_block(const T* __restrict__ x,
                                                         const T* __restrict__ b,
                                                         T* __restrict__ y, index_t cols,
                                                         float eps) {
+    // quote: welford_block
     __shared__ Welford scratch[32];
     const T* in = x + (index_t)blockIdx.x * cols;
     T* out = y + (index_t)blockIdx.x * cols;
@@ -118,6 +125,7 @@ __device__ __forceinline__ void layernorm_welford_block(const T* __restrict__ x,
     const float rstd = rsqrtf(s.m2 / (float)cols + eps);
     for (index_t c = threadIdx.x; c < cols; c += blockDim.x)
         out[c] = from_f32<T>((to_f32(in[c]) - s.mean) * rstd * to_f32(w[c]) + to_f32(b[c]));
+    // end quote: welford_block
 }
 
 // ---------------------------------------------------------------------------------------
@@ -134,6 +142,7 @@ __device__ __forceinline__ void layernorm_regs(const T* __restrict__ x, const T*
     const int t = threadIdx.x % GROUP;
     const index_t row = (index_t)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
     if (GROUP == 32 && row >= rows) return;
+    // quote: regs_stats
     float v[EPT];
     load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, v);
     float sum = 0.0f;
@@ -148,6 +157,7 @@ __device__ __forceinline__ void layernorm_regs(const T* __restrict__ x, const T*
         sq += i < valid ? d * d : 0.0f;
     }
     const float rstd = rsqrtf(group_sum<GROUP>(sq, scratch) / (float)cols + eps);
+    // end quote: regs_stats
     T* out = y + row * cols;
     if constexpr (VEC) {
 #pragma unroll
@@ -221,6 +231,7 @@ __device__ __forceinline__ void layernorm_bwd_partials(const T* __restrict__ x,
     if (c >= cols) return;
     const index_t begin = (index_t)blockIdx.y * chunk_rows;
     const index_t end = begin + chunk_rows < rows ? begin + chunk_rows : rows;
+    // quote: bwd_split_partials
     float sum_w = 0.0f, sum_b = 0.0f;
     for (index_t r = begin; r < end; ++r) {
         const float2 st = stats[r];
@@ -230,6 +241,7 @@ __device__ __forceinline__ void layernorm_bwd_partials(const T* __restrict__ x,
     }
     partials_w[(index_t)blockIdx.y * cols + c] = sum_w;
     partials_b[(index_t)blockIdx.y * cols + c] = sum_b;
+    // end quote: bwd_split_partials
 }
 
 // One row of the fused backward, from x and dy in registers (every thread of the block calls
@@ -237,6 +249,7 @@ __device__ __forceinline__ void layernorm_bwd_partials(const T* __restrict__ x,
 // sum(g * (x - mean)) together; dx written over x's registers; the row's shares of dw and db
 // added to the block's accumulators. w comes from w_park (slot i of thread t at i * GROUP +
 // t); `valid` is the thread's slots inside the row (valid_slots).
+// quote: bwd_row
 template <int GROUP, int EPT>
 __device__ __forceinline__ void layernorm_bwd_row(float (&xv)[EPT], const float (&dyv)[EPT],
                                                   const float* w_park, int valid,
@@ -268,6 +281,7 @@ __device__ __forceinline__ void layernorm_bwd_row(float (&xv)[EPT], const float 
         xv[i] = rstd * (w_park[i * GROUP + t] * dyv[i] - mean_g - xhat * mean_g_xhat);  // dx
     }
 }
+// end quote: bwd_row
 
 // bwd_vec_regs: grid(blocks), block(GROUP): block k takes rows k, k + gridDim.x, ... Per
 // row: x and dy into registers; the mean (one block sum), then sum((x - mean)^2), sum(g) and
@@ -282,6 +296,7 @@ __device__ __forceinline__ void layernorm_bwd_regs(const T* __restrict__ x,
                                                    float* __restrict__ partials_b, index_t rows,
                                                    index_t cols, float eps) {
     __shared__ float scratch[96];
+    // quote: w_park
     // This thread's slots of w, parked in shared memory at [i * GROUP + t]: a warp reads 32
     // consecutive words (no bank conflicts), and the EPT registers they would take are what
     // keeps the kernel at 64 registers without spilling (x, dy and two accumulators remain).
@@ -294,6 +309,7 @@ __device__ __forceinline__ void layernorm_bwd_regs(const T* __restrict__ x,
 #pragma unroll
         for (int i = 0; i < EPT; ++i) w_park[i * GROUP + t] = wv[i];
     }
+    // end quote: w_park
     const int valid = valid_slots<T, GROUP, EPT, VEC>(t, cols);
     float acc_w[EPT], acc_b[EPT];
 #pragma unroll

@@ -57,7 +57,7 @@
 // The two ways to take e^a. `expf` is the accurate one (2 ulp, ~8 instructions: a range
 // reduction around MUFU.EX2). `__expf` is ex2.approx(a log2 e): one multiply and MUFU.EX2, with
 // the error 2 + floor(|1.173 a|) ulp (the CUDA math guide), the rounding of a log2 e magnified
-// by |a|. `vec_fast` takes it; the README derives why the tolerance still holds.
+// by |a|. `vec_fast` takes it; the day's NOTES.md derives why the tolerance still holds.
 struct AccurateExp {
     __device__ static float exp(float a) { return expf(a); }
 };
@@ -65,6 +65,7 @@ struct FastExp {
     __device__ static float exp(float a) { return __expf(a); }
 };
 
+// quote: gelu_tanh
 // sigmoid(v) and 1 - sigmoid(v) = e^-v sigmoid(v), without cancellation on either side.
 template <typename Exp>
 __device__ __forceinline__ float sigmoid_pair(float v, float& one_minus) {
@@ -105,6 +106,7 @@ struct GeluTanhBwdWith {
     }
 };
 using GeluTanhBwd = GeluTanhBwdWith<AccurateExp>;
+// end quote: gelu_tanh
 
 // The exact GELU is x Phi(x), Phi the normal CDF; its gradient Phi(x) + x phi(x) also takes the
 // Gaussian g = e^(-x^2/2) (phi = g / sqrt(2 pi)). The two ways to get Phi and g:
@@ -257,6 +259,7 @@ struct Mul {
     }
 };
 
+// quote: swiglu
 // in: g, x
 struct Swiglu {
     static constexpr int IN = 2, OUT = 1;
@@ -278,6 +281,7 @@ struct SwigluBwd {
         out[1] = dout * g * s;
     }
 };
+// end quote: swiglu
 
 // ---- the two ways to map an op over n elements ----
 
@@ -294,6 +298,7 @@ __device__ __forceinline__ void apply_at(const T* const (&in)[Op::IN], T* const 
     for (int k = 0; k < Op::OUT; ++k) out[k][i] = from_f32<T>(r[k]);
 }
 
+// quote: map_scalar
 // grid(ceil(n / 256)), block(256): thread i does element i.
 template <typename T, typename Op>
 __device__ __forceinline__ void map_scalar(const T* const (&in)[Op::IN], T* const (&out)[Op::OUT],
@@ -301,11 +306,13 @@ __device__ __forceinline__ void map_scalar(const T* const (&in)[Op::IN], T* cons
     const index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) apply_at<T, Op>(in, out, i, op);
 }
+// end quote: map_scalar
 
 // Packs each thread loads before it computes: 2 x 16 B per input, enough with 2048 threads per
 // SM to keep ~64 KB per input in flight per SM (the copy needs ~25 KB at 3 TB/s and ~1 us).
 #define PACKS_PER_THREAD 2
 
+// quote: vec_load
 // grid(ceil((n / N + 1) / (256 * P))), block(256), N = 16 / sizeof(T), P = PACKS (2 in `vec`):
 // thread t of block b owns packs b * 256P + t, b * 256P + 256 + t, ... (coalesced: a warp's 32
 // packs are 512 contiguous bytes). The thread whose pack index equals n / N does the n % N
@@ -326,6 +333,8 @@ __device__ __forceinline__ void map_vec(const T* const (&in)[Op::IN], T* const (
             for (int k = 0; k < Op::IN; ++k) p[j][k] = load16(in[k] + pack * N);
         }
     }
+    // end quote: vec_load
+    // quote: vec_compute
 #pragma unroll
     for (int j = 0; j < PACKS; ++j) {
         const index_t pack = first + (index_t)j * blockDim.x;
@@ -354,6 +363,7 @@ __device__ __forceinline__ void map_vec(const T* const (&in)[Op::IN], T* const (
             for (index_t i = packs * N; i < n; ++i) apply_at<T, Op>(in, out, i, op);
         }
     }
+    // end quote: vec_compute
 }
 
 // ---- the kernels: one per op, version and storage type ----
@@ -398,6 +408,7 @@ __device__ __forceinline__ void map_vec(const T* const (&in)[Op::IN], T* const (
     }
 #define BINARY(NAME, OP, T, TNAME, N) BINARY_WITH(NAME, OP, T, TNAME, N, (), ())
 
+// quote: vec_fast
 // `vec_fast` (the GELU and SiLU ops): the `vec` mapping with FAST_PACKS_PER_THREAD packs per
 // thread, __expf for the exponentials, and __launch_bounds__(256, 8) so that ptxas keeps the
 // kernel in 32 registers: 8 blocks of 256 = 2048 threads, every warp slot of the SM filled.
@@ -412,6 +423,7 @@ __device__ __forceinline__ void map_vec(const T* const (&in)[Op::IN], T* const (
         T* const out[1] = {y};                                                                  \
         map_vec<T, OP, FAST_PACKS_PER_THREAD>(in, out, n);                                      \
     }
+// end quote: vec_fast
 
 #define FAST_BINARY(NAME, OP, T, TNAME, N)                                                      \
     KERNEL void __launch_bounds__(256, FAST_MIN_BLOCKS)                                         \
@@ -496,6 +508,7 @@ __device__ __forceinline__ void bias_dropout_add(const T* __restrict__ x, const 
                                                  const unsigned char* __restrict__ mask,
                                                  const T* __restrict__ residual, T* __restrict__ out,
                                                  index_t rows, index_t cols, float scale) {
+    // quote: bias_dropout_add
     const index_t c = ((index_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
     if (c >= cols) return;
     float b[N];
@@ -529,6 +542,7 @@ __device__ __forceinline__ void bias_dropout_add(const T* __restrict__ x, const 
             }
         }
     }
+    // end quote: bias_dropout_add
 }
 
 #define BIAS_DROPOUT_ADD(T, TNAME, N)                                                           \

@@ -89,6 +89,7 @@ struct HardtanhBwd {
 // The forward rectifiers' `_vec` kernels take one pack per thread, not PACKS_PER_THREAD's two:
 // with two, relu ran at 2859 GB/s (95.0% of copy) on 16384 x 4096 bf16, where one-input maps
 // with one pack (gelu_tanh's and silu's vec_fast) ran at 2878 (H100, commit 830416f64b68).
+// quote: rectifier_kernels
 #define RECTIFIER_UNARY_PACKS 1
 
 // relu(x, y, n), leaky_relu(x, y, n, negative_slope), hardtanh(x, y, n, min_val, max_val), and
@@ -108,3 +109,4 @@ struct HardtanhBwd {
 RECTIFIER_KERNELS(float, f32, 4)
 RECTIFIER_KERNELS(f16_t, f16, 8)
 RECTIFIER_KERNELS(bf16_t, bf16, 8)
+// end quote: rectifier_kernels

@@ -55,6 +55,7 @@ __device__ __forceinline__ float fma4(float4 a, float4 x, float sum) {
 template <int UNROLL, bool X_ALIGNED>
 __device__ __forceinline__ float dot_body(const float4* __restrict__ a4, const float* __restrict__ xb,
                                           index_t body, int lane, int lanes, float sum) {
+    // quote: dot_body
     // One accumulator per load in flight: with a single one, each FMA waits for the previous
     // and the compiler spaces the loads out to match, leaving one or two in flight.
     float acc[UNROLL];
@@ -74,6 +75,7 @@ __device__ __forceinline__ float dot_body(const float4* __restrict__ a4, const f
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) sum += acc[u];
     return sum;
+    // end quote: dot_body
 }
 
 // The part of dot(a[c0, c1), x[c0, c1)) that thread `lane` of `lanes` cooperating threads
@@ -82,6 +84,7 @@ __device__ __forceinline__ float dot_body(const float4* __restrict__ a4, const f
 template <int UNROLL>
 __device__ __forceinline__ float dot_part(const float* __restrict__ a, const float* __restrict__ x,
                                           index_t c0, index_t c1, int lane, int lanes) {
+    // quote: head_tail
     const index_t past_boundary = ((unsigned long long)(a + c0) >> 2) & 3;
     const index_t head_end = min(c1, c0 + ((4 - past_boundary) & 3));
     float sum = 0.0f;
@@ -97,6 +100,7 @@ __device__ __forceinline__ float dot_part(const float* __restrict__ a, const flo
     }
 
     for (index_t c = head_end + 4 * body + lane; c < c1; c += lanes) sum = fmaf(a[c], x[c], sum);
+    // end quote: head_tail
     return sum;
 }
 
@@ -109,6 +113,7 @@ __device__ __forceinline__ float group_sum(float v, int lanes) {
 
 // grid(ceil(m / 8)), block(256): warp w of block b computes row 8b + w; lane l adds columns
 // l, l + 32, ... (a warp's 32 loads hit 128 contiguous bytes).
+// quote: warp_scalar
 KERNEL void gemv_warp_f32(const float* __restrict__ a, const float* __restrict__ x,
                           float* __restrict__ y, index_t m, index_t n) {
     const index_t row = (index_t)blockIdx.x * 8 + threadIdx.x / 32;
@@ -120,6 +125,7 @@ KERNEL void gemv_warp_f32(const float* __restrict__ a, const float* __restrict__
     sum = warp_sum(sum);
     if (lane == 0) y[row] = sum;
 }
+// end quote: warp_scalar
 
 // grid(ceil(m / 8)), block(256): warp w of block b computes row 8b + w with 16-byte loads,
 // 4 per lane in flight (a warp has 2 KB of the row in flight).
@@ -136,6 +142,7 @@ KERNEL void gemv_warp_f32x4(const float* __restrict__ a, const float* __restrict
 // grid(ceil(m / (256 / L))), block(256): L lanes per row, 256 / L rows per block; lane l of a
 // group adds float4s l, l + L, ... of its row (8 of them in flight: L is chosen so that a row
 // is about 8 float4s per lane).
+// quote: rows
 template <int L>
 __device__ __forceinline__ void gemv_rows(const float* __restrict__ a, const float* __restrict__ x,
                                           float* __restrict__ y, index_t m, index_t n) {
@@ -146,6 +153,7 @@ __device__ __forceinline__ void gemv_rows(const float* __restrict__ a, const flo
     sum = group_sum(sum, L);
     if (row < m && lane == 0) y[row] = sum;
 }
+// end quote: rows
 
 #define GEMV_ROWS(L)                                                                            \
     KERNEL void gemv_rows_f32x4_l##L(const float* __restrict__ a, const float* __restrict__ x,  \
@@ -169,6 +177,7 @@ GEMV_ROWS(32)
 template <int L>
 __device__ __forceinline__ void gemv_narrow(const float* __restrict__ a, const float* __restrict__ x,
                                             float* __restrict__ y, index_t m) {
+    // quote: narrow
     constexpr int ROWS_PER_LOAD = 32 / L, ROWS_PER_WARP = NARROW_LOADS * ROWS_PER_LOAD;
     const int lane = threadIdx.x % 32, part = lane % L;
     const float4 xv = reinterpret_cast<const float4*>(x)[part];
@@ -187,6 +196,7 @@ __device__ __forceinline__ void gemv_narrow(const float* __restrict__ a, const f
 #pragma unroll
         for (int u = 0; u < NARROW_LOADS; ++u) sum[u] += __shfl_xor_sync(FULL_WARP, sum[u], offset);
     }
+    // end quote: narrow
     if (part == 0) {
 #pragma unroll
         for (int u = 0; u < NARROW_LOADS; ++u) {
@@ -216,6 +226,7 @@ GEMV_NARROW(32)
 // columns [4096c, 4096c + 4096); its warp w takes columns [4096c + 512w, + 512) of each of
 // those rows and writes their dot product to partial[row * parts + 8c + w] (parts =
 // ceil(n / 512)). x's 512 columns come from L2 for the first row, then from L1.
+// quote: split_partial
 KERNEL void gemv_split_partial_f32x4(const float* __restrict__ a, const float* __restrict__ x,
                                      float* __restrict__ partial, index_t m, index_t n) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -232,10 +243,12 @@ KERNEL void gemv_split_partial_f32x4(const float* __restrict__ a, const float* _
         if (lane == 0) partial[row * parts + part] = sum;
     }
 }
+// end quote: split_partial
 
 // grid(ceil(m / 8)), block(256): warp w of block b adds the `parts` partial sums of row 8b + w,
 // lane l taking parts l, l + 32, ... in order, then the butterfly: a fixed order, so the same
 // result on every run.
+// quote: split_reduce
 KERNEL void gemv_split_reduce_f32(const float* __restrict__ partial, float* __restrict__ y,
                                   index_t m, index_t parts) {
     const index_t row = (index_t)blockIdx.x * 8 + threadIdx.x / 32;
@@ -246,3 +259,4 @@ KERNEL void gemv_split_reduce_f32(const float* __restrict__ partial, float* __re
     sum = warp_sum(sum);
     if (lane == 0) y[row] = sum;
 }
+// end quote: split_reduce

@@ -26,6 +26,7 @@
 #error "int8_matmul.cu: compile it with the -DINT8_MATMUL_ defines of day15's int8_matmul.rs"
 #endif
 
+// quote: naive
 // grid(ceil(n / 16), ceil(m / 16)), block(16, 16): thread (x, y) computes C[row][col].
 KERNEL void int8_matmul_naive(const signed char* __restrict__ a,
                               const signed char* __restrict__ b_t, int* __restrict__ c, int za,
@@ -39,6 +40,7 @@ KERNEL void int8_matmul_naive(const signed char* __restrict__ a,
     for (int l = 0; l < k; ++l) acc += ((int)a_row[l] - za) * ((int)b_row[l] - zb);
     c[(index_t)row * n + col] = acc;
 }
+// end quote: naive
 
 #define BM INT8_MATMUL_TILE
 #define BN INT8_MATMUL_TILE
@@ -68,6 +70,7 @@ __device__ __forceinline__ void load_stage(const signed char* __restrict__ src, 
                 if (kb + j < k) w[j >> 2] |= ((int)(unsigned char)p[j]) << (8 * (j & 3));
         }
     }
+    // quote: row_sums
     int s = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -76,6 +79,7 @@ __device__ __forceinline__ void load_stage(const signed char* __restrict__ src, 
     }
     s += __shfl_xor_sync(0xffffffffu, s, 1);  // the other half of the row
     if (half == 0) sums[r] += s;
+    // end quote: row_sums
 }
 
 // grid(ceil(n / 128), ceil(m / 128)), block(256): thread (ty, tx) = (t / 16, t % 16) owns
@@ -102,6 +106,7 @@ KERNEL void __launch_bounds__(TILED_THREADS)
         load_stage(a, m, k, row0, k0, as, row_sums);
         load_stage(b_t, n, k, col0, k0, bs, col_sums);
         __syncthreads();
+        // quote: dp4a_loop
 #pragma unroll
         for (int w = 0; w < BKW; ++w) {
             int av[8], bv[8];
@@ -114,9 +119,11 @@ KERNEL void __launch_bounds__(TILED_THREADS)
 #pragma unroll
                 for (int j = 0; j < 8; ++j) acc[i][j] = __dp4a(av[i], bv[j], acc[i][j]);
         }
+        // end quote: dp4a_loop
         __syncthreads();
     }
 
+    // quote: zero_points
     // C = sum a b - zb rowsum - za colsum + k za zb, in modular (unsigned) arithmetic.
     const unsigned kzz = (unsigned)k * (unsigned)za * (unsigned)zb;
 #pragma unroll
@@ -136,4 +143,5 @@ KERNEL void __launch_bounds__(TILED_THREADS)
             }
         }
     }
+    // end quote: zero_points
 }

@@ -74,6 +74,7 @@ __device__ __forceinline__ MinMax block_min_max(MinMax r, MinMax* scratch) {
     return r;
 }
 
+// quote: params
 // Scale and zero point, step for step as sym_params / asym_params in the CPU reference.
 struct QuantParams {
     float scale;
@@ -98,6 +99,7 @@ template <bool ASYM> __device__ __forceinline__ int quantize_one(float x, QuantP
     const int q = __float2int_rn(x / p.scale) + p.zero_point;
     return ASYM ? min(max(q, 0), 255) : min(max(q, -127), 127);
 }
+// end quote: params
 
 // Four values packed as four bytes, x first in the lowest byte (little-endian memory order).
 template <bool ASYM> __device__ __forceinline__ unsigned quantize4(float4 v, QuantParams p) {
@@ -142,6 +144,7 @@ __device__ __forceinline__ void min_max_pass(const float* __restrict__ x, MinMax
     for (; i < n4; i += stride) r = min_max_add4(r, x4[i]);
     if (blockIdx.x == 0 && threadIdx.x < n - 4 * n4) r = min_max_add(r, x[4 * n4 + threadIdx.x]);
     r = block_min_max(r, scratch);
+    // quote: two_pass_last_block
     if (threadIdx.x == 0) {
         partials[blockIdx.x] = r;
         __threadfence();  // the partial is visible before the count that announces it
@@ -161,6 +164,7 @@ __device__ __forceinline__ void min_max_pass(const float* __restrict__ x, MinMax
         write_params(params, params_of<ASYM>(r));
         *done = 0;
     }
+    // end quote: two_pass_last_block
 }
 
 // two_pass, pass 2. grid(SMs * 8), block(256): grid-stride over tiles of 4 float4 per thread,
@@ -175,6 +179,7 @@ __device__ __forceinline__ void quantize_pass(const float* __restrict__ x,
     unsigned* q4 = reinterpret_cast<unsigned*>(q);
     const index_t n4 = n / 4, tile = 4 * (index_t)blockDim.x;
     const index_t tiles = (n4 + tile - 1) / tile;
+    // quote: quantize_pass
     for (index_t t = blockIdx.x; t < tiles; t += gridDim.x) {
         const index_t base = (REVERSE ? tiles - 1 - t : t) * tile + threadIdx.x;
         if (base + 3 * blockDim.x < n4) {
@@ -187,6 +192,7 @@ __device__ __forceinline__ void quantize_pass(const float* __restrict__ x,
             for (index_t i = base; i < n4; i += blockDim.x) q4[i] = quantize4<ASYM>(x4[i], p);
         }
     }
+    // end quote: quantize_pass
     if (blockIdx.x == 0 && threadIdx.x < n - 4 * n4) {
         const index_t i = 4 * n4 + threadIdx.x;
         q[i] = (unsigned char)quantize_one<ASYM>(x[i], p);
@@ -221,6 +227,7 @@ __device__ __forceinline__ void quantize_fused(const float* __restrict__ x,
     const bool tail_block = blockIdx.x == gridDim.x - 1;
     const unsigned tail = (unsigned)(n - 4 * n4);
 
+    // quote: fused_keep
     MinMax r = min_max_empty();
     float4 regs[R];
 #pragma unroll
@@ -241,6 +248,7 @@ __device__ __forceinline__ void quantize_fused(const float* __restrict__ x,
             r = min_max_add4(r, v);
         }
     }
+    // end quote: fused_keep
     const index_t rest = first + (index_t)(R + S) * FUSED_THREADS;
     index_t i = rest;
     for (; i + 3 * FUSED_THREADS < end; i += 4 * FUSED_THREADS) {
@@ -253,6 +261,7 @@ __device__ __forceinline__ void quantize_fused(const float* __restrict__ x,
     if (tail_block && threadIdx.x < tail) r = min_max_add(r, x[4 * n4 + threadIdx.x]);
     r = block_min_max(r, scratch);
 
+    // quote: fused_wait
     if (threadIdx.x == 0) {
         partials[blockIdx.x] = r;
         __threadfence();  // the partial is visible before the arrival that announces it
@@ -268,6 +277,7 @@ __device__ __forceinline__ void quantize_fused(const float* __restrict__ x,
     r = block_min_max(r, scratch);
     const QuantParams p = params_of<ASYM>(r);
     if (blockIdx.x == 0 && threadIdx.x == 0) write_params(params, p);
+    // end quote: fused_wait
 
 #pragma unroll
     for (int s = 0; s < R; ++s) {
@@ -341,7 +351,7 @@ QUANTIZE_KERNELS(asym, true)
 // dequantize. grid(ceil(n / 4 / 256)), block(256): a thread per 4 bytes of q, one float4
 // store each; (q - zp) is an exact integer, so the one f32 product is correctly rounded, as on
 // the CPU. The n % 4 leftovers go to the first threads of block 0. One tile per block rather
-// than a grid-stride loop over SMs x 8 blocks, which measured slower (README, How we got
+// than a grid-stride loop over SMs x 8 blocks, which measured slower (NOTES.md, How we got
 // here): each of the loop's blocks waits a full load latency per step, while new blocks start
 // their loads as soon as any block ends. The loop stays, so any grid is correct.
 template <typename Q>
@@ -357,6 +367,7 @@ __device__ __forceinline__ void dequantize_pass(const Q* __restrict__ q, float* 
     float4* y4 = reinterpret_cast<float4*>(y);
     const index_t n4 = n / 4, tile = (index_t)blockDim.x;
     const index_t tiles = (n4 + tile - 1) / tile;
+    // quote: dequantize
     for (index_t t = blockIdx.x; t < tiles; t += gridDim.x) {
         const index_t i = t * tile + threadIdx.x;
         if (i < n4) {
@@ -367,6 +378,7 @@ __device__ __forceinline__ void dequantize_pass(const Q* __restrict__ q, float* 
                                 dequantize_one(b2, p), dequantize_one(b3, p));
         }
     }
+    // end quote: dequantize
     if (blockIdx.x == 0 && threadIdx.x < n - 4 * n4) {
         const index_t i = 4 * n4 + threadIdx.x;
         y[i] = dequantize_one(q[i], p);

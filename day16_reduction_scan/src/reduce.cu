@@ -41,6 +41,7 @@ __device__ __forceinline__ float strided_sum_f32x4(const float* __restrict__ x,
     float acc[UNROLL];
 #pragma unroll
     for (int k = 0; k < UNROLL; ++k) acc[k] = 0.0f;
+    // quote: vec4_loads
     index_t i = start;
     for (; i + (UNROLL - 1) * stride < n4; i += UNROLL * stride) {
         float4 a[UNROLL], b[UNROLL];
@@ -62,6 +63,7 @@ __device__ __forceinline__ float strided_sum_f32x4(const float* __restrict__ x,
             }
         }
     }
+    // end quote: vec4_loads
     // Fewer than UNROLL float4s left for this thread.
     for (; i < n4; i += stride) {
         const float4 a = x4[i];
@@ -91,6 +93,7 @@ __device__ __forceinline__ float strided_sum_f32(const float* __restrict__ x, in
 }
 
 // Integer block sum (exact, any order), for counts: the float block_sum's pattern.
+// quote: block_sum
 __device__ __forceinline__ unsigned warp_sum_u32(unsigned v) {
     for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(FULL_WARP, v, offset);
     return v;
@@ -105,6 +108,7 @@ __device__ __forceinline__ unsigned block_sum_u32(unsigned v, unsigned* scratch)
     __syncthreads();
     return v;
 }
+// end quote: block_sum
 
 // ---------------------------------------------------------------------------------------------
 // Sum.
@@ -119,6 +123,7 @@ __device__ __forceinline__ unsigned block_sum_u32(unsigned v, unsigned* scratch)
 #ifndef REDUCE_TREE_THREADS
 #error "reduce.cu: compile it with the -DREDUCE_ defines of day16's reduce.rs"
 #endif
+// quote: tree
 KERNEL void sum_tree_f32(const float* __restrict__ in, float* __restrict__ out, index_t n) {
     __shared__ float s[REDUCE_TREE_THREADS];
     const unsigned t = threadIdx.x;
@@ -133,11 +138,13 @@ KERNEL void sum_tree_f32(const float* __restrict__ in, float* __restrict__ out, 
     }
     if (t == 0) out[blockIdx.x] = s[0];
 }
+// end quote: tree
 
 // grid(one wave: SMs x resident blocks), block(256): each thread adds elements g, g + T, ...
 // (T threads in all; coalesced: a warp reads 128 contiguous bytes per step), then the warp
 // adds its 32 sums with 5 shuffles and the block its warps' through 32 floats of shared memory.
 // One partial per block; sum_partials_f32 adds them.
+// quote: grid_stride
 KERNEL void sum_grid_stride_f32(const float* __restrict__ in, float* __restrict__ partials,
                                 index_t n) {
     __shared__ float scratch[32];
@@ -146,6 +153,7 @@ KERNEL void sum_grid_stride_f32(const float* __restrict__ in, float* __restrict_
     const float v = block_sum(strided_sum_f32(in, n, start, stride), scratch);
     if (threadIdx.x == 0) partials[blockIdx.x] = v;
 }
+// end quote: grid_stride
 
 // grid(one wave), block(256): as sum_grid_stride_f32 with 16-byte loads, 4 per thread in flight.
 KERNEL void sum_grid_stride_f32x4(const float* __restrict__ in, float* __restrict__ partials,
@@ -160,12 +168,14 @@ KERNEL void sum_grid_stride_f32x4(const float* __restrict__ in, float* __restric
 // grid(1), block(1024): the second stage. One block adds the `count` partials in an order
 // fixed by the launch shape, so the result is the same bit for bit on every run (an atomicAdd
 // of floats per block would make it depend on which block finished first).
+// quote: partials
 KERNEL void sum_partials_f32(const float* __restrict__ partials, float* __restrict__ out,
                              unsigned count) {
     __shared__ float scratch[32];
     const float v = block_sum(strided_sum_f32(partials, count, threadIdx.x, blockDim.x), scratch);
     if (threadIdx.x == 0) out[0] = v;
 }
+// end quote: partials
 
 // ---------------------------------------------------------------------------------------------
 // Dot product.

@@ -124,6 +124,7 @@ __device__ __forceinline__ void store_tile(T* __restrict__ out, index_t base, in
 // Inclusive scan of one value per lane: after log2(32) = 5 steps lane l holds the sum of lanes
 // 0..l (Hillis-Steele with shuffles; the adds happen in a fixed order, so every lane's sum is
 // the same on every run).
+// quote: warp_scan
 template <typename T> __device__ __forceinline__ T warp_inclusive_scan(T v) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -133,6 +134,7 @@ template <typename T> __device__ __forceinline__ T warp_inclusive_scan(T v) {
     }
     return v;
 }
+// end quote: warp_scan
 
 template <typename T> __device__ __forceinline__ T warp_sum_t(T v) {
 #pragma unroll
@@ -145,6 +147,7 @@ template <typename T> __device__ __forceinline__ T warp_sum_t(T v) {
 // within the tile; the return value is the tile's total, the same in every thread.
 // `warp_totals` is SCAN_WARPS values of shared memory; the caller must not reuse it before a
 // barrier.
+// quote: scan_tile
 template <typename T, int P = PACKS>
 __device__ __forceinline__ T scan_tile(T v[4 * P], T offset[P], T* warp_totals) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -173,6 +176,7 @@ __device__ __forceinline__ T scan_tile(T v[4 * P], T offset[P], T* warp_totals) 
     for (int k = 0; k < P; ++k) offset[k] += before_warp;
     return total;
 }
+// end quote: scan_tile
 
 // ---------------------------------------------------------------------------------------------
 // single_block
@@ -183,6 +187,7 @@ template <typename T>
 __device__ __forceinline__ void scan_single_block(const T* __restrict__ in, T* __restrict__ out,
                                                   index_t n) {
     __shared__ T warp_totals[SCAN_WARPS];
+    // quote: single_block
     T running = 0;
     for (index_t base = 0; base < n; base += TILE) {
         T v[ITEMS], offset[PACKS];
@@ -194,6 +199,7 @@ __device__ __forceinline__ void scan_single_block(const T* __restrict__ in, T* _
         running += total;
         __syncthreads();  // warp_totals is rewritten by the next tile
     }
+    // end quote: single_block
 }
 KERNEL void __launch_bounds__(SCAN_THREADS)
     scan_single_block_f32(const float* __restrict__ in, float* __restrict__ out, index_t n) {
@@ -211,6 +217,7 @@ KERNEL void __launch_bounds__(SCAN_THREADS)
 // grid(ceil(n / 4096)), block(256): block b scans tile b on its own and writes its total to
 // tile_totals[b]. In place (in == out) is allowed: a block reads its whole tile into
 // registers before it writes, and no other block touches that tile.
+// quote: hierarchical
 template <typename T>
 __device__ __forceinline__ void scan_tiles(const T* in, T* out, index_t n, T* tile_totals) {
     __shared__ T warp_totals[SCAN_WARPS];
@@ -221,6 +228,7 @@ __device__ __forceinline__ void scan_tiles(const T* in, T* out, index_t n, T* ti
     store_tile(out, base, n, v, offset);
     if (threadIdx.x == 0) tile_totals[blockIdx.x] = total;
 }
+// end quote: hierarchical
 KERNEL void __launch_bounds__(SCAN_THREADS)
     scan_tiles_f32(const float* in, float* out, index_t n, float* tile_totals) {
     scan_tiles(in, out, n, tile_totals);
@@ -319,6 +327,7 @@ template <bool RELAXED> __device__ __forceinline__ unsigned long long load_word(
 // (lanes 0..stop), or the whole window when no lane has P, and let a lane that has seen A or
 // P keep its word (it stays a valid aggregate or prefix) instead of polling again. Without
 // it, every lane re-reads until no lane of the window shows X.
+// quote: look_back
 template <typename T, bool RELAXED, bool WAIT_NEAREST>
 __device__ __forceinline__ T look_back(unsigned long long* status, long long tile, T aggregate) {
     const int lane = threadIdx.x & 31;
@@ -349,6 +358,7 @@ __device__ __forceinline__ T look_back(unsigned long long* status, long long til
         store_word<RELAXED>(&status[tile], FLAG_PREFIX | value_bits(exclusive + aggregate));
     return exclusive;
 }
+// end quote: look_back
 
 // grid(ceil(n / tile)), block(256), tile = 256 x 4 x P elements: take a ticket (the tile),
 // load and scan it, let warp 0 look back for the prefix of the tiles before, add it, store.
@@ -360,6 +370,7 @@ template <typename T, int P, bool RELAXED, bool WAIT_NEAREST>
 __device__ __forceinline__ void scan_look_back_store(T v[4 * P], T* warp_totals, T* tile_prefix,
                                                      unsigned long long* state, long long tile,
                                                      T* __restrict__ out, index_t n) {
+    // quote: tile_step
     T offset[P];
     const T aggregate = scan_tile<T, P>(v, offset, warp_totals);
     if (threadIdx.x < 32) {
@@ -371,6 +382,7 @@ __device__ __forceinline__ void scan_look_back_store(T v[4 * P], T* warp_totals,
 #pragma unroll
     for (int k = 0; k < P; ++k) offset[k] += prefix;
     store_tile<T, P>(out, (index_t)tile * (SCAN_THREADS * 4 * P), n, v, offset);
+    // end quote: tile_step
 }
 
 template <typename T, int P, bool RELAXED, bool WAIT_NEAREST>
@@ -380,12 +392,14 @@ __device__ __forceinline__ void scan_look_back_tiles(const T* __restrict__ in, T
     __shared__ T warp_totals[SCAN_WARPS];
     __shared__ T tile_prefix;
     __shared__ unsigned long long ticket;
+    // quote: ticket
     if (threadIdx.x == 0) ticket = atomicAdd(&state[0], 1ull);
     __syncthreads();
     const long long tile = (long long)ticket;
     const index_t base = (index_t)tile * TILE_ELEMENTS;
     T v[4 * P];
     load_tile<T, P>(in, base, n, v);
+    // end quote: ticket
     scan_look_back_store<T, P, RELAXED, WAIT_NEAREST>(v, warp_totals, &tile_prefix, state, tile,
                                                      out, n);
 }
@@ -423,6 +437,7 @@ LOOK_BACK_KERNELS(decoupled_lookback, PACKS, false, false)
 //    P no longer holds the warp, and a lane that has seen A or P keeps its word (it stays a
 //    valid aggregate or prefix) and stops polling.
 
+// quote: fast
 constexpr int FAST_PACKS = SCAN_LAYOUT_FAST_PACKS;  // 8192 elements per block
 
 LOOK_BACK_KERNELS(decoupled_lookback_fast, FAST_PACKS, true, true)
@@ -431,6 +446,7 @@ LOOK_BACK_KERNELS(decoupled_lookback_fast, FAST_PACKS, true, true)
 LOOK_BACK_KERNELS(lookback_only_relaxed, PACKS, true, false)
 LOOK_BACK_KERNELS(lookback_only_tile8192, FAST_PACKS, false, false)
 LOOK_BACK_KERNELS(lookback_only_wait_nearest, PACKS, false, true)
+// end quote: fast
 
 // ---------------------------------------------------------------------------------------------
 // decoupled_lookback_pipe: the ablation above says the fixed cost per tile (ticket, look-back,

@@ -25,6 +25,7 @@
 
 // grid(ceil(n / 4 / 256) + 1), block(256): thread i copies float4 i; the thread past the last
 // whole float4 copies the 0-3 leftovers.
+// quote: copy
 KERNEL void copy_f32x4(const float* __restrict__ x, float* __restrict__ y, index_t n) {
     const index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x, n4 = n / 4;
     if (i < n4) {
@@ -33,19 +34,23 @@ KERNEL void copy_f32x4(const float* __restrict__ x, float* __restrict__ y, index
         for (index_t j = 4 * n4; j < n; ++j) y[j] = x[j];
     }
 }
+// end quote: copy
 
 // grid(ceil(cols / 32), ceil(rows / 8)), block(32, 8): thread (tx, ty) moves x[r][c] to
 // y[c][r]. A warp reads 32 consecutive floats of a row and writes 32 floats `rows` apart.
+// quote: naive
 KERNEL void transpose_naive_f32(const float* __restrict__ x, float* __restrict__ y, int rows,
                                 int cols) {
     const int c = blockIdx.x * 32 + threadIdx.x, r = blockIdx.y * 8 + threadIdx.y;
     if (r < rows && c < cols) y[(index_t)c * rows + r] = x[(index_t)r * cols + c];
 }
+// end quote: naive
 
 // grid(ceil(cols / 32), ceil(rows / 32)), block(32, 8): the block moves a 32 x 32 tile; each
 // thread 4 rows of it, 8 apart. Read: tile[ty + 8j][tx] <- x row by row (coalesced). Write:
 // y row (c0 + ty + 8j) takes tile column (ty + 8j) (coalesced in y). With STRIDE 32 that
 // column read is 32 lanes on one bank; with 33 each lane's row starts one bank further.
+// quote: tiled
 template <int STRIDE>
 __device__ __forceinline__ void transpose_tiled(const float* __restrict__ x, float* __restrict__ y,
                                                 int rows, int cols) {
@@ -64,7 +69,9 @@ __device__ __forceinline__ void transpose_tiled(const float* __restrict__ x, flo
         if (c < cols && r < rows) y[(index_t)c * rows + r] = tile[threadIdx.x][threadIdx.y + j];
     }
 }
+// end quote: tiled
 
+// quote: stride
 KERNEL void transpose_tiled_f32(const float* __restrict__ x, float* __restrict__ y, int rows,
                                 int cols) {
     transpose_tiled<32>(x, y, rows, cols);
@@ -74,12 +81,15 @@ KERNEL void transpose_padded_f32(const float* __restrict__ x, float* __restrict_
                                  int cols) {
     transpose_tiled<33>(x, y, rows, cols);
 }
+// end quote: stride
 
 // The 64 x 64 tile as 64 rows of 16 float4 slots. Slot s of row r is stored at
 // s ^ ((r >> 2) & 7): the four rows a thread reads in the transpose phase (4a .. 4a + 3) for
 // eight consecutive a land on eight different 16-byte bank groups, and a row written by eight
 // consecutive lanes stays a permutation of its slots.
+// quote: swizzle
 __device__ __forceinline__ int swizzle(int r, int slot) { return slot ^ ((r >> 2) & 7); }
+// end quote: swizzle
 
 // grid(ceil(cols / 64), ceil(rows / 64)), block(256). Thread t:
 //   load:  rows t / 16 + 16 j (j = 0..3), float4 slot t % 16: four 16-byte loads in flight,
@@ -100,6 +110,7 @@ KERNEL void __launch_bounds__(256, 8)
     const int t = threadIdx.x;
     const bool fast = (rows & 3) == 0 && (cols & 3) == 0 && r0 + 64 <= rows && c0 + 64 <= cols;
     if (fast) {
+        // quote: vec4_load
         const int slot = t & 15;
         float4 v[4];
 #pragma unroll
@@ -112,6 +123,7 @@ KERNEL void __launch_bounds__(256, 8)
             const int r = (t >> 4) + 16 * j;
             tile[r][swizzle(r, slot)] = v[j];
         }
+        // end quote: vec4_load
     } else {
         float* flat = reinterpret_cast<float*>(tile);
         for (int e = t; e < 64 * 64; e += 256) {
@@ -122,6 +134,7 @@ KERNEL void __launch_bounds__(256, 8)
     }
     __syncthreads();
     if (fast) {
+        // quote: vec4_store
         const int a = t & 15, b = t >> 4;
         float4 m[4];
 #pragma unroll
@@ -131,6 +144,7 @@ KERNEL void __launch_bounds__(256, 8)
         *reinterpret_cast<float4*>(out + rows) = make_float4(m[0].y, m[1].y, m[2].y, m[3].y);
         *reinterpret_cast<float4*>(out + 2 * (index_t)rows) = make_float4(m[0].z, m[1].z, m[2].z, m[3].z);
         *reinterpret_cast<float4*>(out + 3 * (index_t)rows) = make_float4(m[0].w, m[1].w, m[2].w, m[3].w);
+        // end quote: vec4_store
     } else {
         const float* flat = reinterpret_cast<const float*>(tile);
         // Element e of the output tile: y row c0 + e / 64, column r0 + e % 64 (coalesced).
@@ -147,11 +161,14 @@ KERNEL void __launch_bounds__(256, 8)
 
 // grid(ceil(n / 256)), block(256): out[i] = x[n - 1 - i]. A warp reads 32 consecutive floats
 // backwards: the same sectors as forwards, so still coalesced.
+// quote: reverse_naive
 KERNEL void reverse_naive_f32(const float* __restrict__ x, float* __restrict__ y, index_t n) {
     const index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = x[n - 1 - i];
 }
+// end quote: reverse_naive
 
+// quote: reverse_vec4
 __device__ __forceinline__ float4 reversed(float4 v) { return make_float4(v.w, v.z, v.y, v.x); }
 
 // grid(ceil((n / 4 + 1) / 256)), block(256): thread i writes y's float4 i, which holds
@@ -175,6 +192,7 @@ __device__ __forceinline__ void reverse_vec4(const float* __restrict__ x, float*
         for (index_t j = 4 * n4; j < n; ++j) y[j] = x[n - 1 - j];
     }
 }
+// end quote: reverse_vec4
 
 KERNEL void reverse_vec4_f32x4(const float* __restrict__ x, float* __restrict__ y, index_t n) {
     reverse_vec4<true>(x, y, n);
@@ -188,6 +206,7 @@ KERNEL void reverse_vec4_unaligned_f32x4(const float* __restrict__ x, float* __r
 // In place, n % 4 == 0: grid(ceil((n / 8 + 1) / 256)), block(256). Thread i < ceil(n4 / 2)
 // swaps float4 i with float4 n4 - 1 - i, each reversed in registers; the middle float4 of an
 // odd count is "swapped" with itself, both stores writing the same value.
+// quote: inplace
 KERNEL void reverse_inplace_f32x4(float* x, index_t n) {
     const index_t i = (index_t)blockIdx.x * blockDim.x + threadIdx.x, n4 = n / 4;
     if (i < (n4 + 1) / 2) {
@@ -198,6 +217,7 @@ KERNEL void reverse_inplace_f32x4(float* x, index_t n) {
         x4[j] = reversed(a);
     }
 }
+// end quote: inplace
 
 // In place, any n: grid(ceil(n / 2 / 256)), block(256): thread i < n / 2 swaps elements i and
 // n - 1 - i.

@@ -33,6 +33,7 @@
 // each launch) from the global buffer every version is given. 8192 elements of each type: 32
 // KB + 16 KB of the 64 KB of constant memory a module may declare. The launcher refuses a
 // filter (C_out C_in KH KW) larger than this.
+// quote: const_filter
 #define CONST_FILTER_CAPACITY 8192
 __constant__ float c_filter_f32[CONST_FILTER_CAPACITY];
 __constant__ bf16_t c_filter_bf16[CONST_FILTER_CAPACITY];
@@ -50,6 +51,7 @@ __device__ __forceinline__ float tap(const T* __restrict__ w, int i) {
     if constexpr (CONST_W) return const_tap<T>(i);
     return to_f32(w[i]);
 }
+// end quote: const_filter
 
 // ---------------------------------------------------------------------------------------------
 // 1D
@@ -57,6 +59,7 @@ __device__ __forceinline__ float tap(const T* __restrict__ w, int i) {
 
 #define TILE_1D 256
 
+// quote: conv1d_naive
 // grid(ceil(n / 256)), block(256): one thread per output.
 template <typename T>
 __device__ __forceinline__ void conv1d_naive(const T* __restrict__ x, const T* __restrict__ w,
@@ -71,7 +74,9 @@ __device__ __forceinline__ void conv1d_naive(const T* __restrict__ x, const T* _
     }
     y[i] = from_f32<T>(acc);
 }
+// end quote: conv1d_naive
 
+// quote: conv1d_tile
 // grid(ceil(n / 256)), block(256), dynamic shared (256 + width - 1) floats: the block's 256
 // inputs and its halo, loaded once (zeros outside x), then each thread reads its width
 // neighbours from shared memory.
@@ -91,6 +96,7 @@ __device__ __forceinline__ void conv1d_tile(const T* __restrict__ x, const T* __
     for (int j = 0; j < width; ++j) acc = fmaf(tile1d[threadIdx.x + j], tap<T, CONST_W>(w, j), acc);
     y[i] = from_f32<T>(acc);
 }
+// end quote: conv1d_tile
 
 // Outputs per vec_regs thread: two 16-byte packs of f32, one of bf16.
 #define VEC_1D 8
@@ -119,6 +125,7 @@ __device__ __forceinline__ void conv1d_vec(const T* __restrict__ x, T* __restric
     float acc[VEC_1D];
 #pragma unroll
     for (int v = 0; v < VEC_1D; ++v) acc[v] = 0.0f;
+    // quote: conv1d_vec
     if (g0 >= (index_t)(LP * P) && g0 + (index_t)((VP + RP) * P) <= n) {
         float win[NP * P];
         const T* p = x + (g0 - LP * P);
@@ -147,6 +154,7 @@ __device__ __forceinline__ void conv1d_vec(const T* __restrict__ x, T* __restric
         }
         return;
     }
+    // end quote: conv1d_vec
     for (int v = 0; v < VEC_1D; ++v) {
         const index_t i = g0 + v;
         if (i >= n) return;
@@ -360,6 +368,7 @@ __device__ __forceinline__ void conv2d_vec(const T* __restrict__ x, T* __restric
                             ? const_tap<T>((co0 + c) * s.cin * KH * KW + wchan + ky * KW + kx)
                             : 0.0f;
         }
+        // quote: conv2d_window
 #pragma unroll
         for (int r = 0; r < OY + s.kh - 1; ++r) {
             float win[3 * P];
@@ -392,6 +401,7 @@ __device__ __forceinline__ void conv2d_vec(const T* __restrict__ x, T* __restric
                 }
             }
         }
+        // end quote: conv2d_window
         __syncthreads();
     }
 

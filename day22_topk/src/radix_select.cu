@@ -64,6 +64,7 @@ __device__ void radix_histogram(const T* __restrict__ x, const u64* __restrict__
     if (row_counts[DONE]) return;
     for (int b = threadIdx.x; b < RADIX; b += blockDim.x) hist[b] = 0;
     __syncthreads();
+    // quote: radix_histogram
     const u64 prefix = prefix_mask[2 * row], mask = prefix_mask[2 * row + 1];
     const index_t begin = (index_t)blockIdx.y * segment_len;
     const index_t end = min(begin + segment_len, width);
@@ -74,6 +75,7 @@ __device__ void radix_histogram(const T* __restrict__ x, const u64* __restrict__
     __syncthreads();
     for (int b = threadIdx.x; b < RADIX; b += blockDim.x)
         if (hist[b]) atomicAdd(&row_counts[b], hist[b]);
+    // end quote: radix_histogram
 }
 
 // grid(rows), block(256): thread t sums bins 2047 - 8t down to 2040 - 8t, an exclusive scan

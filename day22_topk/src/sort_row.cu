@@ -15,6 +15,7 @@ __device__ void sort_row(const T* __restrict__ x, T* __restrict__ values,
     const index_t row = blockIdx.x;
     const T* row_x = x + row * width;
     for (unsigned i = threadIdx.x; i < K; i += blockDim.x) s[i] = 0;
+    // quote: sort_row
     const unsigned chunk = SORT_SLOTS - K;
     for (index_t start = 0; start < width; start += chunk) {
         for (unsigned i = threadIdx.x; i < chunk; i += blockDim.x) {
@@ -24,6 +25,7 @@ __device__ void sort_row(const T* __restrict__ x, T* __restrict__ values,
         __syncthreads();
         block_sort_descending(s, SORT_SLOTS);
     }
+    // end quote: sort_row
     for (unsigned j = threadIdx.x; j < k; j += blockDim.x)
         write_ranked(row_x, values + row * k, indices + row * k, j, s[j]);
 }

@@ -16,11 +16,13 @@ typedef unsigned long long u64;
 
 #define FULL_MASK 0xffffffffu
 
+// quote: order_key
 __device__ __forceinline__ unsigned order_key(float v) {
     const unsigned b = __float_as_uint(v);
     if ((b & 0x7fffffffu) > 0x7f800000u) return 0xffffffffu;
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
+// end quote: order_key
 
 __device__ __forceinline__ unsigned order_key(bf16_t v) {
     const unsigned b = v.bits;
@@ -32,12 +34,14 @@ __device__ __forceinline__ unsigned order_key(bf16_t v) {
 // left), a larger rank wins, and at equal keys the lower column has the larger rank. Widths are
 // at most 2^20, so the column takes 20 bits: 52-bit ranks for f32, 36-bit for bf16. Every real
 // rank is at least 2^20 (the smallest key, -inf's, is not 0), so 0 means "no element".
+// quote: rank
 #define COLUMN_BITS 20
 #define COLUMN_MASK ((1u << COLUMN_BITS) - 1u)
 
 __device__ __forceinline__ u64 rank_of(unsigned key, unsigned column) {
     return ((u64)key << COLUMN_BITS) | (u64)(COLUMN_MASK - column);
 }
+// end quote: rank
 __device__ __forceinline__ unsigned column_of(u64 rank) {
     return COLUMN_MASK - (unsigned)(rank & COLUMN_MASK);
 }
@@ -69,6 +73,7 @@ template <typename T, int VEC> __device__ __forceinline__ Vec<T, VEC> load_vec(c
     return r;
 }
 
+// quote: bitonic
 // One step of a bitonic network over s[0..n): pair i of n/2 compares s[lo] and s[lo + stride];
 // the run of `size` that lo is in sorts descending when its position (lo & size) is even, so
 // at size == n the whole array comes out descending.
@@ -82,6 +87,7 @@ __device__ __forceinline__ void bitonic_pair(u64* s, int i, int size, int stride
         s[hi] = a;
     }
 }
+// end quote: bitonic
 
 // Sorts s[0..n) descending, n a power of two, by the whole block: log2(n) (log2(n) + 1) / 2
 // steps, a barrier after each. The caller has written s and passed a barrier.

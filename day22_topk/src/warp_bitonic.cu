@@ -29,6 +29,7 @@ template <int K> struct WarpTopK {
         threshold = 0;
     }
 
+    // quote: warp_offer
     // List and candidates sorted together; the first K are the new list.
     __device__ void flush() {
         __syncwarp();
@@ -52,6 +53,7 @@ template <int K> struct WarpTopK {
         if (wins) s[K + count + __popc(ballot & ((1u << lane) - 1u))] = rank;
         count += __popc(ballot);
     }
+    // end quote: warp_offer
 
     __device__ void finish() {
         if (count > 0) flush();
@@ -68,6 +70,7 @@ __device__ void offer_elements(const T* __restrict__ row_x, index_t begin, index
     constexpr int U = VEC == 1 ? 8 : 4;
     constexpr index_t STEP = (index_t)32 * VEC * U;
     for (index_t step = begin; step < end; step += STEP) {
+        // quote: warp_vote
         Vec<T, VEC> v[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -85,6 +88,7 @@ __device__ void offer_elements(const T* __restrict__ row_x, index_t begin, index
                 maybe |= column < end && order_key(v[u].v[e]) >= threshold_key;
         }
         if (!__any_sync(FULL_MASK, maybe)) continue;
+        // end quote: warp_vote
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const index_t column = step + ((index_t)u * 32 + top.lane) * VEC;

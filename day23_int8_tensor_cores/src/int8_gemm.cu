@@ -64,6 +64,7 @@ struct Epilogue {
     float scale_a;
 };
 
+// quote: corrected
 // sum_l (a - za)(b - zb_j) from sum_l a b, in int32 arithmetic modulo 2^32.
 __device__ __forceinline__ int corrected(int acc, int row, int col, const Epilogue& e) {
     const unsigned zb = (unsigned)e.zb[col * e.zb_step];
@@ -72,6 +73,7 @@ __device__ __forceinline__ int corrected(int acc, int row, int col, const Epilog
     if (e.col_sums) v -= (unsigned)e.za * (unsigned)e.col_sums[col];
     return (int)v;
 }
+// end quote: corrected
 
 // Writes two neighbouring outputs (row, col and col + 1) of an accumulator fragment; one
 // 8-byte (int32) or 4-byte (bf16) store when both are inside and n is even (the pair is then
@@ -116,6 +118,7 @@ __device__ __forceinline__ void store_pair(bf16_t* c, int m, int n, int row, int
 }
 
 // ---- row sums -------------------------------------------------------------------------------
+// quote: int8_row_sums
 // grid(ceil(rows / 8)), block(256): one warp per row, 16 bytes per lane per step, dp4a against
 // 0x01010101 (four bytes summed into the int32). k % 16 == 0 and rows start 16-byte aligned.
 // |sum| <= 128 k fits easily.
@@ -136,8 +139,10 @@ KERNEL void __launch_bounds__(256)
     for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) sums[row] = s;
 }
+// end quote: int8_row_sums
 
 // ---- mma_sync -------------------------------------------------------------------------------
+// quote: mma_s8
 // mma.m16n8k32 with int8 operands (PTX ISA, "Matrix fragments for mma.m16n8k32"), lane l,
 // g = l / 4, t = l % 4; each register holds 4 consecutive k of one row:
 //   A (16 x 32): a0 = A[g][4t..4t+3]  a1 = A[g+8][4t..]  a2 = A[g][16+4t..]  a3 = A[g+8][16+4t..]
@@ -153,6 +158,7 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const unsigned (&a)[4]
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// end quote: mma_s8
 
 constexpr int MMA_BM = INT8_MMA_BM, MMA_BN = INT8_MMA_BN, MMA_THREADS = INT8_MMA_THREADS;
 constexpr int WARP_M = 64, WARP_N = 32;
@@ -165,9 +171,11 @@ static_assert(MMA_BK == 128, "a stage's rows are one 128-byte swizzle row (swizz
 static_assert(MMA_STAGES * 2 * MMA_TILE == INT8_MMA_SHARED_BYTES,
               "mma_sync's ring takes exactly the shared memory the host gives");
 
+// quote: swizzle_128
 // Row r's 16-byte chunk c lives at chunk c ^ (r % 8): the 8 rows an ldmatrix reads at one
 // chunk column land in 8 different 16-byte bank groups.
 __device__ __forceinline__ int swizzle_128(int r, int c) { return r * MMA_BK + ((c ^ (r % 8)) * 16); }
+// end quote: swizzle_128
 
 // One stage: both operands' 128 rows x 128 bytes, 4 chunks per thread each; rows past m or n
 // and k past the end are zero-filled (k % 16 == 0: a chunk is wholly inside or outside), and
@@ -187,6 +195,7 @@ __device__ __forceinline__ void load_stage_async(signed char* sa, signed char* s
     }
 }
 
+// quote: warp_k32_step
 // One k32 step of a warp (chunk `kc` and kc + 1 of the stage's rows): A fragments of its 4
 // m16 tiles and B fragments of its 4 n8 tiles by ldmatrix, then 16 mma.
 __device__ __forceinline__ void warp_k32_step(int (&acc)[4][4][4], const signed char* ta,
@@ -216,6 +225,7 @@ __device__ __forceinline__ void warp_k32_step(int (&acc)[4][4][4], const signed 
 #pragma unroll
         for (int j = 0; j < 4; ++j) mma_s8_16832(acc[i][j], a[i], b[j][0], b[j][1]);
 }
+// end quote: warp_k32_step
 
 // grid(ceil(n / 128), ceil(m / 128)), block(256), dynamic shared 4 stages x 2 x 16 KiB.
 template <typename OutT>
@@ -377,6 +387,7 @@ __device__ __forceinline__ void store_tile_by_tma(const int (&d)[128], unsigned 
     const bool leader = threadIdx.x % 128 == 0;
     const int lane = threadIdx.x % 32, r = ((threadIdx.x / 32) % 4) * 16 + lane / 4;
     const int barrier = 1 + consumer;  // named barrier of this warpgroup (0 is __syncthreads)
+    // quote: tma_store_chunks
 #pragma unroll
     for (int q = 0; q < CHUNKS; ++q) {
         unsigned char* chunk = staging + (q % 2) * WG_OUT_CHUNK;
@@ -397,6 +408,7 @@ __device__ __forceinline__ void store_tile_by_tma(const int (&d)[128], unsigned 
             bulk_commit();
         }
     }
+    // end quote: tma_store_chunks
 }
 
 // grid(min(tiles, SMs)), block(384), dynamic shared 4 x 48 KiB + 1 KiB for alignment (+ 32 KiB
@@ -442,6 +454,7 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
             for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
                 int tm, tn;
                 tile_coords(t, tiles_m, tiles_n, tm, tn);
+                // quote: wgmma_producer
                 for (int step = 0; step < steps; ++step) {
                     mbarrier_wait(&empty[stage], phase ^ 1);
                     // Boxes past m, n or k arrive zero-filled and still count whole.
@@ -455,6 +468,7 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
                         phase ^= 1;
                     }
                 }
+                // end quote: wgmma_producer
             }
         }
     } else {
@@ -467,6 +481,7 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             int tm, tn;
             tile_coords(t, tiles_m, tiles_n, tm, tn);
+            // quote: wgmma_consumer
             int previous = -1;  // the stage whose wgmma may still be running
             for (int step = 0; step < steps; ++step) {
                 mbarrier_wait(&full[stage], phase);
@@ -492,9 +507,11 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
                     phase ^= 1;
                 }
             }
+            // end quote: wgmma_consumer
             wgmma_wait<0>();
             fence_accumulators(d);
             if (previous >= 0 && threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
+            // quote: wgmma_epilogue
             if constexpr (TMA_STORE) {
                 store_tile_by_tma<OutT>(d, staging + consumer * 2 * WG_OUT_CHUNK, map_c,
                                         consumer, tm * WG_BM + consumer * 64, tn * WG_BN, m, n,
@@ -510,6 +527,7 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
                     store_pair(c, m, n, row + 8, col0 + 8 * j, d[4 * j + 2], d[4 * j + 3], e);
                 }
             }
+            // end quote: wgmma_epilogue
         }
         // The shared memory must outlive the last TMA stores' reads of it.
         if (TMA_STORE && threadIdx.x % 128 == 0) bulk_wait<0>();

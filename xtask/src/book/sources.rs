@@ -22,6 +22,9 @@ use crate::readme::day_folders;
 /// Shown as images (and copied into the book as they are).
 const IMAGE_EXTENSIONS: &[&str] = &["svg", "png", "jpg", "jpeg", "gif", "webp"];
 
+/// The words the lessons use, a chapter after the introduction.
+const GLOSSARY: &str = "GLOSSARY.md";
+
 /// The page that lists the files the chapters link to (none of the repository's names).
 const CITED_PAGE: &str = "cited-files.md";
 
@@ -50,6 +53,14 @@ pub fn stage(root: &Path, staging: &Path) -> Result<()> {
         notes: None,
         kernels: None,
     }];
+    if root.join(GLOSSARY).exists() {
+        chapters.push(Chapter {
+            title: "Glossary".to_string(),
+            file: PathBuf::from(GLOSSARY),
+            notes: None,
+            kernels: None,
+        });
+    }
     let mut stager = Stager::new(root, &src);
     for day in day_folders(root)? {
         let folder = day.folder.strip_prefix(root)?.to_path_buf();
@@ -338,8 +349,8 @@ impl<'a> Stager<'a> {
     }
 }
 
-/// The table of contents: the introduction, each day with its notes and its kernels,
-/// CONTRIBUTING.md, then the cited files under a page of their own.
+/// The table of contents: the introduction, the glossary, each day with its notes and its
+/// kernels, CONTRIBUTING.md, then the cited files under a page of their own.
 fn summary(chapters: &[Chapter], extra: &[PathBuf]) -> String {
     let mut text = String::from("# Summary\n\n");
     let (intro, rest) = chapters
