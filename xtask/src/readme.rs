@@ -442,10 +442,11 @@ fn faster_peers_line(report: &DayReport) -> Option<String> {
     ))
 }
 
-/// The root README's index: every day, with its best kernel on each of its problems, what it
-/// is measured against (the copy ceiling and the best peer, or cuBLAS), and the run it comes
-/// from. Days this run did not measure keep their rows from `previous` (the README as it is),
-/// so a run of some days updates theirs and leaves the others' figures with their own run.
+/// The root README's index: one row a day, with its best kernel on its first problem (the
+/// day's default), what it is measured against (the copy ceiling and the best peer, or
+/// cuBLAS), and the run it comes from. Days this run did not measure keep their row from
+/// `previous` (the README as it is), so a run of some days updates theirs and leaves the
+/// others' figures with their own run.
 fn index_block(days: &[DayFolder], results: &RunResults, previous: &str) -> String {
     let mut out = String::from(
         "| day | topic | problem | best kernel | median ms | throughput | of the ceiling | best peer \
@@ -456,7 +457,8 @@ fn index_block(days: &[DayFolder], results: &RunResults, previous: &str) -> Stri
         let folder = day.folder.file_name().unwrap().to_string_lossy();
         let link = format!("[{}]({folder}/)", day.package);
         let mut any = false;
-        for report in results.reports_of(&day.package) {
+        // One row a day: its first problem (its default) that ran; the notes have the rest.
+        for report in results.reports_of(&day.package).take(1) {
             let Some(best) = report.best() else { continue };
             any = true;
             device_line.get_or_insert_with(|| run_line(results, report));
@@ -532,8 +534,9 @@ fn index_block(days: &[DayFolder], results: &RunResults, previous: &str) -> Stri
     }
     if let Some(line) = device_line {
         out = format!(
-            "The latest run: {line}. Each row names the run (commit, date) its figures come \
-             from; the day's README has that run's full tables.\n\n{out}"
+            "The latest run: {line}. One row a day, its default problem; each row names the \
+             run (commit, date) its figures come from, and the day's notes have that run's \
+             tables of every problem.\n\n{out}"
         );
     }
     out
@@ -548,8 +551,8 @@ fn run_tag(results: &RunResults) -> String {
     )
 }
 
-/// The index rows of the day linked as `link` in `previous` (the README before this report),
-/// each with the run it came from. Rows written before the index named runs get the commit
+/// The index row of the day linked as `link` in `previous` (the README before this report),
+/// its first, with the run it came from. Rows written before the index named runs get the commit
 /// and date of the heading that was above them.
 fn previous_rows(previous: &str, link: &str) -> String {
     let heading_run = previous
@@ -574,6 +577,7 @@ fn previous_rows(previous: &str, link: &str) -> String {
             rows += line;
             rows.push('\n');
         }
+        break;
     }
     rows
 }
@@ -817,6 +821,9 @@ mod tests {
         // Rows that already name their run are kept as they are.
         assert_eq!(previous_rows(&rows, "[day00](day00_vector_add/)"), rows);
         assert_eq!(previous_rows(old, "[day01](day01_naive_softmax/)"), "");
+        // One row a day: a day's second problem is left to its notes.
+        let two = format!("{rows}| [day00](day00_vector_add/) | vector add | m | naive | 1 |\n");
+        assert_eq!(previous_rows(&two, "[day00](day00_vector_add/)"), rows);
     }
 
     #[test]
