@@ -59,6 +59,7 @@ __device__ __forceinline__ void attention_scores(const T* q, const T* k, float* 
     const int i = blockIdx.y * 16 + threadIdx.y, j = blockIdx.x * 16 + threadIdx.x;
     if (i >= s.lq || j >= s.lk) return;
     const int kvh = h / (heads / kv_heads);
+    // quote: naive_scores
     float acc = NEG_INF;
     if (j < key_end(i, s, causal)) {
         const T* qi = q + ((index_t)(s.q0 + i) * heads + h) * d;
@@ -68,6 +69,7 @@ __device__ __forceinline__ void attention_scores(const T* q, const T* k, float* 
         acc *= scale;
     }
     scores[s_offset[b] + ((index_t)h * s.lq + i) * s.lk + j] = acc;
+    // end quote: naive_scores
 }
 
 KERNEL void attention_scores_bf16(const bf16_t* q, const bf16_t* k, float* scores,
@@ -171,6 +173,7 @@ __device__ __forceinline__ void fa2_scalar(const T* q, const T* k, const T* v, T
             vs[r][c] = in ? to_f32(v[at]) : 0.0f;
         }
         __syncthreads();
+        // quote: scalar_tile
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) {
             const int row = warp * ROWS + r;
@@ -196,7 +199,9 @@ __device__ __forceinline__ void fa2_scalar(const T* q, const T* k, const T* v, T
                 for (int c = 0; c < C; ++c) acc[r][c] += pj * vs[j][lane + 32 * c];
             }
         }
+        // end quote: scalar_tile
     }
+    // quote: scalar_store
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
         const int i = i0 + warp * ROWS + r;
@@ -207,6 +212,7 @@ __device__ __forceinline__ void fa2_scalar(const T* q, const T* k, const T* v, T
         for (int c = 0; c < C; ++c) o[token * D + lane + 32 * c] = from_f32<T>(acc[r][c] * inv);
         if (lane == 0) lse[token] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * LN2 : NEG_INF;
     }
+    // end quote: scalar_store
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -243,6 +249,7 @@ __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o
     const int h = blockIdx.y, kvh = h / (heads / kv_heads);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
 
+    // quote: mma_load_tile
     // `rows` rows of D elements from `src` (row r at token first + r of head `head` of
     // `nheads`) into `dst`; rows at or past `valid` are zero-filled.
     auto load_tile = [&](T* dst, const T* src, int first, int valid, int nheads, int head) {
@@ -254,7 +261,9 @@ __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o
             cp_async_16_zfill(dst + r * STRIDE + c, from, in);
         }
     };
+    // end quote: mma_load_tile
 
+    // quote: mma_pipeline
     const int keys = key_end(min(i0 + BR, s.lq) - 1, s, causal);
     const int tiles = (keys + BC - 1) / BC;
     // Rows of the block all see at least the keys its first row sees: tiles before that end
@@ -290,9 +299,11 @@ __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o
             for (int kk = 0; kk < KSTEPS; ++kk)
                 ldmatrix_x4(qf[kk], qs + (warp * 16 + lane % 16) * STRIDE + kk * 16 + (lane / 16) * 8);
         }
+        // end quote: mma_pipeline
         const T* kt = ks + buf * BC * STRIDE;
         const T* vt = vs + buf * BC * STRIDE;
 
+        // quote: mma_scores
         // S = Q K^T for this warp's 16 rows and the tile's 64 keys.
         float sc[NTILES][4];
 #pragma unroll
@@ -310,7 +321,9 @@ __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o
                 mma_16816<T>(sc[2 * jp + 1], qf[kk], b[2], b[3]);
             }
         }
+        // end quote: mma_scores
 
+        // quote: mma_mask
         // Scale into log2 units; mask keys past a row's end (the sequence's or the causal one).
         const bool needs_mask = j0 + BC > unmasked_keys;
 #pragma unroll
@@ -322,7 +335,9 @@ __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o
                 sc[j][e] = (!needs_mask || key < key_end(row, s, causal)) ? sc[j][e] * scale_log2
                                                                           : NEG_INF;
             }
+        // end quote: mma_mask
 
+        // quote: mma_softmax
         // Online softmax: element e of a fragment is row g (e < 2) or g + 8 (e >= 2).
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -350,7 +365,9 @@ __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o
                 acc[j][2 * r + 1] *= alpha;
             }
         }
+        // end quote: mma_softmax
 
+        // quote: mma_pv
         // O += P V, 16 keys at a time: two S fragments are one A fragment.
 #pragma unroll
         for (int kk = 0; kk < BC / 16; ++kk) {
@@ -369,10 +386,12 @@ __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o
                 mma_16816<T>(acc[2 * dp + 1], pa, b[2], b[3]);
             }
         }
+        // end quote: mma_pv
         __syncthreads();  // the next iteration's copies overwrite the buffer just read
     }
     cp_async_wait<0>();  // nothing may still be landing when the block exits (tiles == 0)
 
+    // quote: mma_store
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         l[r] += __shfl_xor_sync(FULL_WARP, l[r], 1);
@@ -387,6 +406,7 @@ __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o
             out[j * 4 + t] = pack2<T>(acc[j][2 * r] * inv, acc[j][2 * r + 1] * inv);
         if (t == 0) lse[token] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * LN2 : NEG_INF;
     }
+    // end quote: mma_store
 }
 
 // One extern "C" entry per (version, dtype, head dim); the launcher picks by name.

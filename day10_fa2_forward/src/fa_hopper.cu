@@ -161,6 +161,7 @@ template <int N> struct Ring {
     __device__ __forceinline__ void advance() { ++count; }
 };
 
+// quote: fh_item
 // A work item as the producer hands it to the consumers: the first query row of the tile, the
 // head and the sequence (i0 < 0: no more work). One slot per Q stage, read by one thread of
 // each consumer warp (lane 0, which shuffles it to the others), and two orders keep it:
@@ -181,7 +182,9 @@ struct FhItem {
     int unused[2];  // 32 bytes, as the host's layout counts a slot
 };
 static_assert(sizeof(FhItem) == 32, "an item slot is 32 bytes");
+// end quote: fh_item
 
+// quote: fh_tickets
 // Tickets: block w's first item is item w; after it, each producer draws the next unclaimed
 // item from a counter in global memory, so a block that drew short items draws more of them
 // (causal items differ up to q_tiles-fold in cost; a fixed share per block left some blocks
@@ -189,6 +192,7 @@ static_assert(sizeof(FhItem) == 32, "an item slot is 32 bytes");
 __device__ __forceinline__ int next_ticket(int* tickets) {
     return gridDim.x + atomicAdd(tickets, 1);
 }
+// end quote: fh_tickets
 
 // grid(min(items, SMs)) persistent blocks walk the q_tiles x heads x batch items, drawing
 // tickets. `tickets` is [next, producers done], 0 and 0 at launch; the last producer to
@@ -216,6 +220,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     unsigned long long* v_empty = k_empty + STAGES;
     FhItem* slots = reinterpret_cast<FhItem*>(base + L::SLOT_OFFSET);
 
+    // quote: fh_barriers
     if (threadIdx.x == 0) {
         for (int st = 0; st < Q_STAGES; ++st) {
             mbarrier_init(&q_full[st], 1);  // the producer's arrival (+ the TMA's bytes)
@@ -230,11 +235,14 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
         fence_barrier_init();
     }
     __syncthreads();
+    // end quote: fh_barriers
 
+    // quote: fh_producer_registers
     if (threadIdx.x < 128) {
         // ---- producer: while the consumers work on an item, it already loads the next ----
         warpgroup_registers_release<FH_PRODUCER_REGISTERS>();
         if (threadIdx.x != 0) return;
+        // end quote: fh_producer_registers
         constexpr unsigned TILE_BYTES = L::KV_ELEMS * sizeof(T), Q_BYTES = L::Q_ELEMS * sizeof(T);
         // 32-bit shared-memory addresses: pointers would take two of the 24 registers each.
         const unsigned smem = smem_u32(base);
@@ -243,6 +251,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
                   V_FULL = K_FULL + STAGES, K_EMPTY = V_FULL + STAGES, V_EMPTY = K_EMPTY + STAGES;
         Ring<STAGES> ring;
         Ring<Q_STAGES> q_ring;
+        // quote: fh_producer_item
         // The ticket after this item's is drawn an item ahead: the counter's answer (a round
         // trip to L2 that every block contends for) arrives under this item's loads.
         int w = blockIdx.x, next = next_ticket(tickets);
@@ -272,6 +281,8 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
                 tma_load_3d(smem + qs * Q_BYTES + box * FH_BM * FH_BOX * 2, map_q,
                             bar(Q_FULL + qs), box * FH_BOX, s.q0 + wi.tile * FH_BM, wi.h);
             q_ring.advance();
+            // end quote: fh_producer_item
+            // quote: fh_producer_kv
             const int kvh = wi.h / (heads / kv_heads);
             const int keys = key_end(min(wi.tile * FH_BM + FH_BM, s.lq) - 1, s, causal);
 #pragma unroll 1  // unrolled, the loop needs more than the producer's 24 registers
@@ -291,6 +302,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
                                 map_v, bar(V_FULL + st), box * FH_BOX, key0, kvh);
                 ring.advance();
             }
+            // end quote: fh_producer_kv
         }
         // Every producer has drawn its last ticket once all have counted themselves here: the
         // last to do so sets the counter back for the next launch (which, on the same stream,
@@ -305,8 +317,10 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     }
 
     // ---- consumers ----
+    // quote: fh_consumer_registers
     warpgroup_registers_claim<C::CONSUMER_REGISTERS>();
     const int consumer = threadIdx.x / 128 - 1;
+    // end quote: fh_consumer_registers
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
 
     float acc[D / 2];           // O, 64 x D per warpgroup
@@ -315,6 +329,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     float m[2], l[2], alpha[2];
     int end[2], unmasked;
 
+    // quote: fh_issue_scores
     // S = Q K^T over the head dim: k16 steps 32 bytes apart inside a 64-wide box.
     auto issue_scores = [&](int stage, int q_stage) {
         const T* q_rows = sq + q_stage * L::Q_ELEMS + consumer * 64 * FH_BOX;
@@ -328,6 +343,8 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
         }
         wgmma_commit();
     };
+    // end quote: fh_issue_scores
+    // quote: fh_issue_pv
     // O += P V over the tile's keys: V is MN-major (d runs along memory), a k16 step is 16
     // key rows (2048 bytes) down, the boxes of 64 dims FH_BN x 128 bytes apart. One wgmma of
     // N = D per 16 keys: n64, n128 or n256 (4 boxes of V side by side).
@@ -339,6 +356,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
                 acc, p[kk], wgmma_descriptor_mn_major_sw128(vt + kk * 16 * FH_BOX, FH_BN * 128), 1);
         wgmma_commit();
     };
+    // end quote: fh_issue_pv
     // Masks S_n, finds the new row maxima, turns S into unnormalised P (f32, in place) and
     // updates the row sums; `alpha` is what O must be multiplied by before P_n V_n is added.
     // Element e of 8-column block j is row e / 2 of the thread's two, key 8j + 2t + e % 2.
@@ -378,6 +396,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
             l[r] = l[r] * alpha[r] + sum;
         }
     };
+    // quote: fh_pack
     auto rescale_and_pack = [&]() {
 #pragma unroll
         for (int j = 0; j < D / 8; ++j) {
@@ -395,9 +414,11 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
             p[kk][3] = pack2<T>(sc[8 * kk + 6], sc[8 * kk + 7]);
         }
     };
+    // end quote: fh_pack
     auto release = [&](unsigned long long* bar) {
         if (tid == 0) mbarrier_arrive(bar);
     };
+    // quote: fh_turns
     // Taking turns: consumer c issues a step's two products only after consumer c - 1 has
     // issued its own (named barrier 1 + c: its 128 threads wait, the previous consumer's 128
     // arrive), so the tensor cores run one warpgroup's products while the others compute
@@ -407,6 +428,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     auto take_turn = [&]() { named_barrier_sync(1 + consumer, 256); };
     auto pass_turn = [&]() { named_barrier_arrive(1 + (consumer + 1) % C::CONSUMERS, 256); };
     if (consumer == 0) named_barrier_arrive(1, 256);  // the first turn is consumer 0's
+    // end quote: fh_turns
 
     // The item in hand: its Q stage and key tiles, and where its rows go (this thread's two
     // rows are row0 and row0 + 8 of the accumulator layout; `token0` is row0's index into
@@ -415,6 +437,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     Ring<Q_STAGES> q_ring;
     int q_stage = 0, tiles = 0, rows_left = 0;
     index_t token0 = 0;
+    // quote: fh_take_item
     // The item's Q stage and slot: each warp's reader of the slot arrives (the slot's comment
     // says why); the Q tile itself was read only by the S products, which have completed
     // (wgmma_wait) before this.
@@ -442,6 +465,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
         it.s.lk = __shfl_sync(FULL_WARP, it.s.lk, 0);
         return it.i0 >= 0;
     };
+    // end quote: fh_take_item
     auto tiles_of = [&]() {
         const int keys = key_end(min(it.i0 + FH_BM, it.s.lq) - 1, it.s, causal);
         return (keys + FH_BN - 1) / FH_BN;
@@ -509,6 +533,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
         before.advance();
     };
 
+    // quote: fh_main_loop
     // Items one after another: the first S of an item, its steps (S_n beside P_{n-1} V_{n-1},
     // each a turn), its last P V, its store.
     int stage;
@@ -541,6 +566,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
         if (tiles > 0) last_pv();
         store();
     }
+    // end quote: fh_main_loop
 }
 
 // One extern "C" entry per (dtype, head dim); the launcher picks by name. The maps are

@@ -11,7 +11,8 @@ const SIZES: &[usize] = &[1, 3, 33, 1000, 4097];
 /// Beyond the grid: several 4096-column blocks with a ragged last one, 5 rows of 9 x 4096 + 5
 /// columns; and 20 rows (more than one 16-row group) of 8195. Then the narrow rows of
 /// `rows_vec4` (n = 4 to 128, whole float4s: gemv_narrow), with m that ends mid-warp and m of
-/// more blocks than the GPU holds at once (70001 x 16: 547 blocks of 128 rows).
+/// more blocks than the GPU holds at once (300001 x 16: 1172 blocks of 256 rows, where 132 SMs
+/// hold at most 8 blocks of 256 threads each, 1056).
 const EXTRA: &[(usize, usize)] = &[
     (5, 9 * 4096 + 5),
     (20, 8195),
@@ -20,7 +21,7 @@ const EXTRA: &[(usize, usize)] = &[
     (33, 8),
     (1000, 64),
     (4097, 64),
-    (70001, 16),
+    (300001, 16),
     (3, 128),
     (5000, 32),
 ];

@@ -152,6 +152,7 @@ constexpr int WARP_M = 64, WARP_N = 32;
 static_assert(MMA_THREADS == 32 * (MMA_BM / WARP_M) * (MMA_BN / WARP_N),
               "8 warps of 64 x 32 outputs make the 128 x 128 tile");
 
+// quote: warp_k16_step
 // One k16 step of a warp: A fragments of its 4 m16 tiles and B fragments of its 4 n8 tiles by
 // ldmatrix (addresses from `a_row` / `b_row`, which map (row, k-chunk) to shared memory), then
 // the 16 mma.
@@ -181,6 +182,7 @@ __device__ __forceinline__ void warp_k16_step(float (&acc)[4][4][4], RowA a_row,
 #pragma unroll
         for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], a[i], b[j][0], b[j][1]);
 }
+// end quote: warp_k16_step
 
 template <typename T>
 __device__ __forceinline__ void store_warp_tile(T* c, int m, int n, int row0, int col0,
@@ -198,7 +200,9 @@ __device__ __forceinline__ void store_warp_tile(T* c, int m, int n, int row0, in
 
 // ---------------------------------------------------------------------------------------------
 // mma_ldmatrix: grid(ceil(n / 128), ceil(m / 128), batch), block(256), static shared 20 KiB.
+// quote: ldmatrix_stride
 constexpr int LDM_BK = 32, LDM_STRIDE = LDM_BK + 8;  // +8 halves = 16 bytes of padding
+// end quote: ldmatrix_stride
 
 // Copies rows [row0, row0 + 128) x k [k0, k0 + 32) of a [rows, k] matrix into shared memory,
 // zeros outside. 16-byte loads when the chunk is inside and aligned (`vector`: k % 8 == 0 and
@@ -235,6 +239,7 @@ __device__ __forceinline__ void gemm_mma_ldmatrix(const T* a, const T* b, T* c, 
     const int m0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * MMA_BN;
     const bool a_vector = k % 8 == 0 && reinterpret_cast<unsigned long long>(a) % 16 == 0;
     const bool b_vector = k % 8 == 0 && reinterpret_cast<unsigned long long>(b) % 16 == 0;
+    // quote: ldmatrix_loop
     float acc[4][4][4] = {};
     auto a_row = [&](int r, int chunk) { return &sa[wm * WARP_M + r][chunk * 8]; };
     auto b_row = [&](int r, int chunk) { return &sb[wn * WARP_N + r][chunk * 8]; };
@@ -246,6 +251,7 @@ __device__ __forceinline__ void gemm_mma_ldmatrix(const T* a, const T* b, T* c, 
         for (int kk = 0; kk < LDM_BK; kk += 16) warp_k16_step<T>(acc, a_row, b_row, kk);
         __syncthreads();
     }
+    // end quote: ldmatrix_loop
     store_warp_tile(c, m, n, m0 + wm * WARP_M, n0 + wn * WARP_N, acc,
                     make_epilogue(c, n, alpha, beta));
 }
@@ -260,9 +266,11 @@ static_assert(PIPE_BK == 64, "a stage's rows are one 128-byte swizzle row (swizz
 static_assert(PIPE_STAGES * 2 * PIPE_TILE * 2 == GEMM_MMA_SHARED_BYTES,
               "mma_pipelined's ring takes exactly the shared memory the host gives");
 
+// quote: swizzle_128
 // Row r's 16-byte chunk c lives at chunk c ^ (r % 8): the 8 rows an ldmatrix reads at one
 // chunk column land in 8 different 16-byte bank groups.
 __device__ __forceinline__ int swizzle_128(int r, int c) { return r * 8 + (c ^ (r % 8)); }
+// end quote: swizzle_128
 
 // One stage: both operands' 128 x 64 tiles, 4 chunks per thread each, rows and k past the
 // edge zero-filled (k % 8 == 0, so a chunk is wholly inside or wholly outside).
@@ -297,6 +305,7 @@ __device__ __forceinline__ void gemm_mma_pipelined(const T* a, const T* b, T* c,
     const int steps = (k + PIPE_BK - 1) / PIPE_BK;
     float acc[4][4][4] = {};
 
+    // quote: pipelined_ring
     auto load = [&](int slot, int step) {
         load_stage_async(sa + slot * PIPE_TILE, sb + slot * PIPE_TILE, a, b, m, n, k, m0, n0,
                          step * PIPE_BK);
@@ -310,6 +319,7 @@ __device__ __forceinline__ void gemm_mma_pipelined(const T* a, const T* b, T* c,
         for (int kk = 0; kk < PIPE_BK; kk += 16) warp_k16_step<T>(acc, a_row, b_row, kk);
     };
     cp_async_ring<PIPE_STAGES>(steps, load, compute);
+    // end quote: pipelined_ring
     store_warp_tile(c, m, n, m0 + wm * WARP_M, n0 + wn * WARP_N, acc,
                     make_epilogue(c, n, alpha, beta));
 }
@@ -426,6 +436,7 @@ __device__ __forceinline__ void tma_load_operand(unsigned char* dst, const TmaDe
     }
 }
 
+// quote: wgmma_descriptor
 // The wgmma descriptor of k step `kk` of a tile (or of a consumer's 64-row slice of it).
 template <bool MN_MAJOR>
 __device__ __forceinline__ unsigned long long operand_descriptor(const unsigned char* tile,
@@ -436,6 +447,7 @@ __device__ __forceinline__ unsigned long long operand_descriptor(const unsigned 
         return wgmma_descriptor_k_major_sw128(tile + kk * 32);
     }
 }
+// end quote: wgmma_descriptor
 
 // One wgmma k step (32 bytes of k) of a consumer's 64 x 256 slice: m64n256k16 for 16-bit
 // types (with their transpose bits), m64n256k32 for FP8 (K-major only).
@@ -526,6 +538,7 @@ __device__ __forceinline__ void store_tile_by_tma(const float (&d)[BN / 2],
                 }
             }
         }
+        // quote: tma_store_epilogue
         if (leader) bulk_wait_read<1>();  // only the store of the other buffer may still read
         named_barrier_sync(barrier, 128);
 #pragma unroll
@@ -554,6 +567,7 @@ __device__ __forceinline__ void store_tile_by_tma(const float (&d)[BN / 2],
             }
             bulk_commit();
         }
+        // end quote: tma_store_epilogue
     }
     chunks_staged += CHUNKS;
 }
@@ -708,6 +722,7 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
     const unsigned rank = CLUSTER > 1 ? cluster_rank() : 0;
     const int first = blockIdx.x / CLUSTER, stride = gridDim.x / CLUSTER;
 
+    // quote: wgmma_barriers
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(&full[s], 1);  // the producer's arrival (+ TMA bytes)
@@ -724,8 +739,10 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
     } else {
         __syncthreads();
     }
+    // end quote: wgmma_barriers
 
     if (warpgroup == 0) {
+        // quote: wgmma_producer
         warpgroup_registers_release<GEMM_WG_PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) {
             int stage = 0;
@@ -757,6 +774,7 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                 }
             }
         }
+        // end quote: wgmma_producer
     } else {
         warpgroup_registers_claim<GEMM_WG_CONSUMER_REGISTERS>();
         const int consumer = warpgroup - 1;
@@ -790,6 +808,7 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
             if (prefetch && first_tile && threadIdx.x % 128 == 0) load_c();
             int previous = -1;  // the stage whose wgmma may still be running (IN_FLIGHT)
             for (int step = 0; step < steps; ++step) {
+                // quote: wgmma_issue
                 mbarrier_wait(&full[stage], phase);
                 const unsigned char* ta = sa + stage * WG_A_TILE + consumer * 64 * WG_BK_BYTES;
                 const unsigned char* tb = sb + stage * B_TILE;
@@ -801,12 +820,14 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                         step > 0 || kk > 0);
                 }
                 wgmma_commit();
+                // end quote: wgmma_issue
                 // The tensor cores now have step 0 to run: the leader frees the slice from the
                 // last tile's stores (waiting only while they still read it) and loads C.
                 if (prefetch && step == 0 && !first_tile && threadIdx.x % 128 == 0) {
                     bulk_wait_read<0>();
                     load_c();
                 }
+                // quote: wgmma_release
                 // IN_FLIGHT = 0: wait for this step's products, then free its stage; the tensor
                 // cores idle until the next step is issued. IN_FLIGHT = 1: wait only for the
                 // previous step's, free that stage, and return to issue the next step while
@@ -820,12 +841,15 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                     stage = 0;
                     phase ^= 1;
                 }
+                // end quote: wgmma_release
             }
+            // quote: wgmma_drain
             if (IN_FLIGHT) {
                 wgmma_wait<0>();
                 wgmma_fence_operands(d);
                 release(previous);
             }
+            // end quote: wgmma_drain
             TOut* cz = c + (index_t)p.z * stride_c;
             const Epilogue e = make_epilogue(cz, n, alpha, beta);
             const int row0 = p.tm * WG_BM + consumer * 64, col0 = p.tn * BN;
@@ -884,6 +908,7 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
     WGMMA_LAYOUTS(bf16_t, bf16, VERSION, IN_FLIGHT, TMA_STORE, STAGES, PREFETCH_C, BN, BYTES) \
     WGMMA_LAYOUTS(f16_t, f16, VERSION, IN_FLIGHT, TMA_STORE, STAGES, PREFETCH_C, BN, BYTES)
 
+// quote: wgmma_versions
 WGMMA_VERSION(wgmma_tma, 0, false, WG_STAGES, false, WG_BN, GEMM_WG_SHARED_BYTES)
 WGMMA_VERSION(wgmma_overlap, 1, false, WG_STAGES, false, WG_BN, GEMM_WG_SHARED_BYTES)
 WGMMA_VERSION(wgmma_tma_store, 1, true, WG_STAGES, false, WG_BN, GEMM_WG_TMA_STORE_SHARED_BYTES)
@@ -898,6 +923,7 @@ WGMMA_VERSION(wgmma_n128, 1, true, GEMM_WG_N128_STAGES, false, 128,
               GEMM_WG_N128_TMA_STORE_SHARED_BYTES)
 WGMMA_VERSION(wgmma_n64, 1, true, GEMM_WG_N64_STAGES, false, 64,
               GEMM_WG_N64_TMA_STORE_SHARED_BYTES)
+// end quote: wgmma_versions
 WGMMA_KERNEL(bf16_t, bf16_t, bf16, wgmma_cluster, nt, 1, 2, false, false, true, WG_STAGES, false,
              WG_BN, GEMM_WG_TMA_STORE_SHARED_BYTES, CLUSTER_OF_2)
 WGMMA_KERNEL(f16_t, f16_t, f16, wgmma_cluster, nt, 1, 2, false, false, true, WG_STAGES, false,

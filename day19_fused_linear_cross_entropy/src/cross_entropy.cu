@@ -108,6 +108,7 @@ __device__ __forceinline__ void row_stats_add1(RowStats& st, float z) {
     st.zsum += z;
 }
 
+// quote: row_stats_add8
 // Eight values: the running maximum moves once per pack, so one rescale per 8 elements.
 __device__ __forceinline__ void row_stats_add8(RowStats& st, const uint4& raw) {
     Pack16<bf16_t> pack;
@@ -128,6 +129,7 @@ __device__ __forceinline__ void row_stats_add8(RowStats& st, const uint4& raw) {
     st.m = m;
     st.s = s;
 }
+// end quote: row_stats_add8
 
 __device__ __forceinline__ RowStats warp_row_stats(RowStats st) {
     for (int offset = 16; offset > 0; offset >>= 1) {
@@ -152,6 +154,7 @@ __device__ __forceinline__ RowStats block_row_stats(RowStats st, RowStats* scrat
     return st;
 }
 
+// quote: row_finish
 // What the gradient pass needs of a row, from its statistics.
 struct RowGrad {
     float lse2;       // lse * log2(e): p_j = 2^(z_j log2e - lse2)
@@ -175,6 +178,7 @@ __device__ __forceinline__ float row_finish(RowStats st, float z_target, index_t
 __device__ __forceinline__ float grad_of(float z, const RowGrad& g) {
     return exp2f(z * LOG2E - g.lse2) * g.p_scale - g.offset;
 }
+// end quote: row_finish
 
 // Gradient of 8 logits starting at column `col`; the target's element, if among them, also
 // loses `hot`.
@@ -260,6 +264,7 @@ KERNEL void __launch_bounds__(TWO_PASS_THREADS, 1)
         float d = grad_of(to_f32(in[j]), g);
         out[j] = from_f32<bf16_t>(j == target ? d - g.hot : d);
     }
+    // quote: two_pass_backwards
     // Backwards: this thread's packs from the last down, the block sweeping the row from its
     // end (what pass 1 read last) to its start.
     if (t < packs) {
@@ -281,6 +286,7 @@ KERNEL void __launch_bounds__(TWO_PASS_THREADS, 1)
             out16[pk] = grad8(in16[pk], head + pk * BF16_PER_PACK, target, g);
         }
     }
+    // end quote: two_pass_backwards
 }
 
 // ---- Thread block clusters (sm_90): 8 blocks of a row share their statistics ----------------
@@ -340,6 +346,7 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(CLUSTER_THR
             if (p < end) row_stats_add8(st, raw[k]);
         }
     }
+    // quote: cluster8_combine
     st = block_row_stats(st, scratch);
     if (t == 0) {
         published[0] = st.m;
@@ -364,6 +371,7 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(CLUSTER_THR
     // Done reading the others' shared memory; they may exit once everyone has said so.
     cluster_arrive();
     __syncthreads();
+    // end quote: cluster8_combine
     if (valid) {
         const RowStats row_st = {combined[0], combined[1], combined[2]};
         RowGrad g;
@@ -656,6 +664,7 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
                                : make_uint4(0xFF80FF80u, 0xFF80FF80u, 0xFF80FF80u, 0xFF80FF80u);
     };
 
+    // quote: push_max
     // 1. The maximum, on bf16 pairs: -inf padding never wins (a row has a real logit).
     unsigned m2 = 0xFF80FF80u;
 #pragma unroll
@@ -673,6 +682,7 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
 #pragma unroll
     for (int i = 0; i < PUSH_PARTS / 32; ++i) m = fmaxf(m, maxima[i * 32 + lane]);
     const float max2 = warp_max(m) * LOG2E;
+    // end quote: push_max
 
     // 2. e = 2^(z log2e - max2) summed, the sum of z (label smoothing only) and the target's z
     // (the one thread whose pack holds it). Two packs at a time: all eight at once would keep
@@ -716,6 +726,7 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
     zsum = warp_sum(zsum);
     z_target = warp_sum(z_target);
 
+    // quote: push_gradient
     // 3. The loss, and the gradient.
     RowGrad g;
     const float loss = row_finish({max2, s, zsum}, z_target, vocab, eps, z_loss, inv_count_p[0],
@@ -742,6 +753,7 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
         reinterpret_cast<bf16_t*>(out16)[y] =
             from_f32<bf16_t>(fmaf(e_y, scale, -g.offset) - g.hot);
     }
+    // end quote: push_gradient
     // No cluster barrier at the end: every value pushed into this block was counted on its
     // barriers before it got here, and nothing reads another block's shared memory.
 }

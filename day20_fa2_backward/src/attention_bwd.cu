@@ -68,6 +68,7 @@ __device__ __forceinline__ void bwd_preprocess(const T* o, const T* d_o, float* 
     const int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= rows) return;
     const index_t at = (index_t)row * d;
+    // quote: preprocess
     float acc = 0.0f;
     for (int c = lane; c < d; c += 32) {
         acc += to_f32(o[at + c]) * to_f32(d_o[at + c]);
@@ -75,6 +76,7 @@ __device__ __forceinline__ void bwd_preprocess(const T* o, const T* d_o, float* 
     }
     acc = warp_sum(acc);
     if (lane == 0) delta[row] = acc;
+    // end quote: preprocess
 }
 
 KERNEL void attention_bwd_preprocess_bf16(const bf16_t* o, const bf16_t* d_o, float* delta,
@@ -91,9 +93,11 @@ KERNEL void attention_bwd_preprocess_f16(const f16_t* o, const f16_t* d_o, float
 template <typename T>
 __device__ __forceinline__ void bwd_convert_dq(const float* dq_accum, T* dq, index_t n,
                                                float scale) {
+    // quote: convert_dq
     for (index_t e = blockIdx.x * (index_t)blockDim.x + threadIdx.x; e < n;
          e += (index_t)gridDim.x * blockDim.x)
         dq[e] = from_f32<T>(dq_accum[e] * scale);
+    // end quote: convert_dq
 }
 
 KERNEL void attention_bwd_convert_dq_bf16(const float* dq_accum, bf16_t* dq, index_t n,
@@ -129,6 +133,7 @@ __device__ __forceinline__ void bwd_naive_scores(const T* q, const T* k, const T
         const T* gi = d_o + row * d;
         const T* kj = k + ((index_t)(s.k0 + j) * kv_heads + kvh) * d;
         const T* vj = v + ((index_t)(s.k0 + j) * kv_heads + kvh) * d;
+        // quote: naive_scores
         float score = 0.0f, dp = 0.0f;
         for (int c = 0; c < d; ++c) {
             score += to_f32(qi[c]) * to_f32(kj[c]);
@@ -136,6 +141,7 @@ __device__ __forceinline__ void bwd_naive_scores(const T* q, const T* k, const T
         }
         p = expf(score * scale - lse[row]);
         ds = p * (dp - delta[row]);
+        // end quote: naive_scores
     }
     const index_t at = s_offset[b] + ((index_t)h * s.lq + i) * s.lk + j;
     probs[at] = p;
@@ -319,6 +325,7 @@ __device__ __forceinline__ void fa2_scalar_bwd(const T* q, const T* k, const T* 
             __syncthreads();
             scalar_p_ds(sm, s, i0, j0, scale_log2, causal);
             __syncthreads();
+            // quote: scalar_accumulate
 #pragma unroll
             for (int r = 0; r < SBR; ++r) {
                 const float p = sm.p[r][j], ds = sm.ds[r][j];
@@ -338,6 +345,7 @@ __device__ __forceinline__ void fa2_scalar_bwd(const T* q, const T* k, const T* 
                     atomicAdd(dq_accum + ((index_t)(s.q0 + i0 + r) * heads + h) * D + c, acc);
                 }
             }
+            // end quote: scalar_accumulate
         }
     }
     if (j0 + j >= s.lk) return;
@@ -475,6 +483,7 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
             delta_s[buf * MBR + tid] = in ? delta[row] : 0.0f;
         }
     };
+    // quote: mma_setup
     mma_load_tile<T, D, MBC>(ks, k, s.k0 + j0, s.lk - j0, kv_heads, kvh);
     mma_load_tile<T, D, MBC>(vs, v, s.k0 + j0, s.lk - j0, kv_heads, kvh);
     if (iterations > 0) issue(0, 0);
@@ -485,7 +494,9 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
     for (int j = 0; j < DTILES; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) dk_acc[j][e] = dv_acc[j][e] = 0.0f;
+    // end quote: mma_setup
 
+    // quote: mma_pipeline
     for (int n = 0; n < iterations; ++n) {
         const int buf = n & 1;
         const int h = kvh * group + n / q_tiles, i0 = (first_tile + n % q_tiles) * MBR;
@@ -497,6 +508,7 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
             cp_async_wait<0>();
         }
         __syncthreads();
+        // end quote: mma_pipeline
         const T* qt = qs + buf * TILE;
         const T* dot = dos + buf * TILE;
         const float* lse2 = lse2_s + buf * MBR;
@@ -508,6 +520,7 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
         for (int j = 0; j < QTILES; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0f;
+        // quote: mma_scores
         // Not unrolled: the compiler would hoist every fragment load and run out of registers.
 #pragma unroll 1
         for (int kk = 0; kk < KSTEPS; ++kk) {
@@ -530,10 +543,12 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
                 mma_16816<T>(dpt[2 * jp + 1], va, b[2], b[3]);
             }
         }
+        // end quote: mma_scores
 
         // P^T into st, dS^T into dpt. Element e of a fragment: key row g (e < 2) or g + 8,
         // query column 2t + (e % 2) of its 8-wide tile. A tile pair that every query of the
         // tile sees whole needs no mask test.
+        // quote: mma_p_ds
         const bool needs_mask = i0 + MBR > s.lq || j0 + MBC > key_end(i0, s, causal);
 #pragma unroll
         for (int j = 0; j < QTILES; ++j)
@@ -546,6 +561,7 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
                 st[j][e] = p;
                 dpt[j][e] = p * (dpt[j][e] - dlt[col]);
             }
+        // end quote: mma_p_ds
 
         // P^T and dS^T as 16-bit A fragments, the 64 queries being k: two 8-wide
         // accumulator tiles are one 16-wide A tile. The f32 values die here.
@@ -569,6 +585,7 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
                                                  (2 * kk + x / 2) * 8 + 2 * t) = da[kk][x];
         }
 
+        // quote: mma_dv_dk
         // dV += P^T dO and dK += dS^T Q.
 #pragma unroll
         for (int kk = 0; kk < MBR / 16; ++kk) {
@@ -587,7 +604,9 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
                 mma_16816<T>(dk_acc[2 * dp + 1], da[kk], b[2], b[3]);
             }
         }
+        // end quote: mma_dv_dk
 
+        // quote: mma_dq
         if (atomic_dq) {
             __syncthreads();  // every warp's rows of dS^T are in
             // dQ of queries 16w .. 16w + 15 over the tile's 64 keys (k), 64 columns at a time
@@ -622,10 +641,12 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
                 }
             }
         }
+        // end quote: mma_dq
         __syncthreads();  // the next iteration's copies overwrite the buffers just read
     }
     cp_async_wait<0>();  // nothing may still be landing when the block writes and exits
 
+    // quote: mma_store
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int key = j0 + warp * 16 + g + r * 8;
@@ -639,6 +660,7 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
             out_v[j * 4 + t] = pack2<T>(dv_acc[j][2 * r], dv_acc[j][2 * r + 1]);
         }
     }
+    // end quote: mma_store
 }
 
 // Deterministic dQ on tensor cores: grid(ceil(max lq / 64), heads, batch), block(128); the
@@ -745,6 +767,7 @@ __device__ __forceinline__ void fa2_mma_bwd_dq(const T* q, const T* k, const T* 
                 dp[j][e] = p * (dp[j][e] - dlt[e / 2]);
             }
 
+        // quote: dq_pass
         // dQ += dS K, 16 keys at a time: two dS fragments are one A fragment.
 #pragma unroll
         for (int kk = 0; kk < MBC / 16; ++kk) {
@@ -761,6 +784,7 @@ __device__ __forceinline__ void fa2_mma_bwd_dq(const T* q, const T* k, const T* 
                 mma_16816<T>(acc[2 * dd + 1], da, b[2], b[3]);
             }
         }
+        // end quote: dq_pass
         __syncthreads();  // the next iteration's copies overwrite the buffer just read
     }
     cp_async_wait<0>();

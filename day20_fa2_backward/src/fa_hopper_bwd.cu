@@ -220,12 +220,14 @@ __device__ __forceinline__ void bh_preprocess(const T* o, const T* d_o, const fl
         dq_accum[at + c] = 0.0f;
     }
     acc = warp_sum(acc);
+    // quote: hopper_preprocess
     if (lane == 0) {
         const index_t t_at = ((index_t)h * gridDim.z + b) * pitch + i;
         delta_t[t_at] = acc;
         const float l = lse[row];
         lse2_t[t_at] = l == NEG_INF ? POS_INF : l * LOG2E;
     }
+    // end quote: hopper_preprocess
 }
 
 #define BH_PREPROCESS(T, name)                                                                  \
@@ -293,6 +295,7 @@ __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsign
     constexpr int BM = C::BM, BOXES = C::DQ_COLS / BH_DQ_BOX;
     constexpr unsigned DQ_EMPTY = 8 * BH_CONSUMERS, BOX_BYTES = BH_DQ_BOX * 64 * 4;
     unsigned phase = 0;
+    // quote: dq_writer
     for (int h = h0; h < h0 + group; ++h)
     for (int i = m_first; i < m_end; ++i) {
         const int m = bh_walk(i, rotation, m_first, m_end);
@@ -336,6 +339,7 @@ __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsign
         phase ^= 1;
     }
     bulk_wait<0>();  // shared memory must outlive the last add's reads
+    // end quote: dq_writer
 }
 
 template <typename T, int D>
@@ -379,6 +383,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
     // heads (the header's order; the blocks running side by side share their heads' Q and dO
     // in the L2), key tiles in order (causal: the longest first), or in deterministic mode
     // causal, the last key tile first, as the ordered dQ adds need.
+    // quote: block_order
     const int key_tiles = (s.lk + BN - 1) / BN;
     const int at = blockIdx.x + gridDim.x * blockIdx.y;
     const int first = at / (head_section * gridDim.x) * head_section;
@@ -389,6 +394,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
     if (ordered && causal && n < key_tiles) n = key_tiles - 1 - n;
     if (n >= key_tiles) return;  // the whole block: no barrier has been used yet
     const int j0 = n * BN;
+    // end quote: block_order
     const int group = heads / kv_heads;
     const int m_first = bh_first_tile(j0, s, causal, BM);
     const int m_end = (s.lq + BM - 1) / BM;
@@ -425,6 +431,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
             return;
         }
         if (threadIdx.x != 0) return;
+        // quote: producer
         mbarrier_arrive_expect_tx(kv_full, 2 * L::KV_ELEMS * sizeof(T));
 #pragma unroll
         for (int box = 0; box < BOXES; ++box) {
@@ -455,6 +462,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                 ring.advance();
             }
         }
+        // end quote: producer
         return;
     }
 
@@ -511,6 +519,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
             const unsigned b16 = bh_fresh(base16);
             const int q_at = L::Q_OFFSET + st * L::Q_ELEMS * 2, do_at = L::DO_OFFSET + st * L::Q_ELEMS * 2;
             const int my_queries = query0 * 128;  // this consumer's query rows in each box
+            // quote: consumer_scores
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
@@ -526,6 +535,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                                     bh_desc(b16, do_at + my_queries + box * BM * 128 + within, 16), kk > 0);
             }
             wgmma_commit();
+            // end quote: consumer_scores
 
             // P = exp2(S scale log2 e - L log2 e), 0 where masked, while dP^T runs. Element e
             // of 8-column block j: key key0 + 8 (e / 2), query i0 + query0 + 8j + 2t + e % 2.
@@ -592,6 +602,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
 
             const int ds_at = L::DS_OFFSET + ds_stage * L::DS_BYTES;
             float dq[DQ_COLS / 2];
+            // quote: consumer_products
             if constexpr (!SPLIT) {
                 // dV += P^T dO: B is MN-major (dims along memory), a k16 step is 16 query rows
                 // (2048 bytes) down, the 64-dim boxes BM x 128 bytes apart. It runs while the
@@ -627,6 +638,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                 wgmma_commit();
                 wgmma_wait<1>();  // dQ is done
                 wgmma_fence_operands(dq);
+                // end quote: consumer_products
             } else {
                 named_barrier_sync(BH_BAR_CONSUMERS, 128 * BH_CONSUMERS);  // P^T, dS^T written
 
@@ -663,6 +675,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                 wgmma_fence_operands(dq);
             }
 
+            // quote: consumer_dq_out
             // dQ to shared memory (32-column boxes of 64 rows, 128-byte swizzled) once the
             // dQ writer's TMA has read the last one; the writer adds it into dq_accum.
             const unsigned my_dq = b32 + L::DQ_OFFSET + wg * L::DQ_WG_FLOATS * 4;
@@ -686,6 +699,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                 for (int kk = 0; kk < BM / 16; ++kk) wgmma_fence_operands(da[kk]);
             }
             if (lane == 0) mbarrier_arrive(&q_empty[st]);
+            // end quote: consumer_dq_out
             dq_phase ^= 1;
             ds_stage ^= 1;
             ring.advance();

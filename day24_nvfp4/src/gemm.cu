@@ -50,6 +50,7 @@ __device__ __forceinline__ WPart load_w(const unsigned char* __restrict__ packed
     return p;
 }
 
+// quote: store_w
 // Decodes a thread's 16 codes to bf16 code * scale (exact) into Ws[row][16 (t % 2) ..].
 __device__ __forceinline__ void store_w(bf16_t (*ws)[LDS], WPart p, int t) {
     const float scale = e4m3_value(p.scale) * 16384.0f;  // the 2^14 of the f16 decode
@@ -75,6 +76,7 @@ __device__ __forceinline__ void store_w(bf16_t (*ws)[LDS], WPart p, int t) {
     dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
     dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
 }
+// end quote: store_w
 
 // A tile (BM x BK bf16, 512 chunks of 16 bytes): two chunks per thread by cp.async; rows past
 // M and columns past K are zero-filled.
@@ -225,11 +227,13 @@ constexpr int WG_CODE_ROW = WG_TILE_K / 2;              // 64 bytes of one W row
 constexpr int WG_CODE_HALF = WG_CODE_ROW / 2;           // a half-step's 32 bytes of a row
 static_assert(WG_A_STAGE % 1024 == 0, "each activation tile starts on a swizzle period");
 
+// quote: e2m1_tables
 // The e2m1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 as bf16, split into byte tables for `prmt`:
 // the low bytes (00 00 80 C0 00 40 80 C0) and the high bytes (00 3F 3F 3F 40 40 40 40),
 // entries 0..3 in the first word, 4..7 in the second.
 constexpr unsigned E2M1_BF16_LO0 = 0xC0800000u, E2M1_BF16_LO1 = 0xC0804000u;
 constexpr unsigned E2M1_BF16_HI0 = 0x3F3F3F00u, E2M1_BF16_HI1 = 0x40404040u;
+// end quote: e2m1_tables
 
 // The four table words, passed down to the decode.
 struct E2m1Tables {
@@ -269,6 +273,7 @@ __device__ __forceinline__ void e4m3x2_to_bf16_pairs(unsigned two, unsigned& s0,
 // sign bits come from a prmt in sign-replicate mode (selector bit 3: the top bit of the chosen
 // byte, repeated; X << 4 brings the even codes' sign bits to the top), and a last prmt
 // interleaves low and high bytes into bf16 pairs. 22 instructions for 8 weights.
+// quote: decode_fragment
 __device__ __forceinline__ void decode_fragment(unsigned lo0, unsigned hi0, unsigned lo1,
                                                 unsigned hi1, unsigned select_t, unsigned scale0,
                                                 unsigned scale1, const E2m1Tables& t,
@@ -287,6 +292,7 @@ __device__ __forceinline__ void decode_fragment(unsigned lo0, unsigned hi0, unsi
     a[1] = bf16x2_mul(prmt(low_r8, high_r8, 0x5140), scale1);
     a[3] = bf16x2_mul(prmt(low_r8, high_r8, 0x7362), scale1);
 }
+// end quote: decode_fragment
 
 // 8 bytes of codes (16 weights, one block) by cp.async; zeros when `valid` is false.
 __device__ __forceinline__ void cp_async_8_zfill(unsigned dst, const void* src, bool valid) {

@@ -129,6 +129,7 @@ __device__ __forceinline__ float dot_word(unsigned w, const float (&xf)[8], floa
 // x (WORDS 16-byte loads of 8 bf16, from L1: every row reads the same 16 KiB) is loaded
 // here, where it is used, and turned into f32 once for all ROWS rows: it does not hold
 // registers across the loads of W, which are the ones whose latency matters.
+// quote: add_chunk
 template <int ROWS, int WORDS>
 __device__ __forceinline__ void add_chunk(const Chunk<WORDS> (&ch)[ROWS], const uint4* __restrict__ x8,
                                           index_t c, float (&acc)[ROWS]) {
@@ -151,6 +152,7 @@ __device__ __forceinline__ void add_chunk(const Chunk<WORDS> (&ch)[ROWS], const 
         for (int r = 0; r < ROWS; ++r) acc[r] = fmaf(s[r], b == 0 ? scale[r].x : scale[r].y, acc[r]);
     }
 }
+// end quote: add_chunk
 
 // grid(ceil(n / (8 ROWS))), block(256): warp w of block b computes rows ROWS (8b + w) ..
 // + ROWS; lane l takes chunks l, l + 32, ... of those rows (consecutive lanes, consecutive
@@ -212,6 +214,7 @@ __device__ __forceinline__ void gemv_nvfp4(const unsigned char* __restrict__ pac
                      float* __restrict__ y, index_t n, index_t k) {                                 \
         gemv_nvfp4<ROWS, WORDS, UNROLL>(packed, scales, x, tensor_scale, y, n, k);                   \
     }
+// quote: gemv_versions
 // MIN_BLOCKS caps the registers (65536 / (256 MIN_BLOCKS)) so that the occupancy the decode
 // needs to hide its latency is there; each choice was checked for zero spills.
 GEMV_NVFP4(gemv_nvfp4_warp_u4, 1, 4, 2, 4)   // 64 registers: 4 blocks (50%)
@@ -220,3 +223,4 @@ GEMV_NVFP4(gemv_nvfp4_rows2_u4, 2, 4, 2, 4)  // 64 registers: 4 blocks (50%)
 GEMV_NVFP4(gemv_nvfp4_rows2_u2, 2, 2, 4, 4)
 GEMV_NVFP4(gemv_nvfp4_rows4_u4, 4, 4, 2, 3)  // 80 registers: 3 blocks (37.5%); at 64 it spills
 GEMV_NVFP4(gemv_nvfp4_rows4_u2, 4, 2, 2, 3)
+// end quote: gemv_versions

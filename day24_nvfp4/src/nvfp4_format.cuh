@@ -17,6 +17,7 @@
 // 0 and 0.5 * 2^-14. The sign bit 3 of the code goes to f16 bit 15. So decoding is a shift and
 // a mask, and the 2^-14 is folded into the block's scale.
 //
+// quote: e2m1_decode
 // Pair J (0..3) of a word: codes J and J + 4, which sit 16 bits apart, so one shift moves both
 // into the two halves of an f16x2 at once (code J in the low half).
 template <int J> __device__ __forceinline__ unsigned e2m1_pair_f16x2(unsigned w) {
@@ -29,6 +30,7 @@ template <int J> __device__ __forceinline__ unsigned e2m1_pair_f16x2(unsigned w)
     const unsigned sign = w << (12 - 4 * J);
     return (magnitude & 0x0E000E00u) | (sign & 0x80008000u);
 }
+// end quote: e2m1_decode
 
 // The two halves of an f16x2 as f32 (exact).
 __device__ __forceinline__ float2 f16x2_to_f32x2(unsigned v) {

@@ -47,11 +47,13 @@ KERNEL void amax_finite_bf16(const bf16_t* __restrict__ x, unsigned* __restrict_
 // and a quotient under 1/8 encodes to magnitude 0 either way, its sign taken from v as the
 // IEEE quotient's would be (the residual step can turn -0 into +0). Checked on the CPU against
 // IEEE division on 2e8 random and threshold-tie cases before it went in.
+// quote: quotient_rn
 __device__ __forceinline__ float quotient_rn(float v, float d, float r) {
     const float q0 = __fmul_rn(v, r);
     const float residual = __fmaf_rn(-q0, d, v);
     return copysignf(__fmaf_rn(residual, r, q0), v);
 }
+// end quote: quotient_rn
 
 // grid(ceil(blocks / 256)), block(256): thread t quantizes block t (16 values: 32 bytes in,
 // 8 bytes of codes and 1 scale byte out). Thread 0 also writes the tensor scale.
@@ -75,6 +77,7 @@ KERNEL void quantize_nvfp4_bf16(const bf16_t* __restrict__ x, const unsigned* __
         v[i] = __uint_as_float(bits << 16);
         block_amax = fmaxf(block_amax, fabsf(v[i]));
     }
+    // quote: quantize_block
     unsigned scale;
     uint2 codes = make_uint2(0, 0);
     if (non_finite) {
@@ -103,6 +106,7 @@ KERNEL void quantize_nvfp4_bf16(const bf16_t* __restrict__ x, const unsigned* __
     }
     reinterpret_cast<uint2*>(packed)[b] = codes;
     scales[b] = (unsigned char)scale;
+    // end quote: quantize_block
 }
 
 // grid(ceil(blocks / 256)), block(256): thread t dequantizes block t: 8 bytes of codes and a
