@@ -5,22 +5,29 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::gpu::kernel_source::SOURCES_ENV;
+use common::gpu::kernel_source::{HEADERS, SOURCES_ENV};
 
-/// A copy of what a checkout holds for day 01: its kernel file and `common/cuda/`, in a fresh
-/// temporary folder.
+/// A checkout holding what day 01 compiles, as this build embedded it: its kernel file and
+/// `common/cuda/`, in a fresh temporary folder. Written from the embedded texts, not copied
+/// from the source tree, so the test means the same wherever its executable runs (a bundle on
+/// a GPU host beside a newer tree included).
 fn day01_checkout(name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let dir = std::env::temp_dir().join(format!("kernels-sources-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    for folder in ["common/cuda", "day01_naive_softmax/src"] {
-        std::fs::create_dir_all(dir.join(folder)).unwrap();
-        for entry in std::fs::read_dir(root.join(folder)).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "cu" || e == "cuh") {
-                std::fs::copy(&path, dir.join(folder).join(path.file_name().unwrap())).unwrap();
-            }
-        }
+    let source = day01::SOURCE;
+    let parts = source.parts.iter().map(|&(name, text)| {
+        let path = source
+            .checkout_path(name)
+            .expect("a kernel file has a place");
+        (path, text)
+    });
+    let headers = HEADERS
+        .iter()
+        .map(|&(name, text)| (Path::new("common/cuda").join(name), text));
+    for (path, text) in parts.chain(headers) {
+        let full = dir.join(path);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(full, text).unwrap();
     }
     dir
 }
