@@ -1,5 +1,5 @@
-//! The built book as a reader sees it: a day page opened from disk in headless Chromium shows
-//! its results table and its plot. A copy of the page with a probe script reports, once the
+//! The built book as a reader sees it: a day's notes page opened from disk in headless
+//! Chromium shows its results tables and its plot. A copy of the page with a probe script reports, once the
 //! page has loaded, how many tables and images it has and how many images failed to decode;
 //! a second copy whose plot points at a missing file must be reported broken, so the probe is
 //! known to see a broken image. A screenshot of the page, from the table before its plot, is
@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use regex::Regex;
 
-/// A day whose README has a results table and a plot (`sweep.svg`).
+/// A day whose notes have results tables and a plot (`sweep.svg`), and the page they become.
 const DAY: &str = "day05_vectorized_softmax";
+const PAGE: &str = "NOTES.html";
 const PLOT: &str = "sweep.svg";
 
 /// The browsers tried, in order, after `$CHROMIUM`.
@@ -65,7 +66,7 @@ struct Rendered {
 }
 
 #[test]
-fn a_day_page_shows_its_table_and_its_plot() {
+fn a_days_notes_show_their_tables_and_their_plot() {
     let Some(chromium) = chromium_or_skip("book page in Chromium") else {
         return;
     };
@@ -75,8 +76,8 @@ fn a_day_page_shows_its_table_and_its_plot() {
     let summary = super::build(&root, &site).expect("the book builds and its links open");
     println!("{summary}");
 
-    let page = site.join(DAY).join("index.html");
-    let html = fs::read_to_string(&page).expect("the day's page was built");
+    let page = site.join(DAY).join(PAGE);
+    let html = fs::read_to_string(&page).expect("the day's notes page was built");
     let rendered = render(&chromium, &page, &html, "probe", &check_dir);
     println!("{DAY} in Chromium: {rendered:?}");
     assert!(
