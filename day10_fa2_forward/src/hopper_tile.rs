@@ -182,7 +182,7 @@ mod tests {
 
     #[test]
     fn the_measured_tiles_keep_their_numbers() {
-        // Head dims 64 and 128 are the measured configuration (README): the move to one
+        // Head dims 64 and 128 are the measured configuration (the notes): the move to one
         // table must not have changed them.
         let d64 = HopperTile::for_head_dim(64).unwrap();
         assert_eq!(

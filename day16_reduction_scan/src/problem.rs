@@ -183,7 +183,7 @@ fn session<'r>(
     key: String,
     bytes: u64,
 ) -> Result<Session<'r>> {
-    // The op leads the description: the index and the README tables name problems by it.
+    // The op leads the description: the index and the day's tables name problems by it.
     let mut problem: Described = run.problem(format!("{title}, {description}"), key, bytes);
     problem.title = title;
     run.session(problem)

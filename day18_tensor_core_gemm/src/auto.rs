@@ -17,7 +17,7 @@ use crate::tile::{WG_NARROW_TILES, WG_TILE};
 /// The versions `wgmma_auto` runs, widest tile first, with the relative time of one column of
 /// a tile (the 256-wide tile's = 1), measured on the H100: over the square sizes 3584 to 8192,
 /// each width's TFLOP/s divided by the fraction of its waves its tiles fill, against the
-/// 256-wide tile's (the README's sweep). 64-wide tiles run their wgmma at half the rate
+/// 256-wide tile's (the sweep in the day's notes). 64-wide tiles run their wgmma at half the rate
 /// (m64n64k16 is too short to keep the tensor cores fed) and win only where nothing else
 /// fills the GPU at all.
 pub const CHOICES: [(Version, usize, f64); 4] = [

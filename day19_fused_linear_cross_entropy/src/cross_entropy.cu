@@ -573,7 +573,7 @@ CLUSTER_STREAM_KERNEL(8)
 // so every block, and every run, gets the same bits. The one cluster barrier is at the start
 // (the barriers exist before the first push), waited for after the copy is issued.
 // Blocks of 256 threads with 32 KB each: 6 per SM (40 registers), whose phases interleave, so
-// some block is always loading or storing. (The path here, measured, is in the README:
+// some block is always loading or storing. (The path here, measured, is in the notes:
 // keeping e in registers for the gradient cost more in occupancy than its exponential saved.)
 //
 // grid(8 * rows), block(256), cluster(8), dynamic shared memory 32 KB: block `rank` owns packs

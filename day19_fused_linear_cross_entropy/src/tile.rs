@@ -64,7 +64,7 @@ pub struct Layout {
     pub push_per_sm: usize,
 }
 
-/// The measured layout (README): cluster8 in 8 blocks of 512 threads with 4 packs each;
+/// The measured layout (the notes): cluster8 in 8 blocks of 512 threads with 4 packs each;
 /// cluster_stream in clusters of 4 (3 stages of 64 KiB, one block per SM) or 8 (3 stages of
 /// 32 KiB, two per SM); cluster_push in blocks of 256 threads with 8 packs each (a 32 KiB
 /// slice), 6 per SM. Every cluster kernel holds rows of at most 131072.
