@@ -8,10 +8,7 @@ use std::path::{Path, PathBuf};
 use regex::Regex;
 
 use crate::docs::Finding;
-use crate::readme::NOTES;
-
-const RESULTS_BEGIN: &str = "<!-- results:begin -->";
-const RESULTS_END: &str = "<!-- results:end -->";
+use crate::readme::{NOTES, RESULTS_BEGIN, RESULTS_END};
 
 /// Every commit a converted day's lesson names outside its results block. `tracked` are the
 /// tracked files relative to `root`; `text_of` reads one.

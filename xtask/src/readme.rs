@@ -182,7 +182,7 @@ pub fn report(root: &Path, results_paths: &[PathBuf], allow_dirty: bool) -> Resu
         let readme = day.folder.join("README.md");
         let notes = day.folder.join(NOTES);
         let block = day_block(&reports, &results, has_plot, has_roofline);
-        let (begin, end) = ("<!-- results:begin -->", "<!-- results:end -->");
+        let (begin, end) = (RESULTS_BEGIN, RESULTS_END);
         if notes.exists() {
             // The notebook takes every table; the lesson one short table.
             rewrite_between(&notes, begin, end, &block)?;
@@ -299,6 +299,10 @@ fn tests_line(results: &RunResults, day: &str) -> String {
         )
     }
 }
+
+/// The markers between which a day's README (and notes) get the run's tables.
+pub const RESULTS_BEGIN: &str = "<!-- results:begin -->";
+pub const RESULTS_END: &str = "<!-- results:end -->";
 
 /// A day's lab notebook, `NOTES.md` in its folder beside the lesson: where a day that has one
 /// gets its full tables, the lesson keeping one short table.
@@ -706,29 +710,48 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
     }
 
+    /// A memory-bound report of day 5 on `problem` moving `bytes` per run, with one version,
+    /// `vec` (the baseline when `baseline`), timed at `vec_ms`, and a peer `pN` per time of
+    /// `peer_ms`.
+    fn one_version_report(
+        problem: &str,
+        bytes: u64,
+        baseline: bool,
+        vec_ms: f64,
+        peer_ms: &[(&str, f64)],
+    ) -> DayReport {
+        let peers: Vec<serde_json::Value> = peer_ms
+            .iter()
+            .map(|(peer, ms)| {
+                serde_json::json!({"key": "k", "peer": peer, "median_ms": ms, "gb_per_s": 1.0})
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "day": "day05", "title": "t", "problem": problem, "key": "k",
+            "device": {"name": "H100", "ordinal": 0, "arch": "sm_90", "sms": 132,
+                       "l2_bytes": 0, "memory_bytes": 0, "max_threads_per_sm": 2048,
+                       "max_shared_per_block_optin": 0, "driver_cuda_version": 13000},
+            "copy_ceiling_gbs": 3000.0, "bytes_per_run": bytes,
+            "baseline": if baseline { Some("vec") } else { None },
+            "rows": [{
+                "version": "vec", "function": "f", "launch": "1 x 1", "attrs": null,
+                "occupancy": null,
+                "check": {"elements": 4, "tolerance": {"atol": 0.0, "rtol": 0.0,
+                          "max_rel_l2": 0.0}, "mismatches": 0, "unwritten": 0, "nans": 0,
+                          "max_abs_err": 0.0, "max_rel_err": 0.0, "rel_l2_err": 0.0},
+                "timing": {"median_ms": vec_ms, "min_ms": vec_ms, "max_ms": vec_ms, "runs": 5,
+                           "l2_flushed": false},
+                "gb_per_s": null, "fraction_of_copy": null, "speedup_vs_baseline": null
+            }],
+            "peers": peers
+        }))
+        .unwrap()
+    }
+
     #[test]
     fn peers_faster_than_our_best_are_named() {
-        let report = |peer_ms: f64| -> DayReport {
-            serde_json::from_value(serde_json::json!({
-                "day": "day05", "title": "t", "problem": "p", "key": "k",
-                "device": {"name": "H100", "ordinal": 0, "arch": "sm_90", "sms": 132,
-                           "l2_bytes": 0, "memory_bytes": 0, "max_threads_per_sm": 2048,
-                           "max_shared_per_block_optin": 0, "driver_cuda_version": 13000},
-                "copy_ceiling_gbs": 3000.0, "bytes_per_run": 1000, "baseline": null,
-                "rows": [{
-                    "version": "vec", "function": "f", "launch": "1 x 1", "attrs": null,
-                    "occupancy": null,
-                    "check": {"elements": 4, "tolerance": {"atol": 0.0, "rtol": 0.0,
-                              "max_rel_l2": 0.0}, "mismatches": 0, "unwritten": 0, "nans": 0,
-                              "max_abs_err": 0.0, "max_rel_err": 0.0, "rel_l2_err": 0.0},
-                    "timing": {"median_ms": 0.2, "min_ms": 0.2, "max_ms": 0.2, "runs": 5,
-                               "l2_flushed": false},
-                    "gb_per_s": null, "fraction_of_copy": null, "speedup_vs_baseline": null
-                }],
-                "peers": [{"key": "k", "peer": "torch.compile x", "median_ms": peer_ms,
-                           "gb_per_s": 1.0}]
-            }))
-            .unwrap()
+        let report = |peer_ms: f64| {
+            one_version_report("p", 1000, false, 0.2, &[("torch.compile x", peer_ms)])
         };
         assert_eq!(faster_peers_line(&report(0.25)), None);
         assert_eq!(
@@ -752,33 +775,8 @@ mod tests {
 
     #[test]
     fn a_lesson_gets_one_short_table_with_the_fastest_peers() {
-        let peers: Vec<serde_json::Value> = [1.0, 0.6, 2.0, 0.8]
-            .iter()
-            .enumerate()
-            .map(|(i, ms)| {
-                serde_json::json!({"key": "k", "peer": format!("p{i}"), "median_ms": ms,
-                                   "gb_per_s": 1.0})
-            })
-            .collect();
-        let report: DayReport = serde_json::from_value(serde_json::json!({
-            "day": "day05", "title": "t", "problem": "32768 x 4096, f32", "key": "k",
-            "device": {"name": "H100", "ordinal": 0, "arch": "sm_90", "sms": 132,
-                       "l2_bytes": 0, "memory_bytes": 0, "max_threads_per_sm": 2048,
-                       "max_shared_per_block_optin": 0, "driver_cuda_version": 13000},
-            "copy_ceiling_gbs": 3000.0, "bytes_per_run": 1_000_000_000u64, "baseline": "vec",
-            "rows": [{
-                "version": "vec", "function": "f", "launch": "1 x 1", "attrs": null,
-                "occupancy": null,
-                "check": {"elements": 4, "tolerance": {"atol": 0.0, "rtol": 0.0,
-                          "max_rel_l2": 0.0}, "mismatches": 0, "unwritten": 0, "nans": 0,
-                          "max_abs_err": 0.0, "max_rel_err": 0.0, "rel_l2_err": 0.0},
-                "timing": {"median_ms": 0.5, "min_ms": 0.5, "max_ms": 0.5, "runs": 5,
-                           "l2_flushed": false},
-                "gb_per_s": null, "fraction_of_copy": null, "speedup_vs_baseline": null
-            }],
-            "peers": peers
-        }))
-        .unwrap();
+        let peers = [("p0", 1.0), ("p1", 0.6), ("p2", 2.0), ("p3", 0.8)];
+        let report = one_version_report("32768 x 4096, f32", 1_000_000_000, true, 0.5, &peers);
         let results: RunResults = serde_json::from_str(
             r#"{"commit": "abc", "dirty": false, "run_at": "2026-11-28", "days": [],
                 "tests": [{"name": "day05-test-gpu", "passed": true}]}"#,

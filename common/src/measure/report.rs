@@ -163,11 +163,7 @@ impl DayReport {
     /// of the ceiling, speedup and check, and at most `peers` of the peers, the fastest (the
     /// full table, with launch shapes, registers and errors, is [`Self::markdown_table`]).
     pub fn lesson_markdown_table(&self, peers: usize) -> String {
-        let (unit, digits) = if self.is_compute_bound() {
-            ("TFLOP/s", 1)
-        } else {
-            ("GB/s", 0)
-        };
+        let (unit, digits) = self.unit();
         let of = self.ceiling.as_deref().unwrap_or("copy");
         let baseline = self.baseline.as_deref().unwrap_or("first");
         let mut table = Table::new();
@@ -180,12 +176,7 @@ impl DayReport {
             "check".to_string(),
         ]);
         let ceiling = self.ceiling_throughput();
-        let baseline_ms = self
-            .rows
-            .iter()
-            .find(|r| Some(&r.version) == self.baseline.as_ref())
-            .and_then(|r| r.timing)
-            .map(|t| t.median_ms);
+        let baseline_ms = self.baseline_ms();
         let cells = |name: String, ms: Option<f64>, check: &str| {
             let speed = ms.map(|ms| self.throughput(ms));
             let dash = || "-".to_string();
@@ -225,6 +216,24 @@ impl DayReport {
         table.to_string()
     }
 
+    /// The tables' throughput unit and its decimals: TFLOP/s for compute-bound days, GB/s else.
+    fn unit(&self) -> (&'static str, usize) {
+        if self.is_compute_bound() {
+            ("TFLOP/s", 1)
+        } else {
+            ("GB/s", 0)
+        }
+    }
+
+    /// The baseline row's median time, which the "vs" column divides by.
+    fn baseline_ms(&self) -> Option<f64> {
+        self.rows
+            .iter()
+            .find(|r| Some(&r.version) == self.baseline.as_ref())
+            .and_then(|r| r.timing)
+            .map(|t| t.median_ms)
+    }
+
     /// Throughput in the table's unit (TFLOP/s or GB/s) of a run of `ms`.
     fn throughput(&self, ms: f64) -> f64 {
         match self.flops_per_run {
@@ -246,11 +255,7 @@ impl DayReport {
 
     fn table(&self) -> Table {
         let baseline = self.baseline.as_deref().unwrap_or("first");
-        let (unit, digits) = if self.is_compute_bound() {
-            ("TFLOP/s", 1)
-        } else {
-            ("GB/s", 0)
-        };
+        let (unit, digits) = self.unit();
         let of = self.ceiling.as_deref().unwrap_or("copy");
         let mut header = vec![
             "kernel".to_string(),
@@ -277,12 +282,7 @@ impl DayReport {
         let mut table = Table::new();
         table.set_header(header);
         let ceiling = self.ceiling_throughput();
-        let baseline_ms = self
-            .rows
-            .iter()
-            .find(|r| Some(&r.version) == self.baseline.as_ref())
-            .and_then(|r| r.timing)
-            .map(|t| t.median_ms);
+        let baseline_ms = self.baseline_ms();
         let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
         let percent = |v: f64| ceiling.map(|c| format!("{:.1}%", v / c * 100.0));
         let vs = |ms: f64| baseline_ms.map(|b| format!("{:.2}x", b / ms));
