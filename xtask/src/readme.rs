@@ -4,6 +4,7 @@
 //! - each day's README, between `<!-- results:begin -->` and `<!-- results:end -->`;
 //! - the root README's day index, between `<!-- index:begin -->` and `<!-- index:end -->`.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -311,24 +312,50 @@ pub const NOTES: &str = "NOTES.md";
 /// The peers a lesson's table shows (the fastest; the notes show every one).
 const LESSON_PEERS: usize = 3;
 
-/// The text a lesson gets: where and when, one short table of the day's first problem (its
-/// default), and where the rest is.
+/// The text a lesson gets: where and when, then one short table for each operation the day
+/// teaches (the first problem of each, its default), and where the rest is.
 fn lesson_block(reports: &[&DayReport], results: &RunResults) -> String {
     let first = reports[0];
     let mut out = format!(
-        "Measured on {}. {}\n\n**{}**\n\n{}\n",
+        "Measured on {}. {}\n",
         run_line(results, first),
-        tests_line(results, &first.day),
-        first.problem,
-        first.lesson_markdown_table(LESSON_PEERS)
+        tests_line(results, &first.day)
     );
-    if let Some(line) = faster_peers_line(first) {
-        out += &format!("\n{line}\n");
+    for report in first_problem_of_each_operation(reports) {
+        out += &format!(
+            "\n**{}**\n\n{}\n",
+            report.problem,
+            report.lesson_markdown_table(LESSON_PEERS)
+        );
+        if let Some(line) = faster_peers_line(report) {
+            out += &format!("\n{line}\n");
+        }
     }
     out += &format!(
         "\nEvery problem, column and peer of the same run: [the notes]({NOTES}#results).\n"
     );
     out
+}
+
+/// A day's problems, one per operation: a problem whose versions (those that ran and those that
+/// refused it) are another problem's is a further size of the same operation, left to the notes.
+/// Day 24's quantize, dequantize, GEMV and GEMM each get a table; day 10's head dims share one.
+fn first_problem_of_each_operation<'a>(reports: &[&'a DayReport]) -> Vec<&'a DayReport> {
+    let versions = |r: &DayReport| -> BTreeSet<String> {
+        let ran = r.rows.iter().map(|row| row.version.clone());
+        ran.chain(r.refused.iter().map(|v| v.version.clone()))
+            .collect()
+    };
+    let mut seen = Vec::new();
+    let mut firsts = Vec::new();
+    for &report in reports {
+        let set = versions(report);
+        if !seen.contains(&set) {
+            seen.push(set);
+            firsts.push(report);
+        }
+    }
+    firsts
 }
 
 /// The text a day's README (or, where the day has one, its notes) gets: where and when, then a
@@ -802,6 +829,53 @@ mod tests {
             !block.contains("launch"),
             "no launch column in a lesson: {block}"
         );
+    }
+
+    #[test]
+    fn a_lesson_gets_a_table_for_each_operation_not_each_size() {
+        let small = one_version_report("gemv 4096", 1000, true, 0.5, &[]);
+        let large = one_version_report("gemv 8192", 4000, true, 1.5, &[]);
+        let mut refusing = one_version_report("gemv 777", 1000, true, 0.5, &[]);
+        refusing.rows[0].version = "naive".to_string();
+        refusing
+            .refused
+            .push(common::measure::report::RefusedVersion {
+                version: "vec".to_string(),
+                why: "k must be a multiple of 8".to_string(),
+            });
+        let mut gemm = one_version_report("gemm 4096", 1000, true, 0.5, &[]);
+        gemm.rows[0].version = "wgmma".to_string();
+        let mut with_naive = one_version_report("gemv 1024", 1000, true, 0.5, &[]);
+        with_naive.rows.push(refusing.rows[0].clone());
+        let reports = [&small, &large, &gemm, &with_naive];
+        let problems: Vec<&str> = first_problem_of_each_operation(&reports)
+            .iter()
+            .map(|r| r.problem.as_str())
+            .collect();
+        assert_eq!(problems, ["gemv 4096", "gemm 4096", "gemv 1024"]);
+        // A version that refused a size still belongs to the operation.
+        let mut ran = with_naive.clone();
+        ran.problem = "gemv 2048".to_string();
+        let reports = [&with_naive, &refusing, &ran];
+        let firsts = first_problem_of_each_operation(&reports);
+        assert_eq!(
+            firsts.len(),
+            1,
+            "{:?}",
+            firsts.iter().map(|r| &r.problem).collect::<Vec<_>>()
+        );
+
+        let results: RunResults = serde_json::from_str(
+            r#"{"commit": "abc", "dirty": false, "run_at": "2026-11-28", "days": [], "tests": []}"#,
+        )
+        .unwrap();
+        let block = lesson_block(&[&small, &large, &gemm], &results);
+        assert_eq!(block.matches("Measured on").count(), 1, "{block}");
+        assert!(
+            block.contains("**gemv 4096**") && block.contains("**gemm 4096**"),
+            "{block}"
+        );
+        assert!(!block.contains("**gemv 8192**"), "{block}");
     }
 
     #[test]
