@@ -187,7 +187,8 @@ pub fn report(root: &Path, results_paths: &[PathBuf], allow_dirty: bool) -> Resu
         if notes.exists() {
             // The notebook takes every table; the lesson one short table.
             rewrite_between(&notes, begin, end, &block)?;
-            rewrite_between(&readme, begin, end, &lesson_block(&reports, &results))?;
+            let shown = lesson_problems(&reports, &fs::read_to_string(&readme)?)?;
+            rewrite_between(&readme, begin, end, &lesson_block(&shown, &results))?;
             eprintln!(
                 "{}: tables written to {} and {}",
                 day.package,
@@ -312,16 +313,48 @@ pub const NOTES: &str = "NOTES.md";
 /// The peers a lesson's table shows (the fastest; the notes show every one).
 const LESSON_PEERS: usize = 3;
 
-/// The text a lesson gets: where and when, then one short table for each operation the day
-/// teaches (the first problem of each, its default), and where the rest is.
-fn lesson_block(reports: &[&DayReport], results: &RunResults) -> String {
-    let first = reports[0];
+/// A lesson may name the problems its tables show, by key, on a line of its own:
+/// `<!-- lesson problems: gemv/f32/8192x8192 gemv/f32/1048576x64 -->` (day 14, whose lesson is
+/// about the shapes of one operation).
+pub const LESSON_PROBLEMS: &str = "<!-- lesson problems:";
+
+/// The problems whose short tables a lesson shows: those its `LESSON_PROBLEMS` line names, in
+/// that order, or else the first problem of each operation of the day.
+fn lesson_problems<'a>(reports: &[&'a DayReport], lesson: &str) -> Result<Vec<&'a DayReport>> {
+    let Some(line) = lesson
+        .lines()
+        .find(|l| l.trim_start().starts_with(LESSON_PROBLEMS))
+    else {
+        return Ok(first_problem_of_each_operation(reports));
+    };
+    let keys = line
+        .trim()
+        .trim_start_matches(LESSON_PROBLEMS)
+        .trim_end_matches("-->");
+    keys.split_whitespace()
+        .map(|key| {
+            reports.iter().copied().find(|r| r.key == key).with_context(|| {
+                format!(
+                    "the lesson of {} names the problem `{key}`, which this run did not measure \
+                     (its keys: {})",
+                    reports[0].day,
+                    reports.iter().map(|r| r.key.as_str()).collect::<Vec<_>>().join(" ")
+                )
+            })
+        })
+        .collect()
+}
+
+/// The text a lesson gets: where and when, one short table for each problem shown, and where
+/// the rest is.
+fn lesson_block(shown: &[&DayReport], results: &RunResults) -> String {
+    let first = shown[0];
     let mut out = format!(
         "Measured on {}. {}\n",
         run_line(results, first),
         tests_line(results, &first.day)
     );
-    for report in first_problem_of_each_operation(reports) {
+    for report in shown {
         out += &format!(
             "\n**{}**\n\n{}\n",
             report.problem,
@@ -869,13 +902,34 @@ mod tests {
             r#"{"commit": "abc", "dirty": false, "run_at": "2026-11-28", "days": [], "tests": []}"#,
         )
         .unwrap();
-        let block = lesson_block(&[&small, &large, &gemm], &results);
+        let reports = [&small, &large, &gemm];
+        let shown = lesson_problems(&reports, "# Day 14\n").unwrap();
+        let block = lesson_block(&shown, &results);
         assert_eq!(block.matches("Measured on").count(), 1, "{block}");
         assert!(
             block.contains("**gemv 4096**") && block.contains("**gemm 4096**"),
             "{block}"
         );
         assert!(!block.contains("**gemv 8192**"), "{block}");
+    }
+
+    #[test]
+    fn a_lesson_may_name_the_problems_it_shows() {
+        let mut small = one_version_report("gemv 4096", 1000, true, 0.5, &[]);
+        small.key = "gemv/4096".to_string();
+        let mut large = one_version_report("gemv 8192", 4000, true, 1.5, &[]);
+        large.key = "gemv/8192".to_string();
+        let reports = [&small, &large];
+        let lesson = "# Day 14\n\n<!-- lesson problems: gemv/8192 gemv/4096 -->\n";
+        let shown = lesson_problems(&reports, lesson).unwrap();
+        let problems: Vec<&str> = shown.iter().map(|r| r.problem.as_str()).collect();
+        assert_eq!(problems, ["gemv 8192", "gemv 4096"]);
+        let missing = lesson_problems(&reports, "<!-- lesson problems: gemv/1 -->\n");
+        let message = format!("{:#}", missing.unwrap_err());
+        assert!(
+            message.contains("`gemv/1`") && message.contains("gemv/4096"),
+            "{message}"
+        );
     }
 
     #[test]
