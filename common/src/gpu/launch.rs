@@ -15,7 +15,7 @@
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 
 pub use anyhow::Result;
-pub use cudarc::driver::{LaunchArgs, PushKernelArg};
+pub use cudarc::driver::{DeviceRepr, LaunchArgs, PushKernelArg};
 
 /// One argument of a kernel launch: a device buffer (shared or mutable), or a value the kernel
 /// takes by copy (its bytes are what the kernel's parameter holds).

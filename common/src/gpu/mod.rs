@@ -14,6 +14,7 @@ pub mod kernel_build;
 pub mod kernel;
 pub mod tma;
 pub mod launch;
+pub mod params;
 pub mod tile;
 pub mod cublas;
 pub mod cublaslt;
