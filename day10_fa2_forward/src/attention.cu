@@ -297,7 +297,9 @@ __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o
         if (n == 0) {
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; ++kk)
+                // quote: mma_q_fragment
                 ldmatrix_x4(qf[kk], qs + (warp * 16 + lane % 16) * STRIDE + kk * 16 + (lane / 16) * 8);
+                // end quote: mma_q_fragment
         }
         // end quote: mma_pipeline
         const T* kt = ks + buf * BC * STRIDE;

@@ -171,11 +171,7 @@ template <int N> struct Ring {
 //     with the item's Q (q_empty counts 4 arrivals per consumer warpgroup); the producer
 //     waits for all of them before rewriting the slot.
 // mbarrier.arrive releases only the arriving thread's own earlier accesses, so every reader
-// arrives. With every thread reading and thread 0 alone arriving (after a barrier of its
-// warpgroup) the order also held, through that barrier, but compute-sanitizer's racecheck does
-// not follow such a chain: it reported each rewrite of a slot as a race (the end-of-work mark
-// at head dim 256, whose one Q stage reuses the slot its block read last; any second item of a
-// block at the other head dims). Every thread arriving instead cost 0.8-1.6% at head dim 128.
+// arrives (what racecheck made of an earlier arrangement: day 10's notes, "The item slot").
 struct FhItem {
     int i0, h;
     Sequence s;
@@ -184,11 +180,11 @@ struct FhItem {
 static_assert(sizeof(FhItem) == 32, "an item slot is 32 bytes");
 // end quote: fh_item
 
-// quote: fh_tickets
 // Tickets: block w's first item is item w; after it, each producer draws the next unclaimed
 // item from a counter in global memory, so a block that drew short items draws more of them
 // (causal items differ up to q_tiles-fold in cost; a fixed share per block left some blocks
 // all the long ones).
+// quote: fh_tickets
 __device__ __forceinline__ int next_ticket(int* tickets) {
     return gridDim.x + atomicAdd(tickets, 1);
 }
@@ -379,6 +375,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
             float mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
             mx = fmaxf(mx, __shfl_xor_sync(FULL_WARP, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(FULL_WARP, mx, 2));
+            // quote: fh_softmax
             // Scores stay unscaled; exp2 takes scale * log2(e) * (s - max) as one FMA. While
             // a row has seen no key, exponentiate against 0: every p is exp2(-inf) = 0.
             const float base = mx == NEG_INF ? 0.0f : mx * scale_log2;
@@ -394,6 +391,7 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
             const float sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);
             // This lane's share of the row sum; the 4 lanes of a row add theirs at the end.
             l[r] = l[r] * alpha[r] + sum;
+            // end quote: fh_softmax
         }
     };
     // quote: fh_pack
@@ -418,13 +416,13 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     auto release = [&](unsigned long long* bar) {
         if (tid == 0) mbarrier_arrive(bar);
     };
-    // quote: fh_turns
     // Taking turns: consumer c issues a step's two products only after consumer c - 1 has
     // issued its own (named barrier 1 + c: its 128 threads wait, the previous consumer's 128
     // arrive), so the tensor cores run one warpgroup's products while the others compute
     // their softmax, instead of all warpgroups issuing at once and then all waiting on the
     // exponentials together. Every consumer takes the same number of turns (the block's
     // items and tiles), so the cycle never waits on one that has left.
+    // quote: fh_turns
     auto take_turn = [&]() { named_barrier_sync(1 + consumer, 256); };
     auto pass_turn = [&]() { named_barrier_arrive(1 + (consumer + 1) % C::CONSUMERS, 256); };
     if (consumer == 0) named_barrier_arrive(1, 256);  // the first turn is consumer 0's

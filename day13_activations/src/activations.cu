@@ -65,20 +65,22 @@ struct FastExp {
     __device__ static float exp(float a) { return __expf(a); }
 };
 
-// quote: gelu_tanh
+// quote: sigmoid_pair
 // sigmoid(v) and 1 - sigmoid(v) = e^-v sigmoid(v), without cancellation on either side.
 template <typename Exp>
 __device__ __forceinline__ float sigmoid_pair(float v, float& one_minus) {
     const float e = Exp::exp(fminf(-v, EXP_ARG_MAX));
-    const float s = __fdividef(1.0f, 1.0f + e);  // 1 + e is in [1, 2^126]: __fdividef is exact to 2 ulp
+    const float s = __fdividef(1.0f, 1.0f + e);  // 1 + e is in [1, 2^126]: __fdividef within 2 ulp
     one_minus = e * s;
     return s;
 }
+// end quote: sigmoid_pair
 
 // ---- the ops: IN inputs to OUT outputs, one element, f32 ----
 // The GELU ops that take an exponential are templates on it (`GeluTanh` is the accurate one,
 // `GeluTanhWith<FastExp>` the one of `vec_fast`); the erf ones are templates on Phi (below).
 
+// quote: gelu_tanh
 template <typename Exp>
 struct GeluTanhWith {
     static constexpr int IN = 1, OUT = 1;
@@ -90,6 +92,7 @@ struct GeluTanhWith {
     }
 };
 using GeluTanh = GeluTanhWith<AccurateExp>;
+// end quote: gelu_tanh
 
 // in: dy, x
 template <typename Exp>
@@ -106,7 +109,6 @@ struct GeluTanhBwdWith {
     }
 };
 using GeluTanhBwd = GeluTanhBwdWith<AccurateExp>;
-// end quote: gelu_tanh
 
 // The exact GELU is x Phi(x), Phi the normal CDF; its gradient Phi(x) + x phi(x) also takes the
 // Gaussian g = e^(-x^2/2) (phi = g / sqrt(2 pi)). The two ways to get Phi and g:
@@ -259,7 +261,6 @@ struct Mul {
     }
 };
 
-// quote: swiglu
 // in: g, x
 struct Swiglu {
     static constexpr int IN = 2, OUT = 1;
@@ -270,6 +271,7 @@ struct Swiglu {
     }
 };
 
+// quote: swiglu
 // in: dout, g, x; out: dg, dx
 struct SwigluBwd {
     static constexpr int IN = 3, OUT = 2;
@@ -408,13 +410,13 @@ __device__ __forceinline__ void map_vec(const T* const (&in)[Op::IN], T* const (
     }
 #define BINARY(NAME, OP, T, TNAME, N) BINARY_WITH(NAME, OP, T, TNAME, N, (), ())
 
-// quote: vec_fast
 // `vec_fast` (the GELU and SiLU ops): the `vec` mapping with FAST_PACKS_PER_THREAD packs per
 // thread, __expf for the exponentials, and __launch_bounds__(256, 8) so that ptxas keeps the
 // kernel in 32 registers: 8 blocks of 256 = 2048 threads, every warp slot of the SM filled.
 #define FAST_PACKS_PER_THREAD 1
 #define FAST_MIN_BLOCKS 8
 
+// quote: vec_fast
 // grid(ceil((n / N + 1) / 256)), block(256): as `vec`, one pack per thread.
 #define FAST_UNARY(NAME, OP, T, TNAME, N)                                                       \
     KERNEL void __launch_bounds__(256, FAST_MIN_BLOCKS)                                         \
@@ -508,7 +510,6 @@ __device__ __forceinline__ void bias_dropout_add(const T* __restrict__ x, const 
                                                  const unsigned char* __restrict__ mask,
                                                  const T* __restrict__ residual, T* __restrict__ out,
                                                  index_t rows, index_t cols, float scale) {
-    // quote: bias_dropout_add
     const index_t c = ((index_t)blockIdx.x * blockDim.x + threadIdx.x) * N;
     if (c >= cols) return;
     float b[N];
@@ -517,6 +518,7 @@ __device__ __forceinline__ void bias_dropout_add(const T* __restrict__ x, const 
 #pragma unroll
         for (int k = 0; k < N; ++k) b[k] = to_f32(be.v[k]);
     }
+    // quote: bias_dropout_add
     for (index_t r0 = (index_t)blockIdx.y * BDA_ROWS; r0 < rows; r0 += (index_t)gridDim.y * BDA_ROWS) {
         Elems<T, N> xs[BDA_ROWS], rs[BDA_ROWS];
         unsigned char ms[BDA_ROWS][N];

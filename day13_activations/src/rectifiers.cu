@@ -2,7 +2,8 @@
 // day13, continued: the piecewise-linear activations of the challenge's activations day (ReLU,
 // leaky ReLU, HardTanh) and their backward passes. lib.rs appends this file to activations.cu
 // (NVRTC compiles one program), so the ops here are mapped by the same templates and macros:
-// `scalar` (one element per thread) and `vec` (two 16-byte packs per thread).
+// `scalar` (one element per thread) and `vec` (16-byte packs: one per thread in the forward
+// passes, RECTIFIER_UNARY_PACKS below, two in the backward passes).
 //
 // Each op is a select and at most one multiply per element: the kernels are pure traffic, and
 // `vec` should run at the copy's speed. What needs care is the points where the derivative
@@ -38,6 +39,7 @@ struct Relu {
     }
 };
 
+// quote: relu_bwd
 // in: dy, x
 struct ReluBwd {
     static constexpr int IN = 2, OUT = 1;
@@ -46,6 +48,7 @@ struct ReluBwd {
         out[0] = x <= 0.0f ? 0.0f : dy;
     }
 };
+// end quote: relu_bwd
 
 struct LeakyRelu {
     static constexpr int IN = 1, OUT = 1;

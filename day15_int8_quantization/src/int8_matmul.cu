@@ -26,7 +26,6 @@
 #error "int8_matmul.cu: compile it with the -DINT8_MATMUL_ defines of day15's int8_matmul.rs"
 #endif
 
-// quote: naive
 // grid(ceil(n / 16), ceil(m / 16)), block(16, 16): thread (x, y) computes C[row][col].
 KERNEL void int8_matmul_naive(const signed char* __restrict__ a,
                               const signed char* __restrict__ b_t, int* __restrict__ c, int za,
@@ -40,7 +39,6 @@ KERNEL void int8_matmul_naive(const signed char* __restrict__ a,
     for (int l = 0; l < k; ++l) acc += ((int)a_row[l] - za) * ((int)b_row[l] - zb);
     c[(index_t)row * n + col] = acc;
 }
-// end quote: naive
 
 #define BM INT8_MATMUL_TILE
 #define BN INT8_MATMUL_TILE

@@ -168,14 +168,12 @@ KERNEL void sum_grid_stride_f32x4(const float* __restrict__ in, float* __restric
 // grid(1), block(1024): the second stage. One block adds the `count` partials in an order
 // fixed by the launch shape, so the result is the same bit for bit on every run (an atomicAdd
 // of floats per block would make it depend on which block finished first).
-// quote: partials
 KERNEL void sum_partials_f32(const float* __restrict__ partials, float* __restrict__ out,
                              unsigned count) {
     __shared__ float scratch[32];
     const float v = block_sum(strided_sum_f32(partials, count, threadIdx.x, blockDim.x), scratch);
     if (threadIdx.x == 0) out[0] = v;
 }
-// end quote: partials
 
 // ---------------------------------------------------------------------------------------------
 // Dot product.

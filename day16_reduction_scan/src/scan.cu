@@ -187,7 +187,6 @@ template <typename T>
 __device__ __forceinline__ void scan_single_block(const T* __restrict__ in, T* __restrict__ out,
                                                   index_t n) {
     __shared__ T warp_totals[SCAN_WARPS];
-    // quote: single_block
     T running = 0;
     for (index_t base = 0; base < n; base += TILE) {
         T v[ITEMS], offset[PACKS];
@@ -199,7 +198,6 @@ __device__ __forceinline__ void scan_single_block(const T* __restrict__ in, T* _
         running += total;
         __syncthreads();  // warp_totals is rewritten by the next tile
     }
-    // end quote: single_block
 }
 KERNEL void __launch_bounds__(SCAN_THREADS)
     scan_single_block_f32(const float* __restrict__ in, float* __restrict__ out, index_t n) {
@@ -217,7 +215,6 @@ KERNEL void __launch_bounds__(SCAN_THREADS)
 // grid(ceil(n / 4096)), block(256): block b scans tile b on its own and writes its total to
 // tile_totals[b]. In place (in == out) is allowed: a block reads its whole tile into
 // registers before it writes, and no other block touches that tile.
-// quote: hierarchical
 template <typename T>
 __device__ __forceinline__ void scan_tiles(const T* in, T* out, index_t n, T* tile_totals) {
     __shared__ T warp_totals[SCAN_WARPS];
@@ -228,7 +225,6 @@ __device__ __forceinline__ void scan_tiles(const T* in, T* out, index_t n, T* ti
     store_tile(out, base, n, v, offset);
     if (threadIdx.x == 0) tile_totals[blockIdx.x] = total;
 }
-// end quote: hierarchical
 KERNEL void __launch_bounds__(SCAN_THREADS)
     scan_tiles_f32(const float* in, float* out, index_t n, float* tile_totals) {
     scan_tiles(in, out, n, tile_totals);

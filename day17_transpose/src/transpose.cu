@@ -98,9 +98,9 @@ __device__ __forceinline__ int swizzle(int r, int slot) { return slot ^ ((r >> 2
 //          read as four float4 (slot b of four rows), transposed in registers.
 //   store: y row c0 + 4b + i takes (m[0][i], m[1][i], m[2][i], m[3][i]) at column r0 + 4a:
 //          16 lanes write one 256-byte piece of a y row.
-// Interior tiles with rows and cols multiples of 4 take the float4 path; edge tiles (or any
-// shape whose rows do not start 16-byte aligned) move element by element through the same
-// tile, with bounds checks.
+// Interior tiles with rows and cols multiples of 4 take the float4 path; edge tiles (or every
+// tile of a shape with rows or cols not a multiple of 4, where not every row of x or y starts
+// 16-byte aligned) move element by element through the same tile, with bounds checks.
 // Eight blocks per SM (32 registers, 8 x 16 KB of shared memory): 128 KB of loads in flight.
 KERNEL void __launch_bounds__(256, 8)
     transpose_vec4_swizzled_f32(const float* __restrict__ x, float* __restrict__ y, int rows,

@@ -68,7 +68,6 @@ __device__ __forceinline__ void bwd_preprocess(const T* o, const T* d_o, float* 
     const int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= rows) return;
     const index_t at = (index_t)row * d;
-    // quote: preprocess
     float acc = 0.0f;
     for (int c = lane; c < d; c += 32) {
         acc += to_f32(o[at + c]) * to_f32(d_o[at + c]);
@@ -76,7 +75,6 @@ __device__ __forceinline__ void bwd_preprocess(const T* o, const T* d_o, float* 
     }
     acc = warp_sum(acc);
     if (lane == 0) delta[row] = acc;
-    // end quote: preprocess
 }
 
 KERNEL void attention_bwd_preprocess_bf16(const bf16_t* o, const bf16_t* d_o, float* delta,
@@ -93,11 +91,9 @@ KERNEL void attention_bwd_preprocess_f16(const f16_t* o, const f16_t* d_o, float
 template <typename T>
 __device__ __forceinline__ void bwd_convert_dq(const float* dq_accum, T* dq, index_t n,
                                                float scale) {
-    // quote: convert_dq
     for (index_t e = blockIdx.x * (index_t)blockDim.x + threadIdx.x; e < n;
          e += (index_t)gridDim.x * blockDim.x)
         dq[e] = from_f32<T>(dq_accum[e] * scale);
-    // end quote: convert_dq
 }
 
 KERNEL void attention_bwd_convert_dq_bf16(const float* dq_accum, bf16_t* dq, index_t n,
@@ -483,7 +479,6 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
             delta_s[buf * MBR + tid] = in ? delta[row] : 0.0f;
         }
     };
-    // quote: mma_setup
     mma_load_tile<T, D, MBC>(ks, k, s.k0 + j0, s.lk - j0, kv_heads, kvh);
     mma_load_tile<T, D, MBC>(vs, v, s.k0 + j0, s.lk - j0, kv_heads, kvh);
     if (iterations > 0) issue(0, 0);
@@ -494,9 +489,7 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
     for (int j = 0; j < DTILES; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) dk_acc[j][e] = dv_acc[j][e] = 0.0f;
-    // end quote: mma_setup
 
-    // quote: mma_pipeline
     for (int n = 0; n < iterations; ++n) {
         const int buf = n & 1;
         const int h = kvh * group + n / q_tiles, i0 = (first_tile + n % q_tiles) * MBR;
@@ -508,7 +501,6 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
             cp_async_wait<0>();
         }
         __syncthreads();
-        // end quote: mma_pipeline
         const T* qt = qs + buf * TILE;
         const T* dot = dos + buf * TILE;
         const float* lse2 = lse2_s + buf * MBR;
@@ -563,6 +555,7 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
             }
         // end quote: mma_p_ds
 
+        // quote: mma_pack
         // P^T and dS^T as 16-bit A fragments, the 64 queries being k: two 8-wide
         // accumulator tiles are one 16-wide A tile. The f32 values die here.
         unsigned pa[MBR / 16][4], da[MBR / 16][4];
@@ -575,7 +568,8 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
                 da[kk][x] = pack2<T>(dpt[j][e], dpt[j][e + 1]);
             }
         if (atomic_dq) {
-            // dS^T to shared memory for dQ: this warp's 16 key rows (g, then g + 8), query
+            // dS^T to shared memory for dQ, into dst (the dS^T tile: 64 key rows of DSS = 64 + 8
+            // halves, padded for ldmatrix): this warp's 16 key rows (g, then g + 8), query
             // pairs packed; register x of da[kk] holds query tile 2kk + x / 2, row half x % 2.
 #pragma unroll
             for (int kk = 0; kk < MBR / 16; ++kk)
@@ -584,6 +578,7 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
                     *reinterpret_cast<unsigned*>(dst + (warp * 16 + g + (x % 2) * 8) * DSS +
                                                  (2 * kk + x / 2) * 8 + 2 * t) = da[kk][x];
         }
+        // end quote: mma_pack
 
         // quote: mma_dv_dk
         // dV += P^T dO and dK += dS^T Q.
@@ -646,7 +641,6 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
     }
     cp_async_wait<0>();  // nothing may still be landing when the block writes and exits
 
-    // quote: mma_store
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int key = j0 + warp * 16 + g + r * 8;
@@ -660,7 +654,6 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
             out_v[j * 4 + t] = pack2<T>(dv_acc[j][2 * r], dv_acc[j][2 * r + 1]);
         }
     }
-    // end quote: mma_store
 }
 
 // Deterministic dQ on tensor cores: grid(ceil(max lq / 64), heads, batch), block(128); the
@@ -767,7 +760,6 @@ __device__ __forceinline__ void fa2_mma_bwd_dq(const T* q, const T* k, const T* 
                 dp[j][e] = p * (dp[j][e] - dlt[e / 2]);
             }
 
-        // quote: dq_pass
         // dQ += dS K, 16 keys at a time: two dS fragments are one A fragment.
 #pragma unroll
         for (int kk = 0; kk < MBC / 16; ++kk) {
@@ -784,7 +776,6 @@ __device__ __forceinline__ void fa2_mma_bwd_dq(const T* q, const T* k, const T* 
                 mma_16816<T>(acc[2 * dd + 1], da, b[2], b[3]);
             }
         }
-        // end quote: dq_pass
         __syncthreads();  // the next iteration's copies overwrite the buffer just read
     }
     cp_async_wait<0>();

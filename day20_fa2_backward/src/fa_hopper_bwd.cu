@@ -220,14 +220,12 @@ __device__ __forceinline__ void bh_preprocess(const T* o, const T* d_o, const fl
         dq_accum[at + c] = 0.0f;
     }
     acc = warp_sum(acc);
-    // quote: hopper_preprocess
     if (lane == 0) {
         const index_t t_at = ((index_t)h * gridDim.z + b) * pitch + i;
         delta_t[t_at] = acc;
         const float l = lse[row];
         lse2_t[t_at] = l == NEG_INF ? POS_INF : l * LOG2E;
     }
-    // end quote: hopper_preprocess
 }
 
 #define BH_PREPROCESS(T, name)                                                                  \
@@ -295,7 +293,6 @@ __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsign
     constexpr int BM = C::BM, BOXES = C::DQ_COLS / BH_DQ_BOX;
     constexpr unsigned DQ_EMPTY = 8 * BH_CONSUMERS, BOX_BYTES = BH_DQ_BOX * 64 * 4;
     unsigned phase = 0;
-    // quote: dq_writer
     for (int h = h0; h < h0 + group; ++h)
     for (int i = m_first; i < m_end; ++i) {
         const int m = bh_walk(i, rotation, m_first, m_end);
@@ -339,7 +336,6 @@ __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsign
         phase ^= 1;
     }
     bulk_wait<0>();  // shared memory must outlive the last add's reads
-    // end quote: dq_writer
 }
 
 template <typename T, int D>
@@ -431,13 +427,13 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
             return;
         }
         if (threadIdx.x != 0) return;
-        // quote: producer
         mbarrier_arrive_expect_tx(kv_full, 2 * L::KV_ELEMS * sizeof(T));
 #pragma unroll
         for (int box = 0; box < BOXES; ++box) {
             tma_load_3d(sk + box * BN * BH_BOX, map_k, kv_full, box * BH_BOX, s.k0 + j0, kvh);
             tma_load_3d(sv + box * BN * BH_BOX, map_v, kv_full, box * BH_BOX, s.k0 + j0, kvh);
         }
+        // quote: producer
         constexpr unsigned STAGE_BYTES = 2 * L::Q_ELEMS * sizeof(T) + 2 * BM * sizeof(float);
         BhRing<STAGES> ring;
         for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
@@ -519,7 +515,6 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
             const unsigned b16 = bh_fresh(base16);
             const int q_at = L::Q_OFFSET + st * L::Q_ELEMS * 2, do_at = L::DO_OFFSET + st * L::Q_ELEMS * 2;
             const int my_queries = query0 * 128;  // this consumer's query rows in each box
-            // quote: consumer_scores
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
@@ -535,7 +530,6 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                                     bh_desc(b16, do_at + my_queries + box * BM * 128 + within, 16), kk > 0);
             }
             wgmma_commit();
-            // end quote: consumer_scores
 
             // P = exp2(S scale log2 e - L log2 e), 0 where masked, while dP^T runs. Element e
             // of 8-column block j: key key0 + 8 (e / 2), query i0 + query0 + 8j + 2t + e % 2.
@@ -602,8 +596,8 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
 
             const int ds_at = L::DS_OFFSET + ds_stage * L::DS_BYTES;
             float dq[DQ_COLS / 2];
-            // quote: consumer_products
             if constexpr (!SPLIT) {
+                // quote: consumer_products
                 // dV += P^T dO: B is MN-major (dims along memory), a k16 step is 16 query rows
                 // (2048 bytes) down, the 64-dim boxes BM x 128 bytes apart. It runs while the
                 // consumers meet.
@@ -691,6 +685,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                 }
             fence_proxy_async_shared();
             mbarrier_arrive(&dq_full[wg]);
+            // end quote: consumer_dq_out
 
             wgmma_wait<0>();  // dK is done: Q, dO, L and D of this stage are read
             wgmma_fence_operands(dk_acc);
@@ -699,7 +694,6 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
                 for (int kk = 0; kk < BM / 16; ++kk) wgmma_fence_operands(da[kk]);
             }
             if (lane == 0) mbarrier_arrive(&q_empty[st]);
-            // end quote: consumer_dq_out
             dq_phase ^= 1;
             ds_stage ^= 1;
             ring.advance();

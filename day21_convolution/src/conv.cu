@@ -112,6 +112,10 @@ __device__ __forceinline__ void conv1d_tile(const T* __restrict__ x, const T* __
 template <typename T, int WMAX>
 __device__ __forceinline__ void conv1d_vec(const T* __restrict__ x, T* __restrict__ y, index_t n,
                                            int width) {
+    // quote: conv1d_vec
+    // P: elements per 16-byte pack. LMAX, RMAX: the widest filter's halo before and after.
+    // The window is LP packs before the thread's own VP packs (its 8 outputs) and RP after, NP
+    // in all.
     constexpr int P = 16 / sizeof(T);
     constexpr int LMAX = (WMAX - 1) / 2, RMAX = WMAX - 1 - LMAX;
     constexpr int LP = (LMAX + P - 1) / P, VP = VEC_1D / P, RP = (RMAX + P - 1) / P;
@@ -120,12 +124,12 @@ __device__ __forceinline__ void conv1d_vec(const T* __restrict__ x, T* __restric
     // Tap j sits at unrolled position k = j + shift, so that every filter of this instance
     // lines up with the window the same way.
     const int shift = LMAX - left;
+    // g0: the thread's first output.
     const index_t g0 = ((index_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC_1D;
     if (g0 >= n) return;
     float acc[VEC_1D];
 #pragma unroll
     for (int v = 0; v < VEC_1D; ++v) acc[v] = 0.0f;
-    // quote: conv1d_vec
     if (g0 >= (index_t)(LP * P) && g0 + (index_t)((VP + RP) * P) <= n) {
         float win[NP * P];
         const T* p = x + (g0 - LP * P);
@@ -323,6 +327,7 @@ __device__ __forceinline__ void conv2d_vec(const T* __restrict__ x, T* __restric
             // before any is waited for (the loop below waits a load latency per iteration, and
             // with the arithmetic unrolled that wait was half of the kernel's stalls). Packs
             // outside the image are zero-filled.
+            // quote: conv2d_tile_packs
             for (int t = tid; t < rows * PACKS; t += BLOCK_X * BLOCK_Y) {
                 const int iy = y0 + t / PACKS, ix = xs + (t % PACKS) * P;
                 const bool inside = iy >= 0 && iy < s.h && ix >= 0 && ix < s.w;
@@ -331,6 +336,7 @@ __device__ __forceinline__ void conv2d_vec(const T* __restrict__ x, T* __restric
             }
             cp_async_commit();
             cp_async_wait<0>();
+            // end quote: conv2d_tile_packs
         } else {
             for (int t = tid; t < rows * PACKS; t += BLOCK_X * BLOCK_Y) {
                 const int iy = y0 + t / PACKS, ix = xs + (t % PACKS) * P;

@@ -17,7 +17,7 @@
 //              XOR-swizzled shared memory read with ldmatrix. Day 18's mma_pipelined with
 //              bytes for halves: a 16 x 32 int8 tile is a 16 x 16 bf16 tile's bytes, so the
 //              ldmatrix addressing and fragment layouts carry over unchanged.
-//   wgmma      the Hopper path (sm_90a): a producer warp's TMA copies of 128 x 128-byte and
+//   wgmma      the Hopper path (sm_90a): a producer thread's TMA copies of 128 x 128-byte and
 //              256 x 128-byte tiles (128-byte swizzle) into a 4-stage mbarrier ring, two
 //              consumer warpgroups each running wgmma m64n256k32 s8 on 64 rows of the 128 x 256
 //              tile, one k step kept in flight (day 18's wgmma_overlap), persistent over tiles.
@@ -118,7 +118,6 @@ __device__ __forceinline__ void store_pair(bf16_t* c, int m, int n, int row, int
 }
 
 // ---- row sums -------------------------------------------------------------------------------
-// quote: int8_row_sums
 // grid(ceil(rows / 8)), block(256): one warp per row, 16 bytes per lane per step, dp4a against
 // 0x01010101 (four bytes summed into the int32). k % 16 == 0 and rows start 16-byte aligned.
 // |sum| <= 128 k fits easily.
@@ -139,7 +138,6 @@ KERNEL void __launch_bounds__(256)
     for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) sums[row] = s;
 }
-// end quote: int8_row_sums
 
 // ---- mma_sync -------------------------------------------------------------------------------
 // quote: mma_s8
@@ -171,11 +169,9 @@ static_assert(MMA_BK == 128, "a stage's rows are one 128-byte swizzle row (swizz
 static_assert(MMA_STAGES * 2 * MMA_TILE == INT8_MMA_SHARED_BYTES,
               "mma_sync's ring takes exactly the shared memory the host gives");
 
-// quote: swizzle_128
 // Row r's 16-byte chunk c lives at chunk c ^ (r % 8): the 8 rows an ldmatrix reads at one
 // chunk column land in 8 different 16-byte bank groups.
 __device__ __forceinline__ int swizzle_128(int r, int c) { return r * MMA_BK + ((c ^ (r % 8)) * 16); }
-// end quote: swizzle_128
 
 // One stage: both operands' 128 rows x 128 bytes, 4 chunks per thread each; rows past m or n
 // and k past the end are zero-filled (k % 16 == 0: a chunk is wholly inside or outside), and

@@ -529,9 +529,10 @@ KERNEL void __launch_bounds__(WG_THREADS, 1)
             s[half][1] = next[half][1];
         }
     };
-    // The epilogue follows the tile's steps rather than sitting under a test of the step:
-    // ptxas serializes every wgmma of a kernel where one of them, or a use of their
-    // accumulators, sits on a path it cannot prove uniform.
+    // Tiles outside, their k-steps inside, and the epilogue after the inner loop, rather than
+    // one loop over every (tile, step) with the epilogue under an `if (last step)`: ptxas
+    // serializes every wgmma of a kernel where one of them, or a use of their accumulators,
+    // sits on a path it cannot prove uniform.
     for (int slot = 0, g = 0; slot < my_tiles; ++slot) {
         for (int step = 0; step < steps; ++step, ++g) run_step(g, step == 0);
         wgmma_wait<0>();

@@ -215,8 +215,11 @@ __device__ __forceinline__ void gemv_nvfp4(const unsigned char* __restrict__ pac
         gemv_nvfp4<ROWS, WORDS, UNROLL>(packed, scales, x, tensor_scale, y, n, k);                   \
     }
 // quote: gemv_versions
-// MIN_BLOCKS caps the registers (65536 / (256 MIN_BLOCKS)) so that the occupancy the decode
-// needs to hide its latency is there; each choice was checked for zero spills.
+// GEMV_NVFP4(name, rows per warp, 32-bit words per load, chunks in flight, MIN_BLOCKS): _u4
+// loads 16-byte chunks (two blocks); _u2 8-byte chunks (one block), the path for K not a
+// multiple of 32. MIN_BLOCKS caps the registers (65536 / (256 MIN_BLOCKS)) so that the
+// occupancy the decode needs to hide its latency is there; each choice was checked for zero
+// spills.
 GEMV_NVFP4(gemv_nvfp4_warp_u4, 1, 4, 2, 4)   // 64 registers: 4 blocks (50%)
 GEMV_NVFP4(gemv_nvfp4_warp_u2, 1, 2, 4, 4)
 GEMV_NVFP4(gemv_nvfp4_rows2_u4, 2, 4, 2, 4)  // 64 registers: 4 blocks (50%)
