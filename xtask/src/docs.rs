@@ -10,8 +10,8 @@
 //! - quoted kernel lines (`<!-- quote: PATH NAME -->` above a fenced block) that no longer match
 //!   the region they quote, or quote a file or region that is not there (`crate::quotes`);
 //! - a commit named in the lesson of a day whose notes sit beside it, outside its results
-//!   table's stamp, and a figure its prose says was measured that neither the results block nor
-//!   the notes hold (`crate::lessons`).
+//!   table's stamp, a figure its prose says was measured that neither the results block nor
+//!   the notes hold, and short tables that are not those its notes give (`crate::lessons`).
 //!
 //! A test runs the same check, so `cargo test --workspace` (and CI) fails on any finding.
 

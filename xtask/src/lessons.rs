@@ -30,6 +30,7 @@ pub fn check(tracked: &[PathBuf], text_of: impl Fn(&Path) -> Option<String>) -> 
         findings.extend(commits_outside_the_stamp(lesson, &text));
         let notes_text = text_of(&notes).unwrap_or_default();
         findings.extend(measured_figures_not_in_the_run(lesson, &text, &notes_text));
+        findings.extend(short_tables_not_from_the_notes(lesson, &text, &notes_text));
     }
     findings
 }
@@ -57,6 +58,30 @@ fn commits_outside_the_stamp(lesson: &Path, text: &str) -> Vec<Finding> {
         });
     }
     findings
+}
+
+/// A lesson whose results block is not what its notes' run gives (`crate::lesson_tables`).
+fn short_tables_not_from_the_notes(lesson: &Path, text: &str, notes: &str) -> Option<Finding> {
+    let expected = crate::lesson_tables::expected(text, notes)?;
+    let line = results_block(text).map_or(1, |r| line_of(text, r.start));
+    let message = match expected {
+        Ok(block) => {
+            let actual = crate::lesson_tables::between_markers(text).unwrap_or("");
+            if actual.trim() == block.trim() {
+                return None;
+            }
+            format!(
+                "the results block is not the short tables of {NOTES}' run: `cargo xtask \
+                 lesson-tables` writes them"
+            )
+        }
+        Err(e) => format!("its short tables cannot be made from {NOTES}: {e:#}"),
+    };
+    Some(Finding {
+        file: lesson.to_path_buf(),
+        line,
+        message,
+    })
 }
 
 /// Figures that a sentence of the lesson's prose says were measured but that neither the

@@ -10,6 +10,8 @@
 //!   work was organised rather than about the code;
 //! - `quotes`: rewrite every quoted block of the Markdown files (`<!-- quote: PATH NAME -->`
 //!   above a fenced block) from the region `// quote: NAME` ... `// end quote: NAME` of PATH;
+//! - `lesson-tables`: make each lesson's short results tables again from its notes (the run's
+//!   full tables), after a lesson changes which problems it shows;
 //! - `book`: build the READMEs, each day's kernels beside its lesson, into an mdBook site in
 //!   `target/book/` (opens from disk), and fail on any link or image of it that does not open.
 
@@ -17,6 +19,7 @@ mod book;
 mod bundle;
 mod command;
 mod docs;
+mod lesson_tables;
 mod lessons;
 mod paths;
 mod quotes;
@@ -72,6 +75,8 @@ enum Command {
     CheckDocs,
     /// Rewrite every quoted block of the Markdown files from the kernel lines it quotes.
     Quotes,
+    /// Make each lesson's short results tables again from the full tables in its notes.
+    LessonTables,
     /// Build the READMEs and each day's kernels into an mdBook site, and check its links.
     Book {
         /// Where to put the site.
@@ -108,6 +113,7 @@ fn main() -> ExitCode {
         } => readme::report(&root, &results, allow_dirty),
         Command::CheckDocs => docs::run(&root),
         Command::Quotes => rewrite_quotes(&root),
+        Command::LessonTables => lesson_tables::write_all(&root),
         Command::Book { out } => book::run(&root, &root.join(out)),
     };
     match result {

@@ -4,7 +4,6 @@
 //! - each day's README, between `<!-- results:begin -->` and `<!-- results:end -->`;
 //! - the root README's day index, between `<!-- index:begin -->` and `<!-- index:end -->`.
 
-use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -187,8 +186,11 @@ pub fn report(root: &Path, results_paths: &[PathBuf], allow_dirty: bool) -> Resu
         if notes.exists() {
             // The notebook takes every table; the lesson one short table.
             rewrite_between(&notes, begin, end, &block)?;
-            let shown = lesson_problems(&reports, &fs::read_to_string(&readme)?)?;
-            rewrite_between(&readme, begin, end, &lesson_block(&shown, &results))?;
+            let lesson = fs::read_to_string(&readme)
+                .with_context(|| format!("reading {}", readme.display()))?;
+            let short = crate::lesson_tables::lesson_block(&block, &lesson)
+                .with_context(|| format!("the short tables of {}", readme.display()))?;
+            rewrite_between(&readme, begin, end, &short)?;
             eprintln!(
                 "{}: tables written to {} and {}",
                 day.package,
@@ -309,87 +311,6 @@ pub const RESULTS_END: &str = "<!-- results:end -->";
 /// A day's lab notebook, `NOTES.md` in its folder beside the lesson: where a day that has one
 /// gets its full tables, the lesson keeping one short table.
 pub const NOTES: &str = "NOTES.md";
-
-/// The peers a lesson's table shows (the fastest; the notes show every one).
-const LESSON_PEERS: usize = 3;
-
-/// A lesson may name the problems its tables show, by key, on a line of its own:
-/// `<!-- lesson problems: gemv/f32/8192x8192 gemv/f32/1048576x64 -->` (day 14, whose lesson is
-/// about the shapes of one operation).
-pub const LESSON_PROBLEMS: &str = "<!-- lesson problems:";
-
-/// The problems whose short tables a lesson shows: those its `LESSON_PROBLEMS` line names, in
-/// that order, or else the first problem of each operation of the day.
-fn lesson_problems<'a>(reports: &[&'a DayReport], lesson: &str) -> Result<Vec<&'a DayReport>> {
-    let Some(line) = lesson
-        .lines()
-        .find(|l| l.trim_start().starts_with(LESSON_PROBLEMS))
-    else {
-        return Ok(first_problem_of_each_operation(reports));
-    };
-    let keys = line
-        .trim()
-        .trim_start_matches(LESSON_PROBLEMS)
-        .trim_end_matches("-->");
-    keys.split_whitespace()
-        .map(|key| {
-            reports.iter().copied().find(|r| r.key == key).with_context(|| {
-                format!(
-                    "the lesson of {} names the problem `{key}`, which this run did not measure \
-                     (its keys: {})",
-                    reports[0].day,
-                    reports.iter().map(|r| r.key.as_str()).collect::<Vec<_>>().join(" ")
-                )
-            })
-        })
-        .collect()
-}
-
-/// The text a lesson gets: where and when, one short table for each problem shown, and where
-/// the rest is.
-fn lesson_block(shown: &[&DayReport], results: &RunResults) -> String {
-    let first = shown[0];
-    let mut out = format!(
-        "Measured on {}. {}\n",
-        run_line(results, first),
-        tests_line(results, &first.day)
-    );
-    for report in shown {
-        out += &format!(
-            "\n**{}**\n\n{}\n",
-            report.problem,
-            report.lesson_markdown_table(LESSON_PEERS)
-        );
-        if let Some(line) = faster_peers_line(report) {
-            out += &format!("\n{line}\n");
-        }
-    }
-    out += &format!(
-        "\nEvery problem, column and peer of the same run: [the notes]({NOTES}#results).\n"
-    );
-    out
-}
-
-/// A day's problems, one per operation: a problem whose versions (those that ran and those that
-/// refused it) are another problem's is a further size of the same operation, left to the notes.
-/// Day 24's quantize, dequantize, GEMV and GEMM each get a table; day 10's head dims share one.
-fn first_problem_of_each_operation<'a>(reports: &[&'a DayReport]) -> Vec<&'a DayReport> {
-    let versions = |r: &DayReport| -> BTreeSet<String> {
-        let ran = r.rows.iter().map(|row| row.version.clone());
-        ran.chain(r.refused.iter().map(|v| v.version.clone()))
-            .collect()
-    };
-    let mut seen = Vec::new();
-    let mut firsts = Vec::new();
-    for &report in reports {
-        let set = versions(report);
-        if !seen.contains(&set) {
-            seen.push(set);
-            firsts.push(report);
-        }
-    }
-    firsts
-}
 
 /// The text a day's README (or, where the day has one, its notes) gets: where and when, then a
 /// table per problem, then the plots.
@@ -647,7 +568,7 @@ fn previous_rows(previous: &str, link: &str) -> String {
 }
 
 /// Replaces the text between two marker lines of `path`, keeping the markers.
-fn rewrite_between(path: &Path, begin: &str, end: &str, body: &str) -> Result<()> {
+pub(crate) fn rewrite_between(path: &Path, begin: &str, end: &str, body: &str) -> Result<()> {
     let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let updated = replace_between(&text, begin, end, body)
         .with_context(|| format!("in {}", path.display()))?;
@@ -834,7 +755,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lesson_gets_one_short_table_with_the_fastest_peers() {
+    fn a_lesson_gets_its_short_table_from_the_notes_the_report_writes() {
         let peers = [("p0", 1.0), ("p1", 0.6), ("p2", 2.0), ("p3", 0.8)];
         let report = one_version_report("32768 x 4096, f32", 1_000_000_000, true, 0.5, &peers);
         let results: RunResults = serde_json::from_str(
@@ -842,9 +763,11 @@ mod tests {
                 "tests": [{"name": "day05-test-gpu", "passed": true}]}"#,
         )
         .unwrap();
-        let block = lesson_block(&[&report], &results);
+        let notes = day_block(&[&report], &results, false, false);
+        let block = crate::lesson_tables::lesson_block(&notes, "# Day 5\n").unwrap();
         assert!(block.contains("commit `abc`"), "{block}");
         assert!(block.contains("Every GPU test passed"), "{block}");
+        assert!(!block.contains("Median and minimum"), "{block}");
         assert!(block.contains("**32768 x 4096, f32**"), "{block}");
         // 1 GB in 0.5 ms: 2000 GB/s, 66.7% of the copy.
         assert!(block.contains("| `vec` "), "{block}");
@@ -861,74 +784,6 @@ mod tests {
         assert!(
             !block.contains("launch"),
             "no launch column in a lesson: {block}"
-        );
-    }
-
-    #[test]
-    fn a_lesson_gets_a_table_for_each_operation_not_each_size() {
-        let small = one_version_report("gemv 4096", 1000, true, 0.5, &[]);
-        let large = one_version_report("gemv 8192", 4000, true, 1.5, &[]);
-        let mut refusing = one_version_report("gemv 777", 1000, true, 0.5, &[]);
-        refusing.rows[0].version = "naive".to_string();
-        refusing
-            .refused
-            .push(common::measure::report::RefusedVersion {
-                version: "vec".to_string(),
-                why: "k must be a multiple of 8".to_string(),
-            });
-        let mut gemm = one_version_report("gemm 4096", 1000, true, 0.5, &[]);
-        gemm.rows[0].version = "wgmma".to_string();
-        let mut with_naive = one_version_report("gemv 1024", 1000, true, 0.5, &[]);
-        with_naive.rows.push(refusing.rows[0].clone());
-        let reports = [&small, &large, &gemm, &with_naive];
-        let problems: Vec<&str> = first_problem_of_each_operation(&reports)
-            .iter()
-            .map(|r| r.problem.as_str())
-            .collect();
-        assert_eq!(problems, ["gemv 4096", "gemm 4096", "gemv 1024"]);
-        // A version that refused a size still belongs to the operation.
-        let mut ran = with_naive.clone();
-        ran.problem = "gemv 2048".to_string();
-        let reports = [&with_naive, &refusing, &ran];
-        let firsts = first_problem_of_each_operation(&reports);
-        assert_eq!(
-            firsts.len(),
-            1,
-            "{:?}",
-            firsts.iter().map(|r| &r.problem).collect::<Vec<_>>()
-        );
-
-        let results: RunResults = serde_json::from_str(
-            r#"{"commit": "abc", "dirty": false, "run_at": "2026-11-28", "days": [], "tests": []}"#,
-        )
-        .unwrap();
-        let reports = [&small, &large, &gemm];
-        let shown = lesson_problems(&reports, "# Day 14\n").unwrap();
-        let block = lesson_block(&shown, &results);
-        assert_eq!(block.matches("Measured on").count(), 1, "{block}");
-        assert!(
-            block.contains("**gemv 4096**") && block.contains("**gemm 4096**"),
-            "{block}"
-        );
-        assert!(!block.contains("**gemv 8192**"), "{block}");
-    }
-
-    #[test]
-    fn a_lesson_may_name_the_problems_it_shows() {
-        let mut small = one_version_report("gemv 4096", 1000, true, 0.5, &[]);
-        small.key = "gemv/4096".to_string();
-        let mut large = one_version_report("gemv 8192", 4000, true, 1.5, &[]);
-        large.key = "gemv/8192".to_string();
-        let reports = [&small, &large];
-        let lesson = "# Day 14\n\n<!-- lesson problems: gemv/8192 gemv/4096 -->\n";
-        let shown = lesson_problems(&reports, lesson).unwrap();
-        let problems: Vec<&str> = shown.iter().map(|r| r.problem.as_str()).collect();
-        assert_eq!(problems, ["gemv 8192", "gemv 4096"]);
-        let missing = lesson_problems(&reports, "<!-- lesson problems: gemv/1 -->\n");
-        let message = format!("{:#}", missing.unwrap_err());
-        assert!(
-            message.contains("`gemv/1`") && message.contains("gemv/4096"),
-            "{message}"
         );
     }
 

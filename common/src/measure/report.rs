@@ -159,63 +159,6 @@ impl DayReport {
         table.to_string()
     }
 
-    /// The short table of a lesson, in Markdown: each version's median time, throughput, share
-    /// of the ceiling, speedup and check, and at most `peers` of the peers, the fastest (the
-    /// full table, with launch shapes, registers and errors, is [`Self::markdown_table`]).
-    pub fn lesson_markdown_table(&self, peers: usize) -> String {
-        let (unit, digits) = self.unit();
-        let of = self.ceiling.as_deref().unwrap_or("copy");
-        let baseline = self.baseline.as_deref().unwrap_or("first");
-        let mut table = Table::new();
-        table.load_preset(presets::ASCII_MARKDOWN).set_header([
-            "kernel".to_string(),
-            "median ms".to_string(),
-            unit.to_string(),
-            format!("% {of}"),
-            format!("vs {baseline}"),
-            "check".to_string(),
-        ]);
-        let ceiling = self.ceiling_throughput();
-        let baseline_ms = self.baseline_ms();
-        let cells = |name: String, ms: Option<f64>, check: &str| {
-            let speed = ms.map(|ms| self.throughput(ms));
-            let dash = || "-".to_string();
-            vec![
-                Cell::new(name),
-                right(ms.map_or_else(dash, |ms| format!("{ms:.4}"))),
-                right(speed.map_or_else(dash, |s| format!("{s:.digits$}"))),
-                right(
-                    speed
-                        .zip(ceiling)
-                        .map_or_else(dash, |(s, c)| format!("{:.1}%", s / c * 100.0)),
-                ),
-                right(
-                    ms.zip(baseline_ms)
-                        .map_or_else(dash, |(ms, b)| format!("{:.2}x", b / ms)),
-                ),
-                Cell::new(check),
-            ]
-        };
-        for row in &self.rows {
-            let check = if row.check.passed() { "ok" } else { "FAIL" };
-            table.add_row(cells(
-                format!("`{}`", row.version),
-                row.timing.map(|t| t.median_ms),
-                check,
-            ));
-        }
-        let mut fastest: Vec<&PeerFigure> = self.peers.iter().collect();
-        fastest.sort_by(|a, b| a.median_ms.total_cmp(&b.median_ms));
-        for peer in fastest.into_iter().take(peers) {
-            table.add_row(cells(
-                format!("{} (peer)", peer.peer),
-                Some(peer.median_ms),
-                "",
-            ));
-        }
-        table.to_string()
-    }
-
     /// The tables' throughput unit and its decimals: TFLOP/s for compute-bound days, GB/s else.
     fn unit(&self) -> (&'static str, usize) {
         if self.is_compute_bound() {
