@@ -194,11 +194,17 @@ __device__ __forceinline__ int next_ticket(int* tickets) {
 // tickets. `tickets` is [next, producers done], 0 and 0 at launch; the last producer to
 // finish sets both back to 0 for the next launch.
 template <typename T, int D>
-__device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaDescriptor* map_k,
-                                          const TmaDescriptor* map_v, T* o, float* lse,
-                                          const int* cu_q, const int* cu_k, int heads,
-                                          int kv_heads, float scale_log2, int causal,
-                                          int q_tiles, int items, int* tickets) {
+__device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
+    // The launch's parameters by name (fa_hopper_params.cuh, written from the launcher's
+    // declaration, says what each is); the maps stay in parameter space, where the TMA reads them.
+    const TmaDescriptor *map_q = &params.map_q, *map_k = &params.map_k, *map_v = &params.map_v;
+    T* o = params.o;
+    float* lse = params.lse;
+    const int *cu_q = params.cu_q, *cu_k = params.cu_k;
+    const int heads = params.heads, kv_heads = params.kv_heads, causal = params.causal;
+    const int q_tiles = params.q_tiles, items = params.items;
+    const float scale_log2 = params.scale_log2;
+    int* tickets = params.tickets;
     using L = FhLayout<D>;
     using C = FhConfig<D>;
     constexpr int FH_BM = C::BM, FH_BN = C::BN, STAGES = C::STAGES, Q_STAGES = C::Q_STAGES;
@@ -567,18 +573,12 @@ __device__ __forceinline__ void fa_hopper(const TmaDescriptor* map_q, const TmaD
     // end quote: fh_main_loop
 }
 
-// One extern "C" entry per (dtype, head dim); the launcher picks by name. The maps are
-// kernel parameters (`__grid_constant__`) so the TMA reads them from parameter space.
+// One extern "C" entry per (dtype, head dim); the launcher picks by name. The parameters are
+// one struct, `__grid_constant__` so that the TMA reads the maps in it from parameter space.
 #define FA_HOPPER_KERNEL(T, name, D)                                                            \
     KERNEL void __launch_bounds__(FhConfig<D>::THREADS, 1)                                      \
-        fa_hopper_##name##_d##D(const __grid_constant__ TmaDescriptor map_q,                    \
-                                const __grid_constant__ TmaDescriptor map_k,                    \
-                                const __grid_constant__ TmaDescriptor map_v, T* o, float* lse,  \
-                                const int* cu_q, const int* cu_k, int heads, int kv_heads,      \
-                                float scale_log2, int causal, int q_tiles, int items,           \
-                                int* tickets) {                                                 \
-        fa_hopper<T, D>(&map_q, &map_k, &map_v, o, lse, cu_q, cu_k, heads, kv_heads,            \
-                        scale_log2, causal, q_tiles, items, tickets);                           \
+        fa_hopper_##name##_d##D(const __grid_constant__ FaHopperParams<T> params) {             \
+        fa_hopper<T, D>(params);                                                                \
     }
 
 FA_HOPPER_KERNEL(bf16_t, bf16, 64)

@@ -8,6 +8,7 @@ use common::family::attention::hopper_refusal;
 use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
+use common::gpu::params::{DeviceIn, DeviceOut};
 use common::gpu::tma::{HeadTiles, TmaDescriptor};
 use common::reference::attention::AttentionShape;
 use common::session::Refused;
@@ -17,7 +18,9 @@ use cudarc::driver::CudaSlice;
 use crate::{DeviceProblem, HOPPER_TILES, HopperTile, Inputs, hopper_defines, hopper_head_dims};
 
 /// The Hopper version, compiled for `sm_90a` (wgmma, TMA, setmaxnreg) on Hopper GPUs only.
-pub const HOPPER_SOURCE: KernelSource = common::kernel_source!("fa_hopper.cu");
+/// Its parameter struct comes first, in the header [`params_header`] writes.
+pub const HOPPER_SOURCE: KernelSource =
+    common::kernel_source!("fa_hopper.cu" = ["fa_hopper_params.cuh", "fa_hopper.cu"]);
 
 /// Every CUDA function of `fa_hopper.cu`: one per dtype and tile.
 pub fn hopper_kernel_names() -> Vec<String> {
@@ -46,25 +49,37 @@ pub fn hopper_work_items(shape: &AttentionShape) -> Option<usize> {
     Some(q_tiles * shape.heads * shape.batch())
 }
 
+common::kernel_params! {
+    /// What one launch of fa_hopper is told: the whole batch of one attention forward.
+    pub struct FaHopperParams<T> {
+        /// Q [tokens, heads, d], K and V [tokens, kv_heads, d] as the TMA reads them, in boxes
+        /// of a block's query rows (Q) and a key tile's keys (K, V).
+        pub map_q: TmaDescriptor,
+        pub map_k: TmaDescriptor,
+        pub map_v: TmaDescriptor,
+        /// O [tokens, heads, d] and L [tokens, heads], natural log, -inf on a row with no key.
+        pub o: DeviceOut<T>,
+        pub lse: DeviceOut<f32>,
+        /// The sequences' cumulative lengths: batch + 1 of each.
+        pub cu_q: DeviceIn<i32>,
+        pub cu_k: DeviceIn<i32>,
+        pub heads: i32,
+        pub kv_heads: i32,
+        /// The softmax scale times log2(e).
+        pub scale_log2: f32,
+        /// 1: the bottom-right causal mask; 0: none.
+        pub causal: i32,
+        /// Query tiles of the longest sequence, and work items (q_tiles x heads x batch).
+        pub q_tiles: i32,
+        pub items: i32,
+        /// [next ticket, producers done], 0 and 0 between launches.
+        pub tickets: DeviceOut<i32>,
+    }
+}
+
 common::kernel_args! {
-    /// `FA_HOPPER_KERNEL`'s entries, `fa_hopper_<T>_d<D>(map_q, map_k, map_v, o, lse, cu_q,
-    /// cu_k, heads, kv_heads, scale_log2, causal, q_tiles, items, tickets)`
-    fn fa_hopper_forward<T>(
-        map_q: TmaDescriptor,
-        map_k: TmaDescriptor,
-        map_v: TmaDescriptor,
-        o: &mut CudaSlice<T>,
-        lse: &mut CudaSlice<f32>,
-        cu_q: &CudaSlice<i32>,
-        cu_k: &CudaSlice<i32>,
-        heads: i32,
-        kv_heads: i32,
-        scale_log2: f32,
-        causal: i32,
-        q_tiles: i32,
-        items: i32,
-        tickets: &CudaSlice<i32>,
-    );
+    /// `FA_HOPPER_KERNEL`'s entries, `fa_hopper_<T>_d<D>(FaHopperParams<T>)`.
+    fn fa_hopper_forward<T>(params: FaHopperParams<T>);
 }
 
 /// `fa_hopper`'s kernel and launch shape: one block per SM (or per item, if fewer); refused
@@ -152,38 +167,47 @@ impl HopperArgs {
     ) -> Result<()> {
         let shape = &problem.shape;
         let scale_log2 = shape.default_scale() as f32 * std::f32::consts::LOG2_E;
-        // SAFETY: matches FA_HOPPER_KERNEL's signature; the maps describe exactly Q, K and V
-        // (lengths checked by the plan, which borrows them for as long as it lives) and the TMA
-        // zero-fills past their ends; O and L are written only at rows inside the cumulative
-        // lengths; the tickets are the layer's two counters, zero between launches on this
-        // stream.
-        unsafe {
-            fa_hopper_forward(
-                gpu,
-                kernel,
-                launch,
-                self.map_q,
-                self.map_k,
-                self.map_v,
-                o,
-                lse,
-                problem.cu_q(),
-                problem.cu_k(),
-                shape.heads as i32,
-                shape.kv_heads as i32,
-                scale_log2,
-                i32::from(shape.causal),
-                self.q_tiles,
-                self.items,
-                tickets,
-            )
-        }
+        let params = FaHopperParams {
+            map_q: self.map_q,
+            map_k: self.map_k,
+            map_v: self.map_v,
+            o: DeviceOut::of(gpu, o),
+            lse: DeviceOut::of(gpu, lse),
+            cu_q: DeviceIn::of(gpu, problem.cu_q()),
+            cu_k: DeviceIn::of(gpu, problem.cu_k()),
+            heads: shape.heads as i32,
+            kv_heads: shape.kv_heads as i32,
+            scale_log2,
+            causal: i32::from(shape.causal),
+            q_tiles: self.q_tiles,
+            items: self.items,
+            tickets: DeviceOut::of_counters(gpu, tickets),
+        };
+        // SAFETY: the kernel takes FaHopperParams<T> (its header is this declaration's); the
+        // maps describe exactly Q, K and V (lengths checked by the plan, which borrows them for
+        // as long as it lives) and the TMA zero-fills past their ends; O and L are written only
+        // at rows inside the cumulative lengths, and outlive the launch (borrowed here); the
+        // tickets are the layer's two counters, zero between launches on this stream.
+        unsafe { fa_hopper_forward(gpu, kernel, launch, params) }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use common::gpu::params::{c_checks, c_declaration, c_header, c_size_check};
+    use half::{bf16, f16};
+
+    /// The C twin of [`FaHopperParams`], as `fa_hopper_params.cuh` holds it.
+    fn params_header() -> String {
+        c_header(
+            "day10_fa2_forward/src/fa_hopper.rs",
+            &[
+                c_declaration::<FaHopperParams<bf16>>(),
+                c_checks::<FaHopperParams<bf16>>() + &c_size_check::<FaHopperParams<f16>>(),
+            ],
+        )
+    }
 
     /// ptxas's C7510-C7520: "wgmma.mma_async instructions are serialized" (each product then
     /// waits for the one before). Issuing one step's two products in a different order on
@@ -191,6 +215,17 @@ mod tests {
     #[test]
     fn the_hopper_version_keeps_wgmma_asynchronous() {
         common::testing::compile_keeping_wgmma_asynchronous(&hopper_build());
+    }
+
+    /// The checked-in `fa_hopper_params.cuh` is what [`FaHopperParams`] writes.
+    #[test]
+    fn the_kernels_parameter_struct_is_the_launchers() {
+        common::gpu::params::assert_generated(
+            env!("CARGO_MANIFEST_DIR"),
+            "src/fa_hopper_params.cuh",
+            include_str!("fa_hopper_params.cuh"),
+            &params_header(),
+        );
     }
 
     /// Without the tile defines `fa_hopper.cu` stops at its `#error`: the kernels cannot be

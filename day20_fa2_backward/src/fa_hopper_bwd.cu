@@ -339,17 +339,20 @@ __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsign
 }
 
 template <typename T, int D>
-__device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
-                                              const TmaDescriptor* map_k,
-                                              const TmaDescriptor* map_v,
-                                              const TmaDescriptor* map_do,
-                                              const TmaDescriptor* map_lse2,
-                                              const TmaDescriptor* map_delta,
-                                              const TmaDescriptor* map_dq, T* dk, T* dv,
-                                              int* semaphores, int ordered, const int* cu_q,
-                                              const int* cu_k,
-                                              int heads, int kv_heads, float scale,
-                                              int causal, int q_tiles, int head_section) {
+__device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params) {
+    // The launch's parameters by name (fa_hopper_bwd_params.cuh, written from the launcher's
+    // declaration, says what each is); the maps stay in parameter space, where the TMA reads
+    // them.
+    const TmaDescriptor *map_q = &params.map_q, *map_k = &params.map_k, *map_v = &params.map_v;
+    const TmaDescriptor *map_do = &params.map_do, *map_lse2 = &params.map_lse2;
+    const TmaDescriptor *map_delta = &params.map_delta, *map_dq = &params.map_dq;
+    T *dk = params.dk, *dv = params.dv;
+    int* semaphores = params.semaphores;
+    const int *cu_q = params.cu_q, *cu_k = params.cu_k;
+    const int ordered = params.ordered, heads = params.heads, kv_heads = params.kv_heads;
+    const int causal = params.causal, q_tiles = params.q_tiles;
+    const int head_section = params.head_section;
+    const float scale = params.scale;
     using L = BhLayout<D>;
     using C = BhConfig<D>;
     constexpr int BN = C::BN, BM = C::BM, STAGES = C::STAGES, BOXES = D / BH_BOX;
@@ -717,20 +720,12 @@ __device__ __forceinline__ void fa_hopper_bwd(const TmaDescriptor* map_q,
     }
 }
 
-// One extern "C" entry per (dtype, head dim); the maps are `__grid_constant__` parameters.
+// One extern "C" entry per (dtype, head dim). The parameters are one struct, `__grid_constant__`
+// so that the TMA reads the maps in it from parameter space.
 #define FA_HOPPER_BWD_KERNEL(T, name, D)                                                        \
-    KERNEL void __launch_bounds__(BH_THREADS, 1) fa_hopper_bwd_##name##_d##D(                   \
-        const __grid_constant__ TmaDescriptor map_q, const __grid_constant__ TmaDescriptor map_k, \
-        const __grid_constant__ TmaDescriptor map_v,                                            \
-        const __grid_constant__ TmaDescriptor map_do,                                           \
-        const __grid_constant__ TmaDescriptor map_lse2,                                         \
-        const __grid_constant__ TmaDescriptor map_delta,                                        \
-        const __grid_constant__ TmaDescriptor map_dq, T* dk, T* dv, int* semaphores,            \
-        int ordered, const int* cu_q, const int* cu_k, int heads, int kv_heads, float scale,    \
-        int causal, int q_tiles, int head_section) {                                            \
-        fa_hopper_bwd<T, D>(&map_q, &map_k, &map_v, &map_do, &map_lse2, &map_delta, &map_dq, dk, \
-                            dv, semaphores, ordered, cu_q, cu_k, heads, kv_heads, scale, causal, \
-                            q_tiles, head_section);                                             \
+    KERNEL void __launch_bounds__(BH_THREADS, 1)                                                \
+        fa_hopper_bwd_##name##_d##D(const __grid_constant__ FaHopperBwdParams<T> params) {      \
+        fa_hopper_bwd<T, D>(params);                                                            \
     }
 
 FA_HOPPER_BWD_KERNEL(bf16_t, bf16, 64)

@@ -9,10 +9,11 @@ use common::family::attention::hopper_refusal;
 use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
+use common::gpu::params::{DeviceIn, DeviceOut};
 use common::gpu::tma::{HeadTiles, RowSpans, TmaDescriptor};
 use common::reference::attention::AttentionShape;
 use common::{Gpu, Kernel, LaunchShape};
-use cudarc::driver::{CudaSlice, CudaViewMut};
+use cudarc::driver::CudaSlice;
 
 use crate::attention_bwd::ConvertDq;
 use crate::{
@@ -20,7 +21,10 @@ use crate::{
 };
 
 /// The Hopper version, compiled for `sm_90a` (wgmma, TMA, setmaxnreg) on Hopper GPUs only.
-pub const HOPPER_SOURCE: KernelSource = common::kernel_source!("fa_hopper_bwd.cu");
+/// Its parameter struct comes first, in the header `fa_hopper_bwd_params.cuh`, which
+/// [`FaHopperBwdParams`] writes.
+pub const HOPPER_SOURCE: KernelSource =
+    common::kernel_source!("fa_hopper_bwd.cu" = ["fa_hopper_bwd_params.cuh", "fa_hopper_bwd.cu"]);
 
 /// Every CUDA function of `fa_hopper_bwd.cu`.
 pub fn hopper_kernel_names() -> Vec<String> {
@@ -94,30 +98,46 @@ common::kernel_args! {
         d: i32,
         pitch: i32,
     );
-    /// `FA_HOPPER_BWD_KERNEL`'s entries, `fa_hopper_bwd_<T>_d<D>(map_q, map_k, map_v, map_do,
-    /// map_lse2, map_delta, map_dq, dk, dv, semaphores, ordered, cu_q, cu_k, heads, kv_heads,
-    /// scale, causal, q_tiles, head_section)`
-    fn fa_hopper_backward<T>(
-        map_q: TmaDescriptor,
-        map_k: TmaDescriptor,
-        map_v: TmaDescriptor,
-        map_do: TmaDescriptor,
-        map_lse2: TmaDescriptor,
-        map_delta: TmaDescriptor,
-        map_dq: TmaDescriptor,
-        dk: &mut CudaViewMut<'_, T>,
-        dv: &mut CudaViewMut<'_, T>,
-        semaphores: &mut CudaSlice<i32>,
-        ordered: i32,
-        cu_q: &CudaSlice<i32>,
-        cu_k: &CudaSlice<i32>,
-        heads: i32,
-        kv_heads: i32,
-        scale: f32,
-        causal: i32,
-        q_tiles: i32,
-        head_section: i32,
-    );
+    /// `FA_HOPPER_BWD_KERNEL`'s entries, `fa_hopper_bwd_<T>_d<D>(FaHopperBwdParams<T>)`.
+    fn fa_hopper_backward<T>(params: FaHopperBwdParams<T>);
+}
+
+common::kernel_params! {
+    /// What one launch of the backward's main kernel is told: one attention backward of the
+    /// whole batch, dQ accumulated in f32 (the preprocess kernel zeroed it), dK and dV written.
+    pub struct FaHopperBwdParams<T> {
+        /// Q and dO [tokens, heads, d], K and V [tokens, kv_heads, d], in boxes of a step's
+        /// query rows (Q, dO) and a block's keys (K, V), as the TMA reads them.
+        pub map_q: TmaDescriptor,
+        pub map_k: TmaDescriptor,
+        pub map_v: TmaDescriptor,
+        pub map_do: TmaDescriptor,
+        /// L in log2 units and D = rowsum(dO * O), transposed: [heads x batch, pitch].
+        pub map_lse2: TmaDescriptor,
+        pub map_delta: TmaDescriptor,
+        /// The f32 dQ accumulator [tokens, heads, d], which the TMA adds tiles into.
+        pub map_dq: TmaDescriptor,
+        /// dK and dV [tokens, kv_heads, d].
+        pub dk: DeviceOut<T>,
+        pub dv: DeviceOut<T>,
+        /// One counter per (sequence, head, query tile), zero at launch, for the ordered mode.
+        pub semaphores: DeviceOut<i32>,
+        /// 1: dQ added in a fixed order (deterministic); 0: as the blocks come.
+        pub ordered: i32,
+        /// The sequences' cumulative lengths: batch + 1 of each.
+        pub cu_q: DeviceIn<i32>,
+        pub cu_k: DeviceIn<i32>,
+        pub heads: i32,
+        pub kv_heads: i32,
+        /// The softmax scale (not times log2(e)).
+        pub scale: f32,
+        /// 1: the bottom-right causal mask; 0: none.
+        pub causal: i32,
+        /// Query tiles of the longest sequence.
+        pub q_tiles: i32,
+        /// How many KV heads one section of the grid's renumbered blocks covers (>= 1).
+        pub head_section: i32,
+    }
 }
 
 /// `fa_hopper`'s main kernel and launch shape; refused off Hopper or at a head dim without a
@@ -278,39 +298,36 @@ impl<'k> HopperSteps<'k> {
             .unwrap_or_else(|| head_section(shape, fwd.max_q()))
             .min(shape.kv_heads) as i32;
         let [map_q, map_k, map_v, map_do, map_lse2, map_delta, map_dq] = self.maps;
-        // SAFETY: matches FA_HOPPER_BWD_KERNEL's signature. The maps describe exactly Q, dO,
-        // K, V (lengths checked by the plan, which borrows them and holds the workspace for as
-        // long as it lives), the transposed L and D (heads x pitch) and the dQ accumulator
-        // (q_len floats); the TMA zero-fills loads and skips adds past their ends. dK and dV
-        // are written only at keys inside the cumulative lengths; the counters hold q_tiles x
-        // heads x batch ints, indexed by (sequence, head, query tile < q_tiles); head_section
-        // (>= 1) only renumbers the grid's blocks.
-        unsafe {
-            fa_hopper_backward(
-                gpu,
-                main,
-                launch,
-                map_q,
-                map_k,
-                map_v,
-                map_do,
-                map_lse2,
-                map_delta,
-                map_dq,
-                &mut dk,
-                &mut dv,
-                &mut scratch.semaphores,
-                ordered,
-                fwd.cu_q(),
-                fwd.cu_k(),
-                heads,
-                kv_heads,
-                scale,
-                causal,
-                self.q_tiles as i32,
-                head_section,
-            )
-        }?;
+        let params = FaHopperBwdParams {
+            map_q,
+            map_k,
+            map_v,
+            map_do,
+            map_lse2,
+            map_delta,
+            map_dq,
+            dk: DeviceOut::of(gpu, &mut dk),
+            dv: DeviceOut::of(gpu, &mut dv),
+            semaphores: DeviceOut::of(gpu, &mut scratch.semaphores),
+            ordered,
+            cu_q: DeviceIn::of(gpu, fwd.cu_q()),
+            cu_k: DeviceIn::of(gpu, fwd.cu_k()),
+            heads,
+            kv_heads,
+            scale,
+            causal,
+            q_tiles: self.q_tiles as i32,
+            head_section,
+        };
+        // SAFETY: the kernel takes FaHopperBwdParams<T> (its header is this declaration's).
+        // The maps describe exactly Q, dO, K, V (lengths checked by the plan, which borrows
+        // them and holds the workspace for as long as it lives), the transposed L and D (heads
+        // x pitch) and the dQ accumulator (q_len floats); the TMA zero-fills loads and skips
+        // adds past their ends. dK and dV (borrowed here, so alive until the launch is queued
+        // and held by the caller after) are written only at keys inside the cumulative lengths;
+        // the counters hold q_tiles x heads x batch ints, indexed by (sequence, head, query
+        // tile < q_tiles); head_section (>= 1) only renumbers the grid's blocks.
+        unsafe { fa_hopper_backward(gpu, main, launch, params) }?;
         self.convert.launch(gpu, &ws.dq_accum, &mut dq, scale)
     }
 }
@@ -318,6 +335,26 @@ impl<'k> HopperSteps<'k> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use common::gpu::params::{c_checks, c_declaration, c_header, c_size_check};
+    use half::{bf16, f16};
+
+    /// The checked-in `fa_hopper_bwd_params.cuh` is what [`FaHopperBwdParams`] writes.
+    #[test]
+    fn the_kernels_parameter_struct_is_the_launchers() {
+        let header = c_header(
+            "day20_fa2_backward/src/fa_hopper_bwd.rs",
+            &[
+                c_declaration::<FaHopperBwdParams<bf16>>(),
+                c_checks::<FaHopperBwdParams<bf16>>() + &c_size_check::<FaHopperBwdParams<f16>>(),
+            ],
+        );
+        common::gpu::params::assert_generated(
+            env!("CARGO_MANIFEST_DIR"),
+            "src/fa_hopper_bwd_params.cuh",
+            include_str!("fa_hopper_bwd_params.cuh"),
+            &header,
+        );
+    }
 
     #[test]
     fn the_hopper_version_keeps_wgmma_asynchronous_and_spills_little() {

@@ -112,6 +112,13 @@ impl<T> DeviceOut<T> {
         Self::at(address)
     }
 
+    /// The address of counters the kernel updates and leaves as it found them (a ticket
+    /// counter back at 0), which every launch on the stream shares: a shared borrow.
+    pub fn of_counters(gpu: &Gpu, counters: &impl DevicePtr<T>) -> Self {
+        let (address, _record) = counters.device_ptr(&gpu.stream);
+        Self::at(address)
+    }
+
     /// A raw device address (0 for a buffer the kernel is told it does not have).
     pub fn at(address: u64) -> Self {
         Self {
@@ -199,29 +206,44 @@ pub fn c_declaration<P: KernelParams>() -> String {
 /// struct's size and alignment, and each field's (so each offset follows, in the same order).
 pub fn c_checks<P: KernelParams>() -> String {
     let name = P::instance();
-    let mut out = format!(
-        "static_assert(sizeof({name}) == {size} && alignof({name}) == {align}, \
-         \"{name}: {size} bytes, aligned to {align}, on the host\");\n",
-        size = P::size(),
-        align = P::align(),
+    let mut out = c_size_check::<P>();
+    out += &format!(
+        "namespace host_layout_{} {{
+using P = {name};
+",
+        P::NAME
     );
     for f in P::fields() {
         out += &format!(
-            "static_assert(sizeof({name}::{field}) == {size} && \
-             alignof(decltype({name}::{field})) == {align}, \"{name}::{field}\");\n",
+            "static_assert(sizeof(P::{field}) == {size} && alignof(decltype(P::{field})) == \
+             {align}, \"{}::{field}\");\n",
+            P::NAME,
             field = f.name,
             size = f.size,
             align = f.align,
         );
     }
-    out
+    out + "}\n"
+}
+
+/// The size and alignment check alone, for a further instantiation of a generic struct (whose
+/// fields differ only in what their pointers point to).
+pub fn c_size_check<P: KernelParams>() -> String {
+    let name = P::instance();
+    format!(
+        "static_assert(sizeof({name}) == {size} && alignof({name}) == {align}, \
+         \"{name}: {size} bytes, aligned to {align}, on the host\");\n",
+        size = P::size(),
+        align = P::align(),
+    )
 }
 
 /// The text of a day's generated parameter header: a banner saying where it comes from, then
 /// `parts` (declarations and checks). `from` names the Rust file that declares the structs.
 pub fn c_header(from: &str, parts: &[String]) -> String {
     let mut out = format!(
-        "// Generated from the kernel_params! declarations in {from}: edit those, then run\n\
+        "// Generated from the kernel_params! declarations in\n\
+         // {from}: edit those, then run\n\
          // `DAYS_OF_GPU_WRITE_GENERATED=1 cargo test` to write this file again. A test fails\n\
          // while this file and the declarations differ.\n\
          #pragma once\n\
@@ -421,8 +443,9 @@ mod tests {
             checks.starts_with("static_assert(sizeof(Plain) == 16 && alignof(Plain) == 8"),
             "{checks}"
         );
+        assert!(checks.contains("using P = Plain;"), "{checks}");
         assert!(
-            checks.contains("sizeof(Plain::flag) == 4 && alignof(decltype(Plain::flag)) == 4"),
+            checks.contains("sizeof(P::flag) == 4 && alignof(decltype(P::flag)) == 4"),
             "{checks}"
         );
     }
@@ -450,7 +473,7 @@ mod tests {
         // A C type whose size is not the host's fails the header's own checks.
         let wrong = header.replacen("int rows;", "long long rows;", 1);
         let err = format!("{:#}", compile(&wrong).unwrap_err());
-        assert!(err.contains("ProbeParams<bf16_t>"), "{err}");
+        assert!(err.contains("ProbeParams::rows"), "{err}");
     }
 
     #[test]
