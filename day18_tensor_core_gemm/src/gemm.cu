@@ -327,16 +327,14 @@ __device__ __forceinline__ void gemm_mma_pipelined(const T* a, const T* b, T* c,
 // Layout "nt" only: A stored [m, k], B stored [n, k]; the host refuses the others.
 #define MMA_KERNELS(T, NAME)                                                                   \
     KERNEL void __launch_bounds__(MMA_THREADS)                                                 \
-        gemm_mma_ldmatrix_nt_##NAME(const T* a, const T* b, T* c, int m, int n, int k,         \
-                                    index_t sa, index_t sb, index_t sc, float alpha,           \
-                                    float beta) {                                              \
-        gemm_mma_ldmatrix<T>(a, b, c, m, n, k, sa, sb, sc, alpha, beta);                       \
+        gemm_mma_ldmatrix_nt_##NAME(const MmaParams<T> p) {                                    \
+        gemm_mma_ldmatrix<T>(p.a, p.b, p.c, p.m, p.n, p.k, p.stride_a, p.stride_b, p.stride_c, \
+                             p.alpha, p.beta);                                                 \
     }                                                                                          \
     KERNEL void __launch_bounds__(MMA_THREADS)                                                 \
-        gemm_mma_pipelined_nt_##NAME(const T* a, const T* b, T* c, int m, int n, int k,        \
-                                     index_t sa, index_t sb, index_t sc, float alpha,          \
-                                     float beta) {                                             \
-        gemm_mma_pipelined<T>(a, b, c, m, n, k, sa, sb, sc, alpha, beta);                      \
+        gemm_mma_pipelined_nt_##NAME(const MmaParams<T> p) {                                   \
+        gemm_mma_pipelined<T>(p.a, p.b, p.c, p.m, p.n, p.k, p.stride_a, p.stride_b, p.stride_c, \
+                              p.alpha, p.beta);                                                \
     }
 
 MMA_KERNELS(bf16_t, bf16)
@@ -876,18 +874,16 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
 // the other versions carry no cluster attribute at all (a cluster of 1 is still a cluster
 // launch, scheduled under the cluster rules). LAYOUT names how A and B are stored (n: as is,
 // t: transposed); A_MN = (A transposed), B_MN = (B as is). Every kernel takes C's tensor map;
-// the versions that store from registers leave it unread (the host passes A's).
+// the versions that store from registers leave it unread (the host passes A's). The parameters
+// are one struct (gemm_params.cuh), `__grid_constant__` so that the TMA reads its maps in place.
 #define WGMMA_KERNEL(TIn, TOut, NAME, VERSION, LAYOUT, IN_FLIGHT, CLUSTER, A_MN, B_MN,         \
                      TMA_STORE, STAGES, PREFETCH_C, BN, HOST_SHARED_BYTES, ATTRIBUTES)         \
     KERNEL void __launch_bounds__(WG_THREADS, 1) ATTRIBUTES                                    \
-        gemm_##VERSION##_##LAYOUT##_##NAME(                                                    \
-            const __grid_constant__ TmaDescriptor map_a,                                       \
-            const __grid_constant__ TmaDescriptor map_b,                                       \
-            const __grid_constant__ TmaDescriptor map_c, TOut* c, int m, int n, int k,         \
-            int batch, index_t stride_c, float alpha, float beta) {                            \
+        gemm_##VERSION##_##LAYOUT##_##NAME(const __grid_constant__ WgmmaParams<TOut> p) {      \
         gemm_wgmma_tma<TIn, TOut, IN_FLIGHT, CLUSTER, A_MN, B_MN, TMA_STORE, STAGES,           \
-                       PREFETCH_C, BN, HOST_SHARED_BYTES>(&map_a, &map_b, &map_c, c, m, n, k,  \
-                                                          batch, stride_c, alpha, beta);       \
+                       PREFETCH_C, BN, HOST_SHARED_BYTES>(&p.map_a, &p.map_b, &p.map_c, p.c,   \
+                                                          p.m, p.n, p.k, p.batch, p.stride_c,  \
+                                                          p.alpha, p.beta);                    \
     }
 #define NO_ATTRIBUTES
 #define CLUSTER_OF_2 __cluster_dims__(2, 1, 1)

@@ -9,6 +9,7 @@ use anyhow::{Result, bail};
 use common::element::Element;
 use common::gpu::cublas::GemmEx;
 use common::gpu::kernel::KernelSet;
+use common::gpu::params::{DeviceIn, DeviceOut};
 use common::gpu::tma::{KMajorTiles, MnMajorTiles, TmaDescriptor};
 use common::{Gpu, Kernel, LaunchShape};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
@@ -19,16 +20,67 @@ use crate::tile::{
 };
 use crate::{FP8_NAME, Layout, Version, dtype_name, kernel_builds, kernel_name, refused};
 
+common::kernel_params! {
+    /// What one launch of an `mma.sync` version is told: C = alpha A B^T + beta C for one
+    /// product, A [m, k], B [n, k] and C [m, n] rows `stride_a`, `stride_b`, `stride_c`
+    /// elements apart.
+    pub struct MmaParams<T> {
+        pub a: DeviceIn<T>,
+        pub b: DeviceIn<T>,
+        pub c: DeviceOut<T>,
+        pub m: i32,
+        pub n: i32,
+        pub k: i32,
+        pub stride_a: u64,
+        pub stride_b: u64,
+        pub stride_c: u64,
+        pub alpha: f32,
+        pub beta: f32,
+    }
+}
+
+common::kernel_params! {
+    /// What one launch of a `wgmma` version is told: `batch` products C = alpha op(A) op(B) +
+    /// beta C, each m x n x k, the operands' layouts compiled into the kernel.
+    pub struct WgmmaParams<T> {
+        /// A, B and C as the TMA reads and writes them (the versions that store C from
+        /// registers are given A's map here, and leave it unread).
+        pub map_a: TmaDescriptor,
+        pub map_b: TmaDescriptor,
+        pub map_c: TmaDescriptor,
+        /// C for the stores from registers: product i at `c + i stride_c`.
+        pub c: DeviceOut<T>,
+        pub m: i32,
+        pub n: i32,
+        pub k: i32,
+        pub batch: i32,
+        pub stride_c: u64,
+        pub alpha: f32,
+        pub beta: f32,
+    }
+}
+
 common::kernel_args! {
-    /// `MMA_KERNELS`: `gemm_mma_{ldmatrix,pipelined}_nt_{bf16,f16}(const T* a, const T* b,
-    /// T* c, int m, int n, int k, index_t sa, index_t sb, index_t sc, float alpha, float
-    /// beta)`. The operands are passed as their addresses: any slice or view of them.
-    fn mma_kernel(a: u64, b: u64, c: u64, m: i32, n: i32, k: i32, stride_a: u64, stride_b: u64,
-                  stride_c: u64, alpha: f32, beta: f32);
-    /// `WGMMA_KERNEL`: `(map_a, map_b, map_c, TOut* c, int m, int n, int k, int batch,
-    /// index_t stride_c, float alpha, float beta)`.
-    fn wgmma_kernel(map_a: TmaDescriptor, map_b: TmaDescriptor, map_c: TmaDescriptor, c: u64,
-                    m: i32, n: i32, k: i32, batch: i32, stride_c: u64, alpha: f32, beta: f32);
+    /// `MMA_KERNELS`: `gemm_mma_{ldmatrix,pipelined}_nt_{bf16,f16}(MmaParams<T>)`.
+    fn mma_kernel<T>(params: MmaParams<T>);
+    /// `WGMMA_KERNEL`: `gemm_<version>_<layout>_<type>(WgmmaParams<TOut>)`.
+    fn wgmma_kernel<T>(params: WgmmaParams<T>);
+}
+
+/// The C twins of [`MmaParams`] and [`WgmmaParams`], as `gemm_params.cuh` holds them.
+#[cfg(test)]
+pub(crate) fn params_header() -> String {
+    use common::gpu::params::{c_checks, c_declaration, c_header, c_size_check};
+    use half::f16;
+    c_header(
+        "day18_tensor_core_gemm/src/gemm.rs",
+        &[
+            c_declaration::<MmaParams<bf16>>(),
+            c_checks::<MmaParams<bf16>>() + &c_size_check::<MmaParams<f16>>(),
+            c_declaration::<WgmmaParams<bf16>>(),
+            c_checks::<WgmmaParams<bf16>>() + &c_size_check::<WgmmaParams<f16>>(),
+        ],
+    )
 }
 
 /// The day's kernels, compiled for one GPU: for `sm_90a` on Hopper, so the wgmma version
@@ -504,50 +556,48 @@ impl Prepared<'_> {
         let (alpha, beta) = (g.alpha, g.beta);
         let (kernel, shape) = (self.kernel, &self.launch);
         match self.maps {
-            // SAFETY: matches WGMMA_KERNEL's signature; the maps describe A, B and C exactly
-            // (the TMA never reads or writes outside them), and C's direct stores are bounded
-            // by m and n within `batch` products `stride_c` apart, whose extent `prepare`
-            // checked. The records outlive the launch.
-            Some([map_a, map_b, map_c]) => unsafe {
-                wgmma_kernel(
-                    gpu,
-                    kernel,
-                    shape,
+            Some([map_a, map_b, map_c]) => {
+                let params = WgmmaParams::<TOut> {
                     map_a,
                     map_b,
                     map_c,
-                    c_ptr,
+                    c: DeviceOut::at(c_ptr),
                     m,
                     n,
                     k,
-                    g.batch as i32,
-                    g.stride_c as u64,
+                    batch: g.batch as i32,
+                    stride_c: g.stride_c as u64,
                     alpha,
                     beta,
-                )
-            },
-            // SAFETY: matches MMA_KERNELS' signature; `prepare` checked the lengths for these
-            // sizes and strides, every load and store is bounded by m, n, k, and 16-byte loads
-            // happen only from 16-byte aligned starts (checked in `prepare` for
-            // mma_pipelined, in the kernel for mma_ldmatrix). The records outlive the launch.
-            None => unsafe {
-                mma_kernel(
-                    gpu,
-                    kernel,
-                    shape,
-                    a_ptr,
-                    b_ptr,
-                    c_ptr,
+                };
+                // SAFETY: the kernel takes WgmmaParams<TOut> (its header is this declaration's);
+                // the maps describe A, B and C exactly (the TMA never reads or writes outside
+                // them), and C's direct stores are bounded by m and n within `batch` products
+                // `stride_c` apart, whose extent `prepare` checked. The records outlive the
+                // launch.
+                unsafe { wgmma_kernel(gpu, kernel, shape, params) }
+            }
+            None => {
+                let params = MmaParams::<TOut> {
+                    a: DeviceIn::at(a_ptr),
+                    b: DeviceIn::at(b_ptr),
+                    c: DeviceOut::at(c_ptr),
                     m,
                     n,
                     k,
-                    g.stride_a as u64,
-                    g.stride_b as u64,
-                    g.stride_c as u64,
+                    stride_a: g.stride_a as u64,
+                    stride_b: g.stride_b as u64,
+                    stride_c: g.stride_c as u64,
                     alpha,
                     beta,
-                )
-            },
+                };
+                // SAFETY: the kernel takes MmaParams<T> (its header is this declaration's);
+                // `prepare` checked the lengths for these sizes and strides, every load and
+                // store is bounded by m, n, k, and 16-byte loads happen only from 16-byte
+                // aligned starts (checked in `prepare` for mma_pipelined, in the kernel for
+                // mma_ldmatrix). The records outlive the launch.
+                unsafe { mma_kernel(gpu, kernel, shape, params) }
+            }
         }
     }
 }
@@ -636,6 +686,17 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The checked-in `gemm_params.cuh` is what [`MmaParams`] and [`WgmmaParams`] write.
+    #[test]
+    fn the_kernels_parameter_structs_are_the_launchers() {
+        common::gpu::params::assert_generated(
+            env!("CARGO_MANIFEST_DIR"),
+            "src/gemm_params.cuh",
+            include_str!("gemm_params.cuh"),
+            &params_header(),
+        );
+    }
 
     #[test]
     fn overflowing_operands_are_usage_errors_not_wraps() {

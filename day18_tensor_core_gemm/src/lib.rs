@@ -31,7 +31,9 @@ pub use gemm::{Prepared, TensorCoreGemm};
 pub use library::Gemm;
 pub use shape::GemmShape;
 
-pub const SOURCE: KernelSource = common::kernel_source!("gemm.cu");
+/// The kernels' parameter structs come first, in `gemm_params.cuh`, which `gemm.rs`'s
+/// declarations write.
+pub const SOURCE: KernelSource = common::kernel_source!("gemm.cu" = ["gemm_params.cuh", "gemm.cu"]);
 
 /// How A and B of a row-major `C = op(A) op(B)` are stored, named as BLAS does by the storage
 /// of A then B: `n` as is (A `[m, k]`, B `[k, n]`), `t` transposed (A `[k, m]`, B `[n, k]`).
