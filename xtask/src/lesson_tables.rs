@@ -81,6 +81,10 @@ impl Problem {
                 ),
             }
         }
+        // A share of the copy means something only beside GB/s: a kernel counted in TFLOP/s
+        // (attention, which has no ceiling row) keeps its throughput alone.
+        let counts_bytes = self.header.iter().any(|h| h == "GB/s");
+        columns.retain(|&c| counts_bytes || self.header[c] != "% copy");
         let mut table = Table::new();
         table.load_preset(ASCII_MARKDOWN);
         table.set_header(columns.iter().map(|&c| self.header[c].clone()));
@@ -366,6 +370,21 @@ rows: not run (n must be a multiple of 4)
             block.ends_with("[the notes](NOTES.md#results).\n"),
             "{block}"
         );
+    }
+
+    #[test]
+    fn a_share_of_the_copy_is_shown_only_beside_bytes() {
+        let block = "Measured on X, on D, commit `c`. Every GPU test passed in the same run.\n\n\
+                     **attention**\n\n\
+                     | kernel | median ms | TFLOP/s | % copy | vs naive | check |\n\
+                     |---|---|---|---|---|---|\n\
+                     | naive | 1.0000 | 1.5 | 0.1% | 1.00x | ok |\n";
+        let lesson = lesson_block(block, "").unwrap();
+        assert!(
+            lesson.contains("TFLOP/s") && !lesson.contains("% copy"),
+            "{lesson}"
+        );
+        assert!(lesson.contains("1.00x"), "{lesson}");
     }
 
     #[test]
