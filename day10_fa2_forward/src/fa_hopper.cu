@@ -332,7 +332,8 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
     int end[2], unmasked;
 
     // quote: fh_issue_scores
-    // S = Q K^T over the head dim: k16 steps 32 bytes apart inside a 64-wide box.
+    // S = Q K^T over the head dim: a k16 step is 16 dims (32 bytes) along a box of FH_BOX = 64
+    // dims, the boxes FH_BM (Q) or FH_BN (K) rows of 128 bytes apart.
     auto issue_scores = [&](int stage, int q_stage) {
         const T* q_rows = sq + q_stage * L::Q_ELEMS + consumer * 64 * FH_BOX;
         const T* kt = sk + stage * L::KV_ELEMS;
