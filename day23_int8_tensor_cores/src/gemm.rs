@@ -5,7 +5,7 @@
 
 use anyhow::{Result, bail};
 use common::gpu::kernel::KernelSet;
-use common::gpu::launch::{KernelArg, LaunchArgs, PushKernelArg};
+use common::gpu::params::{DeviceIn, DeviceOut};
 use common::gpu::tma::TmaDescriptor;
 use common::{Gpu, Kernel, LaunchShape};
 use cudarc::driver::{CudaSlice, DevicePtr};
@@ -18,45 +18,79 @@ use crate::{stores_by_tma, tma};
 common::kernel_args! {
     /// `int8_row_sums(const signed char* x, int* sums, int rows, int k)`.
     fn row_sums(x: &CudaSlice<i8>, sums: &mut CudaSlice<i32>, rows: i32, k: i32);
-    /// `MMA_SYNC_KERNEL`: `(const signed char* a, const signed char* b, OutT* c, int m, int n,
-    /// int k, EPILOGUE_PARAMS)`.
-    fn mma_sync_kernel<T>(a: &CudaSlice<i8>, b: &CudaSlice<i8>, c: &mut CudaSlice<T>, m: i32,
-                          n: i32, k: i32, epilogue: EpilogueArgs<'_>);
-    /// `WGMMA_KERNEL`: A and B as tensor maps, then as `MMA_SYNC_KERNEL`.
-    fn wgmma_kernel<T>(map_a: TmaDescriptor, map_b: TmaDescriptor, c: &mut CudaSlice<T>, m: i32,
-                       n: i32, k: i32, epilogue: EpilogueArgs<'_>);
-    /// `WGMMA_TMA_STORE_KERNEL`: `WGMMA_KERNEL`'s with C's map before C.
-    fn wgmma_tma_store_kernel<T>(map_a: TmaDescriptor, map_b: TmaDescriptor,
-                                 map_c: TmaDescriptor, c: &mut CudaSlice<T>, m: i32, n: i32,
-                                 k: i32, epilogue: EpilogueArgs<'_>);
+    /// `MMA_SYNC_KERNEL`: `int8_gemm_mma_sync_<out>(Int8MmaParams<OutT>)`.
+    fn mma_sync_kernel<T>(params: Int8MmaParams<T>);
+    /// `WGMMA_KERNEL` and `WGMMA_TMA_STORE_KERNEL`: `int8_gemm_wgmma[_tma_store]_<out>
+    /// (Int8WgmmaParams<OutT>)`.
+    fn wgmma_kernel<T>(params: Int8WgmmaParams<T>);
 }
 
-/// The epilogue's arguments, in the order every GEMM kernel takes them after (m, n, k)
-/// (`EPILOGUE_PARAMS`): the row and column sums (null where that correction is 0
-/// everywhere), zb and its step, za, scale_b and its step, scale_a.
-struct EpilogueArgs<'a> {
-    row_sums: u64,
-    col_sums: u64,
-    zb: &'a CudaSlice<i32>,
-    zb_step: i32,
-    za: i32,
-    scale_b: &'a CudaSlice<f32>,
-    scale_b_step: i32,
-    scale_a: f32,
-}
-
-impl KernelArg for EpilogueArgs<'_> {
-    fn push<'s>(&'s mut self, launch: &mut LaunchArgs<'s>) {
-        launch
-            .arg(&self.row_sums)
-            .arg(&self.col_sums)
-            .arg(self.zb)
-            .arg(&self.zb_step)
-            .arg(&self.za)
-            .arg(self.scale_b)
-            .arg(&self.scale_b_step)
-            .arg(&self.scale_a);
+common::kernel_params! {
+    /// The epilogue's inputs, which every GEMM kernel takes after (m, n, k): C = scale_a
+    /// scale_b (A B^T - za col_sums - zb row_sums + k za zb), the sums null where their
+    /// correction is 0 everywhere.
+    pub struct Int8Epilogue {
+        /// A's row sums (m ints) and B's (n ints), or null.
+        pub row_sums: DeviceIn<i32>,
+        pub col_sums: DeviceIn<i32>,
+        /// B's zero point per column, step 1 (per channel) or 0 (one for all).
+        pub zb: DeviceIn<i32>,
+        pub zb_step: i32,
+        /// A's zero point.
+        pub za: i32,
+        /// B's scale per column, step 1 or 0, and A's scale (bf16 out only).
+        pub scale_b: DeviceIn<f32>,
+        pub scale_b_step: i32,
+        pub scale_a: f32,
     }
+}
+
+common::kernel_params! {
+    /// What one launch of the `mma.sync` version is told: A [m, k] and B [n, k] int8, C [m, n].
+    pub struct Int8MmaParams<T> {
+        pub a: DeviceIn<i8>,
+        pub b: DeviceIn<i8>,
+        pub c: DeviceOut<T>,
+        pub m: i32,
+        pub n: i32,
+        pub k: i32,
+        pub epilogue: Int8Epilogue,
+    }
+}
+
+common::kernel_params! {
+    /// What one launch of a `wgmma` version is told: A [m, k] and B [n, k] as the TMA reads
+    /// them, and C [m, n].
+    pub struct Int8WgmmaParams<T> {
+        pub map_a: TmaDescriptor,
+        pub map_b: TmaDescriptor,
+        /// C's map, for the TMA-store version (the other is given A's, and leaves it unread).
+        pub map_c: TmaDescriptor,
+        /// C, for the stores from registers (the TMA-store version writes only through map_c).
+        pub c: DeviceOut<T>,
+        pub m: i32,
+        pub n: i32,
+        pub k: i32,
+        pub epilogue: Int8Epilogue,
+    }
+}
+
+/// The C twins of the parameter structs, as `int8_gemm_params.cuh` holds them.
+#[cfg(test)]
+pub(crate) fn params_header() -> String {
+    use common::gpu::params::{c_checks, c_declaration, c_header, c_size_check};
+    use half::bf16;
+    c_header(
+        "day23_int8_tensor_cores/src/gemm.rs",
+        &[
+            c_declaration::<Int8Epilogue>(),
+            c_checks::<Int8Epilogue>(),
+            c_declaration::<Int8MmaParams<i32>>(),
+            c_checks::<Int8MmaParams<i32>>() + &c_size_check::<Int8MmaParams<bf16>>(),
+            c_declaration::<Int8WgmmaParams<i32>>(),
+            c_checks::<Int8WgmmaParams<i32>>() + &c_size_check::<Int8WgmmaParams<bf16>>(),
+        ],
+    )
 }
 
 /// Rows per block of the row-sum kernel (one warp each).
@@ -257,39 +291,58 @@ impl Prepared<'_> {
             unsafe { row_sums(gpu, self.sums, &shape, &ops.b, sums, n, k) }?;
         }
         // A null pointer tells the kernel that a correction term is 0 everywhere.
-        let stream = &gpu.stream;
-        let row_sums = ops.row_sums.as_ref().map(|r| r.device_ptr(stream));
-        let col_sums = ops.col_sums.as_ref().map(|r| r.device_ptr(stream));
-        let epilogue = EpilogueArgs {
-            row_sums: row_sums.as_ref().map_or(0, |p| p.0),
-            col_sums: col_sums.as_ref().map_or(0, |p| p.0),
-            zb: &ops.zb,
+        let address = |sums: &Option<CudaSlice<i32>>| {
+            sums.as_ref()
+                .map_or(DeviceIn::at(0), |s| DeviceIn::of(gpu, s))
+        };
+        let epilogue = Int8Epilogue {
+            row_sums: address(&ops.row_sums),
+            col_sums: address(&ops.col_sums),
+            zb: DeviceIn::of(gpu, &ops.zb),
             zb_step: ops.zb_step,
             za: ops.za,
-            scale_b: &ops.scale_b,
+            scale_b: DeviceIn::of(gpu, &ops.scale_b),
             scale_b_step: ops.scale_b_step,
             scale_a: ops.scale_a,
         };
         let (kernel, shape) = (self.kernel, &self.launch);
-        // SAFETY: matches MMA_SYNC_KERNEL / WGMMA_KERNEL / WGMMA_TMA_STORE_KERNEL: (A, B) as
-        // int8 pointers or tensor maps of exactly A [m, k] and B [n, k], then C's map of
-        // exactly C [m, n] for the TMA-store kernel (which plan chose exactly when map_c is
-        // made: both follow stores_by_tma); C holds m n outputs (checked in prepare); the
-        // row and column sums hold m and n ints (or are null, and then never read); zb and
-        // scale_b hold n values when their step is 1, one when it is 0 (DeviceOperands
-        // builds them so). Every load and store is bounded by m, n and k. The sums' records
-        // outlive the launch.
-        unsafe {
-            match (self.maps, self.map_c) {
-                (Some((map_a, map_b)), Some(map_c)) => wgmma_tma_store_kernel(
-                    gpu, kernel, shape, map_a, map_b, map_c, c, m, n, k, epilogue,
-                ),
-                (Some((map_a, map_b)), None) => {
-                    wgmma_kernel(gpu, kernel, shape, map_a, map_b, c, m, n, k, epilogue)
-                }
-                (None, _) => {
-                    mma_sync_kernel(gpu, kernel, shape, &ops.a, &ops.b, c, m, n, k, epilogue)
-                }
+        match self.maps {
+            Some((map_a, map_b)) => {
+                let params = Int8WgmmaParams {
+                    map_a,
+                    map_b,
+                    map_c: self.map_c.unwrap_or(map_a),
+                    c: DeviceOut::of(gpu, c),
+                    m,
+                    n,
+                    k,
+                    epilogue,
+                };
+                // SAFETY: the kernel takes Int8WgmmaParams<OutT> (its header is this
+                // declaration's): maps of exactly A [m, k] and B [n, k], then C's map of exactly
+                // C [m, n] for the TMA-store kernel (which plan chose exactly when map_c is
+                // made: both follow stores_by_tma); C holds m n outputs (checked in prepare);
+                // the row and column sums hold m and n ints (or are null, and then never read);
+                // zb and scale_b hold n values when their step is 1, one when it is 0
+                // (DeviceOperands builds them so). Every store is bounded by m and n. The
+                // buffers outlive the launch (borrowed here).
+                unsafe { wgmma_kernel(gpu, kernel, shape, params) }
+            }
+            None => {
+                let params = Int8MmaParams {
+                    a: DeviceIn::of(gpu, &ops.a),
+                    b: DeviceIn::of(gpu, &ops.b),
+                    c: DeviceOut::of(gpu, c),
+                    m,
+                    n,
+                    k,
+                    epilogue,
+                };
+                // SAFETY: the kernel takes Int8MmaParams<OutT> (its header is this
+                // declaration's): A and B hold m k and n k int8, C m n outputs (checked in
+                // prepare), the epilogue's buffers as above; every load and store is bounded
+                // by m, n and k. The buffers outlive the launch (borrowed here).
+                unsafe { mma_sync_kernel(gpu, kernel, shape, params) }
             }
         }
     }
@@ -298,6 +351,17 @@ impl Prepared<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The checked-in `int8_gemm_params.cuh` is what the parameter declarations write.
+    #[test]
+    fn the_kernels_parameter_structs_are_the_launchers() {
+        common::gpu::params::assert_generated(
+            env!("CARGO_MANIFEST_DIR"),
+            "src/int8_gemm_params.cuh",
+            include_str!("int8_gemm_params.cuh"),
+            &params_header(),
+        );
+    }
 
     #[test]
     fn the_row_sums_cover_every_row_once() {

@@ -261,18 +261,15 @@ __device__ __forceinline__ void int8_gemm_mma_sync(const signed char* a, const s
 }
 
 // The epilogue's arguments, in the order every GEMM kernel takes them after (m, n, k).
-#define EPILOGUE_PARAMS                                                                        \
-    const int *row_sums, const int *col_sums, const int *zb, int zb_step, int za,              \
-        const float *scale_b, int scale_b_step, float scale_a
-#define EPILOGUE_OF(k) {row_sums, col_sums, zb, scale_b, zb_step, scale_b_step, za, k, scale_a}
+// The epilogue as the kernels use it, from the launch's parameters (int8_gemm_params.cuh).
+__device__ __forceinline__ Epilogue epilogue_of(const Int8Epilogue& e, int k) {
+    return {e.row_sums, e.col_sums, e.zb, e.scale_b, e.zb_step, e.scale_b_step, e.za, k, e.scale_a};
+}
 
 #define MMA_SYNC_KERNEL(OutT, NAME)                                                            \
     KERNEL void __launch_bounds__(MMA_THREADS)                                                 \
-        int8_gemm_mma_sync_##NAME(const signed char* __restrict__ a,                           \
-                                  const signed char* __restrict__ b, OutT* __restrict__ c,     \
-                                  int m, int n, int k, EPILOGUE_PARAMS) {                      \
-        const Epilogue e = EPILOGUE_OF(k);                                                     \
-        int8_gemm_mma_sync<OutT>(a, b, c, m, n, k, e);                                         \
+        int8_gemm_mma_sync_##NAME(const Int8MmaParams<OutT> p) {                               \
+        int8_gemm_mma_sync<OutT>(p.a, p.b, p.c, p.m, p.n, p.k, epilogue_of(p.epilogue, p.k));  \
     }
 MMA_SYNC_KERNEL(int, s32)
 MMA_SYNC_KERNEL(bf16_t, bf16)
@@ -532,23 +529,19 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
 
 #define WGMMA_KERNEL(OutT, NAME)                                                               \
     KERNEL void __launch_bounds__(WG_THREADS, 1)                                               \
-        int8_gemm_wgmma_##NAME(const __grid_constant__ TmaDescriptor map_a,                    \
-                               const __grid_constant__ TmaDescriptor map_b,                    \
-                               OutT* __restrict__ c, int m, int n, int k, EPILOGUE_PARAMS) {   \
-        const Epilogue e = EPILOGUE_OF(k);                                                     \
-        int8_gemm_wgmma<OutT, false>(&map_a, &map_b, nullptr, c, m, n, k, e);                  \
+        int8_gemm_wgmma_##NAME(const __grid_constant__ Int8WgmmaParams<OutT> p) {              \
+        int8_gemm_wgmma<OutT, false>(&p.map_a, &p.map_b, nullptr, p.c, p.m, p.n, p.k,          \
+                                     epilogue_of(p.epilogue, p.k));                            \
     }
 WGMMA_KERNEL(int, s32)
 WGMMA_KERNEL(bf16_t, bf16)
 
 // C is written only through map_c; `c` is passed so the host's launch names the buffer.
 #define WGMMA_TMA_STORE_KERNEL(OutT, NAME)                                                     \
-    KERNEL void __launch_bounds__(WG_THREADS, 1) int8_gemm_wgmma_tma_store_##NAME(             \
-        const __grid_constant__ TmaDescriptor map_a, const __grid_constant__ TmaDescriptor map_b, \
-        const __grid_constant__ TmaDescriptor map_c, OutT* __restrict__ c, int m, int n, int k,  \
-        EPILOGUE_PARAMS) {                                                                     \
-        const Epilogue e = EPILOGUE_OF(k);                                                     \
-        int8_gemm_wgmma<OutT, true>(&map_a, &map_b, &map_c, c, m, n, k, e);                    \
+    KERNEL void __launch_bounds__(WG_THREADS, 1)                                               \
+        int8_gemm_wgmma_tma_store_##NAME(const __grid_constant__ Int8WgmmaParams<OutT> p) {    \
+        int8_gemm_wgmma<OutT, true>(&p.map_a, &p.map_b, &p.map_c, p.c, p.m, p.n, p.k,          \
+                                    epilogue_of(p.epilogue, p.k));                             \
     }
 WGMMA_TMA_STORE_KERNEL(int, s32)
 WGMMA_TMA_STORE_KERNEL(bf16_t, bf16)

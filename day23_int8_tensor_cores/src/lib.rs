@@ -30,7 +30,10 @@ use half::bf16;
 pub use gemm::{Int8Gemm, Prepared};
 pub use problem::{DeviceOperands, Quant, Shape};
 
-pub const SOURCE: KernelSource = common::kernel_source!("int8_gemm.cu");
+/// The kernels' parameter structs come first, in `int8_gemm_params.cuh`, which `gemm.rs`'s
+/// declarations write.
+pub const SOURCE: KernelSource =
+    common::kernel_source!("int8_gemm.cu" = ["int8_gemm_params.cuh", "int8_gemm.cu"]);
 
 common::versions! {
     /// The versions, in the order the table shows them (cuBLASLt, the ceiling, comes first).

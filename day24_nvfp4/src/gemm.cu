@@ -402,11 +402,15 @@ __device__ __forceinline__ unsigned load_step_scales(const unsigned char* p, boo
 // of alignment. map_a covers A as [1][m][k] bf16 in boxes of 64 k x 256 rows, 128-byte swizzle.
 // C[m][n] = tensor_scale x sum_k A[m][k] W[n][k]; K a multiple of 16; any m, n.
 KERNEL void __launch_bounds__(WG_THREADS, 1)
-    gemm_nvfp4_wgmma_rs(const __grid_constant__ TmaDescriptor map_a,
-                        const unsigned char* __restrict__ packed,
-                        const unsigned char* __restrict__ scales,
-                        const float* __restrict__ tensor_scale, float* __restrict__ c, int m, int n,
-                        int k) {
+    gemm_nvfp4_wgmma_rs(const __grid_constant__ Nvfp4GemmParams params) {
+    // The launch's parameters by name (gemm_params.cuh, written from the launcher's
+    // declaration); the map stays in parameter space, where the TMA reads it.
+    const TmaDescriptor& map_a = params.map_a;
+    const unsigned char* __restrict__ packed = params.packed;
+    const unsigned char* __restrict__ scales = params.scales;
+    const float* __restrict__ tensor_scale = params.tensor_scale;
+    float* __restrict__ c = params.c;
+    const int m = params.m, n = params.n, k = params.k;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* act = reinterpret_cast<unsigned char*>(
         (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);

@@ -9,6 +9,7 @@
 use anyhow::{Result, bail};
 use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::{KernelBuild, Target, first_runnable};
+use common::gpu::params::{DeviceIn, DeviceOut};
 use common::gpu::tma::{KMajorTiles, TmaDescriptor};
 use common::reference::matmul;
 use common::session::Refused;
@@ -42,19 +43,39 @@ common::kernel_args! {
         n: u64,
         k: u64,
     );
-    /// `gemm_nvfp4_wgmma_rs(const __grid_constant__ TmaDescriptor map_a, const unsigned char*
-    /// packed, const unsigned char* scales, const float* tensor_scale, float* c, int m, int n,
-    /// int k)`
-    fn gemm_nvfp4_wgmma_rs(
-        map_a: TmaDescriptor,
-        packed: &CudaSlice<u8>,
-        scales: &CudaSlice<u8>,
-        tensor_scale: &CudaSlice<f32>,
-        c: &mut CudaSlice<f32>,
-        m: i32,
-        n: i32,
-        k: i32,
-    );
+    /// `gemm_nvfp4_wgmma_rs(Nvfp4GemmParams)`.
+    fn gemm_nvfp4_wgmma_rs(params: Nvfp4GemmParams);
+}
+
+common::kernel_params! {
+    /// What one launch of `wgmma_rs` is told: C [m, n] f32 = A [m, k] bf16 times W^T, W [n, k]
+    /// in NVFP4 (codes, an e4m3 scale per 16 and one tensor scale).
+    pub struct Nvfp4GemmParams {
+        /// A as the TMA reads it.
+        pub map_a: TmaDescriptor,
+        /// W's codes (two a byte, rows of k / 2 bytes), its scales (rows of k / 16) and its
+        /// tensor scale (one float).
+        pub packed: DeviceIn<u8>,
+        pub scales: DeviceIn<u8>,
+        pub tensor_scale: DeviceIn<f32>,
+        pub c: DeviceOut<f32>,
+        pub m: i32,
+        pub n: i32,
+        pub k: i32,
+    }
+}
+
+/// The C twin of [`Nvfp4GemmParams`], as `gemm_params.cuh` holds it.
+#[cfg(test)]
+pub(crate) fn params_header() -> String {
+    use common::gpu::params::{c_checks, c_declaration, c_header};
+    c_header(
+        "day24_nvfp4/src/gemm.rs",
+        &[
+            c_declaration::<Nvfp4GemmParams>(),
+            c_checks::<Nvfp4GemmParams>(),
+        ],
+    )
 }
 
 /// `mma_bf16`'s block tile of C (128 x 128) and its threads (8 warps of 64 x 32 outputs).
@@ -287,27 +308,40 @@ impl GemmPlan<'_> {
         // above); W's codes are read in 8-byte blocks (rows of k / 2 bytes, k a multiple of
         // 16) and scales byte by byte unless every row is 4-byte aligned; rows and blocks past
         // n and k are not read and stores are guarded.
-        unsafe {
-            gemm_nvfp4_wgmma_rs(
-                gpu,
-                self.kernel,
-                &self.shape,
-                map_a,
-                packed,
-                scales,
-                ts,
-                c,
-                m,
-                n,
-                k,
-            )
-        }
+        let params = Nvfp4GemmParams {
+            map_a,
+            packed: DeviceIn::of(gpu, packed),
+            scales: DeviceIn::of(gpu, scales),
+            tensor_scale: DeviceIn::of(gpu, ts),
+            c: DeviceOut::of(gpu, c),
+            m,
+            n,
+            k,
+        };
+        // SAFETY: the kernel takes Nvfp4GemmParams (its header is this declaration's); the
+        // lengths are checked above and m, n, k are within i32 (wgmma_launch_shape); the map
+        // covers exactly A, the A given (its address checked above); W's codes are read in
+        // 8-byte blocks (rows of k / 2 bytes, k a multiple of 16) and scales byte by byte
+        // unless every row is 4-byte aligned; rows and blocks past n and k are not read and
+        // stores are guarded. The buffers outlive the launch (borrowed here).
+        unsafe { gemm_nvfp4_wgmma_rs(gpu, self.kernel, &self.shape, params) }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The checked-in `gemm_params.cuh` is what [`Nvfp4GemmParams`] writes.
+    #[test]
+    fn the_kernels_parameter_struct_is_the_launchers() {
+        common::gpu::params::assert_generated(
+            env!("CARGO_MANIFEST_DIR"),
+            "src/gemm_params.cuh",
+            include_str!("gemm_params.cuh"),
+            &params_header(),
+        );
+    }
 
     #[test]
     fn the_ring_fits_an_h100_block() {

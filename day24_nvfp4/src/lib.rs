@@ -37,7 +37,7 @@ pub const QUANTIZE_SOURCE: KernelSource =
 pub const GEMV_SOURCE: KernelSource =
     common::kernel_source!("gemv.cu" = ["nvfp4_format.cuh", "gemv.cu"]);
 pub const GEMM_SOURCE: KernelSource =
-    common::kernel_source!("gemm.cu" = ["nvfp4_format.cuh", "gemm.cu"]);
+    common::kernel_source!("gemm.cu" = ["nvfp4_format.cuh", "gemm_params.cuh", "gemm.cu"]);
 
 /// What the day compiles: its three files, every kernel, for the GPU's own architecture, and
 /// `gemm.cu` for Hopper too (its wgmma version). The loaders compile the same, the compile

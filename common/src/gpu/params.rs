@@ -348,6 +348,15 @@ macro_rules! kernel_params {
             }
         }
 
+        // A struct may be a field of another (one declared before it in the same header).
+        impl $(< $t: $crate::gpu::params::CType >)? $crate::gpu::params::CType
+            for $name $(< $t >)?
+        {
+            fn c_type() -> String {
+                <Self as $crate::gpu::params::KernelParams>::instance()
+            }
+        }
+
         impl $(< $t: $crate::gpu::params::CType >)? $crate::gpu::params::KernelParams
             for $name $(< $t >)?
         {

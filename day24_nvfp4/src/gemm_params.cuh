@@ -1,0 +1,35 @@
+// Generated from the kernel_params! declarations in
+// day24_nvfp4/src/gemm.rs: edit those, then run
+// `DAYS_OF_GPU_WRITE_GENERATED=1 cargo test` to write this file again. A test fails
+// while this file and the declarations differ.
+#pragma once
+#include "hopper.cuh"
+
+// What one launch of `wgmma_rs` is told: C [m, n] f32 = A [m, k] bf16 times W^T, W [n, k]
+// in NVFP4 (codes, an e4m3 scale per 16 and one tensor scale).
+struct Nvfp4GemmParams {
+    // A as the TMA reads it.
+    TmaDescriptor map_a;
+    // W's codes (two a byte, rows of k / 2 bytes), its scales (rows of k / 16) and its
+    // tensor scale (one float).
+    const unsigned char* packed;
+    const unsigned char* scales;
+    const float* tensor_scale;
+    float* c;
+    int m;
+    int n;
+    int k;
+};
+
+static_assert(sizeof(Nvfp4GemmParams) == 192 && alignof(Nvfp4GemmParams) == 64, "Nvfp4GemmParams: 192 bytes, aligned to 64, on the host");
+namespace host_layout_Nvfp4GemmParams {
+using P = Nvfp4GemmParams;
+static_assert(sizeof(P::map_a) == 128 && alignof(decltype(P::map_a)) == 64, "Nvfp4GemmParams::map_a");
+static_assert(sizeof(P::packed) == 8 && alignof(decltype(P::packed)) == 8, "Nvfp4GemmParams::packed");
+static_assert(sizeof(P::scales) == 8 && alignof(decltype(P::scales)) == 8, "Nvfp4GemmParams::scales");
+static_assert(sizeof(P::tensor_scale) == 8 && alignof(decltype(P::tensor_scale)) == 8, "Nvfp4GemmParams::tensor_scale");
+static_assert(sizeof(P::c) == 8 && alignof(decltype(P::c)) == 8, "Nvfp4GemmParams::c");
+static_assert(sizeof(P::m) == 4 && alignof(decltype(P::m)) == 4, "Nvfp4GemmParams::m");
+static_assert(sizeof(P::n) == 4 && alignof(decltype(P::n)) == 4, "Nvfp4GemmParams::n");
+static_assert(sizeof(P::k) == 4 && alignof(decltype(P::k)) == 4, "Nvfp4GemmParams::k");
+}
