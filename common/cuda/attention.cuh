@@ -8,8 +8,7 @@
 // sees every key; when lq > lk the first lq - lk queries see none.
 #pragma once
 
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
+// LOG2E and LN2: common.cuh.
 
 struct Sequence {
     int q0, lq;  // first token and length of the queries

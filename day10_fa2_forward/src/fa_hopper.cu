@@ -133,12 +133,6 @@ template <int D> struct FhLayout {
     static_assert(BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block on sm_90");
 };
 
-__device__ __forceinline__ float exp2_approx(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // A block's work item: query tile `tile` of head `h` of sequence `b`. Items are numbered with
 // the query tile fastest, so the blocks running at once read the K and V of a few heads (which
 // stay in L2). Causal: the tiles of a head are numbered last row first, the longest first.
@@ -386,13 +380,13 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
             // Scores stay unscaled; exp2 takes scale * log2(e) * (s - max) as one FMA. While
             // a row has seen no key, exponentiate against 0: every p is exp2(-inf) = 0.
             const float base = mx == NEG_INF ? 0.0f : mx * scale_log2;
-            alpha[r] = exp2_approx(m[r] * scale_log2 - base);  // 0 while m was -inf
+            alpha[r] = ex2_approx(m[r] * scale_log2 - base);  // 0 while m was -inf
             m[r] = mx;
             float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
             for (int j = 0; j < FH_BN / 8; ++j) {
-                sc[4 * j + 2 * r] = exp2_approx(fmaf(sc[4 * j + 2 * r], scale_log2, -base));
-                sc[4 * j + 2 * r + 1] = exp2_approx(fmaf(sc[4 * j + 2 * r + 1], scale_log2, -base));
+                sc[4 * j + 2 * r] = ex2_approx(fmaf(sc[4 * j + 2 * r], scale_log2, -base));
+                sc[4 * j + 2 * r + 1] = ex2_approx(fmaf(sc[4 * j + 2 * r + 1], scale_log2, -base));
                 sums[j % 4] += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
             }
             const float sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);

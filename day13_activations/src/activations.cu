@@ -122,15 +122,11 @@ struct ErffCdf {
     }
 };
 
-// 2^v and 1/v in one MUFU instruction each. The .ftz forms: without it ptxas wraps MUFU.EX2 in
-// a rescaling for subnormal results (and MUFU.RCP for subnormal inputs), which here only
-// concerns Phi tails under 2^-126 (|x| > 13.2), 0 in every storage type after x * Phi. Error
-// bounds (PTX ISA): ex2.approx 2 ulp (exp2f's, which it implements), rcp.approx 1 ulp.
-__device__ __forceinline__ float ex2_approx_ftz(float v) {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
-    return r;
-}
+// 2^v (common.cuh's ex2_approx) and 1/v in one MUFU instruction each. The .ftz forms: without
+// it ptxas wraps MUFU.EX2 in a rescaling for subnormal results (and MUFU.RCP for subnormal
+// inputs), which here only concerns Phi tails under 2^-126 (|x| > 13.2), 0 in every storage
+// type after x * Phi. Error bounds (PTX ISA): ex2.approx 2 ulp (exp2f's, which it implements),
+// rcp.approx 1 ulp.
 __device__ __forceinline__ float rcp_approx_ftz(float v) {
     float r;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
@@ -187,7 +183,7 @@ struct FastCdf {
         r = fmaf(r, t, CDF_R2);
         r = fmaf(r, t, CDF_R1);
         r = fmaf(r, t, CDF_R0);
-        gauss = ex2_approx_ftz(u * -u);
+        gauss = ex2_approx(u * -u);
         const float q = gauss * r;
         return x >= 0.0f ? 1.0f - q : q;
     }

@@ -58,8 +58,6 @@
 #error "cross_entropy.cu: compile it with the -DCE_ defines of day19's layout table (tile.rs)"
 #endif
 
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
 #define BF16_PER_PACK 8
 
 __device__ __forceinline__ bool is_valid_target(int y, int ignore_index, index_t vocab) {
@@ -592,11 +590,6 @@ static_assert(CLUSTER_BLOCKS * PUSH_THREADS * PUSH_PACKS_PER_THREAD * BF16_PER_P
 __device__ __forceinline__ unsigned bf16x2_max(unsigned a, unsigned b) {
     unsigned r;
     asm("max.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-}
-__device__ __forceinline__ float ex2_approx(float x) {  // 2^x; 2^-inf = 0
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
     return r;
 }
 // The two logits of a 32-bit word of bf16 pairs, exactly (a bf16 is the top half of an f32).

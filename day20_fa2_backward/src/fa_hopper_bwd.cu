@@ -191,12 +191,6 @@ __device__ __forceinline__ float2 bh_ld_f32x2(unsigned address) {
     return v;
 }
 
-__device__ __forceinline__ float bh_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // ---------------------------------------------------------------------------------------------
 // preprocess: D = rowsum(dO * O) and L log2 e, both transposed to [heads][batch][pitch] (a
 // row per head and sequence, pitch = the longest sequence rounded up to 4): a query tile's
@@ -548,7 +542,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
                 const float2 lse2 = bh_ld_f32x2(l2 + 32 * j);
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const float p = bh_exp2(fmaf(sc[4 * j + e], scale_log2, -(e % 2 ? lse2.y : lse2.x)));
+                    const float p = ex2_approx(fmaf(sc[4 * j + e], scale_log2, -(e % 2 ? lse2.y : lse2.x)));
                     const int i = i0 + query0 + 8 * j + 2 * t + e % 2;
                     sc[4 * j + e] = !needs_mask || (i >= seen_from[e / 2] && i < s.lq) ? p : 0.0f;
                 }
