@@ -178,6 +178,12 @@ __device__ __forceinline__ void fence_proxy_async_global() {
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
+// Named barrier ids (bar.sync takes 0-15; 0 is __syncthreads, left to it). Consumer warpgroup c
+// of a warp-specialised kernel has its own, consumer_barrier(c), for its epilogue or its turn
+// in a ping-pong; all the consumers together meet at ALL_CONSUMERS_BARRIER.
+__device__ __forceinline__ constexpr int consumer_barrier(int consumer) { return 1 + consumer; }
+constexpr int ALL_CONSUMERS_BARRIER = 15;
+
 // A named barrier (ids 1..15; 0 is __syncthreads) for `threads` threads, a multiple of 32:
 // synchronises some warpgroups of a block without the others.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {

@@ -240,10 +240,10 @@ __device__ __forceinline__ void sgemm_vec4(const float* A, const float* B, float
 
 // ---------------------------------------------------------------------------------------------
 // quote: transposed_a
-// The shared tiles of transposed_a and later: A transposed (As[l][row]) so a thread's 8 values of A at
-// step l are consecutive words, read as two float4. Each row of As is padded by 4 words: the
-// transposing stores of a warp (16 rows x 2 column groups) then fall in 32 different banks
-// instead of 2 to a bank.
+// The shared tiles of transposed_a and later: A transposed (As[l][row]) so a thread's 8
+// values of A at step l are consecutive words, read as two float4. Each row of As is padded by
+// 4 words: the transposing stores of a warp (16 rows x 2 column groups) then fall in 32
+// different banks instead of 2 to a bank.
 template <int BM, int BN, int BK>
 struct Tiles {
     float As[BK][BM + 4];
@@ -261,8 +261,8 @@ __device__ __forceinline__ void store_a_transposed(Tiles<BM, BN, BK>& t, int r, 
 // end quote: transposed_a
 
 // quote: multiply_8x8
-// The 8 x 8 inner product of transposed_a and double_buffer on one pair of tiles: at each l, two float4 of A and two
-// of B, 64 FMAs.
+// The 8 x 8 inner product of transposed_a and double_buffer on one pair of tiles: at each l,
+// two float4 of A and two of B, 64 FMAs.
 template <int BM, int BN, int BK>
 __device__ __forceinline__ void multiply_8x8(const Tiles<BM, BN, BK>& t, int trow, int tcol,
                                              float (&acc)[8][8]) {

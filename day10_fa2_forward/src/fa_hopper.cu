@@ -424,9 +424,11 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
     // exponentials together. Every consumer takes the same number of turns (the block's
     // items and tiles), so the cycle never waits on one that has left.
     // quote: fh_turns
-    auto take_turn = [&]() { named_barrier_sync(1 + consumer, 256); };
-    auto pass_turn = [&]() { named_barrier_arrive(1 + (consumer + 1) % C::CONSUMERS, 256); };
-    if (consumer == 0) named_barrier_arrive(1, 256);  // the first turn is consumer 0's
+    auto take_turn = [&]() { named_barrier_sync(consumer_barrier(consumer), 256); };
+    auto pass_turn = [&]() {
+        named_barrier_arrive(consumer_barrier((consumer + 1) % C::CONSUMERS), 256);
+    };
+    if (consumer == 0) named_barrier_arrive(consumer_barrier(0), 256);  // consumer 0 goes first
     // end quote: fh_turns
 
     // The item in hand: its Q stage and key tiles, and where its rows go (this thread's two

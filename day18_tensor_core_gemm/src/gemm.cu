@@ -508,7 +508,7 @@ __device__ __forceinline__ void store_tile_by_tma(const float (&d)[BN / 2],
     static_assert(BN % WG_OUT_COLS == 0, "a tile is whole chunks of 64 columns");
     const bool leader = threadIdx.x % 128 == 0;
     const int lane = threadIdx.x % 32, r = ((threadIdx.x / 32) % 4) * 16 + lane / 4;
-    const int barrier = 1 + consumer;  // named barrier of this warpgroup (0 is __syncthreads)
+    const int barrier = consumer_barrier(consumer);  // this warpgroup's alone
     // beta = 1: C += alpha acc is the TMA's reduce-add, done in L2 as the chunk leaves, so C
     // never crosses into the SM and nobody waits for it (the sum is rounded twice: alpha acc
     // to TOut, then C + that, as cuBLAS's bf16 kernels do).
@@ -603,7 +603,7 @@ __device__ __forceinline__ void store_tile_over_c(const float (&d)[WG_BN / 2],
     constexpr int GROUPS = WG_OUT_COLS / 8;  // 8-column accumulator groups per chunk
     const bool leader = threadIdx.x % 128 == 0;
     const int lane = threadIdx.x % 32;
-    const int barrier = 1 + consumer;  // named barrier of this warpgroup (0 is __syncthreads)
+    const int barrier = consumer_barrier(consumer);  // this warpgroup's alone
     if (e.beta != 0.0f) {
         mbarrier_wait(c_full, parity);
     } else {

@@ -79,9 +79,6 @@
 constexpr int BH_BOX = 64;      // head-dim elements of one 128-byte swizzle row
 constexpr int BH_DQ_BOX = 32;   // f32 columns of one 128-byte swizzle row of the dQ tile
 constexpr int BH_THREADS = 128 * (1 + BH_CONSUMERS);  // producer + consumer warpgroups
-// The named barrier (0 is __syncthreads) where the consumers meet once per step: every half
-// of dS^T (and, split, of P^T) is in shared memory before any consumer's product reads it.
-constexpr int BH_BAR_CONSUMERS = 1;
 static_assert(BH_CONSUMERS == 2,
               "two consumer warpgroups: dQ's split (a half of the head dim or of the queries "
               "each) and the split head dim's (half the queries, then half the columns) assume "
@@ -604,7 +601,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
                     wgmma_m64k16_rs<D, T, 1>(dv_acc, pa[kk], bh_desc(b16, do_at + kk * 2048, BM * 128), 1);
                 wgmma_commit();
 
-                named_barrier_sync(BH_BAR_CONSUMERS, 128 * BH_CONSUMERS);  // all of dS^T written
+                named_barrier_sync(ALL_CONSUMERS_BARRIER, 128 * BH_CONSUMERS);  // all of dS^T written
 
                 // dQ = dS K over the block's keys. Head dim 128: this consumer's 64 columns (K
                 // box wg) of all 64 queries; head dim 64: all 64 columns of its 64 queries (dS
@@ -631,7 +628,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
                 wgmma_fence_operands(dq);
                 // end quote: consumer_products
             } else {
-                named_barrier_sync(BH_BAR_CONSUMERS, 128 * BH_CONSUMERS);  // P^T, dS^T written
+                named_barrier_sync(ALL_CONSUMERS_BARRIER, 128 * BH_CONSUMERS);  // P^T, dS^T written
 
                 // dV += P^T dO and dK += dS^T Q over this consumer's DW columns: A is P^T or
                 // dS^T (K-major: queries along memory, k16 steps 32 bytes along a row), B is

@@ -379,7 +379,7 @@ __device__ __forceinline__ void store_tile_by_tma(const int (&d)[128], unsigned 
     static_assert(CHUNKS % 2 == 0, "the buffers alternate across tiles too");
     const bool leader = threadIdx.x % 128 == 0;
     const int lane = threadIdx.x % 32, r = ((threadIdx.x / 32) % 4) * 16 + lane / 4;
-    const int barrier = 1 + consumer;  // named barrier of this warpgroup (0 is __syncthreads)
+    const int barrier = consumer_barrier(consumer);  // this warpgroup's alone
     // quote: tma_store_chunks
 #pragma unroll
     for (int q = 0; q < CHUNKS; ++q) {
