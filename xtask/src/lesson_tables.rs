@@ -174,8 +174,11 @@ fn parse_notes_block(block: &str) -> Result<NotesRun> {
                 } else {
                     problem.rows.push(cells);
                 }
-            } else if let Some((version, _)) = line.split_once(": not run (") {
-                problem.refused.push(version.to_string());
+            } else if let Some(refused) = line.strip_prefix("Not run: `") {
+                // "Not run: `version` (why).", as the report writes it under a table.
+                if let Some((version, _)) = refused.split_once('`') {
+                    problem.refused.push(version.to_string());
+                }
             }
         }
     }
@@ -318,7 +321,8 @@ runs; \"% copy\" is against a copy (3008 GB/s). Every GPU test passed in the sam
 | kernel | launch | regs | median ms | min ms | GB/s | % copy | vs warp | max abs err | check |
 |---|---|---|---|---|---|---|---|---|---|
 | warp | 8 x 256 | 25 | 0.0100 | 0.0090 | 400 | 13.0% | 1.00x | 3.2e-3 | ok |
-rows: not run (n must be a multiple of 4)
+
+Not run: `rows` (n must be a multiple of 4).
 
 **transpose, 8192 x 8192, f32**
 
