@@ -33,21 +33,4 @@ struct FaHopperParams {
 };
 
 static_assert(sizeof(FaHopperParams<bf16_t>) == 448 && alignof(FaHopperParams<bf16_t>) == 64, "FaHopperParams<bf16_t>: 448 bytes, aligned to 64, on the host");
-namespace host_layout_FaHopperParams {
-using P = FaHopperParams<bf16_t>;
-static_assert(sizeof(P::map_q) == 128 && alignof(decltype(P::map_q)) == 64, "FaHopperParams::map_q");
-static_assert(sizeof(P::map_k) == 128 && alignof(decltype(P::map_k)) == 64, "FaHopperParams::map_k");
-static_assert(sizeof(P::map_v) == 128 && alignof(decltype(P::map_v)) == 64, "FaHopperParams::map_v");
-static_assert(sizeof(P::o) == 8 && alignof(decltype(P::o)) == 8, "FaHopperParams::o");
-static_assert(sizeof(P::lse) == 8 && alignof(decltype(P::lse)) == 8, "FaHopperParams::lse");
-static_assert(sizeof(P::cu_q) == 8 && alignof(decltype(P::cu_q)) == 8, "FaHopperParams::cu_q");
-static_assert(sizeof(P::cu_k) == 8 && alignof(decltype(P::cu_k)) == 8, "FaHopperParams::cu_k");
-static_assert(sizeof(P::heads) == 4 && alignof(decltype(P::heads)) == 4, "FaHopperParams::heads");
-static_assert(sizeof(P::kv_heads) == 4 && alignof(decltype(P::kv_heads)) == 4, "FaHopperParams::kv_heads");
-static_assert(sizeof(P::scale_log2) == 4 && alignof(decltype(P::scale_log2)) == 4, "FaHopperParams::scale_log2");
-static_assert(sizeof(P::causal) == 4 && alignof(decltype(P::causal)) == 4, "FaHopperParams::causal");
-static_assert(sizeof(P::q_tiles) == 4 && alignof(decltype(P::q_tiles)) == 4, "FaHopperParams::q_tiles");
-static_assert(sizeof(P::items) == 4 && alignof(decltype(P::items)) == 4, "FaHopperParams::items");
-static_assert(sizeof(P::tickets) == 8 && alignof(decltype(P::tickets)) == 8, "FaHopperParams::tickets");
-}
 static_assert(sizeof(FaHopperParams<f16_t>) == 448 && alignof(FaHopperParams<f16_t>) == 64, "FaHopperParams<f16_t>: 448 bytes, aligned to 64, on the host");

@@ -43,26 +43,4 @@ struct FaHopperBwdParams {
 };
 
 static_assert(sizeof(FaHopperBwdParams<bf16_t>) == 1024 && alignof(FaHopperBwdParams<bf16_t>) == 64, "FaHopperBwdParams<bf16_t>: 1024 bytes, aligned to 64, on the host");
-namespace host_layout_FaHopperBwdParams {
-using P = FaHopperBwdParams<bf16_t>;
-static_assert(sizeof(P::map_q) == 128 && alignof(decltype(P::map_q)) == 64, "FaHopperBwdParams::map_q");
-static_assert(sizeof(P::map_k) == 128 && alignof(decltype(P::map_k)) == 64, "FaHopperBwdParams::map_k");
-static_assert(sizeof(P::map_v) == 128 && alignof(decltype(P::map_v)) == 64, "FaHopperBwdParams::map_v");
-static_assert(sizeof(P::map_do) == 128 && alignof(decltype(P::map_do)) == 64, "FaHopperBwdParams::map_do");
-static_assert(sizeof(P::map_lse2) == 128 && alignof(decltype(P::map_lse2)) == 64, "FaHopperBwdParams::map_lse2");
-static_assert(sizeof(P::map_delta) == 128 && alignof(decltype(P::map_delta)) == 64, "FaHopperBwdParams::map_delta");
-static_assert(sizeof(P::map_dq) == 128 && alignof(decltype(P::map_dq)) == 64, "FaHopperBwdParams::map_dq");
-static_assert(sizeof(P::dk) == 8 && alignof(decltype(P::dk)) == 8, "FaHopperBwdParams::dk");
-static_assert(sizeof(P::dv) == 8 && alignof(decltype(P::dv)) == 8, "FaHopperBwdParams::dv");
-static_assert(sizeof(P::semaphores) == 8 && alignof(decltype(P::semaphores)) == 8, "FaHopperBwdParams::semaphores");
-static_assert(sizeof(P::ordered) == 4 && alignof(decltype(P::ordered)) == 4, "FaHopperBwdParams::ordered");
-static_assert(sizeof(P::cu_q) == 8 && alignof(decltype(P::cu_q)) == 8, "FaHopperBwdParams::cu_q");
-static_assert(sizeof(P::cu_k) == 8 && alignof(decltype(P::cu_k)) == 8, "FaHopperBwdParams::cu_k");
-static_assert(sizeof(P::heads) == 4 && alignof(decltype(P::heads)) == 4, "FaHopperBwdParams::heads");
-static_assert(sizeof(P::kv_heads) == 4 && alignof(decltype(P::kv_heads)) == 4, "FaHopperBwdParams::kv_heads");
-static_assert(sizeof(P::scale) == 4 && alignof(decltype(P::scale)) == 4, "FaHopperBwdParams::scale");
-static_assert(sizeof(P::causal) == 4 && alignof(decltype(P::causal)) == 4, "FaHopperBwdParams::causal");
-static_assert(sizeof(P::q_tiles) == 4 && alignof(decltype(P::q_tiles)) == 4, "FaHopperBwdParams::q_tiles");
-static_assert(sizeof(P::head_section) == 4 && alignof(decltype(P::head_section)) == 4, "FaHopperBwdParams::head_section");
-}
 static_assert(sizeof(FaHopperBwdParams<f16_t>) == 1024 && alignof(FaHopperBwdParams<f16_t>) == 64, "FaHopperBwdParams<f16_t>: 1024 bytes, aligned to 64, on the host");

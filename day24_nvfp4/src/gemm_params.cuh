@@ -22,14 +22,3 @@ struct Nvfp4GemmParams {
 };
 
 static_assert(sizeof(Nvfp4GemmParams) == 192 && alignof(Nvfp4GemmParams) == 64, "Nvfp4GemmParams: 192 bytes, aligned to 64, on the host");
-namespace host_layout_Nvfp4GemmParams {
-using P = Nvfp4GemmParams;
-static_assert(sizeof(P::map_a) == 128 && alignof(decltype(P::map_a)) == 64, "Nvfp4GemmParams::map_a");
-static_assert(sizeof(P::packed) == 8 && alignof(decltype(P::packed)) == 8, "Nvfp4GemmParams::packed");
-static_assert(sizeof(P::scales) == 8 && alignof(decltype(P::scales)) == 8, "Nvfp4GemmParams::scales");
-static_assert(sizeof(P::tensor_scale) == 8 && alignof(decltype(P::tensor_scale)) == 8, "Nvfp4GemmParams::tensor_scale");
-static_assert(sizeof(P::c) == 8 && alignof(decltype(P::c)) == 8, "Nvfp4GemmParams::c");
-static_assert(sizeof(P::m) == 4 && alignof(decltype(P::m)) == 4, "Nvfp4GemmParams::m");
-static_assert(sizeof(P::n) == 4 && alignof(decltype(P::n)) == 4, "Nvfp4GemmParams::n");
-static_assert(sizeof(P::k) == 4 && alignof(decltype(P::k)) == 4, "Nvfp4GemmParams::k");
-}
