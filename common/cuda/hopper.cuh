@@ -178,6 +178,24 @@ __device__ __forceinline__ void fence_proxy_async_global() {
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
+// Where a thread is in a ring of N shared-memory stages, each guarded by a full and an empty
+// mbarrier: the stage to use next, and the parity of that stage's current phase (it flips each
+// time the ring wraps). A consumer waits on full[stage()] for phase(); a producer waits on
+// empty[stage()] for phase() ^ 1, so its first pass over a fresh ring waits for nothing.
+// Producer and consumers walk the same stages, so each keeps its own and they agree.
+template <int N> struct PipelineState {
+    int index = 0;
+    unsigned parity = 0;
+    __device__ __forceinline__ int stage() const { return index; }
+    __device__ __forceinline__ unsigned phase() const { return parity; }
+    __device__ __forceinline__ void advance() {
+        if (++index == N) {
+            index = 0;
+            parity ^= 1;
+        }
+    }
+};
+
 // Named barrier ids (bar.sync takes 0-15; 0 is __syncthreads, left to it). Consumer warpgroup c
 // of a warp-specialised kernel has its own, consumer_barrier(c), for its epilogue or its turn
 // in a ping-pong; all the consumers together meet at ALL_CONSUMERS_BARRIER.

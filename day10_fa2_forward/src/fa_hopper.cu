@@ -144,17 +144,6 @@ __device__ __forceinline__ WorkItem work_item(int w, int q_tiles, int heads, int
     return {causal ? q_tiles - 1 - in_head : in_head, hb % heads, hb / heads};
 }
 
-// A position in a ring of N stages (K/V tiles, or Q tiles): which stage, and the parity of the
-// phase it is in, from one count of the tiles passed (one register: the producer has 24).
-// Producer and consumers walk the same tiles of the same items, so each counts its own and
-// they agree.
-template <int N> struct Ring {
-    unsigned count = 0;
-    __device__ __forceinline__ int stage() const { return count % N; }
-    __device__ __forceinline__ unsigned phase() const { return (count / N) & 1; }
-    __device__ __forceinline__ void advance() { ++count; }
-};
-
 // quote: fh_item
 // A work item as the producer hands it to the consumers: the first query row of the tile, the
 // head and the sequence (i0 < 0: no more work). One slot per Q stage, read by one thread of
@@ -245,8 +234,8 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
         const auto bar = [&](int index) { return smem + L::BARRIER_OFFSET + 8 * index; };
         const int Q_FULL = 0, Q_EMPTY = Q_STAGES, K_FULL = 2 * Q_STAGES,
                   V_FULL = K_FULL + STAGES, K_EMPTY = V_FULL + STAGES, V_EMPTY = K_EMPTY + STAGES;
-        Ring<STAGES> ring;
-        Ring<Q_STAGES> q_ring;
+        PipelineState<STAGES> ring;
+        PipelineState<Q_STAGES> q_ring;
         // quote: fh_producer_item
         // The ticket after this item's is drawn an item ahead: the counter's answer (a round
         // trip to L2 that every block contends for) arrives under this item's loads.
@@ -434,8 +423,8 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
     // The item in hand: its Q stage and key tiles, and where its rows go (this thread's two
     // rows are row0 and row0 + 8 of the accumulator layout; `token0` is row0's index into
     // O / D, `rows_left` how many of the sequence's rows remain from row0).
-    Ring<STAGES> ring, before;  // the stage of the next S, and of the tile whose P V is pending
-    Ring<Q_STAGES> q_ring;
+    PipelineState<STAGES> ring, before;  // the stage of the next S, and of the tile whose P V is pending
+    PipelineState<Q_STAGES> q_ring;
     int q_stage = 0, tiles = 0, rows_left = 0;
     index_t token0 = 0;
     // quote: fh_take_item

@@ -743,12 +743,12 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
         // quote: wgmma_producer
         warpgroup_registers_release<GEMM_WG_PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) {
-            int stage = 0;
-            unsigned phase = 0;
+            PipelineState<STAGES> ring;
             for (int t = first; t < tiles; t += stride) {
                 const TilePlace p = tile_place<CLUSTER>(t, tiles_m, tiles_n, rank);
                 for (int step = 0; step < steps; ++step) {
-                    mbarrier_wait(&empty[stage], phase ^ 1);
+                    const int stage = ring.stage();
+                    mbarrier_wait(&empty[stage], ring.phase() ^ 1);
                     // Boxes past m, n or k arrive zero-filled and still count whole.
                     mbarrier_arrive_expect_tx(&full[stage], WG_A_TILE + B_TILE);
                     tma_load_operand<TIn, A_MN, WG_BM>(sa + stage * WG_A_TILE, map_a,
@@ -765,10 +765,7 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                                               p.tn * BN + rank * HALF, p.z,
                                               (unsigned short)((1u << CLUSTER) - 1));
                     }
-                    if (++stage == STAGES) {
-                        stage = 0;
-                        phase ^= 1;
-                    }
+                    ring.advance();
                 }
             }
         }
@@ -786,8 +783,7 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                 for (unsigned cta = 0; cta < CLUSTER; ++cta) mbarrier_arrive_cluster(&empty[s], cta);
             }
         };
-        int stage = 0;
-        unsigned phase = 0;
+        PipelineState<STAGES> ring;
         float d[BN / 2];
         unsigned chunks_staged = 0;  // TMA_STORE: chunks this consumer staged so far
         // PREFETCH_C: this consumer's slice of the staging, whether C is loaded into it at
@@ -807,7 +803,8 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
             int previous = -1;  // the stage whose wgmma may still be running (IN_FLIGHT)
             for (int step = 0; step < steps; ++step) {
                 // quote: wgmma_issue
-                mbarrier_wait(&full[stage], phase);
+                const int stage = ring.stage();
+                mbarrier_wait(&full[stage], ring.phase());
                 const unsigned char* ta = sa + stage * WG_A_TILE + consumer * 64 * WG_BK_BYTES;
                 const unsigned char* tb = sb + stage * B_TILE;
                 wgmma_fence();
@@ -835,10 +832,7 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                 const int done = IN_FLIGHT ? previous : stage;
                 if (done >= 0) release(done);
                 previous = stage;
-                if (++stage == STAGES) {
-                    stage = 0;
-                    phase ^= 1;
-                }
+                ring.advance();
                 // end quote: wgmma_release
             }
             // quote: wgmma_drain

@@ -232,19 +232,6 @@ BH_PREPROCESS(f16_t, f16)
 // ---------------------------------------------------------------------------------------------
 // The main kernel. grid(ceil(max lk / keys per block), kv_heads, batch), block(BH_THREADS).
 
-// A position in the query-tile ring (stage, and the parity of its phase); producer and
-// consumers walk the same tiles and count their own.
-template <int STAGES> struct BhRing {
-    int stage = 0;
-    unsigned phase = 0;
-    __device__ __forceinline__ void advance() {
-        if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1;
-        }
-    }
-};
-
 // The query tiles key tile j0 contributes to: from the first query that sees key j0 (causal)
 // to the end of the sequence. A key tile n visits a prefix of the tiles key tile n + 1 visits,
 // so every query tile's contributors are key tiles 0 .. some n (the deterministic order).
@@ -429,12 +416,12 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
         }
         // quote: producer
         constexpr unsigned STAGE_BYTES = 2 * L::Q_ELEMS * sizeof(T) + 2 * BM * sizeof(float);
-        BhRing<STAGES> ring;
+        PipelineState<STAGES> ring;
         for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
             for (int i = m_first; i < m_end; ++i) {
                 const int m = bh_walk(i, rotation, m_first, m_end);
-                const int st = ring.stage, row0 = s.q0 + m * BM;
-                mbarrier_wait(&q_empty[st], ring.phase ^ 1);
+                const int st = ring.stage(), row0 = s.q0 + m * BM;
+                mbarrier_wait(&q_empty[st], ring.phase() ^ 1);
                 mbarrier_arrive_expect_tx(&q_full[st], STAGE_BYTES);
                 // Rolled: unrolled, the producer's 24 registers spill the boxes' addresses.
 #pragma unroll 1
@@ -494,15 +481,15 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
     const int wg_rows = key_row0 * 128;  // its key rows of 128 bytes into each K or V box
 
     mbarrier_wait(kv_full, 0);
-    BhRing<STAGES> ring;
+    PipelineState<STAGES> ring;
     unsigned dq_phase = 0;
     int ds_stage = 0;
     for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
         for (int i = m_first; i < m_end; ++i) {
             const int m = bh_walk(i, rotation, m_first, m_end);
-            const int st = ring.stage, i0 = m * BM;
+            const int st = ring.stage(), i0 = m * BM;
             float sc[QW / 2], dp[QW / 2];
-            mbarrier_wait(&q_full[st], ring.phase);
+            mbarrier_wait(&q_full[st], ring.phase());
 
             // S^T = K Q^T and dP^T = V dO^T over the head dim: k16 steps 32 bytes apart
             // inside a 64-wide box, the boxes BN (keys) or BM (queries) rows of 128 bytes apart.

@@ -442,24 +442,21 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
     if (warpgroup == 0) {
         warpgroup_registers_release<INT8_WG_PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) {
-            int stage = 0;
-            unsigned phase = 0;
+            PipelineState<WG_STAGES> ring;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
                 int tm, tn;
                 tile_coords(t, tiles_m, tiles_n, tm, tn);
                 // quote: wgmma_producer
                 for (int step = 0; step < steps; ++step) {
-                    mbarrier_wait(&empty[stage], phase ^ 1);
+                    const int stage = ring.stage();
+                    mbarrier_wait(&empty[stage], ring.phase() ^ 1);
                     // Boxes past m, n or k arrive zero-filled and still count whole.
                     mbarrier_arrive_expect_tx(&full[stage], WG_A_TILE + WG_B_TILE);
                     tma_load_3d(sa + stage * WG_A_TILE, map_a, &full[stage], step * WG_BK,
                                 tm * WG_BM, 0);
                     tma_load_3d(sb + stage * WG_B_TILE, map_b, &full[stage], step * WG_BK,
                                 tn * WG_BN, 0);
-                    if (++stage == WG_STAGES) {
-                        stage = 0;
-                        phase ^= 1;
-                    }
+                    ring.advance();
                 }
                 // end quote: wgmma_producer
             }
@@ -468,8 +465,7 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
         warpgroup_registers_claim<INT8_WG_CONSUMER_REGISTERS>();
         const int consumer = warpgroup - 1;
         const int lane = threadIdx.x % 32, warp_in_group = (threadIdx.x / 32) % 4;
-        int stage = 0;
-        unsigned phase = 0;
+        PipelineState<WG_STAGES> ring;
         int d[128];
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             int tm, tn;
@@ -477,7 +473,8 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
             // quote: wgmma_consumer
             int previous = -1;  // the stage whose wgmma may still be running
             for (int step = 0; step < steps; ++step) {
-                mbarrier_wait(&full[stage], phase);
+                const int stage = ring.stage();
+                mbarrier_wait(&full[stage], ring.phase());
                 const signed char* ta = sa + stage * WG_A_TILE + consumer * 64 * WG_BK;
                 const signed char* tb = sb + stage * WG_B_TILE;
                 wgmma_fence();
@@ -495,10 +492,7 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
                 fence_accumulators(d);
                 if (previous >= 0 && threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
                 previous = stage;
-                if (++stage == WG_STAGES) {
-                    stage = 0;
-                    phase ^= 1;
-                }
+                ring.advance();
             }
             // end quote: wgmma_consumer
             wgmma_wait<0>();
