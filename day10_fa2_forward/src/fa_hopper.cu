@@ -234,8 +234,8 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
         const auto bar = [&](int index) { return smem + L::BARRIER_OFFSET + 8 * index; };
         const int Q_FULL = 0, Q_EMPTY = Q_STAGES, K_FULL = 2 * Q_STAGES,
                   V_FULL = K_FULL + STAGES, K_EMPTY = V_FULL + STAGES, V_EMPTY = K_EMPTY + STAGES;
-        PipelineState<STAGES> ring;
-        PipelineState<Q_STAGES> q_ring;
+        PipelineCount<STAGES> ring;
+        PipelineCount<Q_STAGES> q_ring;
         // quote: fh_producer_item
         // The ticket after this item's is drawn an item ahead: the counter's answer (a round
         // trip to L2 that every block contends for) arrives under this item's loads.
@@ -423,8 +423,8 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
     // The item in hand: its Q stage and key tiles, and where its rows go (this thread's two
     // rows are row0 and row0 + 8 of the accumulator layout; `token0` is row0's index into
     // O / D, `rows_left` how many of the sequence's rows remain from row0).
-    PipelineState<STAGES> ring, before;  // the stage of the next S, and of the tile whose P V is pending
-    PipelineState<Q_STAGES> q_ring;
+    PipelineCount<STAGES> ring, before;  // the stage of the next S, and of the tile whose P V is pending
+    PipelineCount<Q_STAGES> q_ring;
     int q_stage = 0, tiles = 0, rows_left = 0;
     index_t token0 = 0;
     // quote: fh_take_item
