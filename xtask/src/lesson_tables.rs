@@ -18,7 +18,10 @@ use anyhow::{Context, Result, bail};
 use comfy_table::presets::ASCII_MARKDOWN;
 use comfy_table::{Cell, CellAlignment, Table};
 
-use crate::readme::{NOTES, RESULTS_BEGIN, RESULTS_END, day_folders, rewrite_between};
+use crate::readme::{
+    FASTER_PEERS_OPENS, NOT_RUN_OPENS, NOTES, RESULTS_BEGIN, RESULTS_END, STAMP_OPENS,
+    TESTS_NOT_RUN, TESTS_PASSED, day_folders, rewrite_between,
+};
 
 /// The line by which a lesson names the problems its tables show.
 pub const LESSON_PROBLEMS: &str = "<!-- lesson problems:";
@@ -126,14 +129,14 @@ struct NotesRun {
 fn parse_notes_block(block: &str) -> Result<NotesRun> {
     let mut paragraphs = block.split("\n\n").map(str::trim).filter(|p| !p.is_empty());
     let stamp = paragraphs
-        .find(|p| p.starts_with("Measured on"))
+        .find(|p| p.starts_with(STAMP_OPENS))
         .context("the notes' results block has no `Measured on` paragraph")?
         .replace('\n', " ");
     let commit_end = stamp
         .find("commit `")
         .and_then(|i| stamp[i + 8..].find("`.").map(|j| i + 8 + j + 2))
         .context("the notes' stamp names no commit")?;
-    let tests_start = ["Every GPU test", "The day's GPU tests"]
+    let tests_start = [TESTS_PASSED, TESTS_NOT_RUN]
         .iter()
         .filter_map(|s| stamp.find(s))
         .min()
@@ -142,7 +145,7 @@ fn parse_notes_block(block: &str) -> Result<NotesRun> {
     for line in block.lines() {
         let line = line.trim_end();
         if let Some(heading) = bold(line) {
-            if heading.starts_with("Faster than our best version") {
+            if heading.starts_with(FASTER_PEERS_OPENS) {
                 let problem = problems
                     .last_mut()
                     .context("a peers line before any problem")?;
@@ -174,7 +177,7 @@ fn parse_notes_block(block: &str) -> Result<NotesRun> {
                 } else {
                     problem.rows.push(cells);
                 }
-            } else if let Some(refused) = line.strip_prefix("Not run: `") {
+            } else if let Some(refused) = line.strip_prefix(NOT_RUN_OPENS) {
                 // "Not run: `version` (why).", as the report writes it under a table.
                 if let Some((version, _)) = refused.split_once('`') {
                     problem.refused.push(version.to_string());
@@ -255,11 +258,17 @@ pub fn lesson_block(notes_block: &str, lesson: &str) -> Result<String> {
     Ok(out)
 }
 
-/// The text between the results markers of `text`, or None where it has none.
-pub fn between_markers(text: &str) -> Option<&str> {
+/// The byte range between the results markers of `text` (where the report writes a run's
+/// stamp and tables), or None where it has none.
+pub fn results_range(text: &str) -> Option<std::ops::Range<usize>> {
     let begin = text.find(RESULTS_BEGIN)? + RESULTS_BEGIN.len();
     let end = text[begin..].find(RESULTS_END)? + begin;
-    Some(&text[begin..end])
+    Some(begin..end)
+}
+
+/// The text between the results markers of `text`, or None where it has none.
+pub fn between_markers(text: &str) -> Option<&str> {
+    results_range(text).map(|r| &text[r])
 }
 
 /// The results block `lesson` should have by its notes (`notes`, the text of its `NOTES.md`):

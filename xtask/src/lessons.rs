@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use regex::Regex;
 
 use crate::docs::Finding;
-use crate::readme::{NOTES, RESULTS_BEGIN, RESULTS_END};
+use crate::docs::LineIndex;
+use crate::lesson_tables::results_range;
+use crate::readme::NOTES;
 
 /// Every commit a converted day's lesson names outside its results block. `tracked` are the
 /// tracked files relative to `root`; `text_of` reads one.
@@ -38,7 +40,7 @@ pub fn check(tracked: &[PathBuf], text_of: impl Fn(&Path) -> Option<String>) -> 
 /// Commits the lesson names outside its results block.
 fn commits_outside_the_stamp(lesson: &Path, text: &str) -> Vec<Finding> {
     let commit = Regex::new(r"`([0-9a-f]{7,40})`").expect("a valid pattern");
-    let stamp = results_block(text);
+    let stamp = results_range(text);
     let mut findings = Vec::new();
     for m in commit.captures_iter(text) {
         let hash = m.get(1).expect("group 1 always takes part");
@@ -49,7 +51,7 @@ fn commits_outside_the_stamp(lesson: &Path, text: &str) -> Vec<Finding> {
         }
         findings.push(Finding {
             file: lesson.to_path_buf(),
-            line: line_of(text, hash.start()),
+            line: LineIndex::new(text).line_of(hash.start()),
             message: format!(
                 "commit `{}` in a lesson: the lesson names only its results table's run; \
                      the history goes to {NOTES}",
@@ -63,7 +65,7 @@ fn commits_outside_the_stamp(lesson: &Path, text: &str) -> Vec<Finding> {
 /// A lesson whose results block is not what its notes' run gives (`crate::lesson_tables`).
 fn short_tables_not_from_the_notes(lesson: &Path, text: &str, notes: &str) -> Option<Finding> {
     let expected = crate::lesson_tables::expected(text, notes)?;
-    let line = results_block(text).map_or(1, |r| line_of(text, r.start));
+    let line = results_range(text).map_or(1, |r| LineIndex::new(text).line_of(r.start));
     let message = match expected {
         Ok(block) => {
             let actual = crate::lesson_tables::between_markers(text).unwrap_or("");
@@ -90,7 +92,7 @@ fn short_tables_not_from_the_notes(lesson: &Path, text: &str, notes: &str) -> Op
 fn measured_figures_not_in_the_run(lesson: &Path, text: &str, notes: &str) -> Vec<Finding> {
     let figure = Regex::new(r"(?:^|[^\d.])(\d+\.\d+) ?(?:TFLOP/s|GB/s|TB/s|TOPS|ms|us|x|%)")
         .expect("a valid pattern");
-    let stamp = results_block(text).unwrap_or(0..0);
+    let stamp = results_range(text).unwrap_or(0..0);
     let run = format!("{}\n{notes}", &text[stamp.clone()]);
     let mut findings = Vec::new();
     for sentence in prose_sentences(text) {
@@ -106,7 +108,7 @@ fn measured_figures_not_in_the_run(lesson: &Path, text: &str, notes: &str) -> Ve
             }
             findings.push(Finding {
                 file: lesson.to_path_buf(),
-                line: line_of(text, sentence.start + number.start()),
+                line: LineIndex::new(text).line_of(sentence.start + number.start()),
                 message: format!(
                     "{} is said to be measured but is in neither the results block nor {NOTES}: \
                      quote the run's figure, or move the working to the notes",
@@ -155,10 +157,6 @@ fn prose_sentences(text: &str) -> Vec<std::ops::Range<usize>> {
     sentences
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset].matches('\n').count() + 1
-}
-
 /// The `README.md` of a day folder.
 fn is_day_lesson(path: &Path) -> bool {
     let mut parts = path.components();
@@ -167,13 +165,6 @@ fn is_day_lesson(path: &Path) -> bool {
     folder.is_some_and(|f| f.starts_with("day") && f.contains('_'))
         && file == Some("README.md")
         && parts.next().is_none()
-}
-
-/// The byte range between the results markers, where the report writes the run's stamp.
-fn results_block(text: &str) -> Option<std::ops::Range<usize>> {
-    let begin = text.find(RESULTS_BEGIN)?;
-    let end = text[begin..].find(RESULTS_END)? + begin;
-    Some(begin..end)
 }
 
 #[cfg(test)]

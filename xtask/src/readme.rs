@@ -287,7 +287,7 @@ fn tests_line(results: &RunResults, day: &str) -> String {
         .filter(|t| t.name.starts_with(&prefix))
         .collect();
     if tests.is_empty() {
-        return "The day's GPU tests were not part of this run.".to_string();
+        return TESTS_NOT_RUN.to_string();
     }
     let skipped: Vec<&str> = tests
         .iter()
@@ -295,14 +295,23 @@ fn tests_line(results: &RunResults, day: &str) -> String {
         .map(|line| line.trim_start_matches("SKIPPED ").trim())
         .collect();
     if skipped.is_empty() {
-        "Every GPU test passed in the same run.".to_string()
+        format!("{TESTS_PASSED}.")
     } else {
         format!(
-            "Every GPU test passed in the same run, except what they skipped there: {}.",
+            "{TESTS_PASSED}, except what they skipped there: {}.",
             skipped.join("; ")
         )
     }
 }
+
+/// The words that open the parts of a results block, which `crate::lesson_tables` reads back
+/// from the notes: the stamp, the two things it says of the day's GPU tests, a version that did
+/// not run on a problem, and the peers ahead of our best version.
+pub const STAMP_OPENS: &str = "Measured on";
+pub const TESTS_PASSED: &str = "Every GPU test passed in the same run";
+pub const TESTS_NOT_RUN: &str = "The day's GPU tests were not part of this run.";
+pub const NOT_RUN_OPENS: &str = "Not run: `";
+pub const FASTER_PEERS_OPENS: &str = "Faster than our best version";
 
 /// The markers between which a day's README (and notes) get the run's tables.
 pub const RESULTS_BEGIN: &str = "<!-- results:begin -->";
@@ -352,14 +361,14 @@ fn day_block(
         )
     };
     let mut out = format!(
-        "Measured on {}. {what} {}\n",
+        "{STAMP_OPENS} {}. {what} {}\n",
         run_line(results, first),
         tests_line(results, &first.day),
     );
     for report in reports {
         out += &format!("\n**{}**\n\n{}\n", report.problem, report.markdown_table());
         for refused in &report.refused {
-            out += &format!("\nNot run: `{}` ({}).\n", refused.version, refused.why);
+            out += &format!("\n{NOT_RUN_OPENS}{}` ({}).\n", refused.version, refused.why);
         }
         if let Some(line) = faster_peers_line(report) {
             out += &format!("\n{line}\n");
@@ -421,7 +430,7 @@ fn faster_peers_line(report: &DayReport) -> Option<String> {
         })
         .collect();
     Some(format!(
-        "**Faster than our best version (`{}`, {ours:.4} ms) here:** {}.",
+        "**{FASTER_PEERS_OPENS} (`{}`, {ours:.4} ms) here:** {}.",
         best.version,
         names.join("; ")
     ))
@@ -543,7 +552,7 @@ fn previous_rows(previous: &str, link: &str) -> String {
     let heading_run = previous
         .lines()
         .find_map(|l| {
-            let rest = l.strip_prefix("Measured on ")?;
+            let rest = l.strip_prefix(STAMP_OPENS)?.strip_prefix(" ")?;
             let (_, after) = rest.split_once(", on ")?;
             let (date, commit) = after.split_once(", commit ")?;
             Some(format!("{}, {date}", commit.trim_end_matches('.')))
