@@ -37,3 +37,21 @@ __device__ __forceinline__ int first_query(int j, const Sequence& s, int causal)
     const int i = j + s.lq - s.lk;
     return i < 0 ? 0 : i;
 }
+
+// quote: item_slot
+// A work item as a persistent attention kernel's producer hands it to its consumers (day 10's
+// fa_hopper): the first query row of the tile, the head and the sequence (i0 < 0: no more
+// work). One slot per Q stage, read by one thread of each consumer warp (lane 0, which
+// shuffles it to the others), and two orders keep it:
+//   - write before read: the producer writes it, then arrives on q_full (a release); each
+//     reader waits on q_full (an acquire) before reading it;
+//   - read before the next write: each reader arrives on q_empty itself once its warp is done
+//     with the item's Q (q_empty counts 4 arrivals per consumer warpgroup); the producer
+//     waits for all of them before rewriting the slot.
+// mbarrier.arrive releases only the arriving thread's own earlier accesses, so every reader
+// arrives (what racecheck made of an earlier arrangement: day 10's notes, "The item slot").
+struct ItemSlot {
+    int i0, h;
+    Sequence s;
+};
+// end quote: item_slot

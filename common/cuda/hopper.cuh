@@ -24,6 +24,21 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+// ---- shared storage -------------------------------------------------------------------------
+
+// The block's dynamic shared memory as the kernel's storage struct `S` (a day's generated
+// header declares it from the launcher's tile table, with each member's offset as S::at::name
+// for 32-bit address arithmetic), started on the next 1024-byte boundary:
+// a 128-byte-swizzled tile must sit on the swizzle's 1024-byte period, and dynamic shared
+// memory is only 16-byte aligned. The launcher gives sizeof(S) + SHARED_ALIGNMENT_SLACK bytes.
+constexpr unsigned SHARED_ALIGNMENT_SLACK = 1024;
+template <typename S>
+__device__ __forceinline__ S& shared_storage() {
+    extern __shared__ unsigned char dynamic_shared[];
+    const unsigned long long at = reinterpret_cast<unsigned long long>(dynamic_shared);
+    return *reinterpret_cast<S*>((at + SHARED_ALIGNMENT_SLACK - 1) & ~(SHARED_ALIGNMENT_SLACK - 1ull));
+}
+
 // ---- mbarrier -------------------------------------------------------------------------------
 
 __device__ __forceinline__ void mbarrier_init(unsigned long long* bar, unsigned arrivals) {

@@ -55,19 +55,18 @@ constexpr int FH_MAX_CONSUMERS = 4;
 //   FH_D<D>_STAGES         K/V tiles in flight (the ring)
 //   FH_D<D>_Q_STAGES       Q tiles in flight (2: the next item's Q arrives during this one)
 //   FH_D<D>_REGISTERS      registers per consumer thread after setmaxnreg
-//   FH_D<D>_SHARED_BYTES   the dynamic shared memory the host launches with
 // and FH_PRODUCER_REGISTERS, what the producer keeps. `HOPPER_TILES` in src/hopper_tile.rs is
 // the one table they come from: the launcher derives its block size, shared memory and TMA
-// boxes from it too, and the static_asserts below check that both sides agree and that the
-// tile fits an SM. Without the defines the file stops here, so no build runs on stale numbers.
+// boxes from it too, and the static_asserts below check that the tile fits an SM. The shared
+// memory is the struct FhShared<T, D> of fa_hopper_params.cuh, written from the same table.
+// Without the defines the file stops here, so no build runs on stale numbers.
 #if !defined(FH_PRODUCER_REGISTERS) ||                                                        \
     !defined(FH_D64_CONSUMERS) || !defined(FH_D64_KEYS) || !defined(FH_D64_STAGES) ||         \
-    !defined(FH_D64_REGISTERS) || !defined(FH_D64_SHARED_BYTES) || !defined(FH_D64_Q_STAGES) || \
+    !defined(FH_D64_REGISTERS) || !defined(FH_D64_Q_STAGES) ||                                \
     !defined(FH_D128_CONSUMERS) || !defined(FH_D128_KEYS) || !defined(FH_D128_STAGES) ||      \
-    !defined(FH_D128_REGISTERS) || !defined(FH_D128_SHARED_BYTES) ||                          \
-    !defined(FH_D128_Q_STAGES) ||                                                             \
+    !defined(FH_D128_REGISTERS) || !defined(FH_D128_Q_STAGES) ||                              \
     !defined(FH_D256_CONSUMERS) || !defined(FH_D256_KEYS) || !defined(FH_D256_STAGES) ||      \
-    !defined(FH_D256_REGISTERS) || !defined(FH_D256_SHARED_BYTES) || !defined(FH_D256_Q_STAGES)
+    !defined(FH_D256_REGISTERS) || !defined(FH_D256_Q_STAGES)
 #error "fa_hopper.cu: compile it with the -DFH_ defines of day10's HopperTile table"
 #endif
 
@@ -76,8 +75,7 @@ template <int D> struct FhTile;
     template <> struct FhTile<D> {                                                                 \
         static constexpr int CONSUMERS = FH_D##D##_CONSUMERS, KEYS = FH_D##D##_KEYS,               \
                              STAGES = FH_D##D##_STAGES, Q_STAGES = FH_D##D##_Q_STAGES,             \
-                             CONSUMER_REGISTERS = FH_D##D##_REGISTERS,                             \
-                             SHARED_BYTES = FH_D##D##_SHARED_BYTES;                                \
+                             CONSUMER_REGISTERS = FH_D##D##_REGISTERS;                             \
     };
 FH_TILE(64)
 FH_TILE(128)
@@ -114,25 +112,6 @@ template <int D> struct FhConfig : FhTile<D> {
                   "producer and consumer registers fit the SM's register file");
 };
 
-// Shared memory, from a 1024-byte aligned base (the swizzle pattern repeats every 1024 bytes):
-// the Q ring, each stage D / 64 boxes of [BM rows][64], then the K ring and the V ring, each
-// stage D / 64 boxes of [BN keys][64], then the barriers (full and empty per Q stage, full and
-// empty per K/V stage for K and for V), then one 32-byte item slot per Q stage. The host adds
-// the same 1024 bytes of alignment slack and launches with exactly that.
-template <int D> struct FhLayout {
-    using C = FhConfig<D>;
-    static constexpr int BOXES = D / FH_BOX;
-    static constexpr int Q_ELEMS = C::BM * D, KV_ELEMS = C::BN * D;
-    static constexpr int K_OFFSET = C::Q_STAGES * Q_ELEMS * 2;
-    static constexpr int V_OFFSET = K_OFFSET + C::STAGES * KV_ELEMS * 2;
-    static constexpr int BARRIER_OFFSET = V_OFFSET + C::STAGES * KV_ELEMS * 2;
-    static constexpr int SLOT_OFFSET = BARRIER_OFFSET + 8 * (2 * C::Q_STAGES + 4 * C::STAGES);
-    static constexpr int BYTES = SLOT_OFFSET + 32 * C::Q_STAGES + 1024;
-    static_assert(BYTES == C::SHARED_BYTES,
-                  "the host launches with the shared memory this layout takes");
-    static_assert(BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block on sm_90");
-};
-
 // A block's work item: query tile `tile` of head `h` of sequence `b`. Items are numbered with
 // the query tile fastest, so the blocks running at once read the K and V of a few heads (which
 // stay in L2). Causal: the tiles of a head are numbered last row first, the longest first.
@@ -144,24 +123,7 @@ __device__ __forceinline__ WorkItem work_item(int w, int q_tiles, int heads, int
     return {causal ? q_tiles - 1 - in_head : in_head, hb % heads, hb / heads};
 }
 
-// quote: fh_item
-// A work item as the producer hands it to the consumers: the first query row of the tile, the
-// head and the sequence (i0 < 0: no more work). One slot per Q stage, read by one thread of
-// each consumer warp (lane 0, which shuffles it to the others), and two orders keep it:
-//   - write before read: the producer writes it, then arrives on q_full (a release); each
-//     reader waits on q_full (an acquire) before reading it;
-//   - read before the next write: each reader arrives on q_empty itself once its warp is done
-//     with the item's Q (q_empty counts 4 arrivals per consumer warpgroup); the producer
-//     waits for all of them before rewriting the slot.
-// mbarrier.arrive releases only the arriving thread's own earlier accesses, so every reader
-// arrives (what racecheck made of an earlier arrangement: day 10's notes, "The item slot").
-struct FhItem {
-    int i0, h;
-    Sequence s;
-    int unused[2];  // 32 bytes, as the host's layout counts a slot
-};
-static_assert(sizeof(FhItem) == 32, "an item slot is 32 bytes");
-// end quote: fh_item
+// The slot through which the producer hands the consumers an item: ItemSlot, attention.cuh.
 
 // Tickets: block w's first item is item w; after it, each producer draws the next unclaimed
 // item from a counter in global memory, so a block that drew short items draws more of them
@@ -188,22 +150,18 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
     const int q_tiles = params.q_tiles, items = params.items;
     const float scale_log2 = params.scale_log2;
     int* tickets = params.tickets;
-    using L = FhLayout<D>;
     using C = FhConfig<D>;
+    using S = FhShared<T, D>;
     constexpr int FH_BM = C::BM, FH_BN = C::BN, STAGES = C::STAGES, Q_STAGES = C::Q_STAGES;
-    extern __shared__ unsigned char fh_smem_raw[];
-    unsigned char* base = reinterpret_cast<unsigned char*>(
-        (reinterpret_cast<unsigned long long>(fh_smem_raw) + 1023) & ~1023ull);
-    T* sq = reinterpret_cast<T*>(base);
-    T* sk = reinterpret_cast<T*>(base + L::K_OFFSET);
-    T* sv = reinterpret_cast<T*>(base + L::V_OFFSET);
-    unsigned long long* q_full = reinterpret_cast<unsigned long long*>(base + L::BARRIER_OFFSET);
-    unsigned long long* q_empty = q_full + Q_STAGES;
-    unsigned long long* k_full = q_empty + Q_STAGES;
-    unsigned long long* v_full = k_full + STAGES;
-    unsigned long long* k_empty = v_full + STAGES;
-    unsigned long long* v_empty = k_empty + STAGES;
-    FhItem* slots = reinterpret_cast<FhItem*>(base + L::SLOT_OFFSET);
+    // Shared memory: FhShared<T, D> (fa_hopper_params.cuh, written from the host's table),
+    // which the host launches with, and the slack that aligns it.
+    static_assert(sizeof(S) + SHARED_ALIGNMENT_SLACK <= 227 * 1024,
+                  "at most 227 KiB of shared memory per block on sm_90");
+    S& shared = shared_storage<S>();
+    unsigned long long *q_full = shared.q_full, *q_empty = shared.q_empty;
+    unsigned long long *k_full = shared.k_full, *v_full = shared.v_full;
+    unsigned long long *k_empty = shared.k_empty, *v_empty = shared.v_empty;
+    ItemSlot* slots = shared.slots;
 
     // quote: fh_barriers
     if (threadIdx.x == 0) {
@@ -228,12 +186,15 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
         warpgroup_registers_release<FH_PRODUCER_REGISTERS>();
         if (threadIdx.x != 0) return;
         // end quote: fh_producer_registers
-        constexpr unsigned TILE_BYTES = L::KV_ELEMS * sizeof(T), Q_BYTES = L::Q_ELEMS * sizeof(T);
-        // 32-bit shared-memory addresses: pointers would take two of the 24 registers each.
-        const unsigned smem = smem_u32(base);
-        const auto bar = [&](int index) { return smem + L::BARRIER_OFFSET + 8 * index; };
-        const int Q_FULL = 0, Q_EMPTY = Q_STAGES, K_FULL = 2 * Q_STAGES,
-                  V_FULL = K_FULL + STAGES, K_EMPTY = V_FULL + STAGES, V_EMPTY = K_EMPTY + STAGES;
+        // The bytes a copy delivers are those of the member it fills: a stage of Q, K or V
+        // (all its boxes), one box.
+        constexpr unsigned Q_BYTES = sizeof(S::q[0]), TILE_BYTES = sizeof(S::k[0]);
+        constexpr unsigned BOX_BYTES_Q = sizeof(S::q[0][0]), BOX_BYTES_KV = sizeof(S::k[0][0]);
+        static_assert(sizeof(S::v[0]) == TILE_BYTES, "K and V tiles of one size");
+        // 32-bit shared-memory addresses (a member's offset from the storage's): pointers
+        // would take two of the 24 registers each.
+        const unsigned smem = smem_u32(&shared);
+        const auto bar = [&](unsigned member, int stage) { return smem + member + 8 * stage; };
         PipelineCount<STAGES> ring;
         PipelineCount<Q_STAGES> q_ring;
         // quote: fh_producer_item
@@ -249,22 +210,22 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
                 if (wi.tile * FH_BM >= cu_q[wi.b + 1] - cu_q[wi.b]) continue;
             }
             const int qs = q_ring.stage();
-            mbarrier_wait(bar(Q_EMPTY + qs), q_ring.phase() ^ 1);  // its last item's S are done
-            FhItem& slot = slots[qs];
+            mbarrier_wait(bar(S::at::q_empty, qs), q_ring.phase() ^ 1);  // its last item's S are done
+            ItemSlot& slot = slots[qs];
             if (w >= items) {
                 slot.i0 = -1;
-                mbarrier_arrive(bar(Q_FULL + qs));  // no bytes: "no more work"
+                mbarrier_arrive(bar(S::at::q_full, qs));  // no bytes: "no more work"
                 break;
             }
             const Sequence s = sequence(cu_q, cu_k, wi.b);
             slot.i0 = wi.tile * FH_BM;
             slot.h = wi.h;
             slot.s = s;
-            mbarrier_arrive_expect_tx(bar(Q_FULL + qs), Q_BYTES);
+            mbarrier_arrive_expect_tx(bar(S::at::q_full, qs), Q_BYTES);
 #pragma unroll
-            for (int box = 0; box < L::BOXES; ++box)
-                tma_load_3d(smem + qs * Q_BYTES + box * FH_BM * FH_BOX * 2, map_q,
-                            bar(Q_FULL + qs), box * FH_BOX, s.q0 + wi.tile * FH_BM, wi.h);
+            for (int box = 0; box < D / FH_BOX; ++box)
+                tma_load_3d(smem + S::at::q + qs * Q_BYTES + box * BOX_BYTES_Q, map_q,
+                            bar(S::at::q_full, qs), box * FH_BOX, s.q0 + wi.tile * FH_BM, wi.h);
             q_ring.advance();
             // end quote: fh_producer_item
             // quote: fh_producer_kv
@@ -273,18 +234,18 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
 #pragma unroll 1  // unrolled, the loop needs more than the producer's 24 registers
             for (int key0 = s.k0; key0 < s.k0 + keys; key0 += FH_BN) {
                 const int st = ring.stage();
-                mbarrier_wait(bar(K_EMPTY + st), ring.phase() ^ 1);
-                mbarrier_arrive_expect_tx(bar(K_FULL + st), TILE_BYTES);
+                mbarrier_wait(bar(S::at::k_empty, st), ring.phase() ^ 1);
+                mbarrier_arrive_expect_tx(bar(S::at::k_full, st), TILE_BYTES);
 #pragma unroll
-                for (int box = 0; box < L::BOXES; ++box)
-                    tma_load_3d(smem + L::K_OFFSET + st * TILE_BYTES + box * FH_BN * FH_BOX * 2,
-                                map_k, bar(K_FULL + st), box * FH_BOX, key0, kvh);
-                mbarrier_wait(bar(V_EMPTY + st), ring.phase() ^ 1);
-                mbarrier_arrive_expect_tx(bar(V_FULL + st), TILE_BYTES);
+                for (int box = 0; box < D / FH_BOX; ++box)
+                    tma_load_3d(smem + S::at::k + st * TILE_BYTES + box * BOX_BYTES_KV,
+                                map_k, bar(S::at::k_full, st), box * FH_BOX, key0, kvh);
+                mbarrier_wait(bar(S::at::v_empty, st), ring.phase() ^ 1);
+                mbarrier_arrive_expect_tx(bar(S::at::v_full, st), TILE_BYTES);
 #pragma unroll
-                for (int box = 0; box < L::BOXES; ++box)
-                    tma_load_3d(smem + L::V_OFFSET + st * TILE_BYTES + box * FH_BN * FH_BOX * 2,
-                                map_v, bar(V_FULL + st), box * FH_BOX, key0, kvh);
+                for (int box = 0; box < D / FH_BOX; ++box)
+                    tma_load_3d(smem + S::at::v + st * TILE_BYTES + box * BOX_BYTES_KV,
+                                map_v, bar(S::at::v_full, st), box * FH_BOX, key0, kvh);
                 ring.advance();
             }
             // end quote: fh_producer_kv
@@ -318,14 +279,12 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
     // S = Q K^T over the head dim: a k16 step is 16 dims (32 bytes) along a box of FH_BOX = 64
     // dims, the boxes FH_BM (Q) or FH_BN (K) rows of 128 bytes apart.
     auto issue_scores = [&](int stage, int q_stage) {
-        const T* q_rows = sq + q_stage * L::Q_ELEMS + consumer * 64 * FH_BOX;
-        const T* kt = sk + stage * L::KV_ELEMS;
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             const int box = kk / 4, within = (kk % 4) * 16;
             wgmma_m64k16<FH_BN, T>(
-                sc, wgmma_descriptor_k_major_sw128(q_rows + box * FH_BM * FH_BOX + within),
-                wgmma_descriptor_k_major_sw128(kt + box * FH_BN * FH_BOX + within), kk > 0);
+                sc, wgmma_descriptor_k_major_sw128(&shared.q[q_stage][box][consumer * 64][within]),
+                wgmma_descriptor_k_major_sw128(&shared.k[stage][box][0][within]), kk > 0);
         }
         wgmma_commit();
     };
@@ -335,11 +294,12 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
     // key rows (2048 bytes) down, the boxes of 64 dims FH_BN x 128 bytes apart. One wgmma of
     // N = D per 16 keys: n64, n128 or n256 (4 boxes of V side by side).
     auto issue_pv = [&](int stage) {
-        const T* vt = sv + stage * L::KV_ELEMS;
 #pragma unroll
         for (int kk = 0; kk < FH_BN / 16; ++kk)
-            wgmma_m64k16_rs<D, T, 1>(
-                acc, p[kk], wgmma_descriptor_mn_major_sw128(vt + kk * 16 * FH_BOX, FH_BN * 128), 1);
+            wgmma_m64k16_rs<D, T, 1>(acc, p[kk],
+                                     wgmma_descriptor_mn_major_sw128(&shared.v[stage][0][kk * 16][0],
+                                                                     sizeof(S::v[0][0])),
+                                     1);
         wgmma_commit();
     };
     // end quote: fh_issue_pv
@@ -436,13 +396,13 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
     };
     // Waits for the next item's Q and reads the item (lane 0 from the slot, the other lanes
     // from it); false when there is no more work.
-    FhItem it{};
+    ItemSlot it{};
     auto take_item = [&](int& stage) {
         stage = q_ring.stage();
         mbarrier_wait(&q_full[stage], q_ring.phase());
         q_ring.advance();
         if (lane == 0) {
-            const FhItem& slot = slots[stage];
+            const ItemSlot& slot = slots[stage];
             it.i0 = slot.i0;
             it.h = slot.h;
             it.s = slot.s;

@@ -195,17 +195,30 @@ impl HopperArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hopper_tile::{HOPPER_TILES, STORAGE_DOC, STORAGE_NAME};
     use common::gpu::params::{c_checks, c_declaration, c_header, c_size_check};
+    use common::gpu::shared_storage::c_primary;
     use half::{bf16, f16};
 
-    /// The C twin of [`FaHopperParams`], as `fa_hopper_params.cuh` holds it.
+    /// The C twins of [`FaHopperParams`] and of each tile's shared storage, as
+    /// `fa_hopper_params.cuh` holds them.
     fn params_header() -> String {
+        let mut parts = vec![
+            c_declaration::<FaHopperParams<bf16>>(),
+            c_checks::<FaHopperParams<bf16>>() + &c_size_check::<FaHopperParams<f16>>(),
+            "#include \"attention.cuh\"  // ItemSlot\n".to_string(),
+            c_primary(STORAGE_NAME, STORAGE_DOC),
+        ];
+        for tile in &HOPPER_TILES {
+            let storage = tile.storage();
+            parts.push(storage.c_declaration() + &storage.c_checks());
+        }
         c_header(
-            "day10_fa2_forward/src/fa_hopper.rs",
             &[
-                c_declaration::<FaHopperParams<bf16>>(),
-                c_checks::<FaHopperParams<bf16>>() + &c_size_check::<FaHopperParams<f16>>(),
+                "the kernel_params! declarations in day10_fa2_forward/src/fa_hopper.rs",
+                "the tile table (HOPPER_TILES) in day10_fa2_forward/src/hopper_tile.rs",
             ],
+            &parts,
         )
     }
 
@@ -217,7 +230,8 @@ mod tests {
         common::testing::compile_keeping_wgmma_asynchronous(&hopper_build());
     }
 
-    /// The checked-in `fa_hopper_params.cuh` is what [`FaHopperParams`] writes.
+    /// The checked-in `fa_hopper_params.cuh` is what [`FaHopperParams`] and the tile table
+    /// write.
     #[test]
     fn the_kernels_parameter_struct_is_the_launchers() {
         common::gpu::params::assert_generated(

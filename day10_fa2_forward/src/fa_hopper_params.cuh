@@ -1,7 +1,8 @@
-// Generated from the kernel_params! declarations in
-// day10_fa2_forward/src/fa_hopper.rs: edit those, then run
-// `DAYS_OF_GPU_WRITE_GENERATED=1 cargo test` to write this file again. A test fails
-// while this file and the declarations differ.
+// Generated from
+//   - the kernel_params! declarations in day10_fa2_forward/src/fa_hopper.rs
+//   - the tile table (HOPPER_TILES) in day10_fa2_forward/src/hopper_tile.rs
+// Edit those, then run `DAYS_OF_GPU_WRITE_GENERATED=1 cargo test` to write this file
+// again. A test fails while this file and they differ.
 #pragma once
 #include "hopper.cuh"
 
@@ -34,3 +35,156 @@ struct FaHopperParams {
 
 static_assert(sizeof(FaHopperParams<bf16_t>) == 448 && alignof(FaHopperParams<bf16_t>) == 64, "FaHopperParams<bf16_t>: 448 bytes, aligned to 64, on the host");
 static_assert(sizeof(FaHopperParams<f16_t>) == 448 && alignof(FaHopperParams<f16_t>) == 64, "FaHopperParams<f16_t>: 448 bytes, aligned to 64, on the host");
+
+#include "attention.cuh"  // ItemSlot
+
+// fa_hopper's shared memory per head dim D, one specialization per tile of day 10's
+// HOPPER_TILES: the Q ring, the K and V rings, their barriers and the item slots.
+template <typename T, int KEY> struct FhShared;
+
+template <typename T> struct FhShared<T, 64> {
+    // Q: [Q stage][64-dim box][query row][dim]
+    alignas(1024) T q[2][1][192][64];
+    // K: [stage][64-dim box][key][dim]
+    alignas(1024) T k[2][1][128][64];
+    // V, as K
+    alignas(1024) T v[2][1][128][64];
+    // Per Q stage: the item's Q has arrived (the producer's arrival + the TMA's bytes)
+    unsigned long long q_full[2];
+    // Per Q stage: every consumer warp is done with its Q and its slot
+    unsigned long long q_empty[2];
+    // Per stage: K has arrived
+    unsigned long long k_full[2];
+    // Per stage: V has arrived
+    unsigned long long v_full[2];
+    // Per stage: every consumer's S products read K
+    unsigned long long k_empty[2];
+    // Per stage: every consumer's P V products read V
+    unsigned long long v_empty[2];
+    // Per Q stage: the item the producer hands the consumers (attention.cuh)
+    ItemSlot slots[2];
+    // Each member's byte offset from the struct's start.
+    struct at {
+        static constexpr unsigned q = 0;
+        static constexpr unsigned k = 49152;
+        static constexpr unsigned v = 81920;
+        static constexpr unsigned q_full = 114688;
+        static constexpr unsigned q_empty = 114704;
+        static constexpr unsigned k_full = 114720;
+        static constexpr unsigned v_full = 114736;
+        static constexpr unsigned k_empty = 114752;
+        static constexpr unsigned v_empty = 114768;
+        static constexpr unsigned slots = 114784;
+    };
+};
+static_assert(sizeof(FhShared<bf16_t, 64>) == 115712 && alignof(FhShared<bf16_t, 64>) == 1024, "FhShared<bf16_t, 64>: 115712 bytes, aligned to 1024, on the host");
+static_assert(sizeof(FhShared<bf16_t, 64>::q) == 49152, "FhShared<bf16_t, 64>::q: 49152 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64>::k) == 32768, "FhShared<bf16_t, 64>::k: 32768 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64>::v) == 32768, "FhShared<bf16_t, 64>::v: 32768 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64>::q_full) == 16, "FhShared<bf16_t, 64>::q_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64>::q_empty) == 16, "FhShared<bf16_t, 64>::q_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64>::k_full) == 16, "FhShared<bf16_t, 64>::k_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64>::v_full) == 16, "FhShared<bf16_t, 64>::v_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64>::k_empty) == 16, "FhShared<bf16_t, 64>::k_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64>::v_empty) == 16, "FhShared<bf16_t, 64>::v_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64>::slots) == 48, "FhShared<bf16_t, 64>::slots: 48 bytes on the host");
+static_assert(alignof(ItemSlot) == 4, "ItemSlot: aligned to 4 on the host");
+static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");
+
+template <typename T> struct FhShared<T, 128> {
+    // Q: [Q stage][64-dim box][query row][dim]
+    alignas(1024) T q[2][2][128][64];
+    // K: [stage][64-dim box][key][dim]
+    alignas(1024) T k[2][2][128][64];
+    // V, as K
+    alignas(1024) T v[2][2][128][64];
+    // Per Q stage: the item's Q has arrived (the producer's arrival + the TMA's bytes)
+    unsigned long long q_full[2];
+    // Per Q stage: every consumer warp is done with its Q and its slot
+    unsigned long long q_empty[2];
+    // Per stage: K has arrived
+    unsigned long long k_full[2];
+    // Per stage: V has arrived
+    unsigned long long v_full[2];
+    // Per stage: every consumer's S products read K
+    unsigned long long k_empty[2];
+    // Per stage: every consumer's P V products read V
+    unsigned long long v_empty[2];
+    // Per Q stage: the item the producer hands the consumers (attention.cuh)
+    ItemSlot slots[2];
+    // Each member's byte offset from the struct's start.
+    struct at {
+        static constexpr unsigned q = 0;
+        static constexpr unsigned k = 65536;
+        static constexpr unsigned v = 131072;
+        static constexpr unsigned q_full = 196608;
+        static constexpr unsigned q_empty = 196624;
+        static constexpr unsigned k_full = 196640;
+        static constexpr unsigned v_full = 196656;
+        static constexpr unsigned k_empty = 196672;
+        static constexpr unsigned v_empty = 196688;
+        static constexpr unsigned slots = 196704;
+    };
+};
+static_assert(sizeof(FhShared<bf16_t, 128>) == 197632 && alignof(FhShared<bf16_t, 128>) == 1024, "FhShared<bf16_t, 128>: 197632 bytes, aligned to 1024, on the host");
+static_assert(sizeof(FhShared<bf16_t, 128>::q) == 65536, "FhShared<bf16_t, 128>::q: 65536 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128>::k) == 65536, "FhShared<bf16_t, 128>::k: 65536 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128>::v) == 65536, "FhShared<bf16_t, 128>::v: 65536 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128>::q_full) == 16, "FhShared<bf16_t, 128>::q_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128>::q_empty) == 16, "FhShared<bf16_t, 128>::q_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128>::k_full) == 16, "FhShared<bf16_t, 128>::k_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128>::v_full) == 16, "FhShared<bf16_t, 128>::v_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128>::k_empty) == 16, "FhShared<bf16_t, 128>::k_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128>::v_empty) == 16, "FhShared<bf16_t, 128>::v_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128>::slots) == 48, "FhShared<bf16_t, 128>::slots: 48 bytes on the host");
+static_assert(alignof(ItemSlot) == 4, "ItemSlot: aligned to 4 on the host");
+static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");
+
+template <typename T> struct FhShared<T, 256> {
+    // Q: [Q stage][64-dim box][query row][dim]
+    alignas(1024) T q[1][4][128][64];
+    // K: [stage][64-dim box][key][dim]
+    alignas(1024) T k[2][4][64][64];
+    // V, as K
+    alignas(1024) T v[2][4][64][64];
+    // Per Q stage: the item's Q has arrived (the producer's arrival + the TMA's bytes)
+    unsigned long long q_full[1];
+    // Per Q stage: every consumer warp is done with its Q and its slot
+    unsigned long long q_empty[1];
+    // Per stage: K has arrived
+    unsigned long long k_full[2];
+    // Per stage: V has arrived
+    unsigned long long v_full[2];
+    // Per stage: every consumer's S products read K
+    unsigned long long k_empty[2];
+    // Per stage: every consumer's P V products read V
+    unsigned long long v_empty[2];
+    // Per Q stage: the item the producer hands the consumers (attention.cuh)
+    ItemSlot slots[1];
+    // Each member's byte offset from the struct's start.
+    struct at {
+        static constexpr unsigned q = 0;
+        static constexpr unsigned k = 65536;
+        static constexpr unsigned v = 131072;
+        static constexpr unsigned q_full = 196608;
+        static constexpr unsigned q_empty = 196616;
+        static constexpr unsigned k_full = 196624;
+        static constexpr unsigned v_full = 196640;
+        static constexpr unsigned k_empty = 196656;
+        static constexpr unsigned v_empty = 196672;
+        static constexpr unsigned slots = 196688;
+    };
+};
+static_assert(sizeof(FhShared<bf16_t, 256>) == 197632 && alignof(FhShared<bf16_t, 256>) == 1024, "FhShared<bf16_t, 256>: 197632 bytes, aligned to 1024, on the host");
+static_assert(sizeof(FhShared<bf16_t, 256>::q) == 65536, "FhShared<bf16_t, 256>::q: 65536 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256>::k) == 65536, "FhShared<bf16_t, 256>::k: 65536 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256>::v) == 65536, "FhShared<bf16_t, 256>::v: 65536 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256>::q_full) == 8, "FhShared<bf16_t, 256>::q_full: 8 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256>::q_empty) == 8, "FhShared<bf16_t, 256>::q_empty: 8 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256>::k_full) == 16, "FhShared<bf16_t, 256>::k_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256>::v_full) == 16, "FhShared<bf16_t, 256>::v_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256>::k_empty) == 16, "FhShared<bf16_t, 256>::k_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256>::v_empty) == 16, "FhShared<bf16_t, 256>::v_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256>::slots) == 24, "FhShared<bf16_t, 256>::slots: 24 bytes on the host");
+static_assert(alignof(ItemSlot) == 4, "ItemSlot: aligned to 4 on the host");
+static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");

@@ -4,17 +4,21 @@
 //! exactly the shared memory the launcher gives it and that the tile fits an SM. Compiled
 //! without the defines, `fa_hopper.cu` stops at an `#error`.
 
+use common::gpu::shared_storage::SharedStorage;
 use common::gpu::tile::{Defines, SETMAXNREG_MIN, Violations, WARPGROUP_THREADS, file_define};
 
 /// Registers each producer thread keeps after `setmaxnreg.dec` (one thread issues every TMA
 /// copy; 24 is the instruction's floor).
 pub const HOPPER_PRODUCER_REGISTERS: usize = SETMAXNREG_MIN;
 
-/// The mbarriers (full and empty per Q stage, and per K/V stage for K and for V), then one
-/// 32-byte slot per Q stage through which the producer hands the consumers their next item.
-fn barrier_and_slot_bytes(stages: usize, q_stages: usize) -> usize {
-    8 * (2 * q_stages + 4 * stages) + 32 * q_stages
-}
+/// The name of `fa_hopper`'s shared storage template in C (`FhShared<T, D>`).
+pub const STORAGE_NAME: &str = "FhShared";
+
+/// What the generated header says of the storage template.
+#[cfg(test)]
+pub const STORAGE_DOC: &str =
+    "fa_hopper's shared memory per head dim D, one specialization per tile of day 10's
+HOPPER_TILES: the Q ring, the K and V rings, their barriers and the item slots.";
 
 /// One head dim's tile of `fa_hopper`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,14 +87,62 @@ impl HopperTile {
         WARPGROUP_THREADS * (1 + self.consumers)
     }
 
-    /// The dynamic shared memory of a block, as `FhLayout` in `fa_hopper.cu` lays it out: the
-    /// Q ring (q_stages x block rows x d), the K ring and the V ring (stages x keys x d each),
-    /// all 16-bit, the barriers and item slots, and 1024 bytes of slack to align the tiles to
-    /// the swizzle's 1024-byte period.
-    pub fn shared_bytes(&self) -> usize {
+    /// The block's shared memory: the Q ring (a tile of block rows per Q stage), the K ring
+    /// and the V ring (a tile of keys per stage), all 16-bit as the TMA writes them, in boxes
+    /// of 64 dims; the barriers; one item slot per Q stage. `fa_hopper.cu` reads it as the
+    /// struct `FhShared<T, D>` that [`SharedStorage::c_declaration`] writes from this.
+    pub fn storage(&self) -> SharedStorage {
         let d = self.head_dim;
-        let tiles = (self.q_stages * self.block_rows() * d + 2 * self.stages * self.keys * d) * 2;
-        tiles + barrier_and_slot_bytes(self.stages, self.q_stages) + 1024
+        SharedStorage::new(STORAGE_NAME, d)
+            .tiles(
+                "q",
+                "Q: [Q stage][64-dim box][query row][dim]",
+                self.q_stages,
+                self.block_rows(),
+                d,
+            )
+            .tiles(
+                "k",
+                "K: [stage][64-dim box][key][dim]",
+                self.stages,
+                self.keys,
+                d,
+            )
+            .tiles("v", "V, as K", self.stages, self.keys, d)
+            .barriers(
+                "q_full",
+                "Per Q stage: the item's Q has arrived (the producer's arrival + the TMA's bytes)",
+                self.q_stages,
+            )
+            .barriers(
+                "q_empty",
+                "Per Q stage: every consumer warp is done with its Q and its slot",
+                self.q_stages,
+            )
+            .barriers("k_full", "Per stage: K has arrived", self.stages)
+            .barriers("v_full", "Per stage: V has arrived", self.stages)
+            .barriers(
+                "k_empty",
+                "Per stage: every consumer's S products read K",
+                self.stages,
+            )
+            .barriers(
+                "v_empty",
+                "Per stage: every consumer's P V products read V",
+                self.stages,
+            )
+            .member(
+                "slots",
+                "Per Q stage: the item the producer hands the consumers (attention.cuh)",
+                ("ItemSlot", 24, 4),
+                &[self.q_stages],
+            )
+    }
+
+    /// The dynamic shared memory a block is launched with: [`Self::storage`] and the slack
+    /// that aligns it to the swizzle's 1024-byte period.
+    pub fn shared_bytes(&self) -> usize {
+        self.storage().launch_bytes()
     }
 
     /// What stops this tile from compiling or running on an H100, as the kernel's
@@ -143,7 +195,6 @@ impl HopperTile {
             .set("STAGES", self.stages)
             .set("Q_STAGES", self.q_stages)
             .set("REGISTERS", self.consumer_registers)
-            .set("SHARED_BYTES", self.shared_bytes())
             .into_vec()
     }
 }
@@ -191,7 +242,7 @@ mod tests {
         );
         assert_eq!(
             (d64.block_rows(), d64.threads(), d64.shared_bytes()),
-            (192, 512, 115_872)
+            (192, 512, 116_736)
         );
         let d128 = HopperTile::for_head_dim(128).unwrap();
         assert_eq!(
@@ -205,13 +256,17 @@ mod tests {
         );
         assert_eq!(
             (d128.block_rows(), d128.threads(), d128.shared_bytes()),
-            (128, 384, 197_792)
+            (128, 384, 198_656)
         );
-        // Head dim 256: one Q stage of 64 KiB + K and V 2 x 2 x 32 KiB + 80 bytes of barriers
-        // + one 32-byte item slot + 1 KiB.
+        // Head dim 256: one Q stage of 64 KiB + K and V 2 x 2 x 32 KiB, then 80 bytes of
+        // barriers and one 24-byte item slot, the struct rounded up to its tiles' 1 KiB, + 1
+        // KiB of alignment slack.
         let d256 = HopperTile::for_head_dim(256).unwrap();
         assert_eq!((d256.block_rows(), d256.threads()), (128, 384));
-        assert_eq!(d256.shared_bytes(), 192 * 1024 + 80 + 32 + 1024);
+        let storage = d256.storage();
+        assert_eq!(storage.offset("k_full"), 192 * 1024 + 16);
+        assert_eq!(storage.offset("slots"), 192 * 1024 + 80);
+        assert_eq!(d256.shared_bytes(), 193 * 1024 + 1024);
         assert!(HopperTile::for_head_dim(96).is_none());
     }
 
@@ -264,10 +319,9 @@ mod tests {
     #[test]
     fn the_defines_carry_every_tile() {
         let defines = hopper_defines();
-        assert_eq!(defines.len(), 1 + 6 * HOPPER_TILES.len());
+        assert_eq!(defines.len(), 1 + 5 * HOPPER_TILES.len());
         assert!(defines.contains(&"-DFH_PRODUCER_REGISTERS=24".to_string()));
         assert!(defines.contains(&"-DFH_D256_KEYS=64".to_string()));
-        assert!(defines.contains(&"-DFH_D128_SHARED_BYTES=197792".to_string()));
         assert!(defines.contains(&"-DFH_D256_Q_STAGES=1".to_string()));
         assert!(defines.contains(&"-DFH_D64_CONSUMERS=3".to_string()));
     }

@@ -73,7 +73,7 @@ pub(crate) fn params_header() -> String {
     use common::gpu::params::{c_checks, c_declaration, c_header, c_size_check};
     use half::f16;
     c_header(
-        "day18_tensor_core_gemm/src/gemm.rs",
+        &["the kernel_params! declarations in day18_tensor_core_gemm/src/gemm.rs"],
         &[
             c_declaration::<MmaParams<bf16>>(),
             c_checks::<MmaParams<bf16>>() + &c_size_check::<MmaParams<f16>>(),

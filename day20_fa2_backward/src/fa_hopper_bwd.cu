@@ -63,16 +63,15 @@
 // The tile per head dim comes from the launcher's table (`BACKWARD_TILES` in
 // src/hopper_tile.rs) as NVRTC defines: BH_CONSUMERS (the block's consumer warpgroups),
 // BH_DS_STAGES (dS^T buffers), BH_PRODUCER_REGISTERS, and per head dim BH_D<d>_KEYS (keys per
-// block), _QUERIES (queries per step), _STAGES (the Q/dO ring), _REGISTERS (per consumer thread) and
-// _SHARED_BYTES (what the launcher gives the block). The static_asserts below check that this
-// file's layout takes exactly that shared memory and that the tile is one this code handles.
-#if !defined(BH_CONSUMERS) || !defined(BH_DS_STAGES) ||                  \
+// block), _QUERIES (queries per step), _STAGES (the Q/dO ring) and _REGISTERS (per consumer
+// thread). The static_asserts below check that the tile is one this code handles. The shared
+// memory is the struct BhShared<T, D> of fa_hopper_bwd_params.cuh, written from the same table.
+#if !defined(BH_CONSUMERS) || !defined(BH_DS_STAGES) ||                                       \
     !defined(BH_PRODUCER_REGISTERS) || !defined(BH_D64_KEYS) || !defined(BH_D64_QUERIES) ||    \
-    !defined(BH_D64_STAGES) || !defined(BH_D64_REGISTERS) || !defined(BH_D64_SHARED_BYTES) ||   \
+    !defined(BH_D64_STAGES) || !defined(BH_D64_REGISTERS) ||                                   \
     !defined(BH_D128_KEYS) || !defined(BH_D128_QUERIES) || !defined(BH_D128_STAGES) ||          \
-    !defined(BH_D128_REGISTERS) || !defined(BH_D128_SHARED_BYTES) || !defined(BH_D256_KEYS) ||  \
-    !defined(BH_D256_QUERIES) || !defined(BH_D256_STAGES) || !defined(BH_D256_REGISTERS) ||     \
-    !defined(BH_D256_SHARED_BYTES)
+    !defined(BH_D128_REGISTERS) || !defined(BH_D256_KEYS) ||                                   \
+    !defined(BH_D256_QUERIES) || !defined(BH_D256_STAGES) || !defined(BH_D256_REGISTERS)
 #error "fa_hopper_bwd.cu: compile it with the -DBH_ defines of day20's BackwardTile table"
 #endif
 
@@ -94,8 +93,7 @@ template <int D> struct BhTile;
     template <> struct BhTile<D> {                                                              \
         static constexpr int KEYS = BH_D##D##_KEYS, QUERIES = BH_D##D##_QUERIES,                 \
                              STAGES = BH_D##D##_STAGES,                                         \
-                             REGISTERS = BH_D##D##_REGISTERS,                                   \
-                             SHARED_BYTES = BH_D##D##_SHARED_BYTES;                             \
+                             REGISTERS = BH_D##D##_REGISTERS;                                   \
     };
 BH_TILE(64)
 BH_TILE(128)
@@ -126,34 +124,6 @@ template <int D> struct BhConfig : BhTile<D> {
     static_assert(128 * BH_PRODUCER_REGISTERS + BH_CONSUMERS * 128 * BhTile<D>::REGISTERS <=
                       65536,
                   "producer and consumer registers fit the SM's register file");
-};
-
-// Shared memory from a 1024-byte aligned base (the swizzle repeats every 1024 bytes). Every
-// tile offset is a multiple of 1024; the host adds the same 1024 bytes of alignment slack.
-template <int D> struct BhLayout {
-    using C = BhConfig<D>;
-    static constexpr int BN = C::BN, BM = C::BM, STAGES = C::STAGES;
-    static constexpr int KV_ELEMS = BN * D, Q_ELEMS = BM * D;
-    static constexpr int K_OFFSET = 0;
-    static constexpr int V_OFFSET = K_OFFSET + KV_ELEMS * 2;
-    static constexpr int Q_OFFSET = V_OFFSET + KV_ELEMS * 2;
-    static constexpr int DO_OFFSET = Q_OFFSET + STAGES * Q_ELEMS * 2;
-    static constexpr int DS_BYTES = BN * BM * 2;  // one dS^T (or P^T) buffer, BN keys x BM
-    static constexpr int DS_OFFSET = DO_OFFSET + STAGES * Q_ELEMS * 2;
-    // P^T buffers (split head dim only: the other tiles keep P^T in registers).
-    static constexpr int PT_OFFSET = DS_OFFSET + BH_DS_STAGES * DS_BYTES;
-    static constexpr int DQ_OFFSET = PT_OFFSET + (C::SPLIT ? BH_DS_STAGES * DS_BYTES : 0);
-    // A consumer's dQ tile: 64 rows x DQ_COLS, as boxes of 32 floats x 64 rows.
-    static constexpr int DQ_WG_FLOATS = C::DQ_COLS * 64;
-    static constexpr int L_OFFSET = DQ_OFFSET + BH_CONSUMERS * DQ_WG_FLOATS * 4;
-    static constexpr int DELTA_OFFSET = L_OFFSET + STAGES * BM * 4;
-    static constexpr int BARRIER_OFFSET = DELTA_OFFSET + STAGES * BM * 4;
-    // kv_full, q_full and q_empty per stage, dq_full and dq_empty per consumer.
-    static constexpr int BARRIERS = 1 + 2 * STAGES + 2 * BH_CONSUMERS;
-    static constexpr int BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;
-    static_assert(BYTES == C::SHARED_BYTES,
-                  "the host launches with the shared memory this layout takes");
-    static_assert(BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block on sm_90");
 };
 
 // wgmma descriptors as hopper.cuh builds them (128-byte swizzle, 8-row groups 1024 bytes
@@ -258,18 +228,20 @@ __device__ __forceinline__ int bh_walk(int i, int rotation, int m_first, int m_e
 // per step. Only this thread waits on other blocks; the consumers go on with the next step
 // meanwhile.
 //
-// It runs on the producer's 24 registers, so it holds shared memory as 32-bit addresses (the
-// barriers of consumer wg at dq_full + 8 wg and dq_full + 8 (BH_CONSUMERS + wg), its tile at
-// sdq + DQ_WG_FLOATS * 4 wg) and walks the block's (head, query tile) steps.
-template <int D>
-__device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsigned dq_full,
-                                             unsigned sdq, int* semaphores, int ordered,
+// It runs on the producer's 24 registers, so it holds shared memory as one 32-bit address
+// (`storage`, the members at their offsets from it) and walks the block's (head, query tile)
+// steps.
+template <typename T, int D>
+__device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsigned storage,
+                                             int* semaphores, int ordered,
                                              const Sequence& s, int causal, int n, int h0,
                                              int group, int heads, int m_first, int rotation,
                                              int m_end, int q_tiles) {
     using C = BhConfig<D>;
+    using S = BhShared<T, D>;
     constexpr int BM = C::BM, BOXES = C::DQ_COLS / BH_DQ_BOX;
-    constexpr unsigned DQ_EMPTY = 8 * BH_CONSUMERS, BOX_BYTES = BH_DQ_BOX * 64 * 4;
+    constexpr unsigned TILE_BYTES = sizeof(S::dq[0]), BOX_BYTES = sizeof(S::dq[0][0]);
+    const unsigned dq_full = storage + S::at::dq_full, dq_empty = storage + S::at::dq_empty;
     unsigned phase = 0;
     for (int h = h0; h < h0 + group; ++h)
     for (int i = m_first; i < m_end; ++i) {
@@ -292,7 +264,7 @@ __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsign
             }
             const int x0 = D == 64 ? 0 : wg * C::DQ_COLS;
             const int y0 = s.q0 + m * BM + (BM == 128 ? wg * 64 : 0);
-            const unsigned tile = sdq + wg * BOXES * BOX_BYTES;
+            const unsigned tile = storage + S::at::dq + wg * TILE_BYTES;
             // Rolled, as the producer's loads: this thread has 24 registers.
 #pragma unroll 1
             for (int box = 0; box < BOXES; ++box)
@@ -300,7 +272,7 @@ __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsign
             bulk_commit();
             if (!ordered) {
                 bulk_wait_read<0>();
-                mbarrier_arrive(dq_full + DQ_EMPTY + 8 * wg);
+                mbarrier_arrive(dq_empty + 8 * wg);
             }
         }
         if (ordered) {
@@ -309,7 +281,7 @@ __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsign
             asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(counter),
                          "r"(BH_CONSUMERS)
                          : "memory");
-            for (int wg = 0; wg < BH_CONSUMERS; ++wg) mbarrier_arrive(dq_full + DQ_EMPTY + 8 * wg);
+            for (int wg = 0; wg < BH_CONSUMERS; ++wg) mbarrier_arrive(dq_empty + 8 * wg);
         }
         phase ^= 1;
     }
@@ -331,29 +303,23 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
     const int causal = params.causal, q_tiles = params.q_tiles;
     const int head_section = params.head_section;
     const float scale = params.scale;
-    using L = BhLayout<D>;
     using C = BhConfig<D>;
+    using S = BhShared<T, D>;
     constexpr int BN = C::BN, BM = C::BM, STAGES = C::STAGES, BOXES = D / BH_BOX;
-    extern __shared__ unsigned char bh_smem_raw[];
-    unsigned char* base = reinterpret_cast<unsigned char*>(
-        (reinterpret_cast<unsigned long long>(bh_smem_raw) + 1023) & ~1023ull);
-    T* sk = reinterpret_cast<T*>(base + L::K_OFFSET);
-    T* sv = reinterpret_cast<T*>(base + L::V_OFFSET);
-    T* sq = reinterpret_cast<T*>(base + L::Q_OFFSET);
-    T* sdo = reinterpret_cast<T*>(base + L::DO_OFFSET);
-    float* sdq = reinterpret_cast<float*>(base + L::DQ_OFFSET);
-    unsigned long long* kv_full = reinterpret_cast<unsigned long long*>(base + L::BARRIER_OFFSET);
-    unsigned long long* q_full = kv_full + 1;
-    unsigned long long* q_empty = q_full + STAGES;
-    unsigned long long* dq_full = q_empty + STAGES;       // [consumer]: its dQ half is written
-    unsigned long long* dq_empty = dq_full + BH_CONSUMERS;  // [consumer]: the TMA has read it
+    // Shared memory: BhShared<T, D> (fa_hopper_bwd_params.cuh, written from the host's table),
+    // which the host launches with, and the slack that aligns it.
+    constexpr unsigned SHARED_BYTES = sizeof(S) + SHARED_ALIGNMENT_SLACK;
+    static_assert(SHARED_BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block on sm_90");
+    S& shared = shared_storage<S>();
+    unsigned long long *kv_full = shared.kv_full, *q_full = shared.q_full, *q_empty = shared.q_empty;
+    unsigned long long* dq_full = shared.dq_full;    // [consumer]: its dQ half is written
+    unsigned long long* dq_empty = shared.dq_empty;  // [consumer]: the TMA has read it
 
-    // The layout's size is checked against the host's at compile time; the block size and the
-    // shared memory actually given are checked here, so a launch that disagrees stops rather
-    // than corrupting memory.
+    // The block size and the shared memory actually given are checked here, so a launch that
+    // disagrees with the tile stops rather than corrupting memory.
     unsigned dynamic_bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
-    if (dynamic_bytes < L::BYTES || blockDim.x != BH_THREADS) __trap();
+    if (dynamic_bytes < SHARED_BYTES || blockDim.x != BH_THREADS) __trap();
 
     const Sequence s = sequence(cu_q, cu_k, blockIdx.z);
     // The block's key tile n and kv head: kv head fastest within sections of head_section kv
@@ -402,40 +368,45 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
         // ---- producer ----
         warpgroup_registers_release<BH_PRODUCER_REGISTERS>();
         if (threadIdx.x == 32) {
-            bh_dq_writer<D>(map_dq, smem_u32(dq_full), smem_u32(sdq), semaphores, ordered, s,
-                            causal, n, kvh * group, group, heads, m_first, rotation, m_end,
-                            q_tiles);
+            bh_dq_writer<T, D>(map_dq, smem_u32(&shared), semaphores, ordered, s, causal, n,
+                               kvh * group, group, heads, m_first, rotation, m_end, q_tiles);
             return;
         }
         if (threadIdx.x != 0) return;
-        mbarrier_arrive_expect_tx(kv_full, 2 * L::KV_ELEMS * sizeof(T));
+        // The bytes a barrier expects are those of the members its copies fill.
+        mbarrier_arrive_expect_tx(kv_full, sizeof(S::k) + sizeof(S::v));
 #pragma unroll
         for (int box = 0; box < BOXES; ++box) {
-            tma_load_3d(sk + box * BN * BH_BOX, map_k, kv_full, box * BH_BOX, s.k0 + j0, kvh);
-            tma_load_3d(sv + box * BN * BH_BOX, map_v, kv_full, box * BH_BOX, s.k0 + j0, kvh);
+            tma_load_3d(shared.k[0][box], map_k, kv_full, box * BH_BOX, s.k0 + j0, kvh);
+            tma_load_3d(shared.v[0][box], map_v, kv_full, box * BH_BOX, s.k0 + j0, kvh);
         }
         // quote: producer
-        constexpr unsigned STAGE_BYTES = 2 * L::Q_ELEMS * sizeof(T) + 2 * BM * sizeof(float);
+        // The bytes a stage's barrier expects are those of the members its copies fill. The
+        // producer keeps 32-bit shared-memory addresses (the members at their offsets from
+        // the storage's): pointers would take two of its 24 registers each.
+        constexpr unsigned STAGE_BYTES =
+            sizeof(S::q[0]) + sizeof(S::d_o[0]) + sizeof(S::lse2[0]) + sizeof(S::delta[0]);
+        constexpr unsigned Q_STAGE = sizeof(S::q[0]), Q_BOX = sizeof(S::q[0][0]),
+                           LD_STAGE = sizeof(S::lse2[0]);
+        const unsigned smem = smem_u32(&shared);
         PipelineState<STAGES> ring;
         for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
             for (int i = m_first; i < m_end; ++i) {
                 const int m = bh_walk(i, rotation, m_first, m_end);
                 const int st = ring.stage(), row0 = s.q0 + m * BM;
-                mbarrier_wait(&q_empty[st], ring.phase() ^ 1);
-                mbarrier_arrive_expect_tx(&q_full[st], STAGE_BYTES);
+                const unsigned full = smem + S::at::q_full + 8 * st;
+                mbarrier_wait(smem + S::at::q_empty + 8 * st, ring.phase() ^ 1);
+                mbarrier_arrive_expect_tx(full, STAGE_BYTES);
                 // Rolled: unrolled, the producer's 24 registers spill the boxes' addresses.
 #pragma unroll 1
                 for (int box = 0; box < BOXES; ++box) {
-                    tma_load_3d(sq + st * L::Q_ELEMS + box * BM * BH_BOX, map_q, &q_full[st],
-                                box * BH_BOX, row0, h);
-                    tma_load_3d(sdo + st * L::Q_ELEMS + box * BM * BH_BOX, map_do, &q_full[st],
-                                box * BH_BOX, row0, h);
+                    const unsigned at = st * Q_STAGE + box * Q_BOX;
+                    tma_load_3d(smem + S::at::q + at, map_q, full, box * BH_BOX, row0, h);
+                    tma_load_3d(smem + S::at::d_o + at, map_do, full, box * BH_BOX, row0, h);
                 }
                 const int span = h * gridDim.z + blockIdx.z;  // L, D row of (head, sequence)
-                tma_load_3d(base + L::L_OFFSET + st * BM * 4, map_lse2, &q_full[st], m * BM, span,
-                            0);
-                tma_load_3d(base + L::DELTA_OFFSET + st * BM * 4, map_delta, &q_full[st], m * BM,
-                            span, 0);
+                tma_load_3d(smem + S::at::lse2 + st * LD_STAGE, map_lse2, full, m * BM, span, 0);
+                tma_load_3d(smem + S::at::delta + st * LD_STAGE, map_delta, full, m * BM, span, 0);
                 ring.advance();
             }
         }
@@ -473,11 +444,14 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
 #pragma unroll
     for (int i = 0; i < DW / 2; ++i) dv_acc[i] = dk_acc[i] = 0.0f;
 
-    const unsigned base32 = smem_u32(base), base16 = (base32 & 0x3FFFF) >> 4;
+    const unsigned base32 = smem_u32(&shared), base16 = (base32 & 0x3FFFF) >> 4;
+    // Members by offset from base32, and the bytes of one stage or buffer of each.
+    constexpr int Q_STAGE = sizeof(S::q[0]), DS_BUFFER = sizeof(S::ds[0]), DQ_TILE = sizeof(S::dq[0]);
+    static_assert(sizeof(S::d_o[0]) == Q_STAGE, "Q and dO stages of one size");
     constexpr int A_BOX = BM == 128 ? 1 : 0;
     // The first 64-column box of K that this consumer's dQ product reads.
     const int dq_box0 = SPLIT ? wg * (DQ_COLS / BH_BOX) : D == 128 ? wg : 0;
-    constexpr int K_ROWS = L::K_OFFSET + 0, V_ROWS = L::V_OFFSET;  // + this consumer's keys
+    constexpr int K_ROWS = S::at::k, V_ROWS = S::at::v;  // + this consumer's keys
     const int wg_rows = key_row0 * 128;  // its key rows of 128 bytes into each K or V box
 
     mbarrier_wait(kv_full, 0);
@@ -494,7 +468,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
             // S^T = K Q^T and dP^T = V dO^T over the head dim: k16 steps 32 bytes apart
             // inside a 64-wide box, the boxes BN (keys) or BM (queries) rows of 128 bytes apart.
             const unsigned b16 = bh_fresh(base16);
-            const int q_at = L::Q_OFFSET + st * L::Q_ELEMS * 2, do_at = L::DO_OFFSET + st * L::Q_ELEMS * 2;
+            const int q_at = S::at::q + st * Q_STAGE, do_at = S::at::d_o + st * Q_STAGE;
             const int my_queries = query0 * 128;  // this consumer's query rows in each box
             wgmma_fence();
 #pragma unroll
@@ -515,8 +489,8 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
             // P = exp2(S scale log2 e - L log2 e), 0 where masked, while dP^T runs. Element e
             // of 8-column block j: key key0 + 8 (e / 2), query i0 + query0 + 8j + 2t + e % 2.
             const unsigned b32 = bh_fresh(base32);
-            const unsigned l2 = b32 + L::L_OFFSET + (st * BM + query0) * 4 + 8 * t;
-            const unsigned dl = b32 + L::DELTA_OFFSET + (st * BM + query0) * 4 + 8 * t;
+            const unsigned l2 = b32 + S::at::lse2 + (st * BM + query0) * 4 + 8 * t;
+            const unsigned dl = b32 + S::at::delta + (st * BM + query0) * 4 + 8 * t;
             const bool needs_mask =
                 i0 + BM > s.lq || wg_key_end > key_end(i0, s, causal);
             wgmma_wait<1>();
@@ -563,19 +537,19 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
             // beside it, in the same layout (the K-major A operand of dV, as dS^T is dK's).
             {
                 const int key = key_row0 + warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-                const unsigned row = b32 + L::DS_OFFSET + ds_stage * L::DS_BYTES +
+                const unsigned row = b32 + S::at::ds + ds_stage * DS_BUFFER +
                                      (key / 8) * 1024 + (key % 8) * 128;
 #pragma unroll
                 for (int kk = 0; kk < QW / 16; ++kk) {
                     const int q = query0 + 16 * kk + 8 * (lane / 16), box = q / 64, chunk = (q % 64) / 8;
                     const unsigned at = row + box * BN * 128 + ((chunk ^ (key % 8)) * 16);
                     stmatrix_x4(at, da[kk]);
-                    if constexpr (SPLIT) stmatrix_x4(at + (L::PT_OFFSET - L::DS_OFFSET), pa[kk]);
+                    if constexpr (SPLIT) stmatrix_x4(at + (S::at::pt - S::at::ds), pa[kk]);
                 }
             }
             fence_proxy_async_shared();
 
-            const int ds_at = L::DS_OFFSET + ds_stage * L::DS_BYTES;
+            const int ds_at = S::at::ds + ds_stage * DS_BUFFER;
             float dq[DQ_COLS / 2];
             if constexpr (!SPLIT) {
                 // quote: consumer_products
@@ -594,7 +568,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
                 // box wg) of all 64 queries; head dim 64: all 64 columns of its 64 queries (dS
                 // box wg). Both operands MN-major, k16 steps 16 key rows down.
                 const int my_ds = ds_at + A_BOX * wg * BN * 128;
-                const int k_at = L::K_OFFSET + dq_box0 * BN * 128;
+                const int k_at = S::at::k + dq_box0 * BN * 128;
 #pragma unroll
                 for (int kk = 0; kk < BN / 16; ++kk)
                     wgmma_m64k16<64, T, 1, 1>(dq, bh_desc(b16, my_ds + kk * 2048, BN * 128),
@@ -622,7 +596,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
                 // dO or Q from this consumer's first column box (MN-major, k16 steps 16 query
                 // rows down, the boxes BM x 128 bytes apart). dQ = dS K between them, as above
                 // with this consumer's DQ_COLS columns of K.
-                const int pt_at = L::PT_OFFSET + ds_stage * L::DS_BYTES;
+                const int pt_at = S::at::pt + ds_stage * DS_BUFFER;
                 const int my_cols = (col0 / BH_BOX) * BM * 128;
                 wgmma_fence();
 #pragma unroll
@@ -632,7 +606,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
                                               bh_desc(b16, do_at + my_cols + kk * 2048, BM * 128), 1);
                 }
                 wgmma_commit();
-                const int k_at = L::K_OFFSET + dq_box0 * BN * 128;
+                const int k_at = S::at::k + dq_box0 * BN * 128;
 #pragma unroll
                 for (int kk = 0; kk < BN / 16; ++kk)
                     wgmma_m64k16<DQ_COLS, T, 1, 1>(dq, bh_desc(b16, ds_at + kk * 2048, BN * 128),
@@ -653,7 +627,7 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
             // quote: consumer_dq_out
             // dQ to shared memory (32-column boxes of 64 rows, 128-byte swizzled) once the
             // dQ writer's TMA has read the last one; the writer adds it into dq_accum.
-            const unsigned my_dq = b32 + L::DQ_OFFSET + wg * L::DQ_WG_FLOATS * 4;
+            const unsigned my_dq = b32 + S::at::dq + wg * DQ_TILE;
             mbarrier_wait(&dq_empty[wg], dq_phase ^ 1);
 #pragma unroll
             for (int j = 0; j < DQ_COLS / 8; ++j)

@@ -335,18 +335,30 @@ impl<'k> HopperSteps<'k> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hopper_tile::{BACKWARD_TILES, STORAGE_DOC, STORAGE_NAME};
     use common::gpu::params::{c_checks, c_declaration, c_header, c_size_check};
+    use common::gpu::shared_storage::c_primary;
     use half::{bf16, f16};
 
-    /// The checked-in `fa_hopper_bwd_params.cuh` is what [`FaHopperBwdParams`] writes.
+    /// The checked-in `fa_hopper_bwd_params.cuh` is what [`FaHopperBwdParams`] and the tile
+    /// table write.
     #[test]
     fn the_kernels_parameter_struct_is_the_launchers() {
+        let mut parts = vec![
+            c_declaration::<FaHopperBwdParams<bf16>>(),
+            c_checks::<FaHopperBwdParams<bf16>>() + &c_size_check::<FaHopperBwdParams<f16>>(),
+            c_primary(STORAGE_NAME, STORAGE_DOC),
+        ];
+        for tile in &BACKWARD_TILES {
+            let storage = tile.storage();
+            parts.push(storage.c_declaration() + &storage.c_checks());
+        }
         let header = c_header(
-            "day20_fa2_backward/src/fa_hopper_bwd.rs",
             &[
-                c_declaration::<FaHopperBwdParams<bf16>>(),
-                c_checks::<FaHopperBwdParams<bf16>>() + &c_size_check::<FaHopperBwdParams<f16>>(),
+                "the kernel_params! declarations in day20_fa2_backward/src/fa_hopper_bwd.rs",
+                "the tile table (BACKWARD_TILES) in day20_fa2_backward/src/hopper_tile.rs",
             ],
+            &parts,
         );
         common::gpu::params::assert_generated(
             env!("CARGO_MANIFEST_DIR"),

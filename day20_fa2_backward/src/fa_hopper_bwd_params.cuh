@@ -1,7 +1,8 @@
-// Generated from the kernel_params! declarations in
-// day20_fa2_backward/src/fa_hopper_bwd.rs: edit those, then run
-// `DAYS_OF_GPU_WRITE_GENERATED=1 cargo test` to write this file again. A test fails
-// while this file and the declarations differ.
+// Generated from
+//   - the kernel_params! declarations in day20_fa2_backward/src/fa_hopper_bwd.rs
+//   - the tile table (BACKWARD_TILES) in day20_fa2_backward/src/hopper_tile.rs
+// Edit those, then run `DAYS_OF_GPU_WRITE_GENERATED=1 cargo test` to write this file
+// again. A test fails while this file and they differ.
 #pragma once
 #include "hopper.cuh"
 
@@ -44,3 +45,192 @@ struct FaHopperBwdParams {
 
 static_assert(sizeof(FaHopperBwdParams<bf16_t>) == 1024 && alignof(FaHopperBwdParams<bf16_t>) == 64, "FaHopperBwdParams<bf16_t>: 1024 bytes, aligned to 64, on the host");
 static_assert(sizeof(FaHopperBwdParams<f16_t>) == 1024 && alignof(FaHopperBwdParams<f16_t>) == 64, "FaHopperBwdParams<f16_t>: 1024 bytes, aligned to 64, on the host");
+
+// fa_hopper_bwd's shared memory per head dim D, one specialization per tile of day 20's
+// BACKWARD_TILES: K and V, the Q/dO ring, dS^T (and P^T), the dQ tiles, the L/D ring, the
+// barriers.
+template <typename T, int KEY> struct BhShared;
+
+template <typename T> struct BhShared<T, 64> {
+    // K: [1][64-dim box][key][dim]
+    alignas(1024) T k[1][1][128][64];
+    // V, as K
+    alignas(1024) T v[1][1][128][64];
+    // Q: [stage][64-dim box][query][dim]
+    alignas(1024) T q[2][1][128][64];
+    // dO, as Q
+    alignas(1024) T d_o[2][1][128][64];
+    // dS^T: [buffer][64-query box][key][query], the A operand of dQ = dS K
+    alignas(1024) T ds[2][2][128][64];
+    // dQ: [consumer][32-column box][query][column], f32, read by the TMA's reduce-adds
+    alignas(1024) float dq[2][2][64][32];
+    // L in log2 units: [stage][query]
+    alignas(128) float lse2[2][128];
+    // D = rowsum(dO * O): [stage][query]
+    alignas(128) float delta[2][128];
+    // K and V have arrived
+    unsigned long long kv_full[1];
+    // Per stage: Q, dO, L and D have arrived
+    unsigned long long q_full[2];
+    // Per stage: every consumer warp is done with it
+    unsigned long long q_empty[2];
+    // Per consumer: its dQ tile is written
+    unsigned long long dq_full[2];
+    // Per consumer: the TMA has read its dQ tile
+    unsigned long long dq_empty[2];
+    // Each member's byte offset from the struct's start.
+    struct at {
+        static constexpr unsigned k = 0;
+        static constexpr unsigned v = 16384;
+        static constexpr unsigned q = 32768;
+        static constexpr unsigned d_o = 65536;
+        static constexpr unsigned ds = 98304;
+        static constexpr unsigned dq = 163840;
+        static constexpr unsigned lse2 = 196608;
+        static constexpr unsigned delta = 197632;
+        static constexpr unsigned kv_full = 198656;
+        static constexpr unsigned q_full = 198664;
+        static constexpr unsigned q_empty = 198680;
+        static constexpr unsigned dq_full = 198696;
+        static constexpr unsigned dq_empty = 198712;
+    };
+};
+static_assert(sizeof(BhShared<bf16_t, 64>) == 199680 && alignof(BhShared<bf16_t, 64>) == 1024, "BhShared<bf16_t, 64>: 199680 bytes, aligned to 1024, on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::k) == 16384, "BhShared<bf16_t, 64>::k: 16384 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::v) == 16384, "BhShared<bf16_t, 64>::v: 16384 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::q) == 32768, "BhShared<bf16_t, 64>::q: 32768 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::d_o) == 32768, "BhShared<bf16_t, 64>::d_o: 32768 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::ds) == 65536, "BhShared<bf16_t, 64>::ds: 65536 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::dq) == 32768, "BhShared<bf16_t, 64>::dq: 32768 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::lse2) == 1024, "BhShared<bf16_t, 64>::lse2: 1024 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::delta) == 1024, "BhShared<bf16_t, 64>::delta: 1024 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::kv_full) == 8, "BhShared<bf16_t, 64>::kv_full: 8 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::q_full) == 16, "BhShared<bf16_t, 64>::q_full: 16 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::q_empty) == 16, "BhShared<bf16_t, 64>::q_empty: 16 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::dq_full) == 16, "BhShared<bf16_t, 64>::dq_full: 16 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::dq_empty) == 16, "BhShared<bf16_t, 64>::dq_empty: 16 bytes on the host");
+static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");
+
+template <typename T> struct BhShared<T, 128> {
+    // K: [1][64-dim box][key][dim]
+    alignas(1024) T k[1][2][128][64];
+    // V, as K
+    alignas(1024) T v[1][2][128][64];
+    // Q: [stage][64-dim box][query][dim]
+    alignas(1024) T q[2][2][64][64];
+    // dO, as Q
+    alignas(1024) T d_o[2][2][64][64];
+    // dS^T: [buffer][64-query box][key][query], the A operand of dQ = dS K
+    alignas(1024) T ds[2][1][128][64];
+    // dQ: [consumer][32-column box][query][column], f32, read by the TMA's reduce-adds
+    alignas(1024) float dq[2][2][64][32];
+    // L in log2 units: [stage][query]
+    alignas(128) float lse2[2][64];
+    // D = rowsum(dO * O): [stage][query]
+    alignas(128) float delta[2][64];
+    // K and V have arrived
+    unsigned long long kv_full[1];
+    // Per stage: Q, dO, L and D have arrived
+    unsigned long long q_full[2];
+    // Per stage: every consumer warp is done with it
+    unsigned long long q_empty[2];
+    // Per consumer: its dQ tile is written
+    unsigned long long dq_full[2];
+    // Per consumer: the TMA has read its dQ tile
+    unsigned long long dq_empty[2];
+    // Each member's byte offset from the struct's start.
+    struct at {
+        static constexpr unsigned k = 0;
+        static constexpr unsigned v = 32768;
+        static constexpr unsigned q = 65536;
+        static constexpr unsigned d_o = 98304;
+        static constexpr unsigned ds = 131072;
+        static constexpr unsigned dq = 163840;
+        static constexpr unsigned lse2 = 196608;
+        static constexpr unsigned delta = 197120;
+        static constexpr unsigned kv_full = 197632;
+        static constexpr unsigned q_full = 197640;
+        static constexpr unsigned q_empty = 197656;
+        static constexpr unsigned dq_full = 197672;
+        static constexpr unsigned dq_empty = 197688;
+    };
+};
+static_assert(sizeof(BhShared<bf16_t, 128>) == 198656 && alignof(BhShared<bf16_t, 128>) == 1024, "BhShared<bf16_t, 128>: 198656 bytes, aligned to 1024, on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::k) == 32768, "BhShared<bf16_t, 128>::k: 32768 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::v) == 32768, "BhShared<bf16_t, 128>::v: 32768 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::q) == 32768, "BhShared<bf16_t, 128>::q: 32768 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::d_o) == 32768, "BhShared<bf16_t, 128>::d_o: 32768 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::ds) == 32768, "BhShared<bf16_t, 128>::ds: 32768 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::dq) == 32768, "BhShared<bf16_t, 128>::dq: 32768 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::lse2) == 512, "BhShared<bf16_t, 128>::lse2: 512 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::delta) == 512, "BhShared<bf16_t, 128>::delta: 512 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::kv_full) == 8, "BhShared<bf16_t, 128>::kv_full: 8 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::q_full) == 16, "BhShared<bf16_t, 128>::q_full: 16 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::q_empty) == 16, "BhShared<bf16_t, 128>::q_empty: 16 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::dq_full) == 16, "BhShared<bf16_t, 128>::dq_full: 16 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::dq_empty) == 16, "BhShared<bf16_t, 128>::dq_empty: 16 bytes on the host");
+static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");
+
+template <typename T> struct BhShared<T, 256> {
+    // K: [1][64-dim box][key][dim]
+    alignas(1024) T k[1][4][64][64];
+    // V, as K
+    alignas(1024) T v[1][4][64][64];
+    // Q: [stage][64-dim box][query][dim]
+    alignas(1024) T q[1][4][64][64];
+    // dO, as Q
+    alignas(1024) T d_o[1][4][64][64];
+    // dS^T: [buffer][64-query box][key][query], the A operand of dQ = dS K
+    alignas(1024) T ds[2][1][64][64];
+    // P^T, as dS^T (split head dim only: the A operand of dV += P^T dO)
+    alignas(1024) T pt[2][1][64][64];
+    // dQ: [consumer][32-column box][query][column], f32, read by the TMA's reduce-adds
+    alignas(1024) float dq[2][4][64][32];
+    // L in log2 units: [stage][query]
+    alignas(128) float lse2[1][64];
+    // D = rowsum(dO * O): [stage][query]
+    alignas(128) float delta[1][64];
+    // K and V have arrived
+    unsigned long long kv_full[1];
+    // Per stage: Q, dO, L and D have arrived
+    unsigned long long q_full[1];
+    // Per stage: every consumer warp is done with it
+    unsigned long long q_empty[1];
+    // Per consumer: its dQ tile is written
+    unsigned long long dq_full[2];
+    // Per consumer: the TMA has read its dQ tile
+    unsigned long long dq_empty[2];
+    // Each member's byte offset from the struct's start.
+    struct at {
+        static constexpr unsigned k = 0;
+        static constexpr unsigned v = 32768;
+        static constexpr unsigned q = 65536;
+        static constexpr unsigned d_o = 98304;
+        static constexpr unsigned ds = 131072;
+        static constexpr unsigned pt = 147456;
+        static constexpr unsigned dq = 163840;
+        static constexpr unsigned lse2 = 229376;
+        static constexpr unsigned delta = 229632;
+        static constexpr unsigned kv_full = 229888;
+        static constexpr unsigned q_full = 229896;
+        static constexpr unsigned q_empty = 229904;
+        static constexpr unsigned dq_full = 229912;
+        static constexpr unsigned dq_empty = 229928;
+    };
+};
+static_assert(sizeof(BhShared<bf16_t, 256>) == 230400 && alignof(BhShared<bf16_t, 256>) == 1024, "BhShared<bf16_t, 256>: 230400 bytes, aligned to 1024, on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::k) == 32768, "BhShared<bf16_t, 256>::k: 32768 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::v) == 32768, "BhShared<bf16_t, 256>::v: 32768 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::q) == 32768, "BhShared<bf16_t, 256>::q: 32768 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::d_o) == 32768, "BhShared<bf16_t, 256>::d_o: 32768 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::ds) == 16384, "BhShared<bf16_t, 256>::ds: 16384 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::pt) == 16384, "BhShared<bf16_t, 256>::pt: 16384 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::dq) == 65536, "BhShared<bf16_t, 256>::dq: 65536 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::lse2) == 256, "BhShared<bf16_t, 256>::lse2: 256 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::delta) == 256, "BhShared<bf16_t, 256>::delta: 256 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::kv_full) == 8, "BhShared<bf16_t, 256>::kv_full: 8 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::q_full) == 8, "BhShared<bf16_t, 256>::q_full: 8 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::q_empty) == 8, "BhShared<bf16_t, 256>::q_empty: 8 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::dq_full) == 16, "BhShared<bf16_t, 256>::dq_full: 16 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::dq_empty) == 16, "BhShared<bf16_t, 256>::dq_empty: 16 bytes on the host");
+static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");

@@ -5,6 +5,7 @@
 //! layout takes exactly the shared memory the launcher gives it. Compiled without the defines,
 //! it stops at an `#error`.
 
+use common::gpu::shared_storage::{F32_BOXES, F32_TILE, SharedStorage};
 use common::gpu::tile::{Defines, SETMAXNREG_MIN, Violations, WARPGROUP_THREADS, file_define};
 
 /// Consumer warpgroups per block: each owns 64 of the block's keys, or (split head dim) half
@@ -24,6 +25,19 @@ pub const PRODUCER_REGISTERS: usize = SETMAXNREG_MIN;
 
 /// Prefix of the defines `fa_hopper_bwd.cu` reads.
 const PREFIX: &str = "BH";
+
+/// The name of the backward's shared storage template in C (`BhShared<T, D>`).
+pub const STORAGE_NAME: &str = "BhShared";
+
+/// What the generated header says of the storage template.
+#[cfg(test)]
+pub const STORAGE_DOC: &str =
+    "fa_hopper_bwd's shared memory per head dim D, one specialization per tile of day 20's
+BACKWARD_TILES: K and V, the Q/dO ring, dS^T (and P^T), the dQ tiles, the L/D ring, the
+barriers.";
+
+/// f32 columns of one 128-byte swizzle row of a dQ tile.
+const DQ_BOX: usize = 32;
 
 /// One head dim's tile of the backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,18 +112,74 @@ impl BackwardTile {
         WARPGROUP_THREADS * (1 + CONSUMERS)
     }
 
-    /// The dynamic shared memory of a block, as `BhLayout` in `fa_hopper_bwd.cu` lays it out:
-    /// K and V (16-bit), the ring of Q and dO, the dS^T buffers (and as many of P^T when the
-    /// head dim is split), each consumer's f32 dQ tile (64 x [`Self::dq_columns`]), the ring
-    /// of L and D (f32), the barriers (K/V; full and empty per stage; dQ full and empty per
-    /// consumer), and 1024 bytes of slack to align the tiles to the swizzle's 1024-byte period.
+    /// The block's shared memory, as `fa_hopper_bwd.cu` reads it (the struct
+    /// `BhShared<T, D>` that [`SharedStorage::c_declaration`] writes from this): K and V, the
+    /// ring of Q and dO (16-bit, in boxes of 64 dims, as the TMA writes them), the dS^T
+    /// buffers (and as many of P^T when the head dim is split), each consumer's f32 dQ tile
+    /// (64 x [`Self::dq_columns`]), the ring of L and D (f32), the barriers.
+    pub fn storage(&self) -> SharedStorage {
+        let (d, bm, bn, stages) = (self.head_dim, self.queries, self.keys, self.stages);
+        let storage = SharedStorage::new(STORAGE_NAME, d)
+            .tiles("k", "K: [1][64-dim box][key][dim]", 1, bn, d)
+            .tiles("v", "V, as K", 1, bn, d)
+            .tiles("q", "Q: [stage][64-dim box][query][dim]", stages, bm, d)
+            .tiles("d_o", "dO, as Q", stages, bm, d)
+            .tiles(
+                "ds",
+                "dS^T: [buffer][64-query box][key][query], the A operand of dQ = dS K",
+                DS_STAGES,
+                bn,
+                bm,
+            );
+        let storage = if self.splits_head_dim() {
+            storage.tiles(
+                "pt",
+                "P^T, as dS^T (split head dim only: the A operand of dV += P^T dO)",
+                DS_STAGES,
+                bn,
+                bm,
+            )
+        } else {
+            storage
+        };
+        storage
+            .member(
+                "dq",
+                "dQ: [consumer][32-column box][query][column], f32, read by the TMA's reduce-adds",
+                F32_TILE,
+                &[CONSUMERS, self.dq_columns() / DQ_BOX, 64, DQ_BOX],
+            )
+            .member(
+                "lse2",
+                "L in log2 units: [stage][query]",
+                F32_BOXES,
+                &[stages, bm],
+            )
+            .member(
+                "delta",
+                "D = rowsum(dO * O): [stage][query]",
+                F32_BOXES,
+                &[stages, bm],
+            )
+            .barriers("kv_full", "K and V have arrived", 1)
+            .barriers("q_full", "Per stage: Q, dO, L and D have arrived", stages)
+            .barriers(
+                "q_empty",
+                "Per stage: every consumer warp is done with it",
+                stages,
+            )
+            .barriers("dq_full", "Per consumer: its dQ tile is written", CONSUMERS)
+            .barriers(
+                "dq_empty",
+                "Per consumer: the TMA has read its dQ tile",
+                CONSUMERS,
+            )
+    }
+
+    /// The dynamic shared memory a block is launched with: [`Self::storage`] and the slack
+    /// that aligns it to the swizzle's 1024-byte period.
     pub fn shared_bytes(&self) -> usize {
-        let (d, bm, bn) = (self.head_dim, self.queries, self.keys);
-        let transposed = if self.splits_head_dim() { 2 } else { 1 };
-        let halves = 2 * bn * d + 2 * self.stages * bm * d + transposed * DS_STAGES * bn * bm;
-        let floats = CONSUMERS * 64 * self.dq_columns() + 2 * self.stages * bm;
-        let barriers = 1 + 2 * self.stages + 2 * CONSUMERS;
-        halves * 2 + floats * 4 + 8 * barriers + 1024
+        self.storage().launch_bytes()
     }
 
     /// What stops this tile from compiling or running on an H100, as the kernel's
@@ -167,7 +237,6 @@ impl BackwardTile {
             .set("QUERIES", self.queries)
             .set("STAGES", self.stages)
             .set("REGISTERS", self.consumer_registers)
-            .set("SHARED_BYTES", self.shared_bytes())
             .into_vec()
     }
 }
@@ -206,18 +275,22 @@ mod tests {
     #[test]
     fn the_layouts_add_up() {
         // Head dim 128: K, V 2 x 32 KiB; Q, dO 2 x 2 x 16 KiB; dS^T 2 x 16 KiB; dQ 2 x 16 KiB;
-        // L, D 2 x 2 x 256 B; 9 barriers; 1 KiB of slack.
+        // L, D 2 x 2 x 256 B; 9 barriers: 197,704 bytes, rounded up to the tiles' 1 KiB, and 1
+        // KiB of slack.
         let d128 = BackwardTile::for_head_dim(128).unwrap();
-        assert_eq!(d128.shared_bytes(), 192 * 1024 + 1024 + 72 + 1024);
+        assert_eq!(d128.storage().offset("kv_full"), 192 * 1024 + 1024);
+        assert_eq!(d128.shared_bytes(), 194 * 1024 + 1024);
         assert_eq!(d128.threads(), 384);
         // Head dim 64: K, V 2 x 16 KiB; Q, dO 2 x 2 x 16 KiB; dS^T 2 x 32 KiB; dQ 2 x 16 KiB.
         let d64 = BackwardTile::for_head_dim(64).unwrap();
-        assert_eq!(d64.shared_bytes(), 192 * 1024 + 2048 + 72 + 1024);
+        assert_eq!(d64.storage().offset("dq_empty"), 192 * 1024 + 2048 + 56);
+        assert_eq!(d64.shared_bytes(), 195 * 1024 + 1024);
         // Head dim 256: K, V 2 x 32 KiB; Q, dO 2 x 32 KiB (one stage); dS^T and P^T 4 x 8 KiB;
         // dQ 2 x 32 KiB; L, D 2 x 256 B; 7 barriers.
         let d256 = BackwardTile::for_head_dim(256).unwrap();
         assert!(d256.splits_head_dim() && !d128.splits_head_dim());
-        assert_eq!(d256.shared_bytes(), 224 * 1024 + 512 + 56 + 1024);
+        assert_eq!(d256.storage().offset("pt"), 144 * 1024);
+        assert_eq!(d256.shared_bytes(), 225 * 1024 + 1024);
         assert!(BackwardTile::for_head_dim(96).is_none());
     }
 
@@ -257,7 +330,7 @@ mod tests {
     #[test]
     fn the_defines_carry_every_tile() {
         let defines = hopper_defines();
-        assert_eq!(defines.len(), 3 + 5 * BACKWARD_TILES.len());
+        assert_eq!(defines.len(), 3 + 4 * BACKWARD_TILES.len());
         for expected in [
             "-DBH_D128_KEYS=128",
             "-DBH_D256_KEYS=64",
@@ -266,7 +339,6 @@ mod tests {
             "-DBH_PRODUCER_REGISTERS=24",
             "-DBH_D128_QUERIES=64",
             "-DBH_D64_QUERIES=128",
-            "-DBH_D128_SHARED_BYTES=198728",
         ] {
             assert!(defines.contains(&expected.to_string()), "{expected}");
         }

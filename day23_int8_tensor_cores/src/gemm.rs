@@ -81,7 +81,7 @@ pub(crate) fn params_header() -> String {
     use common::gpu::params::{c_checks, c_declaration, c_header, c_size_check};
     use half::bf16;
     c_header(
-        "day23_int8_tensor_cores/src/gemm.rs",
+        &["the kernel_params! declarations in day23_int8_tensor_cores/src/gemm.rs"],
         &[
             c_declaration::<Int8Epilogue>(),
             c_checks::<Int8Epilogue>(),

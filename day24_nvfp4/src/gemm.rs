@@ -70,7 +70,7 @@ common::kernel_params! {
 pub(crate) fn params_header() -> String {
     use common::gpu::params::{c_checks, c_declaration, c_header};
     c_header(
-        "day24_nvfp4/src/gemm.rs",
+        &["the kernel_params! declarations in day24_nvfp4/src/gemm.rs"],
         &[
             c_declaration::<Nvfp4GemmParams>(),
             c_checks::<Nvfp4GemmParams>(),

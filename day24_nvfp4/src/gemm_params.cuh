@@ -1,7 +1,7 @@
-// Generated from the kernel_params! declarations in
-// day24_nvfp4/src/gemm.rs: edit those, then run
-// `DAYS_OF_GPU_WRITE_GENERATED=1 cargo test` to write this file again. A test fails
-// while this file and the declarations differ.
+// Generated from
+//   - the kernel_params! declarations in day24_nvfp4/src/gemm.rs
+// Edit those, then run `DAYS_OF_GPU_WRITE_GENERATED=1 cargo test` to write this file
+// again. A test fails while this file and they differ.
 #pragma once
 #include "hopper.cuh"
 

@@ -4,7 +4,8 @@
 //! [`kernel_source`] (the kernel files and headers, embedded or read from a checkout),
 //! [`nvrtc`], [`kernel_build`] (what each day compiles), [`kernel`] (loading a compiled file
 //! and its kernels), [`tma`], [`launch`] (typed kernel launches, `kernel_args!`), [`tile`] (the numbers a kernel and its launcher share: defines, shared bytes, the limits a tile table checks),
-//! [`cublas`],
+//! [`params`] and [`shared_storage`] (a kernel's parameter struct and its shared memory, each
+//! declared once in Rust and written out as C), [`cublas`],
 //! [`cublaslt`] (the 8-bit GEMMs).
 
 pub mod kernel_cache;
@@ -16,6 +17,7 @@ pub mod tma;
 pub mod launch;
 pub mod params;
 pub mod tile;
+pub mod shared_storage;
 pub mod cublas;
 pub mod cublaslt;
 

@@ -223,17 +223,18 @@ pub fn c_size_check<P: KernelParams>() -> String {
     )
 }
 
-/// The text of a day's generated parameter header: a banner saying where it comes from, then
-/// `parts` (declarations and checks). `from` names the Rust file that declares the structs.
-pub fn c_header(from: &str, parts: &[String]) -> String {
-    let mut out = format!(
-        "// Generated from the kernel_params! declarations in\n\
-         // {from}: edit those, then run\n\
-         // `DAYS_OF_GPU_WRITE_GENERATED=1 cargo test` to write this file again. A test fails\n\
-         // while this file and the declarations differ.\n\
-         #pragma once\n\
-         #include \"hopper.cuh\"\n"
-    );
+/// The text of a day's generated header: a banner naming what it is written from (`from`, one
+/// item each: "the kernel_params! declarations in day10_fa2_forward/src/fa_hopper.rs"), then
+/// `parts` (declarations and checks).
+pub fn c_header(from: &[&str], parts: &[String]) -> String {
+    let mut out = String::from("// Generated from\n");
+    for source in from {
+        out += &format!("//   - {source}\n");
+    }
+    out += "// Edit those, then run `DAYS_OF_GPU_WRITE_GENERATED=1 cargo test` to write this file\n\
+            // again. A test fails while this file and they differ.\n\
+            #pragma once\n\
+            #include \"hopper.cuh\"\n";
     for part in parts {
         out += "\n";
         out += part;
@@ -442,7 +443,7 @@ mod tests {
     #[test]
     fn the_header_compiles_and_holds_the_layout() {
         let header = c_header(
-            "params.rs",
+            &["params.rs"],
             &[
                 c_declaration::<ProbeParams<half::bf16>>(),
                 c_checks::<ProbeParams<half::bf16>>(),
@@ -495,7 +496,10 @@ mod tests {
         if !crate::testing::nvrtc_or_skip("NVRTC compile of every C spelling") {
             return;
         }
-        let header = c_header("params.rs", &[c_declaration::<ProbeParams<half::bf16>>()]);
+        let header = c_header(
+            &["params.rs"],
+            &[c_declaration::<ProbeParams<half::bf16>>()],
+        );
         compile(&format!("{header}\n{checks}")).unwrap_or_else(|e| panic!("{e:#}\n{checks}"));
     }
 
