@@ -1,6 +1,6 @@
 // The packed-batch layout and the causal mask of the attention days (10 forward, 20
 // backward): forward and backward must agree on which keys a query sees, so the rule lives
-// here once.
+// here once, and so does applying it to a register fragment (mask_fragment).
 //
 // Sequences are packed one after another: cu_q / cu_k hold where each starts (batch + 1
 // entries). The causal mask is aligned bottom-right, as FlashAttention 2.1 and later: query i
@@ -37,6 +37,24 @@ __device__ __forceinline__ int first_query(int j, const Sequence& s, int causal)
     const int i = j + s.lq - s.lk;
     return i < 0 ? 0 : i;
 }
+
+// quote: mask_fragment
+// Sets the elements of an accumulator fragment that `visible(row, column)` rejects to `masked`
+// (-inf for scores, 0 for probabilities). The fragment is BLOCKS blocks of 8 columns, 4
+// registers each, as mma.sync m16n8 and each warp's rows of a wgmma m64 leave them: element e of
+// block j is row e / 2 of the thread's two (lane / 4 and lane / 4 + 8), column 8j + 2t + e % 2,
+// t = lane % 4. Rows and columns are the fragment's own: the caller's predicate adds its tile's
+// origin, and says whether rows are queries (S = Q K^T) or keys (the backward's S^T = K Q^T).
+template <int BLOCKS, typename Visible>
+__device__ __forceinline__ void mask_fragment(float* fragment, int t, float masked,
+                                              Visible visible) {
+#pragma unroll
+    for (int j = 0; j < BLOCKS; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            if (!visible(e / 2, 8 * j + 2 * t + e % 2)) fragment[4 * j + e] = masked;
+}
+// end quote: mask_fragment
 
 // quote: item_slot
 // A work item as a persistent attention kernel's producer hands it to its consumers (day 10's

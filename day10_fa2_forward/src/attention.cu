@@ -326,17 +326,16 @@ __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o
         // end quote: mma_scores
 
         // quote: mma_mask
-        // Scale into log2 units; mask keys past a row's end (the sequence's or the causal one).
-        const bool needs_mask = j0 + BC > unmasked_keys;
+        // Scale into log2 units; mask keys past a row's end (the sequence's or the causal one):
+        // row r of the thread's two is query i0 + 16 warp + g + 8r.
 #pragma unroll
         for (int j = 0; j < NTILES; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int row = i0 + warp * 16 + g + (e / 2) * 8;
-                const int key = j0 + j * 8 + 2 * t + (e % 2);
-                sc[j][e] = (!needs_mask || key < key_end(row, s, causal)) ? sc[j][e] * scale_log2
-                                                                          : NEG_INF;
-            }
+            for (int e = 0; e < 4; ++e) sc[j][e] *= scale_log2;
+        if (j0 + BC > unmasked_keys)
+            mask_fragment<NTILES>(&sc[0][0], t, NEG_INF, [&](int r, int key) {
+                return j0 + key < key_end(i0 + warp * 16 + g + 8 * r, s, causal);
+            });
         // end quote: mma_mask
 
         // quote: mma_softmax

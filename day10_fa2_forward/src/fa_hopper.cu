@@ -303,18 +303,14 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
         wgmma_commit();
     };
     // end quote: fh_issue_pv
-    // Masks S_n, finds the new row maxima, turns S into unnormalised P (f32, in place) and
-    // updates the row sums; `alpha` is what O must be multiplied by before P_n V_n is added.
-    // Element e of 8-column block j is row e / 2 of the thread's two, key 8j + 2t + e % 2.
+    // Masks S_n (row r of the thread's two sees keys before end[r]), finds the new row maxima,
+    // turns S into unnormalised P (f32, in place) and updates the row sums; `alpha` is what O
+    // must be multiplied by before P_n V_n is added. Element e of 8-column block j is row e / 2
+    // of the thread's two, key 8j + 2t + e % 2.
     auto softmax = [&](int n) {
         const int j0 = n * FH_BN;
-        if (j0 + FH_BN > unmasked) {
-#pragma unroll
-            for (int j = 0; j < FH_BN / 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    if (j0 + 8 * j + 2 * t + (e % 2) >= end[e / 2]) sc[4 * j + e] = NEG_INF;
-        }
+        if (j0 + FH_BN > unmasked)
+            mask_fragment<FH_BN / 8>(sc, t, NEG_INF, [&](int r, int key) { return j0 + key < end[r]; });
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             // Four independent chains, not one of FH_BN / 4 dependent maxima.

@@ -541,18 +541,20 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
         // query column 2t + (e % 2) of its 8-wide tile. A tile pair that every query of the
         // tile sees whole needs no mask test.
         // quote: mma_p_ds
-        const bool needs_mask = i0 + MBR > s.lq || j0 + MBC > key_end(i0, s, causal);
 #pragma unroll
         for (int j = 0; j < QTILES; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int col = j * 8 + 2 * t + (e % 2);
-                const int key = j0 + warp * 16 + g + (e / 2) * 8;
-                const bool seen = !needs_mask || visible(i0 + col, key, s, causal);
-                const float p = seen ? exp2f(st[j][e] * scale_log2 - lse2[col]) : 0.0f;
-                st[j][e] = p;
-                dpt[j][e] = p * (dpt[j][e] - dlt[col]);
-            }
+            for (int e = 0; e < 4; ++e)
+                st[j][e] = exp2f(st[j][e] * scale_log2 - lse2[j * 8 + 2 * t + (e % 2)]);
+        if (i0 + MBR > s.lq || j0 + MBC > key_end(i0, s, causal))
+            mask_fragment<QTILES>(&st[0][0], t, 0.0f, [&](int r, int query) {
+                return visible(i0 + query, j0 + warp * 16 + g + 8 * r, s, causal);
+            });
+#pragma unroll
+        for (int j = 0; j < QTILES; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                dpt[j][e] = st[j][e] * (dpt[j][e] - dlt[j * 8 + 2 * t + (e % 2)]);
         // end quote: mma_p_ds
 
         // quote: mma_pack
@@ -748,17 +750,18 @@ __device__ __forceinline__ void fa2_mma_bwd_dq(const T* q, const T* k, const T* 
         }
 
         // dS into dp. Element e: query row g (e < 2) or g + 8, key column 2t + (e % 2).
-        const bool needs_mask = j0 + MBC > unmasked_keys;
 #pragma unroll
         for (int j = 0; j < NTILES; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i = i0 + warp * 16 + g + (e / 2) * 8;
-                const int key = j0 + j * 8 + 2 * t + (e % 2);
-                const bool seen = !needs_mask || visible(i, key, s, causal);
-                const float p = seen ? exp2f(sc[j][e] * scale_log2 - lse2[e / 2]) : 0.0f;
-                dp[j][e] = p * (dp[j][e] - dlt[e / 2]);
-            }
+            for (int e = 0; e < 4; ++e) sc[j][e] = exp2f(sc[j][e] * scale_log2 - lse2[e / 2]);
+        if (j0 + MBC > unmasked_keys)
+            mask_fragment<NTILES>(&sc[0][0], t, 0.0f, [&](int r, int key) {
+                return visible(i0 + warp * 16 + g + 8 * r, j0 + key, s, causal);
+            });
+#pragma unroll
+        for (int j = 0; j < NTILES; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dp[j][e] = sc[j][e] * (dp[j][e] - dlt[e / 2]);
 
         // dQ += dS K, 16 keys at a time: two dS fragments are one A fragment.
 #pragma unroll

@@ -499,12 +499,14 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
             for (int j = 0; j < QW / 8; ++j) {
                 const float2 lse2 = bh_ld_f32x2(l2 + 32 * j);
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float p = ex2_approx(fmaf(sc[4 * j + e], scale_log2, -(e % 2 ? lse2.y : lse2.x)));
-                    const int i = i0 + query0 + 8 * j + 2 * t + e % 2;
-                    sc[4 * j + e] = !needs_mask || (i >= seen_from[e / 2] && i < s.lq) ? p : 0.0f;
-                }
+                for (int e = 0; e < 4; ++e)
+                    sc[4 * j + e] = ex2_approx(fmaf(sc[4 * j + e], scale_log2, -(e % 2 ? lse2.y : lse2.x)));
             }
+            if (needs_mask)
+                mask_fragment<QW / 8>(sc, t, 0.0f, [&](int r, int query) {
+                    const int i = i0 + query0 + query;
+                    return i >= seen_from[r] && i < s.lq;
+                });
             wgmma_wait<0>();
             wgmma_fence_operands(dp);
 #pragma unroll
