@@ -326,16 +326,16 @@ __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o
         // end quote: mma_scores
 
         // quote: mma_mask
-        // Scale into log2 units; mask keys past a row's end (the sequence's or the causal one):
-        // row r of the thread's two is query i0 + 16 warp + g + 8r.
-#pragma unroll
-        for (int j = 0; j < NTILES; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sc[j][e] *= scale_log2;
+        // Mask keys past a row's end (the sequence's or the causal one; row r of the thread's
+        // two is query i0 + 16 warp + g + 8r), then scale into log2 units (-inf stays -inf).
         if (j0 + BC > unmasked_keys)
             mask_fragment<NTILES>(&sc[0][0], t, NEG_INF, [&](int r, int key) {
                 return j0 + key < key_end(i0 + warp * 16 + g + 8 * r, s, causal);
             });
+#pragma unroll
+        for (int j = 0; j < NTILES; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sc[j][e] *= scale_log2;
         // end quote: mma_mask
 
         // quote: mma_softmax

@@ -135,150 +135,140 @@ __device__ __forceinline__ int next_ticket(int* tickets) {
 }
 // end quote: fh_tickets
 
-// grid(min(items, SMs)) persistent blocks walk the q_tiles x heads x batch items, drawing
-// tickets. `tickets` is [next, producers done], 0 and 0 at launch; the last producer to
-// finish sets both back to 0 for the next launch.
+// The producer (one thread): draws the block's items (tickets), hands each to the consumers
+// through its slot, and loads its Q and then its K and V tiles through the rings, an item ahead
+// of the consumers. grid(min(items, SMs)) persistent blocks walk the q_tiles x heads x batch
+// items. `tickets` is [next, producers done], 0 and 0 at launch; the last producer to finish
+// sets both back to 0 for the next launch.
 template <typename T, int D>
-__device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
-    // The launch's parameters by name (fa_hopper_params.cuh, written from the launcher's
-    // declaration, says what each is); the maps stay in parameter space, where the TMA reads them.
-    const TmaDescriptor *map_q = &params.map_q, *map_k = &params.map_k, *map_v = &params.map_v;
-    T* o = params.o;
-    float* lse = params.lse;
-    const int *cu_q = params.cu_q, *cu_k = params.cu_k;
-    const int heads = params.heads, kv_heads = params.kv_heads, causal = params.causal;
-    const int q_tiles = params.q_tiles, items = params.items;
-    const float scale_log2 = params.scale_log2;
-    int* tickets = params.tickets;
+__device__ __forceinline__ void fh_producer(const FaHopperParams<T>& params,
+                                            FhShared<T, D>& shared) {
     using C = FhConfig<D>;
     using S = FhShared<T, D>;
     constexpr int FH_BM = C::BM, FH_BN = C::BN, STAGES = C::STAGES, Q_STAGES = C::Q_STAGES;
-    // Shared memory: FhShared<T, D> (fa_hopper_params.cuh, written from the host's table),
-    // which the host launches with, and the slack that aligns it.
-    static_assert(sizeof(S) + SHARED_ALIGNMENT_SLACK <= 227 * 1024,
-                  "at most 227 KiB of shared memory per block on sm_90");
-    S& shared = shared_storage<S>();
-    unsigned long long *q_full = shared.q_full, *q_empty = shared.q_empty;
-    unsigned long long *k_full = shared.k_full, *v_full = shared.v_full;
-    unsigned long long *k_empty = shared.k_empty, *v_empty = shared.v_empty;
+    // The launch's parameters by name (fa_hopper_params.cuh, written from the launcher's
+    // declaration, says what each is); the maps stay in parameter space, where the TMA reads them.
+    const TmaDescriptor *map_q = &params.map_q, *map_k = &params.map_k, *map_v = &params.map_v;
+    const int *cu_q = params.cu_q, *cu_k = params.cu_k;
+    const int heads = params.heads, kv_heads = params.kv_heads, causal = params.causal;
+    const int q_tiles = params.q_tiles, items = params.items;
+    int* tickets = params.tickets;
     ItemSlot* slots = shared.slots;
-
-    // quote: fh_barriers
-    if (threadIdx.x == 0) {
-        for (int st = 0; st < Q_STAGES; ++st) {
-            mbarrier_init(&q_full[st], 1);  // the producer's arrival (+ the TMA's bytes)
-            mbarrier_init(&q_empty[st], C::CONSUMERS * 4);  // lane 0 of every consumer warp
-        }
-        for (int st = 0; st < STAGES; ++st) {
-            mbarrier_init(&k_full[st], 1);
-            mbarrier_init(&v_full[st], 1);
-            mbarrier_init(&k_empty[st], C::CONSUMERS);
-            mbarrier_init(&v_empty[st], C::CONSUMERS);
-        }
-        fence_barrier_init();
-    }
-    __syncthreads();
-    // end quote: fh_barriers
-
-    // quote: fh_producer_registers
-    if (threadIdx.x < 128) {
-        // ---- producer: while the consumers work on an item, it already loads the next ----
-        warpgroup_registers_release<FH_PRODUCER_REGISTERS>();
-        if (threadIdx.x != 0) return;
-        // end quote: fh_producer_registers
-        // The bytes a copy delivers are those of the member it fills: a stage of Q, K or V
-        // (all its boxes), one box.
-        constexpr unsigned Q_BYTES = sizeof(S::q[0]), TILE_BYTES = sizeof(S::k[0]);
-        constexpr unsigned BOX_BYTES_Q = sizeof(S::q[0][0]), BOX_BYTES_KV = sizeof(S::k[0][0]);
-        static_assert(sizeof(S::v[0]) == TILE_BYTES, "K and V tiles of one size");
-        // 32-bit shared-memory addresses (a member's offset from the storage's): pointers
-        // would take two of the 24 registers each.
-        const unsigned smem = smem_u32(&shared);
-        const auto bar = [&](unsigned member, int stage) { return smem + member + 8 * stage; };
-        PipelineCount<STAGES> ring;
-        PipelineCount<Q_STAGES> q_ring;
-        // quote: fh_producer_item
-        // The ticket after this item's is drawn an item ahead: the counter's answer (a round
-        // trip to L2 that every block contends for) arrives under this item's loads.
-        int w = blockIdx.x, next = next_ticket(tickets);
-#pragma unroll 1
-        for (;; w = next, next = next_ticket(tickets)) {
-            WorkItem wi{};
-            if (w < items) {
-                wi = work_item(w, q_tiles, heads, causal);
-                // Items past a shorter sequence's end hold no rows.
-                if (wi.tile * FH_BM >= cu_q[wi.b + 1] - cu_q[wi.b]) continue;
-            }
-            const int qs = q_ring.stage();
-            mbarrier_wait(bar(S::at::q_empty, qs), q_ring.phase() ^ 1);  // its last item's S are done
-            ItemSlot& slot = slots[qs];
-            if (w >= items) {
-                slot.i0 = -1;
-                mbarrier_arrive(bar(S::at::q_full, qs));  // no bytes: "no more work"
-                break;
-            }
-            const Sequence s = sequence(cu_q, cu_k, wi.b);
-            slot.i0 = wi.tile * FH_BM;
-            slot.h = wi.h;
-            slot.s = s;
-            mbarrier_arrive_expect_tx(bar(S::at::q_full, qs), Q_BYTES);
-#pragma unroll
-            for (int box = 0; box < D / FH_BOX; ++box)
-                tma_load_3d(smem + S::at::q + qs * Q_BYTES + box * BOX_BYTES_Q, map_q,
-                            bar(S::at::q_full, qs), box * FH_BOX, s.q0 + wi.tile * FH_BM, wi.h);
-            q_ring.advance();
-            // end quote: fh_producer_item
-            // quote: fh_producer_kv
-            const int kvh = wi.h / (heads / kv_heads);
-            const int keys = key_end(min(wi.tile * FH_BM + FH_BM, s.lq) - 1, s, causal);
-#pragma unroll 1  // unrolled, the loop needs more than the producer's 24 registers
-            for (int key0 = s.k0; key0 < s.k0 + keys; key0 += FH_BN) {
-                const int st = ring.stage();
-                mbarrier_wait(bar(S::at::k_empty, st), ring.phase() ^ 1);
-                mbarrier_arrive_expect_tx(bar(S::at::k_full, st), TILE_BYTES);
-#pragma unroll
+            // The bytes a copy delivers are those of the member it fills: a stage of Q, K or V
+            // (all its boxes), one box.
+            constexpr unsigned Q_BYTES = sizeof(S::q[0]), TILE_BYTES = sizeof(S::k[0]);
+            constexpr unsigned BOX_BYTES_Q = sizeof(S::q[0][0]), BOX_BYTES_KV = sizeof(S::k[0][0]);
+            static_assert(sizeof(S::v[0]) == TILE_BYTES, "K and V tiles of one size");
+            // 32-bit shared-memory addresses (a member's offset from the storage's): pointers
+            // would take two of the 24 registers each.
+            const unsigned smem = smem_u32(&shared);
+            const auto bar = [&](unsigned member, int stage) { return smem + member + 8 * stage; };
+            PipelineCount<STAGES> ring;
+            PipelineCount<Q_STAGES> q_ring;
+            // quote: fh_producer_item
+            // The ticket after this item's is drawn an item ahead: the counter's answer (a round
+            // trip to L2 that every block contends for) arrives under this item's loads.
+            int w = blockIdx.x, next = next_ticket(tickets);
+    #pragma unroll 1
+            for (;; w = next, next = next_ticket(tickets)) {
+                WorkItem wi{};
+                if (w < items) {
+                    wi = work_item(w, q_tiles, heads, causal);
+                    // Items past a shorter sequence's end hold no rows.
+                    if (wi.tile * FH_BM >= cu_q[wi.b + 1] - cu_q[wi.b]) continue;
+                }
+                const int qs = q_ring.stage();
+                mbarrier_wait(bar(S::at::q_empty, qs), q_ring.phase() ^ 1);  // its last item's S are done
+                ItemSlot& slot = slots[qs];
+                if (w >= items) {
+                    slot.i0 = -1;
+                    mbarrier_arrive(bar(S::at::q_full, qs));  // no bytes: "no more work"
+                    break;
+                }
+                const Sequence s = sequence(cu_q, cu_k, wi.b);
+                slot.i0 = wi.tile * FH_BM;
+                slot.h = wi.h;
+                slot.s = s;
+                mbarrier_arrive_expect_tx(bar(S::at::q_full, qs), Q_BYTES);
+    #pragma unroll
                 for (int box = 0; box < D / FH_BOX; ++box)
-                    tma_load_3d(smem + S::at::k + st * TILE_BYTES + box * BOX_BYTES_KV,
-                                map_k, bar(S::at::k_full, st), box * FH_BOX, key0, kvh);
-                mbarrier_wait(bar(S::at::v_empty, st), ring.phase() ^ 1);
-                mbarrier_arrive_expect_tx(bar(S::at::v_full, st), TILE_BYTES);
-#pragma unroll
-                for (int box = 0; box < D / FH_BOX; ++box)
-                    tma_load_3d(smem + S::at::v + st * TILE_BYTES + box * BOX_BYTES_KV,
-                                map_v, bar(S::at::v_full, st), box * FH_BOX, key0, kvh);
-                ring.advance();
+                    tma_load_3d(smem + S::at::q + qs * Q_BYTES + box * BOX_BYTES_Q, map_q,
+                                bar(S::at::q_full, qs), box * FH_BOX, s.q0 + wi.tile * FH_BM, wi.h);
+                q_ring.advance();
+                // end quote: fh_producer_item
+                // quote: fh_producer_kv
+                const int kvh = wi.h / (heads / kv_heads);
+                const int keys = key_end(min(wi.tile * FH_BM + FH_BM, s.lq) - 1, s, causal);
+    #pragma unroll 1  // unrolled, the loop needs more than the producer's 24 registers
+                for (int key0 = s.k0; key0 < s.k0 + keys; key0 += FH_BN) {
+                    const int st = ring.stage();
+                    mbarrier_wait(bar(S::at::k_empty, st), ring.phase() ^ 1);
+                    mbarrier_arrive_expect_tx(bar(S::at::k_full, st), TILE_BYTES);
+    #pragma unroll
+                    for (int box = 0; box < D / FH_BOX; ++box)
+                        tma_load_3d(smem + S::at::k + st * TILE_BYTES + box * BOX_BYTES_KV,
+                                    map_k, bar(S::at::k_full, st), box * FH_BOX, key0, kvh);
+                    mbarrier_wait(bar(S::at::v_empty, st), ring.phase() ^ 1);
+                    mbarrier_arrive_expect_tx(bar(S::at::v_full, st), TILE_BYTES);
+    #pragma unroll
+                    for (int box = 0; box < D / FH_BOX; ++box)
+                        tma_load_3d(smem + S::at::v + st * TILE_BYTES + box * BOX_BYTES_KV,
+                                    map_v, bar(S::at::v_full, st), box * FH_BOX, key0, kvh);
+                    ring.advance();
+                }
+                // end quote: fh_producer_kv
             }
-            // end quote: fh_producer_kv
-        }
-        // Every producer has drawn its last ticket once all have counted themselves here: the
-        // last to do so sets the counter back for the next launch (which, on the same stream,
-        // starts after this one ends).
-        __threadfence();
-        if (atomicAdd(tickets + 1, 1) == (int)gridDim.x - 1) {
+            // Every producer has drawn its last ticket once all have counted themselves here: the
+            // last to do so sets the counter back for the next launch (which, on the same stream,
+            // starts after this one ends).
             __threadfence();
-            atomicExch(tickets, 0);
-            atomicExch(tickets + 1, 0);
-        }
-        return;
-    }
+            if (atomicAdd(tickets + 1, 1) == (int)gridDim.x - 1) {
+                __threadfence();
+                atomicExch(tickets, 0);
+                atomicExch(tickets + 1, 0);
+            }
+}
 
-    // ---- consumers ----
-    // quote: fh_consumer_registers
-    warpgroup_registers_claim<C::CONSUMER_REGISTERS>();
-    const int consumer = threadIdx.x / 128 - 1;
-    // end quote: fh_consumer_registers
-    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+// A consumer warpgroup: 64 query rows of each item the producer hands the block, its O in
+// registers. Its state lives in these members (the compiler keeps them all in registers: every
+// index into the arrays is a constant once the loops are unrolled), its steps are the member
+// functions, and run() is the loop over items.
+template <typename T, int D>
+struct FhConsumer {
+    using C = FhConfig<D>;
+    using S = FhShared<T, D>;
+    static constexpr int FH_BM = C::BM, FH_BN = C::BN, STAGES = C::STAGES, Q_STAGES = C::Q_STAGES;
+
+    S& shared;
+    T* o;
+    float* lse;
+    const int heads, causal;
+    const float scale_log2;
+    const int consumer, tid, warp, lane, g, t;
 
     float acc[D / 2];           // O, 64 x D per warpgroup
     float sc[FH_BN / 2];        // S, then P in f32, 64 x FH_BN
     unsigned p[FH_BN / 16][4];  // P in 16 bits: one register A operand per 16 keys
     float m[2], l[2], alpha[2];
     int end[2], unmasked;
+    // The item in hand: its slot, its Q stage and key tiles, and where its rows go (this
+    // thread's two rows are row0 and row0 + 8 of the accumulator layout; `token0` is row0's
+    // index into O / D, `rows_left` how many of the sequence's rows remain from row0).
+    ItemSlot it{};
+    PipelineCount<STAGES> ring, before;  // the stage of the next S, and of the tile whose P V is pending
+    PipelineCount<Q_STAGES> q_ring;
+    int q_stage = 0, tiles = 0, rows_left = 0;
+    index_t token0 = 0;
+
+    __device__ __forceinline__ FhConsumer(const FaHopperParams<T>& params, S& shared, int consumer)
+        : shared(shared), o(params.o), lse(params.lse), heads(params.heads),
+          causal(params.causal), scale_log2(params.scale_log2), consumer(consumer),
+          tid(threadIdx.x % 128), warp(tid / 32), lane(tid % 32), g(lane / 4), t(lane % 4) {}
 
     // quote: fh_issue_scores
     // S = Q K^T over the head dim: a k16 step is 16 dims (32 bytes) along a box of FH_BOX = 64
     // dims, the boxes FH_BM (Q) or FH_BN (K) rows of 128 bytes apart.
-    auto issue_scores = [&](int stage, int q_stage) {
+    __device__ __forceinline__ void issue_scores(int stage) {
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             const int box = kk / 4, within = (kk % 4) * 16;
@@ -287,13 +277,13 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
                 wgmma_descriptor_k_major_sw128(&shared.k[stage][box][0][within]), kk > 0);
         }
         wgmma_commit();
-    };
+    }
     // end quote: fh_issue_scores
     // quote: fh_issue_pv
     // O += P V over the tile's keys: V is MN-major (d runs along memory), a k16 step is 16
     // key rows (2048 bytes) down, the boxes of 64 dims FH_BN x 128 bytes apart. One wgmma of
     // N = D per 16 keys: n64, n128 or n256 (4 boxes of V side by side).
-    auto issue_pv = [&](int stage) {
+    __device__ __forceinline__ void issue_pv(int stage) {
 #pragma unroll
         for (int kk = 0; kk < FH_BN / 16; ++kk)
             wgmma_m64k16_rs<D, T, 1>(acc, p[kk],
@@ -301,13 +291,13 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
                                                                      sizeof(S::v[0][0])),
                                      1);
         wgmma_commit();
-    };
+    }
     // end quote: fh_issue_pv
     // Masks S_n (row r of the thread's two sees keys before end[r]), finds the new row maxima,
     // turns S into unnormalised P (f32, in place) and updates the row sums; `alpha` is what O
     // must be multiplied by before P_n V_n is added. Element e of 8-column block j is row e / 2
     // of the thread's two, key 8j + 2t + e % 2.
-    auto softmax = [&](int n) {
+    __device__ __forceinline__ void softmax(int n) {
         const int j0 = n * FH_BN;
         if (j0 + FH_BN > unmasked)
             mask_fragment<FH_BN / 8>(sc, t, NEG_INF, [&](int r, int key) { return j0 + key < end[r]; });
@@ -339,9 +329,9 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
             l[r] = l[r] * alpha[r] + sum;
             // end quote: fh_softmax
         }
-    };
+    }
     // quote: fh_pack
-    auto rescale_and_pack = [&]() {
+    __device__ __forceinline__ void rescale_and_pack() {
 #pragma unroll
         for (int j = 0; j < D / 8; ++j) {
             acc[4 * j] *= alpha[0];
@@ -357,11 +347,11 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
             p[kk][2] = pack2<T>(sc[8 * kk + 4], sc[8 * kk + 5]);
             p[kk][3] = pack2<T>(sc[8 * kk + 6], sc[8 * kk + 7]);
         }
-    };
+    }
     // end quote: fh_pack
-    auto release = [&](unsigned long long* bar) {
+    __device__ __forceinline__ void release(unsigned long long* bar) {
         if (tid == 0) mbarrier_arrive(bar);
-    };
+    }
     // Taking turns: consumer c issues a step's two products only after consumer c - 1 has
     // issued its own (named barrier 1 + c: its 128 threads wait, the previous consumer's 128
     // arrive), so the tensor cores run one warpgroup's products while the others compute
@@ -369,36 +359,34 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
     // exponentials together. Every consumer takes the same number of turns (the block's
     // items and tiles), so the cycle never waits on one that has left.
     // quote: fh_turns
-    auto take_turn = [&]() { named_barrier_sync(consumer_barrier(consumer), 256); };
-    auto pass_turn = [&]() {
+    __device__ __forceinline__ void take_turn() {
+        named_barrier_sync(consumer_barrier(consumer), 256);
+    }
+    __device__ __forceinline__ void pass_turn() {
         named_barrier_arrive(consumer_barrier((consumer + 1) % C::CONSUMERS), 256);
-    };
-    if (consumer == 0) named_barrier_arrive(consumer_barrier(0), 256);  // consumer 0 goes first
+    }
+    // Consumer 0 goes first.
+    __device__ __forceinline__ void start_turns() {
+        if (consumer == 0) named_barrier_arrive(consumer_barrier(0), 256);
+    }
     // end quote: fh_turns
 
-    // The item in hand: its Q stage and key tiles, and where its rows go (this thread's two
-    // rows are row0 and row0 + 8 of the accumulator layout; `token0` is row0's index into
-    // O / D, `rows_left` how many of the sequence's rows remain from row0).
-    PipelineCount<STAGES> ring, before;  // the stage of the next S, and of the tile whose P V is pending
-    PipelineCount<Q_STAGES> q_ring;
-    int q_stage = 0, tiles = 0, rows_left = 0;
-    index_t token0 = 0;
+
     // quote: fh_take_item
     // The item's Q stage and slot: each warp's reader of the slot arrives (the slot's comment
     // says why); the Q tile itself was read only by the S products, which have completed
     // (wgmma_wait) before this.
-    auto release_q = [&]() {
-        if (lane == 0) mbarrier_arrive(&q_empty[q_stage]);
-    };
+    __device__ __forceinline__ void release_q() {
+        if (lane == 0) mbarrier_arrive(&shared.q_empty[q_stage]);
+    }
     // Waits for the next item's Q and reads the item (lane 0 from the slot, the other lanes
     // from it); false when there is no more work.
-    ItemSlot it{};
-    auto take_item = [&](int& stage) {
+    __device__ __forceinline__ bool take_item(int& stage) {
         stage = q_ring.stage();
-        mbarrier_wait(&q_full[stage], q_ring.phase());
+        mbarrier_wait(&shared.q_full[stage], q_ring.phase());
         q_ring.advance();
         if (lane == 0) {
-            const ItemSlot& slot = slots[stage];
+            const ItemSlot& slot = shared.slots[stage];
             it.i0 = slot.i0;
             it.h = slot.h;
             it.s = slot.s;
@@ -410,15 +398,15 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
         it.s.k0 = __shfl_sync(FULL_WARP, it.s.k0, 0);
         it.s.lk = __shfl_sync(FULL_WARP, it.s.lk, 0);
         return it.i0 >= 0;
-    };
+    }
     // end quote: fh_take_item
-    auto tiles_of = [&]() {
+    __device__ __forceinline__ int tiles_of() {
         const int keys = key_end(min(it.i0 + FH_BM, it.s.lq) - 1, it.s, causal);
         return (keys + FH_BN - 1) / FH_BN;
-    };
+    }
     // Makes the item taken (in Q stage `stage`) the one in hand: its masks, rows and fresh
     // statistics.
-    auto begin = [&](int stage) {
+    __device__ __forceinline__ void begin(int stage) {
         q_stage = stage;
         tiles = tiles_of();
         const int row0 = it.i0 + consumer * 64 + warp * 16 + g;
@@ -430,10 +418,10 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
         token0 = (index_t)(it.s.q0 + row0) * heads + it.h;
         m[0] = m[1] = NEG_INF;
         l[0] = l[1] = 0.0f;
-    };
+    }
     // O = acc / l, straight from the accumulators: the thread holds columns 8j + 2t, +1 of its
     // two rows. Rows past the sequence's end are not stored.
-    auto store = [&]() {
+    __device__ __forceinline__ void store() {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             l[r] += __shfl_xor_sync(FULL_WARP, l[r], 1);
@@ -448,71 +436,122 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
             if (t == 0)
                 lse[row] = l[r] > 0.0f ? (m[r] * scale_log2 + log2f(l[r])) * LN2 : NEG_INF;
         }
-    };
+    }
     // The first S of the item in hand, with no P V to hide under.
-    auto first_tile = [&]() {
+    __device__ __forceinline__ void first_tile() {
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
         if (tiles == 0) {
             release_q();  // no S product reads this Q
             return;
         }
-        mbarrier_wait(&k_full[ring.stage()], ring.phase());
+        mbarrier_wait(&shared.k_full[ring.stage()], ring.phase());
         wgmma_fence();
-        issue_scores(ring.stage(), q_stage);
+        issue_scores(ring.stage());
         wgmma_wait<0>();
         wgmma_fence_operands(sc);
-        release(&k_empty[ring.stage()]);
+        release(&shared.k_empty[ring.stage()]);
         if (tiles == 1) release_q();
         softmax(0);
         rescale_and_pack();
         ring.advance();
-    };
+    }
     // The last P V of the item in hand, with no softmax to hide.
-    auto last_pv = [&]() {
-        mbarrier_wait(&v_full[before.stage()], before.phase());
+    __device__ __forceinline__ void last_pv() {
+        mbarrier_wait(&shared.v_full[before.stage()], before.phase());
         wgmma_fence();
         issue_pv(before.stage());
         wgmma_wait<0>();
         wgmma_fence_operands(acc);
-        release(&v_empty[before.stage()]);
+        release(&shared.v_empty[before.stage()]);
         before.advance();
-    };
+    }
+
 
     // quote: fh_main_loop
     // Items one after another: the first S of an item, its steps (S_n beside P_{n-1} V_{n-1},
     // each a turn), its last P V, its store.
-    int stage;
-    while (take_item(stage)) {
-        begin(stage);
-        first_tile();
-#pragma unroll 1
-        for (int n = 1; n < tiles; ++n) {
-            take_turn();
-            mbarrier_wait(&k_full[ring.stage()], ring.phase());
-            wgmma_fence();
-            issue_scores(ring.stage(), q_stage);
-            mbarrier_wait(&v_full[before.stage()], before.phase());
-            issue_pv(before.stage());
-            pass_turn();
-            wgmma_wait<1>();  // S_n is done; P_{n-1} V_{n-1} may still run
-            wgmma_fence_operands(sc);
-            release(&k_empty[ring.stage()]);
-            if (n == tiles - 1) release_q();  // the producer may load a Q here
-            softmax(n);
-            wgmma_wait<0>();
-            wgmma_fence_operands(acc);
-#pragma unroll
-            for (int kk = 0; kk < FH_BN / 16; ++kk) wgmma_fence_operands(p[kk]);
-            release(&v_empty[before.stage()]);
-            rescale_and_pack();
-            before.advance();
-            ring.advance();
+    __device__ __forceinline__ void run() {
+        start_turns();
+        int stage;
+        while (take_item(stage)) {
+            begin(stage);
+            first_tile();
+    #pragma unroll 1
+            for (int n = 1; n < tiles; ++n) {
+                take_turn();
+                mbarrier_wait(&shared.k_full[ring.stage()], ring.phase());
+                wgmma_fence();
+                issue_scores(ring.stage());
+                mbarrier_wait(&shared.v_full[before.stage()], before.phase());
+                issue_pv(before.stage());
+                pass_turn();
+                wgmma_wait<1>();  // S_n is done; P_{n-1} V_{n-1} may still run
+                wgmma_fence_operands(sc);
+                release(&shared.k_empty[ring.stage()]);
+                if (n == tiles - 1) release_q();  // the producer may load a Q here
+                softmax(n);
+                wgmma_wait<0>();
+                wgmma_fence_operands(acc);
+    #pragma unroll
+                for (int kk = 0; kk < FH_BN / 16; ++kk) wgmma_fence_operands(p[kk]);
+                release(&shared.v_empty[before.stage()]);
+                rescale_and_pack();
+                before.advance();
+                ring.advance();
+            }
+            if (tiles > 0) last_pv();
+            store();
         }
-        if (tiles > 0) last_pv();
-        store();
     }
     // end quote: fh_main_loop
+};
+
+// The kernel: shared memory and its barriers, then the producer warpgroup (one thread of it
+// loads) and the consumer warpgroups.
+template <typename T, int D>
+__device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
+    using C = FhConfig<D>;
+    using S = FhShared<T, D>;
+    // Shared memory: FhShared<T, D> (fa_hopper_params.cuh, written from the host's table),
+    // which the host launches with, and the slack that aligns it.
+    static_assert(sizeof(S) + SHARED_ALIGNMENT_SLACK <= 227 * 1024,
+                  "at most 227 KiB of shared memory per block on sm_90");
+    S& shared = shared_storage<S>();
+
+    // quote: fh_barriers
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < C::Q_STAGES; ++st) {
+            mbarrier_init(&shared.q_full[st], 1);  // the producer's arrival (+ the TMA's bytes)
+            mbarrier_init(&shared.q_empty[st], C::CONSUMERS * 4);  // lane 0 of every consumer warp
+        }
+        for (int st = 0; st < C::STAGES; ++st) {
+            mbarrier_init(&shared.k_full[st], 1);
+            mbarrier_init(&shared.v_full[st], 1);
+            mbarrier_init(&shared.k_empty[st], C::CONSUMERS);
+            mbarrier_init(&shared.v_empty[st], C::CONSUMERS);
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+    // end quote: fh_barriers
+
+    // quote: fh_producer_registers
+    if (threadIdx.x < 128) {
+        // ---- producer: while the consumers work on an item, it already loads the next ----
+        warpgroup_registers_release<FH_PRODUCER_REGISTERS>();
+        if (threadIdx.x != 0) return;
+        // end quote: fh_producer_registers
+        fh_producer<T, D>(params, shared);
+        return;
+    }
+
+    // ---- consumers ----
+    // quote: fh_consumer_registers
+    warpgroup_registers_claim<C::CONSUMER_REGISTERS>();
+    FhConsumer<T, D> consumer(params, shared, threadIdx.x / 128 - 1);
+    // end quote: fh_consumer_registers
+    consumer.run();
 }
 
 // One extern "C" entry per (dtype, head dim); the launcher picks by name. The parameters are

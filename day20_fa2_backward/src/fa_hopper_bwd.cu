@@ -288,44 +288,25 @@ __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsign
     bulk_wait<0>();  // shared memory must outlive the last add's reads
 }
 
+// The block's work: key tile n (its first key j0) of kv head kvh of sequence s, and the query
+// tiles that see it, m_first .. m_end - 1, walked in bh_walk's order from `rotation` for each
+// of the kv head's `group` query heads.
+struct BhBlock {
+    Sequence s;
+    int n, j0, kvh, group;
+    int m_first, m_end, rotation;
+};
+
+// Which block this is: kv head fastest within sections of head_section kv heads (the header's
+// order; the blocks running side by side share their heads' Q and dO in the L2), key tiles in
+// order (causal: the longest first), or in deterministic mode causal, the last key tile first,
+// as the ordered dQ adds need. False for a block past the sequence's last key tile.
 template <typename T, int D>
-__device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params) {
-    // The launch's parameters by name (fa_hopper_bwd_params.cuh, written from the launcher's
-    // declaration, says what each is); the maps stay in parameter space, where the TMA reads
-    // them.
-    const TmaDescriptor *map_q = &params.map_q, *map_k = &params.map_k, *map_v = &params.map_v;
-    const TmaDescriptor *map_do = &params.map_do, *map_lse2 = &params.map_lse2;
-    const TmaDescriptor *map_delta = &params.map_delta, *map_dq = &params.map_dq;
-    T *dk = params.dk, *dv = params.dv;
-    int* semaphores = params.semaphores;
-    const int *cu_q = params.cu_q, *cu_k = params.cu_k;
-    const int ordered = params.ordered, heads = params.heads, kv_heads = params.kv_heads;
-    const int causal = params.causal, q_tiles = params.q_tiles;
-    const int head_section = params.head_section;
-    const float scale = params.scale;
-    using C = BhConfig<D>;
-    using S = BhShared<T, D>;
-    constexpr int BN = C::BN, BM = C::BM, STAGES = C::STAGES, BOXES = D / BH_BOX;
-    // Shared memory: BhShared<T, D> (fa_hopper_bwd_params.cuh, written from the host's table),
-    // which the host launches with, and the slack that aligns it.
-    constexpr unsigned SHARED_BYTES = sizeof(S) + SHARED_ALIGNMENT_SLACK;
-    static_assert(SHARED_BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block on sm_90");
-    S& shared = shared_storage<S>();
-    unsigned long long *kv_full = shared.kv_full, *q_full = shared.q_full, *q_empty = shared.q_empty;
-    unsigned long long* dq_full = shared.dq_full;    // [consumer]: its dQ half is written
-    unsigned long long* dq_empty = shared.dq_empty;  // [consumer]: the TMA has read it
-
-    // The block size and the shared memory actually given are checked here, so a launch that
-    // disagrees with the tile stops rather than corrupting memory.
-    unsigned dynamic_bytes;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
-    if (dynamic_bytes < SHARED_BYTES || blockDim.x != BH_THREADS) __trap();
-
-    const Sequence s = sequence(cu_q, cu_k, blockIdx.z);
-    // The block's key tile n and kv head: kv head fastest within sections of head_section kv
-    // heads (the header's order; the blocks running side by side share their heads' Q and dO
-    // in the L2), key tiles in order (causal: the longest first), or in deterministic mode
-    // causal, the last key tile first, as the ordered dQ adds need.
+__device__ __forceinline__ bool bh_block(const FaHopperBwdParams<T>& params, BhBlock& b) {
+    constexpr int BN = BhConfig<D>::BN, BM = BhConfig<D>::BM;
+    const int kv_heads = params.kv_heads, head_section = params.head_section;
+    const int ordered = params.ordered, causal = params.causal;
+    const Sequence s = sequence(params.cu_q, params.cu_k, blockIdx.z);
     // quote: block_order
     const int key_tiles = (s.lk + BN - 1) / BN;
     const int at = blockIdx.x + gridDim.x * blockIdx.y;
@@ -335,10 +316,9 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
     const int kvh = first + within % heads_here;
     int n = within / heads_here;
     if (ordered && causal && n < key_tiles) n = key_tiles - 1 - n;
-    if (n >= key_tiles) return;  // the whole block: no barrier has been used yet
+    if (n >= key_tiles) return false;  // the whole block: no barrier has been used yet
     const int j0 = n * BN;
     // end quote: block_order
-    const int group = heads / kv_heads;
     const int m_first = bh_first_tile(j0, s, causal, BM);
     const int m_end = (s.lq + BM - 1) / BM;
     // Fast mode: key tile n starts its walk n query tiles in (and wraps), so that the key
@@ -347,18 +327,422 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
     // order: its consumers have no registers for the wrap (they spilled 92 bytes more).
     constexpr bool STAGGER = D != 64;
     const int rotation = !STAGGER || ordered || m_end <= m_first ? 0 : n % (m_end - m_first);
+    b = {s, n, j0, kvh, params.heads / kv_heads, m_first, m_end, rotation};
+    return true;
+}
+
+// The loading thread of the producer warpgroup: K and V of the block's keys once, then Q, dO,
+// L and D of every step through the ring.
+template <typename T, int D>
+__device__ __forceinline__ void bh_producer(const FaHopperBwdParams<T>& params,
+                                            BhShared<T, D>& shared, const BhBlock& b) {
+    using C = BhConfig<D>;
+    using S = BhShared<T, D>;
+    constexpr int BM = C::BM, STAGES = C::STAGES, BOXES = D / BH_BOX;
+    // The maps stay in parameter space, where the TMA reads them.
+    const TmaDescriptor *map_q = &params.map_q, *map_k = &params.map_k, *map_v = &params.map_v;
+    const TmaDescriptor *map_do = &params.map_do, *map_lse2 = &params.map_lse2;
+    const TmaDescriptor *map_delta = &params.map_delta;
+    const Sequence& s = b.s;
+    const int kvh = b.kvh, group = b.group, m_first = b.m_first, m_end = b.m_end;
+    const int rotation = b.rotation;
+    // The bytes a barrier expects are those of the members its copies fill.
+    mbarrier_arrive_expect_tx(shared.kv_full, sizeof(S::k) + sizeof(S::v));
+#pragma unroll
+    for (int box = 0; box < BOXES; ++box) {
+        tma_load_3d(shared.k[0][box], map_k, shared.kv_full, box * BH_BOX, s.k0 + b.j0, kvh);
+        tma_load_3d(shared.v[0][box], map_v, shared.kv_full, box * BH_BOX, s.k0 + b.j0, kvh);
+    }
+            // quote: producer
+            // The bytes a stage's barrier expects are those of the members its copies fill. The
+            // producer keeps 32-bit shared-memory addresses (the members at their offsets from
+            // the storage's): pointers would take two of its 24 registers each.
+            constexpr unsigned STAGE_BYTES =
+                sizeof(S::q[0]) + sizeof(S::d_o[0]) + sizeof(S::lse2[0]) + sizeof(S::delta[0]);
+            constexpr unsigned Q_STAGE = sizeof(S::q[0]), Q_BOX = sizeof(S::q[0][0]),
+                               LD_STAGE = sizeof(S::lse2[0]);
+            const unsigned smem = smem_u32(&shared);
+            PipelineState<STAGES> ring;
+            for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+                for (int i = m_first; i < m_end; ++i) {
+                    const int m = bh_walk(i, rotation, m_first, m_end);
+                    const int st = ring.stage(), row0 = s.q0 + m * BM;
+                    const unsigned full = smem + S::at::q_full + 8 * st;
+                    mbarrier_wait(smem + S::at::q_empty + 8 * st, ring.phase() ^ 1);
+                    mbarrier_arrive_expect_tx(full, STAGE_BYTES);
+                    // Rolled: unrolled, the producer's 24 registers spill the boxes' addresses.
+    #pragma unroll 1
+                    for (int box = 0; box < BOXES; ++box) {
+                        const unsigned at = st * Q_STAGE + box * Q_BOX;
+                        tma_load_3d(smem + S::at::q + at, map_q, full, box * BH_BOX, row0, h);
+                        tma_load_3d(smem + S::at::d_o + at, map_do, full, box * BH_BOX, row0, h);
+                    }
+                    const int span = h * gridDim.z + blockIdx.z;  // L, D row of (head, sequence)
+                    tma_load_3d(smem + S::at::lse2 + st * LD_STAGE, map_lse2, full, m * BM, span, 0);
+                    tma_load_3d(smem + S::at::delta + st * LD_STAGE, map_delta, full, m * BM, span, 0);
+                    ring.advance();
+                }
+            }
+            // end quote: producer
+}
+
+// One step's operands in shared memory: its Q/dO stage `st`, its first query `i0`, where its
+// Q and dO tiles start, and the storage's base as wgmma descriptors (`b16`, in 16-byte units)
+// and as shared-memory addresses (`b32`) take it.
+struct BhStep {
+    int st, i0, q_at, do_at;
+    unsigned b16, b32;
+};
+
+// A consumer warpgroup: its keys' dK and dV in registers for the whole kernel, and per step
+// the five products. Its state lives in these members (in registers: every index into the
+// arrays is a constant once the loops are unrolled); the steps are the member functions, and
+// run() walks the block's query tiles.
+template <typename T, int D>
+struct BhConsumer {
+    using C = BhConfig<D>;
+    using S = BhShared<T, D>;
+    static constexpr int BN = C::BN, BM = C::BM, STAGES = C::STAGES;
+    static constexpr bool SPLIT = C::SPLIT;
+    static constexpr int QW = C::QW, DW = C::DW, DQ_COLS = C::DQ_COLS;
+    // Members by offset from the storage's base, and the bytes of one stage or buffer of each.
+    static constexpr int Q_STAGE = sizeof(S::q[0]), DS_BUFFER = sizeof(S::ds[0]),
+                         DQ_TILE = sizeof(S::dq[0]);
+    static_assert(sizeof(S::d_o[0]) == Q_STAGE, "Q and dO stages of one size");
+    static constexpr int A_BOX = BM == 128 ? 1 : 0;
+    static constexpr int K_ROWS = S::at::k, V_ROWS = S::at::v;  // + this consumer's keys
+
+    S& shared;
+    const BhBlock& b;
+    const float scale, scale_log2;
+    const int causal;
+    const int wg, tid, warp, lane, g, t;
+    // This consumer's keys (the block's rows of K and V it multiplies), the first of its
+    // queries in a step, and the first of its columns of dV, dK and dQ.
+    const int key_row0, query0, col0;
+    // This thread's two keys (accumulator rows) of S^T, dP^T, dV and dK.
+    const int key0;
+    // Keys of this consumer that every query of a tile starting at i0 sees: no mask needed.
+    const int wg_key_end;
+    // The first 64-column box of K that this consumer's dQ product reads, and its key rows of
+    // 128 bytes into each K or V box.
+    const int dq_box0, wg_rows;
+    const unsigned base32, base16;
+    // The first query that sees each of the thread's two keys (lq: none does), so that the
+    // mask is two compares: query i sees key j iff seen_from[j] <= i < lq (attention.cuh's
+    // rule, bottom-right causal; without the mask every query sees every key < lk).
+    int seen_from[2];
+    float dv_acc[DW / 2], dk_acc[DW / 2];
+
+    __device__ __forceinline__ BhConsumer(const FaHopperBwdParams<T>& params, S& shared,
+                                          const BhBlock& b, int wg)
+        : shared(shared), b(b), scale(params.scale), scale_log2(params.scale * LOG2E),
+          causal(params.causal), wg(wg),
+          tid(threadIdx.x % 128), warp(tid / 32), lane(tid % 32), g(lane / 4), t(lane % 4),
+          key_row0(SPLIT ? 0 : wg * 64), query0(SPLIT ? wg * QW : 0), col0(SPLIT ? wg * DW : 0),
+          key0(b.j0 + key_row0 + warp * 16 + g), wg_key_end(b.j0 + key_row0 + 64),
+          dq_box0(SPLIT ? wg * (DQ_COLS / BH_BOX) : D == 128 ? wg : 0), wg_rows(key_row0 * 128),
+          base32(smem_u32(&shared)), base16((base32 & 0x3FFFF) >> 4) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int key = key0 + 8 * r;
+            seen_from[r] = key < b.s.lk ? first_query(key, b.s, causal) : b.s.lq;
+        }
+#pragma unroll
+        for (int i = 0; i < DW / 2; ++i) dv_acc[i] = dk_acc[i] = 0.0f;
+    }
+
+    // S^T = K Q^T and dP^T = V dO^T over the head dim: k16 steps 32 bytes apart inside a
+    // 64-wide box, the boxes BN (keys) or BM (queries) rows of 128 bytes apart.
+    __device__ __forceinline__ void issue_scores(const BhStep& step, float (&sc)[QW / 2],
+                                                 float (&dp)[QW / 2]) {
+        const int my_queries = query0 * 128;  // this consumer's query rows in each box
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const int box = kk / 4, within = (kk % 4) * 32;
+            wgmma_m64k16<QW, T>(sc, bh_desc(step.b16, K_ROWS + wg_rows + box * BN * 128 + within, 16),
+                                bh_desc(step.b16, step.q_at + my_queries + box * BM * 128 + within, 16), kk > 0);
+        }
+        wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const int box = kk / 4, within = (kk % 4) * 32;
+            wgmma_m64k16<QW, T>(dp, bh_desc(step.b16, V_ROWS + wg_rows + box * BN * 128 + within, 16),
+                                bh_desc(step.b16, step.do_at + my_queries + box * BM * 128 + within, 16), kk > 0);
+        }
+        wgmma_commit();
+    }
+
+    // P = exp2(S scale log2 e - L log2 e), 0 where masked, while dP^T runs; then dS = P (dP - D)
+    // in place of dP. Element e of 8-column block j: key key0 + 8 (e / 2), query
+    // i0 + query0 + 8j + 2t + e % 2.
+    __device__ __forceinline__ void probabilities(BhStep& step, float (&sc)[QW / 2],
+                                                  float (&dp)[QW / 2]) {
+        const Sequence& s = b.s;
+        const int i0 = step.i0, st = step.st;
+        step.b32 = bh_fresh(base32);
+        const unsigned l2 = step.b32 + S::at::lse2 + (st * BM + query0) * 4 + 8 * t;
+        const unsigned dl = step.b32 + S::at::delta + (st * BM + query0) * 4 + 8 * t;
+        const bool needs_mask = i0 + BM > s.lq || wg_key_end > key_end(i0, s, causal);
+        wgmma_wait<1>();
+        wgmma_fence_operands(sc);
+#pragma unroll
+        for (int j = 0; j < QW / 8; ++j) {
+            const float2 lse2 = bh_ld_f32x2(l2 + 32 * j);
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                sc[4 * j + e] = ex2_approx(fmaf(sc[4 * j + e], scale_log2, -(e % 2 ? lse2.y : lse2.x)));
+        }
+        if (needs_mask)
+            mask_fragment<QW / 8>(sc, t, 0.0f, [&](int r, int query) {
+                const int i = i0 + query0 + query;
+                return i >= seen_from[r] && i < s.lq;
+            });
+        wgmma_wait<0>();
+        wgmma_fence_operands(dp);
+#pragma unroll
+        for (int j = 0; j < QW / 8; ++j) {
+            const float2 delta = bh_ld_f32x2(dl + 32 * j);
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                dp[4 * j + e] = sc[4 * j + e] * (dp[4 * j + e] - (e % 2 ? delta.y : delta.x));
+        }
+    }
+
+    // P^T and dS^T as 16-bit A operands: two 8-query accumulator blocks are one k16 step
+    // (register x: key + 8 (x % 2), queries 16kk + 8 (x / 2) + 2t, +1). From here on only these
+    // halves live: S^T's and dP^T's f32 registers are free before any of the three products
+    // is issued (issued earlier, they kept ptxas from leaving the products asynchronous:
+    // C7512).
+    __device__ __forceinline__ void pack(const float (&sc)[QW / 2], const float (&dp)[QW / 2],
+                                         unsigned (&pa)[QW / 16][4], unsigned (&da)[QW / 16][4]) {
+#pragma unroll
+        for (int kk = 0; kk < QW / 16; ++kk)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                pa[kk][x] = pack2<T>(sc[8 * kk + 2 * x], sc[8 * kk + 2 * x + 1]);
+                da[kk][x] = pack2<T>(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1]);
+            }
+    }
+
+    // dS^T to shared memory (buffer ds_stage) as the MN-major A operand of dQ = dS K: key rows
+    // of 128 bytes (64 queries, one box per 64 queries), 16-byte chunks swizzled by key % 8.
+    // One stmatrix per k16 step: the four 8 x 8 blocks of the warp's 16 keys x 16 queries, each
+    // row one 16-byte chunk. Lane l names row l % 8 of 8 x 8 block l / 8, blocks in the
+    // accumulator's order (keys +8 for odd blocks, queries +8 for the upper two). Split head
+    // dim: P^T goes beside it, in the same layout (the K-major A operand of dV, as dS^T is dK's).
+    __device__ __forceinline__ void store_ds(const BhStep& step, int ds_stage,
+                                             const unsigned (&pa)[QW / 16][4],
+                                             const unsigned (&da)[QW / 16][4]) {
+        const int key = key_row0 + warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+        const unsigned row = step.b32 + S::at::ds + ds_stage * DS_BUFFER + (key / 8) * 1024 +
+                             (key % 8) * 128;
+#pragma unroll
+        for (int kk = 0; kk < QW / 16; ++kk) {
+            const int q = query0 + 16 * kk + 8 * (lane / 16), box = q / 64, chunk = (q % 64) / 8;
+            const unsigned at = row + box * BN * 128 + ((chunk ^ (key % 8)) * 16);
+            stmatrix_x4(at, da[kk]);
+            if constexpr (SPLIT) stmatrix_x4(at + (S::at::pt - S::at::ds), pa[kk]);
+        }
+        fence_proxy_async_shared();
+    }
+
+    // dV += P^T dO, dQ = dS K, dK += dS^T Q, where each consumer has 64 keys of its own (head
+    // dims 64 and 128): P^T and dS^T from registers.
+    __device__ __forceinline__ void products(const BhStep& step, int ds_at,
+                                             unsigned (&pa)[QW / 16][4],
+                                             unsigned (&da)[QW / 16][4], float (&dq)[DQ_COLS / 2]) {
+        const unsigned b16 = step.b16;
+        const int q_at = step.q_at, do_at = step.do_at;
+        // quote: consumer_products
+        // dV += P^T dO: B is MN-major (dims along memory), a k16 step is 16 query rows
+        // (2048 bytes) down, the 64-dim boxes BM x 128 bytes apart. It runs while the
+        // consumers meet.
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk)
+            wgmma_m64k16_rs<D, T, 1>(dv_acc, pa[kk], bh_desc(b16, do_at + kk * 2048, BM * 128), 1);
+        wgmma_commit();
+
+        named_barrier_sync(ALL_CONSUMERS_BARRIER, 128 * BH_CONSUMERS);  // all of dS^T written
+
+        // dQ = dS K over the block's keys. Head dim 128: this consumer's 64 columns (K
+        // box wg) of all 64 queries; head dim 64: all 64 columns of its 64 queries (dS
+        // box wg). Both operands MN-major, k16 steps 16 key rows down.
+        const int my_ds = ds_at + A_BOX * wg * BN * 128;
+        const int k_at = S::at::k + dq_box0 * BN * 128;
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+            wgmma_m64k16<64, T, 1, 1>(dq, bh_desc(b16, my_ds + kk * 2048, BN * 128),
+                                      bh_desc(b16, k_at + kk * 2048, BN * 128), kk > 0);
+        wgmma_commit();
+        wgmma_wait<1>();  // dV is done: P^T's registers are free
+        wgmma_fence_operands(dv_acc);
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk) wgmma_fence_operands(pa[kk]);
+
+        // dK += dS^T Q, the same shape as dV; it runs while dQ goes to shared memory.
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk)
+            wgmma_m64k16_rs<D, T, 1>(dk_acc, da[kk], bh_desc(b16, q_at + kk * 2048, BM * 128), 1);
+        wgmma_commit();
+        wgmma_wait<1>();  // dQ is done
+        wgmma_fence_operands(dq);
+        // end quote: consumer_products
+    }
+
+    // The same three products where the consumers split the head dim (head dim 256): dV +=
+    // P^T dO and dK += dS^T Q over this consumer's DW columns, A being P^T or dS^T (K-major:
+    // queries along memory, k16 steps 32 bytes along a row), B dO or Q from this consumer's
+    // first column box (MN-major, k16 steps 16 query rows down, the boxes BM x 128 bytes
+    // apart); dQ = dS K between them, as above with this consumer's DQ_COLS columns of K.
+    __device__ __forceinline__ void products_split(const BhStep& step, int ds_stage,
+                                                   float (&dq)[DQ_COLS / 2]) {
+        const unsigned b16 = step.b16;
+        const int q_at = step.q_at, do_at = step.do_at;
+        const int ds_at = S::at::ds + ds_stage * DS_BUFFER;
+        named_barrier_sync(ALL_CONSUMERS_BARRIER, 128 * BH_CONSUMERS);  // P^T, dS^T written
+        const int pt_at = S::at::pt + ds_stage * DS_BUFFER;
+        const int my_cols = (col0 / BH_BOX) * BM * 128;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk) {
+            const int a = (kk / 4) * BN * 128 + (kk % 4) * 32;
+            wgmma_m64k16<DW, T, 0, 1>(dv_acc, bh_desc(b16, pt_at + a, 16),
+                                      bh_desc(b16, do_at + my_cols + kk * 2048, BM * 128), 1);
+        }
+        wgmma_commit();
+        const int k_at = S::at::k + dq_box0 * BN * 128;
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+            wgmma_m64k16<DQ_COLS, T, 1, 1>(dq, bh_desc(b16, ds_at + kk * 2048, BN * 128),
+                                           bh_desc(b16, k_at + kk * 2048, BN * 128), kk > 0);
+        wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk) {
+            const int a = (kk / 4) * BN * 128 + (kk % 4) * 32;
+            wgmma_m64k16<DW, T, 0, 1>(dk_acc, bh_desc(b16, ds_at + a, 16),
+                                      bh_desc(b16, q_at + my_cols + kk * 2048, BM * 128), 1);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();  // dV and dQ are done
+        wgmma_fence_operands(dv_acc);
+        wgmma_fence_operands(dq);
+    }
+
+    // quote: consumer_dq_out
+    // dQ to shared memory (32-column boxes of 64 rows, 128-byte swizzled) once the dQ writer's
+    // TMA has read the last one; the writer adds it into dq_accum.
+    __device__ __forceinline__ void dq_out(const BhStep& step, unsigned dq_phase,
+                                           const float (&dq)[DQ_COLS / 2]) {
+        const unsigned my_dq = step.b32 + S::at::dq + wg * DQ_TILE;
+        mbarrier_wait(&shared.dq_empty[wg], dq_phase ^ 1);
+#pragma unroll
+        for (int j = 0; j < DQ_COLS / 8; ++j)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = warp * 16 + g + 8 * r, c = 8 * (j % 4) + 2 * t;
+                const unsigned at = my_dq + ((j / 4) * BH_DQ_BOX * 64 + row * BH_DQ_BOX) * 4 +
+                                    (((c / 4) ^ (row % 8)) * 16) + (c % 4) * 4;
+                bh_st_f32x2(at, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+            }
+        fence_proxy_async_shared();
+        mbarrier_arrive(&shared.dq_full[wg]);
+    }
+    // end quote: consumer_dq_out
+
+    // The block's steps: per query head of the kv head, per query tile, the five products.
+    __device__ __forceinline__ void run() {
+        mbarrier_wait(shared.kv_full, 0);
+        PipelineState<STAGES> ring;
+        unsigned dq_phase = 0;
+        int ds_stage = 0;
+        for (int h = b.kvh * b.group; h < (b.kvh + 1) * b.group; ++h) {
+            for (int i = b.m_first; i < b.m_end; ++i) {
+                const int m = bh_walk(i, b.rotation, b.m_first, b.m_end);
+                const int st = ring.stage();
+                BhStep step{st, m * BM, S::at::q + st * Q_STAGE, S::at::d_o + st * Q_STAGE, 0, 0};
+                float sc[QW / 2], dp[QW / 2];
+                mbarrier_wait(&shared.q_full[st], ring.phase());
+                step.b16 = bh_fresh(base16);
+                issue_scores(step, sc, dp);
+                probabilities(step, sc, dp);
+                unsigned pa[QW / 16][4], da[QW / 16][4];
+                pack(sc, dp, pa, da);
+                store_ds(step, ds_stage, pa, da);
+                float dq[DQ_COLS / 2];
+                if constexpr (!SPLIT)
+                    products(step, S::at::ds + ds_stage * DS_BUFFER, pa, da, dq);
+                else
+                    products_split(step, ds_stage, dq);
+                dq_out(step, dq_phase, dq);
+                wgmma_wait<0>();  // dK is done: Q, dO, L and D of this stage are read
+                wgmma_fence_operands(dk_acc);
+                if constexpr (!SPLIT) {
+#pragma unroll
+                    for (int kk = 0; kk < BM / 16; ++kk) wgmma_fence_operands(da[kk]);
+                }
+                if (lane == 0) mbarrier_arrive(&shared.q_empty[st]);
+                dq_phase ^= 1;
+                ds_stage ^= 1;
+                ring.advance();
+            }
+        }
+    }
+
+    // dK = scale dS^T Q and dV, this thread's two keys and this consumer's columns, straight
+    // from the accumulators.
+    __device__ __forceinline__ void store(T* dk, T* dv, int kv_heads) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int key = key0 + 8 * r;
+            if (key >= b.s.lk) continue;
+            const index_t token = (index_t)(b.s.k0 + key) * kv_heads + b.kvh;
+            unsigned* out_k = reinterpret_cast<unsigned*>(dk + token * D + col0);
+            unsigned* out_v = reinterpret_cast<unsigned*>(dv + token * D + col0);
+#pragma unroll
+            for (int j = 0; j < DW / 8; ++j) {
+                out_k[4 * j + t] = pack2<T>(dk_acc[4 * j + 2 * r] * scale, dk_acc[4 * j + 2 * r + 1] * scale);
+                out_v[4 * j + t] = pack2<T>(dv_acc[4 * j + 2 * r], dv_acc[4 * j + 2 * r + 1]);
+            }
+        }
+    }
+};
+
+template <typename T, int D>
+__device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params) {
+    using C = BhConfig<D>;
+    using S = BhShared<T, D>;
+    // Shared memory: BhShared<T, D> (fa_hopper_bwd_params.cuh, written from the host's table),
+    // which the host launches with, and the slack that aligns it.
+    constexpr unsigned SHARED_BYTES = sizeof(S) + SHARED_ALIGNMENT_SLACK;
+    static_assert(SHARED_BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block on sm_90");
+    S& shared = shared_storage<S>();
+
+    // The block size and the shared memory actually given are checked here, so a launch that
+    // disagrees with the tile stops rather than corrupting memory.
+    unsigned dynamic_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
+    if (dynamic_bytes < SHARED_BYTES || blockDim.x != BH_THREADS) __trap();
+
+    BhBlock b;
+    if (!bh_block<T, D>(params, b)) return;
 
     if (threadIdx.x == 0) {
-        mbarrier_init(kv_full, 1);
-        for (int st = 0; st < STAGES; ++st) {
-            mbarrier_init(&q_full[st], 1);  // the producer's arrival (+ the TMA's bytes)
+        mbarrier_init(shared.kv_full, 1);
+        for (int st = 0; st < C::STAGES; ++st) {
+            mbarrier_init(&shared.q_full[st], 1);  // the producer's arrival (+ the TMA's bytes)
             // One arrival per consumer warp, each after its own wait for the products that
             // read the stage.
-            mbarrier_init(&q_empty[st], 4 * BH_CONSUMERS);
+            mbarrier_init(&shared.q_empty[st], 4 * BH_CONSUMERS);
         }
         for (int wg = 0; wg < BH_CONSUMERS; ++wg) {
-            mbarrier_init(&dq_full[wg], 128);  // every thread of the consumer, after its writes
-            mbarrier_init(&dq_empty[wg], 1);   // the dQ writer, once the TMA has read them
+            // Every thread of the consumer, after its writes; the dQ writer, once the TMA has
+            // read them.
+            mbarrier_init(&shared.dq_full[wg], 128);
+            mbarrier_init(&shared.dq_empty[wg], 1);
         }
         fence_barrier_init();
     }
@@ -367,311 +751,20 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
     if (threadIdx.x < 128) {
         // ---- producer ----
         warpgroup_registers_release<BH_PRODUCER_REGISTERS>();
-        if (threadIdx.x == 32) {
-            bh_dq_writer<T, D>(map_dq, smem_u32(&shared), semaphores, ordered, s, causal, n,
-                               kvh * group, group, heads, m_first, rotation, m_end, q_tiles);
-            return;
-        }
-        if (threadIdx.x != 0) return;
-        // The bytes a barrier expects are those of the members its copies fill.
-        mbarrier_arrive_expect_tx(kv_full, sizeof(S::k) + sizeof(S::v));
-#pragma unroll
-        for (int box = 0; box < BOXES; ++box) {
-            tma_load_3d(shared.k[0][box], map_k, kv_full, box * BH_BOX, s.k0 + j0, kvh);
-            tma_load_3d(shared.v[0][box], map_v, kv_full, box * BH_BOX, s.k0 + j0, kvh);
-        }
-        // quote: producer
-        // The bytes a stage's barrier expects are those of the members its copies fill. The
-        // producer keeps 32-bit shared-memory addresses (the members at their offsets from
-        // the storage's): pointers would take two of its 24 registers each.
-        constexpr unsigned STAGE_BYTES =
-            sizeof(S::q[0]) + sizeof(S::d_o[0]) + sizeof(S::lse2[0]) + sizeof(S::delta[0]);
-        constexpr unsigned Q_STAGE = sizeof(S::q[0]), Q_BOX = sizeof(S::q[0][0]),
-                           LD_STAGE = sizeof(S::lse2[0]);
-        const unsigned smem = smem_u32(&shared);
-        PipelineState<STAGES> ring;
-        for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-            for (int i = m_first; i < m_end; ++i) {
-                const int m = bh_walk(i, rotation, m_first, m_end);
-                const int st = ring.stage(), row0 = s.q0 + m * BM;
-                const unsigned full = smem + S::at::q_full + 8 * st;
-                mbarrier_wait(smem + S::at::q_empty + 8 * st, ring.phase() ^ 1);
-                mbarrier_arrive_expect_tx(full, STAGE_BYTES);
-                // Rolled: unrolled, the producer's 24 registers spill the boxes' addresses.
-#pragma unroll 1
-                for (int box = 0; box < BOXES; ++box) {
-                    const unsigned at = st * Q_STAGE + box * Q_BOX;
-                    tma_load_3d(smem + S::at::q + at, map_q, full, box * BH_BOX, row0, h);
-                    tma_load_3d(smem + S::at::d_o + at, map_do, full, box * BH_BOX, row0, h);
-                }
-                const int span = h * gridDim.z + blockIdx.z;  // L, D row of (head, sequence)
-                tma_load_3d(smem + S::at::lse2 + st * LD_STAGE, map_lse2, full, m * BM, span, 0);
-                tma_load_3d(smem + S::at::delta + st * LD_STAGE, map_delta, full, m * BM, span, 0);
-                ring.advance();
-            }
-        }
-        // end quote: producer
+        if (threadIdx.x == 32)
+            bh_dq_writer<T, D>(&params.map_dq, smem_u32(&shared), params.semaphores,
+                               params.ordered, b.s, params.causal, b.n, b.kvh * b.group, b.group,
+                               params.heads, b.m_first, b.rotation, b.m_end, params.q_tiles);
+        else if (threadIdx.x == 0)
+            bh_producer<T, D>(params, shared, b);
         return;
     }
 
     // ---- consumers ----
     warpgroup_registers_claim<C::REGISTERS>();
-    constexpr bool SPLIT = C::SPLIT;
-    constexpr int QW = C::QW, DW = C::DW, DQ_COLS = C::DQ_COLS;
-    const int wg = threadIdx.x / 128 - 1;
-    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const float scale_log2 = scale * LOG2E;
-    // This consumer's keys (the block's rows of K and V it multiplies), the first of its
-    // queries in a step, and the first of its columns of dV, dK and dQ.
-    const int key_row0 = SPLIT ? 0 : wg * 64;
-    const int query0 = SPLIT ? wg * QW : 0;
-    const int col0 = SPLIT ? wg * DW : 0;
-    // This thread's two keys (accumulator rows) of S^T, dP^T, dV and dK.
-    const int key0 = j0 + key_row0 + warp * 16 + g;
-    // Keys of this consumer that every query of a tile starting at i0 sees: no mask needed.
-    const int wg_key_end = j0 + key_row0 + 64;
-    // The first query that sees each of the thread's two keys (lq: none does), so that the
-    // mask is two compares: query i sees key j iff seen_from[j] <= i < lq (attention.cuh's
-    // rule, bottom-right causal; without the mask every query sees every key < lk).
-    int seen_from[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int key = key0 + 8 * r;
-        seen_from[r] = key < s.lk ? first_query(key, s, causal) : s.lq;
-    }
-
-    float dv_acc[DW / 2], dk_acc[DW / 2];
-#pragma unroll
-    for (int i = 0; i < DW / 2; ++i) dv_acc[i] = dk_acc[i] = 0.0f;
-
-    const unsigned base32 = smem_u32(&shared), base16 = (base32 & 0x3FFFF) >> 4;
-    // Members by offset from base32, and the bytes of one stage or buffer of each.
-    constexpr int Q_STAGE = sizeof(S::q[0]), DS_BUFFER = sizeof(S::ds[0]), DQ_TILE = sizeof(S::dq[0]);
-    static_assert(sizeof(S::d_o[0]) == Q_STAGE, "Q and dO stages of one size");
-    constexpr int A_BOX = BM == 128 ? 1 : 0;
-    // The first 64-column box of K that this consumer's dQ product reads.
-    const int dq_box0 = SPLIT ? wg * (DQ_COLS / BH_BOX) : D == 128 ? wg : 0;
-    constexpr int K_ROWS = S::at::k, V_ROWS = S::at::v;  // + this consumer's keys
-    const int wg_rows = key_row0 * 128;  // its key rows of 128 bytes into each K or V box
-
-    mbarrier_wait(kv_full, 0);
-    PipelineState<STAGES> ring;
-    unsigned dq_phase = 0;
-    int ds_stage = 0;
-    for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-        for (int i = m_first; i < m_end; ++i) {
-            const int m = bh_walk(i, rotation, m_first, m_end);
-            const int st = ring.stage(), i0 = m * BM;
-            float sc[QW / 2], dp[QW / 2];
-            mbarrier_wait(&q_full[st], ring.phase());
-
-            // S^T = K Q^T and dP^T = V dO^T over the head dim: k16 steps 32 bytes apart
-            // inside a 64-wide box, the boxes BN (keys) or BM (queries) rows of 128 bytes apart.
-            const unsigned b16 = bh_fresh(base16);
-            const int q_at = S::at::q + st * Q_STAGE, do_at = S::at::d_o + st * Q_STAGE;
-            const int my_queries = query0 * 128;  // this consumer's query rows in each box
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                const int box = kk / 4, within = (kk % 4) * 32;
-                wgmma_m64k16<QW, T>(sc, bh_desc(b16, K_ROWS + wg_rows + box * BN * 128 + within, 16),
-                                    bh_desc(b16, q_at + my_queries + box * BM * 128 + within, 16), kk > 0);
-            }
-            wgmma_commit();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                const int box = kk / 4, within = (kk % 4) * 32;
-                wgmma_m64k16<QW, T>(dp, bh_desc(b16, V_ROWS + wg_rows + box * BN * 128 + within, 16),
-                                    bh_desc(b16, do_at + my_queries + box * BM * 128 + within, 16), kk > 0);
-            }
-            wgmma_commit();
-
-            // P = exp2(S scale log2 e - L log2 e), 0 where masked, while dP^T runs. Element e
-            // of 8-column block j: key key0 + 8 (e / 2), query i0 + query0 + 8j + 2t + e % 2.
-            const unsigned b32 = bh_fresh(base32);
-            const unsigned l2 = b32 + S::at::lse2 + (st * BM + query0) * 4 + 8 * t;
-            const unsigned dl = b32 + S::at::delta + (st * BM + query0) * 4 + 8 * t;
-            const bool needs_mask =
-                i0 + BM > s.lq || wg_key_end > key_end(i0, s, causal);
-            wgmma_wait<1>();
-            wgmma_fence_operands(sc);
-#pragma unroll
-            for (int j = 0; j < QW / 8; ++j) {
-                const float2 lse2 = bh_ld_f32x2(l2 + 32 * j);
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    sc[4 * j + e] = ex2_approx(fmaf(sc[4 * j + e], scale_log2, -(e % 2 ? lse2.y : lse2.x)));
-            }
-            if (needs_mask)
-                mask_fragment<QW / 8>(sc, t, 0.0f, [&](int r, int query) {
-                    const int i = i0 + query0 + query;
-                    return i >= seen_from[r] && i < s.lq;
-                });
-            wgmma_wait<0>();
-            wgmma_fence_operands(dp);
-#pragma unroll
-            for (int j = 0; j < QW / 8; ++j) {
-                const float2 delta = bh_ld_f32x2(dl + 32 * j);
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    dp[4 * j + e] = sc[4 * j + e] * (dp[4 * j + e] - (e % 2 ? delta.y : delta.x));
-            }
-            // P^T and dS^T as 16-bit A operands: two 8-query accumulator blocks are one k16
-            // step (register x: key + 8 (x % 2), queries 16kk + 8 (x / 2) + 2t, +1). From
-            // here on only these halves live: S^T's and dP^T's f32 registers are free before
-            // any of the three products below is issued (issued earlier, they kept ptxas from
-            // leaving the products asynchronous: C7512).
-            unsigned pa[QW / 16][4], da[QW / 16][4];
-#pragma unroll
-            for (int kk = 0; kk < QW / 16; ++kk)
-#pragma unroll
-                for (int x = 0; x < 4; ++x) {
-                    pa[kk][x] = pack2<T>(sc[8 * kk + 2 * x], sc[8 * kk + 2 * x + 1]);
-                    da[kk][x] = pack2<T>(dp[8 * kk + 2 * x], dp[8 * kk + 2 * x + 1]);
-                }
-
-            // dS^T to shared memory (buffer ds_stage) as the MN-major A operand of dQ = dS K:
-            // key rows of 128 bytes (64 queries, one box per 64 queries), 16-byte chunks
-            // swizzled by key % 8. One stmatrix per k16 step: the four 8 x 8 blocks of the
-            // warp's 16 keys x 16 queries, each row one 16-byte chunk.
-            // Lane l names row l % 8 of 8 x 8 block l / 8, blocks in the accumulator's order
-            // (keys +8 for odd blocks, queries +8 for the upper two). Split head dim: P^T goes
-            // beside it, in the same layout (the K-major A operand of dV, as dS^T is dK's).
-            {
-                const int key = key_row0 + warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-                const unsigned row = b32 + S::at::ds + ds_stage * DS_BUFFER +
-                                     (key / 8) * 1024 + (key % 8) * 128;
-#pragma unroll
-                for (int kk = 0; kk < QW / 16; ++kk) {
-                    const int q = query0 + 16 * kk + 8 * (lane / 16), box = q / 64, chunk = (q % 64) / 8;
-                    const unsigned at = row + box * BN * 128 + ((chunk ^ (key % 8)) * 16);
-                    stmatrix_x4(at, da[kk]);
-                    if constexpr (SPLIT) stmatrix_x4(at + (S::at::pt - S::at::ds), pa[kk]);
-                }
-            }
-            fence_proxy_async_shared();
-
-            const int ds_at = S::at::ds + ds_stage * DS_BUFFER;
-            float dq[DQ_COLS / 2];
-            if constexpr (!SPLIT) {
-                // quote: consumer_products
-                // dV += P^T dO: B is MN-major (dims along memory), a k16 step is 16 query rows
-                // (2048 bytes) down, the 64-dim boxes BM x 128 bytes apart. It runs while the
-                // consumers meet.
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < BM / 16; ++kk)
-                    wgmma_m64k16_rs<D, T, 1>(dv_acc, pa[kk], bh_desc(b16, do_at + kk * 2048, BM * 128), 1);
-                wgmma_commit();
-
-                named_barrier_sync(ALL_CONSUMERS_BARRIER, 128 * BH_CONSUMERS);  // all of dS^T written
-
-                // dQ = dS K over the block's keys. Head dim 128: this consumer's 64 columns (K
-                // box wg) of all 64 queries; head dim 64: all 64 columns of its 64 queries (dS
-                // box wg). Both operands MN-major, k16 steps 16 key rows down.
-                const int my_ds = ds_at + A_BOX * wg * BN * 128;
-                const int k_at = S::at::k + dq_box0 * BN * 128;
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; ++kk)
-                    wgmma_m64k16<64, T, 1, 1>(dq, bh_desc(b16, my_ds + kk * 2048, BN * 128),
-                                              bh_desc(b16, k_at + kk * 2048, BN * 128), kk > 0);
-                wgmma_commit();
-                wgmma_wait<1>();  // dV is done: P^T's registers are free
-                wgmma_fence_operands(dv_acc);
-#pragma unroll
-                for (int kk = 0; kk < BM / 16; ++kk) wgmma_fence_operands(pa[kk]);
-
-                // dK += dS^T Q, the same shape as dV; it runs while dQ goes to shared memory.
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < BM / 16; ++kk)
-                    wgmma_m64k16_rs<D, T, 1>(dk_acc, da[kk], bh_desc(b16, q_at + kk * 2048, BM * 128), 1);
-                wgmma_commit();
-                wgmma_wait<1>();  // dQ is done
-                wgmma_fence_operands(dq);
-                // end quote: consumer_products
-            } else {
-                named_barrier_sync(ALL_CONSUMERS_BARRIER, 128 * BH_CONSUMERS);  // P^T, dS^T written
-
-                // dV += P^T dO and dK += dS^T Q over this consumer's DW columns: A is P^T or
-                // dS^T (K-major: queries along memory, k16 steps 32 bytes along a row), B is
-                // dO or Q from this consumer's first column box (MN-major, k16 steps 16 query
-                // rows down, the boxes BM x 128 bytes apart). dQ = dS K between them, as above
-                // with this consumer's DQ_COLS columns of K.
-                const int pt_at = S::at::pt + ds_stage * DS_BUFFER;
-                const int my_cols = (col0 / BH_BOX) * BM * 128;
-                wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < BM / 16; ++kk) {
-                    const int a = (kk / 4) * BN * 128 + (kk % 4) * 32;
-                    wgmma_m64k16<DW, T, 0, 1>(dv_acc, bh_desc(b16, pt_at + a, 16),
-                                              bh_desc(b16, do_at + my_cols + kk * 2048, BM * 128), 1);
-                }
-                wgmma_commit();
-                const int k_at = S::at::k + dq_box0 * BN * 128;
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; ++kk)
-                    wgmma_m64k16<DQ_COLS, T, 1, 1>(dq, bh_desc(b16, ds_at + kk * 2048, BN * 128),
-                                                   bh_desc(b16, k_at + kk * 2048, BN * 128), kk > 0);
-                wgmma_commit();
-#pragma unroll
-                for (int kk = 0; kk < BM / 16; ++kk) {
-                    const int a = (kk / 4) * BN * 128 + (kk % 4) * 32;
-                    wgmma_m64k16<DW, T, 0, 1>(dk_acc, bh_desc(b16, ds_at + a, 16),
-                                              bh_desc(b16, q_at + my_cols + kk * 2048, BM * 128), 1);
-                }
-                wgmma_commit();
-                wgmma_wait<1>();  // dV and dQ are done
-                wgmma_fence_operands(dv_acc);
-                wgmma_fence_operands(dq);
-            }
-
-            // quote: consumer_dq_out
-            // dQ to shared memory (32-column boxes of 64 rows, 128-byte swizzled) once the
-            // dQ writer's TMA has read the last one; the writer adds it into dq_accum.
-            const unsigned my_dq = b32 + S::at::dq + wg * DQ_TILE;
-            mbarrier_wait(&dq_empty[wg], dq_phase ^ 1);
-#pragma unroll
-            for (int j = 0; j < DQ_COLS / 8; ++j)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int row = warp * 16 + g + 8 * r, c = 8 * (j % 4) + 2 * t;
-                    const unsigned at = my_dq + ((j / 4) * BH_DQ_BOX * 64 + row * BH_DQ_BOX) * 4 +
-                                        (((c / 4) ^ (row % 8)) * 16) + (c % 4) * 4;
-                    bh_st_f32x2(at, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
-                }
-            fence_proxy_async_shared();
-            mbarrier_arrive(&dq_full[wg]);
-            // end quote: consumer_dq_out
-
-            wgmma_wait<0>();  // dK is done: Q, dO, L and D of this stage are read
-            wgmma_fence_operands(dk_acc);
-            if constexpr (!SPLIT) {
-#pragma unroll
-                for (int kk = 0; kk < BM / 16; ++kk) wgmma_fence_operands(da[kk]);
-            }
-            if (lane == 0) mbarrier_arrive(&q_empty[st]);
-            dq_phase ^= 1;
-            ds_stage ^= 1;
-            ring.advance();
-        }
-    }
-
-    // dK = scale dS^T Q and dV, this thread's two keys and this consumer's columns, straight
-    // from the accumulators.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int key = key0 + 8 * r;
-        if (key >= s.lk) continue;
-        const index_t token = (index_t)(s.k0 + key) * kv_heads + kvh;
-        unsigned* out_k = reinterpret_cast<unsigned*>(dk + token * D + col0);
-        unsigned* out_v = reinterpret_cast<unsigned*>(dv + token * D + col0);
-#pragma unroll
-        for (int j = 0; j < DW / 8; ++j) {
-            out_k[4 * j + t] = pack2<T>(dk_acc[4 * j + 2 * r] * scale, dk_acc[4 * j + 2 * r + 1] * scale);
-            out_v[4 * j + t] = pack2<T>(dv_acc[4 * j + 2 * r], dv_acc[4 * j + 2 * r + 1]);
-        }
-    }
+    BhConsumer<T, D> consumer(params, shared, b, threadIdx.x / 128 - 1);
+    consumer.run();
+    consumer.store(params.dk, params.dv, params.kv_heads);
 }
 
 // One extern "C" entry per (dtype, head dim). The parameters are one struct, `__grid_constant__`
