@@ -68,7 +68,7 @@ __device__ __forceinline__ void mask_fragment(float* fragment, int t, float mask
 //     waits for all of them before rewriting the slot.
 // mbarrier.arrive releases only the arriving thread's own earlier accesses, so every reader
 // arrives (what racecheck made of an earlier arrangement: day 10's notes, "The item slot").
-struct ItemSlot {
+struct __align__(16) ItemSlot {
     int i0, h;
     Sequence s;
 };

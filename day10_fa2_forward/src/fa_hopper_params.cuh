@@ -62,7 +62,7 @@ template <typename T> struct FhShared<T, 64> {
     // Per stage: every consumer's P V products read V
     unsigned long long v_empty[2];
     // Per Q stage: the item the producer hands the consumers (attention.cuh)
-    ItemSlot slots[2];
+    alignas(16) ItemSlot slots[2];
     // Each member's byte offset from the struct's start.
     struct at {
         static constexpr unsigned q = 0;
@@ -87,8 +87,7 @@ static_assert(sizeof(FhShared<bf16_t, 64>::k_full) == 16, "FhShared<bf16_t, 64>:
 static_assert(sizeof(FhShared<bf16_t, 64>::v_full) == 16, "FhShared<bf16_t, 64>::v_full: 16 bytes on the host");
 static_assert(sizeof(FhShared<bf16_t, 64>::k_empty) == 16, "FhShared<bf16_t, 64>::k_empty: 16 bytes on the host");
 static_assert(sizeof(FhShared<bf16_t, 64>::v_empty) == 16, "FhShared<bf16_t, 64>::v_empty: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 64>::slots) == 48, "FhShared<bf16_t, 64>::slots: 48 bytes on the host");
-static_assert(alignof(ItemSlot) == 4, "ItemSlot: aligned to 4 on the host");
+static_assert(sizeof(FhShared<bf16_t, 64>::slots) == 64, "FhShared<bf16_t, 64>::slots: 64 bytes on the host");
 static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");
 
 template <typename T> struct FhShared<T, 128> {
@@ -111,7 +110,7 @@ template <typename T> struct FhShared<T, 128> {
     // Per stage: every consumer's P V products read V
     unsigned long long v_empty[2];
     // Per Q stage: the item the producer hands the consumers (attention.cuh)
-    ItemSlot slots[2];
+    alignas(16) ItemSlot slots[2];
     // Each member's byte offset from the struct's start.
     struct at {
         static constexpr unsigned q = 0;
@@ -136,8 +135,7 @@ static_assert(sizeof(FhShared<bf16_t, 128>::k_full) == 16, "FhShared<bf16_t, 128
 static_assert(sizeof(FhShared<bf16_t, 128>::v_full) == 16, "FhShared<bf16_t, 128>::v_full: 16 bytes on the host");
 static_assert(sizeof(FhShared<bf16_t, 128>::k_empty) == 16, "FhShared<bf16_t, 128>::k_empty: 16 bytes on the host");
 static_assert(sizeof(FhShared<bf16_t, 128>::v_empty) == 16, "FhShared<bf16_t, 128>::v_empty: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 128>::slots) == 48, "FhShared<bf16_t, 128>::slots: 48 bytes on the host");
-static_assert(alignof(ItemSlot) == 4, "ItemSlot: aligned to 4 on the host");
+static_assert(sizeof(FhShared<bf16_t, 128>::slots) == 64, "FhShared<bf16_t, 128>::slots: 64 bytes on the host");
 static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");
 
 template <typename T> struct FhShared<T, 256> {
@@ -160,7 +158,7 @@ template <typename T> struct FhShared<T, 256> {
     // Per stage: every consumer's P V products read V
     unsigned long long v_empty[2];
     // Per Q stage: the item the producer hands the consumers (attention.cuh)
-    ItemSlot slots[1];
+    alignas(16) ItemSlot slots[1];
     // Each member's byte offset from the struct's start.
     struct at {
         static constexpr unsigned q = 0;
@@ -185,6 +183,5 @@ static_assert(sizeof(FhShared<bf16_t, 256>::k_full) == 16, "FhShared<bf16_t, 256
 static_assert(sizeof(FhShared<bf16_t, 256>::v_full) == 16, "FhShared<bf16_t, 256>::v_full: 16 bytes on the host");
 static_assert(sizeof(FhShared<bf16_t, 256>::k_empty) == 16, "FhShared<bf16_t, 256>::k_empty: 16 bytes on the host");
 static_assert(sizeof(FhShared<bf16_t, 256>::v_empty) == 16, "FhShared<bf16_t, 256>::v_empty: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 256>::slots) == 24, "FhShared<bf16_t, 256>::slots: 24 bytes on the host");
-static_assert(alignof(ItemSlot) == 4, "ItemSlot: aligned to 4 on the host");
+static_assert(sizeof(FhShared<bf16_t, 256>::slots) == 32, "FhShared<bf16_t, 256>::slots: 32 bytes on the host");
 static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");

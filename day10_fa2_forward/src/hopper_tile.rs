@@ -134,7 +134,7 @@ impl HopperTile {
             .member(
                 "slots",
                 "Per Q stage: the item the producer hands the consumers (attention.cuh)",
-                ("ItemSlot", 24, 4),
+                ("ItemSlot", 32, 16),
                 &[self.q_stages],
             )
     }
@@ -259,7 +259,7 @@ mod tests {
             (128, 384, 198_656)
         );
         // Head dim 256: one Q stage of 64 KiB + K and V 2 x 2 x 32 KiB, then 80 bytes of
-        // barriers and one 24-byte item slot, the struct rounded up to its tiles' 1 KiB, + 1
+        // barriers and one 32-byte item slot, the struct rounded up to its tiles' 1 KiB, + 1
         // KiB of alignment slack.
         let d256 = HopperTile::for_head_dim(256).unwrap();
         assert_eq!((d256.block_rows(), d256.threads()), (128, 384));

@@ -14,6 +14,13 @@
 // Ignored targets (ignore_index, or anything outside [0, V)) give loss 0 and a zero row.
 //
 // Kernels:
+// Each row kernel takes one struct, CeRowParams (cross_entropy_params.cuh, written from the
+// launcher's declaration), and hands its fields to the function that does the work. No pointer
+// is __restrict__: the fused loss writes the gradient over the logits, and restrict on an inlined
+// function's parameters let NVCC load the logits through the non-coherent cache (ld.global.nc),
+// which memory the kernel writes must not be; the targets and 1/N, which nothing writes, are
+// read through it explicitly (__ldg), as the kernel parameters' restrict did before.
+//
 //   ce_count_valid_i32        N and 1/N, once per run (the gradient is scaled by it)
 //   ce_rows_two_pass_bf16x8   a block per row: pass 1 the row's max, sum of exp and sum of z
 //                             (online, 16-byte loads), pass 2 re-reads the row (backwards,
@@ -210,15 +217,17 @@ __device__ __forceinline__ void zero_row(bf16_t* grad, index_t vocab) {
 // checks), so one split serves both.
 #define TWO_PASS_THREADS CE_TWO_PASS_THREADS
 #define TWO_PASS_UNROLL 4
-KERNEL void __launch_bounds__(TWO_PASS_THREADS, 1)
-    ce_rows_two_pass_bf16x8(const bf16_t* logits, bf16_t* grad, const int* __restrict__ targets,
-                            float* __restrict__ row_loss, const float* __restrict__ inv_count_p,
-                            index_t vocab, float eps, float z_loss, int ignore_index) {
+__device__ __forceinline__ void ce_rows_two_pass(const bf16_t* logits, bf16_t* grad,
+                                                 const int* targets,
+                                                 float* row_loss,
+                                                 const float* inv_count_p,
+                                                 index_t vocab, float eps, float z_loss,
+                                                 int ignore_index) {
     __shared__ RowStats scratch[32];
     const index_t row = blockIdx.x;
     const bf16_t* in = logits + row * vocab;
     bf16_t* out = grad + row * vocab;
-    const int y = targets[row];
+    const int y = __ldg(&targets[row]);
     if (!is_valid_target(y, ignore_index, vocab)) {
         zero_row(out, vocab);
         if (threadIdx.x == 0) row_loss[row] = 0.0f;
@@ -250,7 +259,7 @@ KERNEL void __launch_bounds__(TWO_PASS_THREADS, 1)
     st = block_row_stats(st, scratch);
 
     RowGrad g;
-    const float loss = row_finish(st, z_target, vocab, eps, z_loss, inv_count_p[0], g);
+    const float loss = row_finish(st, z_target, vocab, eps, z_loss, __ldg(inv_count_p), g);
     if (t == 0) row_loss[row] = loss;
     const index_t target = (index_t)y;
     if (t < head) {
@@ -286,6 +295,10 @@ KERNEL void __launch_bounds__(TWO_PASS_THREADS, 1)
     }
     // end quote: two_pass_backwards
 }
+KERNEL void __launch_bounds__(TWO_PASS_THREADS, 1) ce_rows_two_pass_bf16x8(const CeRowParams p) {
+    ce_rows_two_pass(p.logits, p.grad, p.targets, p.row_loss, p.inv_count, p.vocab, p.eps,
+                     p.z_loss, p.ignore_index);
+}
 
 // ---- Thread block clusters (sm_90): 8 blocks of a row share their statistics ----------------
 
@@ -306,10 +319,12 @@ static_assert(CLUSTER_BLOCKS * CLUSTER_THREADS * CLUSTER_PACKS_PER_THREAD * BF16
 // combines them in rank order, so every block (and every run) gets the same bits. The row is
 // read once from HBM and written once: the least traffic there is. Rows must start on 16
 // bytes (V a multiple of 8) and V <= 131072; the launcher refuses other shapes.
-KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(CLUSTER_THREADS)
-    ce_rows_cluster8_bf16x8(const bf16_t* logits, bf16_t* grad, const int* __restrict__ targets,
-                            float* __restrict__ row_loss, const float* __restrict__ inv_count_p,
-                            index_t vocab, float eps, float z_loss, int ignore_index) {
+__device__ __forceinline__ void ce_rows_cluster8(const bf16_t* logits, bf16_t* grad,
+                                                 const int* targets,
+                                                 float* row_loss,
+                                                 const float* inv_count_p,
+                                                 index_t vocab, float eps, float z_loss,
+                                                 int ignore_index) {
     __shared__ RowStats scratch[32];
     __shared__ float published[3];  // this block's m, s, zsum, for the other 7
     __shared__ float combined[3];   // the row's, for this block's threads
@@ -317,7 +332,7 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(CLUSTER_THR
     const index_t row = blockIdx.x / CLUSTER_BLOCKS;
     const bf16_t* in = logits + row * vocab;
     bf16_t* out = grad + row * vocab;
-    const int y = targets[row];
+    const int y = __ldg(&targets[row]);
     const bool valid = is_valid_target(y, ignore_index, vocab);
     const index_t packs = vocab / BF16_PER_PACK;
     const index_t per_block = (packs + CLUSTER_BLOCKS - 1) / CLUSTER_BLOCKS;
@@ -373,7 +388,7 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(CLUSTER_THR
     if (valid) {
         const RowStats row_st = {combined[0], combined[1], combined[2]};
         RowGrad g;
-        const float loss = row_finish(row_st, z_target, vocab, eps, z_loss, inv_count_p[0], g);
+        const float loss = row_finish(row_st, z_target, vocab, eps, z_loss, __ldg(inv_count_p), g);
         if (rank == 0 && t == 0) row_loss[row] = loss;
 #pragma unroll
         for (int k = 0; k < CLUSTER_PACKS_PER_THREAD; ++k) {
@@ -386,6 +401,11 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(CLUSTER_THR
         if (rank == 0 && t == 0) row_loss[row] = 0.0f;
     }
     cluster_wait();
+}
+KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(CLUSTER_THREADS)
+    ce_rows_cluster8_bf16x8(const CeRowParams p) {
+    ce_rows_cluster8(p.logits, p.grad, p.targets, p.row_loss, p.inv_count, p.vocab, p.eps,
+                     p.z_loss, p.ignore_index);
 }
 
 // ---- Persistent clusters with a pipeline of row slices ---------------------------------------
@@ -427,9 +447,9 @@ template <> struct StreamShape<4> {
 // same bits for one C) as cluster8. V a multiple of 8 and at most 131072; the launcher checks.
 template <int C>
 __device__ __forceinline__ void ce_rows_cluster_stream(const bf16_t* logits, bf16_t* grad,
-                                                       const int* __restrict__ targets,
-                                                       float* __restrict__ row_loss,
-                                                       const float* __restrict__ inv_count_p,
+                                                       const int* targets,
+                                                       float* row_loss,
+                                                       const float* inv_count_p,
                                                        index_t vocab, float eps, float z_loss,
                                                        int ignore_index, index_t rows) {
     constexpr int STREAM_STAGES = StreamShape<C>::STAGES;
@@ -449,7 +469,7 @@ __device__ __forceinline__ void ce_rows_cluster_stream(const bf16_t* logits, bf1
     const index_t mine = (first + per_block < packs ? first + per_block : packs) - first;
     const unsigned bytes = (unsigned)(mine * 16);
     const index_t t = threadIdx.x;
-    const float inv_count = inv_count_p[0];
+    const float inv_count = __ldg(inv_count_p);
 
     // Stage s receives this block's slice of this cluster's row number i (i = 0, 1, ...).
     auto issue = [&](index_t i) {
@@ -472,7 +492,7 @@ __device__ __forceinline__ void ce_rows_cluster_stream(const bf16_t* logits, bf1
         const index_t row = cluster + i * clusters;
         if (row >= rows) break;  // the same for every block of the cluster
         const uint4* slice = &slices[(i % STREAM_STAGES) * STREAM_SLICE_PACKS];
-        const int y = targets[row];
+        const int y = __ldg(&targets[row]);
         const bool valid = is_valid_target(y, ignore_index, vocab);
         // The target's logit, read by the block whose slice holds it (from shared memory).
         float z_target = 0.0f;
@@ -539,14 +559,9 @@ __device__ __forceinline__ void ce_rows_cluster_stream(const bf16_t* logits, bf1
 #define CLUSTER_STREAM_KERNEL(C)                                                                  \
     KERNEL void __cluster_dims__(C, 1, 1)                                                         \
         __launch_bounds__(STREAM_THREADS, StreamShape<C>::PER_SM)                                 \
-        ce_rows_cluster_stream##C##_bf16x8(const bf16_t* logits, bf16_t* grad,                    \
-                                           const int* __restrict__ targets,                       \
-                                           float* __restrict__ row_loss,                          \
-                                           const float* __restrict__ inv_count_p, index_t vocab, \
-                                           float eps, float z_loss, int ignore_index,             \
-                                           index_t rows) {                                        \
-        ce_rows_cluster_stream<C>(logits, grad, targets, row_loss, inv_count_p, vocab, eps,       \
-                                  z_loss, ignore_index, rows);                                    \
+        ce_rows_cluster_stream##C##_bf16x8(const CeRowParams p) {                                 \
+        ce_rows_cluster_stream<C>(p.logits, p.grad, p.targets, p.row_loss, p.inv_count, p.vocab,  \
+                                  p.eps, p.z_loss, p.ignore_index, p.rows);                       \
     }
 CLUSTER_STREAM_KERNEL(4)
 CLUSTER_STREAM_KERNEL(8)
@@ -602,12 +617,12 @@ __device__ __forceinline__ float pack_logit(const uint4& r, int i) {
     return i % 2 ? bf16_hi(w) : bf16_lo(w);
 }
 
-KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
-    __launch_bounds__(PUSH_THREADS, CE_PUSH_PER_SM)
-    ce_rows_cluster_push_bf16x8(const bf16_t* logits, bf16_t* grad,
-                                const int* __restrict__ targets, float* __restrict__ row_loss,
-                                const float* __restrict__ inv_count_p, index_t vocab, float eps,
-                                float z_loss, int ignore_index) {
+__device__ __forceinline__ void ce_rows_cluster_push(const bf16_t* logits, bf16_t* grad,
+                                                     const int* targets,
+                                                     float* row_loss,
+                                                     const float* inv_count_p,
+                                                     index_t vocab, float eps, float z_loss,
+                                                     int ignore_index) {
     static_assert(PUSH_PARTS % 32 == 0, "a warp reads the partials in whole rounds of 32");
     __shared__ float maxima[PUSH_PARTS];  // round 1: every warp's max of z, from all 8 blocks
     __shared__ float4 sums[PUSH_PARTS];   // round 2: (sum of e, sum of z, z at the target, 0)
@@ -616,7 +631,7 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
     extern __shared__ __align__(128) uint4 slice[];  // [PUSH_THREADS * PUSH_PACKS_PER_THREAD]
     const unsigned rank = cluster_rank();
     const index_t row = blockIdx.x / CLUSTER_BLOCKS;
-    const int y = targets[row];
+    const int y = __ldg(&targets[row]);
     // Pack indices inside a row fit in 32 bits (V <= 131072): fewer registers than index_t.
     const int packs = (int)(vocab / BF16_PER_PACK);
     const int per_block = (packs + CLUSTER_BLOCKS - 1) / CLUSTER_BLOCKS;
@@ -722,7 +737,7 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
     // quote: push_gradient
     // 3. The loss, and the gradient.
     RowGrad g;
-    const float loss = row_finish({max2, s, zsum}, z_target, vocab, eps, z_loss, inv_count_p[0],
+    const float loss = row_finish({max2, s, zsum}, z_target, vocab, eps, z_loss, __ldg(inv_count_p),
                                   g);
     if (rank == 0 && t == 0) row_loss[row] = loss;
     const float scale = g.p_scale / s;  // p_j = e_j / s
@@ -749,6 +764,11 @@ KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1)
     // end quote: push_gradient
     // No cluster barrier at the end: every value pushed into this block was counted on its
     // barriers before it got here, and nothing reads another block's shared memory.
+}
+KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(PUSH_THREADS, CE_PUSH_PER_SM)
+    ce_rows_cluster_push_bf16x8(const CeRowParams p) {
+    ce_rows_cluster_push(p.logits, p.grad, p.targets, p.row_loss, p.inv_count, p.vocab, p.eps,
+                         p.z_loss, p.ignore_index);
 }
 
 // grid(1), block(1024): loss = (sum of the row losses) / N, each thread summing a fixed

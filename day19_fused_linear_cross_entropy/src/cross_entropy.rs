@@ -5,6 +5,7 @@
 
 use anyhow::{Result, anyhow, bail};
 use common::gpu::kernel::KernelSet;
+use common::gpu::params::{DeviceIn, DeviceOut};
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape};
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, sys::CUdeviceptr};
@@ -33,17 +34,48 @@ common::kernel_args! {
     /// `ce_mean_loss_f32(row_loss, inv_count, loss, index_t rows)`
     fn ce_mean_loss_f32(row_loss: &CudaSlice<f32>, inv_count: &CudaSlice<f32>,
         loss: &mut CudaSlice<f32>, rows: u64);
-    /// `ce_rows_*(logits, grad, targets, row_loss, inv_count, index_t vocab, float eps,
-    /// float z_loss, int ignore_index)`: the logits and the gradient as raw pointers, since
-    /// they may be the same memory.
-    fn ce_rows(logits: CUdeviceptr, grad: CUdeviceptr, targets: &CudaView<i32>,
-        row_loss: &mut CudaViewMut<f32>, inv_count: &CudaSlice<f32>, vocab: u64, eps: f32,
-        z_loss: f32, ignore_index: i32);
-    /// `ce_rows_cluster_stream{4,8}_bf16x8`: [`ce_rows`]' arguments, then `index_t rows`,
-    /// the rows its persistent clusters walk.
-    fn ce_rows_stream(logits: CUdeviceptr, grad: CUdeviceptr, targets: &CudaView<i32>,
-        row_loss: &mut CudaViewMut<f32>, inv_count: &CudaSlice<f32>, vocab: u64, eps: f32,
-        z_loss: f32, ignore_index: i32, rows: u64);
+    /// Every row kernel: `ce_rows_*_bf16x8(CeRowParams)`.
+    fn ce_rows(params: CeRowParams);
+}
+
+common::kernel_params! {
+    /// What a row kernel of the loss is told: a chunk's rows of logits, their targets, and
+    /// where the gradient, each row's loss and 1/N are.
+    pub struct CeRowParams {
+        /// The logits [rows, vocab]. The gradient may be the same memory (the fused loss
+        /// writes each row's gradient over its logits), so the kernels never take these two
+        /// as `__restrict__`.
+        pub logits: DeviceIn<bf16>,
+        /// The gradient [rows, vocab], congruent to the logits modulo 16 bytes.
+        pub grad: DeviceOut<bf16>,
+        /// Each row's target class (or the ignore index).
+        pub targets: DeviceIn<i32>,
+        /// Each row's loss, times 1/N.
+        pub row_loss: DeviceOut<f32>,
+        /// 1/N, N the rows whose target is not ignored (0 when all are).
+        pub inv_count: DeviceIn<f32>,
+        pub vocab: u64,
+        /// The rows: the persistent kernels (cluster_stream) walk them; the others have one
+        /// row per block or cluster of the grid.
+        pub rows: u64,
+        /// Label smoothing.
+        pub eps: f32,
+        /// The z-loss weight.
+        pub z_loss: f32,
+        pub ignore_index: i32,
+    }
+}
+
+/// The C twin of [`CeRowParams`], as `cross_entropy_params.cuh` holds it.
+#[cfg(test)]
+pub(crate) fn params_header() -> String {
+    use common::gpu::params::{c_checks, c_declaration, c_header};
+    c_header(
+        &[
+            "the kernel_params! declarations in day19_fused_linear_cross_entropy/src/cross_entropy.rs",
+        ],
+        &[c_declaration::<CeRowParams>(), c_checks::<CeRowParams>()],
+    )
 }
 
 /// The loss's options as the kernels take them.
@@ -283,35 +315,23 @@ impl CrossEntropy {
         {
             bail!("cluster kernels: the logits must start on a 16-byte boundary");
         }
-        let (eps, z_loss, ignore) = kernel_options(opts);
-        let (kernel, shape, vocab) = (plan.kernel, &plan.shape, vocab as u64);
+        let (eps, z_loss, ignore_index) = kernel_options(opts);
+        let params = CeRowParams {
+            logits: DeviceIn::at(logits),
+            grad: DeviceOut::at(grad),
+            targets: DeviceIn::of(gpu, targets),
+            row_loss: DeviceOut::of(gpu, row_loss),
+            inv_count: DeviceIn::of(gpu, inv_count),
+            vocab: vocab as u64,
+            rows: rows as u64,
+            eps,
+            z_loss,
+            ignore_index,
+        };
         // SAFETY: the caller vouches for rows * vocab elements behind both pointers; targets
         // and row_loss hold `rows` (checked); the grid covers every row (cluster_stream's
         // clusters loop over them).
-        unsafe {
-            if plan.which == RowKernel::ClusterStream {
-                ce_rows_stream(
-                    gpu,
-                    kernel,
-                    shape,
-                    logits,
-                    grad,
-                    targets,
-                    row_loss,
-                    inv_count,
-                    vocab,
-                    eps,
-                    z_loss,
-                    ignore,
-                    rows as u64,
-                )
-            } else {
-                ce_rows(
-                    gpu, kernel, shape, logits, grad, targets, row_loss, inv_count, vocab, eps,
-                    z_loss, ignore,
-                )
-            }
-        }
+        unsafe { ce_rows(gpu, plan.kernel, &plan.shape, params) }
     }
 
     /// The row kernel out of place: `logits` read, `grad` written (the CE-only problem, so
@@ -405,6 +425,17 @@ impl CrossEntropy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The checked-in `cross_entropy_params.cuh` is what [`CeRowParams`] writes.
+    #[test]
+    fn the_kernels_parameter_struct_is_the_launchers() {
+        common::gpu::params::assert_generated(
+            env!("CARGO_MANIFEST_DIR"),
+            "src/cross_entropy_params.cuh",
+            include_str!("cross_entropy_params.cuh"),
+            &params_header(),
+        );
+    }
 
     #[test]
     fn the_reductions_are_one_block_of_1024() {

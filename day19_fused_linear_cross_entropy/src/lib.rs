@@ -33,7 +33,10 @@ pub use problem::{
 pub use row_kernel::RowKernel;
 pub use tile::CLUSTER_MAX_VOCAB;
 
-pub const SOURCE: KernelSource = common::kernel_source!("cross_entropy.cu");
+/// The row kernels' parameter struct comes first, in `cross_entropy_params.cuh`, which
+/// `CeRowParams` (`cross_entropy.rs`) writes.
+pub const SOURCE: KernelSource =
+    common::kernel_source!("cross_entropy.cu" = ["cross_entropy_params.cuh", "cross_entropy.cu"]);
 
 /// Versions of the fused problem, in table order.
 pub const FUSED_VERSIONS: &[&str] = &FusedVersion::NAMES;
