@@ -58,8 +58,9 @@ constexpr int FH_MAX_CONSUMERS = 4;
 // and FH_PRODUCER_REGISTERS, what the producer keeps. `HOPPER_TILES` in src/hopper_tile.rs is
 // the one table they come from: the launcher derives its block size, shared memory and TMA
 // boxes from it too, and the static_asserts below check that the tile fits an SM. The shared
-// memory is the struct FhShared<T, D> of fa_hopper_params.cuh, written from the same table.
-// Without the defines the file stops here, so no build runs on stale numbers.
+// memory is the struct FhShared<T, D> of fa_hopper_params.cuh, written from the same table;
+// the kernel checks its rings against these defines (a header older than the table fails to
+// compile, as does a build without the defines: the file stops here).
 #if !defined(FH_PRODUCER_REGISTERS) ||                                                        \
     !defined(FH_D64_CONSUMERS) || !defined(FH_D64_KEYS) || !defined(FH_D64_STAGES) ||         \
     !defined(FH_D64_REGISTERS) || !defined(FH_D64_Q_STAGES) ||                                \
@@ -154,79 +155,79 @@ __device__ __forceinline__ void fh_producer(const FaHopperParams<T>& params,
     const int q_tiles = params.q_tiles, items = params.items;
     int* tickets = params.tickets;
     ItemSlot* slots = shared.slots;
-            // The bytes a copy delivers are those of the member it fills: a stage of Q, K or V
-            // (all its boxes), one box.
-            constexpr unsigned Q_BYTES = sizeof(S::q[0]), TILE_BYTES = sizeof(S::k[0]);
-            constexpr unsigned BOX_BYTES_Q = sizeof(S::q[0][0]), BOX_BYTES_KV = sizeof(S::k[0][0]);
-            static_assert(sizeof(S::v[0]) == TILE_BYTES, "K and V tiles of one size");
-            // 32-bit shared-memory addresses (a member's offset from the storage's): pointers
-            // would take two of the 24 registers each.
-            const unsigned smem = smem_u32(&shared);
-            const auto bar = [&](unsigned member, int stage) { return smem + member + 8 * stage; };
-            PipelineCount<STAGES> ring;
-            PipelineCount<Q_STAGES> q_ring;
-            // quote: fh_producer_item
-            // The ticket after this item's is drawn an item ahead: the counter's answer (a round
-            // trip to L2 that every block contends for) arrives under this item's loads.
-            int w = blockIdx.x, next = next_ticket(tickets);
-    #pragma unroll 1
-            for (;; w = next, next = next_ticket(tickets)) {
-                WorkItem wi{};
-                if (w < items) {
-                    wi = work_item(w, q_tiles, heads, causal);
-                    // Items past a shorter sequence's end hold no rows.
-                    if (wi.tile * FH_BM >= cu_q[wi.b + 1] - cu_q[wi.b]) continue;
-                }
-                const int qs = q_ring.stage();
-                mbarrier_wait(bar(S::at::q_empty, qs), q_ring.phase() ^ 1);  // its last item's S are done
-                ItemSlot& slot = slots[qs];
-                if (w >= items) {
-                    slot.i0 = -1;
-                    mbarrier_arrive(bar(S::at::q_full, qs));  // no bytes: "no more work"
-                    break;
-                }
-                const Sequence s = sequence(cu_q, cu_k, wi.b);
-                slot.i0 = wi.tile * FH_BM;
-                slot.h = wi.h;
-                slot.s = s;
-                mbarrier_arrive_expect_tx(bar(S::at::q_full, qs), Q_BYTES);
-    #pragma unroll
-                for (int box = 0; box < D / FH_BOX; ++box)
-                    tma_load_3d(smem + S::at::q + qs * Q_BYTES + box * BOX_BYTES_Q, map_q,
-                                bar(S::at::q_full, qs), box * FH_BOX, s.q0 + wi.tile * FH_BM, wi.h);
-                q_ring.advance();
-                // end quote: fh_producer_item
-                // quote: fh_producer_kv
-                const int kvh = wi.h / (heads / kv_heads);
-                const int keys = key_end(min(wi.tile * FH_BM + FH_BM, s.lq) - 1, s, causal);
-    #pragma unroll 1  // unrolled, the loop needs more than the producer's 24 registers
-                for (int key0 = s.k0; key0 < s.k0 + keys; key0 += FH_BN) {
-                    const int st = ring.stage();
-                    mbarrier_wait(bar(S::at::k_empty, st), ring.phase() ^ 1);
-                    mbarrier_arrive_expect_tx(bar(S::at::k_full, st), TILE_BYTES);
-    #pragma unroll
-                    for (int box = 0; box < D / FH_BOX; ++box)
-                        tma_load_3d(smem + S::at::k + st * TILE_BYTES + box * BOX_BYTES_KV,
-                                    map_k, bar(S::at::k_full, st), box * FH_BOX, key0, kvh);
-                    mbarrier_wait(bar(S::at::v_empty, st), ring.phase() ^ 1);
-                    mbarrier_arrive_expect_tx(bar(S::at::v_full, st), TILE_BYTES);
-    #pragma unroll
-                    for (int box = 0; box < D / FH_BOX; ++box)
-                        tma_load_3d(smem + S::at::v + st * TILE_BYTES + box * BOX_BYTES_KV,
-                                    map_v, bar(S::at::v_full, st), box * FH_BOX, key0, kvh);
-                    ring.advance();
-                }
-                // end quote: fh_producer_kv
-            }
-            // Every producer has drawn its last ticket once all have counted themselves here: the
-            // last to do so sets the counter back for the next launch (which, on the same stream,
-            // starts after this one ends).
-            __threadfence();
-            if (atomicAdd(tickets + 1, 1) == (int)gridDim.x - 1) {
-                __threadfence();
-                atomicExch(tickets, 0);
-                atomicExch(tickets + 1, 0);
-            }
+    // The bytes a copy delivers are those of the member it fills: a stage of Q, K or V
+    // (all its boxes), one box.
+    constexpr unsigned Q_BYTES = sizeof(S::q[0]), TILE_BYTES = sizeof(S::k[0]);
+    constexpr unsigned BOX_BYTES_Q = sizeof(S::q[0][0]), BOX_BYTES_KV = sizeof(S::k[0][0]);
+    static_assert(sizeof(S::v[0]) == TILE_BYTES, "K and V tiles of one size");
+    // 32-bit shared-memory addresses (a member's offset from the storage's): pointers
+    // would take two of the 24 registers each.
+    const unsigned smem = smem_u32(&shared);
+    const auto bar = [&](unsigned member, int stage) { return smem + member + 8 * stage; };
+    PipelineCount<STAGES> ring;
+    PipelineCount<Q_STAGES> q_ring;
+    // quote: fh_producer_item
+    // The ticket after this item's is drawn an item ahead: the counter's answer (a round
+    // trip to L2 that every block contends for) arrives under this item's loads.
+    int w = blockIdx.x, next = next_ticket(tickets);
+#pragma unroll 1
+    for (;; w = next, next = next_ticket(tickets)) {
+        WorkItem wi{};
+        if (w < items) {
+            wi = work_item(w, q_tiles, heads, causal);
+            // Items past a shorter sequence's end hold no rows.
+            if (wi.tile * FH_BM >= cu_q[wi.b + 1] - cu_q[wi.b]) continue;
+        }
+        const int qs = q_ring.stage();
+        mbarrier_wait(bar(S::at::q_empty, qs), q_ring.phase() ^ 1);  // its last item's S are done
+        ItemSlot& slot = slots[qs];
+        if (w >= items) {
+            slot.i0 = -1;
+            mbarrier_arrive(bar(S::at::q_full, qs));  // no bytes: "no more work"
+            break;
+        }
+        const Sequence s = sequence(cu_q, cu_k, wi.b);
+        slot.i0 = wi.tile * FH_BM;
+        slot.h = wi.h;
+        slot.s = s;
+        mbarrier_arrive_expect_tx(bar(S::at::q_full, qs), Q_BYTES);
+#pragma unroll
+        for (int box = 0; box < D / FH_BOX; ++box)
+            tma_load_3d(smem + S::at::q + qs * Q_BYTES + box * BOX_BYTES_Q, map_q,
+                        bar(S::at::q_full, qs), box * FH_BOX, s.q0 + wi.tile * FH_BM, wi.h);
+        q_ring.advance();
+        // end quote: fh_producer_item
+        // quote: fh_producer_kv
+        const int kvh = wi.h / (heads / kv_heads);
+        const int keys = key_end(min(wi.tile * FH_BM + FH_BM, s.lq) - 1, s, causal);
+#pragma unroll 1  // unrolled, the loop needs more than the producer's 24 registers
+        for (int key0 = s.k0; key0 < s.k0 + keys; key0 += FH_BN) {
+            const int st = ring.stage();
+            mbarrier_wait(bar(S::at::k_empty, st), ring.phase() ^ 1);
+            mbarrier_arrive_expect_tx(bar(S::at::k_full, st), TILE_BYTES);
+#pragma unroll
+            for (int box = 0; box < D / FH_BOX; ++box)
+                tma_load_3d(smem + S::at::k + st * TILE_BYTES + box * BOX_BYTES_KV,
+                            map_k, bar(S::at::k_full, st), box * FH_BOX, key0, kvh);
+            mbarrier_wait(bar(S::at::v_empty, st), ring.phase() ^ 1);
+            mbarrier_arrive_expect_tx(bar(S::at::v_full, st), TILE_BYTES);
+#pragma unroll
+            for (int box = 0; box < D / FH_BOX; ++box)
+                tma_load_3d(smem + S::at::v + st * TILE_BYTES + box * BOX_BYTES_KV,
+                            map_v, bar(S::at::v_full, st), box * FH_BOX, key0, kvh);
+            ring.advance();
+        }
+        // end quote: fh_producer_kv
+    }
+    // Every producer has drawn its last ticket once all have counted themselves here: the
+    // last to do so sets the counter back for the next launch (which, on the same stream,
+    // starts after this one ends).
+    __threadfence();
+    if (atomicAdd(tickets + 1, 1) == (int)gridDim.x - 1) {
+        __threadfence();
+        atomicExch(tickets, 0);
+        atomicExch(tickets + 1, 0);
+    }
 }
 
 // A consumer warpgroup: 64 query rows of each item the producer hands the block, its O in
@@ -477,7 +478,7 @@ struct FhConsumer {
         while (take_item(stage)) {
             begin(stage);
             first_tile();
-    #pragma unroll 1
+#pragma unroll 1
             for (int n = 1; n < tiles; ++n) {
                 take_turn();
                 mbarrier_wait(&shared.k_full[ring.stage()], ring.phase());
@@ -493,7 +494,7 @@ struct FhConsumer {
                 softmax(n);
                 wgmma_wait<0>();
                 wgmma_fence_operands(acc);
-    #pragma unroll
+#pragma unroll
                 for (int kk = 0; kk < FH_BN / 16; ++kk) wgmma_fence_operands(p[kk]);
                 release(&shared.v_empty[before.stage()]);
                 rescale_and_pack();
@@ -517,6 +518,14 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
     // which the host launches with, and the slack that aligns it.
     static_assert(sizeof(S) + SHARED_ALIGNMENT_SLACK <= 227 * 1024,
                   "at most 227 KiB of shared memory per block on sm_90");
+    // The header's rings are the defines' tile: a stage of Q is the block's rows, one of K or V
+    // the tile's keys, each row D wide; as many stages and barriers as the ring has.
+    static_assert(sizeof(S::q[0]) == C::BM * D * sizeof(T) && sizeof(S::q) == C::Q_STAGES * sizeof(S::q[0]) &&
+                      sizeof(S::q_full) == 8 * C::Q_STAGES && sizeof(S::slots) == C::Q_STAGES * sizeof(ItemSlot),
+                  "FhShared's Q ring is the tile's (fa_hopper_params.cuh older than the table?)");
+    static_assert(sizeof(S::k[0]) == C::BN * D * sizeof(T) && sizeof(S::k) == C::STAGES * sizeof(S::k[0]) &&
+                      sizeof(S::v) == sizeof(S::k) && sizeof(S::k_full) == 8 * C::STAGES,
+                  "FhShared's K and V rings are the tile's (fa_hopper_params.cuh older than the table?)");
     S& shared = shared_storage<S>();
 
     // quote: fh_barriers

@@ -142,7 +142,7 @@ impl HopperArgs {
             box_tokens: box_tokens as u32,
         };
         // The tile the launch was planned with: Q boxes of the block's rows, K and V boxes of
-        // a tile's keys, as `FhLayout` expects them.
+        // a tile's keys, as `FhShared`'s rings hold them.
         let tile = HopperTile::for_head_dim(d).expect("planned above");
         let q_tiles = tiles(shape.total_q(), shape.heads, tile.block_rows());
         let kv_tiles = tiles(shape.total_k(), shape.kv_heads, tile.keys);

@@ -1,8 +1,9 @@
 //! `fa_hopper`'s tile per head dim: the one table both sides read. The launcher takes its block
 //! size, its shared memory and its TMA boxes from [`HopperTile`]; the kernel gets the same
-//! numbers as NVRTC defines ([`hopper_defines`]) and `static_assert`s that its layout takes
-//! exactly the shared memory the launcher gives it and that the tile fits an SM. Compiled
-//! without the defines, `fa_hopper.cu` stops at an `#error`.
+//! numbers as NVRTC defines ([`hopper_defines`]) and its shared memory as the struct
+//! [`HopperTile::storage`] writes into `fa_hopper_params.cuh`, and `static_assert`s that the
+//! struct's rings are the defines' tile and that the tile fits an SM. Compiled without the
+//! defines, `fa_hopper.cu` stops at an `#error`.
 
 use common::gpu::shared_storage::SharedStorage;
 use common::gpu::tile::{Defines, SETMAXNREG_MIN, Violations, WARPGROUP_THREADS, file_define};

@@ -13,14 +13,15 @@
 //   dz_j   = (p_j (1 + 2 zc lse) - (1 - eps)[j == y] - eps / V) / N
 // Ignored targets (ignore_index, or anything outside [0, V)) give loss 0 and a zero row.
 //
-// Kernels:
 // Each row kernel takes one struct, CeRowParams (cross_entropy_params.cuh, written from the
-// launcher's declaration), and hands its fields to the function that does the work. No pointer
-// is __restrict__: the fused loss writes the gradient over the logits, and restrict on an inlined
-// function's parameters let NVCC load the logits through the non-coherent cache (ld.global.nc),
-// which memory the kernel writes must not be; the targets and 1/N, which nothing writes, are
-// read through it explicitly (__ldg), as the kernel parameters' restrict did before.
+// launcher's declaration), and hands its fields to the function that does the work. No row
+// kernel's pointer is __restrict__: the fused loss writes the gradient over the logits, and
+// restrict on an inlined function's parameters let NVCC load the logits through the
+// non-coherent cache (ld.global.nc), which memory the kernel writes must not be; the targets
+// and 1/N, which nothing writes, are read through it explicitly (__ldg), as the kernel
+// parameters' restrict did before.
 //
+// Kernels:
 //   ce_count_valid_i32        N and 1/N, once per run (the gradient is scaled by it)
 //   ce_rows_two_pass_bf16x8   a block per row: pass 1 the row's max, sum of exp and sum of z
 //                             (online, 16-byte loads), pass 2 re-reads the row (backwards,

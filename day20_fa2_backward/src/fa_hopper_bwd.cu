@@ -65,7 +65,9 @@
 // BH_DS_STAGES (dS^T buffers), BH_PRODUCER_REGISTERS, and per head dim BH_D<d>_KEYS (keys per
 // block), _QUERIES (queries per step), _STAGES (the Q/dO ring) and _REGISTERS (per consumer
 // thread). The static_asserts below check that the tile is one this code handles. The shared
-// memory is the struct BhShared<T, D> of fa_hopper_bwd_params.cuh, written from the same table.
+// memory is the struct BhShared<T, D> of fa_hopper_bwd_params.cuh, written from the same table;
+// the kernel checks its members against these defines (a header older than the table fails to
+// compile).
 #if !defined(BH_CONSUMERS) || !defined(BH_DS_STAGES) ||                                       \
     !defined(BH_PRODUCER_REGISTERS) || !defined(BH_D64_KEYS) || !defined(BH_D64_QUERIES) ||    \
     !defined(BH_D64_STAGES) || !defined(BH_D64_REGISTERS) ||                                   \
@@ -353,37 +355,37 @@ __device__ __forceinline__ void bh_producer(const FaHopperBwdParams<T>& params,
         tma_load_3d(shared.k[0][box], map_k, shared.kv_full, box * BH_BOX, s.k0 + b.j0, kvh);
         tma_load_3d(shared.v[0][box], map_v, shared.kv_full, box * BH_BOX, s.k0 + b.j0, kvh);
     }
-            // quote: producer
-            // The bytes a stage's barrier expects are those of the members its copies fill. The
-            // producer keeps 32-bit shared-memory addresses (the members at their offsets from
-            // the storage's): pointers would take two of its 24 registers each.
-            constexpr unsigned STAGE_BYTES =
-                sizeof(S::q[0]) + sizeof(S::d_o[0]) + sizeof(S::lse2[0]) + sizeof(S::delta[0]);
-            constexpr unsigned Q_STAGE = sizeof(S::q[0]), Q_BOX = sizeof(S::q[0][0]),
-                               LD_STAGE = sizeof(S::lse2[0]);
-            const unsigned smem = smem_u32(&shared);
-            PipelineState<STAGES> ring;
-            for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-                for (int i = m_first; i < m_end; ++i) {
-                    const int m = bh_walk(i, rotation, m_first, m_end);
-                    const int st = ring.stage(), row0 = s.q0 + m * BM;
-                    const unsigned full = smem + S::at::q_full + 8 * st;
-                    mbarrier_wait(smem + S::at::q_empty + 8 * st, ring.phase() ^ 1);
-                    mbarrier_arrive_expect_tx(full, STAGE_BYTES);
-                    // Rolled: unrolled, the producer's 24 registers spill the boxes' addresses.
-    #pragma unroll 1
-                    for (int box = 0; box < BOXES; ++box) {
-                        const unsigned at = st * Q_STAGE + box * Q_BOX;
-                        tma_load_3d(smem + S::at::q + at, map_q, full, box * BH_BOX, row0, h);
-                        tma_load_3d(smem + S::at::d_o + at, map_do, full, box * BH_BOX, row0, h);
-                    }
-                    const int span = h * gridDim.z + blockIdx.z;  // L, D row of (head, sequence)
-                    tma_load_3d(smem + S::at::lse2 + st * LD_STAGE, map_lse2, full, m * BM, span, 0);
-                    tma_load_3d(smem + S::at::delta + st * LD_STAGE, map_delta, full, m * BM, span, 0);
-                    ring.advance();
-                }
+    // quote: producer
+    // The bytes a stage's barrier expects are those of the members its copies fill. The
+    // producer keeps 32-bit shared-memory addresses (the members at their offsets from
+    // the storage's): pointers would take two of its 24 registers each.
+    constexpr unsigned STAGE_BYTES =
+        sizeof(S::q[0]) + sizeof(S::d_o[0]) + sizeof(S::lse2[0]) + sizeof(S::delta[0]);
+    constexpr unsigned Q_STAGE = sizeof(S::q[0]), Q_BOX = sizeof(S::q[0][0]),
+                       LD_STAGE = sizeof(S::lse2[0]);
+    const unsigned smem = smem_u32(&shared);
+    PipelineState<STAGES> ring;
+    for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+        for (int i = m_first; i < m_end; ++i) {
+            const int m = bh_walk(i, rotation, m_first, m_end);
+            const int st = ring.stage(), row0 = s.q0 + m * BM;
+            const unsigned full = smem + S::at::q_full + 8 * st;
+            mbarrier_wait(smem + S::at::q_empty + 8 * st, ring.phase() ^ 1);
+            mbarrier_arrive_expect_tx(full, STAGE_BYTES);
+            // Rolled: unrolled, the producer's 24 registers spill the boxes' addresses.
+#pragma unroll 1
+            for (int box = 0; box < BOXES; ++box) {
+                const unsigned at = st * Q_STAGE + box * Q_BOX;
+                tma_load_3d(smem + S::at::q + at, map_q, full, box * BH_BOX, row0, h);
+                tma_load_3d(smem + S::at::d_o + at, map_do, full, box * BH_BOX, row0, h);
             }
-            // end quote: producer
+            const int span = h * gridDim.z + blockIdx.z;  // L, D row of (head, sequence)
+            tma_load_3d(smem + S::at::lse2 + st * LD_STAGE, map_lse2, full, m * BM, span, 0);
+            tma_load_3d(smem + S::at::delta + st * LD_STAGE, map_delta, full, m * BM, span, 0);
+            ring.advance();
+        }
+    }
+    // end quote: producer
 }
 
 // One step's operands in shared memory: its Q/dO stage `st`, its first query `i0`, where its
@@ -719,6 +721,15 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
     // which the host launches with, and the slack that aligns it.
     constexpr unsigned SHARED_BYTES = sizeof(S) + SHARED_ALIGNMENT_SLACK;
     static_assert(SHARED_BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block on sm_90");
+    // The header's members are the defines' tile: K and V of the block's keys, a Q/dO stage of
+    // the step's queries, dS^T of both, a consumer's dQ tile, L and D of a stage.
+    static_assert(sizeof(S::k) == C::BN * D * sizeof(T) && sizeof(S::v) == sizeof(S::k) &&
+                      sizeof(S::q[0]) == C::BM * D * sizeof(T) && sizeof(S::q) == C::STAGES * sizeof(S::q[0]) &&
+                      sizeof(S::d_o) == sizeof(S::q) && sizeof(S::ds) == BH_DS_STAGES * C::BN * C::BM * sizeof(T) &&
+                      sizeof(S::dq) == BH_CONSUMERS * 64 * C::DQ_COLS * sizeof(float) &&
+                      sizeof(S::lse2) == C::STAGES * C::BM * sizeof(float) && sizeof(S::delta) == sizeof(S::lse2) &&
+                      sizeof(S::q_full) == 8 * C::STAGES && sizeof(S::dq_full) == 8 * BH_CONSUMERS,
+                  "BhShared is the tile's (fa_hopper_bwd_params.cuh older than the table?)");
     S& shared = shared_storage<S>();
 
     // The block size and the shared memory actually given are checked here, so a launch that

@@ -1,9 +1,10 @@
 //! `fa_hopper`'s backward tile per head dim: the one table both sides read, as day 10's forward
 //! does (`common::gpu::hopper_tile` holds what both check). The launcher takes its block, its
 //! shared memory, its query tiles and its TMA boxes from [`BackwardTile`]; `fa_hopper_bwd.cu`
-//! gets the same numbers as NVRTC defines ([`hopper_defines`]) and `static_assert`s that its
-//! layout takes exactly the shared memory the launcher gives it. Compiled without the defines,
-//! it stops at an `#error`.
+//! gets the same numbers as NVRTC defines ([`hopper_defines`]) and its shared memory as the
+//! struct [`BackwardTile::storage`] writes into `fa_hopper_bwd_params.cuh`, and `static_assert`s
+//! that the struct's members are the defines' tile. Compiled without the defines, it stops at an
+//! `#error`.
 
 use common::gpu::shared_storage::{F32_BOXES, F32_TILE, SharedStorage};
 use common::gpu::tile::{Defines, SETMAXNREG_MIN, Violations, WARPGROUP_THREADS, file_define};

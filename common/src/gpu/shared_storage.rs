@@ -9,8 +9,8 @@
 //!   the slack that lets the kernel align it to the swizzle's 1024-byte period);
 //! - the kernel, a C struct (a specialization of `template <typename T, int KEY> struct
 //!   Name`) whose members it reads by name and whose `sizeof` gives the bytes a TMA barrier
-//!   expects; the day checks it in beside its kernel, in the header that [`c_header`]
-//!   (crate::gpu::params::c_header) writes, so a reader sees it;
+//!   expects; the day checks it in beside its kernel, in the header that
+//!   [`c_header`](crate::gpu::params::c_header) writes, so a reader sees it;
 //! - the header's `static_assert`s, which hold the C compiler's layout to the host's (each
 //!   member's size and alignment and the struct's, which under C's layout rule fix every
 //!   offset: NVRTC has no `offsetof`); the offsets themselves the kernel reads as constants
