@@ -31,12 +31,18 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
 // for 32-bit address arithmetic), started on the next 1024-byte boundary:
 // a 128-byte-swizzled tile must sit on the swizzle's 1024-byte period, and dynamic shared
 // memory is only 16-byte aligned. The launcher gives sizeof(S) + SHARED_ALIGNMENT_SLACK bytes.
+// A kernel whose layout is still offsets from a base takes the base itself,
+// aligned_dynamic_shared().
 constexpr unsigned SHARED_ALIGNMENT_SLACK = 1024;
-template <typename S>
-__device__ __forceinline__ S& shared_storage() {
+__device__ __forceinline__ unsigned char* aligned_dynamic_shared() {
     extern __shared__ unsigned char dynamic_shared[];
     const unsigned long long at = reinterpret_cast<unsigned long long>(dynamic_shared);
-    return *reinterpret_cast<S*>((at + SHARED_ALIGNMENT_SLACK - 1) & ~(SHARED_ALIGNMENT_SLACK - 1ull));
+    return reinterpret_cast<unsigned char*>((at + SHARED_ALIGNMENT_SLACK - 1) &
+                                            ~(SHARED_ALIGNMENT_SLACK - 1ull));
+}
+template <typename S>
+__device__ __forceinline__ S& shared_storage() {
+    return *reinterpret_cast<S*>(aligned_dynamic_shared());
 }
 
 // ---- mbarrier -------------------------------------------------------------------------------

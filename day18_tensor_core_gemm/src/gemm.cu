@@ -701,10 +701,8 @@ __device__ __forceinline__ void gemm_wgmma_tma(const TmaDescriptor* map_a,
                   "the layout takes exactly the shared memory the host gives");
     constexpr int B_TILE = wg_b_tile<BN>();
     constexpr int BK = wg_bk<TIn>();  // k per stage
-    extern __shared__ unsigned char wg_smem_raw[];
     // The 128-byte swizzle pattern repeats every 1024 bytes: tiles start on that boundary.
-    unsigned char* sa = reinterpret_cast<unsigned char*>(
-        (reinterpret_cast<unsigned long long>(wg_smem_raw) + 1023) & ~1023ull);
+    unsigned char* sa = aligned_dynamic_shared();
     unsigned char* sb = sa + STAGES * WG_A_TILE;
     // The staging buffers (TMA_STORE only) follow the stages, on a 1024-byte boundary still.
     unsigned char* staging = sb + STAGES * B_TILE;

@@ -552,11 +552,12 @@ struct BhConsumer {
 
     // dV += P^T dO, dQ = dS K, dK += dS^T Q, where each consumer has 64 keys of its own (head
     // dims 64 and 128): P^T and dS^T from registers.
-    __device__ __forceinline__ void products(const BhStep& step, int ds_at,
+    __device__ __forceinline__ void products(const BhStep& step, int ds_stage,
                                              unsigned (&pa)[QW / 16][4],
                                              unsigned (&da)[QW / 16][4], float (&dq)[DQ_COLS / 2]) {
         const unsigned b16 = step.b16;
         const int q_at = step.q_at, do_at = step.do_at;
+        const int ds_at = S::at::ds + ds_stage * DS_BUFFER;
         // quote: consumer_products
         // dV += P^T dO: B is MN-major (dims along memory), a k16 step is 16 query rows
         // (2048 bytes) down, the 64-dim boxes BM x 128 bytes apart. It runs while the
@@ -676,7 +677,7 @@ struct BhConsumer {
                 store_ds(step, ds_stage, pa, da);
                 float dq[DQ_COLS / 2];
                 if constexpr (!SPLIT)
-                    products(step, S::at::ds + ds_stage * DS_BUFFER, pa, da, dq);
+                    products(step, ds_stage, pa, da, dq);
                 else
                     products_split(step, ds_stage, dq);
                 dq_out(step, dq_phase, dq);

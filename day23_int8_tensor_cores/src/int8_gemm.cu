@@ -413,10 +413,8 @@ __device__ __forceinline__ void int8_gemm_wgmma(const TmaDescriptor* map_a,
                                                 const TmaDescriptor* map_b,
                                                 const TmaDescriptor* map_c, OutT* c, int m,
                                                 int n, int k, const Epilogue& e) {
-    extern __shared__ unsigned char wg_smem_raw[];
     // The 128-byte swizzle pattern repeats every 1024 bytes: tiles start on that boundary.
-    unsigned char* base = reinterpret_cast<unsigned char*>(
-        (reinterpret_cast<unsigned long long>(wg_smem_raw) + 1023) & ~1023ull);
+    unsigned char* base = aligned_dynamic_shared();
     signed char* sa = reinterpret_cast<signed char*>(base);
     signed char* sb = sa + WG_STAGES * WG_A_TILE;
     // The staging buffers (TMA_STORE only) follow the stages, on a 1024-byte boundary still.

@@ -411,9 +411,8 @@ KERNEL void __launch_bounds__(WG_THREADS, 1)
     const float* __restrict__ tensor_scale = params.tensor_scale;
     float* __restrict__ c = params.c;
     const int m = params.m, n = params.n, k = params.k;
-    extern __shared__ unsigned char smem_raw[];
-    unsigned char* act = reinterpret_cast<unsigned char*>(
-        (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
+    // The 128-byte swizzle pattern repeats every 1024 bytes: tiles start on that boundary.
+    unsigned char* act = aligned_dynamic_shared();
     unsigned char* codes = act + WG_STAGES * WG_A_STAGE;
     unsigned long long* full =
         reinterpret_cast<unsigned long long*>(codes + WG_STAGES * WG_W_STAGE);

@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::gpu::tile::BOX_ELEMS;
+use crate::gpu::tile::{BOX_ELEMS, SharedLayout};
 
 /// Where a swizzled TMA tile starts: the 128-byte swizzle's pattern repeats every 1024 bytes.
 pub const SWIZZLE_ALIGN: usize = 1024;
@@ -58,7 +58,8 @@ pub struct SharedStorage {
     name: &'static str,
     key: usize,
     members: Vec<Member>,
-    end: usize,
+    /// The bytes laid out so far, in member order.
+    layout: SharedLayout,
 }
 
 impl SharedStorage {
@@ -69,7 +70,7 @@ impl SharedStorage {
             name,
             key,
             members: Vec::new(),
-            end: 0,
+            layout: SharedLayout::new(),
         }
     }
 
@@ -84,7 +85,7 @@ impl SharedStorage {
     ) -> Self {
         assert!(align.is_power_of_two(), "{name}: alignment {align}");
         assert!(dims.iter().all(|&d| d > 0), "{name}: an empty array");
-        let offset = self.end.next_multiple_of(align);
+        let offset = self.layout.align(align).bytes();
         let member = Member {
             name,
             doc,
@@ -94,7 +95,7 @@ impl SharedStorage {
             dims: dims.to_vec(),
             offset,
         };
-        self.end = offset + member.bytes();
+        self.layout = self.layout.align(align).region(member.bytes());
         self.members.push(member);
         self
     }
@@ -143,7 +144,7 @@ impl SharedStorage {
 
     /// `sizeof` the struct: its end rounded up to its alignment.
     pub fn size(&self) -> usize {
-        self.end.next_multiple_of(self.align())
+        self.layout.align(self.align()).bytes()
     }
 
     /// The dynamic shared memory a block of this storage is launched with.
