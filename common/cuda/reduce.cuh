@@ -16,28 +16,55 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// Block-wide reductions for blocks of a multiple of 32 threads, at most 1024: each warp
-// reduces its values, warp leaders write 32 partials to `scratch` (32 floats of shared
-// memory), and every warp then reduces the partials itself, so all threads get the result
-// without a second broadcast step. The closing barrier lets the caller reuse `scratch`.
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    v = warp_max(v);
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    v = warp_max(lane < warps ? scratch[lane] : NEG_INF);
-    __syncthreads();
-    return v;
+// One butterfly exchange of a statistic of 32-bit words (a float, a count, a struct of
+// floats), word by word.
+template <typename S>
+__device__ __forceinline__ S shfl_xor_words(S s, int offset) {
+    static_assert(sizeof(S) % 4 == 0, "a statistic of whole 32-bit words");
+    unsigned w[sizeof(S) / 4];
+    memcpy(w, &s, sizeof(S));
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(S) / 4); ++i) w[i] = __shfl_xor_sync(FULL_WARP, w[i], offset);
+    memcpy(&s, w, sizeof(S));
+    return s;
 }
 
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
+// quote: warp_allreduce
+// The butterfly for any such statistic: `combine` merges two of them, and must give the same
+// result in either order for every lane to end with the same value.
+template <typename S, typename Combine>
+__device__ __forceinline__ S warp_allreduce(S s, Combine combine) {
+    for (int offset = 16; offset > 0; offset >>= 1) s = combine(s, shfl_xor_words(s, offset));
+    return s;
+}
+// end quote: warp_allreduce
+
+// quote: block_allreduce
+// Block-wide, for blocks of a multiple of 32 threads, at most 1024: each warp reduces its
+// values, warp leaders write 32 partials to `scratch` (32 S of shared memory), and every warp
+// then reduces the partials itself (`empty` past the block's warps), so all threads get the
+// result without a second broadcast step. A fixed tree: the result does not depend on timing.
+// The closing barrier lets the caller reuse `scratch`.
+template <typename S, typename Combine>
+__device__ __forceinline__ S block_allreduce(S s, S* scratch, S empty, Combine combine) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    v = warp_sum(v);
-    if (lane == 0) scratch[warp] = v;
+    s = warp_allreduce(s, combine);
+    if (lane == 0) scratch[warp] = s;
     __syncthreads();
-    v = warp_sum(lane < warps ? scratch[lane] : 0.0f);
+    s = warp_allreduce(lane < warps ? scratch[lane] : empty, combine);
     __syncthreads();
-    return v;
+    return s;
+}
+// end quote: block_allreduce
+
+__device__ __forceinline__ float max_of(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ float sum_of(float a, float b) { return a + b; }
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+    return block_allreduce(v, scratch, NEG_INF, max_of);
+}
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+    return block_allreduce(v, scratch, 0.0f, sum_of);
 }
 
 // Online softmax statistics of a set of values: their maximum m and sum of exp(x - m).
@@ -69,22 +96,10 @@ __device__ __forceinline__ MaxSum max_sum_add(MaxSum s, float x) {
 }
 
 __device__ __forceinline__ MaxSum warp_max_sum(MaxSum s) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        MaxSum other;
-        other.max = __shfl_xor_sync(FULL_WARP, s.max, offset);
-        other.sum = __shfl_xor_sync(FULL_WARP, s.sum, offset);
-        s = max_sum_combine(s, other);
-    }
-    return s;
+    return warp_allreduce(s, max_sum_combine);
 }
 
-// Block-wide version of warp_max_sum; `scratch` holds 32 MaxSum in shared memory.
+// `scratch` holds 32 MaxSum in shared memory.
 __device__ __forceinline__ MaxSum block_max_sum(MaxSum s, MaxSum* scratch) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    s = warp_max_sum(s);
-    if (lane == 0) scratch[warp] = s;
-    __syncthreads();
-    s = warp_max_sum(lane < warps ? scratch[lane] : max_sum_empty());
-    __syncthreads();
-    return s;
+    return block_allreduce(s, scratch, max_sum_empty(), max_sum_combine);
 }

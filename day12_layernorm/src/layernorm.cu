@@ -60,27 +60,10 @@ __device__ __forceinline__ Welford welford_combine(Welford a, Welford b) {
 }
 // end quote: welford
 
-__device__ __forceinline__ Welford warp_welford(Welford s) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        Welford o;
-        o.n = __shfl_xor_sync(FULL_WARP, s.n, offset);
-        o.mean = __shfl_xor_sync(FULL_WARP, s.mean, offset);
-        o.m2 = __shfl_xor_sync(FULL_WARP, s.m2, offset);
-        s = welford_combine(s, o);
-    }
-    return s;
-}
-
-// Block-wide merge, as block_sum: `scratch` holds 32 Welford in shared memory.
+// Block-wide merge, reduce.cuh's block_allreduce: `scratch` holds 32 Welford in shared memory.
 // quote: block_welford
 __device__ __forceinline__ Welford block_welford(Welford s, Welford* scratch) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    s = warp_welford(s);
-    if (lane == 0) scratch[warp] = s;
-    __syncthreads();
-    s = warp_welford(lane < warps ? scratch[lane] : Welford{0.0f, 0.0f, 0.0f});
-    __syncthreads();
-    return s;
+    return block_allreduce(s, scratch, Welford{0.0f, 0.0f, 0.0f}, welford_combine);
 }
 // end quote: block_welford
 

@@ -94,19 +94,8 @@ __device__ __forceinline__ float strided_sum_f32(const float* __restrict__ x, in
 
 // Integer block sum (exact, any order), for counts: the float block_sum's pattern.
 // quote: block_sum
-__device__ __forceinline__ unsigned warp_sum_u32(unsigned v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(FULL_WARP, v, offset);
-    return v;
-}
-
 __device__ __forceinline__ unsigned block_sum_u32(unsigned v, unsigned* scratch) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    v = warp_sum_u32(v);
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    v = warp_sum_u32(lane < warps ? scratch[lane] : 0u);
-    __syncthreads();
-    return v;
+    return block_allreduce(v, scratch, 0u, [](unsigned a, unsigned b) { return a + b; });
 }
 // end quote: block_sum
 

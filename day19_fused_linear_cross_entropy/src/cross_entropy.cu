@@ -137,27 +137,10 @@ __device__ __forceinline__ void row_stats_add8(RowStats& st, const uint4& raw) {
 }
 // end quote: row_stats_add8
 
-__device__ __forceinline__ RowStats warp_row_stats(RowStats st) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        RowStats o;
-        o.m = __shfl_xor_sync(FULL_WARP, st.m, offset);
-        o.s = __shfl_xor_sync(FULL_WARP, st.s, offset);
-        o.zsum = __shfl_xor_sync(FULL_WARP, st.zsum, offset);
-        st = row_stats_combine(st, o);
-    }
-    return st;
-}
-
 // Every thread gets the block's statistics; `scratch` holds 32 RowStats. Fixed tree: the
 // result does not depend on timing.
 __device__ __forceinline__ RowStats block_row_stats(RowStats st, RowStats* scratch) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    st = warp_row_stats(st);
-    if (lane == 0) scratch[warp] = st;
-    __syncthreads();
-    st = warp_row_stats(lane < warps ? scratch[lane] : row_stats_empty());
-    __syncthreads();
-    return st;
+    return block_allreduce(st, scratch, row_stats_empty(), row_stats_combine);
 }
 
 // quote: row_finish
