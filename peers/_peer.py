@@ -51,6 +51,24 @@ def figure(key, peer, fn, nbytes, ops=None):
     return {"key": key, "peer": peer, "median_ms": ms, "gb_per_s": gb_per_s}
 
 
+def attention_key(op, batch, heads, kv_heads, d, seqlen, causal):
+    """The key days 10 (`op` "attention") and 20 ("attention_bwd") name a bf16 problem by, its
+    queries and keys of the same length: attention/bf16/b4-h16-kv16-d128-q4096-k4096[-causal]."""
+    key = f"{op}/bf16/b{batch}-h{heads}-kv{kv_heads}-d{d}-q{seqlen}-k{seqlen}"
+    return key + ("-causal" if causal else "")
+
+
+def distinct(problems, key_of):
+    """`(key_of(problem), problem)` for each of `problems` but those whose key an earlier one
+    has: a problem listed twice (a default problem that the sweep repeats) is timed once."""
+    seen = set()
+    for problem in problems:
+        key = key_of(problem)
+        if key not in seen:
+            seen.add(key)
+            yield key, problem
+
+
 def torch_version():
     return torch.__version__.split("+")[0]
 

@@ -47,14 +47,13 @@ PROBLEMS += [(1, 16, 16, 16384, 256, causal) for causal in (False, True)]
 BACKENDS = [("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)]
 
 
+def key_of(problem):
+    batch, heads, kv_heads, seqlen, d, causal = problem
+    return _peer.attention_key("attention", batch, heads, kv_heads, d, seqlen, causal)
+
+
 def figures():
-    seen = set()
-    for batch, heads, kv_heads, seqlen, d, causal in PROBLEMS:
-        key = f"attention/bf16/b{batch}-h{heads}-kv{kv_heads}-d{d}-q{seqlen}-k{seqlen}"
-        key += "-causal" if causal else ""
-        if key in seen:
-            continue
-        seen.add(key)
+    for key, (batch, heads, kv_heads, seqlen, d, causal) in _peer.distinct(PROBLEMS, key_of):
         gen = torch.Generator(device="cuda").manual_seed(0)
 
         def rand(h, lo, hi):

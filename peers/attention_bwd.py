@@ -49,14 +49,13 @@ PROBLEMS += [
 BACKENDS = [("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)]
 
 
+def key_of(problem):
+    batch, seqlen, heads, d, causal = problem
+    return _peer.attention_key("attention_bwd", batch, heads, heads, d, seqlen, causal)
+
+
 def figures():
-    seen = set()
-    for batch, seqlen, heads, d, causal in PROBLEMS:
-        key = f"attention_bwd/bf16/b{batch}-h{heads}-kv{heads}-d{d}-q{seqlen}-k{seqlen}"
-        key += "-causal" if causal else ""
-        if key in seen:
-            continue
-        seen.add(key)
+    for key, (batch, seqlen, heads, d, causal) in _peer.distinct(PROBLEMS, key_of):
         gen = torch.Generator(device="cuda").manual_seed(0)
 
         def rand(lo, hi):

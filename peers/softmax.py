@@ -36,14 +36,14 @@ PROBLEMS = [
 ] + [("f32", (1 << 26) >> k, 1 << k) for k in range(7, 21)]
 
 
+def key_of(problem):
+    dtype, rows, cols = problem
+    return f"softmax/{dtype}/{rows}x{cols}"
+
+
 def figures():
     lib = _peer.liger()
-    seen = set()
-    for dtype, rows, cols in PROBLEMS:
-        key = f"softmax/{dtype}/{rows}x{cols}"
-        if key in seen:
-            continue
-        seen.add(key)
+    for key, (dtype, rows, cols) in _peer.distinct(PROBLEMS, key_of):
         gen = torch.Generator(device="cuda").manual_seed(0)
         x = (torch.rand(rows, cols, device="cuda", generator=gen) * 8 - 4).to(DTYPES[dtype])
         nbytes = 2 * x.numel() * x.element_size()

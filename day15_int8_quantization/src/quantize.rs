@@ -51,6 +51,27 @@ impl Scheme {
             Scheme::Asym => "u8",
         }
     }
+
+    /// Refuses a q of the other scheme's storage type, the error led by `kernel`.
+    fn check_storage<Q: Element>(self, kernel: std::fmt::Arguments) -> Result<()> {
+        if Q::NAME != self.storage() {
+            bail!("{kernel}: q must be {}, not {}", self.storage(), Q::NAME);
+        }
+        Ok(())
+    }
+}
+
+/// Refuses buffers other than those `op` was planned for: the two tensors (named as in its
+/// signature) of `n` elements each and params of 2 floats (`[scale, zero_point]`).
+fn check_lengths(op: &str, n: usize, tensors: [(&str, usize); 2], params: usize) -> Result<()> {
+    let [(a, a_len), (b, b_len)] = tensors;
+    if a_len != n || b_len != n || params != 2 {
+        bail!(
+            "{op}: planned for {n} elements, given {a} of {a_len}, {b} of {b_len} and params of \
+             {params} (2 needed)"
+        );
+    }
+    Ok(())
 }
 
 common::versions! {
@@ -225,23 +246,10 @@ impl<'a> QuantizePlan<'a> {
         params: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let n = self.n;
-        if x.len() != n || q.len() != n || params.len() != 2 {
-            bail!(
-                "quantize: planned for {n} elements, given x of {}, q of {} and params of {} \
-                 (2 needed)",
-                x.len(),
-                q.len(),
-                params.len()
-            );
-        }
-        if Q::NAME != self.scheme.storage() {
-            bail!(
-                "quantize_{}: q must be {}, not {}",
-                self.scheme.name(),
-                self.scheme.storage(),
-                Q::NAME
-            );
-        }
+        let tensors = [("x", x.len()), ("q", q.len())];
+        check_lengths("quantize", n, tensors, params.len())?;
+        self.scheme
+            .check_storage::<Q>(format_args!("quantize_{}", self.scheme.name()))?;
         // The kernels take q as bytes (unsigned char*): i8 and u8 are both one byte, and the
         // pointer is all a launch passes.
         let n64 = n as u64;
@@ -328,22 +336,9 @@ impl DequantizePlan<'_> {
         y: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let n = self.n;
-        if q.len() != n || y.len() != n || params.len() != 2 {
-            bail!(
-                "dequantize: planned for {n} elements, given q of {}, y of {} and params of {} \
-                 (2 needed)",
-                q.len(),
-                y.len(),
-                params.len()
-            );
-        }
-        if Q::NAME != self.scheme.storage() {
-            bail!(
-                "dequantize: q must be {}, not {}",
-                self.scheme.storage(),
-                Q::NAME
-            );
-        }
+        let tensors = [("q", q.len()), ("y", y.len())];
+        check_lengths("dequantize", n, tensors, params.len())?;
+        self.scheme.check_storage::<Q>(format_args!("dequantize"))?;
         // SAFETY: q and y hold n elements and params 2 (checked above).
         unsafe { dequantize_x4(gpu, self.kernel, &self.shape, q, y, params, n as u64) }
     }

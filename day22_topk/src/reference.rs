@@ -236,14 +236,18 @@ mod tests {
         assert_eq!(all_equal, [0, 1, 2, 3, 4]);
     }
 
+    /// The whole of `x` (one row) in top-k order: the indices, and the values as `bits` gives
+    /// their bits.
+    fn full_order<T: TopkValue>(x: &[T], bits: impl Fn(&T) -> u32) -> (Vec<u32>, Vec<u32>) {
+        let idx = top_k_indices(x, x.len(), x.len());
+        let order = gather(x, x.len(), x.len(), &idx).iter().map(bits).collect();
+        (idx, order)
+    }
+
     #[test]
     fn specials_come_out_in_the_defined_order() {
         let x = special_f32();
-        let idx = top_k_indices(&x, x.len(), x.len());
-        let bits: Vec<u32> = gather(&x, x.len(), x.len(), &idx)
-            .iter()
-            .map(|v| v.to_bits())
-            .collect();
+        let (idx, bits) = full_order(&x, |v| v.to_bits());
         assert_eq!(
             bits,
             [
@@ -268,11 +272,7 @@ mod tests {
         // The tie of the two 1.0s: lower index first.
         assert_eq!(&idx[5..7], &[14, 15]);
         let b = special_bf16();
-        let idx = top_k_indices(&b, b.len(), b.len());
-        let order: Vec<u32> = gather(&b, b.len(), b.len(), &idx)
-            .iter()
-            .map(|v| v.bits())
-            .collect();
+        let (_, order) = full_order(&b, |v| v.bits());
         assert_eq!(&order[..4], &[0x7fc0, 0xffc0, 0x7f81, 0x7f80]);
         assert_eq!(&order[10..12], &[0x0000, 0x8000]);
         assert!(x.iter().all(|v| !v.is_poison()) && b.iter().all(|v| !v.is_poison()));

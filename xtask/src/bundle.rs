@@ -70,34 +70,12 @@ pub fn bundle(root: &Path, out: &Path, contents: &Contents) -> Result<()> {
     bins.push(root.join("target/release/kernels"));
 
     eprintln!("building test executables...");
-    let output = stdout_of(
-        Command::new(&cargo)
-            .current_dir(root)
-            .args([
-                "test",
-                "--no-run",
-                "--release",
-                "--message-format=json-render-diagnostics",
-            ])
-            .args(packages.args()),
-        "cargo test --no-run",
-    )?;
-    let tests = test_executables(&String::from_utf8_lossy(&output))?;
+    let messages = build_without_running(&cargo, root, ["test", "--release"], &packages)?;
+    let tests = test_executables(&messages)?;
 
     eprintln!("building criterion benches...");
-    let output = stdout_of(
-        Command::new(&cargo)
-            .current_dir(root)
-            .args([
-                "bench",
-                "--no-run",
-                "--benches",
-                "--message-format=json-render-diagnostics",
-            ])
-            .args(packages.args()),
-        "cargo bench --no-run",
-    )?;
-    let benches = bench_executables(&String::from_utf8_lossy(&output));
+    let messages = build_without_running(&cargo, root, ["bench", "--benches"], &packages)?;
+    let benches = bench_executables(&messages);
     // Every day has a `cargo bench`; `run.sh --bench` would otherwise skip a day in silence.
     for day in &packages.days {
         let prefix = format!("{day}-bench-");
@@ -363,6 +341,29 @@ fn copy_scripts(root: &Path, folder: &str, out: &Path) -> Result<usize> {
         }
     }
     Ok(count)
+}
+
+/// `cargo <subcommand> --no-run <flag>` on the packages: its JSON messages, which name the
+/// executables it built.
+fn build_without_running(
+    cargo: &str,
+    root: &Path,
+    [subcommand, flag]: [&str; 2],
+    packages: &Packages,
+) -> Result<String> {
+    let output = stdout_of(
+        Command::new(cargo)
+            .current_dir(root)
+            .args([
+                subcommand,
+                "--no-run",
+                flag,
+                "--message-format=json-render-diagnostics",
+            ])
+            .args(packages.args()),
+        &format!("cargo {subcommand} --no-run"),
+    )?;
+    Ok(String::from_utf8_lossy(&output).into_owned())
 }
 
 fn run(cmd: &mut Command) -> Result<()> {

@@ -16,7 +16,7 @@ use cudarc::driver::CudaSlice;
 use indicatif::ProgressBar;
 
 use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
-use crate::family::runner::{open_gpu_for, progress_bar};
+use crate::family::runner::{day_problem, open_gpu_for, progress_bar};
 use crate::gpu::Gpu;
 use crate::gpu::cublas::Cublas;
 use crate::gpu::kernel::{Kernel, LaunchShape};
@@ -279,19 +279,13 @@ impl<D: MatmulDay> Run<'_, D> {
             None => "every output checked".to_string(),
             Some(at) => format!("{} sampled outputs checked", at.len()),
         };
-        let mut session = Session::new(
-            self.gpu,
-            self.common,
-            Problem {
-                day: D::DAY,
-                title: D::TITLE,
-                description: format!("{} ({checked})", shape.describe()),
-                key: shape.key(),
-                bytes_per_run: shape.min_bytes(),
-                flops_per_run: Some(shape.flops()),
-            },
-        )?
-        .with_ceiling(CEILING);
+        let description = format!("{} ({checked})", shape.describe());
+        let bytes = shape.min_bytes();
+        let problem = Problem {
+            flops_per_run: Some(shape.flops()),
+            ..day_problem(D::DAY, D::TITLE, description, shape.key(), bytes)
+        };
+        let mut session = Session::new(self.gpu, self.common, problem)?.with_ceiling(CEILING);
         if self.quiet {
             session = session.quiet();
         }
@@ -359,12 +353,7 @@ impl<D: MatmulDay> Run<'_, D> {
         let size_of = sweep::x_by_report(reports, shapes.iter().map(|s| s.k as f64));
         let series = sweep::version_series(reports, names, size_of, |row| row.tflops);
         let peak = gpu.info.fp32_peak_tflops();
-        let title = format!(
-            "{} {}: square f32 matmul, {}",
-            D::DAY,
-            D::TITLE,
-            gpu.info.name
-        );
+        let title = sweep::plot_title(D::DAY, D::TITLE, "square f32 matmul", &gpu.info.name);
         let line_plot = LinePlot {
             title: &title,
             x_label: "m = n = k",

@@ -54,6 +54,7 @@ use crate::UsageError;
 use crate::cli::{
     CommonArgs, FamilyArgs, check_host_fits, finish_reports, parse_command, run_main,
 };
+use crate::family::runner::day_problem;
 use crate::gpu::Gpu;
 use crate::gpu::kernel::{Kernel, LaunchShape};
 use crate::measure::report::DayReport;
@@ -343,14 +344,7 @@ impl<'r> Run<'r> {
     /// A problem of this day, titled with the day's title and counted in bytes (set
     /// `flops_per_run` or another `title` on it where the day needs them).
     pub fn problem(&self, description: String, key: String, bytes_per_run: u64) -> Problem {
-        Problem {
-            day: self.day,
-            title: self.title,
-            description,
-            key,
-            bytes_per_run,
-            flops_per_run: None,
-        }
+        day_problem(self.day, self.title, description, key, bytes_per_run)
     }
 
     /// The session that checks and times the versions on `problem`.

@@ -1,12 +1,15 @@
-//! What the runners of the one-problem families (softmax, matmul) share: the GPU, opened once
-//! every problem's sizes were checked, and the progress bar of a sweep. A version's plan or
-//! its refusal is [`Session::plan_or_skip`](crate::session::Session::plan_or_skip)'s.
+//! What the family runners share. Those of the one-problem families (softmax, matmul): the
+//! GPU, opened once every problem's sizes were checked, and the progress bar of a sweep. Every
+//! family: a problem titled by its day; softmax and norm: `--rows` and `--cols` as sizes. A
+//! version's plan or its refusal is
+//! [`Session::plan_or_skip`](crate::session::Session::plan_or_skip)'s.
 
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::CommonArgs;
 use crate::gpu::Gpu;
+use crate::session::Problem;
 
 /// Opens the GPU the common flags name and checks that every problem fits in its memory:
 /// `(the problem in words, the device bytes it needs)`, each refused with its own words.
@@ -30,4 +33,31 @@ pub fn progress_bar(show: bool, steps: usize) -> ProgressBar {
             .expect("a valid template"),
     );
     bar
+}
+
+/// A problem of the day `day` (titled `title`), counted in bytes; a day that counts FLOPs sets
+/// `flops_per_run` on it.
+pub fn day_problem(
+    day: &'static str,
+    title: &'static str,
+    description: String,
+    key: String,
+    bytes_per_run: u64,
+) -> Problem {
+    Problem {
+        day,
+        title,
+        description,
+        key,
+        bytes_per_run,
+        flops_per_run: None,
+    }
+}
+
+/// `--rows` and `--cols` as sizes on this host, or the usage error that names the one too large.
+pub fn rows_cols(rows: u64, cols: u64) -> Result<(usize, usize)> {
+    let to_usize = |v: u64| {
+        usize::try_from(v).map_err(|_| crate::UsageError::new(format!("{v} is too large")))
+    };
+    Ok((to_usize(rows)?, to_usize(cols)?))
 }

@@ -16,14 +16,14 @@ use indicatif::ProgressBar;
 use crate::cli::{CommonArgs, bytes_for, check_host_fits, family_main, finish_reports};
 use crate::dtype::Dtype;
 use crate::element::Element;
-use crate::family::runner::{open_gpu_for, progress_bar};
+use crate::family::runner::{day_problem, open_gpu_for, progress_bar, rows_cols};
 use crate::gpu::Gpu;
 use crate::gpu::kernel::{Kernel, LaunchShape};
 use crate::measure::check::{self, Tolerance};
 use crate::measure::plot::{HLine, LinePlot};
 use crate::measure::report::DayReport;
 use crate::measure::{inputs, sweep};
-use crate::session::{Expected, Problem, Session, Version, launch_and_read};
+use crate::session::{Expected, Session, Version, launch_and_read};
 use crate::{reference, sizes, testing};
 
 /// The key peers and reports share: `softmax/f32/32768x4096`.
@@ -213,7 +213,7 @@ fn problems<D: SoftmaxDay>(args: &SoftmaxArgs, versions: &[&str]) -> Result<Vec<
         return Ok(sweep_shapes(args.dtype.unwrap_or(Dtype::F32)));
     }
     if let (Some(rows), Some(cols)) = (args.rows, args.cols) {
-        let (rows, cols) = (to_usize(rows)?, to_usize(cols)?);
+        let (rows, cols) = rows_cols(rows, cols)?;
         return Ok(vec![Shape::new(
             rows,
             cols,
@@ -237,10 +237,6 @@ fn problems<D: SoftmaxDay>(args: &SoftmaxArgs, versions: &[&str]) -> Result<Vec<
     Ok(shapes)
 }
 
-fn to_usize(v: u64) -> Result<usize> {
-    usize::try_from(v).map_err(|_| crate::UsageError::new(format!("{v} is too large")).into())
-}
-
 /// One day's run over its problems.
 struct Run<'r, D> {
     gpu: &'r Gpu,
@@ -257,18 +253,14 @@ impl<D: SoftmaxDay> Run<'_, D> {
         let (rows, cols) = (shape.rows, shape.cols);
         let x: Vec<T> = inputs::logits(rows * cols, self.common.seed);
         let reference = reference::softmax::softmax_rows(&x, rows, cols);
-        let mut session = Session::new(
-            self.gpu,
-            self.common,
-            Problem {
-                day: D::DAY,
-                title: D::TITLE,
-                description: shape.describe(),
-                key: key(shape.dtype, rows, cols),
-                bytes_per_run: (rows * cols * shape.dtype.size() * 2) as u64,
-                flops_per_run: None,
-            },
-        )?;
+        let problem = day_problem(
+            D::DAY,
+            D::TITLE,
+            shape.describe(),
+            key(shape.dtype, rows, cols),
+            (rows * cols * shape.dtype.size() * 2) as u64,
+        );
+        let mut session = Session::new(self.gpu, self.common, problem)?;
         if self.quiet {
             session = session.quiet();
         }
@@ -319,12 +311,8 @@ impl<D: SoftmaxDay> Run<'_, D> {
         }));
         let ceiling = gpu.copy_ceiling_gbs()?;
         let dtype = family.dtype.unwrap_or(Dtype::F32);
-        let title = format!(
-            "{} {}: {dtype}, 2^26 elements per point, {}",
-            D::DAY,
-            D::TITLE,
-            gpu.info.name
-        );
+        let what = format!("{dtype}, 2^26 elements per point");
+        let title = sweep::plot_title(D::DAY, D::TITLE, &what, &gpu.info.name);
         let line_plot = LinePlot {
             title: &title,
             x_label: "columns per row",

@@ -41,17 +41,28 @@ pub fn tier_for(tiers: &[(usize, usize)], cols: usize) -> Option<(usize, usize)>
     tiers.iter().copied().find(|(g, e)| g * e >= cols)
 }
 
+/// Panics unless, for every float dtype, the capacities of the tiers `tiers_of` gives grow
+/// from each tier to the next and the last is `widest`: the test of every list of tiers.
+#[cfg(test)]
+pub(crate) fn assert_tiers_grow_to<Tiers: AsRef<[(usize, usize)]>>(
+    tiers_of: impl Fn(Dtype) -> Tiers,
+    widest: usize,
+) {
+    for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
+        let tiers = tiers_of(dtype);
+        let caps: Vec<usize> = tiers.as_ref().iter().map(|(g, e)| g * e).collect();
+        assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
+        assert_eq!(*caps.last().unwrap(), widest);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn tiers_grow_to_the_register_limit() {
-        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
-            let caps: Vec<usize> = register_tiers(dtype).iter().map(|(g, e)| g * e).collect();
-            assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
-            assert_eq!(*caps.last().unwrap(), MAX_REGISTER_ROW);
-        }
+        assert_tiers_grow_to(register_tiers, MAX_REGISTER_ROW);
         assert_eq!(
             tier_for(&register_tiers(Dtype::Bf16), 4096),
             Some((128, 32))

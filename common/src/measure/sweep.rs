@@ -1,5 +1,6 @@
-//! What the sweeps of the shared runners (`softmax`, `matmul`) have in common: one plot series
-//! per version across the reports of a sweep, and the summary table printed beside the plot.
+//! What the sweeps of the shared runners (`softmax`, `matmul`, `attention`) have in common: one
+//! plot series per version across the reports of a sweep, the plot's title, and the summary
+//! table printed beside the plot.
 
 use comfy_table::{Table, presets};
 
@@ -88,6 +89,11 @@ pub fn peer_series(
 /// A peer's TFLOP/s on a report's problem (its flops over the peer's median time).
 pub fn peer_tflops(report: &DayReport, figure: &PeerFigure) -> Option<f64> {
     Some(report.flops_per_run? as f64 / (figure.median_ms * 1e-3) / 1e12)
+}
+
+/// A sweep plot's title: `<day> <title>: <what every point shares>, <GPU>`.
+pub fn plot_title(day: &str, title: &str, what: &str, gpu_name: &str) -> String {
+    format!("{day} {title}: {what}, {gpu_name}")
 }
 
 /// Writes a sweep's plot to `path`, then prints its title, the summary table (a row per x

@@ -111,15 +111,13 @@ fn plot_sweep<D: AttentionDay>(
         &seqlen_of,
         sweep::peer_tflops,
     ));
-    let title = format!(
-        "{} {}: hd{}, hidden {HIDDEN}, {TOKENS} tokens{}, {}, {}",
-        D::DAY,
-        D::TITLE,
+    let what = format!(
+        "hd{}, hidden {HIDDEN}, {TOKENS} tokens{}, {}",
         args.head_dim(),
         if args.causal { ", causal" } else { "" },
         args.dtype,
-        gpu.info.name
     );
+    let title = sweep::plot_title(D::DAY, D::TITLE, &what, &gpu.info.name);
     let line_plot = LinePlot {
         title: &title,
         x_label: "sequence length",

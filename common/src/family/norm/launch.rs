@@ -323,15 +323,12 @@ pub fn launch_column_sums<T: Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::family::tiers::assert_tiers_grow_to;
 
     #[test]
     fn backward_tiers_grow_and_end_at_the_register_limit() {
         // The forward's are `family::tiers`' (tested there).
-        for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
-            let caps: Vec<usize> = backward_tiers(dtype).iter().map(|(g, e)| g * e).collect();
-            assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
-            assert_eq!(*caps.last().unwrap(), MAX_BACKWARD_REGISTER_ROW);
-        }
+        assert_tiers_grow_to(backward_tiers, MAX_BACKWARD_REGISTER_ROW);
         // The default problem's tiers: 128 threads x 32 forward, 512 x 8 backward.
         assert_eq!(tier_for(&forward_tiers(Dtype::Bf16), 4096), Some((128, 32)));
         assert_eq!(tier_for(&backward_tiers(Dtype::Bf16), 4096), Some((512, 8)));
@@ -341,12 +338,9 @@ mod tests {
 
     #[test]
     fn saved_tiers_grow_to_their_limit_in_whole_packs() {
+        assert_tiers_grow_to(saved_tiers, MAX_SAVED_ROW);
         for dtype in [Dtype::F32, Dtype::F16, Dtype::Bf16] {
-            let tiers = saved_tiers(dtype);
-            let caps: Vec<usize> = tiers.iter().map(|(g, e)| g * e).collect();
-            assert!(caps.windows(2).all(|w| w[0] < w[1]), "{caps:?}");
-            assert_eq!(*caps.last().unwrap(), MAX_SAVED_ROW);
-            assert!(tiers.iter().all(|(_, e)| e % pack(dtype) == 0));
+            assert!(saved_tiers(dtype).iter().all(|(_, e)| e % pack(dtype) == 0));
         }
         // The default problem: 128 threads x 32 elements, one row per block.
         assert_eq!(tier_for(&saved_tiers(Dtype::Bf16), 4096), Some((128, 32)));

@@ -49,7 +49,7 @@ use crate::gpu::nvrtc::KernelSource;
 use crate::measure::check::{self, CheckReport, Tolerance};
 use crate::measure::report::DayReport;
 use crate::reference::norm::{self as reference, Forward, Gradients};
-use crate::session::{Expected, Problem, Session, Version, launch_and_read};
+use crate::session::{Expected, Session, Version, launch_and_read};
 use crate::{measure::inputs, sizes, testing};
 
 /// Forward or backward.

@@ -2,6 +2,7 @@
 //! every problem, then the table.
 
 use super::*;
+use crate::family::runner::{day_problem, rows_cols};
 
 /// The flags of the normalization days, beside the common ones.
 #[derive(clap::Args, Debug, Clone)]
@@ -118,7 +119,7 @@ fn problems<D: NormDay>(args: &NormArgs) -> Result<Vec<Shape>> {
     }
     let mut shapes: Vec<Shape> = match (args.rows, args.cols) {
         (Some(rows), Some(cols)) => {
-            let (rows, cols) = (to_usize(rows)?, to_usize(cols)?);
+            let (rows, cols) = rows_cols(rows, cols)?;
             let dtype = args.dtype.unwrap_or(Dtype::Bf16);
             [Pass::Forward, Pass::Backward]
                 .into_iter()
@@ -137,10 +138,6 @@ fn problems<D: NormDay>(args: &NormArgs) -> Result<Vec<Shape>> {
     Ok(shapes)
 }
 
-fn to_usize(v: u64) -> Result<usize> {
-    usize::try_from(v).map_err(|_| crate::UsageError::new(format!("{v} is too large")).into())
-}
-
 /// One day's run over its problems.
 struct Run<'r, D> {
     gpu: &'r Gpu,
@@ -155,18 +152,14 @@ impl<D: NormDay> Run<'_, D> {
     fn problem<T: Element>(&self, shape: &Shape) -> Result<DayReport> {
         let (rows, cols) = (shape.rows, shape.cols);
         let host = HostInputs::<T>::new(rows, cols, self.common.seed);
-        let mut session = Session::new(
-            self.gpu,
-            self.common,
-            Problem {
-                day: D::DAY,
-                title: D::TITLE,
-                description: shape.describe(),
-                key: key(D::KIND, shape),
-                bytes_per_run: bytes_per_run(D::KIND, shape),
-                flops_per_run: None,
-            },
-        )?;
+        let problem = day_problem(
+            D::DAY,
+            D::TITLE,
+            shape.describe(),
+            key(D::KIND, shape),
+            bytes_per_run(D::KIND, shape),
+        );
+        let mut session = Session::new(self.gpu, self.common, problem)?;
         session.save_input("x", &[rows, cols], &host.x)?;
         session.save_input("weight", &[cols], &host.weight)?;
         let inputs = host.upload(self.gpu, D::KIND, shape.pass, self.eps)?;
