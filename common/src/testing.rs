@@ -4,10 +4,16 @@
 
 use std::io::Write;
 
+use cudarc::driver::CudaSlice;
+
+use crate::element::Element;
 use crate::error::SetupError;
 use crate::gpu::Gpu;
 use crate::gpu::kernel_build::{BUNDLED_DEVICE_ARCH, KernelBuild};
 use crate::gpu::nvrtc;
+use crate::measure::check::{self, Tolerance};
+use crate::measure::poison_check::PoisonSplit;
+use crate::session::launch_and_read;
 
 /// Opens GPU 0 for a test, or prints `SKIPPED <what>: <why>` and returns None.
 /// Panics instead of skipping when `REQUIRE_GPU=1`.
@@ -20,6 +26,18 @@ pub fn gpu_or_skip(what: &str) -> Option<Gpu> {
         }
         Err(e) => panic!("{what}: opening the GPU failed: {e:#}"),
     }
+}
+
+/// [`gpu_or_skip`], then the day's kernels loaded on that GPU by `load` (a day's `X::load`):
+/// the opening of a test that needs both. None after the same `SKIPPED` line when there is
+/// no GPU; a GPU that does not load the kernels fails the test.
+pub fn day_or_skip<D>(
+    what: &str,
+    load: impl FnOnce(&Gpu) -> anyhow::Result<D>,
+) -> Option<(Gpu, D)> {
+    let gpu = gpu_or_skip(what)?;
+    let day = load(&gpu).unwrap_or_else(|e| panic!("{what}: loading the kernels failed: {e:#}"));
+    Some((gpu, day))
 }
 
 /// True when NVRTC can be loaded; otherwise prints `SKIPPED <what>: <why>` and returns false.
@@ -193,6 +211,45 @@ pub fn assert_all_refused(binary: &std::path::Path, cases: &[(&str, &str)]) {
     assert!(failed.is_empty(), "not refused as expected: {failed:?}");
 }
 
+/// The command-line test of a day's `tests/cli.rs`, written once:
+/// `common::test_refused_requests!("day04", softmax::REFUSED_REQUESTS, REFUSED);` makes the
+/// test `bad_requests_are_refused_before_the_gpu`, which runs [`assert_all_refused`] on the
+/// day's binary (`CARGO_BIN_EXE_day04`, found by [`day_binary`]) over the cases of every
+/// table named.
+#[macro_export]
+macro_rules! test_refused_requests {
+    ($day:literal, $($cases:expr),+ $(,)?) => {
+        #[test]
+        fn bad_requests_are_refused_before_the_gpu() {
+            let binary = $crate::testing::day_binary(env!(concat!("CARGO_BIN_EXE_", $day)));
+            $crate::testing::assert_all_refused(&binary, &[$($cases),+].concat());
+        }
+    };
+}
+
+/// The GPU tests of a normalization day's `tests/gpu.rs`, written once:
+/// `common::test_norm_day!(Day11, "block");` makes `every_version_matches_the_reference`
+/// ([`test_every_version`](crate::family::norm::test_every_version)) and
+/// `register_versions_refuse_rows_past_their_tiers`
+/// ([`test_register_refusals`](crate::family::norm::test_register_refusals), with `"block"` the
+/// day's forward version that takes rows of any width).
+#[macro_export]
+macro_rules! test_norm_day {
+    ($day:ty, $streaming:expr $(,)?) => {
+        #[test]
+        fn every_version_matches_the_reference() {
+            $crate::family::norm::test_every_version::<$day>();
+        }
+
+        /// The register versions refuse rows one past their widest tier instead of writing
+        /// garbage.
+        #[test]
+        fn register_versions_refuse_rows_past_their_tiers() {
+            $crate::family::norm::test_register_refusals::<$day>($streaming);
+        }
+    };
+}
+
 /// The end of a GPU test over versions and shapes: `ran` is how many shapes each version ran.
 /// A version that ran none checked nothing, which is a failure unless `unavailable(version)`
 /// says why this GPU cannot run it (then one `SKIPPED` line). Panics with every failure,
@@ -218,6 +275,54 @@ pub fn assert_every_version_ran<'a>(
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// [`assert_every_version_ran`] for a day whose versions come in one order, `versions` (each
+/// name, and whether it runs on Hopper only) and `ran` (how many shapes each ran): a version
+/// that ran none is excused only when it is Hopper-only and `off_hopper` says why this GPU
+/// cannot run it (None on a Hopper GPU).
+pub fn assert_every_version_ran_or_needs_hopper<'a>(
+    test: &str,
+    versions: impl IntoIterator<Item = (&'a str, bool)>,
+    ran: &[usize],
+    off_hopper: Option<String>,
+) {
+    let versions: Vec<(&str, bool)> = versions.into_iter().collect();
+    assert_eq!(versions.len(), ran.len(), "{test}: one count per version");
+    let counts = versions
+        .iter()
+        .map(|&(name, _)| name)
+        .zip(ran.iter().copied());
+    let unavailable = |name: &str| {
+        let hopper_only = versions.iter().any(|&(v, only)| v == name && only);
+        if hopper_only {
+            off_hopper.clone()
+        } else {
+            None
+        }
+    };
+    assert_every_version_ran(test, counts, unavailable, Vec::new());
+}
+
+/// Launches into the poisoned `out` and checks every element exactly against `split` (the
+/// reference split by [`crate::measure::poison_check::split`]): those whose value is not the
+/// poison in what this launch wrote, the others by a second launch over zeros. `what` begins
+/// each failure.
+pub fn assert_exact_even_where_poison_valued<T: Element>(
+    gpu: &Gpu,
+    split: &PoisonSplit,
+    out: &mut CudaSlice<T>,
+    launch: &mut impl FnMut(&mut CudaSlice<T>) -> anyhow::Result<()>,
+    dims: &[usize],
+    what: &str,
+) {
+    let got = launch_and_read(gpu, out, launch).unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    let (at, values) = (&split.checked_at, &split.checked_values);
+    let report = check::compare_at(&got, at, values, dims, Tolerance::EXACT);
+    assert!(report.passed(), "{what}: {report}");
+    if let Err(e) = split.require_written(gpu, out, launch, what) {
+        panic!("{e:#}");
+    }
 }
 
 /// Why a version that needs sm_90a cannot run on `gpu`, or None on a Hopper GPU.
@@ -250,5 +355,25 @@ mod tests {
             assert_every_version_ran("t", [("a", 1)], none, vec!["a: wrong at [0]".into()])
         });
         assert!(found.is_err(), "the shapes' failures are reported");
+    }
+
+    #[test]
+    fn only_a_hopper_only_version_is_excused_and_only_off_hopper() {
+        let versions = [("mma", false), ("wgmma", true)];
+        let off = || Some("needs sm_90a".to_string());
+        // Prints one SKIPPED line, as a test on an older GPU would.
+        let test = "testing's own unit test (an expected skip)";
+        assert_every_version_ran_or_needs_hopper(test, versions, &[3, 0], off());
+        let on_hopper = std::panic::catch_unwind(|| {
+            assert_every_version_ran_or_needs_hopper("t", versions, &[3, 0], None)
+        });
+        assert!(on_hopper.is_err(), "on Hopper every version must run");
+        let not_hopper_only = std::panic::catch_unwind(|| {
+            assert_every_version_ran_or_needs_hopper("t", versions, &[0, 2], off())
+        });
+        assert!(
+            not_hopper_only.is_err(),
+            "only Hopper-only versions are excused"
+        );
     }
 }

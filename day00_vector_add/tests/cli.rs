@@ -1,8 +1,6 @@
 //! day00's command line: each bad request below is refused with exit 2 and one `error:` line
 //! saying why, before any GPU is opened (so this runs, and must pass, on machines without one).
 
-use common::testing::{assert_all_refused, day_binary};
-
 /// (arguments separated by spaces, what the error must say).
 const REFUSED: &[(&str, &str)] = &[
     ("--n 0", "'--n <N>': must be at least 1"),
@@ -17,8 +15,4 @@ const REFUSED: &[(&str, &str)] = &[
     ("--n 5 --iters 0", "'--iters <ITERS>': must be at least 1"),
 ];
 
-#[test]
-fn bad_requests_are_refused_before_the_gpu() {
-    let binary = day_binary(env!("CARGO_BIN_EXE_day00"));
-    assert_all_refused(&binary, REFUSED);
-}
+common::test_refused_requests!("day00", REFUSED);

@@ -24,10 +24,9 @@ const SIZES: &[usize] = &[
 
 #[test]
 fn every_version_matches_the_reference_on_odd_sizes() {
-    let Some(gpu) = testing::gpu_or_skip("day00 GPU correctness") else {
+    let Some((gpu, day)) = testing::day_or_skip("day00 GPU correctness", VectorAdd::load) else {
         return;
     };
-    let day = VectorAdd::load(&gpu).unwrap();
     for (i, &n) in SIZES.iter().enumerate() {
         let a: Vec<f32> = inputs::uniform(n, -10.0, 10.0, 2 * i as u64);
         let b: Vec<f32> = inputs::uniform(n, -10.0, 10.0, 2 * i as u64 + 1);
@@ -47,10 +46,10 @@ fn every_version_matches_the_reference_on_odd_sizes() {
 
 #[test]
 fn mismatched_or_empty_buffers_are_refused() {
-    let Some(gpu) = testing::gpu_or_skip("day00 GPU launcher checks") else {
+    let Some((gpu, day)) = testing::day_or_skip("day00 GPU launcher checks", VectorAdd::load)
+    else {
         return;
     };
-    let day = VectorAdd::load(&gpu).unwrap();
     let a = gpu.upload(&[1.0f32; 8]).unwrap();
     let b = gpu.upload(&[1.0f32; 7]).unwrap();
     let mut out = gpu.alloc_poisoned::<f32>(8).unwrap();

@@ -12,10 +12,11 @@ fn every_version_matches_the_reference() {
 
 #[test]
 fn wrong_sizes_are_refused() {
-    let Some(gpu) = common::testing::gpu_or_skip("day01 GPU launcher checks") else {
+    let Some((gpu, naive)) =
+        common::testing::day_or_skip("day01 GPU launcher checks", NaiveSoftmax::load)
+    else {
         return;
     };
-    let naive = NaiveSoftmax::load(&gpu).unwrap();
     let x = gpu.upload(&[0.5f32; 12]).unwrap();
     let mut out = gpu.alloc_poisoned::<f32>(12).unwrap();
     let mut launch = |rows, cols| {

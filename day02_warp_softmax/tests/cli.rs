@@ -2,13 +2,8 @@
 //! saying why, before any GPU is opened (so this runs, and must pass, on machines without one).
 
 use common::family::softmax;
-use common::testing::{assert_all_refused, day_binary};
 
 /// `(arguments, what the error must say)` that only this day refuses.
 const REFUSED: &[(&str, &str)] = &[("--rows 4 --cols 4 --dtype f16", "day02 has no f16 kernels")];
 
-#[test]
-fn bad_requests_are_refused_before_the_gpu() {
-    let binary = day_binary(env!("CARGO_BIN_EXE_day02"));
-    assert_all_refused(&binary, &[softmax::REFUSED_REQUESTS, REFUSED].concat());
-}
+common::test_refused_requests!("day02", softmax::REFUSED_REQUESTS, REFUSED);

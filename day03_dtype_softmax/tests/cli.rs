@@ -2,7 +2,6 @@
 //! saying why, before any GPU is opened (so this runs, and must pass, on machines without one).
 
 use common::family::softmax;
-use common::testing::{assert_all_refused, day_binary};
 
 /// `(arguments, what the error must say)` that only this day refuses.
 const REFUSED: &[(&str, &str)] = &[
@@ -20,8 +19,4 @@ const REFUSED: &[(&str, &str)] = &[
     ),
 ];
 
-#[test]
-fn bad_requests_are_refused_before_the_gpu() {
-    let binary = day_binary(env!("CARGO_BIN_EXE_day03"));
-    assert_all_refused(&binary, &[softmax::REFUSED_REQUESTS, REFUSED].concat());
-}
+common::test_refused_requests!("day03", softmax::REFUSED_REQUESTS, REFUSED);

@@ -2,10 +2,5 @@
 //! saying why, before any GPU is opened (so this runs, and must pass, on machines without one).
 
 use common::family::matmul;
-use common::testing::{assert_all_refused, day_binary};
 
-#[test]
-fn bad_requests_are_refused_before_the_gpu() {
-    let binary = day_binary(env!("CARGO_BIN_EXE_day09"));
-    assert_all_refused(&binary, matmul::REFUSED_REQUESTS);
-}
+common::test_refused_requests!("day09", matmul::REFUSED_REQUESTS);

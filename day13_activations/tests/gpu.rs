@@ -358,10 +358,9 @@ fn gcd(a: usize, b: usize) -> usize {
 
 #[test]
 fn every_op_and_version_matches_the_reference() {
-    let Some(gpu) = testing::gpu_or_skip("day13 GPU correctness") else {
+    let Some((gpu, day)) = testing::day_or_skip("day13 GPU correctness", Activations::load) else {
         return;
     };
-    let day = Activations::load(&gpu).unwrap();
     every_op::<f32>(&gpu, &day);
     every_op::<f16>(&gpu, &day);
     every_op::<bf16>(&gpu, &day);
@@ -372,10 +371,10 @@ fn every_op_and_version_matches_the_reference() {
 
 #[test]
 fn rectifiers_and_silu_choose_as_torch_at_kinks_infinities_and_nan() {
-    let Some(gpu) = testing::gpu_or_skip("day13 GPU special points") else {
+    let Some((gpu, day)) = testing::day_or_skip("day13 GPU special points", Activations::load)
+    else {
         return;
     };
-    let day = Activations::load(&gpu).unwrap();
     special_points::<f32>(&gpu, &day);
     special_points::<f16>(&gpu, &day);
     special_points::<bf16>(&gpu, &day);
@@ -383,10 +382,11 @@ fn rectifiers_and_silu_choose_as_torch_at_kinks_infinities_and_nan() {
 
 #[test]
 fn bias_dropout_add_over_more_row_groups_than_the_grid_holds() {
-    let Some(gpu) = testing::gpu_or_skip("day13 GPU bias-dropout-add, many rows") else {
+    let Some((gpu, day)) =
+        testing::day_or_skip("day13 GPU bias-dropout-add, many rows", Activations::load)
+    else {
         return;
     };
-    let day = Activations::load(&gpu).unwrap();
     // 262147 rows = 65537 groups of 4 (and 3 rows over): the grid's y stops at 65535, so
     // blocks go round the row loop twice.
     check_op::<f16>(&gpu, &day, Op::BiasDropoutAdd, 262_147, 8);
@@ -395,10 +395,10 @@ fn bias_dropout_add_over_more_row_groups_than_the_grid_holds() {
 
 #[test]
 fn wrong_versions_and_sizes_are_refused() {
-    let Some(gpu) = testing::gpu_or_skip("day13 GPU launcher checks") else {
+    let Some((gpu, day)) = testing::day_or_skip("day13 GPU launcher checks", Activations::load)
+    else {
         return;
     };
-    let day = Activations::load(&gpu).unwrap();
     let inputs = HostInputs::<f32>::random(Op::GeluTanh, 2, 8, 0)
         .upload(&gpu)
         .unwrap();

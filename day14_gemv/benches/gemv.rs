@@ -4,8 +4,8 @@
 //! line without a GPU.
 
 use anyhow::Result;
-use common::bench_support::{BenchCase, Work, default_seed};
-use common::{Gpu, measure::inputs};
+use common::Gpu;
+use common::bench_support::{BenchCase, Work, uniform_input};
 use cudarc::driver::CudaSlice;
 use day14::Gemv;
 
@@ -23,11 +23,10 @@ struct Problem {
 }
 
 fn setup(gpu: &Gpu) -> Result<Problem> {
-    let seed = default_seed()?;
     Ok(Problem {
         day: Gemv::load(gpu)?,
-        a: gpu.upload(&inputs::uniform::<f32>(M * N, -1.0, 1.0, seed))?,
-        x: gpu.upload(&inputs::uniform::<f32>(N, -1.0, 1.0, seed.wrapping_add(1)))?,
+        a: uniform_input(gpu, M * N, (-1.0, 1.0), 0)?,
+        x: uniform_input(gpu, N, (-1.0, 1.0), 1)?,
     })
 }
 

@@ -1,8 +1,6 @@
 //! day14's command line: each bad request below is refused with exit 2 and one `error:` line
 //! saying why, before any GPU is opened (so this runs, and must pass, on machines without one).
 
-use common::testing::{assert_all_refused, day_binary};
-
 /// (arguments separated by spaces, what the error must say).
 const REFUSED: &[(&str, &str)] = &[
     ("--m 0 --n 4", "'--m <M>': must be at least 1"),
@@ -34,8 +32,4 @@ const REFUSED: &[(&str, &str)] = &[
     ),
 ];
 
-#[test]
-fn bad_requests_are_refused_before_the_gpu() {
-    let binary = day_binary(env!("CARGO_BIN_EXE_day14"));
-    assert_all_refused(&binary, REFUSED);
-}
+common::test_refused_requests!("day14", REFUSED);

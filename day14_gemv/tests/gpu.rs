@@ -49,10 +49,9 @@ fn check_shape(gpu: &common::Gpu, day: &Gemv, m: usize, n: usize) {
 
 #[test]
 fn every_version_matches_the_reference_on_odd_shapes() {
-    let Some(gpu) = testing::gpu_or_skip("day14 GPU correctness") else {
+    let Some((gpu, day)) = testing::day_or_skip("day14 GPU correctness", Gemv::load) else {
         return;
     };
-    let day = Gemv::load(&gpu).unwrap();
     for &m in SIZES {
         for &n in SIZES {
             check_shape(&gpu, &day, m, n);
@@ -65,10 +64,10 @@ fn every_version_matches_the_reference_on_odd_shapes() {
 
 #[test]
 fn split_row_is_deterministic() {
-    let Some(gpu) = testing::gpu_or_skip("day14 GPU split-row determinism") else {
+    let Some((gpu, day)) = testing::day_or_skip("day14 GPU split-row determinism", Gemv::load)
+    else {
         return;
     };
-    let day = Gemv::load(&gpu).unwrap();
     let (m, n) = (7, 100_003);
     let a_dev = gpu
         .upload(&inputs::uniform::<f32>(m * n, -1.0, 1.0, 5))
@@ -91,10 +90,9 @@ fn split_row_is_deterministic() {
 
 #[test]
 fn wrong_sizes_are_refused() {
-    let Some(gpu) = testing::gpu_or_skip("day14 GPU launcher checks") else {
+    let Some((gpu, day)) = testing::day_or_skip("day14 GPU launcher checks", Gemv::load) else {
         return;
     };
-    let day = Gemv::load(&gpu).unwrap();
     assert!(day.plan(&gpu, "warp_vec4", 0, 5).is_err());
     let mut launch = day.plan(&gpu, "warp_vec4", 4, 4).unwrap().launch;
     let a = gpu.upload(&[1.0f32; 16]).unwrap();

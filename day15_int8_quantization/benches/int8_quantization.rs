@@ -4,8 +4,8 @@
 //! per element). Skips with one line without a GPU.
 
 use anyhow::{Context, Result};
-use common::bench_support::{BenchCase, Work, default_seed};
-use common::{Gpu, measure::inputs};
+use common::Gpu;
+use common::bench_support::{BenchCase, Work, uniform_input};
 use cudarc::driver::CudaSlice;
 use day15::quantize::{Quantize, Scheme, Version};
 
@@ -26,7 +26,7 @@ fn setup(gpu: &Gpu) -> Result<Problem> {
     Ok(Problem {
         day: Quantize::load(gpu)?,
         // As the run (`problem.rs`): uniform in [-3, 5), so the range is not symmetric about 0.
-        x: gpu.upload(&inputs::uniform::<f32>(N, -3.0, 5.0, default_seed()?))?,
+        x: uniform_input(gpu, N, (-3.0, 5.0), 0)?,
     })
 }
 

@@ -43,25 +43,21 @@ fn check_quantize<Q: Element>(
     let mut out = gpu.alloc_poisoned::<Q>(n).unwrap();
     let mut plan = day.plan(gpu, scheme, version, n).unwrap();
     for run in 0..2 {
-        let mut launch = |out: &mut CudaSlice<Q>| plan.launch(gpu, &x_dev, out, &mut params_dev);
-        let got = launch_and_read(gpu, &mut out, &mut launch).unwrap();
-        let report = check::compare_at(
-            &got,
-            &split.checked_at,
-            &split.checked_values,
-            &[n],
-            Tolerance::EXACT,
-        );
-        assert!(report.passed(), "{what} run {run}: {report}");
         let what = format!("{what} run {run}");
-        split
-            .require_written(gpu, &mut out, &mut launch, &what)
-            .unwrap();
+        let mut launch = |out: &mut CudaSlice<Q>| plan.launch(gpu, &x_dev, out, &mut params_dev);
+        testing::assert_exact_even_where_poison_valued(
+            gpu,
+            &split,
+            &mut out,
+            &mut launch,
+            &[n],
+            &what,
+        );
         let p = gpu.download(&params_dev).unwrap();
         assert_eq!(
             (p[0], p[1]),
             (params.scale, params.zero_point as f32),
-            "{what} run {run}: scale and zero point"
+            "{what}: scale and zero point"
         );
     }
 }
@@ -75,10 +71,10 @@ fn check_all_quantize(gpu: &Gpu, day: &Quantize, x: &[f32]) {
 
 #[test]
 fn quantize_matches_the_cpu_bit_for_bit_on_odd_sizes() {
-    let Some(gpu) = testing::gpu_or_skip("day15 quantize correctness") else {
+    let Some((gpu, day)) = testing::day_or_skip("day15 quantize correctness", Quantize::load)
+    else {
         return;
     };
-    let day = Quantize::load(&gpu).unwrap();
     for (i, &n) in SIZES.iter().enumerate() {
         // The range's extreme sits at a random place: the last element, inside the tail.
         let mut x: Vec<f32> = inputs::uniform(n, -3.0, 5.0, i as u64);
@@ -91,10 +87,9 @@ fn quantize_matches_the_cpu_bit_for_bit_on_odd_sizes() {
 
 #[test]
 fn quantize_handles_zeros_one_sign_and_ties() {
-    let Some(gpu) = testing::gpu_or_skip("day15 quantize edge cases") else {
+    let Some((gpu, day)) = testing::day_or_skip("day15 quantize edge cases", Quantize::load) else {
         return;
     };
-    let day = Quantize::load(&gpu).unwrap();
     // All zero: scale 1. All positive or all negative: the asymmetric range widens to 0.
     check_all_quantize(&gpu, &day, &[0.0; 37]);
     check_all_quantize(&gpu, &day, &inputs::uniform::<f32>(1001, 0.5, 2.0, 9));
@@ -127,10 +122,10 @@ fn check_dequantize<Q: Element>(
 
 #[test]
 fn dequantize_matches_the_cpu_bit_for_bit_on_odd_sizes() {
-    let Some(gpu) = testing::gpu_or_skip("day15 dequantize correctness") else {
+    let Some((gpu, day)) = testing::day_or_skip("day15 dequantize correctness", Quantize::load)
+    else {
         return;
     };
-    let day = Quantize::load(&gpu).unwrap();
     for (i, &n) in SIZES.iter().enumerate() {
         let x: Vec<f32> = inputs::uniform(n, -3.0, 5.0, 100 + i as u64);
         let (p, q) = qref::quantize_sym(&x);
@@ -142,10 +137,10 @@ fn dequantize_matches_the_cpu_bit_for_bit_on_odd_sizes() {
 
 #[test]
 fn int8_matmul_is_exact_on_odd_shapes() {
-    let Some(gpu) = testing::gpu_or_skip("day15 int8 matmul correctness") else {
+    let Some((gpu, day)) = testing::day_or_skip("day15 int8 matmul correctness", Int8Matmul::load)
+    else {
         return;
     };
-    let day = Int8Matmul::load(&gpu).unwrap();
     let shapes = [
         (1, 1, 1, 0, 0),
         (1, 300, 64, 5, -9),
@@ -181,10 +176,9 @@ fn int8_matmul_is_exact_on_odd_shapes() {
 
 #[test]
 fn impossible_requests_are_refused() {
-    let Some(gpu) = testing::gpu_or_skip("day15 refusals") else {
+    let Some((gpu, day)) = testing::day_or_skip("day15 refusals", Int8Matmul::load) else {
         return;
     };
-    let day = Int8Matmul::load(&gpu).unwrap();
     let a = gpu.upload(&[1i8; 8]).unwrap();
     let mut c = gpu.alloc_poisoned::<i32>(4).unwrap();
     let naive = int8_matmul::Version::Naive;

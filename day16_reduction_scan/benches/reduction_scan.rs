@@ -4,8 +4,8 @@
 //! Skips with one line without a GPU.
 
 use anyhow::{Context, Result};
-use common::bench_support::{BenchCase, Work, default_seed};
-use common::{Gpu, measure::inputs};
+use common::Gpu;
+use common::bench_support::{BenchCase, Work, default_seed, uniform_input};
 use cudarc::driver::CudaSlice;
 use day16::scan::quarter_inputs;
 use day16::{FLOAT_RANGE, Reductions, ScanVersion, Scans, SumVersion};
@@ -25,17 +25,11 @@ struct Problem {
 }
 
 fn setup(gpu: &Gpu) -> Result<Problem> {
-    let seed = default_seed()?;
     Ok(Problem {
         reductions: Reductions::load(gpu)?,
         scans: Scans::load(gpu)?,
-        sum_x: gpu.upload(&inputs::uniform::<f32>(
-            N,
-            FLOAT_RANGE.0,
-            FLOAT_RANGE.1,
-            seed,
-        ))?,
-        scan_x: gpu.upload(&quarter_inputs(N, seed))?,
+        sum_x: uniform_input(gpu, N, FLOAT_RANGE, 0)?,
+        scan_x: gpu.upload(&quarter_inputs(N, default_seed()?))?,
     })
 }
 

@@ -38,10 +38,9 @@ fn assert_passes<T: common::Element>(got: &[T], expected: &[f64], tol: Tolerance
 
 #[test]
 fn sum_and_dot_match_the_reference_within_their_bounds() {
-    let Some(gpu) = testing::gpu_or_skip("day16 sum and dot") else {
+    let Some((gpu, day)) = testing::day_or_skip("day16 sum and dot", Reductions::load) else {
         return;
     };
-    let day = Reductions::load(&gpu).unwrap();
     for (i, &n) in SIZES.iter().enumerate() {
         let x = floats(n, i as u64);
         let y = floats(n, 100 + i as u64);
@@ -71,10 +70,9 @@ fn sum_and_dot_match_the_reference_within_their_bounds() {
 
 #[test]
 fn the_two_stage_sum_is_the_same_bit_for_bit_on_every_run() {
-    let Some(gpu) = testing::gpu_or_skip("day16 deterministic sum") else {
+    let Some((gpu, day)) = testing::day_or_skip("day16 deterministic sum", Reductions::load) else {
         return;
     };
-    let day = Reductions::load(&gpu).unwrap();
     let n = (1 << 22) + 1;
     let x_dev = gpu.upload(&floats(n, 7)).unwrap();
     for version in SumVersion::ALL {
@@ -91,10 +89,9 @@ fn the_two_stage_sum_is_the_same_bit_for_bit_on_every_run() {
 
 #[test]
 fn counts_are_exact_for_every_version() {
-    let Some(gpu) = testing::gpu_or_skip("day16 count") else {
+    let Some((gpu, day)) = testing::day_or_skip("day16 count", Reductions::load) else {
         return;
     };
-    let day = Reductions::load(&gpu).unwrap();
     for (i, &n) in SIZES.iter().enumerate() {
         let x: Vec<i32> = inputs::uniform(n, 0.51, 16.49, 50 + i as u64);
         let x_dev = gpu.upload(&x).unwrap();
@@ -117,10 +114,9 @@ fn counts_are_exact_for_every_version() {
 
 #[test]
 fn segment_sums_match_for_aligned_and_unaligned_lengths() {
-    let Some(gpu) = testing::gpu_or_skip("day16 segment sum") else {
+    let Some((gpu, day)) = testing::day_or_skip("day16 segment sum", Reductions::load) else {
         return;
     };
-    let day = Reductions::load(&gpu).unwrap();
     // (segments, length): lengths 1, 3, 4, primes, a multiple of 4 that is not of the warp's
     // 128 elements per step, and long segments.
     let shapes = [
@@ -178,10 +174,9 @@ fn check_scans<T: ScanElement>(gpu: &Gpu, day: &Scans, x: &[T], what: &str, ran:
 
 #[test]
 fn scans_match_the_reference_on_sizes_that_are_not_whole_tiles() {
-    let Some(gpu) = testing::gpu_or_skip("day16 scans") else {
+    let Some((gpu, day)) = testing::day_or_skip("day16 scans", Scans::load) else {
         return;
     };
-    let day = Scans::load(&gpu).unwrap();
     let mut sizes = SIZES.to_vec();
     // More tiles than one wave of resident blocks (132 SMs x 8), so the look-back waits on
     // tiles of blocks that started long before; and more than 4096 tiles, so the
@@ -213,10 +208,9 @@ fn scans_match_the_reference_on_sizes_that_are_not_whole_tiles() {
 
 #[test]
 fn bad_sizes_are_refused() {
-    let Some(gpu) = testing::gpu_or_skip("day16 launcher checks") else {
+    let Some((gpu, day)) = testing::day_or_skip("day16 launcher checks", Reductions::load) else {
         return;
     };
-    let day = Reductions::load(&gpu).unwrap();
     let scans = Scans::load(&gpu).unwrap();
     let x = gpu.upload(&[1.0f32; 8]).unwrap();
     let y = gpu.upload(&[1.0f32; 7]).unwrap();

@@ -4,8 +4,8 @@
 //! without a GPU.
 
 use anyhow::{Context, Result};
-use common::bench_support::{BenchCase, Work, default_seed};
-use common::{Gpu, measure::inputs};
+use common::Gpu;
+use common::bench_support::{BenchCase, Work, uniform_input};
 use cudarc::driver::CudaSlice;
 use day17::{Day17, Transpose};
 
@@ -24,12 +24,7 @@ struct Problem {
 fn setup(gpu: &Gpu) -> Result<Problem> {
     Ok(Problem {
         day: Day17::load(gpu)?,
-        x: gpu.upload(&inputs::uniform::<f32>(
-            ROWS * COLS,
-            -1.0,
-            1.0,
-            default_seed()?,
-        ))?,
+        x: uniform_input(gpu, ROWS * COLS, (-1.0, 1.0), 0)?,
     })
 }
 

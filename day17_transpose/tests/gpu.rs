@@ -4,7 +4,8 @@
 //! `Day17`'s one-shot calls (plan and launch) are checked too.
 
 use common::session::{Refused, launch_and_read};
-use common::{Tolerance, measure::check, measure::inputs, testing};
+use common::{Gpu, Tolerance, measure::check, measure::inputs, testing};
+use cudarc::driver::CudaSlice;
 use day17::{Day17, Reverse, Transpose, reference};
 
 const SHAPES: &[(usize, usize)] = &[
@@ -25,12 +26,26 @@ const SHAPES: &[(usize, usize)] = &[
     (4096, 4100),
 ];
 
+/// Launches into the poisoned `out` and asserts that what it wrote is `want` bit for bit
+/// (`dims` its shape, `what` the case).
+fn assert_exact(
+    gpu: &Gpu,
+    out: &mut CudaSlice<f32>,
+    launch: &mut impl FnMut(&mut CudaSlice<f32>) -> anyhow::Result<()>,
+    want: &[f64],
+    dims: &[usize],
+    what: &str,
+) {
+    let got = launch_and_read(gpu, out, launch).unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    let report = check::compare(&got, want, dims, Tolerance::EXACT);
+    assert!(report.passed(), "{what}: {report}");
+}
+
 #[test]
 fn copy_and_every_transpose_are_bit_exact_on_odd_shapes() {
-    let Some(gpu) = testing::gpu_or_skip("day17 transpose correctness") else {
+    let Some((gpu, day)) = testing::day_or_skip("day17 transpose correctness", Day17::load) else {
         return;
     };
-    let day = Day17::load(&gpu).unwrap();
     for (i, &(rows, cols)) in SHAPES.iter().enumerate() {
         let n = rows * cols;
         let x: Vec<f32> = inputs::uniform(n, -1.0, 1.0, i as u64);
@@ -39,18 +54,15 @@ fn copy_and_every_transpose_are_bit_exact_on_odd_shapes() {
 
         let same: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
         let plan = day.plan_copy(n).unwrap();
+        let what = format!("copy {rows}x{cols}");
+        let dims = [rows, cols];
         for pass in 0..2 {
-            let got =
-                launch_and_read(&gpu, &mut out, &mut |out| plan.launch(&gpu, &x_dev, out)).unwrap();
-            let report = check::compare(&got, &same, &[rows, cols], Tolerance::EXACT);
-            assert!(
-                report.passed(),
-                "copy {rows}x{cols} launch {pass}: {report}"
-            );
+            let mut launch = |out: &mut _| plan.launch(&gpu, &x_dev, out);
+            let what = format!("{what} launch {pass}");
+            assert_exact(&gpu, &mut out, &mut launch, &same, &dims, &what);
         }
-        let got = launch_and_read(&gpu, &mut out, &mut |out| day.copy(&gpu, &x_dev, out)).unwrap();
-        let report = check::compare(&got, &same, &[rows, cols], Tolerance::EXACT);
-        assert!(report.passed(), "copy {rows}x{cols}: {report}");
+        let mut launch = |out: &mut _| day.copy(&gpu, &x_dev, out);
+        assert_exact(&gpu, &mut out, &mut launch, &same, &dims, &what);
 
         let want: Vec<f64> = reference::transpose(&x, rows, cols)
             .into_iter()
@@ -58,37 +70,24 @@ fn copy_and_every_transpose_are_bit_exact_on_odd_shapes() {
             .collect();
         for version in Transpose::ALL {
             let plan = day.plan_transpose(version, rows, cols).unwrap();
+            let what = format!("{} {rows}x{cols}", version.name());
+            let dims = [cols, rows];
             for pass in 0..2 {
-                let got =
-                    launch_and_read(&gpu, &mut out, &mut |out| plan.launch(&gpu, &x_dev, out))
-                        .unwrap();
-                let report = check::compare(&got, &want, &[cols, rows], Tolerance::EXACT);
-                assert!(
-                    report.passed(),
-                    "{} {rows}x{cols} launch {pass}: {report}",
-                    version.name()
-                );
+                let mut launch = |out: &mut _| plan.launch(&gpu, &x_dev, out);
+                let what = format!("{what} launch {pass}");
+                assert_exact(&gpu, &mut out, &mut launch, &want, &dims, &what);
             }
-            let got = launch_and_read(&gpu, &mut out, &mut |out| {
-                day.transpose(&gpu, version, &x_dev, out, rows, cols)
-            })
-            .unwrap();
-            let report = check::compare(&got, &want, &[cols, rows], Tolerance::EXACT);
-            assert!(
-                report.passed(),
-                "{} {rows}x{cols}: {report}",
-                version.name()
-            );
+            let mut launch = |out: &mut _| day.transpose(&gpu, version, &x_dev, out, rows, cols);
+            assert_exact(&gpu, &mut out, &mut launch, &want, &dims, &what);
         }
     }
 }
 
 #[test]
 fn every_reversal_is_bit_exact_on_odd_lengths() {
-    let Some(gpu) = testing::gpu_or_skip("day17 reverse correctness") else {
+    let Some((gpu, day)) = testing::day_or_skip("day17 reverse correctness", Day17::load) else {
         return;
     };
-    let day = Day17::load(&gpu).unwrap();
     // Odd and even counts of float4 (the in-place middle pack), and every n % 4.
     for (i, &n) in [
         1usize, 2, 3, 4, 5, 7, 8, 12, 13, 255, 256, 257, 1000, 1003, 65_536, 1_000_001,
@@ -102,38 +101,28 @@ fn every_reversal_is_bit_exact_on_odd_lengths() {
         let mut out = gpu.alloc_poisoned::<f32>(n).unwrap();
         for version in Reverse::ALL {
             let plan = day.plan_reverse(version, n).unwrap();
+            let what = format!("reverse {} n={n}", version.name());
             for pass in 0..2 {
-                let got = launch_and_read(&gpu, &mut out, &mut |out| {
+                let mut launch = |out: &mut CudaSlice<f32>| {
                     if version == Reverse::InplaceVec4 {
                         gpu.stream.memcpy_dtod(&x_dev, out)?;
                         plan.launch_inplace(&gpu, out)
                     } else {
                         plan.launch(&gpu, &x_dev, out)
                     }
-                })
-                .unwrap();
-                let report = check::compare(&got, &want, &[n], Tolerance::EXACT);
-                assert!(
-                    report.passed(),
-                    "reverse {} n={n} launch {pass}: {report}",
-                    version.name()
-                );
+                };
+                let what = format!("{what} launch {pass}");
+                assert_exact(&gpu, &mut out, &mut launch, &want, &[n], &what);
             }
-            let got = launch_and_read(&gpu, &mut out, &mut |out| {
+            let mut launch = |out: &mut CudaSlice<f32>| {
                 if version == Reverse::InplaceVec4 {
                     gpu.stream.memcpy_dtod(&x_dev, out)?;
                     day.reverse_inplace(&gpu, out)
                 } else {
                     day.reverse(&gpu, version, &x_dev, out)
                 }
-            })
-            .unwrap();
-            let report = check::compare(&got, &want, &[n], Tolerance::EXACT);
-            assert!(
-                report.passed(),
-                "reverse {} n={n}: {report}",
-                version.name()
-            );
+            };
+            assert_exact(&gpu, &mut out, &mut launch, &want, &[n], &what);
         }
         // In place twice is the identity.
         let mut buf = gpu.upload(&x).unwrap();
@@ -145,10 +134,9 @@ fn every_reversal_is_bit_exact_on_odd_lengths() {
 
 #[test]
 fn mismatched_sizes_are_refused() {
-    let Some(gpu) = testing::gpu_or_skip("day17 refusals") else {
+    let Some((gpu, day)) = testing::day_or_skip("day17 refusals", Day17::load) else {
         return;
     };
-    let day = Day17::load(&gpu).unwrap();
     let x = gpu.upload(&[1.0f32; 12]).unwrap();
     let mut y = gpu.alloc_poisoned::<f32>(12).unwrap();
     let err = day

@@ -5,10 +5,10 @@
 //! without a GPU; the wgmma version, on a GPU other than Hopper, with one line of its own.
 
 use anyhow::{Context, Result};
-use common::bench_support::{BenchCase, Work, default_seed};
+use common::bench_support::{BenchCase, Work, uniform_input};
 use common::gpu::cublas::Cublas;
 use common::session::Refused;
-use common::{Gpu, measure::inputs, testing};
+use common::{Gpu, testing};
 use cudarc::driver::CudaSlice;
 use day18::{GemmShape, TensorCoreGemm, Version};
 use half::bf16;
@@ -29,17 +29,11 @@ struct Problem {
 }
 
 fn setup(gpu: &Gpu) -> Result<Problem> {
-    let seed = default_seed()?;
     Ok(Problem {
         day: TensorCoreGemm::load(gpu)?,
         cublas: Cublas::open(gpu)?,
-        a: gpu.upload(&inputs::uniform::<T>(SHAPE.a_len(), -1.0, 1.0, seed))?,
-        b: gpu.upload(&inputs::uniform::<T>(
-            SHAPE.b_len(),
-            -1.0,
-            1.0,
-            seed.wrapping_add(1),
-        ))?,
+        a: uniform_input(gpu, SHAPE.a_len(), (-1.0, 1.0), 0)?,
+        b: uniform_input(gpu, SHAPE.b_len(), (-1.0, 1.0), 1)?,
     })
 }
 

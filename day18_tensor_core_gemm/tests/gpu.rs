@@ -139,39 +139,43 @@ fn check_shape<T: Element>(
     }
 }
 
+/// [`check_shape`] on each of `shapes` in every layout, the linear layer's first (if the
+/// MN-major descriptor is wrong, nt still passes and the failure names the layout): in bf16,
+/// and in f16 too where `f16_in(layout)`. Returns how many shapes each version ran.
+fn check_in_every_layout(
+    gpu: &Gpu,
+    day: &TensorCoreGemm,
+    shapes: &[GemmShape],
+    f16_in: impl Fn(Layout) -> bool,
+) -> [usize; Version::ALL.len()] {
+    let cublas = Cublas::open(gpu).unwrap();
+    let mut ran = [0; Version::ALL.len()];
+    for layout in Layout::ALL {
+        for &shape in shapes {
+            let shape = GemmShape { layout, ..shape };
+            check_shape::<bf16>(gpu, &cublas, day, &shape, &mut ran);
+            if f16_in(layout) {
+                check_shape::<f16>(gpu, &cublas, day, &shape, &mut ran);
+            }
+        }
+    }
+    ran
+}
+
 /// Fails for a version that ran on none of the shapes (a version that refused everything
 /// would otherwise pass); the Hopper versions on another GPU say so in one line instead.
 fn assert_every_version_ran(test: &str, day: &TensorCoreGemm, ran: &[usize]) {
-    let counts = Version::ALL
-        .iter()
-        .map(|v| v.name())
-        .zip(ran.iter().copied());
-    let unavailable = |name: &str| {
-        let hopper_only = Version::ALL
-            .iter()
-            .any(|v| v.name() == name && v.is_hopper_only());
-        (hopper_only && !day.is_hopper()).then(|| "needs an sm_90 GPU (sm_90a kernels)".to_string())
-    };
-    testing::assert_every_version_ran(test, counts, unavailable, Vec::new());
+    let versions = Version::ALL.map(|v| (v.name(), v.is_hopper_only()));
+    let off_hopper = (!day.is_hopper()).then(|| "needs an sm_90 GPU (sm_90a kernels)".to_string());
+    testing::assert_every_version_ran_or_needs_hopper(test, versions, ran, off_hopper);
 }
 
 #[test]
 fn every_version_and_layout_matches_the_reference_on_odd_shapes() {
-    let Some(gpu) = testing::gpu_or_skip("day18 GPU test") else {
+    let Some((gpu, day)) = testing::day_or_skip("day18 GPU test", TensorCoreGemm::load) else {
         return;
     };
-    let cublas = Cublas::open(&gpu).unwrap();
-    let day = TensorCoreGemm::load(&gpu).unwrap();
-    // The linear layer's layout first: if the MN-major descriptor is wrong, nt still passes
-    // and the failure names the layout.
-    let mut ran = [0; Version::ALL.len()];
-    for layout in Layout::ALL {
-        for shape in shapes() {
-            let shape = GemmShape { layout, ..shape };
-            check_shape::<bf16>(&gpu, &cublas, &day, &shape, &mut ran);
-            check_shape::<f16>(&gpu, &cublas, &day, &shape, &mut ran);
-        }
-    }
+    let ran = check_in_every_layout(&gpu, &day, &shapes(), |_| true);
     assert_every_version_ran("day18 odd shapes", &day, &ran);
 }
 
@@ -211,21 +215,11 @@ fn multi_wave_shapes() -> Vec<GemmShape> {
 
 #[test]
 fn persistent_versions_are_checked_in_full_over_several_waves() {
-    let Some(gpu) = testing::gpu_or_skip("day18 GPU multi-wave") else {
+    let Some((gpu, day)) = testing::day_or_skip("day18 GPU multi-wave", TensorCoreGemm::load)
+    else {
         return;
     };
-    let cublas = Cublas::open(&gpu).unwrap();
-    let day = TensorCoreGemm::load(&gpu).unwrap();
-    let mut ran = [0; Version::ALL.len()];
-    for layout in Layout::ALL {
-        for shape in multi_wave_shapes() {
-            let shape = GemmShape { layout, ..shape };
-            check_shape::<bf16>(&gpu, &cublas, &day, &shape, &mut ran);
-            if layout == Layout::NT {
-                check_shape::<f16>(&gpu, &cublas, &day, &shape, &mut ran);
-            }
-        }
-    }
+    let ran = check_in_every_layout(&gpu, &day, &multi_wave_shapes(), |l| l == Layout::NT);
     assert_every_version_ran("day18 multi-wave", &day, &ran);
     // Every persistent version took every shape in each of its layouts (none refused).
     for (version, &count) in Version::ALL.iter().zip(&ran) {
@@ -242,10 +236,11 @@ fn persistent_versions_are_checked_in_full_over_several_waves() {
 /// fewer tiles than SMs). Tiles of one k step (k = 24) and of two (k = 72).
 #[test]
 fn reading_c_over_several_waves() {
-    let Some(gpu) = testing::gpu_or_skip("day18 GPU beta over several waves") else {
+    let Some((gpu, day)) =
+        testing::day_or_skip("day18 GPU beta over several waves", TensorCoreGemm::load)
+    else {
         return;
     };
-    let day = TensorCoreGemm::load(&gpu).unwrap();
     let mut ran = [0; Version::ALL.len()];
     // beta = 0.5 reads C (wgmma_prefetch_c's loads); beta = 1 is wgmma_tma_store's
     // reduce-add into C in L2.
@@ -429,11 +424,11 @@ fn check_alpha_beta<T: Element>(
 
 #[test]
 fn alpha_beta_and_padded_strides_in_every_layout() {
-    let Some(gpu) = testing::gpu_or_skip("day18 GPU alpha/beta") else {
+    let Some((gpu, day)) = testing::day_or_skip("day18 GPU alpha/beta", TensorCoreGemm::load)
+    else {
         return;
     };
     let cublas = Cublas::open(&gpu).unwrap();
-    let day = TensorCoreGemm::load(&gpu).unwrap();
     let mut ran = [0; Version::ALL.len()];
     for layout in Layout::ALL {
         for c_pad in [3, 8] {
@@ -459,10 +454,9 @@ fn alpha_beta_and_padded_strides_in_every_layout() {
 /// to mma_ldmatrix and the MN-major layouts are refused).
 #[test]
 fn the_library_entry_point_takes_views_and_refuses_what_it_must() {
-    let Some(gpu) = testing::gpu_or_skip("day18 GPU Gemm::run") else {
+    let Some((gpu, gemm)) = testing::day_or_skip("day18 GPU Gemm::run", Gemm::load) else {
         return;
     };
-    let gemm = Gemm::load(&gpu).unwrap();
     let (m, n, k) = (72, 80, 96);
     for layout in Layout::ALL {
         for offset in [8usize, 3] {
@@ -552,10 +546,9 @@ fn the_library_entry_point_takes_views_and_refuses_what_it_must() {
 /// The sizes each rule refuses, with its reason in the message.
 #[test]
 fn refusals_are_refusals() {
-    let Some(gpu) = testing::gpu_or_skip("day18 refusal test") else {
+    let Some((_gpu, day)) = testing::day_or_skip("day18 refusal test", TensorCoreGemm::load) else {
         return;
     };
-    let day = TensorCoreGemm::load(&gpu).unwrap();
     let nt = |m, n, k| GemmEx {
         b: Stored::Transposed,
         ..GemmEx::new(m, n, k)
@@ -645,10 +638,9 @@ fn refusals_are_refusals() {
 /// its alignment rule takes. Then the FP8 refusals.
 #[test]
 fn fp8_versions_match_the_reference() {
-    let Some(gpu) = testing::gpu_or_skip("day18 GPU FP8") else {
+    let Some((gpu, day)) = testing::day_or_skip("day18 GPU FP8", TensorCoreGemm::load) else {
         return;
     };
-    let day = TensorCoreGemm::load(&gpu).unwrap();
     if !day.is_hopper() {
         println!("SKIPPED day18 GPU FP8: the FP8 versions need an sm_90 GPU (Hopper)");
         return;

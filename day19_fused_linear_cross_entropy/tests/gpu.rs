@@ -95,27 +95,43 @@ fn check_fused(
     }
 }
 
-#[test]
-fn fused_versions_match_the_reference_on_odd_shapes() {
-    let Some(gpu) = testing::gpu_or_skip("day19 GPU fused correctness") else {
-        return;
-    };
-    let ce = CrossEntropy::load(&gpu).unwrap();
-    let cublas = Cublas::open(&gpu).unwrap();
+/// [`check_fused`] with `backend` on each T of `TOKENS` and V of `vocabs` (Hd = 72): naive
+/// (one chunk), then chunks of 16 (ragged at 17 and 100) and of 7, with the default options;
+/// and chunks of 16 with label smoothing, z-loss and a quarter of the targets ignored.
+/// Returns how many checks ran.
+fn check_every_token_count(
+    gpu: &Gpu,
+    ce: &CrossEntropy,
+    backend: &dyn GemmBackend,
+    vocabs: &[usize],
+) -> usize {
+    let mut ran = 0;
     for &tokens in TOKENS {
-        for &vocab in VOCABS {
+        for &vocab in vocabs {
             let shape = Shape {
                 tokens,
                 hidden: HIDDEN,
                 vocab,
             };
-            // Naive (one chunk), then chunks of 16 (ragged at 17 and 100) and of 7.
             for chunk in [tokens, 16, 7] {
-                check_fused(&gpu, &ce, &cublas, shape, chunk, &CeOptions::default(), 0.0);
+                check_fused(gpu, ce, backend, shape, chunk, &CeOptions::default(), 0.0);
+                ran += 1;
             }
-            check_fused(&gpu, &ce, &cublas, shape, 16, &options(0.1, 1e-3), 0.25);
+            check_fused(gpu, ce, backend, shape, 16, &options(0.1, 1e-3), 0.25);
+            ran += 1;
         }
     }
+    ran
+}
+
+#[test]
+fn fused_versions_match_the_reference_on_odd_shapes() {
+    let Some((gpu, ce)) = testing::day_or_skip("day19 GPU fused correctness", CrossEntropy::load)
+    else {
+        return;
+    };
+    let cublas = Cublas::open(&gpu).unwrap();
+    check_every_token_count(&gpu, &ce, &cublas, VOCABS);
 }
 
 /// V that day 18's TMA path takes (multiples of 8) and Hd = 72: 1, several and ragged chunks.
@@ -123,10 +139,10 @@ const DAY18_VOCABS: &[usize] = &[8, 1000, 4096];
 
 #[test]
 fn chunked_day18_matches_the_reference() {
-    let Some(gpu) = testing::gpu_or_skip("day19 GPU chunked_day18") else {
+    let Some((gpu, ce)) = testing::day_or_skip("day19 GPU chunked_day18", CrossEntropy::load)
+    else {
         return;
     };
-    let ce = CrossEntropy::load(&gpu).unwrap();
     let day18 = Day18Gemm::load(&gpu).unwrap();
     if !gpu_is_hopper(&gpu) {
         testing::note_skip(
@@ -135,22 +151,7 @@ fn chunked_day18_matches_the_reference() {
         );
         return;
     }
-    let mut ran = 0;
-    for &tokens in TOKENS {
-        for &vocab in DAY18_VOCABS {
-            let shape = Shape {
-                tokens,
-                hidden: HIDDEN,
-                vocab,
-            };
-            for chunk in [tokens, 16, 7] {
-                check_fused(&gpu, &ce, &day18, shape, chunk, &CeOptions::default(), 0.0);
-                ran += 1;
-            }
-            check_fused(&gpu, &ce, &day18, shape, 16, &options(0.1, 1e-3), 0.25);
-            ran += 1;
-        }
-    }
+    let ran = check_every_token_count(&gpu, &ce, &day18, DAY18_VOCABS);
     assert!(ran > 0, "chunked_day18 ran no shape");
     // Everything ignored, and the cluster kernel's long rows.
     let shape = Shape {
@@ -229,10 +230,9 @@ fn chunked_day18_refuses_what_day18_refuses() {
 /// vocabulary that is not a multiple of any tile and is long enough for cluster_push (32776).
 #[test]
 fn more_chunks_than_sms() {
-    let Some(gpu) = testing::gpu_or_skip("day19 GPU many chunks") else {
+    let Some((gpu, ce)) = testing::day_or_skip("day19 GPU many chunks", CrossEntropy::load) else {
         return;
     };
-    let ce = CrossEntropy::load(&gpu).unwrap();
     let shape = Shape {
         tokens: 140,
         hidden: 64,
@@ -251,10 +251,9 @@ fn more_chunks_than_sms() {
 
 #[test]
 fn all_ignored_gives_zero_loss_and_zero_gradients() {
-    let Some(gpu) = testing::gpu_or_skip("day19 GPU all ignored") else {
+    let Some((gpu, ce)) = testing::day_or_skip("day19 GPU all ignored", CrossEntropy::load) else {
         return;
     };
-    let ce = CrossEntropy::load(&gpu).unwrap();
     let cublas = Cublas::open(&gpu).unwrap();
     let shape = Shape {
         tokens: 17,
@@ -266,10 +265,9 @@ fn all_ignored_gives_zero_loss_and_zero_gradients() {
 
 #[test]
 fn a_hidden_size_not_a_multiple_of_8_and_a_long_vocabulary_work() {
-    let Some(gpu) = testing::gpu_or_skip("day19 GPU odd hidden") else {
+    let Some((gpu, ce)) = testing::day_or_skip("day19 GPU odd hidden", CrossEntropy::load) else {
         return;
     };
-    let ce = CrossEntropy::load(&gpu).unwrap();
     let cublas = Cublas::open(&gpu).unwrap();
     // Hd = 13: no GEMM operand is 16-byte aligned; V = 32768: the cluster kernel's rows.
     for (hidden, vocab) in [(13, 1000), (64, 32768)] {
@@ -344,10 +342,10 @@ fn check_ce_only(
 
 #[test]
 fn cross_entropy_alone_matches_the_reference() {
-    let Some(gpu) = testing::gpu_or_skip("day19 GPU cross-entropy") else {
+    let Some((gpu, ce)) = testing::day_or_skip("day19 GPU cross-entropy", CrossEntropy::load)
+    else {
         return;
     };
-    let ce = CrossEntropy::load(&gpu).unwrap();
     // Rows of 8 (one pack, so 7 blocks of a cluster have empty slices), 4096 (a cluster slice of
     // 64 packs), 131072 (the cluster's largest),
     // and vocabularies the cluster kernel refuses but two_pass takes (odd, and over the limit).
@@ -392,10 +390,9 @@ fn cross_entropy_alone_matches_the_reference() {
 
 #[test]
 fn the_loss_is_deterministic() {
-    let Some(gpu) = testing::gpu_or_skip("day19 GPU determinism") else {
+    let Some((gpu, ce)) = testing::day_or_skip("day19 GPU determinism", CrossEntropy::load) else {
         return;
     };
-    let ce = CrossEntropy::load(&gpu).unwrap();
     let (rows, vocab) = (300, 32000);
     let logits = gpu
         .upload(&inputs::logits::<bf16>(rows * vocab, 3))
@@ -424,10 +421,9 @@ fn the_loss_is_deterministic() {
 
 #[test]
 fn refusals_are_clear() {
-    let Some(gpu) = testing::gpu_or_skip("day19 GPU refusals") else {
+    let Some((gpu, ce)) = testing::day_or_skip("day19 GPU refusals", CrossEntropy::load) else {
         return;
     };
-    let ce = CrossEntropy::load(&gpu).unwrap();
     let shape = Shape {
         tokens: 4,
         hidden: 8,

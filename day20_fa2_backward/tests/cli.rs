@@ -3,7 +3,6 @@
 //! panic, no division by zero, no abort while building a vector, no size that wraps around.
 
 use common::family::attention;
-use common::testing::{assert_all_refused, day_binary};
 
 /// `(arguments, what the error must say)` that only this day refuses.
 const REFUSED: &[(&str, &str)] = &[
@@ -12,9 +11,4 @@ const REFUSED: &[(&str, &str)] = &[
     ("--deterministic --dtype f32", "bf16 or f16"),
 ];
 
-#[test]
-fn bad_requests_are_refused_before_the_gpu() {
-    let binary = day_binary(env!("CARGO_BIN_EXE_day20"));
-    assert_all_refused(&binary, attention::REFUSED_REQUESTS);
-    assert_all_refused(&binary, REFUSED);
-}
+common::test_refused_requests!("day20", attention::REFUSED_REQUESTS, REFUSED);

@@ -111,6 +111,17 @@ impl<'g> Grid<'g> {
     }
 }
 
+/// The opening and the end of a grid test: the GPU and the day (or the `SKIPPED` line that
+/// `what` names), a fresh [`Grid`] that `fill` checks shapes on, then its verdict as `test`.
+fn on_a_grid(what: &str, test: &str, fill: impl FnOnce(&mut Grid)) {
+    let Some((gpu, day)) = testing::day_or_skip(what, Conv::load) else {
+        return;
+    };
+    let mut grid = Grid::new(&gpu, &day);
+    fill(&mut grid);
+    grid.finish(test);
+}
+
 fn image(h: usize, w: usize, (kh, kw): (usize, usize)) -> Conv2dShape {
     Conv2dShape {
         batch: 1,
@@ -130,93 +141,80 @@ fn both_types(grid: &mut Grid, shape: Shape, refused: &[&str]) {
 
 #[test]
 fn conv1d_every_version_matches_the_reference() {
-    let Some(gpu) = testing::gpu_or_skip("day21 GPU conv1d correctness") else {
-        return;
-    };
-    let day = Conv::load(&gpu).unwrap();
-    let mut grid = Grid::new(&gpu, &day);
-    for &n in LENGTHS {
-        for &width in WIDTHS {
-            both_types(&mut grid, Shape::Conv1d { n, width }, &[]);
+    on_a_grid("day21 GPU conv1d correctness", "day21 conv1d", |grid| {
+        for &n in LENGTHS {
+            for &width in WIDTHS {
+                both_types(grid, Shape::Conv1d { n, width }, &[]);
+            }
         }
-    }
-    grid.finish("day21 conv1d");
+    });
 }
 
 #[test]
 fn conv2d_single_image_every_version_matches_the_reference() {
-    let Some(gpu) = testing::gpu_or_skip("day21 GPU conv2d correctness") else {
-        return;
-    };
-    let day = Conv::load(&gpu).unwrap();
-    let mut grid = Grid::new(&gpu, &day);
-    for &(h, w) in IMAGES {
-        for &filter in FILTERS {
-            both_types(&mut grid, Shape::Conv2d(image(h, w, filter)), &[]);
+    on_a_grid("day21 GPU conv2d correctness", "day21 conv2d", |grid| {
+        for &(h, w) in IMAGES {
+            for &filter in FILTERS {
+                both_types(grid, Shape::Conv2d(image(h, w, filter)), &[]);
+            }
         }
-    }
-    grid.finish("day21 conv2d");
+    });
 }
 
 #[test]
 fn conv2d_nchw_every_version_matches_the_reference() {
-    let Some(gpu) = testing::gpu_or_skip("day21 GPU conv2d_nchw correctness") else {
-        return;
-    };
-    let day = Conv::load(&gpu).unwrap();
-    let mut grid = Grid::new(&gpu, &day);
-    for &(batch, in_channels, out_channels) in CHANNELS {
-        for &(h, w) in &IMAGES[..5] {
-            // 5 x 5 with one output channel takes vec_regs' fixed-size kernel: here with
-            // several input channels, whose tiles it stages one after another.
-            for &filter in &[(1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (7, 7), (3, 5)] {
-                let shape = Conv2dShape {
-                    batch,
-                    in_channels,
-                    out_channels,
-                    ..image(h, w, filter)
-                };
-                both_types(&mut grid, Shape::Conv2d(shape), &[]);
+    on_a_grid(
+        "day21 GPU conv2d_nchw correctness",
+        "day21 conv2d_nchw",
+        |grid| {
+            for &(batch, in_channels, out_channels) in CHANNELS {
+                for &(h, w) in &IMAGES[..5] {
+                    // 5 x 5 with one output channel takes vec_regs' fixed-size kernel: here with
+                    // several input channels, whose tiles it stages one after another.
+                    for &filter in &[(1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (7, 7), (3, 5)] {
+                        let shape = Conv2dShape {
+                            batch,
+                            in_channels,
+                            out_channels,
+                            ..image(h, w, filter)
+                        };
+                        both_types(grid, Shape::Conv2d(shape), &[]);
+                    }
+                }
             }
-        }
-    }
-    grid.finish("day21 conv2d_nchw");
+        },
+    );
 }
 
 #[test]
 fn a_filter_beyond_the_constant_copy_is_refused_by_the_versions_that_need_it() {
-    let Some(gpu) = testing::gpu_or_skip("day21 GPU constant-memory limit") else {
-        return;
-    };
-    let day = Conv::load(&gpu).unwrap();
-    let mut grid = Grid::new(&gpu, &day);
-    // 32 x 64 x 2 x 2 = 8192 taps: the most the copy holds, every version runs.
-    let at_limit = Conv2dShape {
-        batch: 1,
-        in_channels: 64,
-        out_channels: 32,
-        ..image(5, 9, (2, 2))
-    };
-    assert_eq!(at_limit.weight_len(), CONST_FILTER_CAPACITY);
-    both_types(&mut grid, Shape::Conv2d(at_limit), &[]);
-    let over = Conv2dShape {
-        out_channels: 33,
-        ..at_limit
-    };
-    both_types(
-        &mut grid,
-        Shape::Conv2d(over),
-        &["const_filter", "vec_regs"],
+    on_a_grid(
+        "day21 GPU constant-memory limit",
+        "day21 constant-memory limit",
+        |grid| {
+            // 32 x 64 x 2 x 2 = 8192 taps: the most the copy holds, every version runs.
+            let at_limit = Conv2dShape {
+                batch: 1,
+                in_channels: 64,
+                out_channels: 32,
+                ..image(5, 9, (2, 2))
+            };
+            assert_eq!(at_limit.weight_len(), CONST_FILTER_CAPACITY);
+            both_types(grid, Shape::Conv2d(at_limit), &[]);
+            let over = Conv2dShape {
+                out_channels: 33,
+                ..at_limit
+            };
+            both_types(grid, Shape::Conv2d(over), &["const_filter", "vec_regs"]);
+        },
     );
-    grid.finish("day21 constant-memory limit");
 }
 
 #[test]
 fn wrong_buffers_are_refused_before_the_launch() {
-    let Some(gpu) = testing::gpu_or_skip("day21 GPU launcher checks") else {
+    let Some((gpu, day)) = testing::day_or_skip("day21 GPU launcher checks", Conv::load) else {
         return;
     };
-    let day = Conv::load(&gpu).unwrap();
     let shape = Shape::Conv1d { n: 100, width: 5 };
     let mut launch = day.plan::<f32>(&gpu, "vec_regs", &shape).unwrap().launch;
     let x = gpu.upload(&[1.0f32; 100]).unwrap();

@@ -1,8 +1,6 @@
 //! day22's command line: each bad request below is refused with exit 2 and one `error:` line
 //! saying why, before any GPU is opened (so this runs, and must pass, on machines without one).
 
-use common::testing::{assert_all_refused, day_binary};
-
 /// (arguments separated by spaces, what the error must say).
 const REFUSED: &[(&str, &str)] = &[
     ("--rows 4 --width 16 --k 0", "'--k <K>': must be at least 1"),
@@ -53,7 +51,4 @@ const REFUSED: &[(&str, &str)] = &[
     ),
 ];
 
-#[test]
-fn bad_requests_are_refused_before_the_gpu() {
-    assert_all_refused(&day_binary(env!("CARGO_BIN_EXE_day22")), REFUSED);
-}
+common::test_refused_requests!("day22", REFUSED);

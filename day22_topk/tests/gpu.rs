@@ -127,10 +127,9 @@ fn grid<T: TopkValue>(gpu: &Gpu, day: &TopK, specials: &[T], t: &mut Tally) {
 
 #[test]
 fn every_version_matches_the_reference_bit_for_bit() {
-    let Some(gpu) = testing::gpu_or_skip("day22 GPU correctness") else {
+    let Some((gpu, day)) = testing::day_or_skip("day22 GPU correctness", TopK::load) else {
         return;
     };
-    let day = TopK::load(&gpu).unwrap();
     let mut tally = Tally::new();
     grid::<f32>(&gpu, &day, &special_f32(), &mut tally);
     grid::<bf16>(&gpu, &day, &special_bf16(), &mut tally);
@@ -144,10 +143,9 @@ fn every_version_matches_the_reference_bit_for_bit() {
 
 #[test]
 fn warp_bitonic_refuses_k_above_its_list_and_bad_buffers_are_errors() {
-    let Some(gpu) = testing::gpu_or_skip("day22 GPU refusals") else {
+    let Some((gpu, day)) = testing::day_or_skip("day22 GPU refusals", TopK::load) else {
         return;
     };
-    let day = TopK::load(&gpu).unwrap();
     let shape = Shape::new(2, 4096, 129).unwrap();
     let refused = day.plan::<f32>(&gpu, "warp_bitonic", shape).err().unwrap();
     assert!(refused.is::<Refused>(), "{refused}");

@@ -1,12 +1,10 @@
 //! day23's command line: each bad request below is refused with exit 2 and one `error:` line
 //! saying why, before any GPU is opened (so this runs, and must pass, on machines without one).
 
-use common::testing::{assert_refused, day_binary};
-
 /// (arguments separated by spaces, what the error must say).
 const REFUSED: &[(&str, &str)] = &[
-    ("--size 0", "has an empty dimension"),
-    ("--m 0 --n 16 --k 16", "has an empty dimension"),
+    ("--size 0", "must be at least 1"),
+    ("--m 0 --n 16 --k 16", "must be at least 1"),
     ("--size 1000", "k = 1000 is not a multiple of 16"),
     ("--m 16 --n 16 --k 24", "k = 24 is not a multiple of 16"),
     ("--size 2147483648", "dimensions must be below 2^31"),
@@ -38,11 +36,4 @@ const REFUSED: &[(&str, &str)] = &[
     ("--kernel nope", "there is no kernel `nope` here"),
 ];
 
-#[test]
-fn bad_requests_are_refused_before_the_gpu() {
-    let binary = day_binary(env!("CARGO_BIN_EXE_day23"));
-    for (args, expect) in REFUSED {
-        let args: Vec<&str> = args.split_whitespace().collect();
-        assert_refused(&binary, &args, expect);
-    }
-}
+common::test_refused_requests!("day23", REFUSED);

@@ -120,16 +120,13 @@ fn check_problem(
 }
 
 fn assert_every_version_ran(test: &str, gpu: &Gpu, ran: &[usize]) {
-    let counts = Version::ALL
-        .iter()
-        .map(|v| v.name())
-        .zip(ran.iter().copied());
-    let unavailable = |name: &str| {
-        Version::from_name(name)
-            .filter(|v| v.is_hopper_only())
-            .and_then(|_| testing::needs_sm90a(gpu))
-    };
-    testing::assert_every_version_ran(test, counts, unavailable, Vec::new());
+    let versions = Version::ALL.map(|v| (v.name(), v.is_hopper_only()));
+    testing::assert_every_version_ran_or_needs_hopper(
+        test,
+        versions,
+        ran,
+        testing::needs_sm90a(gpu),
+    );
 }
 
 fn random_operands(s: &Shape, seed: u64) -> (Vec<i8>, Vec<i8>) {
@@ -141,10 +138,9 @@ fn random_operands(s: &Shape, seed: u64) -> (Vec<i8>, Vec<i8>) {
 
 #[test]
 fn every_version_and_epilogue_matches_the_reference_on_odd_shapes() {
-    let Some(gpu) = testing::gpu_or_skip("day23 GPU test") else {
+    let Some((gpu, day)) = testing::day_or_skip("day23 GPU test", Int8Gemm::load) else {
         return;
     };
-    let day = Int8Gemm::load(&gpu).unwrap();
     let mut ran = [0; Version::ALL.len()];
     for s in shapes() {
         let (a, b) = random_operands(&s, (s.m * 31 + s.n * 7 + s.k) as u64);
@@ -169,10 +165,10 @@ fn every_version_and_epilogue_matches_the_reference_on_odd_shapes() {
 /// reused from tile to tile and its boxes clipped at both edges.
 #[test]
 fn a_persistent_kernel_is_right_after_its_first_wave() {
-    let Some(gpu) = testing::gpu_or_skip("day23 GPU test (multi-wave)") else {
+    let Some((gpu, day)) = testing::day_or_skip("day23 GPU test (multi-wave)", Int8Gemm::load)
+    else {
         return;
     };
-    let day = Int8Gemm::load(&gpu).unwrap();
     let s = shape(2600, 5000, 32);
     assert!(s.m.div_ceil(128) * s.n.div_ceil(256) > 3 * 132);
     let (a, b) = random_operands(&s, 5);
@@ -194,10 +190,9 @@ fn a_persistent_kernel_is_right_after_its_first_wave() {
 /// and (-128)(-128) = 16384 without (2 147 221 504). One step more is refused.
 #[test]
 fn k_at_the_int32_bound_is_exact_and_one_more_step_is_refused() {
-    let Some(gpu) = testing::gpu_or_skip("day23 GPU test (k bound)") else {
+    let Some((gpu, day)) = testing::day_or_skip("day23 GPU test (k bound)", Int8Gemm::load) else {
         return;
     };
-    let day = Int8Gemm::load(&gpu).unwrap();
     let mut ran = [0; Version::ALL.len()];
     for (zero_points, a_value, b_value, q) in [
         (true, 127i8, -128i8, Quant::per_tensor(-128, 127)),
@@ -233,10 +228,9 @@ fn k_at_the_int32_bound_is_exact_and_one_more_step_is_refused() {
 
 #[test]
 fn k_off_16_bytes_is_refused_by_every_version() {
-    let Some(gpu) = testing::gpu_or_skip("day23 GPU test (refusals)") else {
+    let Some((gpu, day)) = testing::day_or_skip("day23 GPU test (refusals)", Int8Gemm::load) else {
         return;
     };
-    let day = Int8Gemm::load(&gpu).unwrap();
     for k in [1, 8, 24, 1000] {
         let s = shape(33, 17, k);
         for version in Version::ALL {

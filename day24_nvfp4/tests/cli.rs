@@ -1,8 +1,6 @@
 //! day24's command line: each bad request below is refused with exit 2 and one `error:` line
 //! saying why, before any GPU is opened (so this runs, and must pass, on machines without one).
 
-use common::testing::{assert_refused, day_binary};
-
 /// (arguments separated by spaces, what the error must say).
 const REFUSED: &[(&str, &str)] = &[
     ("--rows 0", "'--rows <ROWS>': must be at least 1"),
@@ -51,11 +49,4 @@ const REFUSED: &[(&str, &str)] = &[
     ),
 ];
 
-#[test]
-fn bad_requests_are_refused_before_the_gpu() {
-    let binary = day_binary(env!("CARGO_BIN_EXE_day24"));
-    for (args, expect) in REFUSED {
-        let args: Vec<&str> = args.split_whitespace().collect();
-        assert_refused(&binary, &args, expect);
-    }
-}
+common::test_refused_requests!("day24", REFUSED);

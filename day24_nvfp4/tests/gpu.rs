@@ -5,7 +5,7 @@
 
 use common::measure::poison_check;
 use common::session::{Refused, launch_and_read};
-use common::{Gpu, Tolerance, measure::check, measure::inputs, testing};
+use common::{Gpu, measure::check, measure::inputs, testing};
 use day24::Nvfp4Dev;
 use day24::gemm::{self, Gemm};
 use day24::gemv::{self, Gemv, Weights};
@@ -31,30 +31,28 @@ fn check_quantize(gpu: &Gpu, day: &Quantize, x: &[bf16], rows: usize, cols: usiz
     for run in 0..2 {
         gpu.poison(&mut plan.scales).unwrap();
         gpu.poison(&mut plan.tensor_scale).unwrap();
-        let mut launch = |p: &mut _| plan.launch(gpu, &x_dev, p);
-        let got = launch_and_read(gpu, &mut packed, &mut launch).unwrap();
-        let report = check::compare_at(
-            &got,
-            &split.checked_at,
-            &split.checked_values,
-            &[n / 2],
-            Tolerance::EXACT,
-        );
-        assert!(report.passed(), "{what} run {run}, codes: {report}");
         let what = format!("{what} run {run}");
-        split
-            .require_written(gpu, &mut packed, &mut launch, &what)
-            .unwrap();
+        let mut launch = |p: &mut _| plan.launch(gpu, &x_dev, p);
+        let codes = format!("{what}, codes");
+        let dims = [n / 2];
+        testing::assert_exact_even_where_poison_valued(
+            gpu,
+            &split,
+            &mut packed,
+            &mut launch,
+            &dims,
+            &codes,
+        );
         assert_eq!(
             gpu.download(&plan.scales).unwrap(),
             want.scales,
-            "{what} run {run}: scales"
+            "{what}: scales"
         );
         let got_ts = gpu.download(&plan.tensor_scale).unwrap()[0];
         assert_eq!(
             got_ts.to_bits(),
             want.tensor_scale.to_bits(),
-            "{what} run {run}: tensor scale"
+            "{what}: tensor scale"
         );
     }
 }
@@ -90,10 +88,10 @@ const SHAPES: &[(usize, usize)] = &[
 
 #[test]
 fn quantize_and_dequantize_match_the_cpu_bit_for_bit() {
-    let Some(gpu) = testing::gpu_or_skip("day24 quantize correctness") else {
+    let Some((gpu, day)) = testing::day_or_skip("day24 quantize correctness", Quantize::load)
+    else {
         return;
     };
-    let day = Quantize::load(&gpu).unwrap();
     for (i, &(rows, cols)) in SHAPES.iter().enumerate() {
         let mut x: Vec<bf16> = inputs::uniform(rows * cols, -3.0, 5.0, i as u64);
         // An outlier at the end, inside the last block.
@@ -106,10 +104,9 @@ fn quantize_and_dequantize_match_the_cpu_bit_for_bit() {
 
 #[test]
 fn quantize_handles_zeros_ties_subnormal_scales_and_non_finite_values() {
-    let Some(gpu) = testing::gpu_or_skip("day24 quantize edge cases") else {
+    let Some((gpu, day)) = testing::day_or_skip("day24 quantize edge cases", Quantize::load) else {
         return;
     };
-    let day = Quantize::load(&gpu).unwrap();
     let b = bf16::from_f32;
     // All zero: tensor scale 1, every scale and code 0.
     check_quantize(&gpu, &day, &[b(0.0); 64], 2, 32);
@@ -194,10 +191,9 @@ fn check_gemv(gpu: &Gpu, day: &Gemv, n: usize, k: usize, seed: u64) {
 
 #[test]
 fn gemv_versions_are_right_on_odd_shapes() {
-    let Some(gpu) = testing::gpu_or_skip("day24 gemv correctness") else {
+    let Some((gpu, day)) = testing::day_or_skip("day24 gemv correctness", Gemv::load) else {
         return;
     };
-    let day = Gemv::load(&gpu).unwrap();
     let many = 8 * gpu.info.sms as usize + 13; // more rows than one per SM's warp
     let mut seed = 100;
     for &k in &[16, 32, 48, 4112, 8192] {
@@ -214,10 +210,9 @@ const FULL_CHECK_MACS: usize = 1 << 28;
 
 #[test]
 fn gemm_is_right_on_odd_shapes() {
-    let Some(gpu) = testing::gpu_or_skip("day24 gemm correctness") else {
+    let Some((gpu, day)) = testing::day_or_skip("day24 gemm correctness", Gemm::load) else {
         return;
     };
-    let day = Gemm::load(&gpu).unwrap();
     let shapes = [
         (1, 1, 16),
         (7, 129, 48),
@@ -273,10 +268,9 @@ fn gemm_is_right_on_odd_shapes() {
 
 #[test]
 fn launchers_refuse_what_the_kernels_cannot_take() {
-    let Some(gpu) = testing::gpu_or_skip("day24 refusals") else {
+    let Some((gpu, gemv_day)) = testing::day_or_skip("day24 refusals", Gemv::load) else {
         return;
     };
-    let gemv_day = Gemv::load(&gpu).unwrap();
     let err = gemv_day.plan(gemv::Version::Bf16Warp, 2, 40).err().unwrap();
     assert!(err.to_string().contains("multiple of 16"), "{err}");
     let q = Quantize::load(&gpu).unwrap();

@@ -5,11 +5,10 @@ use std::rc::Rc;
 
 use anyhow::Result;
 
-use super::{BenchCase, Work, default_seed};
+use super::{BenchCase, Work, uniform_input};
 use crate::family::matmul::{CEILING, MatmulDay, Shape};
 use crate::gpu::Gpu;
 use crate::gpu::cublas::Cublas;
-use crate::measure::inputs;
 
 /// cuBLAS SGEMM (the table's ceiling row, in the same process) and `versions` of `D` on `D`'s
 /// first default problem, on the A and B its `main` makes from the default seed. Throughput in
@@ -21,14 +20,8 @@ pub fn matmul_cases<'a, D: MatmulDay>(
 ) -> Result<Vec<BenchCase<'a>>> {
     let shape = D::DEFAULT_PROBLEMS[0];
     let Shape { m, n, k } = shape;
-    let seed = default_seed()?;
-    let a = Rc::new(gpu.upload(&inputs::uniform::<f32>(m * k, -1.0, 1.0, seed))?);
-    let b = Rc::new(gpu.upload(&inputs::uniform::<f32>(
-        k * n,
-        -1.0,
-        1.0,
-        seed.wrapping_add(1),
-    ))?);
+    let a = Rc::new(uniform_input::<f32>(gpu, m * k, (-1.0, 1.0), 0)?);
+    let b = Rc::new(uniform_input::<f32>(gpu, k * n, (-1.0, 1.0), 1)?);
     let work = Work::Flops(shape.flops());
     let mut cases = Vec::with_capacity(versions.len() + 1);
     let cublas = Cublas::open(gpu)?;

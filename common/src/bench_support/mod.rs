@@ -18,8 +18,12 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Command, FromArgMatches};
+use cudarc::driver::CudaSlice;
 
 use crate::cli::CommonArgs;
+use crate::element::Element;
+use crate::gpu::Gpu;
+use crate::measure::inputs;
 
 pub use attention::attention_default_problem;
 pub use matmul::matmul_cases;
@@ -124,6 +128,19 @@ pub fn defaults<A: Args + FromArgMatches>() -> Result<A> {
 /// The `--seed` a day's `main` uses when none is given: the bench's inputs are the table's.
 pub fn default_seed() -> Result<u64> {
     Ok(defaults::<CommonArgs>()?.seed)
+}
+
+/// `len` values uniform in `[lo, hi)` on the GPU, drawn from the default `--seed` plus
+/// `offset` (a day's `main` draws its first input from the seed, its second from seed + 1):
+/// the inputs the day's table is measured on.
+pub fn uniform_input<T: Element>(
+    gpu: &Gpu,
+    len: usize,
+    (lo, hi): (f64, f64),
+    offset: u64,
+) -> Result<CudaSlice<T>> {
+    let seed = default_seed()?.wrapping_add(offset);
+    gpu.upload(&inputs::uniform::<T>(len, lo, hi, seed))
 }
 
 #[cfg(test)]
