@@ -142,6 +142,40 @@ fn nothing_ran(reports: &[crate::measure::report::DayReport]) -> Option<UsageErr
     )))
 }
 
+/// The size flags of a GEMM day: one square problem, or m, n and k together, each at least 1.
+/// Without them the day runs its default problems.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GemmSizeArgs {
+    /// A square problem m = n = k = SIZE, instead of the day's default problems.
+    #[arg(long, value_parser = crate::sizes::positive_u64, conflicts_with_all = ["m", "n", "k"])]
+    pub size: Option<u64>,
+    /// Rows of A and C (with --n and --k, a problem instead of the defaults).
+    #[arg(long, requires_all = ["n", "k"], value_parser = crate::sizes::positive_u64)]
+    pub m: Option<u64>,
+    /// Columns of C: B's columns as the product reads it.
+    #[arg(long, requires_all = ["m", "k"], value_parser = crate::sizes::positive_u64)]
+    pub n: Option<u64>,
+    /// Columns of A: the length of each dot product.
+    #[arg(long, requires_all = ["m", "n"], value_parser = crate::sizes::positive_u64)]
+    pub k: Option<u64>,
+}
+
+impl GemmSizeArgs {
+    /// The one problem the flags ask for, `(m, n, k)`, or `None` for the day's defaults.
+    pub fn problem(&self) -> Option<(u64, u64, u64)> {
+        match (self.size, self.m, self.n, self.k) {
+            (Some(s), ..) => Some((s, s, s)),
+            (None, Some(m), Some(n), Some(k)) => Some((m, n, k)),
+            _ => None,
+        }
+    }
+
+    /// Whether the flags ask for a problem of their own.
+    pub fn given(&self) -> bool {
+        self.problem().is_some()
+    }
+}
+
 /// `count` elements of `elem_bytes` each, in bytes, or a clear error if that overflows.
 pub fn bytes_for(what: &str, count: u64, elem_bytes: u64) -> Result<u64, UsageError> {
     count

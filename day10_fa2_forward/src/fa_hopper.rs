@@ -234,12 +234,7 @@ mod tests {
     /// write.
     #[test]
     fn the_kernels_parameter_struct_is_the_launchers() {
-        common::gpu::params::assert_generated(
-            env!("CARGO_MANIFEST_DIR"),
-            "src/fa_hopper_params.cuh",
-            include_str!("fa_hopper_params.cuh"),
-            &params_header(),
-        );
+        common::assert_generated_header!("fa_hopper_params.cuh", &params_header());
     }
 
     /// Without the tile defines `fa_hopper.cu` stops at its `#error`: the kernels cannot be

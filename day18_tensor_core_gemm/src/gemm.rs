@@ -690,12 +690,7 @@ mod tests {
     /// The checked-in `gemm_params.cuh` is what [`MmaParams`] and [`WgmmaParams`] write.
     #[test]
     fn the_kernels_parameter_structs_are_the_launchers() {
-        common::gpu::params::assert_generated(
-            env!("CARGO_MANIFEST_DIR"),
-            "src/gemm_params.cuh",
-            include_str!("gemm_params.cuh"),
-            &params_header(),
-        );
+        common::assert_generated_header!("gemm_params.cuh", &params_header());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
 use common::UsageError;
-use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
+use common::cli::{CommonArgs, GemmSizeArgs, bytes_for, check_host_fits, finish_reports, run_main};
 use common::dtype::Dtype;
 use common::gpu::cublas::{Cublas, Stored};
 use common::gpu::cublaslt::CublasLt;
@@ -22,18 +22,8 @@ use half::{bf16, f16};
 #[derive(Parser)]
 #[command(version, about)]
 struct Args {
-    /// A square problem m = n = k = SIZE, instead of the day's default problems.
-    #[arg(long, conflicts_with_all = ["m", "n", "k"])]
-    size: Option<usize>,
-    /// Rows of A and C (with --n and --k).
-    #[arg(long, requires_all = ["n", "k"])]
-    m: Option<usize>,
-    /// Columns of op(B) and of C.
-    #[arg(long, requires_all = ["m", "k"])]
-    n: Option<usize>,
-    /// The length of each dot product.
-    #[arg(long, requires_all = ["m", "n"])]
-    k: Option<usize>,
+    #[command(flatten)]
+    sizes: GemmSizeArgs,
     /// Independent products in one call (batched GEMM, operands back to back).
     #[arg(long, default_value_t = 1)]
     batch: usize,
@@ -96,10 +86,8 @@ fn problems(args: &Args) -> Result<Vec<GemmShape>> {
         GemmShape::SWEEP_SIZES.map(GemmShape::square).to_vec()
     } else if args.llm {
         GemmShape::LLM.to_vec()
-    } else if let Some(s) = args.size {
-        vec![GemmShape::square(s)]
-    } else if let (Some(m), Some(n), Some(k)) = (args.m, args.n, args.k) {
-        vec![GemmShape::rect(m, n, k)]
+    } else if let Some((m, n, k)) = args.sizes.problem() {
+        vec![GemmShape::rect(m as usize, n as usize, k as usize)]
     } else {
         GemmShape::DEFAULTS.to_vec()
     };
@@ -134,7 +122,7 @@ fn run(args: Args) -> Result<()> {
         .into());
     }
     let selected = args.common.select_versions(&kernel_names())?;
-    let default_run = !args.sweep && !args.llm && args.size.is_none() && args.m.is_none();
+    let default_run = !args.sweep && !args.llm && !args.sizes.given();
     let (shapes, fp8_shapes) = if args.fp8 {
         (Vec::new(), problems(&args)?)
     } else if default_run {

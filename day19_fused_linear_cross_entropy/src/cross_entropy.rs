@@ -429,12 +429,7 @@ mod tests {
     /// The checked-in `cross_entropy_params.cuh` is what [`CeRowParams`] writes.
     #[test]
     fn the_kernels_parameter_struct_is_the_launchers() {
-        common::gpu::params::assert_generated(
-            env!("CARGO_MANIFEST_DIR"),
-            "src/cross_entropy_params.cuh",
-            include_str!("cross_entropy_params.cuh"),
-            &params_header(),
-        );
+        common::assert_generated_header!("cross_entropy_params.cuh", &params_header());
     }
 
     #[test]

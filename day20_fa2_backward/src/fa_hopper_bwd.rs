@@ -360,12 +360,7 @@ mod tests {
             ],
             &parts,
         );
-        common::gpu::params::assert_generated(
-            env!("CARGO_MANIFEST_DIR"),
-            "src/fa_hopper_bwd_params.cuh",
-            include_str!("fa_hopper_bwd_params.cuh"),
-            &header,
-        );
+        common::assert_generated_header!("fa_hopper_bwd_params.cuh", &header);
     }
 
     #[test]

@@ -355,12 +355,7 @@ mod tests {
     /// The checked-in `int8_gemm_params.cuh` is what the parameter declarations write.
     #[test]
     fn the_kernels_parameter_structs_are_the_launchers() {
-        common::gpu::params::assert_generated(
-            env!("CARGO_MANIFEST_DIR"),
-            "src/int8_gemm_params.cuh",
-            include_str!("int8_gemm_params.cuh"),
-            &params_header(),
-        );
+        common::assert_generated_header!("int8_gemm_params.cuh", &params_header());
     }
 
     #[test]

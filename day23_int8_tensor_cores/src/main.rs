@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
 use common::UsageError;
-use common::cli::{CommonArgs, bytes_for, check_host_fits, finish_reports, run_main};
+use common::cli::{CommonArgs, GemmSizeArgs, bytes_for, check_host_fits, finish_reports, run_main};
 use day23::cublaslt::CublasLtInt8;
 use day23::problem::{Quant, Shape};
 use day23::run::{CUBLASLT, Runner};
@@ -19,18 +19,8 @@ use half::bf16;
 #[derive(Parser)]
 #[command(version, about)]
 struct Args {
-    /// A square problem m = n = k = SIZE, instead of the day's default problems.
-    #[arg(long, conflicts_with_all = ["m", "n", "k"])]
-    size: Option<usize>,
-    /// Rows of A and C (with --n and --k).
-    #[arg(long, requires_all = ["n", "k"])]
-    m: Option<usize>,
-    /// Rows of B (output channels), columns of C.
-    #[arg(long, requires_all = ["m", "k"])]
-    n: Option<usize>,
-    /// The length of each dot product (a multiple of 16).
-    #[arg(long, requires_all = ["m", "n"])]
-    k: Option<usize>,
+    #[command(flatten)]
+    sizes: GemmSizeArgs,
     /// The output of a --size / --m problem: exact int32, or scaled to bf16.
     #[arg(long, value_enum, default_value_t = OutArg::S32)]
     out: OutArg,
@@ -66,13 +56,11 @@ fn kernel_names() -> Vec<&'static str> {
 
 /// The problems to run, each checked before anything is allocated.
 fn problems(args: &Args) -> Result<Vec<(Shape, Out, Quant)>> {
-    let one = if let Some(s) = args.size {
-        Some(Shape::square(s))
-    } else if let (Some(m), Some(n), Some(k)) = (args.m, args.n, args.k) {
-        Some(Shape { m, n, k })
-    } else {
-        None
-    };
+    let one = args.sizes.problem().map(|(m, n, k)| Shape {
+        m: m as usize,
+        n: n as usize,
+        k: k as usize,
+    });
     let problems = match one {
         Some(shape) => {
             shape.validate()?;

@@ -335,12 +335,7 @@ mod tests {
     /// The checked-in `gemm_params.cuh` is what [`Nvfp4GemmParams`] writes.
     #[test]
     fn the_kernels_parameter_struct_is_the_launchers() {
-        common::gpu::params::assert_generated(
-            env!("CARGO_MANIFEST_DIR"),
-            "src/gemm_params.cuh",
-            include_str!("gemm_params.cuh"),
-            &params_header(),
-        );
+        common::assert_generated_header!("gemm_params.cuh", &params_header());
     }
 
     #[test]

@@ -90,18 +90,8 @@ pub const SWEEP_SIZES: [usize; 8] = [256, 512, 1024, 2048, 3072, 4096, 6144, 819
 /// The flags of the matmul days, beside the common ones.
 #[derive(clap::Args, Debug, Clone)]
 pub struct MatmulArgs {
-    /// A square problem m = n = k = SIZE, instead of the day's default problems.
-    #[arg(long, value_parser = crate::sizes::positive_u64, conflicts_with_all = ["m", "n", "k"])]
-    pub size: Option<u64>,
-    /// Rows of A and C (with --n and --k, a problem instead of the defaults).
-    #[arg(long, requires_all = ["n", "k"], value_parser = crate::sizes::positive_u64)]
-    pub m: Option<u64>,
-    /// Columns of B and C.
-    #[arg(long, requires_all = ["m", "k"], value_parser = crate::sizes::positive_u64)]
-    pub n: Option<u64>,
-    /// Columns of A, rows of B: the length of each dot product.
-    #[arg(long, requires_all = ["m", "n"], value_parser = crate::sizes::positive_u64)]
-    pub k: Option<u64>,
+    #[command(flatten)]
+    pub sizes: crate::cli::GemmSizeArgs,
     /// Run cuBLAS and every version on square sizes 256 to 8192 and plot TFLOP/s.
     #[arg(long, conflicts_with_all = ["size", "m", "n", "k"])]
     pub sweep: bool,
@@ -220,10 +210,10 @@ fn problems<D: MatmulDay>(args: &MatmulArgs) -> Result<Vec<Shape>> {
     if args.sweep {
         return Ok(SWEEP_SIZES.iter().map(|&s| Shape::square(s)).collect());
     }
-    if let Some(s) = args.size {
+    if let Some(s) = args.sizes.size {
         return Ok(vec![Shape::square(size("--size", s)?)]);
     }
-    if let (Some(m), Some(n), Some(k)) = (args.m, args.n, args.k) {
+    if let Some((m, n, k)) = args.sizes.problem() {
         return Ok(vec![Shape::new(
             size("--m", m)?,
             size("--n", n)?,

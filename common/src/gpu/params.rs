@@ -274,6 +274,21 @@ pub fn assert_generated(package_dir: &str, path: &str, checked_in: &str, generat
     );
 }
 
+/// [`assert_generated`] for the calling package's checked-in header `src/<file>`, which
+/// `generated` must equal: `common::assert_generated_header!("fa_hopper_params.cuh",
+/// &params_header())` in the test beside the declarations.
+#[macro_export]
+macro_rules! assert_generated_header {
+    ($file:literal, $generated:expr) => {
+        $crate::gpu::params::assert_generated(
+            env!("CARGO_MANIFEST_DIR"),
+            concat!("src/", $file),
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/", $file)),
+            $generated,
+        )
+    };
+}
+
 fn comment(doc: &str, indent: &str) -> String {
     doc.lines()
         .map(|l| {
