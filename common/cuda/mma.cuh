@@ -22,23 +22,19 @@ template <typename T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
                                           unsigned b1);
 
-template <>
-__device__ __forceinline__ void mma_16816<bf16_t>(float (&d)[4], const unsigned (&a)[4],
-                                                  unsigned b0, unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <>
-__device__ __forceinline__ void mma_16816<f16_t>(float (&d)[4], const unsigned (&a)[4],
-                                                 unsigned b0, unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// One specialization per element type: the PTX names the type twice (A's and B's).
+#define MMA_16816_OF(T, PTX_TYPE)                                                              \
+    template <>                                                                                \
+    __device__ __forceinline__ void mma_16816<T>(float (&d)[4], const unsigned (&a)[4],         \
+                                                 unsigned b0, unsigned b1) {                    \
+        asm("mma.sync.aligned.m16n8k16.row.col.f32." PTX_TYPE "." PTX_TYPE                     \
+            ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                       \
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                    \
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                    \
+    }
+MMA_16816_OF(bf16_t, "bf16")
+MMA_16816_OF(f16_t, "f16")
+#undef MMA_16816_OF
 
 // Two f32 rounded to nearest into one register: `lo` in the low half (the lower column).
 template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float hi);

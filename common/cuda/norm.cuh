@@ -37,6 +37,21 @@ template <int N> __device__ __forceinline__ void block_sum_n(float (&v)[N], floa
 // share a row; thread t holds EPT elements: with VEC, 16-byte packs t, t + GROUP, ... (N
 // elements each); without, columns t, t + GROUP, ... Slots past the end of the row hold 0,
 // which adds nothing to any sum. Both layouts are coalesced.
+//
+// Thread t's pieces of a row in that layout, in order: f(slot, col, in_row) for each, with
+// `slot` the first of the piece's registers (N of them with VEC, 1 without), `col` its first
+// column and `in_row` whether it starts inside the row. For the stores only: a lambda's
+// captures are not `__restrict__`, so a load through one would lose the read-only path.
+template <typename T, int GROUP, int EPT, bool VEC, typename F>
+__device__ __forceinline__ void for_each_piece(int t, index_t cols, F f) {
+    constexpr int N = VEC ? 16 / sizeof(T) : 1;
+#pragma unroll
+    for (int p = 0; p < EPT / N; ++p) {
+        const index_t col = ((index_t)p * GROUP + t) * N;
+        f(p * N, col, col < cols);
+    }
+}
+
 template <typename T, int GROUP, int EPT, bool VEC>
 __device__ __forceinline__ void load_row(const T* __restrict__ in, int t, index_t cols,
                                          float (&v)[EPT]) {
@@ -78,25 +93,18 @@ __device__ __forceinline__ int valid_slots(int t, index_t cols) {
 template <typename T, int GROUP, int EPT, bool VEC>
 __device__ __forceinline__ void store_row(T* __restrict__ out, int t, index_t cols,
                                           const float (&v)[EPT]) {
-    constexpr int N = 16 / sizeof(T);
-    if constexpr (VEC) {
+    for_each_piece<T, GROUP, EPT, VEC>(t, cols, [&](int slot, index_t col, bool in_row) {
+        if (!in_row) return;
+        if constexpr (VEC) {
+            constexpr int N = 16 / sizeof(T);
+            Pack16<T> pack;
 #pragma unroll
-        for (int p = 0; p < EPT / N; ++p) {
-            const index_t col = ((index_t)p * GROUP + t) * N;
-            if (col < cols) {
-                Pack16<T> pack;
-#pragma unroll
-                for (int k = 0; k < N; ++k) pack.v[k] = from_f32<T>(v[p * N + k]);
-                store16(out + col, pack);
-            }
+            for (int k = 0; k < N; ++k) pack.v[k] = from_f32<T>(v[slot + k]);
+            store16(out + col, pack);
+        } else {
+            out[col] = from_f32<T>(v[slot]);
         }
-    } else {
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            const index_t col = (index_t)i * GROUP + t;
-            if (col < cols) out[col] = from_f32<T>(v[i]);
-        }
-    }
+    });
 }
 
 template <int GROUP> __device__ __forceinline__ float group_sum(float v, float* scratch) {
@@ -144,26 +152,18 @@ __device__ __forceinline__ void column_sums(const float* __restrict__ partials, 
 template <typename T, int GROUP, int EPT, bool VEC>
 __device__ __forceinline__ void store_partial(float* __restrict__ part, int t, index_t cols,
                                               const float (&acc)[EPT]) {
-    constexpr int N = 16 / sizeof(T);
-    if constexpr (VEC) {
+    for_each_piece<T, GROUP, EPT, VEC>(t, cols, [&](int slot, index_t col, bool in_row) {
+        if (!in_row) return;
+        if constexpr (VEC) {
+            constexpr int N = 16 / sizeof(T);
 #pragma unroll
-        for (int p = 0; p < EPT / N; ++p) {
-            const index_t col = ((index_t)p * GROUP + t) * N;
-            if (col < cols) {
-#pragma unroll
-                for (int k = 0; k < N; k += 4)
-                    *reinterpret_cast<float4*>(part + col + k) =
-                        make_float4(acc[p * N + k], acc[p * N + k + 1], acc[p * N + k + 2],
-                                    acc[p * N + k + 3]);
-            }
+            for (int k = 0; k < N; k += 4)
+                *reinterpret_cast<float4*>(part + col + k) = make_float4(
+                    acc[slot + k], acc[slot + k + 1], acc[slot + k + 2], acc[slot + k + 3]);
+        } else {
+            part[col] = acc[slot];
         }
-    } else {
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            const index_t col = (index_t)i * GROUP + t;
-            if (col < cols) part[col] = acc[i];
-        }
-    }
+    });
 }
 
 // ---- rows staged ahead in shared memory (the backward's bwd_vec_pipe) ----

@@ -166,6 +166,19 @@ __device__ __forceinline__ void fh_producer(const FaHopperParams<T>& params,
     const auto bar = [&](unsigned member, int stage) { return smem + member + 8 * stage; };
     PipelineCount<STAGES> ring;
     PipelineCount<Q_STAGES> q_ring;
+    // quote: fh_refill
+    // Stage st of the K or V ring (`tile`, its barriers `full` and `empty`): once the consumers
+    // have freed it, the key tile at key0 of KV head kvh, its boxes counted on `full`.
+    const auto refill = [&](unsigned tile, unsigned full, unsigned empty, const TmaDescriptor* map,
+                            int st, int key0, int kvh) {
+        mbarrier_wait(bar(empty, st), ring.phase() ^ 1);
+        mbarrier_arrive_expect_tx(bar(full, st), TILE_BYTES);
+#pragma unroll
+        for (int box = 0; box < D / FH_BOX; ++box)
+            tma_load_3d(smem + tile + st * TILE_BYTES + box * BOX_BYTES_KV, map, bar(full, st),
+                        box * FH_BOX, key0, kvh);
+    };
+    // end quote: fh_refill
     // quote: fh_producer_item
     // The ticket after this item's is drawn an item ahead: the counter's answer (a round
     // trip to L2 that every block contends for) arrives under this item's loads.
@@ -203,18 +216,9 @@ __device__ __forceinline__ void fh_producer(const FaHopperParams<T>& params,
 #pragma unroll 1  // unrolled, the loop needs more than the producer's 24 registers
         for (int key0 = s.k0; key0 < s.k0 + keys; key0 += FH_BN) {
             const int st = ring.stage();
-            mbarrier_wait(bar(S::at::k_empty, st), ring.phase() ^ 1);
-            mbarrier_arrive_expect_tx(bar(S::at::k_full, st), TILE_BYTES);
-#pragma unroll
-            for (int box = 0; box < D / FH_BOX; ++box)
-                tma_load_3d(smem + S::at::k + st * TILE_BYTES + box * BOX_BYTES_KV,
-                            map_k, bar(S::at::k_full, st), box * FH_BOX, key0, kvh);
-            mbarrier_wait(bar(S::at::v_empty, st), ring.phase() ^ 1);
-            mbarrier_arrive_expect_tx(bar(S::at::v_full, st), TILE_BYTES);
-#pragma unroll
-            for (int box = 0; box < D / FH_BOX; ++box)
-                tma_load_3d(smem + S::at::v + st * TILE_BYTES + box * BOX_BYTES_KV,
-                            map_v, bar(S::at::v_full, st), box * FH_BOX, key0, kvh);
+            // K first: the consumers' S = Q K^T waits on K's barrier alone.
+            refill(S::at::k, S::at::k_full, S::at::k_empty, map_k, st, key0, kvh);
+            refill(S::at::v, S::at::v_full, S::at::v_empty, map_v, st, key0, kvh);
             ring.advance();
         }
         // end quote: fh_producer_kv

@@ -454,26 +454,27 @@ struct BhConsumer {
         for (int i = 0; i < DW / 2; ++i) dv_acc[i] = dk_acc[i] = 0.0f;
     }
 
-    // S^T = K Q^T and dP^T = V dO^T over the head dim: k16 steps 32 bytes apart inside a
-    // 64-wide box, the boxes BN (keys) or BM (queries) rows of 128 bytes apart.
+    // acc = keys (K or V, this consumer's rows from `keys_at`) times the queries' rows (Q or dO,
+    // from `queries_at`) transposed, over the head dim: k16 steps 32 bytes apart inside a 64-wide
+    // box, the boxes BN (keys) or BM (queries) rows of 128 bytes apart; one wgmma group.
+    __device__ __forceinline__ void issue_transposed(const BhStep& step, float (&acc)[QW / 2],
+                                                     int keys_at, int queries_at) {
+        const int my_queries = query0 * 128;  // this consumer's query rows in each box
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const int box = kk / 4, within = (kk % 4) * 32;
+            wgmma_m64k16<QW, T>(acc, bh_desc(step.b16, keys_at + wg_rows + box * BN * 128 + within, 16),
+                                bh_desc(step.b16, queries_at + my_queries + box * BM * 128 + within, 16), kk > 0);
+        }
+        wgmma_commit();
+    }
+
+    // S^T = K Q^T and dP^T = V dO^T, two groups: S^T can be waited for alone.
     __device__ __forceinline__ void issue_scores(const BhStep& step, float (&sc)[QW / 2],
                                                  float (&dp)[QW / 2]) {
-        const int my_queries = query0 * 128;  // this consumer's query rows in each box
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const int box = kk / 4, within = (kk % 4) * 32;
-            wgmma_m64k16<QW, T>(sc, bh_desc(step.b16, K_ROWS + wg_rows + box * BN * 128 + within, 16),
-                                bh_desc(step.b16, step.q_at + my_queries + box * BM * 128 + within, 16), kk > 0);
-        }
-        wgmma_commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const int box = kk / 4, within = (kk % 4) * 32;
-            wgmma_m64k16<QW, T>(dp, bh_desc(step.b16, V_ROWS + wg_rows + box * BN * 128 + within, 16),
-                                bh_desc(step.b16, step.do_at + my_queries + box * BM * 128 + within, 16), kk > 0);
-        }
-        wgmma_commit();
+        issue_transposed(step, sc, K_ROWS, step.q_at);
+        issue_transposed(step, dp, V_ROWS, step.do_at);
     }
 
     // P = exp2(S scale log2 e - L log2 e), 0 where masked, while dP^T runs; then dS = P (dP - D)

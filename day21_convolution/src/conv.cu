@@ -171,6 +171,12 @@ __device__ __forceinline__ void conv1d_vec(const T* __restrict__ x, T* __restric
     }
 }
 
+// The vectorized kernel of one filter width W (the widths the host's table compiles).
+#define CONV1D_VEC_KERNEL(T, NAME, P, W)                                                           \
+    KERNEL void conv1d_vec_##NAME##x##P##_w##W(const T* x, T* y, index_t n, int width) {           \
+        conv1d_vec<T, W>(x, y, n, width);                                                          \
+    }
+
 #define CONV1D_KERNELS(T, NAME, P)                                                                 \
     KERNEL void conv1d_naive_##NAME(const T* x, const T* w, T* y, index_t n, int width) {          \
         conv1d_naive<T>(x, w, y, n, width);                                                        \
@@ -181,18 +187,10 @@ __device__ __forceinline__ void conv1d_vec(const T* __restrict__ x, T* __restric
     KERNEL void conv1d_const_##NAME(const T* x, const T* w, T* y, index_t n, int width) {          \
         conv1d_tile<T, true>(x, w, y, n, width);                                                   \
     }                                                                                              \
-    KERNEL void conv1d_vec_##NAME##x##P##_w3(const T* x, T* y, index_t n, int width) {             \
-        conv1d_vec<T, 3>(x, y, n, width);                                                          \
-    }                                                                                              \
-    KERNEL void conv1d_vec_##NAME##x##P##_w7(const T* x, T* y, index_t n, int width) {             \
-        conv1d_vec<T, 7>(x, y, n, width);                                                          \
-    }                                                                                              \
-    KERNEL void conv1d_vec_##NAME##x##P##_w15(const T* x, T* y, index_t n, int width) {            \
-        conv1d_vec<T, 15>(x, y, n, width);                                                         \
-    }                                                                                              \
-    KERNEL void conv1d_vec_##NAME##x##P##_w31(const T* x, T* y, index_t n, int width) {            \
-        conv1d_vec<T, 31>(x, y, n, width);                                                         \
-    }
+    CONV1D_VEC_KERNEL(T, NAME, P, 3)                                                               \
+    CONV1D_VEC_KERNEL(T, NAME, P, 7)                                                               \
+    CONV1D_VEC_KERNEL(T, NAME, P, 15)                                                              \
+    CONV1D_VEC_KERNEL(T, NAME, P, 31)
 
 CONV1D_KERNELS(float, f32, 4)
 CONV1D_KERNELS(bf16_t, bf16, 8)

@@ -102,22 +102,19 @@ __device__ __forceinline__ Chunk<WORDS> load_chunk(const unsigned char* packed_r
     return ch;
 }
 
-// Adds one word's 8 codes times x (8 f32) to `s`. Codes J and J + 4 are decoded together.
+// Adds codes J and J + 4 of a word, decoded together, times their x to `s`.
+template <int J>
+__device__ __forceinline__ float dot_code_pair(unsigned w, const float (&xf)[8], float s) {
+    const float2 f = f16x2_to_f32x2(e2m1_pair_f16x2<J>(w));
+    return fmaf(f.y, xf[J + 4], fmaf(f.x, xf[J], s));
+}
+
+// Adds one word's 8 codes times x (8 f32) to `s`.
 __device__ __forceinline__ float dot_word(unsigned w, const float (&xf)[8], float s) {
-    float2 f;
-    f = f16x2_to_f32x2(e2m1_pair_f16x2<0>(w));
-    s = fmaf(f.x, xf[0], s);
-    s = fmaf(f.y, xf[4], s);
-    f = f16x2_to_f32x2(e2m1_pair_f16x2<1>(w));
-    s = fmaf(f.x, xf[1], s);
-    s = fmaf(f.y, xf[5], s);
-    f = f16x2_to_f32x2(e2m1_pair_f16x2<2>(w));
-    s = fmaf(f.x, xf[2], s);
-    s = fmaf(f.y, xf[6], s);
-    f = f16x2_to_f32x2(e2m1_pair_f16x2<3>(w));
-    s = fmaf(f.x, xf[3], s);
-    s = fmaf(f.y, xf[7], s);
-    return s;
+    s = dot_code_pair<0>(w, xf, s);
+    s = dot_code_pair<1>(w, xf, s);
+    s = dot_code_pair<2>(w, xf, s);
+    return dot_code_pair<3>(w, xf, s);
 }
 
 // Adds one chunk of ROWS rows (their codes and scales) times x to the rows' accumulators.
