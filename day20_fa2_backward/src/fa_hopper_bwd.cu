@@ -597,6 +597,20 @@ struct BhConsumer {
         // end quote: consumer_products
     }
 
+    // acc (DW columns) += A B over the block's queries, one wgmma group: A P^T or dS^T at
+    // `a_at` (K-major, k16 steps 32 bytes along a row, the boxes BN rows of 128 bytes apart),
+    // B dO or Q at `b_at` (MN-major, k16 steps 16 query rows down, boxes BM x 128 bytes apart).
+    __device__ __forceinline__ void accumulate_split(float (&acc)[DW / 2], unsigned b16, int a_at,
+                                                     int b_at) {
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk) {
+            const int a = (kk / 4) * BN * 128 + (kk % 4) * 32;
+            wgmma_m64k16<DW, T, 0, 1>(acc, bh_desc(b16, a_at + a, 16),
+                                      bh_desc(b16, b_at + kk * 2048, BM * 128), 1);
+        }
+        wgmma_commit();
+    }
+
     // The same three products where the consumers split the head dim (head dim 256): dV +=
     // P^T dO and dK += dS^T Q over this consumer's DW columns, A being P^T or dS^T (K-major:
     // queries along memory, k16 steps 32 bytes along a row), B dO or Q from this consumer's
@@ -611,26 +625,14 @@ struct BhConsumer {
         const int pt_at = S::at::pt + ds_stage * DS_BUFFER;
         const int my_cols = (col0 / BH_BOX) * BM * 128;
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; ++kk) {
-            const int a = (kk / 4) * BN * 128 + (kk % 4) * 32;
-            wgmma_m64k16<DW, T, 0, 1>(dv_acc, bh_desc(b16, pt_at + a, 16),
-                                      bh_desc(b16, do_at + my_cols + kk * 2048, BM * 128), 1);
-        }
-        wgmma_commit();
+        accumulate_split(dv_acc, b16, pt_at, do_at + my_cols);  // dV += P^T dO
         const int k_at = S::at::k + dq_box0 * BN * 128;
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk)
             wgmma_m64k16<DQ_COLS, T, 1, 1>(dq, bh_desc(b16, ds_at + kk * 2048, BN * 128),
                                            bh_desc(b16, k_at + kk * 2048, BN * 128), kk > 0);
         wgmma_commit();
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; ++kk) {
-            const int a = (kk / 4) * BN * 128 + (kk % 4) * 32;
-            wgmma_m64k16<DW, T, 0, 1>(dk_acc, bh_desc(b16, ds_at + a, 16),
-                                      bh_desc(b16, q_at + my_cols + kk * 2048, BM * 128), 1);
-        }
-        wgmma_commit();
+        accumulate_split(dk_acc, b16, ds_at, q_at + my_cols);  // dK += dS^T Q
         wgmma_wait<1>();  // dV and dQ are done
         wgmma_fence_operands(dv_acc);
         wgmma_fence_operands(dq);

@@ -61,3 +61,18 @@ pub fn rows_cols(rows: u64, cols: u64) -> Result<(usize, usize)> {
     };
     Ok((to_usize(rows)?, to_usize(cols)?))
 }
+
+/// The size flags of a row-wise day (softmax, the norms): rows and columns, given together, and
+/// the storage type.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RowsArgs {
+    /// Rows, each normalized on its own. With --cols, replaces the day's default problems.
+    #[arg(long, requires = "cols", value_parser = crate::sizes::positive_u64)]
+    pub rows: Option<u64>,
+    /// Columns: the length of each row.
+    #[arg(long, requires = "rows", value_parser = crate::sizes::positive_u64)]
+    pub cols: Option<u64>,
+    /// Storage type (math is f32 whatever it is); default: that of each default problem.
+    #[arg(long, value_enum)]
+    pub dtype: Option<crate::dtype::Dtype>,
+}

@@ -62,15 +62,8 @@ pub fn sweep_shapes(dtype: Dtype) -> Vec<Shape> {
 /// The flags of the softmax days, beside the common ones.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SoftmaxArgs {
-    /// Rows (one softmax each). With --cols, replaces the day's default problems.
-    #[arg(long, requires = "cols", value_parser = crate::sizes::positive_u64)]
-    pub rows: Option<u64>,
-    /// Columns (the length of each softmax).
-    #[arg(long, requires = "rows", value_parser = crate::sizes::positive_u64)]
-    pub cols: Option<u64>,
-    /// Storage type (math is f32 whatever it is); default: that of each default problem.
-    #[arg(long, value_enum)]
-    pub dtype: Option<Dtype>,
+    #[command(flatten)]
+    pub problem: crate::family::runner::RowsArgs,
     /// Run every version on rows of 128 to 1M columns (2^26 elements each) and plot GB/s.
     #[arg(long, conflicts_with_all = ["rows", "cols"])]
     pub sweep: bool,
@@ -185,7 +178,7 @@ fn problems<D: SoftmaxDay>(args: &SoftmaxArgs, versions: &[&str]) -> Result<Vec<
             .collect::<Vec<_>>()
             .join(", ")
     };
-    if let Some(dtype) = args.dtype
+    if let Some(dtype) = args.problem.dtype
         && !D::DTYPES.contains(&dtype)
     {
         return Err(crate::UsageError::new(format!(
@@ -200,7 +193,7 @@ fn problems<D: SoftmaxDay>(args: &SoftmaxArgs, versions: &[&str]) -> Result<Vec<
             .iter()
             .any(|v| dtype == Dtype::F32 || !D::F32_ONLY.contains(v))
     };
-    if let Some(dtype) = args.dtype
+    if let Some(dtype) = args.problem.dtype
         && !takes(dtype)
     {
         return Err(crate::UsageError::new(format!(
@@ -210,18 +203,18 @@ fn problems<D: SoftmaxDay>(args: &SoftmaxArgs, versions: &[&str]) -> Result<Vec<
         .into());
     }
     if args.sweep {
-        return Ok(sweep_shapes(args.dtype.unwrap_or(Dtype::F32)));
+        return Ok(sweep_shapes(args.problem.dtype.unwrap_or(Dtype::F32)));
     }
-    if let (Some(rows), Some(cols)) = (args.rows, args.cols) {
+    if let (Some(rows), Some(cols)) = (args.problem.rows, args.problem.cols) {
         let (rows, cols) = rows_cols(rows, cols)?;
         return Ok(vec![Shape::new(
             rows,
             cols,
-            args.dtype.unwrap_or(Dtype::F32),
+            args.problem.dtype.unwrap_or(Dtype::F32),
         )]);
     }
     let mut shapes: Vec<Shape> = D::DEFAULT_PROBLEMS.to_vec();
-    if let Some(dtype) = args.dtype {
+    if let Some(dtype) = args.problem.dtype {
         shapes.iter_mut().for_each(|s| s.dtype = dtype);
         shapes.dedup();
     }
@@ -310,7 +303,7 @@ impl<D: SoftmaxDay> Run<'_, D> {
             Some(f.gb_per_s)
         }));
         let ceiling = gpu.copy_ceiling_gbs()?;
-        let dtype = family.dtype.unwrap_or(Dtype::F32);
+        let dtype = family.problem.dtype.unwrap_or(Dtype::F32);
         let what = format!("{dtype}, 2^26 elements per point");
         let title = sweep::plot_title(D::DAY, D::TITLE, &what, &gpu.info.name);
         let line_plot = LinePlot {

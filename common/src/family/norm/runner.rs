@@ -7,15 +7,8 @@ use crate::family::runner::{day_problem, rows_cols};
 /// The flags of the normalization days, beside the common ones.
 #[derive(clap::Args, Debug, Clone)]
 pub struct NormArgs {
-    /// Rows (one normalization each). With --cols, replaces the day's default problems.
-    #[arg(long, requires = "cols", value_parser = crate::sizes::positive_u64)]
-    pub rows: Option<u64>,
-    /// Columns (the normalized width).
-    #[arg(long, requires = "rows", value_parser = crate::sizes::positive_u64)]
-    pub cols: Option<u64>,
-    /// Storage type (math is f32 whatever it is); default: that of each default problem.
-    #[arg(long, value_enum)]
-    pub dtype: Option<Dtype>,
+    #[command(flatten)]
+    pub problem: crate::family::runner::RowsArgs,
     /// Only this pass; both by default.
     #[arg(long, value_enum)]
     pub pass: Option<Pass>,
@@ -112,15 +105,15 @@ fn eps_of<D: NormDay>(args: &NormArgs) -> Result<f32> {
 
 /// The shapes to run: the one given (both passes unless --pass), or the day's defaults.
 fn problems<D: NormDay>(args: &NormArgs) -> Result<Vec<Shape>> {
-    if let Some(dtype) = args.dtype
+    if let Some(dtype) = args.problem.dtype
         && dtype.is_integer()
     {
         return Err(crate::UsageError::new(format!("{} has no {dtype} kernels", D::DAY)).into());
     }
-    let mut shapes: Vec<Shape> = match (args.rows, args.cols) {
+    let mut shapes: Vec<Shape> = match (args.problem.rows, args.problem.cols) {
         (Some(rows), Some(cols)) => {
             let (rows, cols) = rows_cols(rows, cols)?;
-            let dtype = args.dtype.unwrap_or(Dtype::Bf16);
+            let dtype = args.problem.dtype.unwrap_or(Dtype::Bf16);
             [Pass::Forward, Pass::Backward]
                 .into_iter()
                 .map(|pass| Shape::new(pass, rows, cols, dtype))
@@ -128,7 +121,7 @@ fn problems<D: NormDay>(args: &NormArgs) -> Result<Vec<Shape>> {
         }
         _ => D::DEFAULT_PROBLEMS.to_vec(),
     };
-    if let Some(dtype) = args.dtype {
+    if let Some(dtype) = args.problem.dtype {
         shapes.iter_mut().for_each(|s| s.dtype = dtype);
         shapes.dedup();
     }
