@@ -1,7 +1,7 @@
 //! day01's command line: each bad request below is refused with exit 2 and one `error:` line
 //! saying why, before any GPU is opened (so this runs, and must pass, on machines without one).
 
-use common::family::softmax;
+use common::family::{runner, softmax};
 
 /// `(arguments, what the error must say)` that only this day refuses.
 const REFUSED: &[(&str, &str)] = &[
@@ -9,4 +9,9 @@ const REFUSED: &[(&str, &str)] = &[
     ("--sweep --dtype bf16", "day01 has no bf16 kernels"),
 ];
 
-common::test_refused_requests!("day01", softmax::REFUSED_REQUESTS, REFUSED);
+common::test_refused_requests!(
+    "day01",
+    runner::ROWS_REFUSED,
+    softmax::REFUSED_REQUESTS,
+    REFUSED
+);

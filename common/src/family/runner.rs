@@ -76,3 +76,23 @@ pub struct RowsArgs {
     #[arg(long, value_enum)]
     pub dtype: Option<crate::dtype::Dtype>,
 }
+
+/// What every row-wise day refuses of [`RowsArgs`] before any GPU is opened, `(arguments,
+/// what the error must say)`: its tests add the family's own cases.
+pub const ROWS_REFUSED: &[(&str, &str)] = &[
+    ("--rows 0 --cols 4", "'--rows <ROWS>': must be at least 1"),
+    ("--rows 4 --cols 0", "'--cols <COLS>': must be at least 1"),
+    (
+        "--rows 18446744073709551615 --cols 4",
+        "--rows x --cols: 18446744073709551615 x 4 is too large",
+    ),
+    (
+        "--rows 4294967296 --cols 4294967296",
+        "4294967296 x 4294967296 is too large to address",
+    ),
+    ("--rows 1000000000000000 --cols 1", "of host memory"),
+    (
+        "--rows 4",
+        "the following required arguments were not provided",
+    ),
+];
