@@ -279,7 +279,7 @@ __device__ __forceinline__ void ce_rows_two_pass(const bf16_t* logits, bf16_t* g
     }
     // end quote: two_pass_backwards
 }
-KERNEL void __launch_bounds__(TWO_PASS_THREADS, 1) ce_rows_two_pass_bf16x8(const CeRowParams p) {
+KERNEL void __launch_bounds__(TWO_PASS_THREADS, 1) ce_rows_two_pass_bf16x8(const __grid_constant__ CeRowParams p) {
     ce_rows_two_pass(p.logits, p.grad, p.targets, p.row_loss, p.inv_count, p.vocab, p.eps,
                      p.z_loss, p.ignore_index);
 }
@@ -387,7 +387,7 @@ __device__ __forceinline__ void ce_rows_cluster8(const bf16_t* logits, bf16_t* g
     cluster_wait();
 }
 KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(CLUSTER_THREADS)
-    ce_rows_cluster8_bf16x8(const CeRowParams p) {
+    ce_rows_cluster8_bf16x8(const __grid_constant__ CeRowParams p) {
     ce_rows_cluster8(p.logits, p.grad, p.targets, p.row_loss, p.inv_count, p.vocab, p.eps,
                      p.z_loss, p.ignore_index);
 }
@@ -543,7 +543,7 @@ __device__ __forceinline__ void ce_rows_cluster_stream(const bf16_t* logits, bf1
 #define CLUSTER_STREAM_KERNEL(C)                                                                  \
     KERNEL void __cluster_dims__(C, 1, 1)                                                         \
         __launch_bounds__(STREAM_THREADS, StreamShape<C>::PER_SM)                                 \
-        ce_rows_cluster_stream##C##_bf16x8(const CeRowParams p) {                                 \
+        ce_rows_cluster_stream##C##_bf16x8(const __grid_constant__ CeRowParams p) {              \
         ce_rows_cluster_stream<C>(p.logits, p.grad, p.targets, p.row_loss, p.inv_count, p.vocab,  \
                                   p.eps, p.z_loss, p.ignore_index, p.rows);                       \
     }
@@ -750,7 +750,7 @@ __device__ __forceinline__ void ce_rows_cluster_push(const bf16_t* logits, bf16_
     // barriers before it got here, and nothing reads another block's shared memory.
 }
 KERNEL void __cluster_dims__(CLUSTER_BLOCKS, 1, 1) __launch_bounds__(PUSH_THREADS, CE_PUSH_PER_SM)
-    ce_rows_cluster_push_bf16x8(const CeRowParams p) {
+    ce_rows_cluster_push_bf16x8(const __grid_constant__ CeRowParams p) {
     ce_rows_cluster_push(p.logits, p.grad, p.targets, p.row_loss, p.inv_count, p.vocab, p.eps,
                          p.z_loss, p.ignore_index);
 }
