@@ -12,7 +12,7 @@
 use anyhow::{Result, bail};
 use common::element::Element;
 pub use common::family::attention::check_dtype;
-use common::family::attention::{AttentionArgs, dtype_name};
+use common::family::attention::{AttentionArgs, dtype_name, load_hopper};
 use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
 use common::measure::check::Tolerance;
@@ -353,11 +353,7 @@ impl<'a, T: Element> ForwardPlan<'a, T> {
 
 impl FlashAttention {
     pub fn load(gpu: &Gpu) -> Result<Self> {
-        let hopper = fa_hopper::hopper_build();
-        let hopper = match hopper.arch_on(&gpu.info.arch) {
-            Some(_) => Some(KernelSet::load_build(gpu, &hopper)?),
-            None => None,
-        };
+        let hopper = load_hopper(gpu, &fa_hopper::hopper_build())?;
         let tickets = match hopper {
             Some(_) => Some(gpu.stream.alloc_zeros::<i32>(2)?),
             None => None,

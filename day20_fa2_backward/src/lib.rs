@@ -13,7 +13,7 @@ use std::borrow::BorrowMut;
 
 use anyhow::{Result, bail};
 use common::element::Element;
-use common::family::attention::dtype_name;
+use common::family::attention::{dtype_name, load_hopper};
 use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
 use common::reference::attention::AttentionShape;
@@ -212,11 +212,7 @@ impl<'a, T: Element, W: BorrowMut<Workspace>> BackwardPlan<'a, T, W> {
 
 impl FlashAttention {
     pub fn load(gpu: &Gpu) -> Result<Self> {
-        let hopper = fa_hopper_bwd::hopper_build();
-        let hopper = match hopper.arch_on(&gpu.info.arch) {
-            Some(_) => Some(KernelSet::load_build(gpu, &hopper)?),
-            None => None,
-        };
+        let hopper = load_hopper(gpu, &fa_hopper_bwd::hopper_build())?;
         Ok(Self {
             forward_kernels: day10::FlashAttention::load(gpu)?,
             kernels: KernelSet::load_build(gpu, &attention_bwd::portable_build())?,

@@ -45,7 +45,8 @@ fn cases<'a>(gpu: &'a Gpu, p: &'a Problem) -> Result<Vec<BenchCase<'a>>> {
     let plan = p.cublaslt.plan(m, n, k)?;
     let mut c_lt = gpu.alloc_poisoned::<i32>(m * n)?;
     let mut cases = vec![BenchCase::new("cublaslt", work, move || {
-        p.cublaslt.run(gpu, &plan, &lt_ops.a, &lt_ops.b, &mut c_lt)
+        p.cublaslt
+            .run_int8(gpu, &plan, &lt_ops.a, &lt_ops.b, &mut c_lt)
     })];
     for &name in VERSIONS {
         let version = Version::from_name(name).context("a day23 version")?;

@@ -3,11 +3,12 @@
 //! ceiling shares): one plan per problem, made once, then one `cublasLtMatmul` per run. The
 //! layouts are cuBLASLt's "TN" form, both operands K-major, with every size a multiple of 4.
 
+use std::ops::Deref;
+
 use anyhow::Result;
 use common::Gpu;
 pub use common::gpu::cublaslt::LtPlan as Int8Plan;
 use common::gpu::cublaslt::{CublasLt, LtProduct};
-use cudarc::driver::CudaSlice;
 
 pub struct CublasLtInt8(CublasLt);
 
@@ -22,16 +23,14 @@ impl CublasLtInt8 {
     pub fn plan(&self, m: usize, n: usize, k: usize) -> Result<Int8Plan> {
         self.0.plan(LtProduct::Int8ToInt32, m, n, k)
     }
+}
 
-    /// Enqueues the plan's product on the GPU's stream: `c = a b^T`, exact int32.
-    pub fn run(
-        &self,
-        gpu: &Gpu,
-        plan: &Int8Plan,
-        a: &CudaSlice<i8>,
-        b: &CudaSlice<i8>,
-        c: &mut CudaSlice<i32>,
-    ) -> Result<()> {
-        self.0.run_int8(gpu, plan, a, b, c)
+/// The plans run on the handle itself: [`CublasLt::run_int8`] enqueues `c = a b^T`, exact
+/// int32.
+impl Deref for CublasLtInt8 {
+    type Target = CublasLt;
+
+    fn deref(&self) -> &CublasLt {
+        &self.0
     }
 }

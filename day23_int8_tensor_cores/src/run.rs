@@ -139,7 +139,7 @@ impl Runner<'_> {
         };
         session.run_version(run, c, expected, |c| {
             let c = as_type_mut::<T, i32>(c).expect("Out::S32 is i32");
-            lt.run(self.gpu, &plan, &ops.a, &ops.b, c)
+            lt.run_int8(self.gpu, &plan, &ops.a, &ops.b, c)
         })
     }
 }

@@ -270,7 +270,7 @@ fn cublaslt_is_exact_and_refuses_sizes_off_4() {
         let (a_dev, b_dev) = (gpu.upload(&a).unwrap(), gpu.upload(&b).unwrap());
         let mut c = gpu.alloc_poisoned::<i32>(s.m * s.n).unwrap();
         let got = launch_and_read(&gpu, &mut c, &mut |c| {
-            lt.run(&gpu, &plan, &a_dev, &b_dev, c)
+            lt.run_int8(&gpu, &plan, &a_dev, &b_dev, c)
         })
         .unwrap();
         let report = check::compare(&got, &want, &[s.m, s.n], Tolerance::new(0.0, 0.0));

@@ -7,6 +7,9 @@ use crate::UsageError;
 use crate::dtype::Dtype;
 use crate::element::Element;
 use crate::error::Refused;
+use crate::gpu::Gpu;
+use crate::gpu::kernel::KernelSet;
+use crate::gpu::kernel_build::KernelBuild;
 
 /// The storage types of attention, as the kernels' names spell them: `bf16` and `f16`.
 pub fn dtype_name<T: Element>() -> Result<&'static str> {
@@ -25,6 +28,16 @@ pub fn check_dtype(dtype: Dtype) -> Result<(), UsageError> {
         other => Err(UsageError::new(format!(
             "--dtype {other}: attention runs on bf16 or f16 inputs"
         ))),
+    }
+}
+
+/// `fa_hopper`'s kernels (`build`, day 10's forward or day 20's backward, is for sm_90a),
+/// loaded on a Hopper GPU; `None` on any other, where [`hopper_refusal`] says why the version
+/// cannot run.
+pub fn load_hopper(gpu: &Gpu, build: &KernelBuild) -> Result<Option<KernelSet>> {
+    match build.arch_on(&gpu.info.arch) {
+        Some(_) => Ok(Some(KernelSet::load_build(gpu, build)?)),
+        None => Ok(None),
     }
 }
 
