@@ -88,16 +88,17 @@
 #endif
 #include "common.cuh"
 #include "dtype.cuh"
-#include "mma.cuh"
+#include "mma_gemm.cuh"
 
-// Where product `z` of a batch starts.
-struct Batch {
-    index_t a, b, c;
-};
-__device__ __forceinline__ Batch batch_offsets(index_t stride_a, index_t stride_b,
-                                               index_t stride_c) {
+// Moves the operands and C to product blockIdx.z of a batch, `stride_*` elements apart.
+template <typename T>
+__device__ __forceinline__ void to_batch_product(const T*& a, const T*& b, T*& c,
+                                                 index_t stride_a, index_t stride_b,
+                                                 index_t stride_c) {
     const index_t z = blockIdx.z;
-    return {z * stride_a, z * stride_b, z * stride_c};
+    a += z * stride_a;
+    b += z * stride_b;
+    c += z * stride_c;
 }
 
 // alpha and beta of the epilogue, and whether C's rows allow 32-bit stores of two
@@ -145,57 +146,19 @@ __device__ __forceinline__ void store_fragment_pair(T* c, int m, int n, int row,
 }
 
 // ---------------------------------------------------------------------------------------------
-// The warp tiling both mma.sync versions share: 8 warps as 2 (m) x 4 (n), each a 64 x 32
-// sub-tile = 4 m16 tiles x 4 n8 tiles = 16 mma per k16 step, 64 f32 accumulators per thread.
+// The block tile both mma.sync versions share (mma_gemm.cuh, as day 23 does): 8 warps as 2 (m)
+// x 4 (n), each a 64 x 32 sub-tile = 4 m16 tiles x 4 n8 tiles = 16 mma per k16 step, 64 f32
+// accumulators per thread.
 constexpr int MMA_BM = GEMM_MMA_BM, MMA_BN = GEMM_MMA_BN, MMA_THREADS = GEMM_MMA_THREADS;
-constexpr int WARP_M = 64, WARP_N = 32;
-static_assert(MMA_THREADS == 32 * (MMA_BM / WARP_M) * (MMA_BN / WARP_N),
+static_assert(MMA_THREADS == 32 * (MMA_BM / MMA_WARP_M) * (MMA_BN / MMA_WARP_N),
               "8 warps of 64 x 32 outputs make the 128 x 128 tile");
-
-// quote: warp_k16_step
-// One k16 step of a warp: A fragments of its 4 m16 tiles and B fragments of its 4 n8 tiles by
-// ldmatrix (addresses from `a_row` / `b_row`, which map (row, k-chunk) to shared memory), then
-// the 16 mma.
-template <typename T, typename RowA, typename RowB>
-__device__ __forceinline__ void warp_k16_step(float (&acc)[4][4][4], RowA a_row, RowB b_row,
-                                              int kk) {
-    const int lane = threadIdx.x % 32, quad = lane / 8, r8 = lane % 8;
-    unsigned a[4][4], b[4][2];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        // Matrices 0..3 of ldmatrix.x4: rows 0-7 / 8-15 of the m16 tile, k 0-7 / 8-15.
-        ldmatrix_x4(a[i], a_row(i * 16 + (quad % 2) * 8 + r8, kk / 8 + quad / 2));
-    }
-#pragma unroll
-    for (int j = 0; j < 4; j += 2) {
-        // Matrices 0..3: n-tile j (k 0-7, k 8-15), n-tile j + 1 (k 0-7, k 8-15). B is [n][k],
-        // so a plain (untransposed) ldmatrix gives the "col" B fragment directly.
-        unsigned r[4];
-        ldmatrix_x4(r, b_row(j * 8 + (quad / 2) * 8 + r8, kk / 8 + quad % 2));
-        b[j][0] = r[0];
-        b[j][1] = r[1];
-        b[j + 1][0] = r[2];
-        b[j + 1][1] = r[3];
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) mma_16816<T>(acc[i][j], a[i], b[j][0], b[j][1]);
-}
-// end quote: warp_k16_step
 
 template <typename T>
 __device__ __forceinline__ void store_warp_tile(T* c, int m, int n, int row0, int col0,
                                                 const float (&acc)[4][4][4], const Epilogue& e) {
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int row = row0 + i * 16 + g, col = col0 + j * 8 + 2 * t;
-            store_fragment_pair(c, m, n, row, col, acc[i][j][0], acc[i][j][1], e);
-            store_fragment_pair(c, m, n, row + 8, col, acc[i][j][2], acc[i][j][3], e);
-        }
+    for_each_output_pair(acc, row0, col0, [&](int row, int col, float v0, float v1) {
+        store_fragment_pair(c, m, n, row, col, v0, v1, e);
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -231,29 +194,24 @@ __device__ __forceinline__ void gemm_mma_ldmatrix(const T* a, const T* b, T* c, 
                                                   index_t stride_c, float alpha, float beta) {
     __shared__ __align__(16) T sa[MMA_BM][LDM_STRIDE];
     __shared__ __align__(16) T sb[MMA_BN][LDM_STRIDE];
-    const Batch z = batch_offsets(stride_a, stride_b, stride_c);
-    a += z.a;
-    b += z.b;
-    c += z.c;
-    const int warp = threadIdx.x / 32, wm = warp / 4, wn = warp % 4;
-    const int m0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * MMA_BN;
+    to_batch_product(a, b, c, stride_a, stride_b, stride_c);
+    const MmaTile<MMA_BM, MMA_BN> t;
     const bool a_vector = k % 8 == 0 && reinterpret_cast<unsigned long long>(a) % 16 == 0;
     const bool b_vector = k % 8 == 0 && reinterpret_cast<unsigned long long>(b) % 16 == 0;
     // quote: ldmatrix_loop
     float acc[4][4][4] = {};
-    auto a_row = [&](int r, int chunk) { return &sa[wm * WARP_M + r][chunk * 8]; };
-    auto b_row = [&](int r, int chunk) { return &sb[wn * WARP_N + r][chunk * 8]; };
+    auto a_row = [&](int r, int chunk) { return &sa[t.wm * MMA_WARP_M + r][chunk * 8]; };
+    auto b_row = [&](int r, int chunk) { return &sb[t.wn * MMA_WARP_N + r][chunk * 8]; };
     for (int k0 = 0; k0 < k; k0 += LDM_BK) {
-        load_tile_guarded(sa, a, m, k, m0, k0, a_vector);
-        load_tile_guarded(sb, b, n, k, n0, k0, b_vector);
+        load_tile_guarded(sa, a, m, k, t.m0, k0, a_vector);
+        load_tile_guarded(sb, b, n, k, t.n0, k0, b_vector);
         __syncthreads();
 #pragma unroll
-        for (int kk = 0; kk < LDM_BK; kk += 16) warp_k16_step<T>(acc, a_row, b_row, kk);
+        for (int kk = 0; kk < LDM_BK; kk += 16) warp_mma_step<T>(acc, a_row, b_row, kk / 8);
         __syncthreads();
     }
     // end quote: ldmatrix_loop
-    store_warp_tile(c, m, n, m0 + wm * WARP_M, n0 + wn * WARP_N, acc,
-                    make_epilogue(c, n, alpha, beta));
+    store_warp_tile(c, m, n, t.row0(), t.col0(), acc, make_epilogue(c, n, alpha, beta));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -272,56 +230,22 @@ static_assert(PIPE_STAGES * 2 * PIPE_TILE * 2 == GEMM_MMA_SHARED_BYTES,
 __device__ __forceinline__ int swizzle_128(int r, int c) { return r * 8 + (c ^ (r % 8)); }
 // end quote: swizzle_128
 
-// One stage: both operands' 128 x 64 tiles, 4 chunks per thread each, rows and k past the
-// edge zero-filled (k % 8 == 0, so a chunk is wholly inside or wholly outside).
-template <typename T>
-__device__ __forceinline__ void load_stage_async(T* sa, T* sb, const T* a, const T* b, int m,
-                                                 int n, int k, int m0, int n0, int k0) {
-#pragma unroll
-    for (int i = 0; i < PIPE_TILE / 8 / MMA_THREADS; ++i) {
-        const int chunk = threadIdx.x + i * MMA_THREADS, r = chunk / 8, c = chunk % 8;
-        const int col = k0 + c * 8;
-        const bool in_k = col < k;
-        const int ra = m0 + r, rb = n0 + r;
-        const bool va = in_k && ra < m, vb = in_k && rb < n;
-        cp_async_16_zfill(sa + swizzle_128(r, c) * 8, a + (va ? (index_t)ra * k + col : 0), va);
-        cp_async_16_zfill(sb + swizzle_128(r, c) * 8, b + (vb ? (index_t)rb * k + col : 0), vb);
-    }
-}
-
+// The ring, its stage loads and its k steps are mma_gemm.cuh's (day 23 runs them on int8); the
+// kernel gives them the layout of a stage's tiles, swizzle_128 counted in halves.
 template <typename T>
 __device__ __forceinline__ void gemm_mma_pipelined(const T* a, const T* b, T* c, int m, int n,
                                                    int k, index_t stride_a, index_t stride_b,
                                                    index_t stride_c, float alpha, float beta) {
     extern __shared__ __align__(128) unsigned char pipe_smem[];
-    T* sa = reinterpret_cast<T*>(pipe_smem);
-    T* sb = sa + PIPE_STAGES * PIPE_TILE;
-    const Batch z = batch_offsets(stride_a, stride_b, stride_c);
-    a += z.a;
-    b += z.b;
-    c += z.c;
-    const int warp = threadIdx.x / 32, wm = warp / 4, wn = warp % 4;
-    const int m0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * MMA_BN;
-    const int steps = (k + PIPE_BK - 1) / PIPE_BK;
+    to_batch_product(a, b, c, stride_a, stride_b, stride_c);
+    const MmaTile<MMA_BM, MMA_BN> t;
     float acc[4][4][4] = {};
-
     // quote: pipelined_ring
-    auto load = [&](int slot, int step) {
-        load_stage_async(sa + slot * PIPE_TILE, sb + slot * PIPE_TILE, a, b, m, n, k, m0, n0,
-                         step * PIPE_BK);
-    };
-    auto compute = [&](int slot) {
-        const T* ta = sa + slot * PIPE_TILE;
-        const T* tb = sb + slot * PIPE_TILE;
-        auto a_row = [&](int r, int chunk) { return ta + swizzle_128(wm * WARP_M + r, chunk) * 8; };
-        auto b_row = [&](int r, int chunk) { return tb + swizzle_128(wn * WARP_N + r, chunk) * 8; };
-#pragma unroll
-        for (int kk = 0; kk < PIPE_BK; kk += 16) warp_k16_step<T>(acc, a_row, b_row, kk);
-    };
-    cp_async_ring<PIPE_STAGES>(steps, load, compute);
+    auto swizzled = [&](int r, int chunk) { return swizzle_128(r, chunk) * 8; };
+    mma_ring_main_loop<MMA_THREADS, PIPE_STAGES>(acc, reinterpret_cast<T*>(pipe_smem), a, b, m, n,
+                                                 k, t, swizzled);
     // end quote: pipelined_ring
-    store_warp_tile(c, m, n, m0 + wm * WARP_M, n0 + wn * WARP_N, acc,
-                    make_epilogue(c, n, alpha, beta));
+    store_warp_tile(c, m, n, t.row0(), t.col0(), acc, make_epilogue(c, n, alpha, beta));
 }
 
 // Layout "nt" only: A stored [m, k], B stored [n, k]; the host refuses the others.

@@ -16,7 +16,8 @@
 //              64 x 32), fed by a 4-stage cp.async ring of 128-byte k steps through
 //              XOR-swizzled shared memory read with ldmatrix. Day 18's mma_pipelined with
 //              bytes for halves: a 16 x 32 int8 tile is a 16 x 16 bf16 tile's bytes, so the
-//              ldmatrix addressing and fragment layouts carry over unchanged.
+//              ldmatrix addressing and fragment layouts carry over unchanged, and both days
+//              run the same main loop (common/cuda/mma_gemm.cuh).
 //   wgmma      the Hopper path (sm_90a): a producer thread's TMA copies of 128 x 128-byte and
 //              256 x 128-byte tiles (128-byte swizzle) into a 4-stage mbarrier ring, two
 //              consumer warpgroups each running wgmma m64n256k32 s8 on 64 rows of the 128 x 256
@@ -50,7 +51,7 @@
 #endif
 #include "common.cuh"
 #include "dtype.cuh"
-#include "mma.cuh"
+#include "mma_gemm.cuh"
 
 // ---- zero points and scales -----------------------------------------------------------------
 // What the epilogue needs besides the accumulator. `row_sums` / `col_sums` are null when no
@@ -140,88 +141,22 @@ KERNEL void __launch_bounds__(256)
 }
 
 // ---- mma_sync -------------------------------------------------------------------------------
-// quote: mma_s8
-// mma.m16n8k32 with int8 operands (PTX ISA, "Matrix fragments for mma.m16n8k32"), lane l,
-// g = l / 4, t = l % 4; each register holds 4 consecutive k of one row:
-//   A (16 x 32): a0 = A[g][4t..4t+3]  a1 = A[g+8][4t..]  a2 = A[g][16+4t..]  a3 = A[g+8][16+4t..]
-//   B (32 x 8, "col"): b0 = B[4t..4t+3][g]  b1 = B[16+4t..][g]
-//   C (16 x 8, s32): c0, c1 = C[g][2t, 2t+1]  c2, c3 = C[g+8][2t, 2t+1]
-// Byte for byte these are the fragments of mma.m16n8k16 with 16-bit elements, so ldmatrix
-// (8 x 16-byte rows per matrix) loads them exactly as day 18 loads bf16.
-__device__ __forceinline__ void mma_s8_16832(int (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                             unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// end quote: mma_s8
-
+// Day 18's mma_pipelined on bytes, through the same code (mma_gemm.cuh): the block tile, the
+// ring of swizzled stages and the ldmatrix addressing, with mma.m16n8k32 on s8 (mma_s8_16832)
+// where day 18 runs mma.m16n8k16 on bf16.
 constexpr int MMA_BM = INT8_MMA_BM, MMA_BN = INT8_MMA_BN, MMA_THREADS = INT8_MMA_THREADS;
-constexpr int WARP_M = 64, WARP_N = 32;
 constexpr int MMA_BK = INT8_MMA_BK_BYTES, MMA_STAGES = INT8_MMA_STAGES;  // bytes of k per stage
 constexpr int MMA_TILE = MMA_BM * MMA_BK;    // bytes of one operand's stage
-static_assert(MMA_THREADS == 32 * (MMA_BM / WARP_M) * (MMA_BN / WARP_N),
+static_assert(MMA_THREADS == 32 * (MMA_BM / MMA_WARP_M) * (MMA_BN / MMA_WARP_N),
               "8 warps of 64 x 32 outputs make the 128 x 128 tile");
 static_assert(MMA_BM == MMA_BN, "a stage's loop fills A's and B's tiles alike");
 static_assert(MMA_BK == 128, "a stage's rows are one 128-byte swizzle row (swizzle_128)");
 static_assert(MMA_STAGES * 2 * MMA_TILE == INT8_MMA_SHARED_BYTES,
               "mma_sync's ring takes exactly the shared memory the host gives");
 
-// Row r's 16-byte chunk c lives at chunk c ^ (r % 8): the 8 rows an ldmatrix reads at one
-// chunk column land in 8 different 16-byte bank groups.
+// Where row r's 16-byte chunk c lives in a stage's tile, in bytes: at chunk c ^ (r % 8), so the
+// 8 rows an ldmatrix reads at one chunk column land in 8 different 16-byte bank groups.
 __device__ __forceinline__ int swizzle_128(int r, int c) { return r * MMA_BK + ((c ^ (r % 8)) * 16); }
-
-// One stage: both operands' 128 rows x 128 bytes, 4 chunks per thread each; rows past m or n
-// and k past the end are zero-filled (k % 16 == 0: a chunk is wholly inside or outside), and
-// zero bytes add nothing to the products.
-__device__ __forceinline__ void load_stage_async(signed char* sa, signed char* sb,
-                                                 const signed char* a, const signed char* b,
-                                                 int m, int n, int k, int m0, int n0, int k0) {
-#pragma unroll
-    for (int i = 0; i < MMA_TILE / 16 / MMA_THREADS; ++i) {
-        const int chunk = threadIdx.x + i * MMA_THREADS, r = chunk / 8, c = chunk % 8;
-        const int col = k0 + c * 16;
-        const bool in_k = col < k;
-        const int ra = m0 + r, rb = n0 + r;
-        const bool va = in_k && ra < m, vb = in_k && rb < n;
-        cp_async_16_zfill(sa + swizzle_128(r, c), a + (va ? (index_t)ra * k + col : 0), va);
-        cp_async_16_zfill(sb + swizzle_128(r, c), b + (vb ? (index_t)rb * k + col : 0), vb);
-    }
-}
-
-// quote: warp_k32_step
-// One k32 step of a warp (chunk `kc` and kc + 1 of the stage's rows): A fragments of its 4
-// m16 tiles and B fragments of its 4 n8 tiles by ldmatrix, then 16 mma.
-__device__ __forceinline__ void warp_k32_step(int (&acc)[4][4][4], const signed char* ta,
-                                              const signed char* tb, int wm, int wn, int kc) {
-    const int lane = threadIdx.x % 32, quad = lane / 8, r8 = lane % 8;
-    unsigned a[4][4], b[4][2];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        // Matrices 0..3: rows 0-7 / 8-15 of the m16 tile, k bytes 0-15 / 16-31.
-        const int r = wm * WARP_M + i * 16 + (quad % 2) * 8 + r8;
-        ldmatrix_x4(a[i], ta + swizzle_128(r, kc + quad / 2));
-    }
-#pragma unroll
-    for (int j = 0; j < 4; j += 2) {
-        // Matrices 0..3: n-tile j (k bytes 0-15, 16-31), n-tile j + 1 (the same). B is
-        // [n][k], so a plain ldmatrix gives the "col" fragment directly.
-        unsigned r[4];
-        const int row = wn * WARP_N + j * 8 + (quad / 2) * 8 + r8;
-        ldmatrix_x4(r, tb + swizzle_128(row, kc + quad % 2));
-        b[j][0] = r[0];
-        b[j][1] = r[1];
-        b[j + 1][0] = r[2];
-        b[j + 1][1] = r[3];
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) mma_s8_16832(acc[i][j], a[i], b[j][0], b[j][1]);
-}
-// end quote: warp_k32_step
 
 // grid(ceil(n / 128), ceil(m / 128)), block(256), dynamic shared 4 stages x 2 x 16 KiB.
 template <typename OutT>
@@ -229,35 +164,14 @@ __device__ __forceinline__ void int8_gemm_mma_sync(const signed char* a, const s
                                                    OutT* c, int m, int n, int k,
                                                    const Epilogue& e) {
     extern __shared__ __align__(128) unsigned char mma_smem[];
-    signed char* sa = reinterpret_cast<signed char*>(mma_smem);
-    signed char* sb = sa + MMA_STAGES * MMA_TILE;
-    const int warp = threadIdx.x / 32, wm = warp / 4, wn = warp % 4;
-    const int m0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * MMA_BN;
-    const int steps = (k + MMA_BK - 1) / MMA_BK;
+    const MmaTile<MMA_BM, MMA_BN> t;
     int acc[4][4][4] = {};
-
-    auto load = [&](int slot, int step) {
-        load_stage_async(sa + slot * MMA_TILE, sb + slot * MMA_TILE, a, b, m, n, k, m0, n0,
-                         step * MMA_BK);
-    };
-    auto compute = [&](int slot) {
-        const signed char* ta = sa + slot * MMA_TILE;
-        const signed char* tb = sb + slot * MMA_TILE;
-#pragma unroll
-        for (int kc = 0; kc < MMA_BK / 16; kc += 2) warp_k32_step(acc, ta, tb, wm, wn, kc);
-    };
-    cp_async_ring<MMA_STAGES>(steps, load, compute);
-
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int row0 = m0 + wm * WARP_M, col0 = n0 + wn * WARP_N;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int row = row0 + i * 16 + g, col = col0 + j * 8 + 2 * t;
-            store_pair(c, m, n, row, col, acc[i][j][0], acc[i][j][1], e);
-            store_pair(c, m, n, row + 8, col, acc[i][j][2], acc[i][j][3], e);
-        }
+    auto swizzled = [&](int r, int chunk) { return swizzle_128(r, chunk); };
+    mma_ring_main_loop<MMA_THREADS, MMA_STAGES>(acc, reinterpret_cast<signed char*>(mma_smem), a,
+                                                b, m, n, k, t, swizzled);
+    for_each_output_pair(acc, t.row0(), t.col0(), [&](int row, int col, int v0, int v1) {
+        store_pair(c, m, n, row, col, v0, v1, e);
+    });
 }
 
 // The epilogue's arguments, in the order every GEMM kernel takes them after (m, n, k).

@@ -33,6 +33,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("dtype.cuh", include_str!("../../cuda/dtype.cuh")),
     ("reduce.cuh", include_str!("../../cuda/reduce.cuh")),
     ("mma.cuh", include_str!("../../cuda/mma.cuh")),
+    ("mma_gemm.cuh", include_str!("../../cuda/mma_gemm.cuh")),
     ("norm.cuh", include_str!("../../cuda/norm.cuh")),
     ("hopper.cuh", include_str!("../../cuda/hopper.cuh")),
     ("attention.cuh", include_str!("../../cuda/attention.cuh")),
