@@ -168,7 +168,7 @@ __device__ __forceinline__ void store_partial(float* __restrict__ part, int t, i
 
 // ---- rows staged ahead in shared memory (the backward's bwd_vec_pipe) ----
 // A register kernel with one row in flight per block waits a full memory latency per row;
-// the pipelined backward keeps NORM_PIPE_STAGES - 1 more rows of x and dy on their way into
+// the pipelined backward keeps norm_pipe_stages<T>() - 1 more rows of x and dy on their way into
 // shared memory by cp.async while it works on the current one. Thread t copies exactly the
 // packs it will read (load_row's VEC layout, pack p of thread t at slot p * GROUP + t), so
 // no barrier guards the buffers: each is read and refilled by the same thread, in order.
@@ -207,6 +207,61 @@ __device__ __forceinline__ void staged_row(const uint4* buf, int t, index_t cols
 #pragma unroll
         for (int k = 0; k < N; ++k) v[p * N + k] = col < cols ? to_f32(pack.v[k]) : 0.0f;
     }
+}
+
+// Both days' bwd_vec_pipe walk their rows (b, b + gridDim.x, ... for block b) through the same
+// pipeline, x and dy of a row side by side in a stage of `staged` (dynamic shared memory,
+// [stage][x | dy][packs]): stage_first_rows before the loop, next_staged_rows at the top of
+// each round; what a row does with its x and dy is the day's own. Calls from the day's loop
+// rather than a loop that calls the day's row code back: with the row's work in a lambda,
+// day 12's kernels came out with other register assignments.
+
+// Starts the copy of row `row` of x and dy into stage s. Past the last row nothing is copied
+// but the group is still committed, so that every thread commits one group per call and
+// cp_async_wait counts alike in every round.
+template <typename T, int GROUP, int EPT>
+__device__ __forceinline__ void stage_rows(const T* __restrict__ x, const T* __restrict__ dy,
+                                           index_t row, index_t rows, int t, index_t cols,
+                                           uint4* staged, int s) {
+    constexpr int SLOTS = EPT / (16 / sizeof(T)) * GROUP;  // packs of one input row
+    if (row < rows) {
+        stage_row<T, GROUP, EPT>(x + row * cols, t, cols, &staged[(2 * s) * SLOTS]);
+        stage_row<T, GROUP, EPT>(dy + row * cols, t, cols, &staged[(2 * s + 1) * SLOTS]);
+    }
+    cp_async_commit();
+}
+
+// Fills the pipeline: the block's first norm_pipe_stages<T>() - 1 rows on their way into stages
+// 0, 1, ... Work that needs no row (w, the accumulators) can follow while they fly.
+template <typename T, int GROUP, int EPT>
+__device__ __forceinline__ void stage_first_rows(const T* __restrict__ x,
+                                                 const T* __restrict__ dy, index_t rows, int t,
+                                                 index_t cols, uint4* staged) {
+    constexpr int STAGES = norm_pipe_stages<T>();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s)
+        stage_rows<T, GROUP, EPT>(x, dy, blockIdx.x + (index_t)s * gridDim.x, rows, t, cols, staged,
+                                  s);
+}
+
+// Row `row` of x and dy into xv and dyv, as load_row would give them (0 past the row), with `s`
+// the stage holding `row` (0 for the block's first): refills the stage this thread finished
+// reading last round with the row STAGES - 1 ahead, waits for this row's stage, reads it, and
+// moves `s` on to the next row's.
+template <typename T, int GROUP, int EPT>
+__device__ __forceinline__ void next_staged_rows(const T* __restrict__ x,
+                                                 const T* __restrict__ dy, index_t row,
+                                                 index_t rows, int t, index_t cols,
+                                                 uint4* staged, int& s, float (&xv)[EPT],
+                                                 float (&dyv)[EPT]) {
+    constexpr int STAGES = norm_pipe_stages<T>();
+    constexpr int SLOTS = EPT / (16 / sizeof(T)) * GROUP;
+    stage_rows<T, GROUP, EPT>(x, dy, row + (index_t)(STAGES - 1) * gridDim.x, rows, t, cols,
+                              staged, s == 0 ? STAGES - 1 : s - 1);
+    cp_async_wait<STAGES - 1>();  // all but the newest STAGES - 1 groups: this row's
+    staged_row<T, GROUP, EPT>(&staged[(2 * s) * SLOTS], t, cols, xv);
+    staged_row<T, GROUP, EPT>(&staged[(2 * s + 1) * SLOTS], t, cols, dyv);
+    s = s == STAGES - 1 ? 0 : s + 1;
 }
 
 // ---- the kernels of a norm day, every tier of every dtype ----

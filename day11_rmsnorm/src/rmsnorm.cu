@@ -274,33 +274,18 @@ __device__ __forceinline__ void rmsnorm_bwd_pipe(const T* __restrict__ x, const 
                                                  const T* __restrict__ dy, T* __restrict__ dx,
                                                  float* __restrict__ partials, index_t rows,
                                                  index_t cols, float eps) {
-    constexpr int STAGES = norm_pipe_stages<T>();
-    constexpr int SLOTS = EPT / (16 / sizeof(T)) * GROUP;  // packs of one input row
     extern __shared__ uint4 staged[];
     __shared__ float scratch[64];
     const int t = threadIdx.x;
-    auto stage = [&](index_t row, int s) {
-        if (row < rows) {
-            stage_row<T, GROUP, EPT>(x + row * cols, t, cols, &staged[(2 * s) * SLOTS]);
-            stage_row<T, GROUP, EPT>(dy + row * cols, t, cols, &staged[(2 * s + 1) * SLOTS]);
-        }
-        cp_async_commit();  // an empty group past the last row keeps the count uniform
-    };
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) stage(blockIdx.x + (index_t)s * gridDim.x, s);
+    stage_first_rows<T, GROUP, EPT>(x, dy, rows, t, cols, staged);
     float wv[EPT], acc[EPT];
     load_row<T, GROUP, EPT, true>(w, t, cols, wv);
 #pragma unroll
     for (int i = 0; i < EPT; ++i) acc[i] = 0.0f;
     int s = 0;  // the stage holding `row`
     for (index_t row = blockIdx.x; row < rows; row += gridDim.x) {
-        // Refill the stage this thread finished reading last iteration, STAGES - 1 rows ahead.
-        stage(row + (index_t)(STAGES - 1) * gridDim.x, s == 0 ? STAGES - 1 : s - 1);
-        cp_async_wait<STAGES - 1>();  // all but the newest STAGES - 1 groups: this row's
         float xv[EPT], dyv[EPT];
-        staged_row<T, GROUP, EPT>(&staged[(2 * s) * SLOTS], t, cols, xv);
-        staged_row<T, GROUP, EPT>(&staged[(2 * s + 1) * SLOTS], t, cols, dyv);
-        s = s == STAGES - 1 ? 0 : s + 1;
+        next_staged_rows<T, GROUP, EPT>(x, dy, row, rows, t, cols, staged, s, xv, dyv);
         rmsnorm_bwd_row<EPT>(xv, dyv, wv, acc, cols, eps, scratch);
         store_row<T, GROUP, EPT, true>(dx + row * cols, t, cols, xv);
     }

@@ -271,14 +271,22 @@ __device__ __forceinline__ void layernorm_bwd_row(float (&xv)[EPT], const float 
 // sum(g * (x - mean)) together (a second); dx from registers. The block's shares of dw and db
 // stay in registers across its rows and are written once, as row k of each partials array.
 // Unlike day11's, w waits in shared memory: five arrays of EPT floats spill at 64 registers.
-template <typename T, int GROUP, int EPT, bool VEC>
+// With STAGED, bwd_vec_pipe (16-byte rows only): the same work split and arithmetic, with x
+// and dy of the block's rows staged norm_pipe_stages<T>() deep in dynamic shared memory
+// ([stage][x | dy][packs]), so the loads of the rows ahead overlap this row's two reductions
+// and its stores.
+template <typename T, int GROUP, int EPT, bool VEC, bool STAGED>
 __device__ __forceinline__ void layernorm_bwd_regs(const T* __restrict__ x,
                                                    const T* __restrict__ w,
                                                    const T* __restrict__ dy, T* __restrict__ dx,
                                                    float* __restrict__ partials_w,
                                                    float* __restrict__ partials_b, index_t rows,
                                                    index_t cols, float eps) {
+    static_assert(VEC || !STAGED, "the staged rows are 16-byte packs");
+    extern __shared__ uint4 staged[];  // STAGED: the rows on their way
     __shared__ float scratch[96];
+    // STAGED: the first rows on their way while w is parked.
+    if constexpr (STAGED) stage_first_rows<T, GROUP, EPT>(x, dy, rows, threadIdx.x, cols, staged);
     // quote: w_park
     // This thread's slots of w, parked in shared memory at [i * GROUP + t]: a warp reads 32
     // consecutive words (no bank conflicts), and the EPT registers they would take are what
@@ -297,66 +305,20 @@ __device__ __forceinline__ void layernorm_bwd_regs(const T* __restrict__ x,
     float acc_w[EPT], acc_b[EPT];
 #pragma unroll
     for (int i = 0; i < EPT; ++i) acc_w[i] = acc_b[i] = 0.0f;
+    int s = 0;  // STAGED: the stage holding `row`
     for (index_t row = blockIdx.x; row < rows; row += gridDim.x) {
         float xv[EPT], dyv[EPT];
-        load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, xv);
-        load_row<T, GROUP, EPT, VEC>(dy + row * cols, t, cols, dyv);
+        if constexpr (STAGED) {
+            next_staged_rows<T, GROUP, EPT>(x, dy, row, rows, t, cols, staged, s, xv, dyv);
+        } else {
+            load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, xv);
+            load_row<T, GROUP, EPT, VEC>(dy + row * cols, t, cols, dyv);
+        }
         layernorm_bwd_row<GROUP, EPT>(xv, dyv, w_park, valid, acc_w, acc_b, cols, eps, scratch);
         store_row<T, GROUP, EPT, VEC>(dx + row * cols, t, cols, xv);
     }
     store_partial<T, GROUP, EPT, VEC>(partials_w + (index_t)blockIdx.x * cols, t, cols, acc_w);
     store_partial<T, GROUP, EPT, VEC>(partials_b + (index_t)blockIdx.x * cols, t, cols, acc_b);
-}
-
-// bwd_vec_pipe: bwd_vec_regs's work split and arithmetic, with x and dy of the block's rows
-// staged norm_pipe_stages<T>() deep in dynamic shared memory ([stage][x | dy][packs]), so the
-// loads of the rows ahead overlap this row's two reductions and its stores. 16-byte rows only.
-template <typename T, int GROUP, int EPT>
-__device__ __forceinline__ void layernorm_bwd_pipe(const T* __restrict__ x,
-                                                   const T* __restrict__ w,
-                                                   const T* __restrict__ dy, T* __restrict__ dx,
-                                                   float* __restrict__ partials_w,
-                                                   float* __restrict__ partials_b, index_t rows,
-                                                   index_t cols, float eps) {
-    constexpr int STAGES = norm_pipe_stages<T>();
-    constexpr int SLOTS = EPT / (16 / sizeof(T)) * GROUP;  // packs of one input row
-    extern __shared__ uint4 staged[];
-    __shared__ float scratch[96];
-    __shared__ float w_park[GROUP * EPT];  // as bwd_vec_regs: w out of the registers
-    const int t = threadIdx.x;
-    auto stage = [&](index_t row, int s) {
-        if (row < rows) {
-            stage_row<T, GROUP, EPT>(x + row * cols, t, cols, &staged[(2 * s) * SLOTS]);
-            stage_row<T, GROUP, EPT>(dy + row * cols, t, cols, &staged[(2 * s + 1) * SLOTS]);
-        }
-        cp_async_commit();  // an empty group past the last row keeps the count uniform
-    };
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) stage(blockIdx.x + (index_t)s * gridDim.x, s);
-    {
-        float wv[EPT];
-        load_row<T, GROUP, EPT, true>(w, t, cols, wv);  // 0 past the row: g is 0 there
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) w_park[i * GROUP + t] = wv[i];
-    }
-    const int valid = valid_slots<T, GROUP, EPT, true>(t, cols);
-    float acc_w[EPT], acc_b[EPT];
-#pragma unroll
-    for (int i = 0; i < EPT; ++i) acc_w[i] = acc_b[i] = 0.0f;
-    int s = 0;  // the stage holding `row`
-    for (index_t row = blockIdx.x; row < rows; row += gridDim.x) {
-        // Refill the stage this thread finished reading last iteration, STAGES - 1 rows ahead.
-        stage(row + (index_t)(STAGES - 1) * gridDim.x, s == 0 ? STAGES - 1 : s - 1);
-        cp_async_wait<STAGES - 1>();  // all but the newest STAGES - 1 groups: this row's
-        float xv[EPT], dyv[EPT];
-        staged_row<T, GROUP, EPT>(&staged[(2 * s) * SLOTS], t, cols, xv);
-        staged_row<T, GROUP, EPT>(&staged[(2 * s + 1) * SLOTS], t, cols, dyv);
-        s = s == STAGES - 1 ? 0 : s + 1;
-        layernorm_bwd_row<GROUP, EPT>(xv, dyv, w_park, valid, acc_w, acc_b, cols, eps, scratch);
-        store_row<T, GROUP, EPT, true>(dx + row * cols, t, cols, xv);
-    }
-    store_partial<T, GROUP, EPT, true>(partials_w + (index_t)blockIdx.x * cols, t, cols, acc_w);
-    store_partial<T, GROUP, EPT, true>(partials_b + (index_t)blockIdx.x * cols, t, cols, acc_b);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -494,8 +456,8 @@ __device__ __forceinline__ void layernorm_bwd_saved(const T* __restrict__ x,
         layernorm_bwd_regs_##NAME##_g##GROUP##_e##EPT##_##SUFFIX(                              \
             const T* x, const T* w, const T* dy, T* dx, float* partials_w, float* partials_b,  \
             index_t rows, index_t cols, float eps) {                                           \
-        layernorm_bwd_regs<T, GROUP, EPT, VEC>(x, w, dy, dx, partials_w, partials_b, rows,     \
-                                               cols, eps);                                     \
+        layernorm_bwd_regs<T, GROUP, EPT, VEC, false>(x, w, dy, dx, partials_w, partials_b,    \
+                                                      rows, cols, eps);                        \
     }
 
 #define BWD_PIPE_TIER(T, NAME, GROUP, EPT)                                                     \
@@ -503,8 +465,8 @@ __device__ __forceinline__ void layernorm_bwd_saved(const T* __restrict__ x,
         layernorm_bwd_pipe_##NAME##_g##GROUP##_e##EPT(                                         \
             const T* x, const T* w, const T* dy, T* dx, float* partials_w, float* partials_b,  \
             index_t rows, index_t cols, float eps) {                                           \
-        layernorm_bwd_pipe<T, GROUP, EPT>(x, w, dy, dx, partials_w, partials_b, rows, cols,    \
-                                          eps);                                                \
+        layernorm_bwd_regs<T, GROUP, EPT, true, true>(x, w, dy, dx, partials_w, partials_b,    \
+                                                      rows, cols, eps);                        \
     }
 
 // bwd_saved's kernel of a tier (NORM_BWD_SAVED_TIERS in norm.cuh lists them), with 3 blocks of
