@@ -13,7 +13,8 @@
 //   C (16 x 8, f32), 4 registers:
 //     c0, c1 = C[g][2t, 2t+1]   c2, c3 = C[g+8][2t, 2t+1]
 // The C layout of two neighbouring n-tiles is the A layout of one 16-wide k-step, which is why
-// FlashAttention can feed P = softmax(S) back into the next mma without touching memory.
+// FlashAttention can feed P = softmax(S) back into the next mma without touching memory
+// (mma_accumulators_times_tile).
 #pragma once
 #include "dtype.cuh"
 
@@ -72,6 +73,37 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* 
                  : "r"(shared_address(row)));
 }
 
+// quote: mma_accumulators_times_tile
+// c += A B for one warp, where A (16 x 8KT) is still in the f32 accumulator fragments of an
+// earlier product: a[j] holds its columns 8j .. 8j + 7 in the C layout. B (8KT x 8NT) is
+// row-major in shared memory at `b`, STRIDE elements a row, and c (16 x 8NT) is accumulator
+// fragments as well. Two neighbouring C tiles are one A fragment, rounded to 16 bits; B's
+// fragments come through ldmatrix.trans. (FlashAttention's O += P V, and its backward's
+// dQ += dS K.)
+template <typename T, int STRIDE, int KT, int NT>
+__device__ __forceinline__ void mma_accumulators_times_tile(float (&c)[NT][4],
+                                                            const float (&a)[KT][4], const T* b,
+                                                            int lane) {
+#pragma unroll
+    for (int kk = 0; kk < KT / 2; ++kk) {
+        const unsigned pa[4] = {
+            pack2<T>(a[2 * kk][0], a[2 * kk][1]), pack2<T>(a[2 * kk][2], a[2 * kk][3]),
+            pack2<T>(a[2 * kk + 1][0], a[2 * kk + 1][1]),
+            pack2<T>(a[2 * kk + 1][2], a[2 * kk + 1][3])};
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+            // Matrices: rows 16kk + 0..7 and + 8..15 of B at columns 16np, then at 16np + 8,
+            // transposed: the b0, b1 of column tiles 2np and 2np + 1.
+            unsigned bf[4];
+            ldmatrix_x4_trans(bf, b + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * STRIDE +
+                                      np * 16 + (lane / 16) * 8);
+            mma_16816<T>(c[2 * np], pa, bf[0], bf[1]);
+            mma_16816<T>(c[2 * np + 1], pa, bf[2], bf[3]);
+        }
+    }
+}
+// end quote: mma_accumulators_times_tile
+
 // 16 bytes of shared memory filled from the first `bytes` (0 to 16) at `src`, the rest
 // zero-filled, without passing through registers: a pack cut by the end of the data.
 __device__ __forceinline__ void cp_async_16_partial(void* dst, const void* src, unsigned bytes) {
@@ -91,6 +123,22 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+
+// quote: cp_async_double_buffer_wait
+// The wait at the top of each step of a double-buffered cp.async loop, called once the copies
+// of the next step (into the buffer this step does not read) are issued, if there is one:
+// commits them and waits for every group but that newest one, which leaves this step's landed;
+// with none issued, waits for all. The barrier then makes this step's data every thread's.
+__device__ __forceinline__ void cp_async_double_buffer_wait(bool issued_next) {
+    if (issued_next) {
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    __syncthreads();
+}
+// end quote: cp_async_double_buffer_wait
 
 // A block's cp.async ring of STAGES slots over `steps` k steps: `load(slot, step)` issues the
 // copies of k step `step` into ring slot `slot`, `compute(slot)` multiplies a slot that has

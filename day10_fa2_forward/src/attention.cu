@@ -102,29 +102,16 @@ KERNEL void attention_softmax_rows(float* scores, float* lse, const int* cu_q, c
     if (lane == 0) lse[(index_t)(s.q0 + i) * heads + h] = empty ? NEG_INF : stats.max + logf(stats.sum);
 }
 
-// naive, step 3: O[i, h, c] = sum_j P[i, j] V[j, c].
-// grid(max lq, heads, batch), block(D): one block per query row, one thread per output column.
-template <typename T>
-__device__ __forceinline__ void attention_pv(const float* probs, const T* v, T* o,
-                                             const int* cu_q, const int* cu_k,
-                                             const index_t* s_offset, int heads, int kv_heads) {
-    const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x, c = threadIdx.x, d = blockDim.x;
-    const Sequence s = sequence(cu_q, cu_k, b);
-    if (i >= s.lq) return;
-    const int kvh = h / (heads / kv_heads);
-    const float* p = probs + s_offset[b] + ((index_t)h * s.lq + i) * s.lk;
-    float acc = 0.0f;
-    for (int j = 0; j < s.lk; ++j) acc += p[j] * to_f32(v[((index_t)(s.k0 + j) * kv_heads + kvh) * d + c]);
-    o[((index_t)(s.q0 + i) * heads + h) * d + c] = from_f32<T>(acc);
-}
-
+// naive, step 3: O[i, h, c] = sum_j P[i, j] V[j, c] (naive_row_times_keys, attention.cuh; day
+// 20's dQ = scale dS K is the same product). grid(max lq, heads, batch), block(D): one block per
+// query row, one thread per output column.
 KERNEL void attention_pv_bf16(const float* probs, const bf16_t* v, bf16_t* o, const int* cu_q,
                               const int* cu_k, const index_t* s_offset, int heads, int kv_heads) {
-    attention_pv(probs, v, o, cu_q, cu_k, s_offset, heads, kv_heads);
+    naive_row_times_keys(probs, v, o, cu_q, cu_k, s_offset, heads, kv_heads, 1.0f);
 }
 KERNEL void attention_pv_f16(const float* probs, const f16_t* v, f16_t* o, const int* cu_q,
                              const int* cu_k, const index_t* s_offset, int heads, int kv_heads) {
-    attention_pv(probs, v, o, cu_q, cu_k, s_offset, heads, kv_heads);
+    naive_row_times_keys(probs, v, o, cu_q, cu_k, s_offset, heads, kv_heads, 1.0f);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -165,13 +152,7 @@ __device__ __forceinline__ void fa2_scalar(const T* q, const T* k, const T* v, T
     const int keys = key_end(min(i0 + BR, s.lq) - 1, s, causal);
     for (int j0 = 0; j0 < keys; j0 += BC) {
         __syncthreads();  // the previous tile is no longer read (and Q is in place)
-        for (int e = threadIdx.x; e < BC * D; e += blockDim.x) {
-            const int r = e / D, c = e % D;
-            const bool in = j0 + r < s.lk;
-            const index_t at = ((index_t)(s.k0 + j0 + r) * kv_heads + kvh) * D + c;
-            ks[r][c] = in ? to_f32(k[at]) : 0.0f;
-            vs[r][c] = in ? to_f32(v[at]) : 0.0f;
-        }
+        scalar_load_rows<D>(ks, vs, k, v, s.k0, j0, s.lk, kv_heads, kvh);
         __syncthreads();
         // quote: scalar_tile
 #pragma unroll
@@ -288,12 +269,8 @@ __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o
             const int next = j0 + BC;
             load_tile(ks + (buf ^ 1) * BC * STRIDE, k, s.k0 + next, s.lk - next, kv_heads, kvh);
             load_tile(vs + (buf ^ 1) * BC * STRIDE, v, s.k0 + next, s.lk - next, kv_heads, kvh);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
         }
-        __syncthreads();
+        cp_async_double_buffer_wait(n + 1 < tiles);
         if (n == 0) {
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; ++kk)
@@ -369,24 +346,8 @@ __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o
         // end quote: mma_softmax
 
         // quote: mma_pv
-        // O += P V, 16 keys at a time: two S fragments are one A fragment.
-#pragma unroll
-        for (int kk = 0; kk < BC / 16; ++kk) {
-            const unsigned pa[4] = {
-                pack2<T>(sc[2 * kk][0], sc[2 * kk][1]), pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
-                pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-#pragma unroll
-            for (int dp = 0; dp < DTILES / 2; ++dp) {
-                // Matrices: keys 16kk + 0..7 and + 8..15 at columns 16dp, then at 16dp + 8,
-                // transposed: the b0, b1 of column tiles 2dp and 2dp + 1.
-                unsigned b[4];
-                ldmatrix_x4_trans(b, vt + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * STRIDE +
-                                         dp * 16 + (lane / 16) * 8);
-                mma_16816<T>(acc[2 * dp], pa, b[0], b[1]);
-                mma_16816<T>(acc[2 * dp + 1], pa, b[2], b[3]);
-            }
-        }
+        // O += P V: P is still in S's accumulator fragments.
+        mma_accumulators_times_tile<T, STRIDE>(acc, sc, vt, lane);
         // end quote: mma_pv
         __syncthreads();  // the next iteration's copies overwrite the buffer just read
     }
@@ -418,11 +379,5 @@ __device__ __forceinline__ void fa2_mma(const T* q, const T* k, const T* v, T* o
         version<T, D>(q, k, v, o, lse, cu_q, cu_k, heads, kv_heads, scale_log2, causal);      \
     }
 
-FLASH_KERNEL(fa2_scalar, bf16_t, bf16, 64)
-FLASH_KERNEL(fa2_scalar, bf16_t, bf16, 128)
-FLASH_KERNEL(fa2_scalar, f16_t, f16, 64)
-FLASH_KERNEL(fa2_scalar, f16_t, f16, 128)
-FLASH_KERNEL(fa2_mma, bf16_t, bf16, 64)
-FLASH_KERNEL(fa2_mma, bf16_t, bf16, 128)
-FLASH_KERNEL(fa2_mma, f16_t, f16, 64)
-FLASH_KERNEL(fa2_mma, f16_t, f16, 128)
+FA2_INSTANCES(FLASH_KERNEL, fa2_scalar)
+FA2_INSTANCES(FLASH_KERNEL, fa2_mma)

@@ -144,22 +144,9 @@ __device__ __forceinline__ void bwd_naive_scores(const T* q, const T* k, const T
     dscores[at] = ds;
 }
 
-// naive, step 2: dQ[i, h, c] = scale sum_j dS[i, j] K[j, c].
-// grid(max lq, heads, batch), block(D): one block per query row, one thread per column.
-template <typename T>
-__device__ __forceinline__ void bwd_naive_dq(const float* dscores, const T* k, T* dq,
-                                             const int* cu_q, const int* cu_k,
-                                             const index_t* s_offset, int heads, int kv_heads,
-                                             float scale) {
-    const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x, c = threadIdx.x, d = blockDim.x;
-    const Sequence s = sequence(cu_q, cu_k, b);
-    if (i >= s.lq) return;
-    const int kvh = h / (heads / kv_heads);
-    const float* ds = dscores + s_offset[b] + ((index_t)h * s.lq + i) * s.lk;
-    float acc = 0.0f;
-    for (int j = 0; j < s.lk; ++j) acc += ds[j] * to_f32(k[((index_t)(s.k0 + j) * kv_heads + kvh) * d + c]);
-    dq[((index_t)(s.q0 + i) * heads + h) * d + c] = from_f32<T>(acc * scale);
-}
+// naive, step 2: dQ[i, h, c] = scale sum_j dS[i, j] K[j, c], day 10's O = P V with dS for P
+// (naive_row_times_keys, attention.cuh). grid(max lq, heads, batch), block(D): one block per
+// query row, one thread per column.
 
 // naive, step 3: dV[j, g, c] = sum_{h of group g} sum_i P[h, i, j] dO[i, h, c] and
 // dK[j, g, c] = scale sum_h sum_i dS[h, i, j] Q[i, h, c] (masked entries of P and dS are 0).
@@ -199,7 +186,7 @@ __device__ __forceinline__ void bwd_naive_dkv(const float* probs, const float* d
     KERNEL void attention_bwd_dq_##name(const float* dscores, const T* k, T* dq, const int* cu_q, \
                                         const int* cu_k, const index_t* s_offset, int heads,   \
                                         int kv_heads, float scale) {                           \
-        bwd_naive_dq(dscores, k, dq, cu_q, cu_k, s_offset, heads, kv_heads, scale);            \
+        naive_row_times_keys(dscores, k, dq, cu_q, cu_k, s_offset, heads, kv_heads, scale);    \
     }                                                                                          \
     KERNEL void attention_bwd_dkv_##name(const float* probs, const float* dscores, const T* q,  \
                                          const T* d_o, T* dk, T* dv, const int* cu_q,           \
@@ -239,13 +226,7 @@ template <typename T, int D>
 __device__ __forceinline__ void scalar_load_queries(ScalarTiles<D>& sm, const T* q, const T* d_o,
                                                     const float* lse, const float* delta,
                                                     const Sequence& s, int i0, int h, int heads) {
-    for (int e = threadIdx.x; e < SBR * D; e += blockDim.x) {
-        const int r = e / D, c = e % D;
-        const bool in = i0 + r < s.lq;
-        const index_t at = ((index_t)(s.q0 + i0 + r) * heads + h) * D + c;
-        sm.q[r][c] = in ? to_f32(q[at]) : 0.0f;
-        sm.d_o[r][c] = in ? to_f32(d_o[at]) : 0.0f;
-    }
+    scalar_load_rows<D>(sm.q, sm.d_o, q, d_o, s.q0, i0, s.lq, heads, h);
     if (threadIdx.x < SBR) {
         const int r = threadIdx.x;
         const bool in = i0 + r < s.lq;
@@ -260,13 +241,7 @@ template <typename T, int D>
 __device__ __forceinline__ void scalar_load_keys(ScalarTiles<D>& sm, const T* k, const T* v,
                                                  const Sequence& s, int j0, int kvh,
                                                  int kv_heads) {
-    for (int e = threadIdx.x; e < SBC * D; e += blockDim.x) {
-        const int r = e / D, c = e % D;
-        const bool in = j0 + r < s.lk;
-        const index_t at = ((index_t)(s.k0 + j0 + r) * kv_heads + kvh) * D + c;
-        sm.k[r][c] = in ? to_f32(k[at]) : 0.0f;
-        sm.v[r][c] = in ? to_f32(v[at]) : 0.0f;
-    }
+    scalar_load_rows<D>(sm.k, sm.v, k, v, s.k0, j0, s.lk, kv_heads, kvh);
 }
 
 // P and dS of the tile pair into shared memory: lane j, queries 2w and 2w + 1.
@@ -493,68 +468,29 @@ __device__ __forceinline__ void fa2_mma_bwd(const T* q, const T* k, const T* v, 
     for (int n = 0; n < iterations; ++n) {
         const int buf = n & 1;
         const int h = kvh * group + n / q_tiles, i0 = (first_tile + n % q_tiles) * MBR;
-        if (n + 1 < iterations) {
-            issue(n + 1, buf ^ 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        if (n + 1 < iterations) issue(n + 1, buf ^ 1);
+        cp_async_double_buffer_wait(n + 1 < iterations);
         const T* qt = qs + buf * TILE;
         const T* dot = dos + buf * TILE;
         const float* lse2 = lse2_s + buf * MBR;
         const float* dlt = delta_s + buf * MBR;
 
+        // quote: mma_scores
         // S^T and dP^T for this warp's 16 keys and the tile's 64 queries.
         float st[QTILES][4], dpt[QTILES][4];
-#pragma unroll
-        for (int j = 0; j < QTILES; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0f;
-        // quote: mma_scores
-        // Not unrolled: the compiler would hoist every fragment load and run out of registers.
-#pragma unroll 1
-        for (int kk = 0; kk < KSTEPS; ++kk) {
-            unsigned ka[4], va[4];
-            const int a_at = (warp * 16 + lane % 16) * STRIDE + kk * 16 + (lane / 16) * 8;
-            ldmatrix_x4(ka, ks + a_at);
-            ldmatrix_x4(va, vs + a_at);
-#pragma unroll
-            for (int jp = 0; jp < QTILES / 2; ++jp) {
-                // Queries 16jp + 0..7 and + 8..15 at columns 16kk and 16kk + 8: the b0, b1 of
-                // query tiles 2jp and 2jp + 1.
-                const int b_at =
-                    (jp * 16 + lane % 8 + (lane / 16) * 8) * STRIDE + kk * 16 + ((lane / 8) % 2) * 8;
-                unsigned b[4];
-                ldmatrix_x4(b, qt + b_at);
-                mma_16816<T>(st[2 * jp], ka, b[0], b[1]);
-                mma_16816<T>(st[2 * jp + 1], ka, b[2], b[3]);
-                ldmatrix_x4(b, dot + b_at);
-                mma_16816<T>(dpt[2 * jp], va, b[0], b[1]);
-                mma_16816<T>(dpt[2 * jp + 1], va, b[2], b[3]);
-            }
-        }
+        mma_score_pair<T, STRIDE, KSTEPS>(st, dpt, ks, vs, qt, dot, warp * 16, lane);
         // end quote: mma_scores
 
         // P^T into st, dS^T into dpt. Element e of a fragment: key row g (e < 2) or g + 8,
         // query column 2t + (e % 2) of its 8-wide tile. A tile pair that every query of the
         // tile sees whole needs no mask test.
         // quote: mma_p_ds
-#pragma unroll
-        for (int j = 0; j < QTILES; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                st[j][e] = exp2f(st[j][e] * scale_log2 - lse2[j * 8 + 2 * t + (e % 2)]);
-        if (i0 + MBR > s.lq || j0 + MBC > key_end(i0, s, causal))
-            mask_fragment<QTILES>(&st[0][0], t, 0.0f, [&](int r, int query) {
-                return visible(i0 + query, j0 + warp * 16 + g + 8 * r, s, causal);
-            });
-#pragma unroll
-        for (int j = 0; j < QTILES; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                dpt[j][e] = st[j][e] * (dpt[j][e] - dlt[j * 8 + 2 * t + (e % 2)]);
+        p_and_ds<true>(st, dpt, lse2, dlt, scale_log2, t, [&](float* p) {
+            if (i0 + MBR > s.lq || j0 + MBC > key_end(i0, s, causal))
+                mask_fragment<QTILES>(p, t, 0.0f, [&](int r, int query) {
+                    return visible(i0 + query, j0 + warp * 16 + g + 8 * r, s, causal);
+                });
+        });
         // end quote: mma_p_ds
 
         // quote: mma_pack
@@ -715,70 +651,25 @@ __device__ __forceinline__ void fa2_mma_bwd_dq(const T* q, const T* k, const T* 
             const int next = j0 + MBC;
             mma_load_tile<T, D, MBC>(ks + (buf ^ 1) * TILE, k, s.k0 + next, s.lk - next, kv_heads, kvh);
             mma_load_tile<T, D, MBC>(vs + (buf ^ 1) * TILE, v, s.k0 + next, s.lk - next, kv_heads, kvh);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
         }
-        __syncthreads();
+        cp_async_double_buffer_wait(n + 1 < tiles);
         const T* kt = ks + buf * TILE;
         const T* vt = vs + buf * TILE;
 
+        // S and dP for this warp's 16 queries and the tile's 64 keys.
         float sc[NTILES][4], dp[NTILES][4];
-#pragma unroll
-        for (int j = 0; j < NTILES; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sc[j][e] = dp[j][e] = 0.0f;
-#pragma unroll 1
-        for (int kk = 0; kk < KSTEPS; ++kk) {
-            unsigned qa[4], ga[4];
-            const int a_at = (warp * 16 + lane % 16) * STRIDE + kk * 16 + (lane / 16) * 8;
-            ldmatrix_x4(qa, qs + a_at);
-            ldmatrix_x4(ga, dos + a_at);
-#pragma unroll
-            for (int jp = 0; jp < NTILES / 2; ++jp) {
-                const int b_at =
-                    (jp * 16 + lane % 8 + (lane / 16) * 8) * STRIDE + kk * 16 + ((lane / 8) % 2) * 8;
-                unsigned b[4];
-                ldmatrix_x4(b, kt + b_at);
-                mma_16816<T>(sc[2 * jp], qa, b[0], b[1]);
-                mma_16816<T>(sc[2 * jp + 1], qa, b[2], b[3]);
-                ldmatrix_x4(b, vt + b_at);
-                mma_16816<T>(dp[2 * jp], ga, b[0], b[1]);
-                mma_16816<T>(dp[2 * jp + 1], ga, b[2], b[3]);
-            }
-        }
+        mma_score_pair<T, STRIDE, KSTEPS>(sc, dp, qs, dos, kt, vt, warp * 16, lane);
 
-        // dS into dp. Element e: query row g (e < 2) or g + 8, key column 2t + (e % 2).
-#pragma unroll
-        for (int j = 0; j < NTILES; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sc[j][e] = exp2f(sc[j][e] * scale_log2 - lse2[e / 2]);
-        if (j0 + MBC > unmasked_keys)
-            mask_fragment<NTILES>(&sc[0][0], t, 0.0f, [&](int r, int key) {
-                return visible(i0 + warp * 16 + g + 8 * r, j0 + key, s, causal);
-            });
-#pragma unroll
-        for (int j = 0; j < NTILES; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dp[j][e] = sc[j][e] * (dp[j][e] - dlt[e / 2]);
+        // P into sc, dS into dp. Element e: query row g (e < 2) or g + 8, key column 2t + (e % 2).
+        p_and_ds<false>(sc, dp, lse2, dlt, scale_log2, t, [&](float* p) {
+            if (j0 + MBC > unmasked_keys)
+                mask_fragment<NTILES>(p, t, 0.0f, [&](int r, int key) {
+                    return visible(i0 + warp * 16 + g + 8 * r, j0 + key, s, causal);
+                });
+        });
 
-        // dQ += dS K, 16 keys at a time: two dS fragments are one A fragment.
-#pragma unroll
-        for (int kk = 0; kk < MBC / 16; ++kk) {
-            const unsigned da[4] = {
-                pack2<T>(dp[2 * kk][0], dp[2 * kk][1]), pack2<T>(dp[2 * kk][2], dp[2 * kk][3]),
-                pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
-#pragma unroll
-            for (int dd = 0; dd < DTILES / 2; ++dd) {
-                unsigned b[4];
-                ldmatrix_x4_trans(b, kt + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * STRIDE +
-                                         dd * 16 + (lane / 16) * 8);
-                mma_16816<T>(acc[2 * dd], da, b[0], b[1]);
-                mma_16816<T>(acc[2 * dd + 1], da, b[2], b[3]);
-            }
-        }
+        // dQ += dS K: dS is still in dP's accumulator fragments.
+        mma_accumulators_times_tile<T, STRIDE>(acc, dp, kt, lane);
         __syncthreads();  // the next iteration's copies overwrite the buffer just read
     }
     cp_async_wait<0>();
@@ -794,7 +685,6 @@ __device__ __forceinline__ void fa2_mma_bwd_dq(const T* q, const T* k, const T* 
     }
 }
 
-// One extern "C" entry per (version, pass, dtype, head dim); the launcher picks by name.
 // One extern "C" entry per (version, pass, dtype, head dim); the launcher picks by name. The
 // key-tile pass adds dQ into dq_accum when atomic_dq is set, and leaves dQ to the `_bwd_dq`
 // pass otherwise (deterministic mode). A runtime flag rather than a template parameter: the
@@ -815,11 +705,5 @@ __device__ __forceinline__ void fa2_mma_bwd_dq(const T* q, const T* k, const T* 
                                causal);                                                          \
     }
 
-BWD_KERNELS(fa2_scalar, bf16_t, bf16, 64)
-BWD_KERNELS(fa2_scalar, bf16_t, bf16, 128)
-BWD_KERNELS(fa2_scalar, f16_t, f16, 64)
-BWD_KERNELS(fa2_scalar, f16_t, f16, 128)
-BWD_KERNELS(fa2_mma, bf16_t, bf16, 64)
-BWD_KERNELS(fa2_mma, bf16_t, bf16, 128)
-BWD_KERNELS(fa2_mma, f16_t, f16, 64)
-BWD_KERNELS(fa2_mma, f16_t, f16, 128)
+FA2_INSTANCES(BWD_KERNELS, fa2_scalar)
+FA2_INSTANCES(BWD_KERNELS, fa2_mma)
