@@ -30,8 +30,10 @@ __device__ __forceinline__ S shfl_xor_words(S s, int offset) {
 }
 
 // quote: warp_allreduce
-// The butterfly for any such statistic: `combine` merges two of them, and must give the same
-// result in either order for every lane to end with the same value.
+// The butterfly for any such statistic: `combine` merges two of them. Each lane merges its own
+// value with its partner's, so the lanes end with the same bits when `combine` gives the same
+// result in either order (a max, a sum, MaxSum's merge); Welford's merge rounds differently by
+// order, and its lanes agree to the last bits only.
 template <typename S, typename Combine>
 __device__ __forceinline__ S warp_allreduce(S s, Combine combine) {
     for (int offset = 16; offset > 0; offset >>= 1) s = combine(s, shfl_xor_words(s, offset));
