@@ -315,13 +315,10 @@ impl Day15 {
         } else {
             Some(sample_outputs(m, n, RANDOM_SAMPLES, seed.wrapping_add(12)))
         };
-        let values: Vec<f64> = match &at {
-            None => qref::int8_matmul(&a, &b_t, za, zb, m, n, k),
-            Some(at) => qref::int8_matmul_at(&a, &b_t, za, zb, m, n, k, at),
-        }
-        .into_iter()
-        .map(|v| v as f64)
-        .collect();
+        let values: Vec<f64> = qref::int8_matmul(&a, &b_t, za, zb, m, n, k, at.as_deref())
+            .into_iter()
+            .map(|v| v as f64)
+            .collect();
         let out_shape = [m, n];
         let expected = Expected {
             values: &values,

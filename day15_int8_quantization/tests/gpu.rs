@@ -156,7 +156,7 @@ fn int8_matmul_is_exact_on_odd_shapes() {
         let s = Shape { m, n, k };
         let a: Vec<i8> = inputs::uniform(m * k, -128.0, 127.0, 2 * i as u64);
         let b_t: Vec<i8> = inputs::uniform(n * k, -128.0, 127.0, 2 * i as u64 + 1);
-        let want: Vec<f64> = qref::int8_matmul(&a, &b_t, za, zb, m, n, k)
+        let want: Vec<f64> = qref::int8_matmul(&a, &b_t, za, zb, m, n, k, None)
             .into_iter()
             .map(|v| v as f64)
             .collect();

@@ -42,8 +42,7 @@ fn cases<'a>(gpu: &'a Gpu, p: &'a Problem) -> Result<Vec<BenchCase<'a>>> {
     let work = Work::Flops(SHAPE.flops());
     let mut c_cublas = gpu.alloc_poisoned::<T>(SHAPE.c_len())?;
     let mut cases = vec![BenchCase::new("cublas", work, move || {
-        p.cublas
-            .gemm_ex::<T, T, _, _, _>(&g, &p.a, &p.b, &mut c_cublas)
+        p.cublas.gemm_ex::<T, T>(&g, &p.a, &p.b, &mut c_cublas)
     })];
     for &name in VERSIONS {
         let version = Version::from_name(name).context("a day18 version")?;

@@ -11,8 +11,9 @@ use common::gpu::cublas::GemmEx;
 use common::gpu::kernel::KernelSet;
 use common::gpu::params::{DeviceIn, DeviceOut};
 use common::gpu::tma::{KMajorTiles, MnMajorTiles, TmaDescriptor};
+use common::gpu::{DeviceBuffer, DeviceBufferMut};
 use common::{Gpu, Kernel, LaunchShape};
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use half::bf16;
 
 use crate::tile::{
@@ -392,21 +393,15 @@ impl TensorCoreGemm {
     /// Hopper versions' tensor maps, whose encoding refuses an operand the TMA cannot take, a
     /// view off a 16-byte boundary; `mma_pipelined` refuses the same for cp.async), all before
     /// anything is enqueued.
-    pub fn prepare<T, A, B, C>(
+    pub fn prepare<T: Element>(
         &self,
         gpu: &Gpu,
         version: Version,
         g: &GemmEx,
-        a: &A,
-        b: &B,
-        c: &C,
-    ) -> Result<Prepared<'_>>
-    where
-        T: Element,
-        A: DevicePtr<T> + DeviceSlice<T>,
-        B: DevicePtr<T> + DeviceSlice<T>,
-        C: DevicePtr<T> + DeviceSlice<T>,
-    {
+        a: &impl DeviceBuffer<T>,
+        b: &impl DeviceBuffer<T>,
+        c: &impl DeviceBuffer<T>,
+    ) -> Result<Prepared<'_>> {
         check_lengths(g, a.len(), b.len(), c.len())?;
         self.check::<T>(version, g)?;
         let plan = self.plan_for(version, g, dtype_name::<T>()?)?;
@@ -415,18 +410,15 @@ impl TensorCoreGemm {
 
     /// [`TensorCoreGemm::prepare`] for FP8: A `[m, k]` and B `[n, k]` e4m3 (their bytes), C
     /// `[m, n]` bf16.
-    pub fn prepare_fp8<C>(
+    pub fn prepare_fp8(
         &self,
         gpu: &Gpu,
         version: Version,
         g: &GemmEx,
         a: &CudaSlice<u8>,
         b: &CudaSlice<u8>,
-        c: &C,
-    ) -> Result<Prepared<'_>>
-    where
-        C: DevicePtr<bf16> + DeviceSlice<bf16>,
-    {
+        c: &impl DeviceBuffer<bf16>,
+    ) -> Result<Prepared<'_>> {
         check_lengths(g, a.len(), b.len(), c.len())?;
         self.check_fp8(version, g)?;
         let plan = self.plan_for(version, g, FP8_NAME)?;
@@ -435,7 +427,7 @@ impl TensorCoreGemm {
 
     /// The arguments of a planned version: operands of `TIn` (bf16, f16, or FP8 bytes), C of
     /// `TOut`.
-    fn prepare_for<'k, TIn, TOut, A, B, C>(
+    fn prepare_for<'k, TIn: Element, TOut: Element>(
         &'k self,
         gpu: &Gpu,
         g: &GemmEx,
@@ -444,17 +436,10 @@ impl TensorCoreGemm {
             launch,
             version,
         }: Plan<'k>,
-        a: &A,
-        b: &B,
-        c: &C,
-    ) -> Result<Prepared<'k>>
-    where
-        TIn: Element,
-        TOut: Element,
-        A: DevicePtr<TIn> + DeviceSlice<TIn>,
-        B: DevicePtr<TIn> + DeviceSlice<TIn>,
-        C: DevicePtr<TOut> + DeviceSlice<TOut>,
-    {
+        a: &impl DeviceBuffer<TIn>,
+        b: &impl DeviceBuffer<TIn>,
+        c: &impl DeviceBuffer<TOut>,
+    ) -> Result<Prepared<'k>> {
         let at = addresses(gpu, a, b, c);
         let maps = if version.is_hopper_only() {
             Some(wgmma_maps(gpu, version, g, a, b, c)?)
@@ -482,51 +467,42 @@ impl TensorCoreGemm {
     /// the batch, C read only where beta != 0. The operands may be slices or views; a view
     /// that starts off a 16-byte boundary is [`Refused`](common::session::Refused) by the versions that copy 16-byte
     /// pieces (mma_ldmatrix then takes it with element loads).
-    pub fn gemm<T, A, B, C>(
+    pub fn gemm<T: Element>(
         &self,
         gpu: &Gpu,
         version: Version,
         g: &GemmEx,
-        a: &A,
-        b: &B,
-        c: &mut C,
-    ) -> Result<()>
-    where
-        T: Element,
-        A: DevicePtr<T> + DeviceSlice<T>,
-        B: DevicePtr<T> + DeviceSlice<T>,
-        C: DevicePtr<T> + DevicePtrMut<T> + DeviceSlice<T>,
-    {
+        a: &impl DeviceBuffer<T>,
+        b: &impl DeviceBuffer<T>,
+        c: &mut impl DeviceBufferMut<T>,
+    ) -> Result<()> {
         self.prepare(gpu, version, g, a, b, c)?.launch(gpu, a, b, c)
     }
 
     /// Enqueues the FP8 GEMM `C = alpha A B^T + beta C`: A `[m, k]` and B `[n, k]` FP8 e4m3
     /// (their bytes), C `[m, n]` bf16, f32 accumulation, by a version of [`Version::FP8`]
     /// (layout `nt` only; see [`TensorCoreGemm::check_fp8`]).
-    pub fn gemm_fp8<C>(
+    pub fn gemm_fp8(
         &self,
         gpu: &Gpu,
         version: Version,
         g: &GemmEx,
         a: &CudaSlice<u8>,
         b: &CudaSlice<u8>,
-        c: &mut C,
-    ) -> Result<()>
-    where
-        C: DevicePtr<bf16> + DevicePtrMut<bf16> + DeviceSlice<bf16>,
-    {
+        c: &mut impl DeviceBufferMut<bf16>,
+    ) -> Result<()> {
         self.prepare_fp8(gpu, version, g, a, b, c)?
             .launch(gpu, a, b, c)
     }
 }
 
 /// The device addresses of A, B and C.
-fn addresses<TIn, TOut, A, B, C>(gpu: &Gpu, a: &A, b: &B, c: &C) -> [u64; 3]
-where
-    A: DevicePtr<TIn>,
-    B: DevicePtr<TIn>,
-    C: DevicePtr<TOut>,
-{
+fn addresses<TIn, TOut>(
+    gpu: &Gpu,
+    a: &impl DevicePtr<TIn>,
+    b: &impl DevicePtr<TIn>,
+    c: &impl DevicePtr<TOut>,
+) -> [u64; 3] {
     let stream = &gpu.stream;
     [
         a.device_ptr(stream).0,
@@ -538,12 +514,13 @@ where
 impl Prepared<'_> {
     /// Enqueues one run on the buffers it was prepared for (another buffer is an error: the
     /// tensor maps hold the addresses).
-    pub fn launch<TIn, TOut, A, B, C>(&self, gpu: &Gpu, a: &A, b: &B, c: &mut C) -> Result<()>
-    where
-        A: DevicePtr<TIn>,
-        B: DevicePtr<TIn>,
-        C: DevicePtr<TOut> + DevicePtrMut<TOut>,
-    {
+    pub fn launch<TIn, TOut>(
+        &self,
+        gpu: &Gpu,
+        a: &impl DevicePtr<TIn>,
+        b: &impl DevicePtr<TIn>,
+        c: &mut impl DevicePtrMut<TOut>,
+    ) -> Result<()> {
         let stream = &gpu.stream;
         let (a_ptr, _a_record) = a.device_ptr(stream);
         let (b_ptr, _b_record) = b.device_ptr(stream);
@@ -605,21 +582,14 @@ impl Prepared<'_> {
 /// The tensor maps of a Hopper version: A's and B's boxes from the tile, and C's for the
 /// versions that move C by TMA; the others store from registers and leave the parameter unread
 /// (A's map fills it).
-fn wgmma_maps<TIn, TOut, A, B, C>(
+fn wgmma_maps<TIn: Element, TOut: Element>(
     gpu: &Gpu,
     version: Version,
     g: &GemmEx,
-    a: &A,
-    b: &B,
-    c: &C,
-) -> Result<[TmaDescriptor; 3]>
-where
-    TIn: Element,
-    TOut: Element,
-    A: DevicePtr<TIn> + DeviceSlice<TIn>,
-    B: DevicePtr<TIn> + DeviceSlice<TIn>,
-    C: DevicePtr<TOut> + DeviceSlice<TOut>,
-{
+    a: &impl DeviceBuffer<TIn>,
+    b: &impl DeviceBuffer<TIn>,
+    c: &impl DeviceBuffer<TOut>,
+) -> Result<[TmaDescriptor; 3]> {
     let layout = Layout::of(g);
     let (tile, _) = version.wg_tile();
     let map_a = operand_map(gpu, a, layout.a_mn_major(), g.m, g, g.stride_a, tile.bm)?;
@@ -647,19 +617,15 @@ where
 /// The tensor map of one operand: K-major `[batch][rows][k]` in boxes of one swizzle row of k
 /// x `box_rows`, or MN-major `[batch][k][rows]` in boxes of 64 rows x 64 k (`rows` is m for
 /// A, n for B).
-fn operand_map<T, S>(
+fn operand_map<T: Element>(
     gpu: &Gpu,
-    buffer: &S,
+    buffer: &impl DeviceBuffer<T>,
     mn_major: bool,
     rows: usize,
     g: &GemmEx,
     stride: usize,
     box_rows: usize,
-) -> Result<TmaDescriptor>
-where
-    T: Element,
-    S: DevicePtr<T> + DeviceSlice<T>,
-{
+) -> Result<TmaDescriptor> {
     let box_k = (WG_TILE.k_bytes / std::mem::size_of::<T>()) as u32;
     if mn_major {
         MnMajorTiles {

@@ -5,8 +5,8 @@ use anyhow::Result;
 use common::Gpu;
 use common::element::Element;
 use common::gpu::cublas::GemmEx;
+use common::gpu::{DeviceBuffer, DeviceBufferMut};
 use common::session::Refused;
-use cudarc::driver::{DevicePtr, DevicePtrMut, DeviceSlice};
 
 use crate::{Prepared, TensorCoreGemm, Version};
 
@@ -85,20 +85,14 @@ impl Gemm {
     /// it (sizes, then the operands' alignment), for [`Prepared::launch`] to enqueue as often
     /// as wanted on them; [`Refused`] with the best version's reason when none does. Nothing
     /// is enqueued.
-    pub fn prepare<T, A, B, C>(
+    pub fn prepare<T: Element>(
         &self,
         gpu: &Gpu,
         g: &GemmEx,
-        a: &A,
-        b: &B,
-        c: &C,
-    ) -> Result<Prepared<'_>>
-    where
-        T: Element,
-        A: DevicePtr<T> + DeviceSlice<T>,
-        B: DevicePtr<T> + DeviceSlice<T>,
-        C: DevicePtr<T> + DeviceSlice<T>,
-    {
+        a: &impl DeviceBuffer<T>,
+        b: &impl DeviceBuffer<T>,
+        c: &impl DeviceBuffer<T>,
+    ) -> Result<Prepared<'_>> {
         let mut first_refusal = None;
         for &v in Self::preference(g) {
             if let Err(e) = self.day.check::<T>(v, g) {
@@ -108,7 +102,7 @@ impl Gemm {
                 first_refusal.get_or_insert(e);
                 continue;
             }
-            match self.day.prepare::<T, A, B, C>(gpu, v, g, a, b, c) {
+            match self.day.prepare::<T>(gpu, v, g, a, b, c) {
                 Err(e) if e.is::<Refused>() => {
                     first_refusal.get_or_insert(e);
                 }
@@ -120,15 +114,16 @@ impl Gemm {
 
     /// Enqueues `g` with the first version of [`Gemm::preference`] that takes it: planned
     /// ([`Gemm::prepare`]) and launched once.
-    pub fn run<T, A, B, C>(&self, gpu: &Gpu, g: &GemmEx, a: &A, b: &B, c: &mut C) -> Result<()>
-    where
-        T: Element,
-        A: DevicePtr<T> + DeviceSlice<T>,
-        B: DevicePtr<T> + DeviceSlice<T>,
-        C: DevicePtr<T> + DevicePtrMut<T> + DeviceSlice<T>,
-    {
-        self.prepare::<T, A, B, C>(gpu, g, a, b, c)?
-            .launch::<T, T, A, B, C>(gpu, a, b, c)
+    pub fn run<T: Element>(
+        &self,
+        gpu: &Gpu,
+        g: &GemmEx,
+        a: &impl DeviceBuffer<T>,
+        b: &impl DeviceBuffer<T>,
+        c: &mut impl DeviceBufferMut<T>,
+    ) -> Result<()> {
+        self.prepare::<T>(gpu, g, a, b, c)?
+            .launch::<T, T>(gpu, a, b, c)
     }
 }
 

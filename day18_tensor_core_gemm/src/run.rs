@@ -82,7 +82,7 @@ impl Runner<'_> {
         if self.selected.contains(&CUBLAS) {
             // The same layout (by default B stored [n, k]: the transposed right operand).
             session.run_version(library_call(CUBLAS), &mut c, &expected, |c| {
-                self.cublas.gemm_ex::<T, T, _, _, _>(&g, &a_dev, &b_dev, c)
+                self.cublas.gemm_ex::<T, T>(&g, &a_dev, &b_dev, c)
             })?;
         }
         let versions = self

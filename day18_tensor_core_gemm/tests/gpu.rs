@@ -110,7 +110,7 @@ fn check_shape<T: Element>(
     let layout = shape.layout.name();
 
     let got = launch_and_read(gpu, &mut c, &mut |c| {
-        cublas.gemm_ex::<T, T, _, _, _>(&g, &a_dev, &b_dev, c)
+        cublas.gemm_ex::<T, T>(&g, &a_dev, &b_dev, c)
     })
     .unwrap();
     let report = check::compare(&got, &expected, &out_shape, tolerance);
@@ -399,7 +399,7 @@ fn check_alpha_beta<T: Element>(
         tolerance
     };
     run_checked(&format!("cublas {what}"), cublas_tolerance, &mut |c| {
-        cublas.gemm_ex::<T, T, _, _, _>(&g, &a_dev, &b_dev, c)
+        cublas.gemm_ex::<T, T>(&g, &a_dev, &b_dev, c)
     });
     for (v, version) in Version::ALL.into_iter().enumerate() {
         if day.plan::<T>(version, &g).is_err() {
@@ -477,7 +477,7 @@ fn the_library_entry_point_takes_views_and_refuses_what_it_must() {
             let result = {
                 let (a_view, b_view) = (a_dev.slice(offset..), b_dev.slice(offset..));
                 let mut c_view = c.slice_mut(offset..);
-                gemm.run::<bf16, _, _, _>(&gpu, &g, &a_view, &b_view, &mut c_view)
+                gemm.run::<bf16>(&gpu, &g, &a_view, &b_view, &mut c_view)
             };
             let aligned = offset.is_multiple_of(8);
             if !aligned && layout != Layout::NT {

@@ -187,15 +187,15 @@ impl Reference {
             Reference::Full(r) => worse(
                 check::compare_with_slack(
                     &got[..split],
-                    &r.dh,
-                    &tolerance::gradient_slack(&r.dh_terms, chunks),
+                    &r.dh.values,
+                    &tolerance::gradient_slack(&r.dh.terms, chunks),
                     &[shape.tokens, shape.hidden],
                     tol,
                 ),
                 check::compare_with_slack(
                     &got[split..],
-                    &r.dw,
-                    &tolerance::gradient_slack(&r.dw_terms, chunks),
+                    &r.dw.values,
+                    &tolerance::gradient_slack(&r.dw.terms, chunks),
                     &[shape.vocab, shape.hidden],
                     tol,
                 ),
@@ -277,8 +277,8 @@ impl Samples {
                 .iter()
                 .flat_map(|&c| (0..v).map(move |row| dw_base + row * hd + c)),
         );
-        let values = [&r.dh[..], &r.dw_rows, &r.dw_columns].concat();
-        let terms = [&r.dh_terms[..], &r.dw_row_terms, &r.dw_column_terms].concat();
+        let values = [&r.dh.values[..], &r.dw_rows.values, &r.dw_columns.values].concat();
+        let terms = [&r.dh.terms[..], &r.dw_rows.terms, &r.dw_columns.terms].concat();
         assert_eq!(at.len(), values.len(), "one index per sampled value");
         SampledValues {
             loss: r.loss,
@@ -316,7 +316,7 @@ fn reference_logits(
         };
         let h_rows = h.slice(start * hidden..(start + n) * hidden);
         let mut out = block.slice_mut(..n * vocab);
-        cublas.gemm_ex::<bf16, f32, _, _, _>(&g, &h_rows, w, &mut out)?;
+        cublas.gemm_ex::<bf16, f32>(&g, &h_rows, w, &mut out)?;
         gpu.synchronize()?;
         let got = gpu.download(&block)?;
         logits.extend(got[..n * vocab].iter().map(|&x| bf16::from_f32(x)));

@@ -48,7 +48,7 @@ struct CublasGemm<'c> {
 
 impl PreparedGemm for CublasGemm<'_> {
     fn launch(&self, a: &Operand, b: &Operand, c: &mut Output) -> Result<()> {
-        self.cublas.gemm_ex::<bf16, bf16, _, _, _>(&self.g, a, b, c)
+        self.cublas.gemm_ex::<bf16, bf16>(&self.g, a, b, c)
     }
 }
 
@@ -109,7 +109,7 @@ impl GemmBackend for Day18Gemm<'_> {
     ) -> Result<Box<dyn PreparedGemm + 's>> {
         Ok(Box::new(Day18Prepared {
             gpu: self.gpu,
-            prepared: self.gemm.prepare::<bf16, _, _, _>(self.gpu, g, a, b, c)?,
+            prepared: self.gemm.prepare::<bf16>(self.gpu, g, a, b, c)?,
         }))
     }
 }
@@ -122,8 +122,7 @@ struct Day18Prepared<'g, 'k> {
 
 impl PreparedGemm for Day18Prepared<'_, '_> {
     fn launch(&self, a: &Operand, b: &Operand, c: &mut Output) -> Result<()> {
-        self.prepared
-            .launch::<bf16, bf16, _, _, _>(self.gpu, a, b, c)
+        self.prepared.launch::<bf16, bf16>(self.gpu, a, b, c)
     }
 }
 

@@ -191,18 +191,45 @@ pub struct LinearCeShape {
     pub vocab: usize,
 }
 
+/// Gradient elements that are sums, and beside each the sum of its terms' magnitudes (see
+/// the module's notes), which its rounding error scales with.
+#[derive(Debug, Clone, Default)]
+pub struct Sums {
+    pub values: Vec<f64>,
+    pub terms: Vec<f64>,
+}
+
+impl Sums {
+    /// `len` sums, all zero, to add terms into.
+    fn zeros(len: usize) -> Self {
+        Sums {
+            values: vec![0.0; len],
+            terms: vec![0.0; len],
+        }
+    }
+
+    /// Appends one row of sums and their magnitudes.
+    fn extend(&mut self, (values, terms): (Vec<f64>, Vec<f64>)) {
+        self.values.extend(values);
+        self.terms.extend(terms);
+    }
+
+    /// Adds `other` element by element.
+    fn add(&mut self, other: &Sums) {
+        let add = |dst: &mut [f64], src: &[f64]| dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+        add(&mut self.values, &other.values);
+        add(&mut self.terms, &other.terms);
+    }
+}
+
 /// Loss and gradients of the fused linear + cross-entropy.
 #[derive(Debug, Clone)]
 pub struct LinearCeOutput {
     pub loss: f64,
     /// `[T, Hd]`.
-    pub dh: Vec<f64>,
+    pub dh: Sums,
     /// `[V, Hd]`.
-    pub dw: Vec<f64>,
-    /// Each dH element's sum of its terms' magnitudes (see the module's notes), `[T, Hd]`.
-    pub dh_terms: Vec<f64>,
-    /// Each dW element's, `[V, Hd]`.
-    pub dw_terms: Vec<f64>,
+    pub dw: Sums,
     /// The largest |logit|, for tolerances.
     pub max_abs_logit: f64,
     /// The largest |lse| over tokens, for the z-loss's share of the tolerance.
@@ -212,16 +239,12 @@ pub struct LinearCeOutput {
 impl LinearCeOutput {
     /// dH then dW, back to back: the layout of the days' gradient buffer.
     pub fn concatenated_gradients(&self) -> Vec<f64> {
-        let mut all = self.dh.clone();
-        all.extend_from_slice(&self.dw);
-        all
+        [&self.dh.values[..], &self.dw.values].concat()
     }
 
     /// The terms' magnitudes in the same layout.
     pub fn concatenated_terms(&self) -> Vec<f64> {
-        let mut all = self.dh_terms.clone();
-        all.extend_from_slice(&self.dw_terms);
-        all
+        [&self.dh.terms[..], &self.dw.terms].concat()
     }
 }
 
@@ -329,10 +352,8 @@ pub fn linear_cross_entropy_f64(
     let inv_n = inverse_count(count_valid(targets, shape.vocab, opts));
     let mut out = LinearCeOutput {
         loss: 0.0,
-        dh: Vec::with_capacity(h.len()),
-        dw: vec![0.0; w.len()],
-        dh_terms: Vec::with_capacity(h.len()),
-        dw_terms: vec![0.0; w.len()],
+        dh: Sums::default(),
+        dw: Sums::zeros(w.len()),
         max_abs_logit: 0.0,
         max_abs_lse: 0.0,
     };
@@ -342,13 +363,12 @@ pub fn linear_cross_entropy_f64(
         total += t.loss;
         out.max_abs_logit = out.max_abs_logit.max(t.max_abs);
         out.max_abs_lse = out.max_abs_lse.max(t.lse.abs());
-        let (dh, terms) = dh_row(&t.dz, &t.magnitude, w, hidden);
-        out.dh.extend(dh);
-        out.dh_terms.extend(terms);
+        out.dh.extend(dh_row(&t.dz, &t.magnitude, w, hidden));
         let rows = out
             .dw
+            .values
             .chunks_exact_mut(hidden)
-            .zip(out.dw_terms.chunks_exact_mut(hidden));
+            .zip(out.dw.terms.chunks_exact_mut(hidden));
         for ((g, m), (dwv, sv)) in t.dz.iter().zip(&t.magnitude).zip(rows) {
             if *m != 0.0 {
                 for ((d, s), x) in dwv.iter_mut().zip(sv.iter_mut()).zip(ht) {
@@ -415,14 +435,11 @@ pub fn logits_rows<T: Element>(
 pub struct SampledLinearCe {
     pub loss: f64,
     /// dH rows of the sampled tokens, concatenated (`[tokens, Hd]`).
-    pub dh: Vec<f64>,
-    pub dh_terms: Vec<f64>,
+    pub dh: Sums,
     /// dW rows of the sampled vocabulary entries (`[rows, Hd]`).
-    pub dw_rows: Vec<f64>,
-    pub dw_row_terms: Vec<f64>,
+    pub dw_rows: Sums,
     /// dW columns of the sampled hidden indices, each `[V]` (`[columns, V]`).
-    pub dw_columns: Vec<f64>,
-    pub dw_column_terms: Vec<f64>,
+    pub dw_columns: Sums,
     /// The largest |logit|.
     pub max_abs_logit: f64,
 }
@@ -469,22 +486,16 @@ pub fn linear_cross_entropy_sampled<T: Element, L: Element>(
         .clamp(1, tokens);
     let per_thread = tokens.div_ceil(threads);
     let (nr, nc) = (dw_rows.len(), dw_columns.len());
-    // Per thread, over its tokens in order: (loss, max |logit|, dW rows and their terms, dW
-    // columns and their terms); summed across threads in thread order (deterministic).
-    type Part = (f64, f64, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
+    // Per thread, over its tokens in order: (loss, max |logit|, dW rows, dW columns); summed
+    // across threads in thread order (deterministic).
+    type Part = (f64, f64, Sums, Sums);
     let parts: Vec<Part> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|i| {
                 let row = &row;
                 s.spawn(move || {
-                    let mut part: Part = (
-                        0.0,
-                        0.0,
-                        vec![0.0; nr * hidden],
-                        vec![0.0; nr * hidden],
-                        vec![0.0; nc * vocab],
-                        vec![0.0; nc * vocab],
-                    );
+                    let mut part: Part =
+                        (0.0, 0.0, Sums::zeros(nr * hidden), Sums::zeros(nc * vocab));
                     let end = ((i + 1) * per_thread).min(tokens);
                     for t in (i * per_thread).min(end)..end {
                         let out = row(t);
@@ -497,8 +508,8 @@ pub fn linear_cross_entropy_sampled<T: Element, L: Element>(
                                 continue;
                             }
                             let dst = r * hidden..(r + 1) * hidden;
-                            let terms = part.3[dst.clone()].iter_mut();
-                            for ((d, s), x) in part.2[dst].iter_mut().zip(terms).zip(ht) {
+                            let terms = part.2.terms[dst.clone()].iter_mut();
+                            for ((d, s), x) in part.2.values[dst].iter_mut().zip(terms).zip(ht) {
                                 let x = x.to_f64();
                                 *d += g * x;
                                 *s += m * x.abs();
@@ -507,8 +518,8 @@ pub fn linear_cross_entropy_sampled<T: Element, L: Element>(
                         for (k, &c) in dw_columns.iter().enumerate() {
                             let x = ht[c].to_f64();
                             let dst = k * vocab..(k + 1) * vocab;
-                            let terms = part.5[dst.clone()].iter_mut();
-                            let sums = part.4[dst].iter_mut().zip(terms);
+                            let terms = part.3.terms[dst.clone()].iter_mut();
+                            let sums = part.3.values[dst].iter_mut().zip(terms);
                             for ((d, s), (g, m)) in sums.zip(out.dz.iter().zip(&out.magnitude)) {
                                 *d += g * x;
                                 *s += m * x.abs();
@@ -526,22 +537,16 @@ pub fn linear_cross_entropy_sampled<T: Element, L: Element>(
     });
     let mut out = SampledLinearCe {
         loss: 0.0,
-        dh: Vec::new(),
-        dh_terms: Vec::new(),
-        dw_rows: vec![0.0; nr * hidden],
-        dw_row_terms: vec![0.0; nr * hidden],
-        dw_columns: vec![0.0; nc * vocab],
-        dw_column_terms: vec![0.0; nc * vocab],
+        dh: Sums::default(),
+        dw_rows: Sums::zeros(nr * hidden),
+        dw_columns: Sums::zeros(nc * vocab),
         max_abs_logit: 0.0,
     };
-    let add = |dst: &mut [f64], src: &[f64]| dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
     for part in &parts {
         out.loss += part.0;
         out.max_abs_logit = out.max_abs_logit.max(part.1);
-        add(&mut out.dw_rows, &part.2);
-        add(&mut out.dw_row_terms, &part.3);
-        add(&mut out.dw_columns, &part.4);
-        add(&mut out.dw_column_terms, &part.5);
+        out.dw_rows.add(&part.2);
+        out.dw_columns.add(&part.3);
     }
     out.loss *= inv_n;
     // dH rows: `V * Hd` products each, one thread per row.
@@ -562,9 +567,8 @@ pub fn linear_cross_entropy_sampled<T: Element, L: Element>(
             .map(|h| h.join().expect("a reference thread panicked"))
             .collect()
     });
-    for (dh, terms) in rows {
-        out.dh.extend(dh);
-        out.dh_terms.extend(terms);
+    for row in rows {
+        out.dh.extend(row);
     }
     out
 }
@@ -681,8 +685,11 @@ mod tests {
         assert_relative_eq!(fused.loss, ce.loss, max_relative = 1e-14);
         // dH = dz W for token 1, column 0.
         let dh10: f64 = (0..5).map(|v| ce.dlogits[5 + v] * w[v * 3]).sum();
-        assert_relative_eq!(fused.dh[3], dh10, max_relative = 1e-12);
-        assert!(fused.dh[6..9].iter().all(|&g| g == 0.0), "ignored token");
+        assert_relative_eq!(fused.dh.values[3], dh10, max_relative = 1e-12);
+        assert!(
+            fused.dh.values[6..9].iter().all(|&g| g == 0.0),
+            "ignored token"
+        );
         // The sampled reference from the same stored (bf16) logits gives the same numbers.
         let (h32, w32): (Vec<f32>, Vec<f32>) = (
             h.iter().map(|&v| v as f32).collect(),
@@ -707,21 +714,28 @@ mod tests {
         assert_relative_eq!(sampled.loss, fused.loss, max_relative = 1e-13);
         for (i, &t) in [3usize, 1].iter().enumerate() {
             for c in 0..3 {
-                assert_relative_eq!(sampled.dh[i * 3 + c], fused.dh[t * 3 + c], epsilon = 1e-15);
-                let terms = sampled.dh_terms[i * 3 + c];
-                assert_relative_eq!(terms, fused.dh_terms[t * 3 + c], max_relative = 1e-12);
+                assert_relative_eq!(
+                    sampled.dh.values[i * 3 + c],
+                    fused.dh.values[t * 3 + c],
+                    epsilon = 1e-15
+                );
+                let terms = sampled.dh.terms[i * 3 + c];
+                assert_relative_eq!(terms, fused.dh.terms[t * 3 + c], max_relative = 1e-12);
             }
         }
         for (i, &v) in [4usize, 0].iter().enumerate() {
             for c in 0..3 {
-                let (got, want) = (sampled.dw_rows[i * 3 + c], fused.dw[v * 3 + c]);
+                let (got, want) = (
+                    sampled.dw_rows.values[i * 3 + c],
+                    fused.dw.values[v * 3 + c],
+                );
                 assert_relative_eq!(got, want, epsilon = 1e-15, max_relative = 1e-12);
             }
         }
         for v in 0..5 {
-            let (got, want) = (sampled.dw_columns[v], fused.dw[v * 3 + 2]);
+            let (got, want) = (sampled.dw_columns.values[v], fused.dw.values[v * 3 + 2]);
             assert_relative_eq!(got, want, epsilon = 1e-15, max_relative = 1e-12);
-            let (got, want) = (sampled.dw_column_terms[v], fused.dw_terms[v * 3 + 2]);
+            let (got, want) = (sampled.dw_columns.terms[v], fused.dw.terms[v * 3 + 2]);
             assert_relative_eq!(got, want, max_relative = 1e-12);
         }
         let exact = logits_rows(&h32, &w32, SHAPE, Rounding::Bf16, &[1]);
@@ -738,15 +752,16 @@ mod tests {
         let out = linear_cross_entropy_f64(&h, &w, &targets, SHAPE, &o, Rounding::None);
         for (g, m) in out
             .dh
+            .values
             .iter()
-            .zip(&out.dh_terms)
-            .chain(out.dw.iter().zip(&out.dw_terms))
+            .zip(&out.dh.terms)
+            .chain(out.dw.values.iter().zip(&out.dw.terms))
         {
             assert!(g.abs() <= m * (1.0 + 1e-12), "{g} > {m}");
         }
         // The ignored token's dH row has no terms at all.
-        assert!(out.dh_terms[3..6].iter().all(|&m| m == 0.0));
-        assert!(out.dh_terms[..3].iter().all(|&m| m > 0.0));
+        assert!(out.dh.terms[3..6].iter().all(|&m| m == 0.0));
+        assert!(out.dh.terms[..3].iter().all(|&m| m > 0.0));
     }
 
     fn numeric_gradient(v: &[f64], mut loss_at: impl FnMut(&[f64]) -> f64) -> Vec<f64> {
@@ -773,7 +788,10 @@ mod tests {
         let analytic = linear_cross_entropy_f64(&h, &w, &targets, SHAPE, &o, Rounding::None);
         let dh = numeric_gradient(&h, |h| loss(h, &w));
         let dw = numeric_gradient(&w, |w| loss(&h, w));
-        for (what, a, n) in [("dH", &analytic.dh, &dh), ("dW", &analytic.dw, &dw)] {
+        for (what, a, n) in [
+            ("dH", &analytic.dh.values, &dh),
+            ("dW", &analytic.dw.values, &dw),
+        ] {
             for (i, (a, n)) in a.iter().zip(n).enumerate() {
                 assert!(
                     (a - n).abs() <= 1e-7 + 1e-6 * n.abs(),
@@ -817,6 +835,6 @@ mod tests {
         assert_relative_eq!(exact.loss, rounded.loss, max_relative = 2e-2);
         let gradients = rounded.concatenated_gradients();
         assert_eq!(gradients.len(), 12 + 15);
-        assert_eq!(gradients[12..], rounded.dw[..]);
+        assert_eq!(gradients[12..], rounded.dw.values[..]);
     }
 }

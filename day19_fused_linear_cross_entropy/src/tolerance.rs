@@ -18,10 +18,10 @@ pub fn gradient() -> Tolerance {
 }
 
 /// Each element's allowance from the sum of its terms' magnitudes `terms`
-/// ([`crate::reference`]'s `dh_terms` / `dw_terms`): dz stored in bf16 (half
-/// an ulp of each term); a logit that the GEMM's f32 sums, in another order, round to its
-/// other bf16 neighbour (`2^-7 |z|`, which moves p by that relative amount: the terms
-/// count `p |z|` for it, and one such neighbour per term is covered twice); dW accumulated
+/// ([`crate::reference::Sums::terms`]): dz stored in bf16 (half an ulp of each term); a
+/// logit that the GEMM's f32 sums, in another order, round to its other bf16 neighbour
+/// (`2^-7 |z|`, which moves p by that relative amount: the terms count `p |z|` for it, and
+/// one such neighbour per term is covered twice); dW accumulated
 /// in bf16 over `chunks` chunks, half an ulp of a partial sum each. All of it relative to
 /// the terms, not to the element: it holds where they cancel to a small gradient.
 pub fn gradient_slack(terms: &[f64], chunks: usize) -> Vec<f64> {

@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys};
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 
 use crate::dtype::Dtype;
 use crate::element::Element;
 use crate::error::SetupError;
-use crate::gpu::Gpu;
+use crate::gpu::{DeviceBuffer, Gpu};
 
 pub struct Cublas {
     blas: CudaBlas,
@@ -178,14 +178,13 @@ impl Cublas {
     /// `C^T (n x m) = op(B)^T op(A)^T`, with B's bytes as its first operand. An operand stored
     /// as is reads, column-major, as its own transpose (`OP_N`); one stored transposed reads
     /// as the matrix itself and needs `OP_T`.
-    pub fn gemm_ex<T, O, A, B, C>(&self, g: &GemmEx, a: &A, b: &B, c: &mut C) -> Result<()>
-    where
-        T: Element,
-        O: Element,
-        A: DevicePtr<T> + DeviceSlice<T>,
-        B: DevicePtr<T> + DeviceSlice<T>,
-        C: DevicePtrMut<O> + DeviceSlice<O>,
-    {
+    pub fn gemm_ex<T: Element, O: Element>(
+        &self,
+        g: &GemmEx,
+        a: &impl DeviceBuffer<T>,
+        b: &impl DeviceBuffer<T>,
+        c: &mut impl DevicePtrMut<O>,
+    ) -> Result<()> {
         let Some((need_a, need_b, need_c)) = g.needs() else {
             bail!("gemm_ex: the operands of {g:?} are too large to address");
         };

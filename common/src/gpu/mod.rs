@@ -25,12 +25,24 @@ use std::sync::{Arc, OnceLock};
 
 use anyhow::Result;
 use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtrMut, sys, sys::CUdevice_attribute,
+    CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, sys,
+    sys::CUdevice_attribute,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::element::Element;
 use crate::error::{SetupError, UsageError};
+
+/// A buffer of `T` on the device, whose address and length a launch or a library call
+/// reads: a `CudaSlice`, or a view of one.
+pub trait DeviceBuffer<T>: DevicePtr<T> + DeviceSlice<T> {}
+
+impl<T, B: DevicePtr<T> + DeviceSlice<T> + ?Sized> DeviceBuffer<T> for B {}
+
+/// A [`DeviceBuffer`] that a call also writes.
+pub trait DeviceBufferMut<T>: DeviceBuffer<T> + DevicePtrMut<T> {}
+
+impl<T, B: DeviceBuffer<T> + DevicePtrMut<T> + ?Sized> DeviceBufferMut<T> for B {}
 
 /// What the report says about the device a run used.
 #[derive(Debug, Clone, Serialize, Deserialize)]

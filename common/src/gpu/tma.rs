@@ -13,7 +13,7 @@ use cudarc::driver::{DevicePtr, DeviceRepr, DeviceSlice};
 use crate::dtype::Dtype;
 use crate::element::Element;
 use crate::error::Refused;
-use crate::gpu::Gpu;
+use crate::gpu::{DeviceBuffer, Gpu};
 
 /// The encoded map, aligned as the driver and the kernel parameter require.
 #[repr(C, align(64))]
@@ -46,11 +46,11 @@ impl KMajorTiles {
     /// TMA needs rows of a multiple of 16 bytes, a 16-byte aligned start and matrix stride,
     /// and a box row of at most 128 bytes under this swizzle: a tensor that breaks one of
     /// those is [`Refused`]. Elements of a box past the tensor's edge arrive as zeros.
-    pub fn encode<T, S>(&self, gpu: &Gpu, buffer: &S) -> Result<TmaDescriptor>
-    where
-        T: Element,
-        S: DevicePtr<T> + DeviceSlice<T>,
-    {
+    pub fn encode<T: Element>(
+        &self,
+        gpu: &Gpu,
+        buffer: &impl DeviceBuffer<T>,
+    ) -> Result<TmaDescriptor> {
         let layout = Swizzled128 {
             what: "a K-major operand",
             inner: self.inner,
@@ -101,11 +101,11 @@ impl MnMajorTiles {
 
     /// Encodes the map of `buffer` (a slice or a view), which must hold the whole tensor;
     /// [`Refused`] as [`KMajorTiles::encode`], and for [`MnMajorTiles::refusal`].
-    pub fn encode<T, S>(&self, gpu: &Gpu, buffer: &S) -> Result<TmaDescriptor>
-    where
-        T: Element,
-        S: DevicePtr<T> + DeviceSlice<T>,
-    {
+    pub fn encode<T: Element>(
+        &self,
+        gpu: &Gpu,
+        buffer: &impl DeviceBuffer<T>,
+    ) -> Result<TmaDescriptor> {
         if let Some(why) = self.refusal() {
             return Err(Refused(why).into());
         }
@@ -148,11 +148,11 @@ impl HeadTiles {
     /// Encodes the map of `buffer`, which must hold `tokens x heads x dim` elements;
     /// [`Refused`] as [`KMajorTiles::encode`] (a head dim that is not a multiple of 8, or an
     /// unaligned start).
-    pub fn encode<T, S>(&self, gpu: &Gpu, buffer: &S) -> Result<TmaDescriptor>
-    where
-        T: Element,
-        S: DevicePtr<T> + DeviceSlice<T>,
-    {
+    pub fn encode<T: Element>(
+        &self,
+        gpu: &Gpu,
+        buffer: &impl DeviceBuffer<T>,
+    ) -> Result<TmaDescriptor> {
         let layout = Swizzled128 {
             what: "an attention tensor",
             // [heads][tokens][dim] with tokens heads x dim apart and heads dim apart: the
@@ -230,11 +230,11 @@ struct Swizzled128 {
 }
 
 impl Swizzled128 {
-    fn encode<T, S>(&self, gpu: &Gpu, buffer: &S) -> Result<TmaDescriptor>
-    where
-        T: Element,
-        S: DevicePtr<T> + DeviceSlice<T>,
-    {
+    fn encode<T: Element>(
+        &self,
+        gpu: &Gpu,
+        buffer: &impl DeviceBuffer<T>,
+    ) -> Result<TmaDescriptor> {
         let what = self.what;
         let data_type = map_data_type(T::DTYPE);
         if self.inner == 0 || self.rows == 0 || self.outer == 0 {

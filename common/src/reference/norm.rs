@@ -30,7 +30,7 @@
 //!   [`Forward::error_scale`] bounds those magnitudes from the data.
 //! - dx: `g - xhat * c` cancels by design (the gradient is orthogonal to `x` for RMSNorm, sums
 //!   to zero for LayerNorm), so the error is absolute, `(row_terms + 8) * 2^-24` times
-//!   [`Gradients::dx_scale`] (`rstd` times the magnitudes that meet in the subtraction).
+//!   dx's [`Gradient::scale`] (`rstd` times the magnitudes that meet in the subtraction).
 //! - dweight, dbias: column sums of `rows` terms of both signs: absolute error up to
 //!   `(col_terms + row_terms + 16) * 2^-24` times the largest column sum of magnitudes
 //!   (`row_terms` because each term carries its row's `rstd` error).
@@ -85,9 +85,9 @@ pub fn backward_tolerances<T: Element>(
     col_terms: usize,
 ) -> [Tolerance; 3] {
     [
-        tolerance::<T>(row_terms, grads.dx_scale),
-        tolerance::<T>(col_terms + row_terms + 8, grads.dweight_scale),
-        tolerance::<T>(col_terms + 8, grads.dbias_scale),
+        tolerance::<T>(row_terms, grads.dx.scale),
+        tolerance::<T>(col_terms + row_terms + 8, grads.dweight.scale),
+        tolerance::<T>(col_terms + 8, grads.dbias.scale),
     ]
 }
 
@@ -99,22 +99,30 @@ pub struct Forward {
     pub error_scale: f64,
 }
 
-/// A backward pass: the gradients (`dbias` empty for RMSNorm) and the magnitudes their
-/// absolute errors scale with.
+/// A backward pass: the three gradients (`dbias` empty for RMSNorm).
 #[derive(Debug, Clone)]
 pub struct Gradients {
-    pub dx: Vec<f64>,
-    pub dweight: Vec<f64>,
-    pub dbias: Vec<f64>,
-    pub dx_scale: f64,
-    pub dweight_scale: f64,
-    pub dbias_scale: f64,
+    pub dx: Gradient,
+    pub dweight: Gradient,
+    pub dbias: Gradient,
+}
+
+/// One gradient, and the magnitude its absolute errors scale with.
+#[derive(Debug, Clone)]
+pub struct Gradient {
+    pub values: Vec<f64>,
+    pub scale: f64,
 }
 
 impl Gradients {
     /// dx, dweight and dbias back to back, the layout of the backward kernels' output.
     pub fn concatenated(&self) -> Vec<f64> {
-        [&self.dx[..], &self.dweight, &self.dbias].concat()
+        [
+            &self.dx.values[..],
+            &self.dweight.values,
+            &self.dbias.values,
+        ]
+        .concat()
     }
 }
 
@@ -230,12 +238,18 @@ pub fn backward_f64(
         dx_scale = dx_scale.max(rstd * (g_max + 3.0 * xhat_max * g_xhat_max + mean_error));
     }
     Gradients {
-        dx,
-        dweight,
-        dbias,
-        dx_scale,
-        dweight_scale: max_abs(&dweight_magnitude),
-        dbias_scale: max_abs(&dbias_magnitude),
+        dx: Gradient {
+            values: dx,
+            scale: dx_scale,
+        },
+        dweight: Gradient {
+            values: dweight,
+            scale: max_abs(&dweight_magnitude),
+        },
+        dbias: Gradient {
+            values: dbias,
+            scale: max_abs(&dbias_magnitude),
+        },
     }
 }
 
@@ -382,14 +396,14 @@ mod tests {
         let dy = wave(rows * cols, 3.7, 0.1);
         let grads = backward_f64(kind, &x, &w, &dy, rows, cols, 1e-5);
         let dx = numeric_gradient(&x, |x| loss(kind, x, &w, &b, &dy, cols));
-        assert_close(&grads.dx, &dx, "dx");
+        assert_close(&grads.dx.values, &dx, "dx");
         let dw = numeric_gradient(&w, |w| loss(kind, &x, w, &b, &dy, cols));
-        assert_close(&grads.dweight, &dw, "dweight");
+        assert_close(&grads.dweight.values, &dw, "dweight");
         if kind == Kind::Layer {
             let db = numeric_gradient(&b, |b| loss(kind, &x, &w, b, &dy, cols));
-            assert_close(&grads.dbias, &db, "dbias");
+            assert_close(&grads.dbias.values, &db, "dbias");
         } else {
-            assert!(grads.dbias.is_empty());
+            assert!(grads.dbias.values.is_empty());
         }
     }
 
@@ -411,12 +425,12 @@ mod tests {
         let dy = wave(rows * cols, 2.9, 0.0);
         // LayerNorm ignores a shift of the row: each row of dx sums to zero.
         let grads = backward_f64(Kind::Layer, &x, &w, &dy, rows, cols, 1e-5);
-        for row in grads.dx.chunks(cols) {
+        for row in grads.dx.values.chunks(cols) {
             assert!(row.iter().sum::<f64>().abs() < 1e-12);
         }
         // RMSNorm (eps = 0) ignores a scale of the row: dx . x = 0 per row.
         let grads = backward_f64(Kind::Rms, &x, &w, &dy, rows, cols, 0.0);
-        for (dx, x) in grads.dx.chunks(cols).zip(x.chunks(cols)) {
+        for (dx, x) in grads.dx.values.chunks(cols).zip(x.chunks(cols)) {
             let dot: f64 = dx.iter().zip(x).map(|(a, b)| a * b).sum();
             assert!(dot.abs() < 1e-12, "{dot}");
         }
@@ -435,7 +449,7 @@ mod tests {
         );
         let all = grads.concatenated();
         assert_eq!(all.len(), 4 + 2 + 2);
-        assert_eq!(&all[4..6], &grads.dweight[..]);
+        assert_eq!(&all[4..6], &grads.dweight.values[..]);
         assert_eq!(&all[6..], &[2.0, 2.0]);
     }
 
@@ -456,13 +470,14 @@ mod tests {
             forward_tolerance::<half::bf16>(&fwd, 32).rtol,
             1e-5 + 1.0 / 256.0
         );
+        let scaled = |scale| Gradient {
+            values: vec![],
+            scale,
+        };
         let grads = Gradients {
-            dx: vec![],
-            dweight: vec![],
-            dbias: vec![],
-            dx_scale: 2.0,
-            dweight_scale: 1000.0,
-            dbias_scale: 10.0,
+            dx: scaled(2.0),
+            dweight: scaled(1000.0),
+            dbias: scaled(10.0),
         };
         let [dx, dw, db] = backward_tolerances::<f32>(&grads, 40, 100);
         assert_relative_eq!(dx.atol, 1e-12 + 48.0 * UNIT_ROUNDOFF * 2.0);

@@ -134,29 +134,9 @@ pub fn int8_matmul_one(
         .sum()
 }
 
-/// The INT8 matmul at the flat (row-major, m x n) indices `at`, exact in i64.
+/// The INT8 matmul, exact in i64: every output (row-major, m x n), or those at the flat
+/// indices `at`.
 #[allow(clippy::too_many_arguments)]
-pub fn int8_matmul_at(
-    a: &[i8],
-    b_t: &[i8],
-    za: i32,
-    zb: i32,
-    m: usize,
-    n: usize,
-    k: usize,
-    at: &[usize],
-) -> Vec<i64> {
-    assert_eq!(a.len(), m * k, "int8_matmul: A is not m x k");
-    assert_eq!(b_t.len(), n * k, "int8_matmul: B^T is not n x k");
-    at.iter()
-        .map(|&flat| {
-            assert!(flat < m * n, "index {flat} is outside a {m} x {n} output");
-            int8_matmul_one(a, b_t, za, zb, k, flat / n, flat % n)
-        })
-        .collect()
-}
-
-/// Every output of the INT8 matmul, row-major m x n.
 pub fn int8_matmul(
     a: &[i8],
     b_t: &[i8],
@@ -165,9 +145,24 @@ pub fn int8_matmul(
     m: usize,
     n: usize,
     k: usize,
+    at: Option<&[usize]>,
 ) -> Vec<i64> {
-    let all: Vec<usize> = (0..m * n).collect();
-    int8_matmul_at(a, b_t, za, zb, m, n, k, &all)
+    assert_eq!(a.len(), m * k, "int8_matmul: A is not m x k");
+    assert_eq!(b_t.len(), n * k, "int8_matmul: B^T is not n x k");
+    let all: Vec<usize>;
+    let at = match at {
+        Some(at) => at,
+        None => {
+            all = (0..m * n).collect();
+            &all
+        }
+    };
+    at.iter()
+        .map(|&flat| {
+            assert!(flat < m * n, "index {flat} is outside a {m} x {n} output");
+            int8_matmul_one(a, b_t, za, zb, k, flat / n, flat % n)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -259,7 +254,10 @@ mod tests {
         // A = [[1, 2], [3, 4]], B = [[5, 6], [7, 8]] so B^T = [[5, 7], [6, 8]].
         let a = [1i8, 2, 3, 4];
         let b_t = [5i8, 7, 6, 8];
-        assert_eq!(int8_matmul(&a, &b_t, 0, 0, 2, 2, 2), vec![19, 22, 43, 50]);
+        assert_eq!(
+            int8_matmul(&a, &b_t, 0, 0, 2, 2, 2, None),
+            vec![19, 22, 43, 50]
+        );
         // With zero points: (1-1)(5-2) + (2-1)(7-2) = 5.
         assert_eq!(int8_matmul_one(&a, &b_t, 1, 2, 2, 0, 0), 5);
         // The worst case fits in i32 up to the refused k.

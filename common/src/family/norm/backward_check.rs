@@ -20,23 +20,23 @@ pub fn check_backward<T: Element>(
     cols: usize,
     [dx_tol, dw_tol, db_tol]: [Tolerance; 3],
 ) -> CheckReport {
-    let rows = grads.dx.len() / cols.max(1);
+    let rows = grads.dx.values.len() / cols.max(1);
     let mut parts = vec![
         Part {
             rows,
-            values: &grads.dx,
+            values: &grads.dx.values,
             tolerance: dx_tol,
         },
         Part {
             rows: 1,
-            values: &grads.dweight,
+            values: &grads.dweight.values,
             tolerance: dw_tol,
         },
     ];
-    if !grads.dbias.is_empty() {
+    if !grads.dbias.values.is_empty() {
         parts.push(Part {
             rows: 1,
-            values: &grads.dbias,
+            values: &grads.dbias.values,
             tolerance: db_tol,
         });
     }
