@@ -33,48 +33,18 @@ template <int N> __device__ __forceinline__ void block_sum_n(float (&v)[N], floa
     __syncthreads();
 }
 
-// The row in registers, for the register kernels of both days. GROUP threads
-// share a row; thread t holds EPT elements: with VEC, 16-byte packs t, t + GROUP, ... (N
-// elements each); without, columns t, t + GROUP, ... Slots past the end of the row hold 0,
-// which adds nothing to any sum. Both layouts are coalesced.
-//
-// Thread t's pieces of a row in that layout, in order: f(slot, col, in_row) for each, with
-// `slot` the first of the piece's registers (N of them with VEC, 1 without), `col` its first
-// column and `in_row` whether it starts inside the row. For the stores only: a lambda's
-// captures are not `__restrict__`, so a load through one would lose the read-only path.
+// The row in registers, for the register kernels of both days, is dtype.cuh's load_row (0
+// past the row's end). Thread t's pieces of a row in that layout that start inside the row,
+// in order: f(slot, col) for each, with `slot` the first of the piece's registers (N of them
+// with VEC, 1 without) and `col` its first column. For the stores only: a lambda's captures
+// are not `__restrict__`, so a load through one would lose the read-only path.
 template <typename T, int GROUP, int EPT, bool VEC, typename F>
 __device__ __forceinline__ void for_each_piece(int t, index_t cols, F f) {
     constexpr int N = VEC ? 16 / sizeof(T) : 1;
 #pragma unroll
     for (int p = 0; p < EPT / N; ++p) {
         const index_t col = ((index_t)p * GROUP + t) * N;
-        f(p * N, col, col < cols);
-    }
-}
-
-template <typename T, int GROUP, int EPT, bool VEC>
-__device__ __forceinline__ void load_row(const T* __restrict__ in, int t, index_t cols,
-                                         float (&v)[EPT]) {
-    constexpr int N = 16 / sizeof(T);
-    if constexpr (VEC) {
-#pragma unroll
-        for (int p = 0; p < EPT / N; ++p) {
-            const index_t col = ((index_t)p * GROUP + t) * N;
-            if (col < cols) {
-                const Pack16<T> pack = load16(in + col);
-#pragma unroll
-                for (int k = 0; k < N; ++k) v[p * N + k] = to_f32(pack.v[k]);
-            } else {
-#pragma unroll
-                for (int k = 0; k < N; ++k) v[p * N + k] = 0.0f;
-            }
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            const index_t col = (index_t)i * GROUP + t;
-            v[i] = col < cols ? to_f32(in[col]) : 0.0f;
-        }
+        if (col < cols) f(p * N, col);
     }
 }
 
@@ -93,8 +63,7 @@ __device__ __forceinline__ int valid_slots(int t, index_t cols) {
 template <typename T, int GROUP, int EPT, bool VEC>
 __device__ __forceinline__ void store_row(T* __restrict__ out, int t, index_t cols,
                                           const float (&v)[EPT]) {
-    for_each_piece<T, GROUP, EPT, VEC>(t, cols, [&](int slot, index_t col, bool in_row) {
-        if (!in_row) return;
+    for_each_piece<T, GROUP, EPT, VEC>(t, cols, [&](int slot, index_t col) {
         if constexpr (VEC) {
             constexpr int N = 16 / sizeof(T);
             Pack16<T> pack;
@@ -152,8 +121,7 @@ __device__ __forceinline__ void column_sums(const float* __restrict__ partials, 
 template <typename T, int GROUP, int EPT, bool VEC>
 __device__ __forceinline__ void store_partial(float* __restrict__ part, int t, index_t cols,
                                               const float (&acc)[EPT]) {
-    for_each_piece<T, GROUP, EPT, VEC>(t, cols, [&](int slot, index_t col, bool in_row) {
-        if (!in_row) return;
+    for_each_piece<T, GROUP, EPT, VEC>(t, cols, [&](int slot, index_t col) {
         if constexpr (VEC) {
             constexpr int N = 16 / sizeof(T);
 #pragma unroll

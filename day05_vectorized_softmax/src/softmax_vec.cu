@@ -51,8 +51,6 @@ template <typename T, int GROUP, int EPT, bool VEC>
 __device__ __forceinline__ void softmax_regs(const T* __restrict__ x, T* __restrict__ y,
                                              index_t rows, index_t cols) {
     // quote: regs_load
-    constexpr int N = 16 / sizeof(T);
-    constexpr int PACKS = EPT / N;
     __shared__ float scratch[32];
     const int t = threadIdx.x % GROUP;
     const index_t row = (index_t)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
@@ -61,26 +59,7 @@ __device__ __forceinline__ void softmax_regs(const T* __restrict__ x, T* __restr
     T* out = y + row * cols;
 
     float v[EPT];
-    if constexpr (VEC) {
-#pragma unroll
-        for (int p = 0; p < PACKS; ++p) {
-            const index_t col = ((index_t)p * GROUP + t) * N;
-            if (col < cols) {
-                const Pack16<T> pack = load16(in + col);
-#pragma unroll
-                for (int k = 0; k < N; ++k) v[p * N + k] = to_f32(pack.v[k]);
-            } else {
-#pragma unroll
-                for (int k = 0; k < N; ++k) v[p * N + k] = NEG_INF;
-            }
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < EPT; ++i) {
-            const index_t col = (index_t)i * GROUP + t;
-            v[i] = col < cols ? to_f32(in[col]) : NEG_INF;
-        }
-    }
+    load_row<T, GROUP, EPT, VEC>(in, t, cols, v, NEG_INF);
     // end quote: regs_load
 
     // quote: regs_math
@@ -104,9 +83,11 @@ __device__ __forceinline__ void softmax_regs(const T* __restrict__ x, T* __restr
     // end quote: regs_math
 
     // quote: regs_store
+    // The same layout as load_row's, slots past the row's end not stored.
     if constexpr (VEC) {
+        constexpr int N = 16 / sizeof(T);
 #pragma unroll
-        for (int p = 0; p < PACKS; ++p) {
+        for (int p = 0; p < EPT / N; ++p) {
             const index_t col = ((index_t)p * GROUP + t) * N;
             if (col < cols) {
                 Pack16<T> pack;

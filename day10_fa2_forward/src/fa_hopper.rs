@@ -9,7 +9,7 @@ use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::gpu::params::{DeviceIn, DeviceOut};
-use common::gpu::tma::{HeadTiles, TmaDescriptor};
+use common::gpu::tma::{HeadTiles, TensorMap, TmaDescriptor};
 use common::reference::attention::AttentionShape;
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape};

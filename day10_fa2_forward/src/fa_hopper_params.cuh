@@ -11,24 +11,20 @@ template <typename T>
 struct FaHopperParams {
     // Q [tokens, heads, d], K and V [tokens, kv_heads, d] as the TMA reads them, in boxes
     // of a block's query rows (Q) and a key tile's keys (K, V).
-    TmaDescriptor map_q;
-    TmaDescriptor map_k;
-    TmaDescriptor map_v;
+    TmaDescriptor map_q, map_k, map_v;
     // O [tokens, heads, d] and L [tokens, heads], natural log, -inf on a row with no key.
     T* o;
     float* lse;
     // The sequences' cumulative lengths: batch + 1 of each.
     const int* cu_q;
     const int* cu_k;
-    int heads;
-    int kv_heads;
+    int heads, kv_heads;
     // The softmax scale times log2(e).
     float scale_log2;
     // 1: the bottom-right causal mask; 0: none.
     int causal;
     // Query tiles of the longest sequence, and work items (q_tiles x heads x batch).
-    int q_tiles;
-    int items;
+    int q_tiles, items;
     // [next ticket, producers done], 0 and 0 between launches.
     int* tickets;
 };

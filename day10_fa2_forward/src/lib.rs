@@ -150,11 +150,7 @@ impl DeviceProblem {
 
     /// Elements of Q (and O) and of K (and V).
     pub fn lens(&self) -> (usize, usize) {
-        let s = &self.shape;
-        (
-            s.total_q() * s.heads * s.head_dim,
-            s.total_k() * s.kv_heads * s.head_dim,
-        )
+        self.shape.lens()
     }
 }
 

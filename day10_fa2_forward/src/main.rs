@@ -66,10 +66,7 @@ impl AttentionDay for Forward {
     fn run_problem<T: Element>(&self, run: &Run, shape: &AttentionShape) -> Result<DayReport> {
         let (gpu, day) = (run.gpu, &self.0);
         let d = shape.head_dim;
-        let (q_len, k_len) = (
-            shape.total_q() * shape.heads * d,
-            shape.total_k() * shape.kv_heads * d,
-        );
+        let (q_len, k_len) = shape.lens();
         check_host_fits(
             "the inputs",
             ((q_len * 2 + k_len * 2) * T::DTYPE.size() + q_len * 8) as u64,

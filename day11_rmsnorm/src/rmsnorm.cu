@@ -124,7 +124,7 @@ __device__ __forceinline__ void rmsnorm_regs(const T* __restrict__ x, const T* _
     const index_t row = (index_t)blockIdx.x * (blockDim.x / GROUP) + threadIdx.x / GROUP;
     if (GROUP == 32 && row >= rows) return;  // whole warps; a block per row always has its row
     float v[EPT];
-    load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, v);
+    load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, v, 0.0f);
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < EPT; ++i) sum += v[i] * v[i];
@@ -251,13 +251,13 @@ __device__ __forceinline__ void rmsnorm_bwd_regs(const T* __restrict__ x, const 
     const int t = threadIdx.x;
     // quote: bwd_regs
     float wv[EPT], acc[EPT];
-    load_row<T, GROUP, EPT, VEC>(w, t, cols, wv);
+    load_row<T, GROUP, EPT, VEC>(w, t, cols, wv, 0.0f);
 #pragma unroll
     for (int i = 0; i < EPT; ++i) acc[i] = 0.0f;
     for (index_t row = blockIdx.x; row < rows; row += gridDim.x) {
         float xv[EPT], dyv[EPT];
-        load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, xv);
-        load_row<T, GROUP, EPT, VEC>(dy + row * cols, t, cols, dyv);
+        load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, xv, 0.0f);
+        load_row<T, GROUP, EPT, VEC>(dy + row * cols, t, cols, dyv, 0.0f);
         rmsnorm_bwd_row<EPT>(xv, dyv, wv, acc, cols, eps, scratch);
         store_row<T, GROUP, EPT, VEC>(dx + row * cols, t, cols, xv);
     }
@@ -279,7 +279,7 @@ __device__ __forceinline__ void rmsnorm_bwd_pipe(const T* __restrict__ x, const 
     const int t = threadIdx.x;
     stage_first_rows<T, GROUP, EPT>(x, dy, rows, t, cols, staged);
     float wv[EPT], acc[EPT];
-    load_row<T, GROUP, EPT, true>(w, t, cols, wv);
+    load_row<T, GROUP, EPT, true>(w, t, cols, wv, 0.0f);
 #pragma unroll
     for (int i = 0; i < EPT; ++i) acc[i] = 0.0f;
     int s = 0;  // the stage holding `row`
@@ -312,7 +312,7 @@ __device__ __forceinline__ void rmsnorm_bwd_saved(const T* __restrict__ x, const
     const index_t group = (index_t)blockIdx.x * R + threadIdx.x / GROUP;
     const index_t stride = (index_t)gridDim.x * R;
     float wv[EPT], acc[EPT];
-    load_row<T, GROUP, EPT, true>(w, t, cols, wv);  // 0 past the row: g is 0 there
+    load_row<T, GROUP, EPT, true>(w, t, cols, wv, 0.0f);  // 0 past the row: g is 0 there
 #pragma unroll
     for (int i = 0; i < EPT; ++i) acc[i] = 0.0f;
     uint4 xp[P], dyp[P];

@@ -127,7 +127,7 @@ __device__ __forceinline__ void layernorm_regs(const T* __restrict__ x, const T*
     if (GROUP == 32 && row >= rows) return;
     // quote: regs_stats
     float v[EPT];
-    load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, v);
+    load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, v, 0.0f);
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < EPT; ++i) sum += v[i];
@@ -296,7 +296,7 @@ __device__ __forceinline__ void layernorm_bwd_regs(const T* __restrict__ x,
     const int t = threadIdx.x;
     {
         float wv[EPT];
-        load_row<T, GROUP, EPT, VEC>(w, t, cols, wv);  // 0 past the row: g is 0 there
+        load_row<T, GROUP, EPT, VEC>(w, t, cols, wv, 0.0f);  // 0 past the row: g is 0 there
 #pragma unroll
         for (int i = 0; i < EPT; ++i) w_park[i * GROUP + t] = wv[i];
     }
@@ -311,8 +311,8 @@ __device__ __forceinline__ void layernorm_bwd_regs(const T* __restrict__ x,
         if constexpr (STAGED) {
             next_staged_rows<T, GROUP, EPT>(x, dy, row, rows, t, cols, staged, s, xv, dyv);
         } else {
-            load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, xv);
-            load_row<T, GROUP, EPT, VEC>(dy + row * cols, t, cols, dyv);
+            load_row<T, GROUP, EPT, VEC>(x + row * cols, t, cols, xv, 0.0f);
+            load_row<T, GROUP, EPT, VEC>(dy + row * cols, t, cols, dyv, 0.0f);
         }
         layernorm_bwd_row<GROUP, EPT>(xv, dyv, w_park, valid, acc_w, acc_b, cols, eps, scratch);
         store_row<T, GROUP, EPT, VEC>(dx + row * cols, t, cols, xv);
@@ -367,7 +367,7 @@ __device__ __forceinline__ void layernorm_bwd_saved(const T* __restrict__ x,
 #pragma unroll
     for (int s = 0; s < SAVED_STAGES - 1; ++s) stage(group + (index_t)s * stride, s);
     float wv[EPT], acc_w[EPT], acc_b[EPT];
-    load_row<T, GROUP, EPT, true>(w, t, cols, wv);
+    load_row<T, GROUP, EPT, true>(w, t, cols, wv, 0.0f);
 #pragma unroll
     for (int i = 0; i < EPT; ++i) acc_w[i] = acc_b[i] = 0.0f;
     int buffer = 0, s = 0;  // s: the stage holding `row`

@@ -469,32 +469,6 @@ template <> __device__ __forceinline__ void load_mask<8>(const unsigned char* p,
     }
 }
 
-// A pack of N elements of T: 16 bytes when N = 16 / sizeof(T), one element when N = 1.
-template <typename T, int N> struct Elems {
-    T v[N];
-};
-template <typename T, int N> __device__ __forceinline__ Elems<T, N> load_elems(const T* p) {
-    Elems<T, N> r;
-    if constexpr (N == 1) {
-        r.v[0] = *p;
-    } else {
-        const Pack16<T> pack = load16(p);
-#pragma unroll
-        for (int k = 0; k < N; ++k) r.v[k] = pack.v[k];
-    }
-    return r;
-}
-template <typename T, int N> __device__ __forceinline__ void store_elems(T* p, const Elems<T, N>& e) {
-    if constexpr (N == 1) {
-        *p = e.v[0];
-    } else {
-        Pack16<T> pack;
-#pragma unroll
-        for (int k = 0; k < N; ++k) pack.v[k] = e.v[k];
-        store16(p, pack);
-    }
-}
-
 #define BDA_ROWS 4
 
 // grid(ceil(cols / N / threads), min(ceil(rows / 4), 65535)), block(threads <= 256): thread t

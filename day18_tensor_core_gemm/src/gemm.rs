@@ -10,7 +10,7 @@ use common::element::Element;
 use common::gpu::cublas::GemmEx;
 use common::gpu::kernel::KernelSet;
 use common::gpu::params::{DeviceIn, DeviceOut};
-use common::gpu::tma::{KMajorTiles, MnMajorTiles, TmaDescriptor};
+use common::gpu::tma::{KMajorTiles, MnMajorTiles, TensorMap, TmaDescriptor};
 use common::gpu::{DeviceBuffer, DeviceBufferMut};
 use common::{Gpu, Kernel, LaunchShape};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};

@@ -13,14 +13,9 @@ struct MmaParams {
     const T* a;
     const T* b;
     T* c;
-    int m;
-    int n;
-    int k;
-    unsigned long long stride_a;
-    unsigned long long stride_b;
-    unsigned long long stride_c;
-    float alpha;
-    float beta;
+    int m, n, k;
+    unsigned long long stride_a, stride_b, stride_c;
+    float alpha, beta;
 };
 
 static_assert(sizeof(MmaParams<bf16_t>) == 72 && alignof(MmaParams<bf16_t>) == 8, "MmaParams<bf16_t>: 72 bytes, aligned to 8, on the host");
@@ -32,18 +27,12 @@ template <typename T>
 struct WgmmaParams {
     // A, B and C as the TMA reads and writes them (the versions that store C from
     // registers are given A's map here, and leave it unread).
-    TmaDescriptor map_a;
-    TmaDescriptor map_b;
-    TmaDescriptor map_c;
+    TmaDescriptor map_a, map_b, map_c;
     // C for the stores from registers: product i at `c + i stride_c`.
     T* c;
-    int m;
-    int n;
-    int k;
-    int batch;
+    int m, n, k, batch;
     unsigned long long stride_c;
-    float alpha;
-    float beta;
+    float alpha, beta;
 };
 
 static_assert(sizeof(WgmmaParams<bf16_t>) == 448 && alignof(WgmmaParams<bf16_t>) == 64, "WgmmaParams<bf16_t>: 448 bytes, aligned to 64, on the host");

@@ -69,11 +69,7 @@ fn main() -> ExitCode {
 fn train() -> Result<()> {
     // 4 sequences of 96 queries on 128 keys (causal, bottom-right), 4 query heads on 2 kv heads.
     let shape = AttentionShape::uniform(4, 96, 128, 4, 2, 64, true);
-    let d = shape.head_dim;
-    let (q_len, k_len) = (
-        shape.total_q() * shape.heads * d,
-        shape.total_k() * shape.kv_heads * d,
-    );
+    let (q_len, k_len) = shape.lens();
     let rows = shape.total_q() * shape.heads;
     let gpu = Gpu::open(0)?;
     let day = FlashAttention::load(&gpu)?;

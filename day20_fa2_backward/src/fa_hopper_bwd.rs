@@ -10,7 +10,7 @@ use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::gpu::params::{DeviceIn, DeviceOut};
-use common::gpu::tma::{HeadTiles, RowSpans, TmaDescriptor};
+use common::gpu::tma::{HeadTiles, RowSpans, TensorMap, TmaDescriptor};
 use common::reference::attention::AttentionShape;
 use common::{Gpu, Kernel, LaunchShape};
 use cudarc::driver::CudaSlice;

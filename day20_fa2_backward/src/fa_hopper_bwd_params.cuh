@@ -12,13 +12,9 @@ template <typename T>
 struct FaHopperBwdParams {
     // Q and dO [tokens, heads, d], K and V [tokens, kv_heads, d], in boxes of a step's
     // query rows (Q, dO) and a block's keys (K, V), as the TMA reads them.
-    TmaDescriptor map_q;
-    TmaDescriptor map_k;
-    TmaDescriptor map_v;
-    TmaDescriptor map_do;
+    TmaDescriptor map_q, map_k, map_v, map_do;
     // L in log2 units and D = rowsum(dO * O), transposed: [heads x batch, pitch].
-    TmaDescriptor map_lse2;
-    TmaDescriptor map_delta;
+    TmaDescriptor map_lse2, map_delta;
     // The f32 dQ accumulator [tokens, heads, d], which the TMA adds tiles into.
     TmaDescriptor map_dq;
     // dK and dV [tokens, kv_heads, d].
@@ -31,8 +27,7 @@ struct FaHopperBwdParams {
     // The sequences' cumulative lengths: batch + 1 of each.
     const int* cu_q;
     const int* cu_k;
-    int heads;
-    int kv_heads;
+    int heads, kv_heads;
     // The softmax scale (not times log2(e)).
     float scale;
     // 1: the bottom-right causal mask; 0: none.

@@ -73,10 +73,7 @@ impl AttentionDay for Backward {
     fn run_problem<T: Element>(&self, run: &Run, shape: &AttentionShape) -> Result<DayReport> {
         let (gpu, day, mode) = (run.gpu, &self.day, self.mode);
         let d = shape.head_dim;
-        let (q_len, k_len) = (
-            shape.total_q() * shape.heads * d,
-            shape.total_k() * shape.kv_heads * d,
-        );
+        let (q_len, k_len) = shape.lens();
         let rows = shape.total_q() * shape.heads;
         check_host_fits(
             "the inputs and references",

@@ -31,11 +31,11 @@ __device__ __forceinline__ void for_each_rank(const T* __restrict__ row_x, index
     constexpr int U = VEC == 1 ? 8 : 4;
     const index_t step_len = (index_t)blockDim.x * VEC * U;
     for (index_t step = begin; step < end; step += step_len) {
-        Vec<T, VEC> v[U];
+        Elems<T, VEC> v[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const index_t column = step + ((index_t)u * blockDim.x + threadIdx.x) * VEC;
-            if (column < end) v[u] = load_vec<T, VEC>(row_x + column);
+            if (column < end) v[u] = load_elems<T, VEC, EVICT_FIRST>(row_x + column);  // the row is read once
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {

@@ -57,22 +57,6 @@ __device__ __forceinline__ void write_ranked(const T* row_x, T* values, unsigned
     indices[j] = column;
 }
 
-// VEC consecutive elements: one 16-byte load (evict-first: the row is read once) or one scalar.
-template <typename T, int VEC> struct Vec {
-    T v[VEC];
-};
-template <typename T, int VEC> __device__ __forceinline__ Vec<T, VEC> load_vec(const T* p) {
-    Vec<T, VEC> r;
-    if constexpr (VEC == 1) {
-        r.v[0] = *p;
-    } else {
-        static_assert(VEC * sizeof(T) == 16, "a vector is 16 bytes");
-        const uint4 raw = __ldcs(reinterpret_cast<const uint4*>(p));
-        r = *reinterpret_cast<const Vec<T, VEC>*>(&raw);
-    }
-    return r;
-}
-
 // quote: bitonic
 // One step of a bitonic network over s[0..n): pair i of n/2 compares s[lo] and s[lo + stride];
 // the run of `size` that lo is in sorts descending when its position (lo & size) is even, so

@@ -71,11 +71,11 @@ __device__ void offer_elements(const T* __restrict__ row_x, index_t begin, index
     constexpr index_t STEP = (index_t)32 * VEC * U;
     for (index_t step = begin; step < end; step += STEP) {
         // quote: warp_vote
-        Vec<T, VEC> v[U];
+        Elems<T, VEC> v[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const index_t column = step + ((index_t)u * 32 + top.lane) * VEC;
-            if (column < end) v[u] = load_vec<T, VEC>(row_x + column);
+            if (column < end) v[u] = load_elems<T, VEC, EVICT_FIRST>(row_x + column);  // the row is read once
         }
         // The cheap test first: a key below the threshold's key cannot win.
         const unsigned threshold_key = key_of(top.threshold);

@@ -31,9 +31,7 @@ struct Int8MmaParams {
     const signed char* a;
     const signed char* b;
     T* c;
-    int m;
-    int n;
-    int k;
+    int m, n, k;
     Int8Epilogue epilogue;
 };
 
@@ -44,15 +42,12 @@ static_assert(sizeof(Int8MmaParams<bf16_t>) == 88 && alignof(Int8MmaParams<bf16_
 // them, and C [m, n].
 template <typename T>
 struct Int8WgmmaParams {
-    TmaDescriptor map_a;
-    TmaDescriptor map_b;
+    TmaDescriptor map_a, map_b;
     // C's map, for the TMA-store version (the other is given A's, and leaves it unread).
     TmaDescriptor map_c;
     // C, for the stores from registers (the TMA-store version writes only through map_c).
     T* c;
-    int m;
-    int n;
-    int k;
+    int m, n, k;
     Int8Epilogue epilogue;
 };
 

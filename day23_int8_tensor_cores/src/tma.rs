@@ -4,8 +4,8 @@
 //! swizzled boxes one swizzle row (128 bytes) wide; they differ in element type and box height.
 
 use anyhow::{Result, bail};
-use common::gpu::tma::KMajorTiles;
 pub use common::gpu::tma::TmaDescriptor;
+use common::gpu::tma::{KMajorTiles, TensorMap};
 use common::{Element, Gpu};
 use cudarc::driver::CudaSlice;
 use day18::tile::{SWIZZLE_ROW_BYTES, WG_TILE};

@@ -10,7 +10,7 @@ use anyhow::{Result, bail};
 use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::{KernelBuild, Target, first_runnable};
 use common::gpu::params::{DeviceIn, DeviceOut};
-use common::gpu::tma::{KMajorTiles, TmaDescriptor};
+use common::gpu::tma::{KMajorTiles, TensorMap, TmaDescriptor};
 use common::reference::matmul;
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape, Tolerance, UsageError};

@@ -16,9 +16,7 @@ struct Nvfp4GemmParams {
     const unsigned char* scales;
     const float* tensor_scale;
     float* c;
-    int m;
-    int n;
-    int k;
+    int m, n, k;
 };
 
 static_assert(sizeof(Nvfp4GemmParams) == 192 && alignof(Nvfp4GemmParams) == 64, "Nvfp4GemmParams: 192 bytes, aligned to 64, on the host");

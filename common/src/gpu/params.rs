@@ -189,15 +189,27 @@ pub trait KernelParams {
 }
 
 /// The C declaration of `P` (a template where `P` is generic), with comments from its docs.
+/// Fields of one value type in a row, the later ones undocumented, share a declaration, as C
+/// is written by hand (`int m, n, k;`); pointers each take their own.
 pub fn c_declaration<P: KernelParams>() -> String {
     let mut out = comment(&P::doc(), "");
     if let Some(t) = P::TEMPLATE {
         out += &format!("template <typename {t}>\n");
     }
     out += &format!("struct {} {{\n", P::NAME);
-    for f in P::fields() {
-        out += &comment(&f.doc, "    ");
-        out += &format!("    {} {};\n", f.c_type, f.name);
+    let fields = P::fields();
+    let mut rest = &fields[..];
+    while let [first, ..] = rest {
+        let shared = 1 + rest[1..]
+            .iter()
+            .take_while(|f| {
+                f.c_type == first.c_type && f.doc.is_empty() && !f.c_type.ends_with('*')
+            })
+            .count();
+        let names: Vec<&str> = rest[..shared].iter().map(|f| f.name).collect();
+        out += &comment(&first.doc, "    ");
+        out += &format!("    {} {};\n", first.c_type, names.join(", "));
+        rest = &rest[shared..];
     }
     out + "};\n"
 }
@@ -417,6 +429,7 @@ mod tests {
         struct Plain {
             n: u64,
             flag: i32,
+            mode: i32,
         }
     }
 
@@ -447,6 +460,11 @@ mod tests {
             "// A probe's parameters.\ntemplate <typename T>\nstruct ProbeParams {\n    \
              TmaDescriptor map;\n    // Rows of x.\n    const T* x;\n    float* out;\n    \
              int rows;\n    float scale;\n};\n"
+        );
+        // Fields of one type in a row share a declaration.
+        assert_eq!(
+            c_declaration::<Plain>(),
+            "struct Plain {\n    unsigned long long n;\n    int flag, mode;\n};\n"
         );
         let checks = c_checks::<Plain>();
         assert!(

@@ -4,11 +4,11 @@
 //! kernel by value (`const __grid_constant__ TmaDescriptor` in `common/cuda/hopper.cuh`).
 
 use anyhow::{Result, bail};
+use cudarc::driver::DeviceRepr;
 use cudarc::driver::sys::{
     self, CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave,
     CUtensorMapL2promotion, CUtensorMapSwizzle,
 };
-use cudarc::driver::{DevicePtr, DeviceRepr, DeviceSlice};
 
 use crate::dtype::Dtype;
 use crate::element::Element;
@@ -24,6 +24,25 @@ pub struct TmaDescriptor {
 
 // SAFETY: a plain 128-byte value the kernel receives by copy, as cuTensorMapEncodeTiled wrote it.
 unsafe impl DeviceRepr for TmaDescriptor {}
+
+/// A tensor as the TMA copies it. Each map type says how its tensor lies in memory and in what
+/// boxes it is copied ([`TensorMap::layout`]); the encoding is the same for all of them.
+pub trait TensorMap {
+    /// The layout of this tensor stored as `T`, or [`Refused`] where the TMA cannot copy it.
+    fn layout<T: Element>(&self) -> Result<Swizzled128>;
+
+    /// Encodes the map of `buffer` (a slice or a view), which must hold the whole tensor. The
+    /// TMA needs rows of a multiple of 16 bytes, a 16-byte aligned start and matrix stride,
+    /// and a box row of at most 128 bytes under the swizzle: a tensor that breaks one of those
+    /// is [`Refused`]. Elements of a box past the tensor's edge arrive as zeros.
+    fn encode<T: Element>(
+        &self,
+        gpu: &Gpu,
+        buffer: &impl DeviceBuffer<T>,
+    ) -> Result<TmaDescriptor> {
+        self.layout::<T>()?.encode(gpu, buffer)
+    }
+}
 
 /// A 3-D tensor `[outer][rows][inner]` of any element type (16-bit for day 18, int8 for day
 /// 23), rows contiguous, matrices `outer_stride` elements apart, copied in boxes of `box_inner x box_rows` (one outer index
@@ -41,17 +60,9 @@ pub struct KMajorTiles {
     pub box_rows: u32,
 }
 
-impl KMajorTiles {
-    /// Encodes the map of `buffer` (a slice or a view), which must hold the whole tensor. The
-    /// TMA needs rows of a multiple of 16 bytes, a 16-byte aligned start and matrix stride,
-    /// and a box row of at most 128 bytes under this swizzle: a tensor that breaks one of
-    /// those is [`Refused`]. Elements of a box past the tensor's edge arrive as zeros.
-    pub fn encode<T: Element>(
-        &self,
-        gpu: &Gpu,
-        buffer: &impl DeviceBuffer<T>,
-    ) -> Result<TmaDescriptor> {
-        let layout = Swizzled128 {
+impl TensorMap for KMajorTiles {
+    fn layout<T: Element>(&self) -> Result<Swizzled128> {
+        Ok(Swizzled128 {
             what: "a K-major operand",
             inner: self.inner,
             rows: self.rows,
@@ -61,8 +72,7 @@ impl KMajorTiles {
             box_inner: self.box_inner,
             box_rows: self.box_rows,
             swizzle: true,
-        };
-        layout.encode(gpu, buffer)
+        })
     }
 }
 
@@ -98,18 +108,15 @@ impl MnMajorTiles {
             )
         })
     }
+}
 
-    /// Encodes the map of `buffer` (a slice or a view), which must hold the whole tensor;
-    /// [`Refused`] as [`KMajorTiles::encode`], and for [`MnMajorTiles::refusal`].
-    pub fn encode<T: Element>(
-        &self,
-        gpu: &Gpu,
-        buffer: &impl DeviceBuffer<T>,
-    ) -> Result<TmaDescriptor> {
+impl TensorMap for MnMajorTiles {
+    /// [`Refused`] also for [`MnMajorTiles::refusal`].
+    fn layout<T: Element>(&self) -> Result<Swizzled128> {
         if let Some(why) = self.refusal() {
             return Err(Refused(why).into());
         }
-        let layout = Swizzled128 {
+        Ok(Swizzled128 {
             what: "an MN-major operand",
             inner: self.mn,
             rows: self.k,
@@ -119,8 +126,7 @@ impl MnMajorTiles {
             box_inner: Self::BOX_MN,
             box_rows: self.box_k,
             swizzle: true,
-        };
-        layout.encode(gpu, buffer)
+        })
     }
 }
 
@@ -144,16 +150,13 @@ pub struct HeadTiles {
 impl HeadTiles {
     /// Bytes of dims per box: one 128-byte swizzle row.
     pub const BOX_BYTES: usize = 128;
+}
 
-    /// Encodes the map of `buffer`, which must hold `tokens x heads x dim` elements;
-    /// [`Refused`] as [`KMajorTiles::encode`] (a head dim that is not a multiple of 8, or an
-    /// unaligned start).
-    pub fn encode<T: Element>(
-        &self,
-        gpu: &Gpu,
-        buffer: &impl DeviceBuffer<T>,
-    ) -> Result<TmaDescriptor> {
-        let layout = Swizzled128 {
+impl TensorMap for HeadTiles {
+    /// The buffer holds `tokens x heads x dim` elements; [`Refused`] where the head dim is not
+    /// a multiple of 8, or the start is unaligned.
+    fn layout<T: Element>(&self) -> Result<Swizzled128> {
+        Ok(Swizzled128 {
             what: "an attention tensor",
             // [heads][tokens][dim] with tokens heads x dim apart and heads dim apart: the
             // same bytes as [tokens][heads][dim], the head made the outer index.
@@ -165,8 +168,7 @@ impl HeadTiles {
             box_inner: (Self::BOX_BYTES / T::DTYPE.size()).min(self.dim) as u32,
             box_rows: self.box_tokens,
             swizzle: true,
-        };
-        layout.encode(gpu, buffer)
+        })
     }
 }
 
@@ -180,12 +182,13 @@ pub struct RowSpans {
     pub box_len: u32,
 }
 
-impl RowSpans {
-    pub fn encode<S>(&self, gpu: &Gpu, buffer: &S) -> Result<TmaDescriptor>
-    where
-        S: DevicePtr<f32> + DeviceSlice<f32>,
-    {
-        let layout = Swizzled128 {
+impl TensorMap for RowSpans {
+    /// f32 only.
+    fn layout<T: Element>(&self) -> Result<Swizzled128> {
+        if T::DTYPE != Dtype::F32 {
+            bail!("f32 rows: a map of {:?} rows", T::DTYPE);
+        }
+        Ok(Swizzled128 {
             what: "f32 rows",
             inner: self.pitch,
             rows: self.rows,
@@ -195,8 +198,7 @@ impl RowSpans {
             box_inner: self.box_len,
             box_rows: 1,
             swizzle: false,
-        };
-        layout.encode(gpu, buffer)
+        })
     }
 }
 
@@ -216,8 +218,9 @@ fn map_data_type(dtype: Dtype) -> CUtensorMapDataType {
 
 /// What the layouts share: a 3-D `[outer][rows][inner]` tensor of 1-, 2- or 4-byte elements, rows
 /// `row_stride` elements apart (`inner` when contiguous), boxes of `box_inner x box_rows x 1`,
-/// 128-byte swizzled (every operand layout) or not (`swizzle: false`, plain rows).
-struct Swizzled128 {
+/// 128-byte swizzled (every operand layout) or not (`swizzle: false`, plain rows): what a
+/// [`TensorMap`] gives to be encoded.
+pub struct Swizzled128 {
     what: &'static str,
     inner: usize,
     rows: usize,

@@ -66,6 +66,15 @@ impl AttentionShape {
         self.seqlens_k.iter().sum()
     }
 
+    /// Elements of Q (and O, dO, dQ) and of K (and V, dK, dV): `[total_q, heads, head_dim]`
+    /// and `[total_k, kv_heads, head_dim]`.
+    pub fn lens(&self) -> (usize, usize) {
+        (
+            self.total_q() * self.heads * self.head_dim,
+            self.total_k() * self.kv_heads * self.head_dim,
+        )
+    }
+
     /// Query heads per kv head.
     pub fn group(&self) -> usize {
         self.heads / self.kv_heads
@@ -438,10 +447,8 @@ struct Layout {
 impl Layout {
     /// The forward pass's inputs: Q, K and V of `shape`'s lengths.
     fn forward<T: Element>(q: &[T], k: &[T], v: &[T], shape: &AttentionShape) -> Self {
-        let d = shape.head_dim;
         assert!(shape.kv_heads > 0 && shape.heads.is_multiple_of(shape.kv_heads));
-        assert_eq!(q.len(), shape.total_q() * shape.heads * d, "Q's length");
-        assert_eq!(k.len(), shape.total_k() * shape.kv_heads * d, "K's length");
+        assert_eq!((q.len(), k.len()), shape.lens(), "Q's and K's lengths");
         assert_eq!(v.len(), k.len(), "V's length");
         Self {
             cu_q: AttentionShape::cu_seqlens(&shape.seqlens_q),
@@ -905,11 +912,11 @@ mod tests {
     }
 
     pub(super) fn random(shape: &AttentionShape, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-        let d = shape.head_dim;
+        let (q_len, k_len) = shape.lens();
         (
-            inputs::uniform(shape.total_q() * shape.heads * d, -2.0, 2.0, seed),
-            inputs::uniform(shape.total_k() * shape.kv_heads * d, -2.0, 2.0, seed + 1),
-            inputs::uniform(shape.total_k() * shape.kv_heads * d, -1.0, 1.0, seed + 2),
+            inputs::uniform(q_len, -2.0, 2.0, seed),
+            inputs::uniform(k_len, -2.0, 2.0, seed + 1),
+            inputs::uniform(k_len, -1.0, 1.0, seed + 2),
         )
     }
 
@@ -1126,11 +1133,7 @@ mod backward_tests {
     /// applied to the f32 inputs, and the difference divides by the step the f32 values
     /// actually took, so only the O(h^2) truncation remains.
     fn check_finite_differences(shape: &AttentionShape, seed: u64) {
-        let d = shape.head_dim;
-        let (q_len, k_len) = (
-            shape.total_q() * shape.heads * d,
-            shape.total_k() * shape.kv_heads * d,
-        );
+        let (q_len, k_len) = shape.lens();
         let q: Vec<f32> = inputs::uniform(q_len, -1.5, 1.5, seed);
         let k: Vec<f32> = inputs::uniform(k_len, -1.5, 1.5, seed + 1);
         let v: Vec<f32> = inputs::uniform(k_len, -1.0, 1.0, seed + 2);

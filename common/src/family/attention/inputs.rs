@@ -9,9 +9,7 @@ use crate::reference::attention::AttentionShape;
 /// deviation of 4/3 and rows are peaked enough that a wrong max or a wrong key shows; V in
 /// [-1, 1). Q is `total_q x heads x d`, K and V `total_k x kv_heads x d`.
 pub fn random_qkv<T: Element>(shape: &AttentionShape, seed: u64) -> (Vec<T>, Vec<T>, Vec<T>) {
-    let d = shape.head_dim;
-    let q_len = shape.total_q() * shape.heads * d;
-    let k_len = shape.total_k() * shape.kv_heads * d;
+    let (q_len, k_len) = shape.lens();
     (
         inputs::uniform(q_len, -2.0, 2.0, seed),
         inputs::uniform(k_len, -2.0, 2.0, seed.wrapping_add(1)),
@@ -22,8 +20,7 @@ pub fn random_qkv<T: Element>(shape: &AttentionShape, seed: u64) -> (Vec<T>, Vec
 /// The backward's upstream gradient dO from the same `seed` (a stream of its own): uniform in
 /// [-1, 1), shaped as Q.
 pub fn random_d_o<T: Element>(shape: &AttentionShape, seed: u64) -> Vec<T> {
-    let q_len = shape.total_q() * shape.heads * shape.head_dim;
-    inputs::uniform(q_len, -1.0, 1.0, seed.wrapping_add(3))
+    inputs::uniform(shape.lens().0, -1.0, 1.0, seed.wrapping_add(3))
 }
 
 #[cfg(test)]
