@@ -49,49 +49,49 @@ constexpr int FH_BOX = 64;  // head-dim elements of one 128-byte swizzle row
 // Named barriers: 1 + c is consumer c's turn.
 constexpr int FH_MAX_CONSUMERS = 4;
 
-// The tile configuration comes from the host, as defines, one set per head dim D:
-//   FH_D<D>_CONSUMERS      consumer warpgroups, 64 query rows each
-//   FH_D<D>_KEYS           keys per K/V tile
-//   FH_D<D>_STAGES         K/V tiles in flight (the ring)
-//   FH_D<D>_Q_STAGES       Q tiles in flight (2: the next item's Q arrives during this one)
-//   FH_D<D>_REGISTERS      registers per consumer thread after setmaxnreg
+// The tile configuration comes from the host, as defines, one set per tile: head dim D with NC
+// consumer warpgroups (64 query rows each; head dim 64 has two tiles, of 3 and of 2):
+//   FH_D<D>_C<NC>_CONSUMERS   NC again, checked
+//   FH_D<D>_C<NC>_KEYS        keys per K/V tile
+//   FH_D<D>_C<NC>_STAGES      K/V tiles in flight (the ring)
+//   FH_D<D>_C<NC>_Q_STAGES    Q tiles in flight (2: the next item's Q arrives during this one)
+//   FH_D<D>_C<NC>_REGISTERS   registers per consumer thread after setmaxnreg
 // and FH_PRODUCER_REGISTERS, what the producer keeps. `HOPPER_TILES` in src/hopper_tile.rs is
 // the one table they come from: the launcher derives its block size, shared memory and TMA
 // boxes from it too, and the static_asserts below check that the tile fits an SM. The shared
-// memory is the struct FhShared<T, D> of fa_hopper_params.cuh, written from the same table;
+// memory is the struct FhShared<T, D, NC> of fa_hopper_params.cuh, written from the same table;
 // the kernel checks its rings against these defines (a header older than the table fails to
 // compile, as does a build without the defines: the file stops here).
-#if !defined(FH_PRODUCER_REGISTERS) ||                                                        \
-    !defined(FH_D64_CONSUMERS) || !defined(FH_D64_KEYS) || !defined(FH_D64_STAGES) ||         \
-    !defined(FH_D64_REGISTERS) || !defined(FH_D64_Q_STAGES) ||                                \
-    !defined(FH_D128_CONSUMERS) || !defined(FH_D128_KEYS) || !defined(FH_D128_STAGES) ||      \
-    !defined(FH_D128_REGISTERS) || !defined(FH_D128_Q_STAGES) ||                              \
-    !defined(FH_D256_CONSUMERS) || !defined(FH_D256_KEYS) || !defined(FH_D256_STAGES) ||      \
-    !defined(FH_D256_REGISTERS) || !defined(FH_D256_Q_STAGES)
+#if !defined(FH_PRODUCER_REGISTERS) || !defined(FH_D64_C3_KEYS) || !defined(FH_D64_C2_KEYS) ||      \
+    !defined(FH_D128_C2_KEYS) || !defined(FH_D256_C2_KEYS)
 #error "fa_hopper.cu: compile it with the -DFH_ defines of day10's HopperTile table"
 #endif
 
-template <int D> struct FhTile;
-#define FH_TILE(D)                                                                                 \
-    template <> struct FhTile<D> {                                                                 \
-        static constexpr int CONSUMERS = FH_D##D##_CONSUMERS, KEYS = FH_D##D##_KEYS,               \
-                             STAGES = FH_D##D##_STAGES, Q_STAGES = FH_D##D##_Q_STAGES,             \
-                             CONSUMER_REGISTERS = FH_D##D##_REGISTERS;                             \
+template <int D, int NC> struct FhTile;
+#define FH_TILE(D, NC)                                                                             \
+    template <> struct FhTile<D, NC> {                                                             \
+        static constexpr int CONSUMERS = FH_D##D##_C##NC##_CONSUMERS,                              \
+                             KEYS = FH_D##D##_C##NC##_KEYS, STAGES = FH_D##D##_C##NC##_STAGES,     \
+                             Q_STAGES = FH_D##D##_C##NC##_Q_STAGES,                                \
+                             CONSUMER_REGISTERS = FH_D##D##_C##NC##_REGISTERS;                     \
+        static_assert(CONSUMERS == NC, "the tile's consumers are its name's");                     \
     };
-FH_TILE(64)
-FH_TILE(128)
-FH_TILE(256)
+FH_TILE(64, 3)
+FH_TILE(64, 2)
+FH_TILE(128, 2)
+FH_TILE(256, 2)
 #undef FH_TILE
 
 // Why the host's table has the values it has (`HOPPER_TILES`): head dim 64 halves the
 // matrix work per key tile but not the softmax's, so it takes three consumers (192 rows) to
-// keep more exponentials in flight under the products; head dim 128 needs the registers for
+// keep more exponentials in flight under the products, except on short causal problems, where
+// two (128 rows) waste fewer masked rows on the diagonal and at a sequence's end; head dim 128 needs the registers for
 // its O accumulators (64 per thread) and takes two, 240 registers each; head dim 256 holds 128
 // accumulators per thread and halves its key tiles to 64 so that Q and two stages of K and V
 // fit in shared memory. Producer 24 + consumers 240 (two) or 160 (three) share the 64 K
 // registers of an SM: setmaxnreg moves them.
-template <int D> struct FhConfig : FhTile<D> {
-    using Tile = FhTile<D>;
+template <int D, int NC> struct FhConfig : FhTile<D, NC> {
+    using Tile = FhTile<D, NC>;
     static constexpr int BM = 64 * Tile::CONSUMERS;  // query rows per CTA
     static constexpr int BN = Tile::KEYS;            // keys per K/V tile
     static constexpr int THREADS = 128 * (1 + Tile::CONSUMERS);
@@ -141,11 +141,11 @@ __device__ __forceinline__ int next_ticket(int* tickets) {
 // of the consumers. grid(min(items, SMs)) persistent blocks walk the q_tiles x heads x batch
 // items. `tickets` is [next, producers done], 0 and 0 at launch; the last producer to finish
 // sets both back to 0 for the next launch.
-template <typename T, int D>
+template <typename T, int D, int NC>
 __device__ __forceinline__ void fh_producer(const FaHopperParams<T>& params,
-                                            FhShared<T, D>& shared) {
-    using C = FhConfig<D>;
-    using S = FhShared<T, D>;
+                                            FhShared<T, D, NC>& shared) {
+    using C = FhConfig<D, NC>;
+    using S = FhShared<T, D, NC>;
     constexpr int FH_BM = C::BM, FH_BN = C::BN, STAGES = C::STAGES, Q_STAGES = C::Q_STAGES;
     // The launch's parameters by name (fa_hopper_params.cuh, written from the launcher's
     // declaration, says what each is); the maps stay in parameter space, where the TMA reads them.
@@ -238,10 +238,10 @@ __device__ __forceinline__ void fh_producer(const FaHopperParams<T>& params,
 // registers. Its state lives in these members (the compiler keeps them all in registers: every
 // index into the arrays is a constant once the loops are unrolled), its steps are the member
 // functions, and run() is the loop over items.
-template <typename T, int D>
+template <typename T, int D, int NC>
 struct FhConsumer {
-    using C = FhConfig<D>;
-    using S = FhShared<T, D>;
+    using C = FhConfig<D, NC>;
+    using S = FhShared<T, D, NC>;
     static constexpr int FH_BM = C::BM, FH_BN = C::BN, STAGES = C::STAGES, Q_STAGES = C::Q_STAGES;
 
     S& shared;
@@ -514,11 +514,11 @@ struct FhConsumer {
 
 // The kernel: shared memory and its barriers, then the producer warpgroup (one thread of it
 // loads) and the consumer warpgroups.
-template <typename T, int D>
+template <typename T, int D, int NC>
 __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
-    using C = FhConfig<D>;
-    using S = FhShared<T, D>;
-    // Shared memory: FhShared<T, D> (fa_hopper_params.cuh, written from the host's table),
+    using C = FhConfig<D, NC>;
+    using S = FhShared<T, D, NC>;
+    // Shared memory: FhShared<T, D, NC> (fa_hopper_params.cuh, written from the host's table),
     // which the host launches with, and the slack that aligns it.
     static_assert(sizeof(S) + SHARED_ALIGNMENT_SLACK <= 227 * 1024,
                   "at most 227 KiB of shared memory per block on sm_90");
@@ -555,29 +555,32 @@ __device__ __forceinline__ void fa_hopper(const FaHopperParams<T>& params) {
         warpgroup_registers_release<FH_PRODUCER_REGISTERS>();
         if (threadIdx.x != 0) return;
         // end quote: fh_producer_registers
-        fh_producer<T, D>(params, shared);
+        fh_producer<T, D, NC>(params, shared);
         return;
     }
 
     // ---- consumers ----
     // quote: fh_consumer_registers
     warpgroup_registers_claim<C::CONSUMER_REGISTERS>();
-    FhConsumer<T, D> consumer(params, shared, threadIdx.x / 128 - 1);
+    FhConsumer<T, D, NC> consumer(params, shared, threadIdx.x / 128 - 1);
     // end quote: fh_consumer_registers
     consumer.run();
 }
 
-// One extern "C" entry per (dtype, head dim); the launcher picks by name. The parameters are
-// one struct, `__grid_constant__` so that the TMA reads the maps in it from parameter space.
-#define FA_HOPPER_KERNEL(T, name, D)                                                            \
-    KERNEL void __launch_bounds__(FhConfig<D>::THREADS, 1)                                      \
-        fa_hopper_##name##_d##D(const __grid_constant__ FaHopperParams<T> params) {             \
-        fa_hopper<T, D>(params);                                                                \
+// One extern "C" entry per (dtype, tile): `fa_hopper_<dtype>_d<D>_c<NC>`; the launcher picks
+// by name. The parameters are one struct, `__grid_constant__` so that the TMA reads the maps in
+// it from parameter space.
+#define FA_HOPPER_KERNEL(T, name, D, NC)                                                        \
+    KERNEL void __launch_bounds__(FhConfig<D, NC>::THREADS, 1)                                  \
+        fa_hopper_##name##_d##D##_c##NC(const __grid_constant__ FaHopperParams<T> params) {     \
+        fa_hopper<T, D, NC>(params);                                                            \
     }
 
-FA_HOPPER_KERNEL(bf16_t, bf16, 64)
-FA_HOPPER_KERNEL(bf16_t, bf16, 128)
-FA_HOPPER_KERNEL(bf16_t, bf16, 256)
-FA_HOPPER_KERNEL(f16_t, f16, 64)
-FA_HOPPER_KERNEL(f16_t, f16, 128)
-FA_HOPPER_KERNEL(f16_t, f16, 256)
+FA_HOPPER_KERNEL(bf16_t, bf16, 64, 3)
+FA_HOPPER_KERNEL(bf16_t, bf16, 64, 2)
+FA_HOPPER_KERNEL(bf16_t, bf16, 128, 2)
+FA_HOPPER_KERNEL(bf16_t, bf16, 256, 2)
+FA_HOPPER_KERNEL(f16_t, f16, 64, 3)
+FA_HOPPER_KERNEL(f16_t, f16, 64, 2)
+FA_HOPPER_KERNEL(f16_t, f16, 128, 2)
+FA_HOPPER_KERNEL(f16_t, f16, 256, 2)

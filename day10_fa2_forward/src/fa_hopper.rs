@@ -27,7 +27,7 @@ pub fn hopper_kernel_names() -> Vec<String> {
     let mut names = Vec::new();
     for dtype in ["bf16", "f16"] {
         for tile in &HOPPER_TILES {
-            names.push(format!("fa_hopper_{dtype}_d{}", tile.head_dim));
+            names.push(tile.kernel_name(dtype));
         }
     }
     names
@@ -39,14 +39,13 @@ pub(crate) fn hopper_build() -> KernelBuild {
     KernelBuild::hopper(HOPPER_SOURCE, hopper_kernel_names()).with_options(hopper_defines())
 }
 
-/// `fa_hopper`'s work items: query tiles of the longest sequence x heads x sequences (None at
-/// a head dim it has no tile for). Its persistent grid (one block per SM) draws them from a
-/// counter; items past a shorter sequence's end are skipped.
-pub fn hopper_work_items(shape: &AttentionShape) -> Option<usize> {
-    let tile = HopperTile::for_head_dim(shape.head_dim)?;
+/// `fa_hopper`'s work items in `tile`: query tiles of the longest sequence x heads x sequences.
+/// Its persistent grid (one block per SM) draws them from a counter; items past a shorter
+/// sequence's end are skipped.
+pub fn hopper_work_items(shape: &AttentionShape, tile: &HopperTile) -> usize {
     let max_q = shape.seqlens_q.iter().copied().max().unwrap_or(0);
     let q_tiles = max_q.div_ceil(tile.block_rows()).max(1);
-    Some(q_tiles * shape.heads * shape.batch())
+    q_tiles * shape.heads * shape.batch()
 }
 
 common::kernel_params! {
@@ -95,9 +94,9 @@ pub(crate) fn hopper_launch<'k>(
         return Err(refused.into());
     }
     let hopper = hopper.expect("loaded, or refused above");
-    let kernel = hopper.get(&format!("fa_hopper_{dtype}_d{d}"))?;
-    let tile = HopperTile::for_head_dim(d).expect("a tile, or refused above");
-    let items = hopper_work_items(&problem.shape).expect("a tile, as above");
+    let tile = problem.hopper_tile().expect("a tile, or refused above");
+    let kernel = hopper.get(&tile.kernel_name(dtype))?;
+    let items = hopper_work_items(&problem.shape, tile);
     // Tickets run up to items + blocks - 1 in an i32.
     if items + sms > i32::MAX as usize {
         return Err(Refused(format!(
@@ -143,7 +142,7 @@ impl HopperArgs {
         };
         // The tile the launch was planned with: Q boxes of the block's rows, K and V boxes of
         // a tile's keys, as `FhShared`'s rings hold them.
-        let tile = HopperTile::for_head_dim(d).expect("planned above");
+        let tile = problem.hopper_tile().expect("planned above");
         let q_tiles = tiles(shape.total_q(), shape.heads, tile.block_rows());
         let kv_tiles = tiles(shape.total_k(), shape.kv_heads, tile.keys);
         Ok(Self {
@@ -151,7 +150,7 @@ impl HopperArgs {
             map_k: kv_tiles.encode(gpu, x.k)?,
             map_v: kv_tiles.encode(gpu, x.v)?,
             q_tiles: problem.max_q().div_ceil(tile.block_rows()).max(1) as i32,
-            items: hopper_work_items(shape).expect("planned above") as i32,
+            items: hopper_work_items(shape, tile) as i32,
         })
     }
 
@@ -207,7 +206,7 @@ mod tests {
             c_declaration::<FaHopperParams<bf16>>(),
             c_checks::<FaHopperParams<bf16>>() + &c_size_check::<FaHopperParams<f16>>(),
             "#include \"attention.cuh\"  // ItemSlot\n".to_string(),
-            c_primary(STORAGE_NAME, STORAGE_DOC),
+            c_primary(STORAGE_NAME, STORAGE_DOC, "int D, int NC"),
         ];
         for tile in &HOPPER_TILES {
             let storage = tile.storage();

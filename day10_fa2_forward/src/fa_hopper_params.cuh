@@ -34,11 +34,11 @@ static_assert(sizeof(FaHopperParams<f16_t>) == 448 && alignof(FaHopperParams<f16
 
 #include "attention.cuh"  // ItemSlot
 
-// fa_hopper's shared memory per head dim D, one specialization per tile of day 10's
-// HOPPER_TILES: the Q ring, the K and V rings, their barriers and the item slots.
-template <typename T, int KEY> struct FhShared;
+// fa_hopper's shared memory per tile (head dim D, NC consumers), one specialization per
+// tile of day 10's HOPPER_TILES: the Q ring, the K and V rings, their barriers and the item slots.
+template <typename T, int D, int NC> struct FhShared;
 
-template <typename T> struct FhShared<T, 64> {
+template <typename T> struct FhShared<T, 64, 3> {
     // Q: [Q stage][64-dim box][query row][dim]
     alignas(1024) T q[2][1][192][64];
     // K: [stage][64-dim box][key][dim]
@@ -73,20 +73,68 @@ template <typename T> struct FhShared<T, 64> {
         static constexpr unsigned slots = 114784;
     };
 };
-static_assert(sizeof(FhShared<bf16_t, 64>) == 115712 && alignof(FhShared<bf16_t, 64>) == 1024, "FhShared<bf16_t, 64>: 115712 bytes, aligned to 1024, on the host");
-static_assert(sizeof(FhShared<bf16_t, 64>::q) == 49152, "FhShared<bf16_t, 64>::q: 49152 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 64>::k) == 32768, "FhShared<bf16_t, 64>::k: 32768 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 64>::v) == 32768, "FhShared<bf16_t, 64>::v: 32768 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 64>::q_full) == 16, "FhShared<bf16_t, 64>::q_full: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 64>::q_empty) == 16, "FhShared<bf16_t, 64>::q_empty: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 64>::k_full) == 16, "FhShared<bf16_t, 64>::k_full: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 64>::v_full) == 16, "FhShared<bf16_t, 64>::v_full: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 64>::k_empty) == 16, "FhShared<bf16_t, 64>::k_empty: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 64>::v_empty) == 16, "FhShared<bf16_t, 64>::v_empty: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 64>::slots) == 64, "FhShared<bf16_t, 64>::slots: 64 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 3>) == 115712 && alignof(FhShared<bf16_t, 64, 3>) == 1024, "FhShared<bf16_t, 64, 3>: 115712 bytes, aligned to 1024, on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 3>::q) == 49152, "FhShared<bf16_t, 64, 3>::q: 49152 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 3>::k) == 32768, "FhShared<bf16_t, 64, 3>::k: 32768 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 3>::v) == 32768, "FhShared<bf16_t, 64, 3>::v: 32768 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 3>::q_full) == 16, "FhShared<bf16_t, 64, 3>::q_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 3>::q_empty) == 16, "FhShared<bf16_t, 64, 3>::q_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 3>::k_full) == 16, "FhShared<bf16_t, 64, 3>::k_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 3>::v_full) == 16, "FhShared<bf16_t, 64, 3>::v_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 3>::k_empty) == 16, "FhShared<bf16_t, 64, 3>::k_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 3>::v_empty) == 16, "FhShared<bf16_t, 64, 3>::v_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 3>::slots) == 64, "FhShared<bf16_t, 64, 3>::slots: 64 bytes on the host");
 static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");
 
-template <typename T> struct FhShared<T, 128> {
+template <typename T> struct FhShared<T, 64, 2> {
+    // Q: [Q stage][64-dim box][query row][dim]
+    alignas(1024) T q[2][1][128][64];
+    // K: [stage][64-dim box][key][dim]
+    alignas(1024) T k[2][1][128][64];
+    // V, as K
+    alignas(1024) T v[2][1][128][64];
+    // Per Q stage: the item's Q has arrived (the producer's arrival + the TMA's bytes)
+    unsigned long long q_full[2];
+    // Per Q stage: every consumer warp is done with its Q and its slot
+    unsigned long long q_empty[2];
+    // Per stage: K has arrived
+    unsigned long long k_full[2];
+    // Per stage: V has arrived
+    unsigned long long v_full[2];
+    // Per stage: every consumer's S products read K
+    unsigned long long k_empty[2];
+    // Per stage: every consumer's P V products read V
+    unsigned long long v_empty[2];
+    // Per Q stage: the item the producer hands the consumers (attention.cuh)
+    alignas(16) ItemSlot slots[2];
+    // Each member's byte offset from the struct's start.
+    struct at {
+        static constexpr unsigned q = 0;
+        static constexpr unsigned k = 32768;
+        static constexpr unsigned v = 65536;
+        static constexpr unsigned q_full = 98304;
+        static constexpr unsigned q_empty = 98320;
+        static constexpr unsigned k_full = 98336;
+        static constexpr unsigned v_full = 98352;
+        static constexpr unsigned k_empty = 98368;
+        static constexpr unsigned v_empty = 98384;
+        static constexpr unsigned slots = 98400;
+    };
+};
+static_assert(sizeof(FhShared<bf16_t, 64, 2>) == 99328 && alignof(FhShared<bf16_t, 64, 2>) == 1024, "FhShared<bf16_t, 64, 2>: 99328 bytes, aligned to 1024, on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 2>::q) == 32768, "FhShared<bf16_t, 64, 2>::q: 32768 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 2>::k) == 32768, "FhShared<bf16_t, 64, 2>::k: 32768 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 2>::v) == 32768, "FhShared<bf16_t, 64, 2>::v: 32768 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 2>::q_full) == 16, "FhShared<bf16_t, 64, 2>::q_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 2>::q_empty) == 16, "FhShared<bf16_t, 64, 2>::q_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 2>::k_full) == 16, "FhShared<bf16_t, 64, 2>::k_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 2>::v_full) == 16, "FhShared<bf16_t, 64, 2>::v_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 2>::k_empty) == 16, "FhShared<bf16_t, 64, 2>::k_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 2>::v_empty) == 16, "FhShared<bf16_t, 64, 2>::v_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 64, 2>::slots) == 64, "FhShared<bf16_t, 64, 2>::slots: 64 bytes on the host");
+static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");
+
+template <typename T> struct FhShared<T, 128, 2> {
     // Q: [Q stage][64-dim box][query row][dim]
     alignas(1024) T q[2][2][128][64];
     // K: [stage][64-dim box][key][dim]
@@ -121,20 +169,20 @@ template <typename T> struct FhShared<T, 128> {
         static constexpr unsigned slots = 196704;
     };
 };
-static_assert(sizeof(FhShared<bf16_t, 128>) == 197632 && alignof(FhShared<bf16_t, 128>) == 1024, "FhShared<bf16_t, 128>: 197632 bytes, aligned to 1024, on the host");
-static_assert(sizeof(FhShared<bf16_t, 128>::q) == 65536, "FhShared<bf16_t, 128>::q: 65536 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 128>::k) == 65536, "FhShared<bf16_t, 128>::k: 65536 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 128>::v) == 65536, "FhShared<bf16_t, 128>::v: 65536 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 128>::q_full) == 16, "FhShared<bf16_t, 128>::q_full: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 128>::q_empty) == 16, "FhShared<bf16_t, 128>::q_empty: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 128>::k_full) == 16, "FhShared<bf16_t, 128>::k_full: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 128>::v_full) == 16, "FhShared<bf16_t, 128>::v_full: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 128>::k_empty) == 16, "FhShared<bf16_t, 128>::k_empty: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 128>::v_empty) == 16, "FhShared<bf16_t, 128>::v_empty: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 128>::slots) == 64, "FhShared<bf16_t, 128>::slots: 64 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128, 2>) == 197632 && alignof(FhShared<bf16_t, 128, 2>) == 1024, "FhShared<bf16_t, 128, 2>: 197632 bytes, aligned to 1024, on the host");
+static_assert(sizeof(FhShared<bf16_t, 128, 2>::q) == 65536, "FhShared<bf16_t, 128, 2>::q: 65536 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128, 2>::k) == 65536, "FhShared<bf16_t, 128, 2>::k: 65536 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128, 2>::v) == 65536, "FhShared<bf16_t, 128, 2>::v: 65536 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128, 2>::q_full) == 16, "FhShared<bf16_t, 128, 2>::q_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128, 2>::q_empty) == 16, "FhShared<bf16_t, 128, 2>::q_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128, 2>::k_full) == 16, "FhShared<bf16_t, 128, 2>::k_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128, 2>::v_full) == 16, "FhShared<bf16_t, 128, 2>::v_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128, 2>::k_empty) == 16, "FhShared<bf16_t, 128, 2>::k_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128, 2>::v_empty) == 16, "FhShared<bf16_t, 128, 2>::v_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 128, 2>::slots) == 64, "FhShared<bf16_t, 128, 2>::slots: 64 bytes on the host");
 static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");
 
-template <typename T> struct FhShared<T, 256> {
+template <typename T> struct FhShared<T, 256, 2> {
     // Q: [Q stage][64-dim box][query row][dim]
     alignas(1024) T q[1][4][128][64];
     // K: [stage][64-dim box][key][dim]
@@ -169,15 +217,15 @@ template <typename T> struct FhShared<T, 256> {
         static constexpr unsigned slots = 196688;
     };
 };
-static_assert(sizeof(FhShared<bf16_t, 256>) == 197632 && alignof(FhShared<bf16_t, 256>) == 1024, "FhShared<bf16_t, 256>: 197632 bytes, aligned to 1024, on the host");
-static_assert(sizeof(FhShared<bf16_t, 256>::q) == 65536, "FhShared<bf16_t, 256>::q: 65536 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 256>::k) == 65536, "FhShared<bf16_t, 256>::k: 65536 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 256>::v) == 65536, "FhShared<bf16_t, 256>::v: 65536 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 256>::q_full) == 8, "FhShared<bf16_t, 256>::q_full: 8 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 256>::q_empty) == 8, "FhShared<bf16_t, 256>::q_empty: 8 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 256>::k_full) == 16, "FhShared<bf16_t, 256>::k_full: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 256>::v_full) == 16, "FhShared<bf16_t, 256>::v_full: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 256>::k_empty) == 16, "FhShared<bf16_t, 256>::k_empty: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 256>::v_empty) == 16, "FhShared<bf16_t, 256>::v_empty: 16 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 256>::slots) == 32, "FhShared<bf16_t, 256>::slots: 32 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256, 2>) == 197632 && alignof(FhShared<bf16_t, 256, 2>) == 1024, "FhShared<bf16_t, 256, 2>: 197632 bytes, aligned to 1024, on the host");
+static_assert(sizeof(FhShared<bf16_t, 256, 2>::q) == 65536, "FhShared<bf16_t, 256, 2>::q: 65536 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256, 2>::k) == 65536, "FhShared<bf16_t, 256, 2>::k: 65536 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256, 2>::v) == 65536, "FhShared<bf16_t, 256, 2>::v: 65536 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256, 2>::q_full) == 8, "FhShared<bf16_t, 256, 2>::q_full: 8 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256, 2>::q_empty) == 8, "FhShared<bf16_t, 256, 2>::q_empty: 8 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256, 2>::k_full) == 16, "FhShared<bf16_t, 256, 2>::k_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256, 2>::v_full) == 16, "FhShared<bf16_t, 256, 2>::v_full: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256, 2>::k_empty) == 16, "FhShared<bf16_t, 256, 2>::k_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256, 2>::v_empty) == 16, "FhShared<bf16_t, 256, 2>::v_empty: 16 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256, 2>::slots) == 32, "FhShared<bf16_t, 256, 2>::slots: 32 bytes on the host");
 static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");

@@ -7,21 +7,22 @@
 
 use common::gpu::shared_storage::SharedStorage;
 use common::gpu::tile::{Defines, SETMAXNREG_MIN, Violations, WARPGROUP_THREADS, file_define};
+use common::reference::attention::AttentionShape;
 
 /// Registers each producer thread keeps after `setmaxnreg.dec` (one thread issues every TMA
 /// copy; 24 is the instruction's floor).
 pub const HOPPER_PRODUCER_REGISTERS: usize = SETMAXNREG_MIN;
 
-/// The name of `fa_hopper`'s shared storage template in C (`FhShared<T, D>`).
+/// The name of `fa_hopper`'s shared storage template in C (`FhShared<T, D, NC>`).
 pub const STORAGE_NAME: &str = "FhShared";
 
 /// What the generated header says of the storage template.
 #[cfg(test)]
 pub const STORAGE_DOC: &str =
-    "fa_hopper's shared memory per head dim D, one specialization per tile of day 10's
-HOPPER_TILES: the Q ring, the K and V rings, their barriers and the item slots.";
+    "fa_hopper's shared memory per tile (head dim D, NC consumers), one specialization per
+tile of day 10's HOPPER_TILES: the Q ring, the K and V rings, their barriers and the item slots.";
 
-/// One head dim's tile of `fa_hopper`.
+/// One tile of `fa_hopper`: a head dim and how its block is cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HopperTile {
     pub head_dim: usize,
@@ -38,14 +39,15 @@ pub struct HopperTile {
     pub consumer_registers: usize,
 }
 
-/// The tiles, one per head dim `fa_hopper` is compiled for. Head dim 64: three consumers
-/// (its softmax costs as much per key tile as 128's, its products half, so more warps overlap
-/// them; measured +19%). Head dim 128: two consumers with 240 registers for 64 O accumulators
-/// each. Head dim 256: two consumers again, 128 O accumulators each, and key tiles of 64: Q
-/// (64 KiB) and two stages of 128-key K and V tiles (4 x 64 KiB) would need 320 KiB, 64-key
-/// ones take 128 KiB. Two stages everywhere (three measured no faster at 64 and 128: the
+/// The tiles `fa_hopper` is compiled for, the first of each head dim its default. Head dim
+/// 64: three consumers (its softmax costs as much per key tile as 128's, its products half, so
+/// more warps overlap them; measured +19%), and two for short causal problems
+/// ([`HopperTile::for_shape`]). Head dim 128: two consumers with 240 registers for 64 O
+/// accumulators each. Head dim 256: two consumers again, 128 O accumulators each, and key tiles
+/// of 64: Q (64 KiB) and two stages of 128-key K and V tiles (4 x 64 KiB) would need 320 KiB,
+/// 64-key ones take 128 KiB. Two stages everywhere (three measured no faster at 64 and 128: the
 /// producer is never the one waiting).
-pub const HOPPER_TILES: [HopperTile; 3] = [
+pub const HOPPER_TILES: [HopperTile; 4] = [
     HopperTile {
         head_dim: 64,
         consumers: 3,
@@ -53,6 +55,14 @@ pub const HOPPER_TILES: [HopperTile; 3] = [
         stages: 2,
         q_stages: 2,
         consumer_registers: 160,
+    },
+    HopperTile {
+        head_dim: 64,
+        consumers: 2,
+        keys: 128,
+        stages: 2,
+        q_stages: 2,
+        consumer_registers: 240,
     },
     HopperTile {
         head_dim: 128,
@@ -72,10 +82,42 @@ pub const HOPPER_TILES: [HopperTile; 3] = [
     },
 ];
 
+/// The longest query sequence for which a causal problem at head dim 64 takes the 128-row
+/// tile. Its 192-row tile computes the rows of a sequence in whole blocks and every key tile
+/// up to a block's last row: at 512 causal it computes 59% of its scores for the mask to keep,
+/// where 128 rows compute 80%; the extra consumer gains more only as sequences grow. Measured
+/// on an H200 (day 10's notes): 128 rows 1.09x at 512 and 1.14x at 1024, 1.01x at 2048 and 4096,
+/// 0.97x at 8192 and 0.95x at 16384; without the mask 0.99x at 512 and slower above.
+pub const SHORT_CAUSAL_MAX_Q: usize = 4096;
+
 impl HopperTile {
-    /// The tile for head dim `d`, if `fa_hopper` is compiled for it.
+    /// The default tile for head dim `d`, if `fa_hopper` is compiled for it.
     pub fn for_head_dim(d: usize) -> Option<&'static HopperTile> {
         HOPPER_TILES.iter().find(|t| t.head_dim == d)
+    }
+
+    /// The tile `fa_hopper` runs `shape` with: head dim 64's two-consumer tile for a causal
+    /// problem whose longest sequence has at most [`SHORT_CAUSAL_MAX_Q`] queries, else the
+    /// head dim's default.
+    pub fn for_shape(shape: &AttentionShape) -> Option<&'static HopperTile> {
+        let max_q = shape.seqlens_q.iter().copied().max().unwrap_or(0);
+        let short_causal = shape.causal && max_q <= SHORT_CAUSAL_MAX_Q;
+        let d = shape.head_dim;
+        let wanted = |t: &&HopperTile| t.head_dim == d && t.consumers == 2;
+        match HOPPER_TILES.iter().find(wanted) {
+            Some(tile) if d == 64 && short_causal => Some(tile),
+            _ => Self::for_head_dim(d),
+        }
+    }
+
+    /// The tiles of head dim `d`.
+    pub fn all_for_head_dim(d: usize) -> impl Iterator<Item = &'static HopperTile> {
+        HOPPER_TILES.iter().filter(move |t| t.head_dim == d)
+    }
+
+    /// The kernel of this tile for elements named `dtype`: `fa_hopper_bf16_d64_c3`.
+    pub fn kernel_name(&self, dtype: &str) -> String {
+        format!("fa_hopper_{dtype}_d{}_c{}", self.head_dim, self.consumers)
     }
 
     /// Query rows per block (and per work item): 64 per consumer.
@@ -91,10 +133,10 @@ impl HopperTile {
     /// The block's shared memory: the Q ring (a tile of block rows per Q stage), the K ring
     /// and the V ring (a tile of keys per stage), all 16-bit as the TMA writes them, in boxes
     /// of 64 dims; the barriers; one item slot per Q stage. `fa_hopper.cu` reads it as the
-    /// struct `FhShared<T, D>` that [`SharedStorage::c_declaration`] writes from this.
+    /// struct `FhShared<T, D, NC>` that [`SharedStorage::c_declaration`] writes from this.
     pub fn storage(&self) -> SharedStorage {
         let d = self.head_dim;
-        SharedStorage::new(STORAGE_NAME, d)
+        SharedStorage::keyed(STORAGE_NAME, &[d, self.consumers])
             .tiles(
                 "q",
                 "Q: [Q stage][64-dim box][query row][dim]",
@@ -150,7 +192,7 @@ impl HopperTile {
     /// `static_assert`s check it (one line each; empty when it fits).
     pub fn violations(&self) -> Vec<String> {
         let d = self.head_dim;
-        let mut v = Violations::new(format_args!("head dim {d}"));
+        let mut v = Violations::new(format_args!("head dim {d}, {} consumers", self.consumers));
         v.whole_boxes("head dim", d);
         v.require((1..=4).contains(&self.consumers), || {
             format!(
@@ -190,7 +232,7 @@ impl HopperTile {
 
     /// This tile's NVRTC defines, as `fa_hopper.cu` reads them.
     fn defines(&self) -> Vec<String> {
-        Defines::tile("FH", self.head_dim)
+        Defines::new(format!("FH_D{}_C{}", self.head_dim, self.consumers))
             .set("CONSUMERS", self.consumers)
             .set("KEYS", self.keys)
             .set("STAGES", self.stages)
@@ -216,7 +258,9 @@ pub fn hopper_defines() -> Vec<String> {
 
 /// The head dims `fa_hopper` is compiled for.
 pub fn hopper_head_dims() -> Vec<usize> {
-    HOPPER_TILES.iter().map(|t| t.head_dim).collect()
+    let mut dims: Vec<usize> = HOPPER_TILES.iter().map(|t| t.head_dim).collect();
+    dims.dedup();
+    dims
 }
 
 #[cfg(test)]
@@ -322,8 +366,26 @@ mod tests {
         let defines = hopper_defines();
         assert_eq!(defines.len(), 1 + 5 * HOPPER_TILES.len());
         assert!(defines.contains(&"-DFH_PRODUCER_REGISTERS=24".to_string()));
-        assert!(defines.contains(&"-DFH_D256_KEYS=64".to_string()));
-        assert!(defines.contains(&"-DFH_D256_Q_STAGES=1".to_string()));
-        assert!(defines.contains(&"-DFH_D64_CONSUMERS=3".to_string()));
+        assert!(defines.contains(&"-DFH_D256_C2_KEYS=64".to_string()));
+        assert!(defines.contains(&"-DFH_D256_C2_Q_STAGES=1".to_string()));
+        assert!(defines.contains(&"-DFH_D64_C3_CONSUMERS=3".to_string()));
+        assert!(defines.contains(&"-DFH_D64_C2_REGISTERS=240".to_string()));
+    }
+
+    #[test]
+    fn head_dim_64_takes_128_rows_on_short_causal_problems() {
+        let shape = |seqlen, causal| AttentionShape::uniform(2, seqlen, seqlen, 4, 4, 64, causal);
+        let consumers = |s: &AttentionShape| HopperTile::for_shape(s).unwrap().consumers;
+        assert_eq!(consumers(&shape(512, true)), 2);
+        assert_eq!(consumers(&shape(SHORT_CAUSAL_MAX_Q, true)), 2);
+        assert_eq!(consumers(&shape(SHORT_CAUSAL_MAX_Q + 1, true)), 3);
+        assert_eq!(consumers(&shape(512, false)), 3);
+        let hd128 = AttentionShape::uniform(2, 512, 512, 4, 4, 128, true);
+        assert_eq!(HopperTile::for_shape(&hd128).unwrap().consumers, 2);
+        assert_eq!(HopperTile::all_for_head_dim(64).count(), 2);
+        assert_eq!(
+            HopperTile::for_head_dim(64).unwrap().kernel_name("bf16"),
+            "fa_hopper_bf16_d64_c3"
+        );
     }
 }

@@ -87,6 +87,7 @@ pub struct DeviceProblem {
     score_len: usize,
     max_q: usize,
     max_k: usize,
+    hopper_tile: Option<&'static HopperTile>,
 }
 
 impl DeviceProblem {
@@ -110,7 +111,27 @@ impl DeviceProblem {
             score_len,
             max_q: shape.seqlens_q.iter().copied().max().unwrap_or(0),
             max_k: shape.seqlens_k.iter().copied().max().unwrap_or(0),
+            hopper_tile: HopperTile::for_shape(shape),
         })
+    }
+
+    /// The tile `fa_hopper` runs this problem with ([`HopperTile::for_shape`], unless set by
+    /// [`DeviceProblem::with_hopper_tile`]); None at a head dim it has no tile for.
+    pub fn hopper_tile(&self) -> Option<&'static HopperTile> {
+        self.hopper_tile
+    }
+
+    /// The problem run with `tile` instead of the one the shape chooses: for the tests, which
+    /// check every tile on every shape, and for measuring one tile against another.
+    pub fn with_hopper_tile(mut self, tile: &'static HopperTile) -> Result<Self, UsageError> {
+        if tile.head_dim != self.shape.head_dim {
+            return Err(UsageError::new(format!(
+                "fa_hopper: a tile of head dim {} for a problem of head dim {}",
+                tile.head_dim, self.shape.head_dim
+            )));
+        }
+        self.hopper_tile = Some(tile);
+        Ok(self)
     }
 
     /// Bytes of the naive version's score matrix (f32).
@@ -264,6 +285,7 @@ pub fn kernel_builds() -> Vec<KernelBuild> {
 }
 
 /// Q, K and V of a forward: what a plan reads (and, for `fa_hopper`, encodes maps of).
+#[derive(Clone, Copy)]
 pub struct Inputs<'a, T: Element> {
     pub q: &'a CudaSlice<T>,
     pub k: &'a CudaSlice<T>,
@@ -482,15 +504,21 @@ mod tests {
 
     #[test]
     fn hopper_work_items_count_query_tiles_heads_and_sequences() {
-        // 128 query rows per item at head dims 128 and 256, 192 at 64; none at 96.
+        // 128 query rows per item at head dims 128 and 256 and for short causal problems at
+        // 64, 192 at 64 otherwise; no tile at 96.
+        let items = |shape: &AttentionShape| {
+            HopperTile::for_shape(shape).map(|tile| hopper_work_items(shape, tile))
+        };
         let shape = AttentionShape::uniform(3, 300, 10, 5, 5, 128, false);
-        assert_eq!(hopper_work_items(&shape), Some(3 * 5 * 3));
+        assert_eq!(items(&shape), Some(3 * 5 * 3));
+        let shape = AttentionShape::uniform(3, 300, 10, 5, 5, 64, false);
+        assert_eq!(items(&shape), Some(2 * 5 * 3));
         let shape = AttentionShape::uniform(3, 300, 10, 5, 5, 64, true);
-        assert_eq!(hopper_work_items(&shape), Some(2 * 5 * 3));
+        assert_eq!(items(&shape), Some(3 * 5 * 3));
         let shape = AttentionShape::uniform(3, 300, 10, 5, 5, 256, true);
-        assert_eq!(hopper_work_items(&shape), Some(3 * 5 * 3));
+        assert_eq!(items(&shape), Some(3 * 5 * 3));
         let shape = AttentionShape::uniform(3, 300, 10, 5, 5, 96, true);
-        assert_eq!(hopper_work_items(&shape), None);
+        assert_eq!(items(&shape), None);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use common::family::attention::{self, GridOutcome};
 use common::reference::attention::AttentionShape;
 use common::session::{Refused, launch_and_read};
 use common::{Gpu, testing};
-use day10::{DeviceProblem, ExpectedO, FlashAttention, Inputs, Version};
+use day10::{DeviceProblem, ExpectedO, FlashAttention, HopperTile, Inputs, Version};
 use half::{bf16, f16};
 
 /// The H100's SMs: `fa_hopper` runs one block per SM without a mask, each walking its share
@@ -65,8 +65,10 @@ fn shapes() -> Vec<AttentionShape> {
     shapes
 }
 
-/// Checks every version on one shape. What fails goes to `out.failures` (the test goes on, so
-/// one GPU run reports every failing case); each version that ran is counted in `out.ran`.
+/// Checks every version on one shape, `fa_hopper` with each tile of the head dim (head dim 64
+/// has two, one of them chosen by the length and the mask). What fails goes to `out.failures`
+/// (the test goes on, so one GPU run reports every failing case); each version that ran is
+/// counted in `out.ran`.
 fn check_shape<T: Element>(
     gpu: &Gpu,
     day: &FlashAttention,
@@ -74,83 +76,112 @@ fn check_shape<T: Element>(
     seed: u64,
     out: &mut GridOutcome,
 ) {
-    let d = shape.head_dim;
-    let q_len = shape.total_q() * shape.heads * d;
     let (q, k, v) = attention::random_qkv::<T>(shape, seed);
     let expected = ExpectedO::at_rows(&q, &k, &v, shape, &shape.all_query_rows());
-    let problem = DeviceProblem::new(gpu, shape).unwrap();
     let (q_dev, k_dev, v_dev) = (
         gpu.upload(&q).unwrap(),
         gpu.upload(&k).unwrap(),
         gpu.upload(&v).unwrap(),
     );
-    let o_shape = [shape.total_q(), shape.heads, d];
-    let l_shape = [shape.total_q(), shape.heads];
+    let x = Inputs {
+        q: &q_dev,
+        k: &k_dev,
+        v: &v_dev,
+    };
     for version in Version::ALL {
         let what = format!("{} {} on {shape:?}", version.name(), T::NAME);
-        let inputs = Inputs {
-            q: &q_dev,
-            k: &k_dev,
-            v: &v_dev,
+        let tiles: Vec<&HopperTile> = match version {
+            Version::FaHopper => HopperTile::all_for_head_dim(shape.head_dim).collect(),
+            _ => Vec::new(),
         };
-        let planned = day.plan::<T>(gpu, version, &problem, inputs);
-        if !version.takes_head_dim(d) {
-            // fa2_scalar and fa2_mma at head dim 256: refused, with a reason, not failed.
-            match planned {
-                Err(e) if e.is::<Refused>() => {}
-                Err(e) => out
-                    .failures
-                    .push(format!("{what}: an error, not a refusal: {e:#}")),
-                Ok(_) => out
-                    .failures
-                    .push(format!("{what}: planned a head dim it does not take")),
-            }
+        if tiles.len() < 2 {
+            let problem = DeviceProblem::new(gpu, shape).unwrap();
+            check_version(gpu, day, &problem, version, x, &expected, &what, out);
             continue;
         }
-        let plan = match planned {
-            Ok(plan) => plan,
-            Err(e) => {
-                if e.is::<Refused>()
-                    && version == Version::FaHopper
-                    && testing::needs_sm90a(gpu).is_some()
-                {
-                    continue; // said once, by the test
-                }
-                out.failures.push(format!("{what}: refused: {e:#}"));
-                continue;
-            }
-        };
-        let mut o = gpu.alloc_poisoned::<T>(q_len).unwrap();
-        let mut lse = gpu
-            .alloc_poisoned::<f32>(shape.total_q() * shape.heads)
-            .unwrap();
-        let mut scores = match version {
-            Version::Naive => Some(
-                gpu.alloc_poisoned::<f32>((problem.score_bytes() / 4).max(1) as usize)
-                    .unwrap(),
-            ),
-            _ => None,
-        };
-        let got = launch_and_read(gpu, &mut o, &mut |o| {
-            plan.launch(o, &mut lse, scores.as_mut())
-        });
-        let got = match got {
-            Ok(got) => got,
-            Err(e) => {
-                out.failures.push(format!("{what}: {e:#}"));
-                continue;
-            }
-        };
-        *out.ran.entry(version.name()).or_default() += 1;
-        let o_check = expected.check_o(&got, None, &o_shape);
-        if !o_check.passed() {
-            out.failures.push(format!("{what}: O {o_check}"));
+        for tile in tiles {
+            let what = format!("{what} with {} consumers", tile.consumers);
+            let problem = DeviceProblem::new(gpu, shape).unwrap();
+            let problem = problem.with_hopper_tile(tile).unwrap();
+            check_version(gpu, day, &problem, version, x, &expected, &what, out);
         }
-        let lse_got = gpu.download(&lse).unwrap();
-        let l_check = expected.check_lse(&lse_got, None, &l_shape);
-        if !l_check.passed() {
-            out.failures.push(format!("{what}: L {l_check}"));
+    }
+}
+
+/// Checks one version on `problem` (refused where it does not take the head dim).
+#[allow(clippy::too_many_arguments)]
+fn check_version<T: Element>(
+    gpu: &Gpu,
+    day: &FlashAttention,
+    problem: &DeviceProblem,
+    version: Version,
+    x: Inputs<'_, T>,
+    expected: &ExpectedO,
+    what: &str,
+    out: &mut GridOutcome,
+) {
+    let shape = &problem.shape;
+    let d = shape.head_dim;
+    let q_len = shape.total_q() * shape.heads * d;
+    let o_shape = [shape.total_q(), shape.heads, d];
+    let l_shape = [shape.total_q(), shape.heads];
+    let planned = day.plan::<T>(gpu, version, problem, x);
+    if !version.takes_head_dim(d) {
+        // fa2_scalar and fa2_mma at head dim 256: refused, with a reason, not failed.
+        match planned {
+            Err(e) if e.is::<Refused>() => {}
+            Err(e) => out
+                .failures
+                .push(format!("{what}: an error, not a refusal: {e:#}")),
+            Ok(_) => out
+                .failures
+                .push(format!("{what}: planned a head dim it does not take")),
         }
+        return;
+    }
+    let plan = match planned {
+        Ok(plan) => plan,
+        Err(e) => {
+            if e.is::<Refused>()
+                && version == Version::FaHopper
+                && testing::needs_sm90a(gpu).is_some()
+            {
+                return; // said once, by the test
+            }
+            out.failures.push(format!("{what}: refused: {e:#}"));
+            return;
+        }
+    };
+    let mut o = gpu.alloc_poisoned::<T>(q_len).unwrap();
+    let mut lse = gpu
+        .alloc_poisoned::<f32>(shape.total_q() * shape.heads)
+        .unwrap();
+    let mut scores = match version {
+        Version::Naive => Some(
+            gpu.alloc_poisoned::<f32>((problem.score_bytes() / 4).max(1) as usize)
+                .unwrap(),
+        ),
+        _ => None,
+    };
+    let got = launch_and_read(gpu, &mut o, &mut |o| {
+        plan.launch(o, &mut lse, scores.as_mut())
+    });
+    let got = match got {
+        Ok(got) => got,
+        Err(e) => {
+            out.failures.push(format!("{what}: {e:#}"));
+            return;
+        }
+    };
+    *out.ran.entry(version.name()).or_default() += 1;
+    let o_check = expected.check_o(&got, None, &o_shape);
+    if !o_check.passed() {
+        out.failures.push(format!("{what}: O {o_check}"));
+    }
+    let lse_got = gpu.download(&lse).unwrap();
+    let l_check = expected.check_lse(&lse_got, None, &l_shape);
+    if !l_check.passed() {
+        out.failures.push(format!("{what}: L {l_check}"));
     }
 }
 
@@ -175,9 +206,15 @@ fn the_multi_wave_shapes_give_fa_hopper_several_waves() {
                 !multi_wave.is_empty(),
                 "no multi-wave shape at head dim {d}"
             );
-            for shape in multi_wave {
-                let items = day10::hopper_work_items(&shape).unwrap();
-                assert!(items >= 3 * H100_SMS, "{items} items for {shape:?}");
+            for (shape, tile) in multi_wave
+                .iter()
+                .flat_map(|s| HopperTile::all_for_head_dim(d).map(move |tile| (s, tile)))
+            {
+                let items = day10::hopper_work_items(shape, tile);
+                assert!(
+                    items >= 3 * H100_SMS,
+                    "{items} items for {shape:?}, {tile:?}"
+                );
             }
         }
     }
@@ -251,7 +288,8 @@ fn fa_hopper_hands_items_over_the_same_way_every_launch() {
             seqlens_k: (0..200).map(|i| 1 + (i * 53) % 180).collect(),
             causal: true,
         };
-        let items = day10::hopper_work_items(&shape).unwrap();
+        let tile = HopperTile::for_shape(&shape).unwrap();
+        let items = day10::hopper_work_items(&shape, tile);
         assert!(items >= 3 * H100_SMS, "{items} items at head dim {d}");
         let q_len = shape.total_q() * shape.heads * d;
         let (q, k, v) = attention::random_qkv::<bf16>(&shape, 7 + d as u64);

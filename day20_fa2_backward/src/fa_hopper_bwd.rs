@@ -347,7 +347,7 @@ mod tests {
         let mut parts = vec![
             c_declaration::<FaHopperBwdParams<bf16>>(),
             c_checks::<FaHopperBwdParams<bf16>>() + &c_size_check::<FaHopperBwdParams<f16>>(),
-            c_primary(STORAGE_NAME, STORAGE_DOC),
+            c_primary(STORAGE_NAME, STORAGE_DOC, "int KEY"),
         ];
         for tile in &BACKWARD_TILES {
             let storage = tile.storage();

@@ -56,7 +56,8 @@ impl Member {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedStorage {
     name: &'static str,
-    key: usize,
+    /// The template arguments after `T` that name this tile (`"128"`, or `"64, 3"`).
+    key: String,
     members: Vec<Member>,
     /// The bytes laid out so far, in member order.
     layout: SharedLayout,
@@ -66,9 +67,16 @@ impl SharedStorage {
     /// The storage of the tile `key` (a head dim) of the kernel whose storage template is
     /// `name`.
     pub fn new(name: &'static str, key: usize) -> Self {
+        Self::keyed(name, &[key])
+    }
+
+    /// The storage of the tile named by the template arguments `keys` (a head dim and a count
+    /// of consumers: `Name<T, 64, 3>`).
+    pub fn keyed(name: &'static str, keys: &[usize]) -> Self {
+        let key: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
         SharedStorage {
             name,
-            key,
+            key: key.join(", "),
             members: Vec::new(),
             layout: SharedLayout::new(),
         }
@@ -236,10 +244,11 @@ pub const F32_BOXES: (&str, usize, usize) = ("float", 4, 128);
 /// f32 elements of a swizzled TMA tile.
 pub const F32_TILE: (&str, usize, usize) = ("float", 4, SWIZZLE_ALIGN);
 
-/// The primary template every tile's storage specializes, with its doc.
-pub fn c_primary(name: &str, doc: &str) -> String {
+/// The primary template every tile's storage specializes, with its doc; `params` are the
+/// template parameters after `T` (`"int KEY"`, or `"int D, int NC"`).
+pub fn c_primary(name: &str, doc: &str, params: &str) -> String {
     let mut out: String = doc.lines().map(|l| format!("// {}\n", l.trim())).collect();
-    out += &format!("template <typename T, int KEY> struct {name};\n");
+    out += &format!("template <typename T, {params}> struct {name};\n");
     out
 }
 
@@ -306,7 +315,7 @@ mod tests {
         let s = probe();
         let text = format!(
             "#include \"dtype.cuh\"\n{}{}{}",
-            c_primary("Probe", "A probe."),
+            c_primary("Probe", "A probe.", "int KEY"),
             s.c_declaration(),
             s.c_checks()
         );
