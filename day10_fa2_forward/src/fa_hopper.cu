@@ -46,8 +46,12 @@
 #include "hopper.cuh"
 
 constexpr int FH_BOX = 64;  // head-dim elements of one 128-byte swizzle row
-// Named barriers: 1 + c is consumer c's turn.
+// Named barriers: 1 + c is consumer c's turn (consumer_barrier), 1 + FH_MAX_CONSUMERS + c its
+// own epilogue's.
 constexpr int FH_MAX_CONSUMERS = 4;
+__device__ __forceinline__ constexpr int epilogue_barrier(int consumer) {
+    return 1 + FH_MAX_CONSUMERS + consumer;
+}
 
 // The tile configuration comes from the host, as defines, one set per tile: head dim D with NC
 // consumer warpgroups (64 query rows each; head dim 64 has two tiles, of 3 and of 2):
@@ -245,6 +249,7 @@ struct FhConsumer {
     static constexpr int FH_BM = C::BM, FH_BN = C::BN, STAGES = C::STAGES, Q_STAGES = C::Q_STAGES;
 
     S& shared;
+    const TmaDescriptor* map_o;
     T* o;
     float* lse;
     const int heads, causal;
@@ -264,9 +269,15 @@ struct FhConsumer {
     PipelineCount<Q_STAGES> q_ring;
     int q_stage = 0, tiles = 0, rows_left = 0;
     index_t token0 = 0;
+    // O goes out through this consumer's 64 rows of the item's Q stage and the TMA (two Q
+    // stages, so the next item's Q is not held up, and all 64 rows inside the sequence: a box
+    // past its end would write the next sequence's rows); the Q stage is then freed only
+    // after those stores have read it.
+    static constexpr bool O_THROUGH_SMEM = Q_STAGES > 1;
+    bool o_through_q = false;
 
     __device__ __forceinline__ FhConsumer(const FaHopperParams<T>& params, S& shared, int consumer)
-        : shared(shared), o(params.o), lse(params.lse), heads(params.heads),
+        : shared(shared), map_o(&params.map_o), o(params.o), lse(params.lse), heads(params.heads),
           causal(params.causal), scale_log2(params.scale_log2), consumer(consumer),
           tid(threadIdx.x % 128), warp(tid / 32), lane(tid % 32), g(lane / 4), t(lane % 4) {}
 
@@ -421,6 +432,7 @@ struct FhConsumer {
         unmasked = key_end(it.i0 + consumer * 64, it.s, causal);
         rows_left = it.s.lq - row0;
         token0 = (index_t)(it.s.q0 + row0) * heads + it.h;
+        o_through_q = O_THROUGH_SMEM && it.s.lq - (it.i0 + consumer * 64) >= 64;
         m[0] = m[1] = NEG_INF;
         l[0] = l[1] = 0.0f;
     }
@@ -442,12 +454,63 @@ struct FhConsumer {
                 lse[row] = l[r] > 0.0f ? (m[r] * scale_log2 + log2f(l[r])) * LN2 : NEG_INF;
         }
     }
+    // quote: fh_store_through_q
+    // O = acc / l through shared memory: this consumer's 64 rows of the item's Q stage (its S
+    // products have read them) take O in the TMA's swizzled layout, stmatrix writing four 8 x 8
+    // blocks at a time; one thread then stores each 64-dim box with the TMA and, once the
+    // stores have read the stage, frees it with the other warps' arrivals. The consumer goes
+    // on to its next item while the stores drain: no four-byte stores, no registers held.
+    __device__ __forceinline__ void store_through_q() {
+        float inv[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            l[r] += __shfl_xor_sync(FULL_WARP, l[r], 1);
+            l[r] += __shfl_xor_sync(FULL_WARP, l[r], 2);
+            inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        }
+        // Lane l gives the address of row l % 8 of block l / 8; blocks 0-3 of instruction gg
+        // are (rows 0-7, columns 16gg..+7), (rows 8-15, the same), (0-7, 16gg + 8..), (8-15, ..)
+        // of the warp's 16 rows.
+        const int block = lane / 8, block_row = consumer * 64 + warp * 16 + 8 * (block % 2) + lane % 8;
+#pragma unroll
+        for (int box = 0; box < D / FH_BOX; ++box) {
+            unsigned char* tile = reinterpret_cast<unsigned char*>(&shared.q[q_stage][box][0][0]);
+#pragma unroll
+            for (int gg = 0; gg < FH_BOX / 16; ++gg) {
+                unsigned out[4];
+#pragma unroll
+                for (int b = 0; b < 4; ++b) {
+                    const int j = box * (FH_BOX / 8) + 2 * gg + b / 2, h = b % 2;
+                    out[b] = pack2<T>(acc[4 * j + 2 * h] * inv[h], acc[4 * j + 2 * h + 1] * inv[h]);
+                }
+                stmatrix_x4(smem_u32(swizzled_128(tile, block_row, (2 * gg + block / 2) * 16)), out);
+            }
+        }
+        fence_proxy_async_shared();  // these writes, before the TMA reads them
+        named_barrier_sync(epilogue_barrier(consumer), 128);
+        if (tid == 0) {
+#pragma unroll
+            for (int box = 0; box < D / FH_BOX; ++box)
+                tma_store_3d(map_o, &shared.q[q_stage][box][consumer * 64][0], box * FH_BOX,
+                             it.s.q0 + it.i0 + consumer * 64, it.h);
+            bulk_commit();
+            bulk_wait_read<0>();  // the stage may be reloaded only after the stores read it
+        }
+        release_q();
+        if (t == 0) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                lse[token0 + (index_t)(8 * r) * heads] =
+                    l[r] > 0.0f ? (m[r] * scale_log2 + log2f(l[r])) * LN2 : NEG_INF;
+        }
+    }
+    // end quote: fh_store_through_q
     // The first S of the item in hand, with no P V to hide under.
     __device__ __forceinline__ void first_tile() {
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
         if (tiles == 0) {
-            release_q();  // no S product reads this Q
+            if (!o_through_q) release_q();  // no S product reads this Q
             return;
         }
         mbarrier_wait(&shared.k_full[ring.stage()], ring.phase());
@@ -456,7 +519,7 @@ struct FhConsumer {
         wgmma_wait<0>();
         wgmma_fence_operands(sc);
         release(&shared.k_empty[ring.stage()]);
-        if (tiles == 1) release_q();
+        if (tiles == 1 && !o_through_q) release_q();
         softmax(0);
         rescale_and_pack();
         ring.advance();
@@ -494,7 +557,7 @@ struct FhConsumer {
                 wgmma_wait<1>();  // S_n is done; P_{n-1} V_{n-1} may still run
                 wgmma_fence_operands(sc);
                 release(&shared.k_empty[ring.stage()]);
-                if (n == tiles - 1) release_q();  // the producer may load a Q here
+                if (n == tiles - 1 && !o_through_q) release_q();  // the producer may load a Q here
                 softmax(n);
                 wgmma_wait<0>();
                 wgmma_fence_operands(acc);
@@ -506,7 +569,8 @@ struct FhConsumer {
                 ring.advance();
             }
             if (tiles > 0) last_pv();
-            store();
+            if (o_through_q) store_through_q();
+            else store();
         }
     }
     // end quote: fh_main_loop

@@ -56,6 +56,9 @@ common::kernel_params! {
         pub map_q: TmaDescriptor,
         pub map_k: TmaDescriptor,
         pub map_v: TmaDescriptor,
+        /// O as the TMA writes it, in boxes of one consumer's 64 query rows: the rows of a
+        /// consumer whose 64 rows all lie inside their sequence (with two Q stages).
+        pub map_o: TmaDescriptor,
         /// O [tokens, heads, d] and L [tokens, heads], natural log, -inf on a row with no key.
         pub o: DeviceOut<T>,
         pub lse: DeviceOut<f32>,
@@ -122,6 +125,8 @@ pub(crate) struct HopperArgs {
     map_q: TmaDescriptor,
     map_k: TmaDescriptor,
     map_v: TmaDescriptor,
+    /// O's layout, encoded at each launch (O is the launch's, not the plan's).
+    o_tiles: HeadTiles,
     q_tiles: i32,
     items: i32,
 }
@@ -149,6 +154,7 @@ impl HopperArgs {
             map_q: q_tiles.encode(gpu, x.q)?,
             map_k: kv_tiles.encode(gpu, x.k)?,
             map_v: kv_tiles.encode(gpu, x.v)?,
+            o_tiles: tiles(shape.total_q(), shape.heads, 64),
             q_tiles: problem.max_q().div_ceil(tile.block_rows()).max(1) as i32,
             items: hopper_work_items(shape, tile) as i32,
         })
@@ -166,10 +172,12 @@ impl HopperArgs {
     ) -> Result<()> {
         let shape = &problem.shape;
         let scale_log2 = shape.default_scale() as f32 * std::f32::consts::LOG2_E;
+        let map_o = self.o_tiles.encode(gpu, &*o)?;
         let params = FaHopperParams {
             map_q: self.map_q,
             map_k: self.map_k,
             map_v: self.map_v,
+            map_o,
             o: DeviceOut::of(gpu, o),
             lse: DeviceOut::of(gpu, lse),
             cu_q: DeviceIn::of(gpu, problem.cu_q()),
@@ -183,9 +191,10 @@ impl HopperArgs {
             tickets: DeviceOut::of_counters(gpu, tickets),
         };
         // SAFETY: the kernel takes FaHopperParams<T> (its header is this declaration's); the
-        // maps describe exactly Q, K and V (lengths checked by the plan, which borrows them for
-        // as long as it lives) and the TMA zero-fills past their ends; O and L are written only
-        // at rows inside the cumulative lengths, and outlive the launch (borrowed here); the
+        // maps describe exactly Q, K, V and O (lengths checked by the plan, which borrows Q, K
+        // and V for as long as it lives) and the TMA zero-fills past their ends; O and L are
+        // written only at rows inside the cumulative lengths (a TMA box of O only where its 64
+        // rows are), and outlive the launch (borrowed here); the
         // tickets are the layer's two counters, zero between launches on this stream.
         unsafe { fa_hopper_forward(gpu, kernel, launch, params) }
     }

@@ -12,6 +12,9 @@ struct FaHopperParams {
     // Q [tokens, heads, d], K and V [tokens, kv_heads, d] as the TMA reads them, in boxes
     // of a block's query rows (Q) and a key tile's keys (K, V).
     TmaDescriptor map_q, map_k, map_v;
+    // O as the TMA writes it, in boxes of one consumer's 64 query rows: the rows of a
+    // consumer whose 64 rows all lie inside their sequence (with two Q stages).
+    TmaDescriptor map_o;
     // O [tokens, heads, d] and L [tokens, heads], natural log, -inf on a row with no key.
     T* o;
     float* lse;
@@ -29,8 +32,8 @@ struct FaHopperParams {
     int* tickets;
 };
 
-static_assert(sizeof(FaHopperParams<bf16_t>) == 448 && alignof(FaHopperParams<bf16_t>) == 64, "FaHopperParams<bf16_t>: 448 bytes, aligned to 64, on the host");
-static_assert(sizeof(FaHopperParams<f16_t>) == 448 && alignof(FaHopperParams<f16_t>) == 64, "FaHopperParams<f16_t>: 448 bytes, aligned to 64, on the host");
+static_assert(sizeof(FaHopperParams<bf16_t>) == 576 && alignof(FaHopperParams<bf16_t>) == 64, "FaHopperParams<bf16_t>: 576 bytes, aligned to 64, on the host");
+static_assert(sizeof(FaHopperParams<f16_t>) == 576 && alignof(FaHopperParams<f16_t>) == 64, "FaHopperParams<f16_t>: 576 bytes, aligned to 64, on the host");
 
 #include "attention.cuh"  // ItemSlot
 
