@@ -272,8 +272,9 @@ struct FhConsumer {
     // O goes out through this consumer's 64 rows of the item's Q stage and the TMA (two Q
     // stages, so the next item's Q is not held up, and all 64 rows inside the sequence: a box
     // past its end would write the next sequence's rows); the Q stage is then freed only
-    // after those stores have read it.
-    static constexpr bool O_THROUGH_SMEM = Q_STAGES > 1;
+    // after those stores have read it. Two-consumer tiles only: head dim 64's three
+    // consumers measured 3-5% slower with it at every length (the notes).
+    static constexpr bool O_THROUGH_SMEM = Q_STAGES > 1 && C::CONSUMERS == 2;
     bool o_through_q = false;
 
     __device__ __forceinline__ FhConsumer(const FaHopperParams<T>& params, S& shared, int consumer)
