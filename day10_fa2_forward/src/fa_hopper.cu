@@ -276,6 +276,9 @@ struct FhConsumer {
     // consumers measured 3-5% slower with it at every length (the notes).
     static constexpr bool O_THROUGH_SMEM = Q_STAGES > 1 && C::CONSUMERS == 2;
     bool o_through_q = false;
+    // The Q stage whose stores warp 0 has yet to see read before it frees it (-1: none): the
+    // wait is put off to the next item's start, so no warp of the consumer holds up its turns.
+    int store_pending = -1;
 
     __device__ __forceinline__ FhConsumer(const FaHopperParams<T>& params, S& shared, int consumer)
         : shared(shared), map_o(&params.map_o), o(params.o), lse(params.lse), heads(params.heads),
@@ -458,9 +461,10 @@ struct FhConsumer {
     // quote: fh_store_through_q
     // O = acc / l through shared memory: this consumer's 64 rows of the item's Q stage (its S
     // products have read them) take O in the TMA's swizzled layout, stmatrix writing four 8 x 8
-    // blocks at a time; one thread then stores each 64-dim box with the TMA and, once the
-    // stores have read the stage, frees it with the other warps' arrivals. The consumer goes
-    // on to its next item while the stores drain: no four-byte stores, no registers held.
+    // blocks at a time; one thread then stores each 64-dim box with the TMA. Warps 1-3 free the
+    // stage now, warp 0 once the stores have read it (finish_store, at the next item's start).
+    // The consumer goes on to its next item while the stores drain: no four-byte stores, no
+    // registers held.
     __device__ __forceinline__ void store_through_q() {
         float inv[2];
 #pragma unroll
@@ -495,9 +499,10 @@ struct FhConsumer {
                 tma_store_3d(map_o, &shared.q[q_stage][box][consumer * 64][0], box * FH_BOX,
                              it.s.q0 + it.i0 + consumer * 64, it.h);
             bulk_commit();
-            bulk_wait_read<0>();  // the stage may be reloaded only after the stores read it
         }
-        release_q();
+        // Warps 1-3 are done with the stage; warp 0 frees it once the stores have read it.
+        if (warp == 0) store_pending = q_stage;
+        else release_q();
         if (t == 0) {
 #pragma unroll
             for (int r = 0; r < 2; ++r)
@@ -506,6 +511,14 @@ struct FhConsumer {
         }
     }
     // end quote: fh_store_through_q
+    // Warp 0's arrival for the last stored stage, once the TMA has read it (the stage may then
+    // be reloaded); at the next item's start or the consumer's end.
+    __device__ __forceinline__ void finish_store() {
+        if (store_pending < 0) return;
+        if (tid == 0) bulk_wait_read<0>();
+        if (lane == 0) mbarrier_arrive(&shared.q_empty[store_pending]);
+        store_pending = -1;
+    }
     // The first S of the item in hand, with no P V to hide under.
     __device__ __forceinline__ void first_tile() {
 #pragma unroll
@@ -544,6 +557,7 @@ struct FhConsumer {
         start_turns();
         int stage;
         while (take_item(stage)) {
+            finish_store();
             begin(stage);
             first_tile();
 #pragma unroll 1
@@ -573,6 +587,7 @@ struct FhConsumer {
             if (o_through_q) store_through_q();
             else store();
         }
+        finish_store();  // the block's shared memory must outlive the last stores' reads
     }
     // end quote: fh_main_loop
 };
