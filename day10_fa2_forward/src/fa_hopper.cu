@@ -66,7 +66,7 @@ __device__ __forceinline__ constexpr int epilogue_barrier(int consumer) {
 // memory is the struct FhShared<T, D, NC> of fa_hopper_params.cuh, written from the same table;
 // the kernel checks its rings against these defines (a header older than the table fails to
 // compile, as does a build without the defines: the file stops here).
-#if !defined(FH_PRODUCER_REGISTERS) || !defined(FH_D64_C3_KEYS) || !defined(FH_D64_C2_KEYS) ||      \
+#if !defined(FH_PRODUCER_REGISTERS) || !defined(FH_D64_C3_KEYS) || !defined(FH_D64_C2_KEYS) || \
     !defined(FH_D128_C2_KEYS) || !defined(FH_D256_C2_KEYS)
 #error "fa_hopper.cu: compile it with the -DFH_ defines of day10's HopperTile table"
 #endif
@@ -89,10 +89,10 @@ FH_TILE(256, 2)
 // Why the host's table has the values it has (`HOPPER_TILES`): head dim 64 halves the
 // matrix work per key tile but not the softmax's, so it takes three consumers (192 rows) to
 // keep more exponentials in flight under the products, except on short causal problems, where
-// two (128 rows) waste fewer masked rows on the diagonal and at a sequence's end; head dim 128 needs the registers for
-// its O accumulators (64 per thread) and takes two, 240 registers each; head dim 256 holds 128
-// accumulators per thread and halves its key tiles to 64 so that Q and two stages of K and V
-// fit in shared memory. Producer 24 + consumers 240 (two) or 160 (three) share the 64 K
+// two (128 rows) waste fewer masked rows on the diagonal and at a sequence's end; head dim 128
+// needs the registers for its O accumulators (64 per thread) and takes two, 240 registers each;
+// head dim 256 holds 128 accumulators per thread and halves its key tiles to 64 so that Q and
+// two stages of K and V fit in shared memory. Producer 24 + consumers 240 (two) or 160 (three) share the 64 K
 // registers of an SM: setmaxnreg moves them.
 template <int D, int NC> struct FhConfig : FhTile<D, NC> {
     using Tile = FhTile<D, NC>;
@@ -273,7 +273,8 @@ struct FhConsumer {
     // stages, so the next item's Q is not held up, and all 64 rows inside the sequence: a box
     // past its end would write the next sequence's rows); the Q stage is then freed only
     // after those stores have read it. Two-consumer tiles only: head dim 64's three
-    // consumers measured 3-5% slower with it at every length (the notes).
+    // consumers measured 3-5% slower with it, and at 160 registers they spill with
+    // `store_pending` (the notes).
     static constexpr bool O_THROUGH_SMEM = Q_STAGES > 1 && C::CONSUMERS == 2;
     bool o_through_q = false;
     // The Q stage whose stores warp 0 has yet to see read before it frees it (-1: none): the
@@ -440,22 +441,33 @@ struct FhConsumer {
         m[0] = m[1] = NEG_INF;
         l[0] = l[1] = 0.0f;
     }
+    // The end of row r's sum: the 4 lanes of the row add their shares (every lane takes part).
+    __device__ __forceinline__ void finish_row_sum(int r) {
+        l[r] += __shfl_xor_sync(FULL_WARP, l[r], 1);
+        l[r] += __shfl_xor_sync(FULL_WARP, l[r], 2);
+    }
+    // What O's row r is multiplied by, 1 / l, and its L (natural log); 0 and -inf for a row
+    // that saw no key.
+    __device__ __forceinline__ float row_inverse(int r) const {
+        return l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    }
+    __device__ __forceinline__ float row_lse(int r) const {
+        return l[r] > 0.0f ? (m[r] * scale_log2 + log2f(l[r])) * LN2 : NEG_INF;
+    }
     // O = acc / l, straight from the accumulators: the thread holds columns 8j + 2t, +1 of its
     // two rows. Rows past the sequence's end are not stored.
     __device__ __forceinline__ void store() {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            l[r] += __shfl_xor_sync(FULL_WARP, l[r], 1);
-            l[r] += __shfl_xor_sync(FULL_WARP, l[r], 2);
+            finish_row_sum(r);
             if (8 * r >= rows_left) continue;
             const index_t row = token0 + (index_t)(8 * r) * heads;
-            const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+            const float inv = row_inverse(r);
             unsigned* out = reinterpret_cast<unsigned*>(o + row * D);
 #pragma unroll
             for (int j = 0; j < D / 8; ++j)
                 out[4 * j + t] = pack2<T>(acc[4 * j + 2 * r] * inv, acc[4 * j + 2 * r + 1] * inv);
-            if (t == 0)
-                lse[row] = l[r] > 0.0f ? (m[r] * scale_log2 + log2f(l[r])) * LN2 : NEG_INF;
+            if (t == 0) lse[row] = row_lse(r);
         }
     }
     // quote: fh_store_through_q
@@ -469,14 +481,14 @@ struct FhConsumer {
         float inv[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            l[r] += __shfl_xor_sync(FULL_WARP, l[r], 1);
-            l[r] += __shfl_xor_sync(FULL_WARP, l[r], 2);
-            inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+            finish_row_sum(r);
+            inv[r] = row_inverse(r);
         }
         // Lane l gives the address of row l % 8 of block l / 8; blocks 0-3 of instruction gg
         // are (rows 0-7, columns 16gg..+7), (rows 8-15, the same), (0-7, 16gg + 8..), (8-15, ..)
         // of the warp's 16 rows.
-        const int block = lane / 8, block_row = consumer * 64 + warp * 16 + 8 * (block % 2) + lane % 8;
+        const int block = lane / 8;
+        const int block_row = consumer * 64 + warp * 16 + 8 * (block % 2) + lane % 8;
 #pragma unroll
         for (int box = 0; box < D / FH_BOX; ++box) {
             unsigned char* tile = reinterpret_cast<unsigned char*>(&shared.q[q_stage][box][0][0]);
@@ -488,7 +500,8 @@ struct FhConsumer {
                     const int j = box * (FH_BOX / 8) + 2 * gg + b / 2, h = b % 2;
                     out[b] = pack2<T>(acc[4 * j + 2 * h] * inv[h], acc[4 * j + 2 * h + 1] * inv[h]);
                 }
-                stmatrix_x4(smem_u32(swizzled_128(tile, block_row, (2 * gg + block / 2) * 16)), out);
+                const int byte = (2 * gg + block / 2) * 16;
+                stmatrix_x4(smem_u32(swizzled_128(tile, block_row, byte)), out);
             }
         }
         fence_proxy_async_shared();  // these writes, before the TMA reads them
@@ -505,9 +518,7 @@ struct FhConsumer {
         else release_q();
         if (t == 0) {
 #pragma unroll
-            for (int r = 0; r < 2; ++r)
-                lse[token0 + (index_t)(8 * r) * heads] =
-                    l[r] > 0.0f ? (m[r] * scale_log2 + log2f(l[r])) * LN2 : NEG_INF;
+            for (int r = 0; r < 2; ++r) lse[token0 + (index_t)(8 * r) * heads] = row_lse(r);
         }
     }
     // end quote: fh_store_through_q
