@@ -37,16 +37,19 @@ pub struct HopperTile {
     pub q_stages: usize,
     /// Registers per consumer thread after `setmaxnreg.inc`.
     pub consumer_registers: usize,
+    /// Taken instead of the head dim's default tile for a causal problem whose longest
+    /// sequence has at most [`SHORT_CAUSAL_MAX_Q`] queries.
+    pub short_causal: bool,
 }
 
-/// The tiles `fa_hopper` is compiled for, the first of each head dim its default. Head dim
-/// 64: three consumers (its softmax costs as much per key tile as 128's, its products half, so
-/// more warps overlap them; measured +19%), and two for short causal problems
-/// ([`HopperTile::for_shape`]). Head dim 128: two consumers with 240 registers for 64 O
-/// accumulators each. Head dim 256: two consumers again, 128 O accumulators each, and key tiles
-/// of 64: Q (64 KiB) and two stages of 128-key K and V tiles (4 x 64 KiB) would need 320 KiB,
-/// 64-key ones take 128 KiB. Two stages everywhere (three measured no faster at 64 and 128: the
-/// producer is never the one waiting).
+/// The tiles `fa_hopper` is compiled for: one default per head dim, and head dim 64's
+/// `short_causal` one. Head dim 64: three consumers (its softmax costs as much per key tile as
+/// 128's, its products half, so more warps overlap them; measured +19%), and two for short
+/// causal problems ([`HopperTile::for_shape`]). Head dim 128: two consumers with 240 registers
+/// for 64 O accumulators each. Head dim 256: two consumers again, 128 O accumulators each, and
+/// key tiles of 64: Q (64 KiB) and two stages of 128-key K and V tiles (4 x 64 KiB) would need
+/// 320 KiB, 64-key ones take 128 KiB. Two stages everywhere (three measured no faster at 64 and
+/// 128: the producer is never the one waiting).
 pub const HOPPER_TILES: [HopperTile; 4] = [
     HopperTile {
         head_dim: 64,
@@ -55,6 +58,7 @@ pub const HOPPER_TILES: [HopperTile; 4] = [
         stages: 2,
         q_stages: 2,
         consumer_registers: 160,
+        short_causal: false,
     },
     HopperTile {
         head_dim: 64,
@@ -63,6 +67,7 @@ pub const HOPPER_TILES: [HopperTile; 4] = [
         stages: 2,
         q_stages: 2,
         consumer_registers: 240,
+        short_causal: true,
     },
     HopperTile {
         head_dim: 128,
@@ -71,6 +76,7 @@ pub const HOPPER_TILES: [HopperTile; 4] = [
         stages: 2,
         q_stages: 2,
         consumer_registers: 240,
+        short_causal: false,
     },
     HopperTile {
         head_dim: 256,
@@ -79,6 +85,7 @@ pub const HOPPER_TILES: [HopperTile; 4] = [
         stages: 2,
         q_stages: 1,
         consumer_registers: 240,
+        short_causal: false,
     },
 ];
 
@@ -93,21 +100,18 @@ pub const SHORT_CAUSAL_MAX_Q: usize = 4096;
 impl HopperTile {
     /// The default tile for head dim `d`, if `fa_hopper` is compiled for it.
     pub fn for_head_dim(d: usize) -> Option<&'static HopperTile> {
-        HOPPER_TILES.iter().find(|t| t.head_dim == d)
+        Self::all_for_head_dim(d).find(|t| !t.short_causal)
     }
 
-    /// The tile `fa_hopper` runs `shape` with: head dim 64's two-consumer tile for a causal
-    /// problem whose longest sequence has at most [`SHORT_CAUSAL_MAX_Q`] queries, else the
-    /// head dim's default.
+    /// The tile `fa_hopper` runs `shape` with: the head dim's `short_causal` tile, if it has
+    /// one, for a causal problem whose longest sequence has at most [`SHORT_CAUSAL_MAX_Q`]
+    /// queries; else its default.
     pub fn for_shape(shape: &AttentionShape) -> Option<&'static HopperTile> {
         let max_q = shape.seqlens_q.iter().copied().max().unwrap_or(0);
         let short_causal = shape.causal && max_q <= SHORT_CAUSAL_MAX_Q;
         let d = shape.head_dim;
-        let wanted = |t: &&HopperTile| t.head_dim == d && t.consumers == 2;
-        match HOPPER_TILES.iter().find(wanted) {
-            Some(tile) if d == 64 && short_causal => Some(tile),
-            _ => Self::for_head_dim(d),
-        }
+        let chosen = Self::all_for_head_dim(d).find(|t| short_causal && t.short_causal);
+        chosen.or_else(|| Self::for_head_dim(d))
     }
 
     /// The tiles of head dim `d`.
