@@ -698,8 +698,64 @@ struct BhConsumer {
         }
     }
 
+    // Whether this consumer's 64 keys all lie inside the sequence, so that dK and dV can leave
+    // by whole TMA boxes (a box past the sequence's end would write the next sequence's keys).
+    __device__ __forceinline__ bool whole_keys() const {
+        return b.j0 + key_row0 + 64 <= b.s.lk;
+    }
+
+    // quote: consumer_store_through_kv
+    // dK = scale dS^T Q and dV through shared memory, where this consumer's keys of K and V
+    // were: stmatrix writes the packed accumulators in the TMA's swizzled layout, four 8 x 8
+    // blocks at a time, then one thread stores each 64-dim box of the 64 keys with the TMA.
+    // No four-byte stores: a block's epilogue is a few instructions per thread and the TMA's
+    // writes, which the next block's loads overlap. The caller has made sure that no product
+    // still reads K or V (the other consumer's dQ reads this one's rows of K).
+    __device__ __forceinline__ void store_through_kv(const TmaDescriptor* map_dk,
+                                                     const TmaDescriptor* map_dv) {
+        // Lane l gives the address of row l % 8 of block l / 8; blocks 0-3 of instruction gg
+        // are (keys 0-7, columns 16gg..+7), (keys 8-15, the same), (0-7, 16gg + 8..), (8-15,
+        // ..) of the warp's 16 keys.
+        const int block = lane / 8;
+        const int block_row = key_row0 + warp * 16 + 8 * (block % 2) + lane % 8;
+        constexpr int BOXES = DW / BH_BOX;
+        const int box0 = col0 / BH_BOX;
+#pragma unroll
+        for (int box = 0; box < BOXES; ++box) {
+            unsigned char* k_box = reinterpret_cast<unsigned char*>(&shared.k[0][box0 + box][0][0]);
+            unsigned char* v_box = reinterpret_cast<unsigned char*>(&shared.v[0][box0 + box][0][0]);
+#pragma unroll
+            for (int gg = 0; gg < BH_BOX / 16; ++gg) {
+                unsigned k_out[4], v_out[4];
+#pragma unroll
+                for (int x = 0; x < 4; ++x) {
+                    const int j = box * (BH_BOX / 8) + 2 * gg + x / 2, r = x % 2;
+                    k_out[x] = pack2<T>(dk_acc[4 * j + 2 * r] * scale, dk_acc[4 * j + 2 * r + 1] * scale);
+                    v_out[x] = pack2<T>(dv_acc[4 * j + 2 * r], dv_acc[4 * j + 2 * r + 1]);
+                }
+                const int byte = (2 * gg + block / 2) * 16;
+                stmatrix_x4(smem_u32(swizzled_128(k_box, block_row, byte)), k_out);
+                stmatrix_x4(smem_u32(swizzled_128(v_box, block_row, byte)), v_out);
+            }
+        }
+        fence_proxy_async_shared();  // these writes, before the TMA reads them
+        named_barrier_sync(consumer_barrier(wg), 128);
+        if (tid == 0) {
+            const int token = b.s.k0 + b.j0 + key_row0;
+#pragma unroll
+            for (int box = 0; box < BOXES; ++box) {
+                const int x = (box0 + box) * BH_BOX;
+                tma_store_3d(map_dk, &shared.k[0][box0 + box][key_row0][0], x, token, b.kvh);
+                tma_store_3d(map_dv, &shared.v[0][box0 + box][key_row0][0], x, token, b.kvh);
+            }
+            bulk_commit();
+            bulk_wait_read<0>();  // the block's shared memory must outlive the stores' reads
+        }
+    }
+    // end quote: consumer_store_through_kv
+
     // dK = scale dS^T Q and dV, this thread's two keys and this consumer's columns, straight
-    // from the accumulators.
+    // from the accumulators (the keys of a consumer that the sequence's end cuts).
     __device__ __forceinline__ void store(T* dk, T* dv, int kv_heads) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -779,7 +835,12 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
     warpgroup_registers_claim<C::REGISTERS>();
     BhConsumer<T, D> consumer(params, shared, b, threadIdx.x / 128 - 1);
     consumer.run();
-    consumer.store(params.dk, params.dv, params.kv_heads);
+    // Every product of both consumers is complete: K and V may be overwritten.
+    named_barrier_sync(ALL_CONSUMERS_BARRIER, 128 * BH_CONSUMERS);
+    if (consumer.whole_keys())
+        consumer.store_through_kv(&params.map_dk, &params.map_dv);
+    else
+        consumer.store(params.dk, params.dv, params.kv_heads);
 }
 
 // One extern "C" entry per (dtype, head dim). The parameters are one struct, `__grid_constant__`

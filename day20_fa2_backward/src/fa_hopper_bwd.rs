@@ -117,6 +117,10 @@ common::kernel_params! {
         pub map_delta: TmaDescriptor,
         /// The f32 dQ accumulator [tokens, heads, d], which the TMA adds tiles into.
         pub map_dq: TmaDescriptor,
+        /// dK and dV as the TMA writes them, in boxes of one consumer's 64 keys: the keys of a
+        /// consumer whose 64 keys all lie inside their sequence.
+        pub map_dk: TmaDescriptor,
+        pub map_dv: TmaDescriptor,
         /// dK and dV [tokens, kv_heads, d].
         pub dk: DeviceOut<T>,
         pub dv: DeviceOut<T>,
@@ -164,11 +168,13 @@ pub(crate) fn hopper_launch<'k>(
 
 /// What a `fa_hopper` plan prepares once: the preprocess kernel and dQ's conversion, the
 /// tensor maps of Q, dO, K, V (the plan's inputs) and of the transposed L and D and the dQ
-/// accumulator (its workspace), and the query tiles.
+/// accumulator (its workspace), the layout of dK's and dV's maps (encoded at each launch, for
+/// the gradients it is given), and the query tiles.
 pub(crate) struct HopperSteps<'k> {
     preprocess: (&'k Kernel, LaunchShape),
     convert: ConvertDq<'k>,
     maps: [TmaDescriptor; 7],
+    key_tiles: HeadTiles,
     q_tiles: usize,
 }
 
@@ -222,6 +228,7 @@ impl<'k> HopperSteps<'k> {
             box_len: bm as u32,
         };
         let dq_map = heads_tiles(shape.total_q(), shape.heads, 64);
+        let key_tiles = heads_tiles(shape.total_k(), shape.kv_heads, 64);
         let maps = [
             q_tiles_map.encode(gpu, t.q)?,
             kv_tiles_map.encode(gpu, t.k)?,
@@ -238,6 +245,7 @@ impl<'k> HopperSteps<'k> {
             ),
             convert: ConvertDq::new(kernels, dtype, q_len)?,
             maps,
+            key_tiles,
             q_tiles,
         })
     }
@@ -298,6 +306,8 @@ impl<'k> HopperSteps<'k> {
             .unwrap_or_else(|| head_section(shape, fwd.max_q()))
             .min(shape.kv_heads) as i32;
         let [map_q, map_k, map_v, map_do, map_lse2, map_delta, map_dq] = self.maps;
+        let map_dk = self.key_tiles.encode(gpu, &dk)?;
+        let map_dv = self.key_tiles.encode(gpu, &dv)?;
         let params = FaHopperBwdParams {
             map_q,
             map_k,
@@ -306,6 +316,8 @@ impl<'k> HopperSteps<'k> {
             map_lse2,
             map_delta,
             map_dq,
+            map_dk,
+            map_dv,
             dk: DeviceOut::of(gpu, &mut dk),
             dv: DeviceOut::of(gpu, &mut dv),
             semaphores: DeviceOut::of(gpu, &mut scratch.semaphores),

@@ -17,6 +17,9 @@ struct FaHopperBwdParams {
     TmaDescriptor map_lse2, map_delta;
     // The f32 dQ accumulator [tokens, heads, d], which the TMA adds tiles into.
     TmaDescriptor map_dq;
+    // dK and dV as the TMA writes them, in boxes of one consumer's 64 keys: the keys of a
+    // consumer whose 64 keys all lie inside their sequence.
+    TmaDescriptor map_dk, map_dv;
     // dK and dV [tokens, kv_heads, d].
     T* dk;
     T* dv;
@@ -38,8 +41,8 @@ struct FaHopperBwdParams {
     int head_section;
 };
 
-static_assert(sizeof(FaHopperBwdParams<bf16_t>) == 1024 && alignof(FaHopperBwdParams<bf16_t>) == 64, "FaHopperBwdParams<bf16_t>: 1024 bytes, aligned to 64, on the host");
-static_assert(sizeof(FaHopperBwdParams<f16_t>) == 1024 && alignof(FaHopperBwdParams<f16_t>) == 64, "FaHopperBwdParams<f16_t>: 1024 bytes, aligned to 64, on the host");
+static_assert(sizeof(FaHopperBwdParams<bf16_t>) == 1280 && alignof(FaHopperBwdParams<bf16_t>) == 64, "FaHopperBwdParams<bf16_t>: 1280 bytes, aligned to 64, on the host");
+static_assert(sizeof(FaHopperBwdParams<f16_t>) == 1280 && alignof(FaHopperBwdParams<f16_t>) == 64, "FaHopperBwdParams<f16_t>: 1280 bytes, aligned to 64, on the host");
 
 // fa_hopper_bwd's shared memory per head dim D, one specialization per tile of day 20's
 // BACKWARD_TILES: K and V, the Q/dO ring, dS^T (and P^T), the dQ tiles, the L/D ring, the
