@@ -485,6 +485,7 @@ __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const unsigne
         "+f"(d[o + 6]), "+f"(d[o + 7])
 #define WGMMA_D16(d, o) WGMMA_D8(d, o), WGMMA_D8(d, o + 8)
 #define WGMMA_D32(d, o) WGMMA_D8(d, o), WGMMA_D8(d, o + 8), WGMMA_D8(d, o + 16), WGMMA_D8(d, o + 24)
+#define WGMMA_D40(d, o) WGMMA_D32(d, o), WGMMA_D8(d, o + 32)
 #define WGMMA_D64(d, o) WGMMA_D32(d, o), WGMMA_D32(d, o + 32)
 #define WGMMA_D96(d, o) WGMMA_D64(d, o), WGMMA_D32(d, o + 64)
 #define WGMMA_D128(d, o) WGMMA_D64(d, o), WGMMA_D64(d, o + 64)
@@ -492,6 +493,10 @@ __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const unsigne
 #define WGMMA_D32_LIST \
     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+#define WGMMA_D40_LIST \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+    "%32,%33,%34,%35,%36,%37,%38,%39"
 #define WGMMA_D64_LIST \
     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
@@ -547,6 +552,7 @@ __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const unsigne
 // SS: desc_a = %R, desc_b = %R+1, accumulate = %R+2, trans-a = %R+3, trans-b = %R+4.
 #define WGMMA_SS_TAIL_16(MMA) "setp.ne.b32 p, %18, 0;\n" MMA "%16, %17, p, 1, 1, %19, %20;\n}\n"
 #define WGMMA_SS_TAIL_32(MMA) "setp.ne.b32 p, %34, 0;\n" MMA "%32, %33, p, 1, 1, %35, %36;\n}\n"
+#define WGMMA_SS_TAIL_40(MMA) "setp.ne.b32 p, %42, 0;\n" MMA "%40, %41, p, 1, 1, %43, %44;\n}\n"
 #define WGMMA_SS_TAIL_64(MMA) "setp.ne.b32 p, %66, 0;\n" MMA "%64, %65, p, 1, 1, %67, %68;\n}\n"
 #define WGMMA_SS_TAIL_96(MMA) "setp.ne.b32 p, %98, 0;\n" MMA "%96, %97, p, 1, 1, %99, %100;\n}\n"
 #define WGMMA_SS_TAIL_128(MMA)                                                                     \
@@ -559,15 +565,17 @@ __device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const unsigne
 #define WGMMA_RS_TAIL_128(MMA)                                                                     \
     "setp.ne.b32 p, %133, 0;\n" MMA "{%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
 
-// Day 18's GEMM tiles are n256, n192, n128 and n64; attention's S = Q K^T is n128 or n64 (keys)
-// and O += P V n64, n128 or n256 (the head dim); the backward's S^T at head dim 256 is n32 (half
-// a 64-query step).
+// Day 18's GEMM tiles are n256, n192, n128 and n64; attention's S = Q K^T is n128, n80 or n64
+// (keys) and O += P V n64, n128 or n256 (the head dim); the backward's S^T at head dim 256 is n32
+// (half a 64-query step).
 WGMMA_SS(256, 128, bf16_t, "bf16", WGMMA_SS_TAIL_128)
 WGMMA_SS(256, 128, f16_t, "f16", WGMMA_SS_TAIL_128)
 WGMMA_SS(192, 96, bf16_t, "bf16", WGMMA_SS_TAIL_96)
 WGMMA_SS(192, 96, f16_t, "f16", WGMMA_SS_TAIL_96)
 WGMMA_SS(128, 64, bf16_t, "bf16", WGMMA_SS_TAIL_64)
 WGMMA_SS(128, 64, f16_t, "f16", WGMMA_SS_TAIL_64)
+WGMMA_SS(80, 40, bf16_t, "bf16", WGMMA_SS_TAIL_40)
+WGMMA_SS(80, 40, f16_t, "f16", WGMMA_SS_TAIL_40)
 WGMMA_SS(64, 32, bf16_t, "bf16", WGMMA_SS_TAIL_32)
 WGMMA_SS(64, 32, f16_t, "f16", WGMMA_SS_TAIL_32)
 WGMMA_SS(32, 16, bf16_t, "bf16", WGMMA_SS_TAIL_16)

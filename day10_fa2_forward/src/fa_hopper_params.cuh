@@ -189,9 +189,9 @@ template <typename T> struct FhShared<T, 256, 2> {
     // Q: [Q stage][64-dim box][query row][dim]
     alignas(1024) T q[1][4][128][64];
     // K: [stage][64-dim box][key][dim]
-    alignas(1024) T k[2][4][64][64];
+    alignas(1024) T k[2][4][80][64];
     // V, as K
-    alignas(1024) T v[2][4][64][64];
+    alignas(1024) T v[2][4][80][64];
     // Per Q stage: the item's Q has arrived (the producer's arrival + the TMA's bytes)
     unsigned long long q_full[1];
     // Per Q stage: every consumer warp is done with its Q and its slot
@@ -210,20 +210,20 @@ template <typename T> struct FhShared<T, 256, 2> {
     struct at {
         static constexpr unsigned q = 0;
         static constexpr unsigned k = 65536;
-        static constexpr unsigned v = 131072;
-        static constexpr unsigned q_full = 196608;
-        static constexpr unsigned q_empty = 196616;
-        static constexpr unsigned k_full = 196624;
-        static constexpr unsigned v_full = 196640;
-        static constexpr unsigned k_empty = 196656;
-        static constexpr unsigned v_empty = 196672;
-        static constexpr unsigned slots = 196688;
+        static constexpr unsigned v = 147456;
+        static constexpr unsigned q_full = 229376;
+        static constexpr unsigned q_empty = 229384;
+        static constexpr unsigned k_full = 229392;
+        static constexpr unsigned v_full = 229408;
+        static constexpr unsigned k_empty = 229424;
+        static constexpr unsigned v_empty = 229440;
+        static constexpr unsigned slots = 229456;
     };
 };
-static_assert(sizeof(FhShared<bf16_t, 256, 2>) == 197632 && alignof(FhShared<bf16_t, 256, 2>) == 1024, "FhShared<bf16_t, 256, 2>: 197632 bytes, aligned to 1024, on the host");
+static_assert(sizeof(FhShared<bf16_t, 256, 2>) == 230400 && alignof(FhShared<bf16_t, 256, 2>) == 1024, "FhShared<bf16_t, 256, 2>: 230400 bytes, aligned to 1024, on the host");
 static_assert(sizeof(FhShared<bf16_t, 256, 2>::q) == 65536, "FhShared<bf16_t, 256, 2>::q: 65536 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 256, 2>::k) == 65536, "FhShared<bf16_t, 256, 2>::k: 65536 bytes on the host");
-static_assert(sizeof(FhShared<bf16_t, 256, 2>::v) == 65536, "FhShared<bf16_t, 256, 2>::v: 65536 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256, 2>::k) == 81920, "FhShared<bf16_t, 256, 2>::k: 81920 bytes on the host");
+static_assert(sizeof(FhShared<bf16_t, 256, 2>::v) == 81920, "FhShared<bf16_t, 256, 2>::v: 81920 bytes on the host");
 static_assert(sizeof(FhShared<bf16_t, 256, 2>::q_full) == 8, "FhShared<bf16_t, 256, 2>::q_full: 8 bytes on the host");
 static_assert(sizeof(FhShared<bf16_t, 256, 2>::q_empty) == 8, "FhShared<bf16_t, 256, 2>::q_empty: 8 bytes on the host");
 static_assert(sizeof(FhShared<bf16_t, 256, 2>::k_full) == 16, "FhShared<bf16_t, 256, 2>::k_full: 16 bytes on the host");

@@ -81,7 +81,7 @@ pub const HOPPER_TILES: [HopperTile; 4] = [
     HopperTile {
         head_dim: 256,
         consumers: 2,
-        keys: 64,
+        keys: 80,
         stages: 2,
         q_stages: 1,
         consumer_registers: 240,
@@ -205,12 +205,12 @@ impl HopperTile {
             )
         });
         // P V steps 16 keys at a time; S = Q K^T is one wgmma of N = keys, which hopper.cuh
-        // has for N = 64, 128 and 256 (a K box of `keys` rows of 128 bytes then also stays
-        // on the swizzle's 1024-byte period, and within the TMA's 256 rows).
-        v.require([64, 128, 256].contains(&self.keys), || {
+        // has for N = 64, 80, 128 and 256 (a K box of `keys` rows of 128 bytes then also
+        // stays on the swizzle's 1024-byte period, and within the TMA's 256 rows).
+        v.require([64, 80, 128, 256].contains(&self.keys), || {
             format!(
                 "{} keys per tile: S is one wgmma of N = keys, which hopper.cuh has for 64, \
-                 128 and 256",
+                 80, 128 and 256",
                 self.keys
             )
         });
@@ -307,15 +307,15 @@ mod tests {
             (d128.block_rows(), d128.threads(), d128.shared_bytes()),
             (128, 384, 198_656)
         );
-        // Head dim 256: one Q stage of 64 KiB + K and V 2 x 2 x 32 KiB, then 80 bytes of
-        // barriers and one 32-byte item slot, the struct rounded up to its tiles' 1 KiB, + 1
-        // KiB of alignment slack.
+        // Head dim 256: one Q stage of 64 KiB + K and V 2 x 2 x 40 KiB (80 keys), then 80
+        // bytes of barriers and one 32-byte item slot, the struct rounded up to its tiles' 1
+        // KiB, + 1 KiB of alignment slack: 226 KiB of the 227 a block may have.
         let d256 = HopperTile::for_head_dim(256).unwrap();
         assert_eq!((d256.block_rows(), d256.threads()), (128, 384));
         let storage = d256.storage();
-        assert_eq!(storage.offset("k_full"), 192 * 1024 + 16);
-        assert_eq!(storage.offset("slots"), 192 * 1024 + 80);
-        assert_eq!(d256.shared_bytes(), 193 * 1024 + 1024);
+        assert_eq!(storage.offset("k_full"), 224 * 1024 + 16);
+        assert_eq!(storage.offset("slots"), 224 * 1024 + 80);
+        assert_eq!(d256.shared_bytes(), 225 * 1024 + 1024);
         assert!(HopperTile::for_head_dim(96).is_none());
     }
 
@@ -342,9 +342,9 @@ mod tests {
                 .any(|v| v.contains("registers, over")),
             "{three:?}"
         );
-        let odd = HopperTile { keys: 80, ..d256 };
+        let odd = HopperTile { keys: 96, ..d256 };
         assert!(
-            odd.violations().iter().any(|v| v.contains("80 keys")),
+            odd.violations().iter().any(|v| v.contains("96 keys")),
             "{odd:?}"
         );
         let narrow = HopperTile {
@@ -370,7 +370,7 @@ mod tests {
         let defines = hopper_defines();
         assert_eq!(defines.len(), 1 + 5 * HOPPER_TILES.len());
         assert!(defines.contains(&"-DFH_PRODUCER_REGISTERS=24".to_string()));
-        assert!(defines.contains(&"-DFH_D256_C2_KEYS=64".to_string()));
+        assert!(defines.contains(&"-DFH_D256_C2_KEYS=80".to_string()));
         assert!(defines.contains(&"-DFH_D256_C2_Q_STAGES=1".to_string()));
         assert!(defines.contains(&"-DFH_D64_C3_CONSUMERS=3".to_string()));
         assert!(defines.contains(&"-DFH_D64_C2_REGISTERS=240".to_string()));
