@@ -20,6 +20,8 @@
 //     writer thread of the producer warpgroup adds it into the f32 accumulator in global
 //     memory with TMA reduce-adds (one instruction per 32 x 64 box, no per-element atomics
 //     issued by the math warps, and no wait for them either).
+//   - dK and dV leave once, after the walk, through shared memory (each consumer's rows of K
+//     and V, which no product reads any more) and TMA stores.
 //
 // Tiles: 128 keys per block; BM = 64 queries per step at head dim 128 (the register file holds
 // dK and dV of 64 x 128 per consumer), 128 at head dim 64. Head dim 256 splits the work the
