@@ -88,8 +88,9 @@ FH_TILE(256, 2)
 
 // Why the host's table has the values it has (`HOPPER_TILES`): head dim 64 halves the
 // matrix work per key tile but not the softmax's, so it takes three consumers (192 rows) to
-// keep more exponentials in flight under the products, except on short causal problems, where
-// two (128 rows) waste fewer masked rows on the diagonal and at a sequence's end; head dim 128
+// keep more exponentials in flight under the products, except on short problems (causal up to
+// 4096 queries, any up to 1024), where two (128 rows) waste fewer masked rows on the diagonal
+// and at a sequence's end; head dim 128
 // needs the registers for its O accumulators (64 per thread) and takes two, 240 registers each;
 // head dim 256 holds 128 accumulators per thread and takes key tiles of 80, the most for which
 // Q and two stages of K and V fit in shared memory (226 of 227 KiB; 80 keys measured 5-8%

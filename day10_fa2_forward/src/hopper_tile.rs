@@ -37,15 +37,16 @@ pub struct HopperTile {
     pub q_stages: usize,
     /// Registers per consumer thread after `setmaxnreg.inc`.
     pub consumer_registers: usize,
-    /// Taken instead of the head dim's default tile for a causal problem whose longest
-    /// sequence has at most [`SHORT_CAUSAL_MAX_Q`] queries.
-    pub short_causal: bool,
+    /// Taken instead of the head dim's default tile for a problem whose longest sequence is
+    /// short: at most [`SHORT_CAUSAL_MAX_Q`] queries with the causal mask, [`SHORT_MAX_Q`]
+    /// without.
+    pub short: bool,
 }
 
 /// The tiles `fa_hopper` is compiled for: one default per head dim, and head dim 64's
-/// `short_causal` one. Head dim 64: three consumers (its softmax costs as much per key tile as
+/// `short` one. Head dim 64: three consumers (its softmax costs as much per key tile as
 /// 128's, its products half, so more warps overlap them; measured +19%), and two for short
-/// causal problems ([`HopperTile::for_shape`]). Head dim 128: two consumers with 240 registers
+/// problems ([`HopperTile::for_shape`]). Head dim 128: two consumers with 240 registers
 /// for 64 O accumulators each. Head dim 256: two consumers again, 128 O accumulators each, and
 /// key tiles of 64: Q (64 KiB) and two stages of 128-key K and V tiles (4 x 64 KiB) would need
 /// 320 KiB, 64-key ones take 128 KiB. Two stages everywhere (three measured no faster at 64 and
@@ -58,7 +59,7 @@ pub const HOPPER_TILES: [HopperTile; 4] = [
         stages: 2,
         q_stages: 2,
         consumer_registers: 160,
-        short_causal: false,
+        short: false,
     },
     HopperTile {
         head_dim: 64,
@@ -67,7 +68,7 @@ pub const HOPPER_TILES: [HopperTile; 4] = [
         stages: 2,
         q_stages: 2,
         consumer_registers: 240,
-        short_causal: true,
+        short: true,
     },
     HopperTile {
         head_dim: 128,
@@ -76,7 +77,7 @@ pub const HOPPER_TILES: [HopperTile; 4] = [
         stages: 2,
         q_stages: 2,
         consumer_registers: 240,
-        short_causal: false,
+        short: false,
     },
     HopperTile {
         head_dim: 256,
@@ -85,7 +86,7 @@ pub const HOPPER_TILES: [HopperTile; 4] = [
         stages: 2,
         q_stages: 1,
         consumer_registers: 240,
-        short_causal: false,
+        short: false,
     },
 ];
 
@@ -94,23 +95,34 @@ pub const HOPPER_TILES: [HopperTile; 4] = [
 /// up to a block's last row: at 512 causal it computes 59% of its scores for the mask to keep,
 /// where 128 rows compute 80%; the extra consumer gains more only as sequences grow. Measured
 /// on an H200 (day 10's notes): 128 rows 1.09x at 512 and 1.14x at 1024, 1.01x at 2048 and 4096,
-/// 0.97x at 8192 and 0.95x at 16384; without the mask 0.99x at 512 and slower above.
+/// 0.97x at 8192 and 0.95x at 16384.
 pub const SHORT_CAUSAL_MAX_Q: usize = 4096;
+
+/// The same without the mask. Every row is computed there, so what the 192-row tile wastes is
+/// only the rows past a sequence's end (11% at 512 and 1024); the 128-row tile also writes O
+/// through shared memory. Measured on an H200 (day 10's notes): 1.00x at 512, 1.03x at 1024,
+/// 0.95x at 2048 and 4096.
+pub const SHORT_MAX_Q: usize = 1024;
 
 impl HopperTile {
     /// The default tile for head dim `d`, if `fa_hopper` is compiled for it.
     pub fn for_head_dim(d: usize) -> Option<&'static HopperTile> {
-        Self::all_for_head_dim(d).find(|t| !t.short_causal)
+        Self::all_for_head_dim(d).find(|t| !t.short)
     }
 
-    /// The tile `fa_hopper` runs `shape` with: the head dim's `short_causal` tile, if it has
-    /// one, for a causal problem whose longest sequence has at most [`SHORT_CAUSAL_MAX_Q`]
-    /// queries; else its default.
+    /// The tile `fa_hopper` runs `shape` with: the head dim's `short` tile, if it has one, for
+    /// a problem whose longest sequence has at most [`SHORT_CAUSAL_MAX_Q`] queries (causal) or
+    /// [`SHORT_MAX_Q`] (no mask); else its default.
     pub fn for_shape(shape: &AttentionShape) -> Option<&'static HopperTile> {
         let max_q = shape.seqlens_q.iter().copied().max().unwrap_or(0);
-        let short_causal = shape.causal && max_q <= SHORT_CAUSAL_MAX_Q;
+        let short_max_q = if shape.causal {
+            SHORT_CAUSAL_MAX_Q
+        } else {
+            SHORT_MAX_Q
+        };
+        let short = max_q <= short_max_q;
         let d = shape.head_dim;
-        let chosen = Self::all_for_head_dim(d).find(|t| short_causal && t.short_causal);
+        let chosen = Self::all_for_head_dim(d).find(|t| short && t.short);
         chosen.or_else(|| Self::for_head_dim(d))
     }
 
@@ -377,13 +389,14 @@ mod tests {
     }
 
     #[test]
-    fn head_dim_64_takes_128_rows_on_short_causal_problems() {
+    fn head_dim_64_takes_128_rows_on_short_problems() {
         let shape = |seqlen, causal| AttentionShape::uniform(2, seqlen, seqlen, 4, 4, 64, causal);
         let consumers = |s: &AttentionShape| HopperTile::for_shape(s).unwrap().consumers;
         assert_eq!(consumers(&shape(512, true)), 2);
         assert_eq!(consumers(&shape(SHORT_CAUSAL_MAX_Q, true)), 2);
         assert_eq!(consumers(&shape(SHORT_CAUSAL_MAX_Q + 1, true)), 3);
-        assert_eq!(consumers(&shape(512, false)), 3);
+        assert_eq!(consumers(&shape(SHORT_MAX_Q, false)), 2);
+        assert_eq!(consumers(&shape(SHORT_MAX_Q + 1, false)), 3);
         let hd128 = AttentionShape::uniform(2, 512, 512, 4, 4, 128, true);
         assert_eq!(HopperTile::for_shape(&hd128).unwrap().consumers, 2);
         assert_eq!(HopperTile::all_for_head_dim(64).count(), 2);

@@ -504,15 +504,17 @@ mod tests {
 
     #[test]
     fn hopper_work_items_count_query_tiles_heads_and_sequences() {
-        // 128 query rows per item at head dims 128 and 256 and for short causal problems at
-        // 64, 192 at 64 otherwise; no tile at 96.
+        // 128 query rows per item at head dims 128 and 256 and for short problems at 64, 192
+        // at 64 otherwise; no tile at 96.
         let items = |shape: &AttentionShape| {
             HopperTile::for_shape(shape).map(|tile| hopper_work_items(shape, tile))
         };
         let shape = AttentionShape::uniform(3, 300, 10, 5, 5, 128, false);
         assert_eq!(items(&shape), Some(3 * 5 * 3));
         let shape = AttentionShape::uniform(3, 300, 10, 5, 5, 64, false);
-        assert_eq!(items(&shape), Some(2 * 5 * 3));
+        assert_eq!(items(&shape), Some(3 * 5 * 3));
+        let shape = AttentionShape::uniform(3, 1500, 10, 5, 5, 64, false);
+        assert_eq!(items(&shape), Some(8 * 5 * 3));
         let shape = AttentionShape::uniform(3, 300, 10, 5, 5, 64, true);
         assert_eq!(items(&shape), Some(3 * 5 * 3));
         let shape = AttentionShape::uniform(3, 300, 10, 5, 5, 256, true);
