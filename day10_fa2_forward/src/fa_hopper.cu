@@ -457,19 +457,42 @@ struct FhConsumer {
         return l[r] > 0.0f ? (m[r] * scale_log2 + log2f(l[r])) * LN2 : NEG_INF;
     }
     // O = acc / l, straight from the accumulators: the thread holds columns 8j + 2t, +1 of its
-    // two rows. Rows past the sequence's end are not stored.
+    // two rows. Where this is how every row leaves (tiles without O_THROUGH_SMEM), the 4 lanes
+    // of a row trade words (quad_transpose) so that each stores 16 contiguous bytes, a quarter
+    // of the store instructions; the exchange runs on every lane, the stores only where the
+    // row exists. The other tiles come here only for rows at a sequence's end and store each
+    // lane's four bytes as they are. Rows past the sequence's end are not stored.
     __device__ __forceinline__ void store() {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             finish_row_sum(r);
-            if (8 * r >= rows_left) continue;
-            const index_t row = token0 + (index_t)(8 * r) * heads;
-            const float inv = row_inverse(r);
-            unsigned* out = reinterpret_cast<unsigned*>(o + row * D);
+            if constexpr (O_THROUGH_SMEM) {
+                if (8 * r >= rows_left) continue;
+                const index_t row = token0 + (index_t)(8 * r) * heads;
+                const float inv = row_inverse(r);
+                unsigned* out = reinterpret_cast<unsigned*>(o + row * D);
 #pragma unroll
-            for (int j = 0; j < D / 8; ++j)
-                out[4 * j + t] = pack2<T>(acc[4 * j + 2 * r] * inv, acc[4 * j + 2 * r + 1] * inv);
-            if (t == 0) lse[row] = row_lse(r);
+                for (int j = 0; j < D / 8; ++j)
+                    out[4 * j + t] = pack2<T>(acc[4 * j + 2 * r] * inv, acc[4 * j + 2 * r + 1] * inv);
+                if (t == 0) lse[row] = row_lse(r);
+            } else {
+                const bool inside = 8 * r < rows_left;
+                const index_t row = token0 + (index_t)(8 * r) * heads;
+                const float inv = row_inverse(r);
+                uint4* out = reinterpret_cast<uint4*>(o + row * D);
+#pragma unroll
+                for (int jj = 0; jj < D / 32; ++jj) {
+                    unsigned x[4];
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {
+                        const int j = 4 * jj + k;
+                        x[k] = pack2<T>(acc[4 * j + 2 * r] * inv, acc[4 * j + 2 * r + 1] * inv);
+                    }
+                    quad_transpose(x, t);
+                    if (inside) out[4 * jj + t] = make_uint4(x[0], x[1], x[2], x[3]);
+                }
+                if (inside && t == 0) lse[row] = row_lse(r);
+            }
         }
     }
     // quote: fh_store_through_q
