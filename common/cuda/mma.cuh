@@ -1,8 +1,9 @@
 // Tensor-core building blocks of the sm_80+ path (Ampere and Hopper both run them):
 // `mma.sync` on 16x8x16 tiles of f16/bf16 with f32 accumulators, `ldmatrix` to load the
-// fragments from shared memory, `cp.async` to fill shared memory without a register stop, and
-// packing two f32 into one register of two halves. Used by the attention days (10, 20) and
-// the tensor-core GEMM (18).
+// fragments from shared memory, `cp.async` to fill shared memory without a register stop,
+// packing two f32 into one register of two halves, and the 4-lane transpose that makes a row of
+// packed accumulators 16-byte stores. Used by the attention days (10, 20) and the tensor-core
+// GEMM (18).
 //
 // Fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix fragments for mma.m16n8k16"), for lane
 // `l` of the warp, with g = l / 4 (the group) and t = l % 4 (the thread in the group):
