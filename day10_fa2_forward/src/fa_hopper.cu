@@ -94,8 +94,9 @@ FH_TILE(256, 2)
 // needs the registers for its O accumulators (64 per thread) and takes two, 240 registers each;
 // head dim 256 holds 128 accumulators per thread and takes key tiles of 80, the most for which
 // Q and two stages of K and V fit in shared memory (226 of 227 KiB; 80 keys measured 5-8%
-// faster than 64, whose S products of N = 64 left more of each step to its fixed costs). Producer 24 + consumers 240 (two) or 160 (three) share the 64 K
-// registers of an SM: setmaxnreg moves them.
+// faster than 64, whose S products of N = 64 left more of each step to its fixed costs).
+// Producer 24 + consumers 240 (two) or 160 (three) share the 64 K registers of an SM:
+// setmaxnreg moves them.
 template <int D, int NC> struct FhConfig : FhTile<D, NC> {
     using Tile = FhTile<D, NC>;
     static constexpr int BM = 64 * Tile::CONSUMERS;  // query rows per CTA

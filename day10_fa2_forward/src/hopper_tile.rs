@@ -48,8 +48,8 @@ pub struct HopperTile {
 /// 128's, its products half, so more warps overlap them; measured +19%), and two for short
 /// problems ([`HopperTile::for_shape`]). Head dim 128: two consumers with 240 registers
 /// for 64 O accumulators each. Head dim 256: two consumers again, 128 O accumulators each, and
-/// key tiles of 64: Q (64 KiB) and two stages of 128-key K and V tiles (4 x 64 KiB) would need
-/// 320 KiB, 64-key ones take 128 KiB. Two stages everywhere (three measured no faster at 64 and
+/// key tiles of 80: Q (64 KiB) and two stages of 128-key K and V tiles (4 x 64 KiB) would need
+/// 320 KiB; 80-key ones take 160 KiB, 226 of the 227 KiB with Q and the barriers. Two stages everywhere (three measured no faster at 64 and
 /// 128: the producer is never the one waiting).
 pub const HOPPER_TILES: [HopperTile; 4] = [
     HopperTile {
@@ -101,7 +101,7 @@ pub const SHORT_CAUSAL_MAX_Q: usize = 4096;
 /// The same without the mask. Every row is computed there, so what the 192-row tile wastes is
 /// only the rows past a sequence's end (11% at 512 and 1024); the 128-row tile also writes O
 /// through shared memory. Measured on an H200 (day 10's notes): 1.00x at 512, 1.03x at 1024,
-/// 0.95x at 2048 and 4096.
+/// 0.95x at 2048, 0.96x at 4096.
 pub const SHORT_MAX_Q: usize = 1024;
 
 impl HopperTile {

@@ -336,7 +336,9 @@ impl<'k> HopperSteps<'k> {
         // them and holds the workspace for as long as it lives), the transposed L and D (heads
         // x pitch) and the dQ accumulator (q_len floats); the TMA zero-fills loads and skips
         // adds past their ends. dK and dV (borrowed here, so alive until the launch is queued
-        // and held by the caller after) are written only at keys inside the cumulative lengths;
+        // and held by the caller after) are written only at keys inside the cumulative lengths:
+        // from registers, or through map_dk and map_dv, which describe exactly dk and dv
+        // (encode checked their lengths) and store only whole 64-key boxes inside a sequence;
         // the counters hold q_tiles x heads x batch ints, indexed by (sequence, head, query
         // tile < q_tiles); head_section (>= 1) only renumbers the grid's blocks.
         unsafe { fa_hopper_backward(gpu, main, launch, params) }?;
