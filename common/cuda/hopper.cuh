@@ -13,6 +13,7 @@
 // Everything here needs `--gpu-architecture=sm_90a` (wgmma and setmaxnreg are not in sm_90).
 #pragma once
 #include "dtype.cuh"
+#include "mma.cuh"  // pack2
 
 // The 128-byte CUtensorMap the host encodes (cuTensorMapEncodeTiled) and passes by value as a
 // `const __grid_constant__` kernel parameter, so the TMA unit can read it from parameter space.
@@ -259,6 +260,30 @@ __device__ __forceinline__ void stmatrix_x4(unsigned row_address, const unsigned
                  "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
                  : "memory");
 }
+
+// quote: stmatrix_box
+// 64 columns of a wgmma accumulator (its 8-column blocks j0 .. j0 + 7), each of the thread's
+// two rows r times scale[r] and rounded to T, into a box staged for a TMA store (128-byte
+// swizzle), one stmatrix per 16 columns. `box_row` is the box row whose address this lane
+// gives: lane l names row l % 8 of 8 x 8 block l / 8, and blocks 0-3 of a stmatrix are (rows
+// 0-7, columns 16gg..+7), (rows 8-15, the same), (0-7, 16gg + 8..), (8-15, ..) of the warp's
+// 16 rows, so box_row = the warp's first row + 8 ((lane / 8) % 2) + lane % 8.
+template <typename T, int R>
+__device__ __forceinline__ void stmatrix_box(unsigned char* box, int box_row, int lane,
+                                             const float (&acc)[R], int j0,
+                                             const float (&scale)[2]) {
+#pragma unroll
+    for (int gg = 0; gg < 4; ++gg) {
+        unsigned out[4];
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+            const int j = j0 + 2 * gg + x / 2, r = x % 2;
+            out[x] = pack2<T>(acc[4 * j + 2 * r] * scale[r], acc[4 * j + 2 * r + 1] * scale[r]);
+        }
+        stmatrix_x4(smem_u32(swizzled_128(box, box_row, (2 * gg + lane / 16) * 16)), out);
+    }
+}
+// end quote: stmatrix_box
 
 // ---- thread-block clusters -------------------------------------------------------------------
 

@@ -53,34 +53,31 @@ template <> __device__ __forceinline__ unsigned pack2<f16_t>(float lo, float hi)
     return r;
 }
 
+// One exchange of quad_transpose between lanes t and t ^ M: the lane with bit M of t set
+// (`upper`) trades its words U0, U1 for its partner's L0, L1, which land in U0, U1; the
+// partner trades L0, L1 for them.
+template <int M, int U0, int U1, int L0, int L1>
+__device__ __forceinline__ void quad_exchange(unsigned (&x)[4], bool upper) {
+    unsigned a = upper ? x[U0] : x[L0], b = upper ? x[U1] : x[L1];
+    a = __shfl_xor_sync(0xffffffffu, a, M);
+    b = __shfl_xor_sync(0xffffffffu, b, M);
+    if (upper) {
+        x[U0] = a;
+        x[U1] = b;
+    } else {
+        x[L0] = a;
+        x[L1] = b;
+    }
+}
+
 // A 4 x 4 transpose across the 4 lanes of a C fragment's group (t = lane % 4): lane t holds
 // x[k] = word t of 8-column block k of a row (its two 16-bit columns 8k + 2t, +1), and ends
 // holding all four words of block t, the 16 contiguous bytes that one 16-byte store writes.
-// Two exchanges: the groups' off-diagonal 2 x 2 blocks swap (lanes t and t ^ 2), then each
-// 2 x 2 block transposes (lanes t and t ^ 1). Every lane of the warp must take part.
+// Two exchanges: the off-diagonal 2 x 2 blocks swap (lanes t and t ^ 2), then each 2 x 2
+// block transposes (lanes t and t ^ 1). Every lane of the warp must take part.
 __device__ __forceinline__ void quad_transpose(unsigned (&x)[4], int t) {
-    const bool high = t & 2, odd = t & 1;
-    unsigned a = high ? x[0] : x[2], b = high ? x[1] : x[3];
-    a = __shfl_xor_sync(0xffffffffu, a, 2);
-    b = __shfl_xor_sync(0xffffffffu, b, 2);
-    if (high) {
-        x[0] = a;
-        x[1] = b;
-    } else {
-        x[2] = a;
-        x[3] = b;
-    }
-    a = odd ? x[0] : x[1];
-    b = odd ? x[2] : x[3];
-    a = __shfl_xor_sync(0xffffffffu, a, 1);
-    b = __shfl_xor_sync(0xffffffffu, b, 1);
-    if (odd) {
-        x[0] = a;
-        x[2] = b;
-    } else {
-        x[1] = a;
-        x[3] = b;
-    }
+    quad_exchange<2, 0, 1, 2, 3>(x, t & 2);
+    quad_exchange<1, 0, 2, 1, 3>(x, t & 1);
 }
 
 __device__ __forceinline__ unsigned shared_address(const void* p) {

@@ -510,25 +510,11 @@ struct FhConsumer {
             finish_row_sum(r);
             inv[r] = row_inverse(r);
         }
-        // Lane l gives the address of row l % 8 of block l / 8; blocks 0-3 of instruction gg
-        // are (rows 0-7, columns 16gg..+7), (rows 8-15, the same), (0-7, 16gg + 8..), (8-15, ..)
-        // of the warp's 16 rows.
-        const int block = lane / 8;
-        const int block_row = consumer * 64 + warp * 16 + 8 * (block % 2) + lane % 8;
+        const int box_row = consumer * 64 + warp * 16 + 8 * ((lane / 8) % 2) + lane % 8;
 #pragma unroll
         for (int box = 0; box < D / FH_BOX; ++box) {
             unsigned char* tile = reinterpret_cast<unsigned char*>(&shared.q[q_stage][box][0][0]);
-#pragma unroll
-            for (int gg = 0; gg < FH_BOX / 16; ++gg) {
-                unsigned out[4];
-#pragma unroll
-                for (int b = 0; b < 4; ++b) {
-                    const int j = box * (FH_BOX / 8) + 2 * gg + b / 2, h = b % 2;
-                    out[b] = pack2<T>(acc[4 * j + 2 * h] * inv[h], acc[4 * j + 2 * h + 1] * inv[h]);
-                }
-                const int byte = (2 * gg + block / 2) * 16;
-                stmatrix_x4(smem_u32(swizzled_128(tile, block_row, byte)), out);
-            }
+            stmatrix_box<T>(tile, box_row, lane, acc, box * (FH_BOX / 8), inv);
         }
         fence_proxy_async_shared();  // these writes, before the TMA reads them
         named_barrier_sync(epilogue_barrier(consumer), 128);

@@ -715,30 +715,16 @@ struct BhConsumer {
     // still reads K or V (the other consumer's dQ reads this one's rows of K).
     __device__ __forceinline__ void store_through_kv(const TmaDescriptor* map_dk,
                                                      const TmaDescriptor* map_dv) {
-        // Lane l gives the address of row l % 8 of block l / 8; blocks 0-3 of instruction gg
-        // are (keys 0-7, columns 16gg..+7), (keys 8-15, the same), (0-7, 16gg + 8..), (8-15,
-        // ..) of the warp's 16 keys.
-        const int block = lane / 8;
-        const int block_row = key_row0 + warp * 16 + 8 * (block % 2) + lane % 8;
+        const int box_row = key_row0 + warp * 16 + 8 * ((lane / 8) % 2) + lane % 8;
         constexpr int BOXES = DW / BH_BOX;
         const int box0 = col0 / BH_BOX;
+        const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.0f, 1.0f};
 #pragma unroll
         for (int box = 0; box < BOXES; ++box) {
             unsigned char* k_box = reinterpret_cast<unsigned char*>(&shared.k[0][box0 + box][0][0]);
             unsigned char* v_box = reinterpret_cast<unsigned char*>(&shared.v[0][box0 + box][0][0]);
-#pragma unroll
-            for (int gg = 0; gg < BH_BOX / 16; ++gg) {
-                unsigned k_out[4], v_out[4];
-#pragma unroll
-                for (int x = 0; x < 4; ++x) {
-                    const int j = box * (BH_BOX / 8) + 2 * gg + x / 2, r = x % 2;
-                    k_out[x] = pack2<T>(dk_acc[4 * j + 2 * r] * scale, dk_acc[4 * j + 2 * r + 1] * scale);
-                    v_out[x] = pack2<T>(dv_acc[4 * j + 2 * r], dv_acc[4 * j + 2 * r + 1]);
-                }
-                const int byte = (2 * gg + block / 2) * 16;
-                stmatrix_x4(smem_u32(swizzled_128(k_box, block_row, byte)), k_out);
-                stmatrix_x4(smem_u32(swizzled_128(v_box, block_row, byte)), v_out);
-            }
+            stmatrix_box<T>(k_box, box_row, lane, dk_acc, box * (BH_BOX / 8), dk_scale);
+            stmatrix_box<T>(v_box, box_row, lane, dv_acc, box * (BH_BOX / 8), dv_scale);
         }
         fence_proxy_async_shared();  // these writes, before the TMA reads them
         named_barrier_sync(consumer_barrier(wg), 128);
