@@ -90,8 +90,8 @@ FH_TILE(256, 2)
 // matrix work per key tile but not the softmax's, so it takes three consumers (192 rows) to
 // keep more exponentials in flight under the products, except on short problems (causal up to
 // 4096 queries, any up to 1024), where two (128 rows) waste fewer masked rows on the diagonal
-// and at a sequence's end; head dim 128
-// needs the registers for its O accumulators (64 per thread) and takes two, 240 registers each;
+// and at a sequence's end; head dim 128 needs the registers for its O accumulators (64 per
+// thread) and takes two, 240 registers each;
 // head dim 256 holds 128 accumulators per thread and takes key tiles of 80, the most for which
 // Q and two stages of K and V fit in shared memory (226 of 227 KiB; 80 keys measured 5-8%
 // faster than 64, whose S products of N = 64 left more of each step to its fixed costs).
@@ -467,19 +467,18 @@ struct FhConsumer {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             finish_row_sum(r);
+            const bool inside = 8 * r < rows_left;
+            // Only the shared-memory tiles skip a row here: the 16-byte path's exchange needs
+            // every lane.
+            if (O_THROUGH_SMEM && !inside) continue;
+            const index_t row = token0 + (index_t)(8 * r) * heads;
+            const float inv = row_inverse(r);
             if constexpr (O_THROUGH_SMEM) {
-                if (8 * r >= rows_left) continue;
-                const index_t row = token0 + (index_t)(8 * r) * heads;
-                const float inv = row_inverse(r);
                 unsigned* out = reinterpret_cast<unsigned*>(o + row * D);
 #pragma unroll
                 for (int j = 0; j < D / 8; ++j)
                     out[4 * j + t] = pack2<T>(acc[4 * j + 2 * r] * inv, acc[4 * j + 2 * r + 1] * inv);
-                if (t == 0) lse[row] = row_lse(r);
             } else {
-                const bool inside = 8 * r < rows_left;
-                const index_t row = token0 + (index_t)(8 * r) * heads;
-                const float inv = row_inverse(r);
                 uint4* out = reinterpret_cast<uint4*>(o + row * D);
 #pragma unroll
                 for (int jj = 0; jj < D / 32; ++jj) {
@@ -492,8 +491,8 @@ struct FhConsumer {
                     quad_transpose(x, t);
                     if (inside) out[4 * jj + t] = make_uint4(x[0], x[1], x[2], x[3]);
                 }
-                if (inside && t == 0) lse[row] = row_lse(r);
             }
+            if (inside && t == 0) lse[row] = row_lse(r);
         }
     }
     // quote: fh_store_through_q

@@ -49,8 +49,8 @@ pub struct HopperTile {
 /// problems ([`HopperTile::for_shape`]). Head dim 128: two consumers with 240 registers
 /// for 64 O accumulators each. Head dim 256: two consumers again, 128 O accumulators each, and
 /// key tiles of 80: Q (64 KiB) and two stages of 128-key K and V tiles (4 x 64 KiB) would need
-/// 320 KiB; 80-key ones take 160 KiB, 226 of the 227 KiB with Q and the barriers. Two stages everywhere (three measured no faster at 64 and
-/// 128: the producer is never the one waiting).
+/// 320 KiB; 80-key ones take 160 KiB, 226 of the 227 KiB with Q and the barriers. Two stages
+/// everywhere (three measured no faster at 64 and 128: the producer is never the one waiting).
 pub const HOPPER_TILES: [HopperTile; 4] = [
     HopperTile {
         head_dim: 64,
