@@ -1,13 +1,14 @@
 // Day 20, fa_hopper: the FlashAttention backward on Hopper's own path (sm_90a only; the host
 // compiles this file for sm_90a on an H100 and refuses the version elsewhere). The algorithm
-// is attention_bwd.cu's fa2 one (a block owns a key tile, keeps its dK and dV in registers,
-// and walks the query tiles that see it, rebuilding P from L); what changes is day 10's
-// fa_hopper toolbox:
+// is attention_bwd.cu's fa2 one (a key tile keeps its dK and dV in registers and walks the
+// query tiles that see it, rebuilding P from L); what changes is day 10's fa_hopper toolbox:
 //
-//   - the TMA copies K and V once, then Q, dO, L and D query tile by query tile through a ring
-//     of 2 stages, each copy counted on an mbarrier;
+//   - persistent blocks: each draws key tiles from a counter until none is left (head dim 256:
+//     a block per tile, the one-tile form below);
+//   - the TMA copies a tile's K and V once, then Q, dO, L and D query tile by query tile
+//     through a ring of 2 stages, each copy counted on an mbarrier;
 //   - warp specialisation: warpgroup 0 is the producer (one thread issues every copy, another
-//     is the dQ writer below), the other two are consumers, 64 of the block's 128 keys each;
+//     is the dQ writer below), the other two are consumers, 64 of the tile's 128 keys each;
 //   - all five products on wgmma, transposed so that every operand is either in shared memory
 //     as the TMA wrote it or in registers as the previous product left it:
 //       S^T  = K Q^T      (64 keys x BM queries; A = K rows, B = Q, both K-major)
@@ -20,10 +21,11 @@
 //     writer thread of the producer warpgroup adds it into the f32 accumulator in global
 //     memory with TMA reduce-adds (one instruction per 32 x 64 box, no per-element atomics
 //     issued by the math warps, and no wait for them either).
-//   - dK and dV leave once, after the walk, through shared memory (each consumer's rows of K
-//     and V, which no product reads any more) and TMA stores.
+//   - dK and dV leave once, after the walk, through staging boxes in shared memory (buffers
+//     no product of the tile reads any more; K and V themselves in the one-tile form) and TMA
+//     stores, while the next tile's K and V load.
 //
-// Tiles: 128 keys per block; BM = 64 queries per step at head dim 128 (the register file holds
+// Tiles: 128 keys each; BM = 64 queries per step at head dim 128 (the register file holds
 // dK and dV of 64 x 128 per consumer), 128 at head dim 64. Head dim 256 splits the work the
 // other way (below: "split head dim"). Per query tile, per consumer:
 //
@@ -65,17 +67,18 @@
 // The tile per head dim comes from the launcher's table (`BACKWARD_TILES` in
 // src/hopper_tile.rs) as NVRTC defines: BH_CONSUMERS (the block's consumer warpgroups),
 // BH_DS_STAGES (dS^T buffers), BH_PRODUCER_REGISTERS, and per head dim BH_D<d>_KEYS (keys per
-// block), _QUERIES (queries per step), _STAGES (the Q/dO ring) and _REGISTERS (per consumer
-// thread). The static_asserts below check that the tile is one this code handles. The shared
+// block), _QUERIES (queries per step), _STAGES (the Q/dO ring), _REGISTERS (per consumer
+// thread) and _PERSISTENT (1: persistent blocks; 0: a block per tile). The static_asserts below check that the tile is one this code handles. The shared
 // memory is the struct BhShared<T, D> of fa_hopper_bwd_params.cuh, written from the same table;
 // the kernel checks its members against these defines (a header older than the table fails to
 // compile).
 #if !defined(BH_CONSUMERS) || !defined(BH_DS_STAGES) ||                                       \
     !defined(BH_PRODUCER_REGISTERS) || !defined(BH_D64_KEYS) || !defined(BH_D64_QUERIES) ||    \
-    !defined(BH_D64_STAGES) || !defined(BH_D64_REGISTERS) ||                                   \
+    !defined(BH_D64_STAGES) || !defined(BH_D64_REGISTERS) || !defined(BH_D64_PERSISTENT) ||     \
     !defined(BH_D128_KEYS) || !defined(BH_D128_QUERIES) || !defined(BH_D128_STAGES) ||          \
-    !defined(BH_D128_REGISTERS) || !defined(BH_D256_KEYS) ||                                   \
-    !defined(BH_D256_QUERIES) || !defined(BH_D256_STAGES) || !defined(BH_D256_REGISTERS)
+    !defined(BH_D128_REGISTERS) || !defined(BH_D128_PERSISTENT) || !defined(BH_D256_KEYS) ||    \
+    !defined(BH_D256_QUERIES) || !defined(BH_D256_STAGES) || !defined(BH_D256_REGISTERS) ||     \
+    !defined(BH_D256_PERSISTENT)
 #error "fa_hopper_bwd.cu: compile it with the -DBH_ defines of day20's BackwardTile table"
 #endif
 
@@ -98,6 +101,7 @@ template <int D> struct BhTile;
         static constexpr int KEYS = BH_D##D##_KEYS, QUERIES = BH_D##D##_QUERIES,                 \
                              STAGES = BH_D##D##_STAGES,                                         \
                              REGISTERS = BH_D##D##_REGISTERS;                                   \
+        static constexpr bool PERSISTENT = BH_D##D##_PERSISTENT != 0;                            \
     };
 BH_TILE(64)
 BH_TILE(128)
@@ -124,6 +128,9 @@ template <int D> struct BhConfig : BhTile<D> {
                   "dQ's split: head dim 128 halves the columns of 64 queries, 64 halves 128 "
                   "queries, the split head dim halves the columns of 64 queries");
     static_assert(BhTile<D>::STAGES >= 1, "at least one query tile in flight");
+    static_assert(!BhTile<D>::PERSISTENT || !SPLIT,
+                  "persistent blocks stage dK and dV in dS^T and dQ buffers laid out for 64 "
+                  "keys a consumer (store_through_staging)");
     static_assert(BhTile<D>::REGISTERS % 8 == 0 && BhTile<D>::REGISTERS <= 256, "setmaxnreg");
     static_assert(128 * BH_PRODUCER_REGISTERS + BH_CONSUMERS * 128 * BhTile<D>::REGISTERS <=
                       65536,
@@ -155,6 +162,11 @@ __device__ __forceinline__ void bh_st_u32(unsigned address, unsigned v) {
 }
 __device__ __forceinline__ void bh_st_f32x2(unsigned address, float a, float b) {
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ unsigned bh_ld_u32(unsigned address) {
+    unsigned v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(address) : "memory");
+    return v;
 }
 __device__ __forceinline__ float2 bh_ld_f32x2(unsigned address) {
     float2 v;
@@ -204,7 +216,8 @@ BH_PREPROCESS(bf16_t, bf16)
 BH_PREPROCESS(f16_t, f16)
 
 // ---------------------------------------------------------------------------------------------
-// The main kernel. grid(ceil(max lk / keys per block), kv_heads, batch), block(BH_THREADS).
+// The main kernel: min(tiles, SMs) persistent blocks of BH_THREADS (head dim 256: a block per
+// tile), the tiles numbered as a grid(ceil(max lk / keys per tile), kv_heads, batch) would be.
 
 // The query tiles key tile j0 contributes to: from the first query that sees key j0 (causal)
 // to the end of the sequence. A key tile n visits a prefix of the tiles key tile n + 1 visits,
@@ -240,17 +253,16 @@ __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsign
                                              int* semaphores, int ordered,
                                              const Sequence& s, int causal, int n, int h0,
                                              int group, int heads, int m_first, int rotation,
-                                             int m_end, int q_tiles) {
+                                             int m_end, int q_tiles, int z, unsigned& phase) {
     using C = BhConfig<D>;
     using S = BhShared<T, D>;
     constexpr int BM = C::BM, BOXES = C::DQ_COLS / BH_DQ_BOX;
     constexpr unsigned TILE_BYTES = sizeof(S::dq[0]), BOX_BYTES = sizeof(S::dq[0][0]);
     const unsigned dq_full = storage + S::at::dq_full, dq_empty = storage + S::at::dq_empty;
-    unsigned phase = 0;
     for (int h = h0; h < h0 + group; ++h)
     for (int i = m_first; i < m_end; ++i) {
         const int m = bh_walk(i, rotation, m_first, m_end);
-        int* counter = semaphores + ((index_t)blockIdx.z * heads + h) * q_tiles + m;
+        int* counter = semaphores + ((index_t)z * heads + h) * q_tiles + m;
         for (int wg = 0; wg < BH_CONSUMERS; ++wg) {
             mbarrier_wait(dq_full + 8 * wg, phase);
             if (ordered && wg == 0) {
@@ -289,7 +301,6 @@ __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsign
         }
         phase ^= 1;
     }
-    bulk_wait<0>();  // shared memory must outlive the last add's reads
 }
 
 // The block's work: key tile n (its first key j0) of kv head kvh of sequence s, and the query
@@ -297,30 +308,34 @@ __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsign
 // of the kv head's `group` query heads.
 struct BhBlock {
     Sequence s;
-    int n, j0, kvh, group;
+    int z, n, j0, kvh, group;
     int m_first, m_end, rotation;
 };
 
 // Which block this is: kv head fastest within sections of head_section kv heads (the header's
 // order; the blocks running side by side share their heads' Q and dO in the L2), key tiles in
 // order (causal: the longest first), or in deterministic mode causal, the last key tile first,
-// as the ordered dQ adds need. False for a block past the sequence's last key tile.
+// as the ordered dQ adds need. False for a tile past the sequence's last key tile. Tile
+// `tile` of the launch's key_tiles x kv_heads x batch, numbered as a grid of that shape would
+// number its blocks.
 template <typename T, int D>
-__device__ __forceinline__ bool bh_block(const FaHopperBwdParams<T>& params, BhBlock& b) {
+__device__ __forceinline__ bool bh_block(const FaHopperBwdParams<T>& params, int tile, BhBlock& b) {
     constexpr int BN = BhConfig<D>::BN, BM = BhConfig<D>::BM;
     const int kv_heads = params.kv_heads, head_section = params.head_section;
     const int ordered = params.ordered, causal = params.causal;
-    const Sequence s = sequence(params.cu_q, params.cu_k, blockIdx.z);
+    const int gx = params.key_tiles, per_z = gx * kv_heads;
+    const int z = tile / per_z;
+    const Sequence s = sequence(params.cu_q, params.cu_k, z);
     // quote: block_order
     const int key_tiles = (s.lk + BN - 1) / BN;
-    const int at = blockIdx.x + gridDim.x * blockIdx.y;
-    const int first = at / (head_section * gridDim.x) * head_section;
+    const int at = tile - z * per_z;
+    const int first = at / (head_section * gx) * head_section;
     const int heads_here = min(head_section, kv_heads - first);
-    const int within = at - first * gridDim.x;
+    const int within = at - first * gx;
     const int kvh = first + within % heads_here;
     int n = within / heads_here;
     if (ordered && causal && n < key_tiles) n = key_tiles - 1 - n;
-    if (n >= key_tiles) return false;  // the whole block: no barrier has been used yet
+    if (n >= key_tiles) return false;  // past this sequence's keys: the producer skips it
     const int j0 = n * BN;
     // end quote: block_order
     const int m_first = bh_first_tile(j0, s, causal, BM);
@@ -331,7 +346,7 @@ __device__ __forceinline__ bool bh_block(const FaHopperBwdParams<T>& params, BhB
     // order: its consumers have no registers for the wrap (they spilled 92 bytes more).
     constexpr bool STAGGER = D != 64;
     const int rotation = !STAGGER || ordered || m_end <= m_first ? 0 : n % (m_end - m_first);
-    b = {s, n, j0, kvh, params.heads / kv_heads, m_first, m_end, rotation};
+    b = {s, z, n, j0, kvh, params.heads / kv_heads, m_first, m_end, rotation};
     return true;
 }
 
@@ -339,7 +354,9 @@ __device__ __forceinline__ bool bh_block(const FaHopperBwdParams<T>& params, BhB
 // L and D of every step through the ring.
 template <typename T, int D>
 __device__ __forceinline__ void bh_producer(const FaHopperBwdParams<T>& params,
-                                            BhShared<T, D>& shared, const BhBlock& b) {
+                                            BhShared<T, D>& shared, const BhBlock& b,
+                                            PipelineState<BhConfig<D>::STAGES>& ring,
+                                            unsigned kv_parity) {
     using C = BhConfig<D>;
     using S = BhShared<T, D>;
     constexpr int BM = C::BM, STAGES = C::STAGES, BOXES = D / BH_BOX;
@@ -350,13 +367,21 @@ __device__ __forceinline__ void bh_producer(const FaHopperBwdParams<T>& params,
     const Sequence& s = b.s;
     const int kvh = b.kvh, group = b.group, m_first = b.m_first, m_end = b.m_end;
     const int rotation = b.rotation;
-    // The bytes a barrier expects are those of the members its copies fill.
-    mbarrier_arrive_expect_tx(shared.kv_full, sizeof(S::k) + sizeof(S::v));
-#pragma unroll
-    for (int box = 0; box < BOXES; ++box) {
-        tma_load_3d(shared.k[0][box], map_k, shared.kv_full, box * BH_BOX, s.k0 + b.j0, kvh);
-        tma_load_3d(shared.v[0][box], map_v, shared.kv_full, box * BH_BOX, s.k0 + b.j0, kvh);
-    }
+    // K and V: persistent, once the last tile's products are done with them (kv_empty), after
+    // this tile's first Q and dO are on their way; a block of one tile loads them first, as
+    // its consumers need them first (and its step loop then keeps no flag in the producer's 24
+    // registers). The bytes a barrier expects are those of the members its copies fill.
+    const auto load_kv = [&]() {
+        if constexpr (C::PERSISTENT) mbarrier_wait(shared.kv_empty, kv_parity ^ 1);
+        mbarrier_arrive_expect_tx(shared.kv_full, sizeof(S::k) + sizeof(S::v));
+#pragma unroll 1
+        for (int box = 0; box < BOXES; ++box) {
+            tma_load_3d(shared.k[0][box], map_k, shared.kv_full, box * BH_BOX, s.k0 + b.j0, kvh);
+            tma_load_3d(shared.v[0][box], map_v, shared.kv_full, box * BH_BOX, s.k0 + b.j0, kvh);
+        }
+    };
+    bool kv_loaded = !C::PERSISTENT;
+    if (kv_loaded) load_kv();
     // quote: producer
     // The bytes a stage's barrier expects are those of the members its copies fill. The
     // producer keeps 32-bit shared-memory addresses (the members at their offsets from
@@ -366,7 +391,6 @@ __device__ __forceinline__ void bh_producer(const FaHopperBwdParams<T>& params,
     constexpr unsigned Q_STAGE = sizeof(S::q[0]), Q_BOX = sizeof(S::q[0][0]),
                        LD_STAGE = sizeof(S::lse2[0]);
     const unsigned smem = smem_u32(&shared);
-    PipelineState<STAGES> ring;
     for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
         for (int i = m_first; i < m_end; ++i) {
             const int m = bh_walk(i, rotation, m_first, m_end);
@@ -381,12 +405,17 @@ __device__ __forceinline__ void bh_producer(const FaHopperBwdParams<T>& params,
                 tma_load_3d(smem + S::at::q + at, map_q, full, box * BH_BOX, row0, h);
                 tma_load_3d(smem + S::at::d_o + at, map_do, full, box * BH_BOX, row0, h);
             }
-            const int span = h * gridDim.z + blockIdx.z;  // L, D row of (head, sequence)
+            const int span = h * params.batch + b.z;  // L, D row of (head, sequence)
             tma_load_3d(smem + S::at::lse2 + st * LD_STAGE, map_lse2, full, m * BM, span, 0);
             tma_load_3d(smem + S::at::delta + st * LD_STAGE, map_delta, full, m * BM, span, 0);
             ring.advance();
+            if (!kv_loaded) {
+                load_kv();
+                kv_loaded = true;
+            }
         }
     }
+    if (!kv_loaded) load_kv();  // a tile no query sees: its consumers still wait for K and V
     // end quote: producer
 }
 
@@ -573,7 +602,7 @@ struct BhConsumer {
 
         named_barrier_sync(ALL_CONSUMERS_BARRIER, 128 * BH_CONSUMERS);  // all of dS^T written
 
-        // dQ = dS K over the block's keys. Head dim 128: this consumer's 64 columns (K
+        // dQ = dS K over the tile's keys. Head dim 128: this consumer's 64 columns (K
         // box wg) of all 64 queries; head dim 64: all 64 columns of its 64 queries (dS
         // box wg). Both operands MN-major, k16 steps 16 key rows down.
         const int my_ds = ds_at + A_BOX * wg * BN * 128;
@@ -661,16 +690,25 @@ struct BhConsumer {
     }
     // end quote: consumer_dq_out
 
-    // The block's steps: per query head of the kv head, per query tile, the five products.
-    __device__ __forceinline__ void run() {
-        mbarrier_wait(shared.kv_full, 0);
-        PipelineState<STAGES> ring;
-        unsigned dq_phase = 0;
-        int ds_stage = 0;
+    // The tile's steps: per query head of the kv head, per query tile, the five products. The
+    // ring, dQ's phase and the dS^T buffer go on from the block's last tile.
+    // dQ's buffer is used once a step, and once more by each staged epilogue: its phase is the
+    // step's parity (the dS^T buffer's) flipped by the epilogues staged so far (`tiles`, bit 1).
+    // `tiles` bit 0 is K and V's phase.
+    __device__ __forceinline__ static int step_parity(const PipelineState<STAGES>& ring) {
+        static_assert(STAGES == 1 || STAGES == 2, "dS^T's buffer follows the ring");
+        return STAGES == 2 ? ring.stage() : (int)ring.phase();
+    }
+    __device__ __forceinline__ void run(PipelineState<STAGES>& ring, unsigned tiles) {
+        mbarrier_wait(shared.kv_full, tiles & 1);
         for (int h = b.kvh * b.group; h < (b.kvh + 1) * b.group; ++h) {
             for (int i = b.m_first; i < b.m_end; ++i) {
                 const int m = bh_walk(i, b.rotation, b.m_first, b.m_end);
                 const int st = ring.stage();
+                // The dS^T buffer alternates step by step, as the ring's stage (two stages) or
+                // its phase (one) does.
+                const int ds_stage = step_parity(ring);
+                const unsigned dq_phase = ds_stage ^ ((tiles >> 1) & 1);
                 BhStep step{st, m * BM, S::at::q + st * Q_STAGE, S::at::d_o + st * Q_STAGE, 0, 0};
                 float sc[QW / 2], dp[QW / 2];
                 mbarrier_wait(&shared.q_full[st], ring.phase());
@@ -693,8 +731,6 @@ struct BhConsumer {
                     for (int kk = 0; kk < BM / 16; ++kk) wgmma_fence_operands(da[kk]);
                 }
                 if (lane == 0) mbarrier_arrive(&shared.q_empty[st]);
-                dq_phase ^= 1;
-                ds_stage ^= 1;
                 ring.advance();
             }
         }
@@ -706,13 +742,70 @@ struct BhConsumer {
         return b.j0 + key_row0 + 64 <= b.s.lk;
     }
 
+    // Box `i` of this consumer's staged dK (i < DW / 64) and dV (the next DW / 64): 64 keys x
+    // 64 dims, 8 KiB, in buffers that no product of the tile reads any more and that no other
+    // consumer writes before this one's next tile: its rows of the two dS^T buffers and its dQ
+    // tile (head dim 128), its rows of dS^T (64). K and V themselves are the next tile's,
+    // loading meanwhile.
+    __device__ __forceinline__ unsigned char* staging_box(int i) {
+        unsigned char* dq_tile = reinterpret_cast<unsigned char*>(&shared.dq[wg][0][0][0]);
+        if constexpr (D == 128) {
+            static_assert(sizeof(S::dq[0]) == 2 * 8192 && BH_DS_STAGES == 2, "4 boxes");
+            return i < 2 ? reinterpret_cast<unsigned char*>(&shared.ds[i][0][key_row0][0])
+                         : dq_tile + (i - 2) * 8192;
+        } else {
+            static_assert(D == 64 && sizeof(S::ds[0]) == 2 * 128 * 64 * sizeof(T), "2 boxes");
+            return reinterpret_cast<unsigned char*>(&shared.ds[0][i][key_row0][0]);
+        }
+    }
+
+    // quote: consumer_store_through_staging
+    // dK = scale dS^T Q and dV through shared memory: stmatrix writes the packed accumulators
+    // in the TMA's swizzled layout, four 8 x 8 blocks at a time, into staging boxes (above),
+    // then one thread stores each 64-dim box of the 64 keys with the TMA. Its dQ tile is
+    // taken as a step's dQ is (dq_empty, then the writer's part played by this consumer's
+    // arrival once the TMA has read the boxes), and the consumer goes on only then: its next
+    // tile writes these buffers again. The caller has made sure that no product still reads
+    // dS^T.
+    __device__ __forceinline__ void store_through_staging(const TmaDescriptor* map_dk,
+                                                          const TmaDescriptor* map_dv,
+                                                          unsigned dq_phase) {
+        const int box_row = warp * 16 + 8 * ((lane / 8) % 2) + lane % 8;
+        constexpr int BOXES = DW / BH_BOX;
+        const int box0 = col0 / BH_BOX;
+        const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.0f, 1.0f};
+        mbarrier_wait(&shared.dq_empty[wg], dq_phase ^ 1);  // the writer has read the last dQ
+#pragma unroll
+        for (int box = 0; box < BOXES; ++box) {
+            stmatrix_box<T>(staging_box(box), box_row, lane, dk_acc, box * (BH_BOX / 8), dk_scale);
+            stmatrix_box<T>(staging_box(BOXES + box), box_row, lane, dv_acc, box * (BH_BOX / 8),
+                            dv_scale);
+        }
+        fence_proxy_async_shared();  // these writes, before the TMA reads them
+        named_barrier_sync(consumer_barrier(wg), 128);
+        if (tid == 0) {
+            const int token = b.s.k0 + b.j0 + key_row0;
+#pragma unroll
+            for (int box = 0; box < BOXES; ++box) {
+                const int x = (box0 + box) * BH_BOX;
+                tma_store_3d(map_dk, staging_box(box), x, token, b.kvh);
+                tma_store_3d(map_dv, staging_box(BOXES + box), x, token, b.kvh);
+            }
+            bulk_commit();
+            bulk_wait_read<0>();  // the boxes are read: the buffers may be written again
+            mbarrier_arrive(&shared.dq_empty[wg]);
+        }
+        named_barrier_sync(consumer_barrier(wg), 128);
+    }
+    // end quote: consumer_store_through_staging
+
     // quote: consumer_store_through_kv
     // dK = scale dS^T Q and dV through shared memory, where this consumer's keys of K and V
     // were: stmatrix writes the packed accumulators in the TMA's swizzled layout, four 8 x 8
     // blocks at a time, then one thread stores each 64-dim box of the 64 keys with the TMA.
-    // No four-byte stores: a block's epilogue is a few instructions per thread and the TMA's
-    // writes, which the next block's loads overlap. The caller has made sure that no product
-    // still reads K or V (the other consumer's dQ reads this one's rows of K).
+    // The one-tile form's epilogue: no tile comes after, so K and V are free once no product
+    // reads them any more, which the caller has made sure of (the other consumer's dQ reads
+    // this one's rows of K).
     __device__ __forceinline__ void store_through_kv(const TmaDescriptor* map_dk,
                                                      const TmaDescriptor* map_dv) {
         const int box_row = key_row0 + warp * 16 + 8 * ((lane / 8) % 2) + lane % 8;
@@ -761,6 +854,158 @@ struct BhConsumer {
     }
 };
 
+// The tile slot's readers: every consumer thread and the dQ writer.
+constexpr int BH_TILE_READERS = 128 * BH_CONSUMERS + 1;
+
+// The next tile from the slot (-1: none left). Each reader waits, reads and frees the slot
+// itself: the producer writes the next tile only once every reader has read this one.
+// quote: take_tile
+template <typename S>
+__device__ __forceinline__ int bh_take_tile(S& shared, unsigned& parity) {
+    mbarrier_wait(shared.tile_full, parity);
+    parity ^= 1;
+    const int tile = (int)bh_ld_u32(smem_u32(&shared) + S::at::tile_slot);
+    mbarrier_arrive(shared.tile_empty);
+    return tile;
+}
+// end quote: take_tile
+
+// The producer's tiles, each drawn from the counter once the last one's loads are issued (so
+// that the tiles in flight are about one a block), the first too, so that every tile is owned by
+// a block that runs (the ordered mode's waits must never be on a block that has no SM yet);
+// tiles past a shorter sequence's end are skipped. Each is written to the slot once every
+// reader has read the one before, then loaded. -1 tells the readers there is no more; the last
+// producer to finish sets the counter back for the next launch.
+template <typename T, int D>
+__device__ __forceinline__ void bh_producer_tiles(const FaHopperBwdParams<T>& params,
+                                                  BhShared<T, D>& shared) {
+    const int tiles = params.key_tiles * params.kv_heads * params.batch;
+    int* tickets = params.tickets;
+    PipelineState<BhConfig<D>::STAGES> ring;
+    unsigned kv_parity = 0, slot_parity = 0;
+    BhBlock b;
+    // quote: producer_tiles
+    // A grid with a block for every tile: each block takes its own, blockIdx.x, with no draw
+    // to wait for at its start.
+    const bool one_each = (int)gridDim.x >= tiles;
+    for (int tile = one_each ? (int)blockIdx.x : atomicAdd(tickets, 1);;
+         tile = one_each ? tiles : atomicAdd(tickets, 1)) {
+        if (tile < tiles && !bh_block<T, D>(params, tile, b)) continue;
+        mbarrier_wait(shared.tile_empty, slot_parity ^ 1);
+        bh_st_u32(smem_u32(&shared) + BhShared<T, D>::at::tile_slot, tile < tiles ? tile : -1);
+        mbarrier_arrive(shared.tile_full);  // release: the slot's write is seen with it
+        slot_parity ^= 1;
+        if (tile >= tiles) break;
+        bh_producer<T, D>(params, shared, b, ring, kv_parity);
+        kv_parity ^= 1;
+    }
+    // end quote: producer_tiles
+    if (one_each) return;  // it drew nothing
+    __threadfence();
+    if (atomicAdd(tickets + 1, 1) == (int)gridDim.x - 1) {
+        __threadfence();
+        atomicExch(tickets, 0);
+        atomicExch(tickets + 1, 0);
+    }
+}
+
+// Persistent blocks: the producer draws tiles of the key_tiles x kv_heads x batch (numbered
+// as a grid of that shape numbers its blocks) and hands each to the consumers and the dQ
+// writer through the tile slot. Tiles are drawn in order by running blocks, so a tile of the
+// ordered mode waits only for tiles a running or ended block took, and the tiles in flight at
+// once are consecutive, as the blocks of a grid with one per tile would be.
+// Three things keep ptxas building the steps' wgmma descriptors in uniform registers once a
+// loop runs around the tiles (without them the step loop at hd128 executes 11% more
+// instructions): `b` starts defined, the tile slot is read and written by 32-bit shared
+// addresses (a generic pointer's volatile access is not seen as the same for the warp), and
+// the epilogue is chosen by a warp vote (`whole_keys` comes from threadIdx).
+template <typename T, int D>
+__device__ __forceinline__ void bh_persistent_block(const FaHopperBwdParams<T>& params,
+                                                    BhShared<T, D>& shared) {
+    using C = BhConfig<D>;
+    BhBlock b{};
+    if (threadIdx.x < 128) {
+        // ---- producer ----
+        warpgroup_registers_release<BH_PRODUCER_REGISTERS>();
+        if (threadIdx.x == 32) {
+            unsigned phase = 0, slot_parity = 0;
+            for (int tile; (tile = bh_take_tile(shared, slot_parity)) >= 0;) {
+                bh_block<T, D>(params, tile, b);
+                bh_dq_writer<T, D>(&params.map_dq, smem_u32(&shared), params.semaphores,
+                                   params.ordered, b.s, params.causal, b.n, b.kvh * b.group,
+                                   b.group, params.heads, b.m_first, b.rotation, b.m_end,
+                                   params.q_tiles, b.z, phase);
+            }
+            bulk_wait<0>();  // shared memory must outlive the last add's reads
+        } else if (threadIdx.x == 0) {
+            bh_producer_tiles<T, D>(params, shared);
+        }
+        return;
+    }
+
+    // ---- consumers ----
+    warpgroup_registers_claim<C::REGISTERS>();
+    PipelineState<C::STAGES> ring;
+    unsigned parities = 0;  // bit 0: K and V's phase; bit 1: staged epilogues (BhConsumer::run)
+    unsigned slot_parity = 0;
+    for (int tile; (tile = bh_take_tile(shared, slot_parity)) >= 0;) {
+        bh_block<T, D>(params, tile, b);
+        BhConsumer<T, D> consumer(params, shared, b, threadIdx.x / 128 - 1);
+        consumer.run(ring, parities);
+        parities ^= 1;
+        // Every product of both consumers is complete: K and V may be loaded again, dS^T
+        // written.
+        named_barrier_sync(ALL_CONSUMERS_BARRIER, 128 * BH_CONSUMERS);
+        if (threadIdx.x % 128 == 0) mbarrier_arrive(shared.kv_empty);
+        if (__all_sync(0xffffffffu, consumer.whole_keys())) {  // the same for the warp
+            consumer.store_through_staging(
+                &params.map_dk, &params.map_dv,
+                BhConsumer<T, D>::step_parity(ring) ^ ((parities >> 1) & 1));
+            parities ^= 2;
+        } else
+            consumer.store(params.dk, params.dv, params.kv_heads);
+    }
+}
+
+// A block per tile (head dim 256): the grid's block (x, y, z) is the tile its number
+// x + key_tiles (y + kv_heads z) names. K and V are loaded once and hold dK and dV at the end.
+template <typename T, int D>
+__device__ __forceinline__ void bh_one_tile_block(const FaHopperBwdParams<T>& params,
+                                                  BhShared<T, D>& shared) {
+    using C = BhConfig<D>;
+    BhBlock b{};
+    const int tile = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (!bh_block<T, D>(params, tile, b)) return;  // the whole block: no barrier waits on it
+    if (threadIdx.x < 128) {
+        // ---- producer ----
+        warpgroup_registers_release<BH_PRODUCER_REGISTERS>();
+        if (threadIdx.x == 32) {
+            unsigned phase = 0;
+            bh_dq_writer<T, D>(&params.map_dq, smem_u32(&shared), params.semaphores,
+                               params.ordered, b.s, params.causal, b.n, b.kvh * b.group, b.group,
+                               params.heads, b.m_first, b.rotation, b.m_end, params.q_tiles, b.z,
+                               phase);
+            bulk_wait<0>();  // shared memory must outlive the last add's reads
+        } else if (threadIdx.x == 0) {
+            PipelineState<C::STAGES> ring;
+            bh_producer<T, D>(params, shared, b, ring, 0);
+        }
+        return;
+    }
+
+    // ---- consumers ----
+    warpgroup_registers_claim<C::REGISTERS>();
+    PipelineState<C::STAGES> ring;
+    BhConsumer<T, D> consumer(params, shared, b, threadIdx.x / 128 - 1);
+    consumer.run(ring, 0);
+    // Every product of both consumers is complete: K and V may be overwritten.
+    named_barrier_sync(ALL_CONSUMERS_BARRIER, 128 * BH_CONSUMERS);
+    if (consumer.whole_keys())
+        consumer.store_through_kv(&params.map_dk, &params.map_dv);
+    else
+        consumer.store(params.dk, params.dv, params.kv_heads);
+}
+
 template <typename T, int D>
 __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params) {
     using C = BhConfig<D>;
@@ -786,11 +1031,13 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
     if (dynamic_bytes < SHARED_BYTES || blockDim.x != BH_THREADS) __trap();
 
-    BhBlock b;
-    if (!bh_block<T, D>(params, b)) return;
-
     if (threadIdx.x == 0) {
         mbarrier_init(shared.kv_full, 1);
+        if constexpr (C::PERSISTENT) {
+            mbarrier_init(shared.kv_empty, BH_CONSUMERS);  // a thread of each, after the products
+            mbarrier_init(shared.tile_full, 1);
+            mbarrier_init(shared.tile_empty, BH_TILE_READERS);
+        }
         for (int st = 0; st < C::STAGES; ++st) {
             mbarrier_init(&shared.q_full[st], 1);  // the producer's arrival (+ the TMA's bytes)
             // One arrival per consumer warp, each after its own wait for the products that
@@ -807,28 +1054,10 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
     }
     __syncthreads();
 
-    if (threadIdx.x < 128) {
-        // ---- producer ----
-        warpgroup_registers_release<BH_PRODUCER_REGISTERS>();
-        if (threadIdx.x == 32)
-            bh_dq_writer<T, D>(&params.map_dq, smem_u32(&shared), params.semaphores,
-                               params.ordered, b.s, params.causal, b.n, b.kvh * b.group, b.group,
-                               params.heads, b.m_first, b.rotation, b.m_end, params.q_tiles);
-        else if (threadIdx.x == 0)
-            bh_producer<T, D>(params, shared, b);
-        return;
-    }
-
-    // ---- consumers ----
-    warpgroup_registers_claim<C::REGISTERS>();
-    BhConsumer<T, D> consumer(params, shared, b, threadIdx.x / 128 - 1);
-    consumer.run();
-    // Every product of both consumers is complete: K and V may be overwritten.
-    named_barrier_sync(ALL_CONSUMERS_BARRIER, 128 * BH_CONSUMERS);
-    if (consumer.whole_keys())
-        consumer.store_through_kv(&params.map_dk, &params.map_dv);
+    if constexpr (C::PERSISTENT)
+        bh_persistent_block<T, D>(params, shared);
     else
-        consumer.store(params.dk, params.dv, params.kv_heads);
+        bh_one_tile_block<T, D>(params, shared);
 }
 
 // One extern "C" entry per (dtype, head dim). The parameters are one struct, `__grid_constant__`

@@ -1,7 +1,7 @@
 //! `fa_hopper_bwd.cu`'s launcher: the Hopper backward (wgmma, TMA, warp specialisation),
 //! compiled for sm_90a with its tile table's defines ([`crate::hopper_defines`]): L and D
-//! transposed first, then a block per key tile whose dQ goes out by TMA reduce-adds, then dQ
-//! converted.
+//! transposed first, then persistent blocks that draw key tiles from a counter (head dim 256:
+//! a block per tile) and send dQ out by TMA reduce-adds, then dQ converted.
 
 use anyhow::{Result, bail};
 use common::Element;
@@ -12,6 +12,7 @@ use common::gpu::nvrtc::KernelSource;
 use common::gpu::params::{DeviceIn, DeviceOut};
 use common::gpu::tma::{HeadTiles, RowSpans, TensorMap, TmaDescriptor};
 use common::reference::attention::AttentionShape;
+use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape};
 use cudarc::driver::CudaSlice;
 
@@ -55,8 +56,9 @@ pub(crate) fn hopper_pitch(max_q: usize) -> usize {
     max_q.div_ceil(4).max(1) * 4
 }
 
-/// `fa_hopper`'s grid: a block per key tile of the longest sequence, kv head and sequence
-/// (each walks the query tiles of its sequence). The shape's head dim must have a tile.
+/// `fa_hopper`'s tiles, as a grid: a key tile of the longest sequence, kv head and sequence
+/// each (each walks the query tiles of its sequence). The persistent blocks take them in the
+/// order a grid of this shape numbers its blocks. The shape's head dim must have a tile.
 pub fn hopper_grid(shape: &AttentionShape) -> (u32, u32, u32) {
     let max_k = shape.seqlens_k.iter().copied().max().unwrap_or(0);
     (
@@ -141,6 +143,12 @@ common::kernel_params! {
         pub q_tiles: i32,
         /// How many KV heads one section of the grid's renumbered blocks covers (>= 1).
         pub head_section: i32,
+        /// The tiles' grid (hopper_grid): key tiles of the longest sequence x kv_heads x batch.
+        pub key_tiles: i32,
+        pub batch: i32,
+        /// The next tile to draw and the blocks done, 0 and 0 at launch (the last block sets
+        /// them back).
+        pub tickets: DeviceOut<i32>,
     }
 }
 
@@ -148,6 +156,7 @@ common::kernel_params! {
 /// tile.
 pub(crate) fn hopper_launch<'k>(
     hopper: Option<&'k KernelSet>,
+    sms: usize,
     dtype: &str,
     shape: &AttentionShape,
 ) -> Result<(&'k Kernel, LaunchShape)> {
@@ -158,8 +167,29 @@ pub(crate) fn hopper_launch<'k>(
     }
     let hopper = hopper.expect("loaded, or refused above");
     let kernel = hopper.get(&format!("fa_hopper_bwd_{dtype}_d{d}"))?;
+    // Persistent: one block per SM (or per tile, if fewer), each drawing its next tile from a
+    // counter: the next tile's K and V load while this one's dK and dV leave, and the tiles in
+    // flight are the ones the grid of a block per tile would run at once. Otherwise that grid:
+    // a block per tile, the kernel's one-tile form.
+    let (x, y, z) = hopper_grid(shape);
+    let tiles = x as usize * y as usize * z as usize;
+    let persistent = hopper_tile(d).persistent;
+    let blocks = if persistent { tiles.min(sms) } else { tiles };
+    // The kernel numbers the tiles in an i32, and a persistent block draws one number past the
+    // last tile before it stops: the counter runs up to tiles + blocks.
+    if tiles + blocks > i32::MAX as usize {
+        return Err(Refused(format!(
+            "fa_hopper: {tiles} key tiles x kv heads x sequences overflow its tile numbers"
+        ))
+        .into());
+    }
+    let grid = if persistent {
+        (blocks.max(1) as u32, 1, 1)
+    } else {
+        (x, y, z)
+    };
     let launch = LaunchShape {
-        grid: hopper_grid(shape),
+        grid,
         block: (hopper_tile(d).threads() as u32, 1, 1),
         dynamic_shared_bytes: hopper_tile(d).shared_bytes() as u32,
     };
@@ -330,6 +360,9 @@ impl<'k> HopperSteps<'k> {
             causal,
             q_tiles: self.q_tiles as i32,
             head_section,
+            key_tiles: hopper_grid(shape).0 as i32,
+            batch: shape.batch() as i32,
+            tickets: DeviceOut::of_counters(gpu, &scratch.tickets),
         };
         // SAFETY: the kernel takes FaHopperBwdParams<T> (its header is this declaration's).
         // The maps describe exactly Q, dO, K, V (lengths checked by the plan, which borrows
@@ -379,12 +412,15 @@ mod tests {
 
     #[test]
     fn the_hopper_version_keeps_wgmma_asynchronous_and_spills_little() {
-        // Spill bytes, stores plus loads, as ptxas counts them. Head dim 64's consumers, with
-        // 128 queries a step (S^T and dP^T of 64 floats each beside dK and dV), keep a few
-        // loop-invariant scalars on the stack (232 bytes in all, reloaded from L1). The
-        // producer runs on 24 registers: its loops over the 64-column boxes of Q and dO and
-        // over the dQ tile's boxes stay rolled (unrolled at head dim 256, their addresses
-        // spilled 608 bytes). Bounded so that a change that spills in the main loop fails.
+        // Spill bytes, stores plus loads, as ptxas counts them (NVRTC 13.0). What spills is
+        // outside the consumers' step loop: in the persistent blocks (head dims 64 and 128),
+        // the per-tile setup and epilogue, and the roles on 24 registers (the producer, the dQ
+        // writer), which carry a tile's state from one tile to the next; head dim 64's
+        // consumers (128 queries a step: S^T and dP^T of 64 floats each beside dK and dV) keep
+        // more of theirs on the stack. The one-tile form (head dim 256) spills nothing. The
+        // producer's loops over the 64-column boxes of Q and dO and over the dQ tile's boxes
+        // stay rolled (unrolled at head dim 256, their addresses spilled 608 bytes). Bounded
+        // so that a change that spills in the main loop fails.
         // Serialized wgmma (ptxas's C7512, "... due to insufficient register resources") is
         // refused by the compile itself: issuing dV before computing dS (more registers live
         // under an in-flight wgmma) did that and measured 13-16% slower on the H100.
@@ -394,7 +430,8 @@ mod tests {
         };
         for name in &build.functions {
             let limit = match name {
-                n if n.ends_with("_d64") => 256,
+                n if n.ends_with("_d64") => 544,
+                n if n.ends_with("_d128") => 224,
                 _ => 0,
             };
             let spilled = compiled.spills.get(name).copied();

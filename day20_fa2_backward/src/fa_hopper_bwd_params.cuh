@@ -39,6 +39,11 @@ struct FaHopperBwdParams {
     int q_tiles;
     // How many KV heads one section of the grid's renumbered blocks covers (>= 1).
     int head_section;
+    // The tiles' grid (hopper_grid): key tiles of the longest sequence x kv_heads x batch.
+    int key_tiles, batch;
+    // The next tile to draw and the blocks done, 0 and 0 at launch (the last block sets
+    // them back).
+    int* tickets;
 };
 
 static_assert(sizeof(FaHopperBwdParams<bf16_t>) == 1280 && alignof(FaHopperBwdParams<bf16_t>) == 64, "FaHopperBwdParams<bf16_t>: 1280 bytes, aligned to 64, on the host");
@@ -76,6 +81,14 @@ template <typename T> struct BhShared<T, 64> {
     unsigned long long dq_full[2];
     // Per consumer: the TMA has read its dQ tile
     unsigned long long dq_empty[2];
+    // Persistent: every product of the tile is done with K and V
+    unsigned long long kv_empty[1];
+    // Persistent: the producer has written the next tile's number
+    unsigned long long tile_full[1];
+    // Persistent: every reader has read it
+    unsigned long long tile_empty[1];
+    // Persistent: the next tile's number, -1 when there is none (the producer draws them)
+    int tile_slot[1];
     // Each member's byte offset from the struct's start.
     struct at {
         static constexpr unsigned k = 0;
@@ -91,6 +104,10 @@ template <typename T> struct BhShared<T, 64> {
         static constexpr unsigned q_empty = 198680;
         static constexpr unsigned dq_full = 198696;
         static constexpr unsigned dq_empty = 198712;
+        static constexpr unsigned kv_empty = 198728;
+        static constexpr unsigned tile_full = 198736;
+        static constexpr unsigned tile_empty = 198744;
+        static constexpr unsigned tile_slot = 198752;
     };
 };
 static_assert(sizeof(BhShared<bf16_t, 64>) == 199680 && alignof(BhShared<bf16_t, 64>) == 1024, "BhShared<bf16_t, 64>: 199680 bytes, aligned to 1024, on the host");
@@ -107,6 +124,11 @@ static_assert(sizeof(BhShared<bf16_t, 64>::q_full) == 16, "BhShared<bf16_t, 64>:
 static_assert(sizeof(BhShared<bf16_t, 64>::q_empty) == 16, "BhShared<bf16_t, 64>::q_empty: 16 bytes on the host");
 static_assert(sizeof(BhShared<bf16_t, 64>::dq_full) == 16, "BhShared<bf16_t, 64>::dq_full: 16 bytes on the host");
 static_assert(sizeof(BhShared<bf16_t, 64>::dq_empty) == 16, "BhShared<bf16_t, 64>::dq_empty: 16 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::kv_empty) == 8, "BhShared<bf16_t, 64>::kv_empty: 8 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::tile_full) == 8, "BhShared<bf16_t, 64>::tile_full: 8 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::tile_empty) == 8, "BhShared<bf16_t, 64>::tile_empty: 8 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 64>::tile_slot) == 4, "BhShared<bf16_t, 64>::tile_slot: 4 bytes on the host");
+static_assert(alignof(int) == 4, "int: aligned to 4 on the host");
 static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");
 
 template <typename T> struct BhShared<T, 128> {
@@ -136,6 +158,14 @@ template <typename T> struct BhShared<T, 128> {
     unsigned long long dq_full[2];
     // Per consumer: the TMA has read its dQ tile
     unsigned long long dq_empty[2];
+    // Persistent: every product of the tile is done with K and V
+    unsigned long long kv_empty[1];
+    // Persistent: the producer has written the next tile's number
+    unsigned long long tile_full[1];
+    // Persistent: every reader has read it
+    unsigned long long tile_empty[1];
+    // Persistent: the next tile's number, -1 when there is none (the producer draws them)
+    int tile_slot[1];
     // Each member's byte offset from the struct's start.
     struct at {
         static constexpr unsigned k = 0;
@@ -151,6 +181,10 @@ template <typename T> struct BhShared<T, 128> {
         static constexpr unsigned q_empty = 197656;
         static constexpr unsigned dq_full = 197672;
         static constexpr unsigned dq_empty = 197688;
+        static constexpr unsigned kv_empty = 197704;
+        static constexpr unsigned tile_full = 197712;
+        static constexpr unsigned tile_empty = 197720;
+        static constexpr unsigned tile_slot = 197728;
     };
 };
 static_assert(sizeof(BhShared<bf16_t, 128>) == 198656 && alignof(BhShared<bf16_t, 128>) == 1024, "BhShared<bf16_t, 128>: 198656 bytes, aligned to 1024, on the host");
@@ -167,6 +201,11 @@ static_assert(sizeof(BhShared<bf16_t, 128>::q_full) == 16, "BhShared<bf16_t, 128
 static_assert(sizeof(BhShared<bf16_t, 128>::q_empty) == 16, "BhShared<bf16_t, 128>::q_empty: 16 bytes on the host");
 static_assert(sizeof(BhShared<bf16_t, 128>::dq_full) == 16, "BhShared<bf16_t, 128>::dq_full: 16 bytes on the host");
 static_assert(sizeof(BhShared<bf16_t, 128>::dq_empty) == 16, "BhShared<bf16_t, 128>::dq_empty: 16 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::kv_empty) == 8, "BhShared<bf16_t, 128>::kv_empty: 8 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::tile_full) == 8, "BhShared<bf16_t, 128>::tile_full: 8 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::tile_empty) == 8, "BhShared<bf16_t, 128>::tile_empty: 8 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 128>::tile_slot) == 4, "BhShared<bf16_t, 128>::tile_slot: 4 bytes on the host");
+static_assert(alignof(int) == 4, "int: aligned to 4 on the host");
 static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");
 
 template <typename T> struct BhShared<T, 256> {

@@ -102,6 +102,9 @@ pub struct Workspace {
 struct HopperScratch {
     lse2: CudaSlice<f32>,
     semaphores: CudaSlice<i32>,
+    /// The persistent blocks' tile counter and count of blocks done: zero between launches
+    /// (the last block to finish sets them back).
+    tickets: CudaSlice<i32>,
     /// The kv heads per section of the block order, when not
     /// [`head_section`]'s.
     head_section: Option<usize>,
@@ -134,6 +137,8 @@ pub struct FlashAttention {
     pub forward_kernels: day10::FlashAttention,
     kernels: KernelSet,
     hopper: Option<KernelSet>,
+    /// The GPU's SMs: `fa_hopper`'s persistent grid has a block per SM.
+    sms: usize,
 }
 
 /// What the day compiles (beside day 10's forward kernels, which day 10 lists): its
@@ -217,6 +222,7 @@ impl FlashAttention {
             forward_kernels: day10::FlashAttention::load(gpu)?,
             kernels: KernelSet::load_build(gpu, &attention_bwd::portable_build())?,
             hopper,
+            sms: gpu.info.sms as usize,
         })
     }
 
@@ -282,7 +288,7 @@ impl FlashAttention {
                 attention_bwd::flash_launch(&self.kernels, dtype, version, problem)
             }
             Version::FaHopper => {
-                fa_hopper_bwd::hopper_launch(self.hopper.as_ref(), dtype, problem.shape())
+                fa_hopper_bwd::hopper_launch(self.hopper.as_ref(), self.sms, dtype, problem.shape())
             }
         }
     }
@@ -342,6 +348,7 @@ impl FlashAttention {
                 Version::FaHopper => Some(HopperScratch {
                     lse2: gpu.stream.alloc_zeros::<f32>(transposed)?,
                     semaphores: gpu.stream.alloc_zeros::<i32>(counters)?,
+                    tickets: gpu.stream.alloc_zeros::<i32>(2)?,
                     head_section: None,
                 }),
                 _ => None,
