@@ -65,8 +65,8 @@ pub struct BackwardTile {
 /// keys and the consumers split the head dim (dK, dV 64 + 64 each, dQ 64, S^T and dP^T of 32
 /// queries 16 + 16); one Q/dO stage, because two (64 KiB more) do not fit beside the f32 dQ
 /// tiles. Head dims 64 and 128 run persistent blocks: the next tile's K and V load while a
-/// tile's dK and dV leave. Head dim 256 takes a block per tile: with one Q/dO stage its
-/// persistent blocks measured 1% to 5% slower at 16384 tokens.
+/// tile's dK and dV leave. Head dim 256 takes a block per tile (the kernel's one-tile form):
+/// with one Q/dO stage its persistent blocks measured 2% to 5% slower at 16384 tokens.
 pub const BACKWARD_TILES: [BackwardTile; 3] = [
     BackwardTile {
         head_dim: 64,
