@@ -67,11 +67,11 @@
 // The tile per head dim comes from the launcher's table (`BACKWARD_TILES` in
 // src/hopper_tile.rs) as NVRTC defines: BH_CONSUMERS (the block's consumer warpgroups),
 // BH_DS_STAGES (dS^T buffers), BH_PRODUCER_REGISTERS, and per head dim BH_D<d>_KEYS (keys per
-// block), _QUERIES (queries per step), _STAGES (the Q/dO ring), _REGISTERS (per consumer
-// thread) and _PERSISTENT (1: persistent blocks; 0: a block per tile). The static_asserts below check that the tile is one this code handles. The shared
-// memory is the struct BhShared<T, D> of fa_hopper_bwd_params.cuh, written from the same table;
-// the kernel checks its members against these defines (a header older than the table fails to
-// compile).
+// tile), _QUERIES (queries per step), _STAGES (the Q/dO ring), _REGISTERS (per consumer
+// thread) and _PERSISTENT (1: persistent blocks; 0: a block per tile). The static_asserts
+// below check that the tile is one this code handles. The shared memory is the struct
+// BhShared<T, D> of fa_hopper_bwd_params.cuh, written from the same table; the kernel checks
+// its members against these defines (a header older than the table fails to compile).
 #if !defined(BH_CONSUMERS) || !defined(BH_DS_STAGES) ||                                       \
     !defined(BH_PRODUCER_REGISTERS) || !defined(BH_D64_KEYS) || !defined(BH_D64_QUERIES) ||    \
     !defined(BH_D64_STAGES) || !defined(BH_D64_REGISTERS) || !defined(BH_D64_PERSISTENT) ||     \
@@ -335,7 +335,7 @@ __device__ __forceinline__ bool bh_block(const FaHopperBwdParams<T>& params, int
     const int kvh = first + within % heads_here;
     int n = within / heads_here;
     if (ordered && causal && n < key_tiles) n = key_tiles - 1 - n;
-    if (n >= key_tiles) return false;  // past this sequence's keys: the producer skips it
+    if (n >= key_tiles) return false;  // past this sequence's keys: skipped, or no work
     const int j0 = n * BN;
     // end quote: block_order
     const int m_first = bh_first_tile(j0, s, causal, BM);
@@ -691,7 +691,7 @@ struct BhConsumer {
     // end quote: consumer_dq_out
 
     // The tile's steps: per query head of the kv head, per query tile, the five products. The
-    // ring, dQ's phase and the dS^T buffer go on from the block's last tile.
+    // ring, dQ's phase and the dS^T buffer go on from the block's previous tile.
     // dQ's buffer is used once a step, and once more by each staged epilogue: its phase is the
     // step's parity (the dS^T buffer's) flipped by the epilogues staged so far (`tiles`, bit 1).
     // `tiles` bit 0 is K and V's phase.
