@@ -743,13 +743,19 @@ struct BhConsumer {
     }
 
     // Box `i` of this consumer's staged dK (i < DW / 64) and dV (the next DW / 64): 64 keys x
-    // 64 dims, 8 KiB, in buffers that no product of the tile reads any more and that no other
+    // 64 dims, 8 KiB. A block of one tile stages them where its rows of K and V were: no tile
+    // comes after. A persistent block's K and V are the next tile's, loading meanwhile, so it
+    // stages them in buffers that no product of the tile reads any more and that no other
     // consumer writes before this one's next tile: its rows of the two dS^T buffers and its dQ
-    // tile (head dim 128), its rows of dS^T (64). K and V themselves are the next tile's,
-    // loading meanwhile.
+    // tile (head dim 128), its rows of dS^T (64).
     __device__ __forceinline__ unsigned char* staging_box(int i) {
         unsigned char* dq_tile = reinterpret_cast<unsigned char*>(&shared.dq[wg][0][0][0]);
-        if constexpr (D == 128) {
+        if constexpr (!C::PERSISTENT) {
+            constexpr int BOXES = DW / BH_BOX;
+            const int box = col0 / BH_BOX + i % BOXES;
+            return reinterpret_cast<unsigned char*>(i < BOXES ? &shared.k[0][box][key_row0][0]
+                                                              : &shared.v[0][box][key_row0][0]);
+        } else if constexpr (D == 128) {
             static_assert(sizeof(S::dq[0]) == 2 * 8192 && BH_DS_STAGES == 2, "4 boxes");
             return i < 2 ? reinterpret_cast<unsigned char*>(&shared.ds[i][0][key_row0][0])
                          : dq_tile + (i - 2) * 8192;
@@ -762,11 +768,11 @@ struct BhConsumer {
     // quote: consumer_store_through_staging
     // dK = scale dS^T Q and dV through shared memory: stmatrix writes the packed accumulators
     // in the TMA's swizzled layout, four 8 x 8 blocks at a time, into staging boxes (above),
-    // then one thread stores each 64-dim box of the 64 keys with the TMA. Its dQ tile is
-    // taken as a step's dQ is (dq_empty, then the writer's part played by this consumer's
-    // arrival once the TMA has read the boxes), and the consumer goes on only then: its next
-    // tile writes these buffers again. The caller has made sure that no product still reads
-    // dS^T.
+    // then one thread stores each 64-dim box of the 64 keys with the TMA. In a persistent
+    // block its dQ tile is taken as a step's dQ is (dq_empty, then the writer's part played by
+    // this consumer's arrival once the TMA has read the boxes), and the consumer goes on only
+    // then: its next tile writes these buffers again. The caller has made sure that no product
+    // still reads the boxes' buffers (the other consumer's dQ reads this one's rows of K).
     __device__ __forceinline__ void store_through_staging(const TmaDescriptor* map_dk,
                                                           const TmaDescriptor* map_dv,
                                                           unsigned dq_phase) {
@@ -774,7 +780,8 @@ struct BhConsumer {
         constexpr int BOXES = DW / BH_BOX;
         const int box0 = col0 / BH_BOX;
         const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.0f, 1.0f};
-        mbarrier_wait(&shared.dq_empty[wg], dq_phase ^ 1);  // the writer has read the last dQ
+        if constexpr (C::PERSISTENT)
+            mbarrier_wait(&shared.dq_empty[wg], dq_phase ^ 1);  // the writer has read the last dQ
 #pragma unroll
         for (int box = 0; box < BOXES; ++box) {
             stmatrix_box<T>(staging_box(box), box_row, lane, dk_acc, box * (BH_BOX / 8), dk_scale);
@@ -793,47 +800,11 @@ struct BhConsumer {
             }
             bulk_commit();
             bulk_wait_read<0>();  // the boxes are read: the buffers may be written again
-            mbarrier_arrive(&shared.dq_empty[wg]);
+            if constexpr (C::PERSISTENT) mbarrier_arrive(&shared.dq_empty[wg]);
         }
-        named_barrier_sync(consumer_barrier(wg), 128);
+        if constexpr (C::PERSISTENT) named_barrier_sync(consumer_barrier(wg), 128);
     }
     // end quote: consumer_store_through_staging
-
-    // quote: consumer_store_through_kv
-    // dK = scale dS^T Q and dV through shared memory, where this consumer's keys of K and V
-    // were: stmatrix writes the packed accumulators in the TMA's swizzled layout, four 8 x 8
-    // blocks at a time, then one thread stores each 64-dim box of the 64 keys with the TMA.
-    // The one-tile form's epilogue: no tile comes after, so K and V are free once no product
-    // reads them any more, which the caller has made sure of (the other consumer's dQ reads
-    // this one's rows of K).
-    __device__ __forceinline__ void store_through_kv(const TmaDescriptor* map_dk,
-                                                     const TmaDescriptor* map_dv) {
-        const int box_row = key_row0 + warp * 16 + 8 * ((lane / 8) % 2) + lane % 8;
-        constexpr int BOXES = DW / BH_BOX;
-        const int box0 = col0 / BH_BOX;
-        const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.0f, 1.0f};
-#pragma unroll
-        for (int box = 0; box < BOXES; ++box) {
-            unsigned char* k_box = reinterpret_cast<unsigned char*>(&shared.k[0][box0 + box][0][0]);
-            unsigned char* v_box = reinterpret_cast<unsigned char*>(&shared.v[0][box0 + box][0][0]);
-            stmatrix_box<T>(k_box, box_row, lane, dk_acc, box * (BH_BOX / 8), dk_scale);
-            stmatrix_box<T>(v_box, box_row, lane, dv_acc, box * (BH_BOX / 8), dv_scale);
-        }
-        fence_proxy_async_shared();  // these writes, before the TMA reads them
-        named_barrier_sync(consumer_barrier(wg), 128);
-        if (tid == 0) {
-            const int token = b.s.k0 + b.j0 + key_row0;
-#pragma unroll
-            for (int box = 0; box < BOXES; ++box) {
-                const int x = (box0 + box) * BH_BOX;
-                tma_store_3d(map_dk, &shared.k[0][box0 + box][key_row0][0], x, token, b.kvh);
-                tma_store_3d(map_dv, &shared.v[0][box0 + box][key_row0][0], x, token, b.kvh);
-            }
-            bulk_commit();
-            bulk_wait_read<0>();  // the block's shared memory must outlive the stores' reads
-        }
-    }
-    // end quote: consumer_store_through_kv
 
     // dK = scale dS^T Q and dV, this thread's two keys and this consumer's columns, straight
     // from the accumulators (the keys of a consumer that the sequence's end cuts).
@@ -968,7 +939,7 @@ __device__ __forceinline__ void bh_persistent_block(const FaHopperBwdParams<T>& 
 }
 
 // A block per tile (head dim 256): the grid's block (x, y, z) is the tile its number
-// x + key_tiles (y + kv_heads z) names. K and V are loaded once and hold dK and dV at the end.
+// x + key_tiles (y + kv_heads z) names. K and V are loaded once and stage dK and dV at the end.
 template <typename T, int D>
 __device__ __forceinline__ void bh_one_tile_block(const FaHopperBwdParams<T>& params,
                                                   BhShared<T, D>& shared) {
@@ -1001,7 +972,7 @@ __device__ __forceinline__ void bh_one_tile_block(const FaHopperBwdParams<T>& pa
     // Every product of both consumers is complete: K and V may be overwritten.
     named_barrier_sync(ALL_CONSUMERS_BARRIER, 128 * BH_CONSUMERS);
     if (consumer.whole_keys())
-        consumer.store_through_kv(&params.map_dk, &params.map_dv);
+        consumer.store_through_staging(&params.map_dk, &params.map_dv, 0);
     else
         consumer.store(params.dk, params.dv, params.kv_heads);
 }

@@ -18,17 +18,17 @@ use half::{bf16, f16};
 /// The H100's SMs.
 const H100_SMS: usize = 132;
 
-/// More blocks than the H100 has SMs (132), fully checked: fa_hopper runs 5 key tiles x 8
-/// heads x 4 sequences = 160 blocks (one per SM fits), fa2_mma 320 (two per SM), so the
-/// blocks of the second wave (and, deterministic, the ordered dQ adds across waves) are
-/// checked element by element, not only sampled.
+/// More tiles than the H100 has SMs (132), fully checked: fa_hopper has 5 key tiles x 8 heads
+/// x 4 sequences = 160 (its persistent blocks, one per SM, go round their loop a second time),
+/// fa2_mma 320 blocks (two per SM), so the second round of tiles (and, deterministic, the
+/// ordered dQ adds across rounds) is checked element by element, not only sampled.
 fn multi_wave_shape(d: usize, causal: bool) -> AttentionShape {
     AttentionShape::uniform(4, 600, 600, 8, 8, d, causal)
 }
 
 /// The odd shapes both attention days check (`common::attention`), with this day's multi-wave
 /// shape in each block of head dim and mask; then the same at head dim 256 (`fa_hopper`'s
-/// 64-key blocks make the multi-wave shape 10 x 8 x 4 = 320 blocks).
+/// 64-key tiles make the multi-wave shape 10 x 8 x 4 = 320 blocks, a block per tile).
 fn shapes() -> Vec<AttentionShape> {
     let per_block = |d, causal| {
         let mut shapes = attention::odd_test_shapes(d, causal);
@@ -176,8 +176,8 @@ fn every_version_and_mode_matches_the_reference_on_odd_shapes() {
 }
 
 #[test]
-fn the_multi_wave_shape_gives_fa_hopper_more_blocks_than_sms() {
-    // No GPU needed: the grid is the launcher's own.
+fn the_multi_wave_shape_gives_fa_hopper_more_tiles_than_sms() {
+    // No GPU needed: the tiles are the launcher's own grid of them.
     for d in [64, 128, 256] {
         for causal in [false, true] {
             let shape = multi_wave_shape(d, causal);
