@@ -192,3 +192,16 @@ struct __align__(16) ItemSlot {
     Sequence s;
 };
 // end quote: item_slot
+
+// A persistent attention kernel's work counter, `tickets` = [next, producers done], 0 and 0 at
+// launch: each block's producer calls this after drawing its last ticket, and the last of the
+// grid's gridDim.x producers to do so sets both back for the next launch (which, on the same
+// stream, starts after this one ends). Days 10 and 20 draw their work from it.
+__device__ __forceinline__ void tickets_done(int* tickets) {
+    __threadfence();
+    if (atomicAdd(tickets + 1, 1) == (int)gridDim.x - 1) {
+        __threadfence();
+        atomicExch(tickets, 0);
+        atomicExch(tickets + 1, 0);
+    }
+}

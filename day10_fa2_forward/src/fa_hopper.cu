@@ -230,15 +230,7 @@ __device__ __forceinline__ void fh_producer(const FaHopperParams<T>& params,
         }
         // end quote: fh_producer_kv
     }
-    // Every producer has drawn its last ticket once all have counted themselves here: the
-    // last to do so sets the counter back for the next launch (which, on the same stream,
-    // starts after this one ends).
-    __threadfence();
-    if (atomicAdd(tickets + 1, 1) == (int)gridDim.x - 1) {
-        __threadfence();
-        atomicExch(tickets, 0);
-        atomicExch(tickets + 1, 0);
-    }
+    tickets_done(tickets);  // the last producer sets the counter back for the next launch
 }
 
 // A consumer warpgroup: 64 query rows of each item the producer hands the block, its O in

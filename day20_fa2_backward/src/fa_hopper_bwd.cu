@@ -871,13 +871,7 @@ __device__ __forceinline__ void bh_producer_tiles(const FaHopperBwdParams<T>& pa
         kv_parity ^= 1;
     }
     // end quote: producer_tiles
-    if (one_each) return;  // it drew nothing
-    __threadfence();
-    if (atomicAdd(tickets + 1, 1) == (int)gridDim.x - 1) {
-        __threadfence();
-        atomicExch(tickets, 0);
-        atomicExch(tickets + 1, 0);
-    }
+    if (!one_each) tickets_done(tickets);  // one_each drew nothing
 }
 
 // Persistent blocks: the producer draws tiles of the key_tiles x kv_heads x batch (numbered
