@@ -20,7 +20,8 @@
 //   - dQ leaves through shared memory: each consumer writes its f32 half tile there and a dQ
 //     writer thread of the producer warpgroup adds it into the f32 accumulator in global
 //     memory with TMA reduce-adds (one instruction per 32 x 64 box, no per-element atomics
-//     issued by the math warps, and no wait for them either).
+//     issued by the math warps, and no wait for them either). Head dim 256 writes it into the
+//     step's spent Q/dO stage instead (below), so that its ring has two stages.
 //   - dK and dV leave once, after the walk, through staging boxes in shared memory (buffers
 //     no product of the tile reads any more; K and V themselves in the one-tile form) and TMA
 //     stores, while the next tile's K and V load.
@@ -38,7 +39,12 @@
 // so a block owns 64 keys and both consumers work on all of them: consumer w makes S^T and dP^T
 // for queries 32w .. 32w + 31 of the 64 (no product is computed twice), writes P^T and dS^T to
 // shared memory, and after the meeting owns columns 128w .. 128w + 127 of dV, dK and dQ, all
-// three products reading their A operand (P^T, dS^T, dS) from shared memory.
+// three products reading their A operand (P^T, dS^T, dS) from shared memory. From the meeting
+// on, a consumer reads only its own columns of the step's Q and dO: 64 queries x 128 columns
+// of 16-bit elements, 16 KiB of each, the bytes of its 64 x 128 f32 dQ. So dQ has no tile of
+// its own: its first half goes into the consumer's columns of dO once dV is done, its second
+// into those of Q once dK is, and the dQ writer hands the stage back to the producer once its
+// TMA has read them. The 64 KiB that dQ tiles would take are the ring's second Q/dO stage.
 //
 // Deterministic mode: the reduce-adds into one dQ tile are ordered by key tile. A counter per
 // (query tile, head, sequence) says how many key-tile halves have added theirs; a key tile
@@ -78,7 +84,8 @@
     !defined(BH_D128_KEYS) || !defined(BH_D128_QUERIES) || !defined(BH_D128_STAGES) ||          \
     !defined(BH_D128_REGISTERS) || !defined(BH_D128_PERSISTENT) || !defined(BH_D256_KEYS) ||    \
     !defined(BH_D256_QUERIES) || !defined(BH_D256_STAGES) || !defined(BH_D256_REGISTERS) ||     \
-    !defined(BH_D256_PERSISTENT)
+    !defined(BH_D256_PERSISTENT) || !defined(BH_D64_DQ_IN_STAGE) ||                            \
+    !defined(BH_D128_DQ_IN_STAGE) || !defined(BH_D256_DQ_IN_STAGE)
 #error "fa_hopper_bwd.cu: compile it with the -DBH_ defines of day20's BackwardTile table"
 #endif
 
@@ -102,6 +109,7 @@ template <int D> struct BhTile;
                              STAGES = BH_D##D##_STAGES,                                         \
                              REGISTERS = BH_D##D##_REGISTERS;                                   \
         static constexpr bool PERSISTENT = BH_D##D##_PERSISTENT != 0;                            \
+        static constexpr bool DQ_IN_STAGE = BH_D##D##_DQ_IN_STAGE != 0;                        \
     };
 BH_TILE(64)
 BH_TILE(128)
@@ -131,6 +139,9 @@ template <int D> struct BhConfig : BhTile<D> {
     static_assert(!BhTile<D>::PERSISTENT || !SPLIT,
                   "persistent blocks stage dK and dV in dS^T and dQ buffers laid out for 64 "
                   "keys a consumer (store_through_staging)");
+    static_assert(!BhTile<D>::DQ_IN_STAGE || (SPLIT && !BhTile<D>::PERSISTENT),
+                  "dQ through the stage: the split head dim's one-tile form (a consumer's columns "
+                  "of a stage are the bytes of its dQ only where it owns half the head dim)");
     static_assert(BhTile<D>::REGISTERS % 8 == 0 && BhTile<D>::REGISTERS <= 256, "setmaxnreg");
     static_assert(128 * BH_PRODUCER_REGISTERS + BH_CONSUMERS * 128 * BhTile<D>::REGISTERS <=
                       65536,
@@ -233,12 +244,49 @@ __device__ __forceinline__ int bh_walk(int i, int rotation, int m_first, int m_e
     return m < m_end ? m : m - (m_end - m_first);
 }
 
+// Where box `box` (32 columns x 64 queries of f32, 8 KiB) of consumer wg's dQ of a step lies,
+// from the storage's start: in the consumer's dQ tile, or in the step's stage `st` (dQ through
+// the stage, head dim 256: boxes 0 and 1 in the consumer's columns of dO, 2 and 3 in its
+// columns of Q; each 64-dim box of either holds one 32-column box of f32). After the step's
+// meeting each consumer reads only its own columns of the stage, and of those dO is free once
+// dV is done, Q once dK is.
+template <typename T, int D>
+__device__ __forceinline__ unsigned bh_dq_box(int st, int wg, int box) {
+    using S = BhShared<T, D>;
+    if constexpr (BhConfig<D>::DQ_IN_STAGE) {
+        constexpr unsigned BOX = sizeof(S::q[0][0]);
+        static_assert(BOX == 64 * BH_DQ_BOX * sizeof(float), "a 64-dim box of Q holds a dQ box");
+        return (box < 2 ? S::at::d_o : S::at::q) + st * sizeof(S::q[0]) + (2 * wg + box % 2) * BOX;
+    } else {
+        return S::at::dq + wg * sizeof(S::dq[0]) + box * sizeof(S::dq[0][0]);
+    }
+}
+
+// The deterministic order's turns. Key tile n's rank among the key tiles that add into query
+// tile m (bm queries): n, or causal k - n, k the last key tile the query tile sees.
+__device__ __forceinline__ int bh_rank(const Sequence& s, int causal, int n, int m, int bm,
+                                       int bn) {
+    const int last_row = min((m + 1) * bm, s.lq) - 1;
+    return causal ? (key_end(last_row, s, causal) - 1) / bn - n : n;
+}
+// Waits until the query tile's counter reaches `turn`: the adds it counts are then visible.
+__device__ __forceinline__ void bh_wait_turn(const int* counter, int turn) {
+    int seen;
+    do {
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+    } while (seen < turn);
+}
+// Counts `adds` more into the counter, after (release) the adds this thread has issued or seen.
+__device__ __forceinline__ void bh_pass_turn(int* counter, int adds) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(counter), "r"(adds) : "memory");
+}
+
 // The dQ writer (one thread of the producer warpgroup): for every step of the block (the
 // query tiles in bh_walk's order, as the consumers walk them), for
 // each consumer, waits for its dQ half tile in shared memory, adds it into dq_accum with TMA
 // reduce-adds (head dim 128: the consumer's 64 columns of the 64 queries; 64: all columns of
 // its 64 queries; 256: its 128 columns of the 64 queries), and hands the buffer back once the
-// TMA has read it. Deterministic mode: first waits until the key tiles ranked before this one
+// TMA has read it (head dim 256: the step's Q/dO stage, to the producer). Deterministic mode: first waits until the key tiles ranked before this one
 // have added theirs into this query tile (the counter at twice the rank), adds both halves
 // (they cover different elements, so their order does not matter), and bumps the counter by
 // two once both are complete in global memory: one wait on other blocks and one on the adds
@@ -257,49 +305,54 @@ __device__ __forceinline__ void bh_dq_writer(const TmaDescriptor* map_dq, unsign
     using C = BhConfig<D>;
     using S = BhShared<T, D>;
     constexpr int BM = C::BM, BOXES = C::DQ_COLS / BH_DQ_BOX;
-    constexpr unsigned TILE_BYTES = sizeof(S::dq[0]), BOX_BYTES = sizeof(S::dq[0][0]);
-    const unsigned dq_full = storage + S::at::dq_full, dq_empty = storage + S::at::dq_empty;
+    const unsigned dq_full = storage + S::at::dq_full;
+    // dQ through the stage (a block of one tile, its ring from stage 0): `phase` counts the
+    // steps modulo 4; a step's stage is its parity (bit 0), and the stage's dq_full barriers
+    // (one per stage and consumer, so that a consumer never completes one twice before the
+    // writer has waited: its next arrival there needs the stage back) complete every other
+    // step (bit 1). Otherwise dq_full completes every step: `phase` is its parity.
+    static_assert(!C::DQ_IN_STAGE || C::STAGES == 2, "the stage is the step's parity");
     for (int h = h0; h < h0 + group; ++h)
     for (int i = m_first; i < m_end; ++i) {
         const int m = bh_walk(i, rotation, m_first, m_end);
         int* counter = semaphores + ((index_t)z * heads + h) * q_tiles + m;
+        const int st = C::DQ_IN_STAGE ? phase & 1 : 0;
         for (int wg = 0; wg < BH_CONSUMERS; ++wg) {
-            mbarrier_wait(dq_full + 8 * wg, phase);
+            mbarrier_wait(dq_full + 8 * (st * BH_CONSUMERS + wg), C::DQ_IN_STAGE ? phase >> 1 : phase);
             if (ordered && wg == 0) {
-                // This key tile's rank among the query tile's: n, or causal k - n.
-                const int last_row = min((m + 1) * BM, s.lq) - 1;
-                const int rank = causal ? (key_end(last_row, s, causal) - 1) / C::BN - n : n;
-                int seen;
-                do {
-                    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n"
-                                 : "=r"(seen)
-                                 : "l"(counter)
-                                 : "memory");
-                } while (seen < BH_CONSUMERS * rank);  // the tiles ranked before, whole
+                // The tiles ranked before, whole.
+                bh_wait_turn(counter, BH_CONSUMERS * bh_rank(s, causal, n, m, BM, C::BN));
                 fence_proxy_async_global();
             }
             const int x0 = D == 64 ? 0 : wg * C::DQ_COLS;
             const int y0 = s.q0 + m * BM + (BM == 128 ? wg * 64 : 0);
-            const unsigned tile = storage + S::at::dq + wg * TILE_BYTES;
             // Rolled, as the producer's loads: this thread has 24 registers.
 #pragma unroll 1
             for (int box = 0; box < BOXES; ++box)
-                tma_reduce_add_3d(map_dq, tile + box * BOX_BYTES, x0 + box * BH_DQ_BOX, y0, h);
+                tma_reduce_add_3d(map_dq, storage + bh_dq_box<T, D>(st, wg, box),
+                                  x0 + box * BH_DQ_BOX, y0, h);
             bulk_commit();
-            if (!ordered) {
-                bulk_wait_read<0>();
-                mbarrier_arrive(dq_empty + 8 * wg);
+            if constexpr (!C::DQ_IN_STAGE) {
+                if (!ordered) {
+                    bulk_wait_read<0>();
+                    mbarrier_arrive(storage + S::at::dq_empty + 8 * wg);
+                }
             }
         }
         if (ordered) {
             bulk_wait<0>();  // both halves' adds are in global memory
             fence_proxy_async_global();
-            asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(counter),
-                         "r"(BH_CONSUMERS)
-                         : "memory");
-            for (int wg = 0; wg < BH_CONSUMERS; ++wg) mbarrier_arrive(dq_empty + 8 * wg);
+            bh_pass_turn(counter, BH_CONSUMERS);
+        } else if (C::DQ_IN_STAGE) {
+            bulk_wait_read<0>();
         }
-        phase ^= 1;
+        if constexpr (C::DQ_IN_STAGE) {
+            mbarrier_arrive(storage + S::at::q_empty + 8 * st);  // the stage is read
+        } else if (ordered) {
+            for (int wg = 0; wg < BH_CONSUMERS; ++wg)
+                mbarrier_arrive(storage + S::at::dq_empty + 8 * wg);
+        }
+        phase = C::DQ_IN_STAGE ? (phase + 1) & 3 : phase ^ 1;
     }
 }
 
@@ -439,8 +492,7 @@ struct BhConsumer {
     static constexpr bool SPLIT = C::SPLIT;
     static constexpr int QW = C::QW, DW = C::DW, DQ_COLS = C::DQ_COLS;
     // Members by offset from the storage's base, and the bytes of one stage or buffer of each.
-    static constexpr int Q_STAGE = sizeof(S::q[0]), DS_BUFFER = sizeof(S::ds[0]),
-                         DQ_TILE = sizeof(S::dq[0]);
+    static constexpr int Q_STAGE = sizeof(S::q[0]), DS_BUFFER = sizeof(S::ds[0]);
     static_assert(sizeof(S::d_o[0]) == Q_STAGE, "Q and dO stages of one size");
     static constexpr int A_BOX = BM == 128 ? 1 : 0;
     static constexpr int K_ROWS = S::at::k, V_ROWS = S::at::v;  // + this consumer's keys
@@ -669,26 +721,48 @@ struct BhConsumer {
         wgmma_fence_operands(dq);
     }
 
-    // quote: consumer_dq_out
-    // dQ to shared memory (32-column boxes of 64 rows, 128-byte swizzled) once the dQ writer's
-    // TMA has read the last one; the writer adds it into dq_accum.
-    __device__ __forceinline__ void dq_out(const BhStep& step, unsigned dq_phase,
-                                           const float (&dq)[DQ_COLS / 2]) {
-        const unsigned my_dq = step.b32 + S::at::dq + wg * DQ_TILE;
-        mbarrier_wait(&shared.dq_empty[wg], dq_phase ^ 1);
+    // Boxes first .. last - 1 of this consumer's dQ to shared memory, where bh_dq_box puts them
+    // for stage st: 32 columns of 64 rows each, 128-byte swizzled, as the TMA's reduce-add
+    // reads a box.
+    __device__ __forceinline__ void dq_boxes(const BhStep& step, int st, int first, int last,
+                                             const float (&dq)[DQ_COLS / 2]) {
 #pragma unroll
-        for (int j = 0; j < DQ_COLS / 8; ++j)
+        for (int j = 4 * first; j < 4 * last; ++j)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int row = warp * 16 + g + 8 * r, c = 8 * (j % 4) + 2 * t;
-                const unsigned at = my_dq + ((j / 4) * BH_DQ_BOX * 64 + row * BH_DQ_BOX) * 4 +
-                                    (((c / 4) ^ (row % 8)) * 16) + (c % 4) * 4;
+                const unsigned at = step.b32 + bh_dq_box<T, D>(st, wg, j / 4) +
+                                    row * BH_DQ_BOX * 4 + (((c / 4) ^ (row % 8)) * 16) +
+                                    (c % 4) * 4;
                 bh_st_f32x2(at, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
             }
+    }
+
+    // quote: consumer_dq_out
+    // dQ to its tile in shared memory once the dQ writer's TMA has read the last one; the
+    // writer adds it into dq_accum.
+    __device__ __forceinline__ void dq_out(const BhStep& step, unsigned dq_phase,
+                                           const float (&dq)[DQ_COLS / 2]) {
+        mbarrier_wait(&shared.dq_empty[wg], dq_phase ^ 1);
+        dq_boxes(step, 0, 0, DQ_COLS / BH_DQ_BOX, dq);
         fence_proxy_async_shared();
         mbarrier_arrive(&shared.dq_full[wg]);
     }
     // end quote: consumer_dq_out
+
+    // quote: consumer_dq_to_stage
+    // Head dim 256: dQ to the step's stage, in two halves. Boxes 0 and 1 once dV is done (this
+    // consumer's columns of dO are free), 2 and 3 once dK is (its columns of Q); then the dQ
+    // writer is told, and it hands the stage back to the producer once its TMA has read them.
+    __device__ __forceinline__ void dq_to_stage(const BhStep& step, int half,
+                                                const float (&dq)[DQ_COLS / 2]) {
+        dq_boxes(step, step.st, 2 * half, 2 * half + 2, dq);
+        if (half == 1) {
+            fence_proxy_async_shared();
+            mbarrier_arrive(&shared.dq_full[step.st * BH_CONSUMERS + wg]);
+        }
+    }
+    // end quote: consumer_dq_to_stage
 
     // The tile's steps: per query head of the kv head, per query tile, the five products. The
     // ring, dQ's phase and the dS^T buffer go on from the block's previous tile.
@@ -723,14 +797,20 @@ struct BhConsumer {
                     products(step, ds_stage, pa, da, dq);
                 else
                     products_split(step, ds_stage, dq);
-                dq_out(step, dq_phase, dq);
+                if constexpr (C::DQ_IN_STAGE)
+                    dq_to_stage(step, 0, dq);  // dV is done
+                else
+                    dq_out(step, dq_phase, dq);
                 wgmma_wait<0>();  // dK is done: Q, dO, L and D of this stage are read
                 wgmma_fence_operands(dk_acc);
                 if constexpr (!SPLIT) {
 #pragma unroll
                     for (int kk = 0; kk < BM / 16; ++kk) wgmma_fence_operands(da[kk]);
                 }
-                if (lane == 0) mbarrier_arrive(&shared.q_empty[st]);
+                if constexpr (C::DQ_IN_STAGE)
+                    dq_to_stage(step, 1, dq);  // the dQ writer frees the stage
+                else if (lane == 0)
+                    mbarrier_arrive(&shared.q_empty[st]);
                 ring.advance();
             }
         }
@@ -749,13 +829,13 @@ struct BhConsumer {
     // consumer writes before this one's next tile: its rows of the two dS^T buffers and its dQ
     // tile (head dim 128), its rows of dS^T (64).
     __device__ __forceinline__ unsigned char* staging_box(int i) {
-        unsigned char* dq_tile = reinterpret_cast<unsigned char*>(&shared.dq[wg][0][0][0]);
         if constexpr (!C::PERSISTENT) {
             constexpr int BOXES = DW / BH_BOX;
             const int box = col0 / BH_BOX + i % BOXES;
             return reinterpret_cast<unsigned char*>(i < BOXES ? &shared.k[0][box][key_row0][0]
                                                               : &shared.v[0][box][key_row0][0]);
         } else if constexpr (D == 128) {
+            unsigned char* dq_tile = reinterpret_cast<unsigned char*>(&shared.dq[wg][0][0][0]);
             static_assert(sizeof(S::dq[0]) == 2 * 8192 && BH_DS_STAGES == 2, "4 boxes");
             return i < 2 ? reinterpret_cast<unsigned char*>(&shared.ds[i][0][key_row0][0])
                          : dq_tile + (i - 2) * 8192;
@@ -984,10 +1064,14 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
     static_assert(sizeof(S::k) == C::BN * D * sizeof(T) && sizeof(S::v) == sizeof(S::k) &&
                       sizeof(S::q[0]) == C::BM * D * sizeof(T) && sizeof(S::q) == C::STAGES * sizeof(S::q[0]) &&
                       sizeof(S::d_o) == sizeof(S::q) && sizeof(S::ds) == BH_DS_STAGES * C::BN * C::BM * sizeof(T) &&
-                      sizeof(S::dq) == BH_CONSUMERS * 64 * C::DQ_COLS * sizeof(float) &&
                       sizeof(S::lse2) == C::STAGES * C::BM * sizeof(float) && sizeof(S::delta) == sizeof(S::lse2) &&
-                      sizeof(S::q_full) == 8 * C::STAGES && sizeof(S::dq_full) == 8 * BH_CONSUMERS,
+                      sizeof(S::q_full) == 8 * C::STAGES,
                   "BhShared is the tile's (fa_hopper_bwd_params.cuh older than the table?)");
+    static_assert(sizeof(S::dq_full) == 8 * BH_CONSUMERS * (C::DQ_IN_STAGE ? C::STAGES : 1),
+                  "a dq_full barrier per consumer (dQ through the stage: per stage and consumer)");
+    if constexpr (!C::DQ_IN_STAGE)
+        static_assert(sizeof(S::dq) == BH_CONSUMERS * 64 * C::DQ_COLS * sizeof(float),
+                      "BhShared's dQ tiles are the tile's");
     S& shared = shared_storage<S>();
 
     // The block size and the shared memory actually given are checked here, so a launch that
@@ -1006,15 +1090,14 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
         for (int st = 0; st < C::STAGES; ++st) {
             mbarrier_init(&shared.q_full[st], 1);  // the producer's arrival (+ the TMA's bytes)
             // One arrival per consumer warp, each after its own wait for the products that
-            // read the stage.
-            mbarrier_init(&shared.q_empty[st], 4 * BH_CONSUMERS);
+            // read the stage; dQ through the stage: the dQ writer's, once the TMA has read it.
+            mbarrier_init(&shared.q_empty[st], C::DQ_IN_STAGE ? 1 : 4 * BH_CONSUMERS);
         }
-        for (int wg = 0; wg < BH_CONSUMERS; ++wg) {
-            // Every thread of the consumer, after its writes; the dQ writer, once the TMA has
-            // read them.
-            mbarrier_init(&shared.dq_full[wg], 128);
-            mbarrier_init(&shared.dq_empty[wg], 1);
-        }
+        // Every thread of the consumer, after its writes.
+        for (int i = 0; i < (int)(sizeof(S::dq_full) / 8); ++i) mbarrier_init(&shared.dq_full[i], 128);
+        // The dQ writer, once the TMA has read them.
+        if constexpr (!C::DQ_IN_STAGE)
+            for (int wg = 0; wg < BH_CONSUMERS; ++wg) mbarrier_init(&shared.dq_empty[wg], 1);
         fence_barrier_init();
     }
     __syncthreads();

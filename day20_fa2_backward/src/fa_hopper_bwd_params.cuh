@@ -77,7 +77,7 @@ template <typename T> struct BhShared<T, 64> {
     unsigned long long q_full[2];
     // Per stage: every consumer warp is done with it
     unsigned long long q_empty[2];
-    // Per consumer: its dQ tile is written
+    // Per consumer (dQ through the stage: per stage and consumer): its dQ is written
     unsigned long long dq_full[2];
     // Per consumer: the TMA has read its dQ tile
     unsigned long long dq_empty[2];
@@ -154,7 +154,7 @@ template <typename T> struct BhShared<T, 128> {
     unsigned long long q_full[2];
     // Per stage: every consumer warp is done with it
     unsigned long long q_empty[2];
-    // Per consumer: its dQ tile is written
+    // Per consumer (dQ through the stage: per stage and consumer): its dQ is written
     unsigned long long dq_full[2];
     // Per consumer: the TMA has read its dQ tile
     unsigned long long dq_empty[2];
@@ -214,60 +214,52 @@ template <typename T> struct BhShared<T, 256> {
     // V, as K
     alignas(1024) T v[1][4][64][64];
     // Q: [stage][64-dim box][query][dim]
-    alignas(1024) T q[1][4][64][64];
+    alignas(1024) T q[2][4][64][64];
     // dO, as Q
-    alignas(1024) T d_o[1][4][64][64];
+    alignas(1024) T d_o[2][4][64][64];
     // dS^T: [buffer][64-query box][key][query], the A operand of dQ = dS K
     alignas(1024) T ds[2][1][64][64];
     // P^T, as dS^T (split head dim only: the A operand of dV += P^T dO)
     alignas(1024) T pt[2][1][64][64];
-    // dQ: [consumer][32-column box][query][column], f32, read by the TMA's reduce-adds
-    alignas(1024) float dq[2][4][64][32];
     // L in log2 units: [stage][query]
-    alignas(128) float lse2[1][64];
+    alignas(128) float lse2[2][64];
     // D = rowsum(dO * O): [stage][query]
-    alignas(128) float delta[1][64];
+    alignas(128) float delta[2][64];
     // K and V have arrived
     unsigned long long kv_full[1];
     // Per stage: Q, dO, L and D have arrived
-    unsigned long long q_full[1];
+    unsigned long long q_full[2];
     // Per stage: every consumer warp is done with it
-    unsigned long long q_empty[1];
-    // Per consumer: its dQ tile is written
-    unsigned long long dq_full[2];
-    // Per consumer: the TMA has read its dQ tile
-    unsigned long long dq_empty[2];
+    unsigned long long q_empty[2];
+    // Per consumer (dQ through the stage: per stage and consumer): its dQ is written
+    unsigned long long dq_full[4];
     // Each member's byte offset from the struct's start.
     struct at {
         static constexpr unsigned k = 0;
         static constexpr unsigned v = 32768;
         static constexpr unsigned q = 65536;
-        static constexpr unsigned d_o = 98304;
-        static constexpr unsigned ds = 131072;
-        static constexpr unsigned pt = 147456;
-        static constexpr unsigned dq = 163840;
+        static constexpr unsigned d_o = 131072;
+        static constexpr unsigned ds = 196608;
+        static constexpr unsigned pt = 212992;
         static constexpr unsigned lse2 = 229376;
-        static constexpr unsigned delta = 229632;
-        static constexpr unsigned kv_full = 229888;
-        static constexpr unsigned q_full = 229896;
-        static constexpr unsigned q_empty = 229904;
-        static constexpr unsigned dq_full = 229912;
-        static constexpr unsigned dq_empty = 229928;
+        static constexpr unsigned delta = 229888;
+        static constexpr unsigned kv_full = 230400;
+        static constexpr unsigned q_full = 230408;
+        static constexpr unsigned q_empty = 230424;
+        static constexpr unsigned dq_full = 230440;
     };
 };
-static_assert(sizeof(BhShared<bf16_t, 256>) == 230400 && alignof(BhShared<bf16_t, 256>) == 1024, "BhShared<bf16_t, 256>: 230400 bytes, aligned to 1024, on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>) == 231424 && alignof(BhShared<bf16_t, 256>) == 1024, "BhShared<bf16_t, 256>: 231424 bytes, aligned to 1024, on the host");
 static_assert(sizeof(BhShared<bf16_t, 256>::k) == 32768, "BhShared<bf16_t, 256>::k: 32768 bytes on the host");
 static_assert(sizeof(BhShared<bf16_t, 256>::v) == 32768, "BhShared<bf16_t, 256>::v: 32768 bytes on the host");
-static_assert(sizeof(BhShared<bf16_t, 256>::q) == 32768, "BhShared<bf16_t, 256>::q: 32768 bytes on the host");
-static_assert(sizeof(BhShared<bf16_t, 256>::d_o) == 32768, "BhShared<bf16_t, 256>::d_o: 32768 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::q) == 65536, "BhShared<bf16_t, 256>::q: 65536 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::d_o) == 65536, "BhShared<bf16_t, 256>::d_o: 65536 bytes on the host");
 static_assert(sizeof(BhShared<bf16_t, 256>::ds) == 16384, "BhShared<bf16_t, 256>::ds: 16384 bytes on the host");
 static_assert(sizeof(BhShared<bf16_t, 256>::pt) == 16384, "BhShared<bf16_t, 256>::pt: 16384 bytes on the host");
-static_assert(sizeof(BhShared<bf16_t, 256>::dq) == 65536, "BhShared<bf16_t, 256>::dq: 65536 bytes on the host");
-static_assert(sizeof(BhShared<bf16_t, 256>::lse2) == 256, "BhShared<bf16_t, 256>::lse2: 256 bytes on the host");
-static_assert(sizeof(BhShared<bf16_t, 256>::delta) == 256, "BhShared<bf16_t, 256>::delta: 256 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::lse2) == 512, "BhShared<bf16_t, 256>::lse2: 512 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::delta) == 512, "BhShared<bf16_t, 256>::delta: 512 bytes on the host");
 static_assert(sizeof(BhShared<bf16_t, 256>::kv_full) == 8, "BhShared<bf16_t, 256>::kv_full: 8 bytes on the host");
-static_assert(sizeof(BhShared<bf16_t, 256>::q_full) == 8, "BhShared<bf16_t, 256>::q_full: 8 bytes on the host");
-static_assert(sizeof(BhShared<bf16_t, 256>::q_empty) == 8, "BhShared<bf16_t, 256>::q_empty: 8 bytes on the host");
-static_assert(sizeof(BhShared<bf16_t, 256>::dq_full) == 16, "BhShared<bf16_t, 256>::dq_full: 16 bytes on the host");
-static_assert(sizeof(BhShared<bf16_t, 256>::dq_empty) == 16, "BhShared<bf16_t, 256>::dq_empty: 16 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::q_full) == 16, "BhShared<bf16_t, 256>::q_full: 16 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::q_empty) == 16, "BhShared<bf16_t, 256>::q_empty: 16 bytes on the host");
+static_assert(sizeof(BhShared<bf16_t, 256>::dq_full) == 32, "BhShared<bf16_t, 256>::dq_full: 32 bytes on the host");
 static_assert(alignof(unsigned long long) == 8, "unsigned long long: aligned to 8 on the host");

@@ -56,6 +56,11 @@ pub struct BackwardTile {
     /// Whether a block goes on to the next tile (one block per SM, each drawing tiles until
     /// none is left) or takes one (a block per tile).
     pub persistent: bool,
+    /// Whether each consumer's f32 dQ leaves through the Q/dO stage of its step (its columns
+    /// of dO and Q, 64 queries x 128 columns of bf16 or f16 each: the bytes of its 64 x 128
+    /// f32 of dQ), free once dV and dK are done, instead of dQ tiles of its own; the dQ
+    /// writer hands the stage back to the producer. Head dim 256 only (the split head dim).
+    pub dq_in_stage: bool,
 }
 
 /// The tiles. Head dim 128: 64 queries per step, so that dK and dV (64 + 64 f32 a thread)
@@ -63,10 +68,11 @@ pub struct BackwardTile {
 /// (dK, dV 32 + 32, S^T, dP^T 64 + 64), so that each product is as wide as head dim 128's.
 /// Head dim 256: dK and dV of 64 keys would be 128 + 128 registers, so the block takes 64
 /// keys and the consumers split the head dim (dK, dV 64 + 64 each, dQ 64, S^T and dP^T of 32
-/// queries 16 + 16); one Q/dO stage, because two (64 KiB more) do not fit beside the f32 dQ
-/// tiles. Head dims 64 and 128 run persistent blocks: the next tile's K and V load while a
-/// tile's dK and dV leave. Head dim 256 takes a block per tile (the kernel's one-tile form):
-/// with one Q/dO stage its persistent blocks measured 2% to 5% slower at 16384 tokens.
+/// queries 16 + 16); its dQ leaves through the step's spent Q/dO stage, so that the 64 KiB
+/// that f32 dQ tiles would take are a second stage. Head dims 64 and 128 run persistent
+/// blocks: the next tile's K and V load while a tile's dK and dV leave. Head dim 256 takes a
+/// block per tile (the kernel's one-tile form): when it had one Q/dO stage, its persistent
+/// blocks measured 2% to 5% slower at 16384 tokens.
 pub const BACKWARD_TILES: [BackwardTile; 3] = [
     BackwardTile {
         head_dim: 64,
@@ -75,6 +81,7 @@ pub const BACKWARD_TILES: [BackwardTile; 3] = [
         stages: 2,
         consumer_registers: 240,
         persistent: true,
+        dq_in_stage: false,
     },
     BackwardTile {
         head_dim: 128,
@@ -83,14 +90,16 @@ pub const BACKWARD_TILES: [BackwardTile; 3] = [
         stages: 2,
         consumer_registers: 240,
         persistent: true,
+        dq_in_stage: false,
     },
     BackwardTile {
         head_dim: 256,
         keys: 64,
         queries: 64,
-        stages: 1,
+        stages: 2,
         consumer_registers: 240,
         persistent: false,
+        dq_in_stage: true,
     },
 ];
 
@@ -125,7 +134,8 @@ impl BackwardTile {
     /// `BhShared<T, D>` that [`SharedStorage::c_declaration`] writes from this): K and V, the
     /// ring of Q and dO (16-bit, in boxes of 64 dims, as the TMA writes them), the dS^T
     /// buffers (and as many of P^T when the head dim is split), each consumer's f32 dQ tile
-    /// (64 x [`Self::dq_columns`]), the ring of L and D (f32), the barriers.
+    /// (64 x [`Self::dq_columns`]; none when dQ leaves through the stage), the ring of L and D
+    /// (f32), the barriers.
     pub fn storage(&self) -> SharedStorage {
         let (d, bm, bn, stages) = (self.head_dim, self.queries, self.keys, self.stages);
         let storage = SharedStorage::new(STORAGE_NAME, d)
@@ -151,13 +161,17 @@ impl BackwardTile {
         } else {
             storage
         };
-        let storage = storage
-            .member(
+        let storage = if self.dq_in_stage {
+            storage
+        } else {
+            storage.member(
                 "dq",
                 "dQ: [consumer][32-column box][query][column], f32, read by the TMA's reduce-adds",
                 F32_TILE,
                 &[CONSUMERS, self.dq_columns() / DQ_BOX, 64, DQ_BOX],
             )
+        };
+        let storage = storage
             .member(
                 "lse2",
                 "L in log2 units: [stage][query]",
@@ -177,12 +191,20 @@ impl BackwardTile {
                 "Per stage: every consumer warp is done with it",
                 stages,
             )
-            .barriers("dq_full", "Per consumer: its dQ tile is written", CONSUMERS)
             .barriers(
+                "dq_full",
+                "Per consumer (dQ through the stage: per stage and consumer): its dQ is written",
+                CONSUMERS * if self.dq_in_stage { stages } else { 1 },
+            );
+        let storage = if self.dq_in_stage {
+            storage
+        } else {
+            storage.barriers(
                 "dq_empty",
                 "Per consumer: the TMA has read its dQ tile",
                 CONSUMERS,
-            );
+            )
+        };
         if !self.persistent {
             return storage;
         }
@@ -243,6 +265,12 @@ impl BackwardTile {
         v.require(self.stages >= 1, || {
             "at least one query tile in flight".into()
         });
+        // A persistent block stages dK and dV in the dQ tiles (head dim 128); a consumer's
+        // columns of a stage hold its dQ only where it owns half the head dim.
+        v.require(
+            !self.dq_in_stage || (self.splits_head_dim() && !self.persistent),
+            || "dQ through the stage: the split head dim's one-tile form only".into(),
+        );
         v.registers(PRODUCER_REGISTERS, CONSUMERS, self.consumer_registers);
         // dK and dV (d / 2 each, or d / 4 split), S^T and dP^T (bm / 2 each, or bm / 4
         // split) live at once while dS is made.
@@ -268,6 +296,7 @@ impl BackwardTile {
             .set("STAGES", self.stages)
             .set("REGISTERS", self.consumer_registers)
             .set("PERSISTENT", usize::from(self.persistent))
+            .set("DQ_IN_STAGE", usize::from(self.dq_in_stage))
             .into_vec()
     }
 }
@@ -316,12 +345,13 @@ mod tests {
         let d64 = BackwardTile::for_head_dim(64).unwrap();
         assert_eq!(d64.storage().offset("dq_empty"), 192 * 1024 + 2048 + 56);
         assert_eq!(d64.shared_bytes(), 195 * 1024 + 1024);
-        // Head dim 256: K, V 2 x 32 KiB; Q, dO 2 x 32 KiB (one stage); dS^T and P^T 4 x 8 KiB;
-        // dQ 2 x 32 KiB; L, D 2 x 256 B; 7 barriers (a block per tile: none for the tiles).
+        // Head dim 256: K, V 2 x 32 KiB; Q, dO 2 x 2 x 32 KiB; dS^T and P^T 4 x 8 KiB; no dQ
+        // tiles (dQ leaves through the stage); L, D 2 x 2 x 256 B; 9 barriers (a block per
+        // tile: none for the tiles): every byte of the 227 KiB a block may have.
         let d256 = BackwardTile::for_head_dim(256).unwrap();
         assert!(d256.splits_head_dim() && !d128.splits_head_dim());
-        assert_eq!(d256.storage().offset("pt"), 144 * 1024);
-        assert_eq!(d256.shared_bytes(), 225 * 1024 + 1024);
+        assert_eq!(d256.storage().offset("pt"), 208 * 1024);
+        assert_eq!(d256.shared_bytes(), 226 * 1024 + 1024);
         assert!(BackwardTile::for_head_dim(96).is_none());
     }
 
@@ -361,7 +391,7 @@ mod tests {
     #[test]
     fn the_defines_carry_every_tile() {
         let defines = hopper_defines();
-        assert_eq!(defines.len(), 3 + 5 * BACKWARD_TILES.len());
+        assert_eq!(defines.len(), 3 + 6 * BACKWARD_TILES.len());
         for expected in [
             "-DBH_D128_KEYS=128",
             "-DBH_D256_KEYS=64",
@@ -372,6 +402,8 @@ mod tests {
             "-DBH_D64_QUERIES=128",
             "-DBH_D128_PERSISTENT=1",
             "-DBH_D256_PERSISTENT=0",
+            "-DBH_D256_DQ_IN_STAGE=1",
+            "-DBH_D128_DQ_IN_STAGE=0",
         ] {
             assert!(defines.contains(&expected.to_string()), "{expected}");
         }
