@@ -721,19 +721,18 @@ struct BhConsumer {
         wgmma_fence_operands(dq);
     }
 
-    // Boxes first .. last - 1 of this consumer's dQ to shared memory, where bh_dq_box puts them
-    // for stage st: 32 columns of 64 rows each, 128-byte swizzled, as the TMA's reduce-add
-    // reads a box.
-    __device__ __forceinline__ void dq_boxes(const BhStep& step, int st, int first, int last,
+    // Columns 8 j0 .. 8 j1 - 1 of this consumer's dQ to shared memory, in 32-column boxes of
+    // 64 rows, 128-byte swizzled, as the TMA's reduce-add reads a box: row `row` of box k at
+    // row_at(k, row).
+    template <typename RowAt>
+    __device__ __forceinline__ void dq_boxes(RowAt row_at, int j0, int j1,
                                              const float (&dq)[DQ_COLS / 2]) {
 #pragma unroll
-        for (int j = 4 * first; j < 4 * last; ++j)
+        for (int j = j0; j < j1; ++j)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int row = warp * 16 + g + 8 * r, c = 8 * (j % 4) + 2 * t;
-                const unsigned at = step.b32 + bh_dq_box<T, D>(st, wg, j / 4) +
-                                    row * BH_DQ_BOX * 4 + (((c / 4) ^ (row % 8)) * 16) +
-                                    (c % 4) * 4;
+                const unsigned at = row_at(j / 4, row) + (((c / 4) ^ (row % 8)) * 16) + (c % 4) * 4;
                 bh_st_f32x2(at, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
             }
     }
@@ -743,20 +742,28 @@ struct BhConsumer {
     // writer adds it into dq_accum.
     __device__ __forceinline__ void dq_out(const BhStep& step, unsigned dq_phase,
                                            const float (&dq)[DQ_COLS / 2]) {
+        const unsigned my_dq = step.b32 + bh_dq_box<T, D>(0, wg, 0);
         mbarrier_wait(&shared.dq_empty[wg], dq_phase ^ 1);
-        dq_boxes(step, 0, 0, DQ_COLS / BH_DQ_BOX, dq);
+        const auto row_at = [&](int box, int row) {
+            return my_dq + (box * BH_DQ_BOX * 64 + row * BH_DQ_BOX) * 4;
+        };
+        dq_boxes(row_at, 0, DQ_COLS / 8, dq);
         fence_proxy_async_shared();
         mbarrier_arrive(&shared.dq_full[wg]);
     }
     // end quote: consumer_dq_out
 
     // quote: consumer_dq_to_stage
-    // Head dim 256: dQ to the step's stage, in two halves. Boxes 0 and 1 once dV is done (this
-    // consumer's columns of dO are free), 2 and 3 once dK is (its columns of Q); then the dQ
-    // writer is told, and it hands the stage back to the producer once its TMA has read them.
+    // Head dim 256: dQ to the step's stage (bh_dq_box), in two halves. Boxes 0 and 1 once dV
+    // is done (this consumer's columns of dO are free), 2 and 3 once dK is (its columns of Q);
+    // then the dQ writer is told, and it hands the stage back to the producer once its TMA has
+    // read them.
     __device__ __forceinline__ void dq_to_stage(const BhStep& step, int half,
                                                 const float (&dq)[DQ_COLS / 2]) {
-        dq_boxes(step, step.st, 2 * half, 2 * half + 2, dq);
+        const auto row_at = [&](int box, int row) {
+            return step.b32 + bh_dq_box<T, D>(step.st, wg, box) + row * BH_DQ_BOX * 4;
+        };
+        dq_boxes(row_at, 8 * half, 8 * half + 8, dq);
         if (half == 1) {
             fence_proxy_async_shared();
             mbarrier_arrive(&shared.dq_full[step.st * BH_CONSUMERS + wg]);
