@@ -721,6 +721,7 @@ struct BhConsumer {
         wgmma_fence_operands(dq);
     }
 
+    // quote: consumer_dq_out
     // Columns 8 j0 .. 8 j1 - 1 of this consumer's dQ to shared memory, in 32-column boxes of
     // 64 rows, 128-byte swizzled, as the TMA's reduce-add reads a box: row `row` of box k at
     // row_at(k, row).
@@ -737,7 +738,6 @@ struct BhConsumer {
             }
     }
 
-    // quote: consumer_dq_out
     // dQ to its tile in shared memory once the dQ writer's TMA has read the last one; the
     // writer adds it into dq_accum.
     __device__ __forceinline__ void dq_out(const BhStep& step, unsigned dq_phase,
