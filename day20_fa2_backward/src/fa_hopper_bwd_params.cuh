@@ -213,7 +213,7 @@ template <typename T> struct BhShared<T, 256> {
     alignas(1024) T k[1][4][64][64];
     // V, as K
     alignas(1024) T v[1][4][64][64];
-    // Q: [stage][64-dim box][query][dim]
+    // Q: [stage][64-dim box][query][dim]; after the meeting, dQ too (bh_dq_box)
     alignas(1024) T q[2][4][64][64];
     // dO, as Q
     alignas(1024) T d_o[2][4][64][64];
@@ -229,7 +229,7 @@ template <typename T> struct BhShared<T, 256> {
     unsigned long long kv_full[1];
     // Per stage: Q, dO, L and D have arrived
     unsigned long long q_full[2];
-    // Per stage: every consumer warp is done with it
+    // Per stage: the dQ writer's TMA has read the step's dQ
     unsigned long long q_empty[2];
     // Per consumer (dQ through the stage: per stage and consumer): its dQ is written
     unsigned long long dq_full[4];

@@ -138,10 +138,21 @@ impl BackwardTile {
     /// (f32), the barriers.
     pub fn storage(&self) -> SharedStorage {
         let (d, bm, bn, stages) = (self.head_dim, self.queries, self.keys, self.stages);
+        let (q_doc, q_empty_doc) = if self.dq_in_stage {
+            (
+                "Q: [stage][64-dim box][query][dim]; after the meeting, dQ too (bh_dq_box)",
+                "Per stage: the dQ writer's TMA has read the step's dQ",
+            )
+        } else {
+            (
+                "Q: [stage][64-dim box][query][dim]",
+                "Per stage: every consumer warp is done with it",
+            )
+        };
         let storage = SharedStorage::new(STORAGE_NAME, d)
             .tiles("k", "K: [1][64-dim box][key][dim]", 1, bn, d)
             .tiles("v", "V, as K", 1, bn, d)
-            .tiles("q", "Q: [stage][64-dim box][query][dim]", stages, bm, d)
+            .tiles("q", q_doc, stages, bm, d)
             .tiles("d_o", "dO, as Q", stages, bm, d)
             .tiles(
                 "ds",
@@ -186,11 +197,7 @@ impl BackwardTile {
             )
             .barriers("kv_full", "K and V have arrived", 1)
             .barriers("q_full", "Per stage: Q, dO, L and D have arrived", stages)
-            .barriers(
-                "q_empty",
-                "Per stage: every consumer warp is done with it",
-                stages,
-            )
+            .barriers("q_empty", q_empty_doc, stages)
             .barriers(
                 "dq_full",
                 "Per consumer (dQ through the stage: per stage and consumer): its dQ is written",
