@@ -31,9 +31,14 @@
 // other way (below: "split head dim"). Per query tile, per consumer:
 //
 //   wait q_full[s] -> issue S^T, dP^T -> wait S^T: P = exp2(S scale log2e - L log2e) (masked)
-//   -> wait dP^T: dS = P (dP - D) -> issue dV += P^T dO, dK += dS^T Q -> dS^T to shared memory
-//   -> both consumers meet -> issue dQ = dS K -> wait all -> free q_empty[s] -> wait
+//   -> wait dP^T: dS = P (dP - D) -> dS^T to shared memory -> issue dV += P^T dO -> both
+//   consumers meet -> issue dQ = dS K -> wait dV -> issue dK += dS^T Q -> wait dQ -> wait
 //   dq_empty -> dQ to shared memory -> dq_full (the writer's TMA reduce-add into dq_accum)
+//   -> wait dK -> free q_empty[s]
+//
+// Head dim 256: P^T and dS^T to shared memory -> meet -> issue dV, dQ, dK -> wait dV and dQ
+// -> dQ's first half into the stage's dO -> wait dK -> its second half into the stage's Q ->
+// dq_full (the writer frees q_empty[s] once its TMA has read them).
 //
 // Split head dim (head dim 256): dK and dV of 64 keys x 256 would take 256 registers a thread,
 // so a block owns 64 keys and both consumers work on all of them: consumer w makes S^T and dP^T
@@ -44,7 +49,8 @@
 // of 16-bit elements, 16 KiB of each, the bytes of its 64 x 128 f32 dQ. So dQ has no tile of
 // its own: its first half goes into the consumer's columns of dO once dV is done, its second
 // into those of Q once dK is, and the dQ writer hands the stage back to the producer once its
-// TMA has read them. The 64 KiB that dQ tiles would take are the ring's second Q/dO stage.
+// TMA has read them (in the deterministic mode, once its adds are complete). The 64 KiB that
+// dQ tiles would take are the ring's second Q/dO stage.
 //
 // Deterministic mode: the reduce-adds into one dQ tile are ordered by key tile. A counter per
 // (query tile, head, sequence) says how many key-tile halves have added theirs; a key tile
@@ -74,7 +80,8 @@
 // src/hopper_tile.rs) as NVRTC defines: BH_CONSUMERS (the block's consumer warpgroups),
 // BH_DS_STAGES (dS^T buffers), BH_PRODUCER_REGISTERS, and per head dim BH_D<d>_KEYS (keys per
 // tile), _QUERIES (queries per step), _STAGES (the Q/dO ring), _REGISTERS (per consumer
-// thread) and _PERSISTENT (1: persistent blocks; 0: a block per tile). The static_asserts
+// thread), _PERSISTENT (1: persistent blocks; 0: a block per tile) and _DQ_IN_STAGE (1: dQ
+// leaves through the step's Q/dO stage; 0: through dQ tiles of its own). The static_asserts
 // below check that the tile is one this code handles. The shared memory is the struct
 // BhShared<T, D> of fa_hopper_bwd_params.cuh, written from the same table; the kernel checks
 // its members against these defines (a header older than the table fails to compile).
@@ -281,17 +288,17 @@ __device__ __forceinline__ void bh_pass_turn(int* counter, int adds) {
     asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(counter), "r"(adds) : "memory");
 }
 
-// The dQ writer (one thread of the producer warpgroup): for every step of the block (the
-// query tiles in bh_walk's order, as the consumers walk them), for
-// each consumer, waits for its dQ half tile in shared memory, adds it into dq_accum with TMA
-// reduce-adds (head dim 128: the consumer's 64 columns of the 64 queries; 64: all columns of
-// its 64 queries; 256: its 128 columns of the 64 queries), and hands the buffer back once the
-// TMA has read it (head dim 256: the step's Q/dO stage, to the producer). Deterministic mode: first waits until the key tiles ranked before this one
-// have added theirs into this query tile (the counter at twice the rank), adds both halves
-// (they cover different elements, so their order does not matter), and bumps the counter by
-// two once both are complete in global memory: one wait on other blocks and one on the adds
-// per step. Only this thread waits on other blocks; the consumers go on with the next step
-// meanwhile.
+// The dQ writer (one thread of the producer warpgroup): for every step of the block (the query
+// tiles in bh_walk's order, as the consumers walk them), for each consumer, waits for its dQ
+// half tile in shared memory, adds it into dq_accum with TMA reduce-adds (head dim 128: the
+// consumer's 64 columns of the 64 queries; 64: all columns of its 64 queries; 256: its 128
+// columns of the 64 queries), and hands the buffer back once the TMA has read it (head dim 256:
+// the step's Q/dO stage, to the producer; in the deterministic mode once the adds are
+// complete). Deterministic mode: first waits until the key tiles ranked before this one have
+// added theirs into this query tile (the counter at twice the rank), adds both halves (they
+// cover different elements, so their order does not matter), and bumps the counter by two once
+// both are complete in global memory: one wait on other blocks and one on the adds per step.
+// Only this thread waits on other blocks; the consumers go on with the next step meanwhile.
 //
 // It runs on the producer's 24 registers, so it holds shared memory as one 32-bit address
 // (`storage`, the members at their offsets from it) and walks the block's (head, query tile)
@@ -1067,7 +1074,8 @@ __device__ __forceinline__ void fa_hopper_bwd(const FaHopperBwdParams<T>& params
     constexpr unsigned SHARED_BYTES = sizeof(S) + SHARED_ALIGNMENT_SLACK;
     static_assert(SHARED_BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block on sm_90");
     // The header's members are the defines' tile: K and V of the block's keys, a Q/dO stage of
-    // the step's queries, dS^T of both, a consumer's dQ tile, L and D of a stage.
+    // the step's queries, dS^T of both, a consumer's dQ tile (none when dQ goes through the
+    // stage), L and D of a stage.
     static_assert(sizeof(S::k) == C::BN * D * sizeof(T) && sizeof(S::v) == sizeof(S::k) &&
                       sizeof(S::q[0]) == C::BM * D * sizeof(T) && sizeof(S::q) == C::STAGES * sizeof(S::q[0]) &&
                       sizeof(S::d_o) == sizeof(S::q) && sizeof(S::ds) == BH_DS_STAGES * C::BN * C::BM * sizeof(T) &&

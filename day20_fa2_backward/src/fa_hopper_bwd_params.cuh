@@ -50,8 +50,8 @@ static_assert(sizeof(FaHopperBwdParams<bf16_t>) == 1280 && alignof(FaHopperBwdPa
 static_assert(sizeof(FaHopperBwdParams<f16_t>) == 1280 && alignof(FaHopperBwdParams<f16_t>) == 64, "FaHopperBwdParams<f16_t>: 1280 bytes, aligned to 64, on the host");
 
 // fa_hopper_bwd's shared memory per head dim D, one specialization per tile of day 20's
-// BACKWARD_TILES: K and V, the Q/dO ring, dS^T (and P^T), the dQ tiles, the L/D ring, the
-// barriers.
+// BACKWARD_TILES: K and V, the Q/dO ring, dS^T (and P^T), the dQ tiles (unless dQ goes through
+// the stage), the L/D ring, the barriers.
 template <typename T, int KEY> struct BhShared;
 
 template <typename T> struct BhShared<T, 64> {
@@ -213,7 +213,7 @@ template <typename T> struct BhShared<T, 256> {
     alignas(1024) T k[1][4][64][64];
     // V, as K
     alignas(1024) T v[1][4][64][64];
-    // Q: [stage][64-dim box][query][dim]; after the meeting, dQ too (bh_dq_box)
+    // Q: [stage][64-dim box][query][dim]; once the step's products are done, dQ too
     alignas(1024) T q[2][4][64][64];
     // dO, as Q
     alignas(1024) T d_o[2][4][64][64];

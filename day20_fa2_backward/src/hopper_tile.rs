@@ -34,8 +34,8 @@ pub const STORAGE_NAME: &str = "BhShared";
 #[cfg(test)]
 pub const STORAGE_DOC: &str =
     "fa_hopper_bwd's shared memory per head dim D, one specialization per tile of day 20's
-BACKWARD_TILES: K and V, the Q/dO ring, dS^T (and P^T), the dQ tiles, the L/D ring, the
-barriers.";
+BACKWARD_TILES: K and V, the Q/dO ring, dS^T (and P^T), the dQ tiles (unless dQ goes through
+the stage), the L/D ring, the barriers.";
 
 /// f32 columns of one 128-byte swizzle row of a dQ tile.
 const DQ_BOX: usize = 32;
@@ -140,7 +140,7 @@ impl BackwardTile {
         let (d, bm, bn, stages) = (self.head_dim, self.queries, self.keys, self.stages);
         let (q_doc, q_empty_doc) = if self.dq_in_stage {
             (
-                "Q: [stage][64-dim box][query][dim]; after the meeting, dQ too (bh_dq_box)",
+                "Q: [stage][64-dim box][query][dim]; once the step's products are done, dQ too",
                 "Per stage: the dQ writer's TMA has read the step's dQ",
             )
         } else {
@@ -278,6 +278,13 @@ impl BackwardTile {
             !self.dq_in_stage || (self.splits_head_dim() && !self.persistent),
             || "dQ through the stage: the split head dim's one-tile form only".into(),
         );
+        // The dQ writer finds a step's stage as the step's parity.
+        v.require(!self.dq_in_stage || self.stages == 2, || {
+            format!(
+                "{} Q/dO stages: dQ through the stage takes two",
+                self.stages
+            )
+        });
         v.registers(PRODUCER_REGISTERS, CONSUMERS, self.consumer_registers);
         // dK and dV (d / 2 each, or d / 4 split), S^T and dP^T (bm / 2 each, or bm / 4
         // split) live at once while dS is made.
@@ -392,6 +399,28 @@ mod tests {
                 .iter()
                 .any(|v| v.contains("registers, over")),
             "{many:?}"
+        );
+        // dQ through the stage: the dQ writer takes the step's parity for its stage, and only
+        // the split head dim's one-tile form has a consumer's dQ in its columns of the stage.
+        let d256 = *BackwardTile::for_head_dim(256).unwrap();
+        let one_stage = BackwardTile { stages: 1, ..d256 };
+        assert!(
+            one_stage
+                .violations()
+                .iter()
+                .any(|v| v.contains("dQ through the stage takes two")),
+            "{one_stage:?}"
+        );
+        let in_stage = BackwardTile {
+            dq_in_stage: true,
+            ..d128
+        };
+        assert!(
+            in_stage
+                .violations()
+                .iter()
+                .any(|v| v.contains("one-tile form only")),
+            "{in_stage:?}"
         );
     }
 
