@@ -166,6 +166,15 @@ pub fn day_binary(built_at: &str) -> std::path::PathBuf {
     }
 }
 
+/// Asserts that one of a tile's `violations` (the lines its table check writes) names `phrase`,
+/// showing the tile and every line if none does.
+pub fn assert_violation(violations: &[String], phrase: &str, tile: &impl std::fmt::Debug) {
+    assert!(
+        violations.iter().any(|v| v.contains(phrase)),
+        "no violation names {phrase:?} for {tile:?}: {violations:?}"
+    );
+}
+
 /// Runs `binary` with `args` and asserts what bad input must give: exit code 2, exactly one
 /// line starting `error: ` on stderr (clap adds its usage lines below its own), `expect` in
 /// the output, and no panic. The input must be refused before any GPU is opened, so the check

@@ -282,6 +282,7 @@ pub fn hopper_head_dims() -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use common::testing::assert_violation;
 
     #[test]
     fn every_tile_fits_an_h100() {
@@ -336,45 +337,25 @@ mod tests {
         let d256 = *HopperTile::for_head_dim(256).unwrap();
         // 128-key tiles at head dim 256: 256 KiB of K and V alone.
         let wide = HopperTile { keys: 128, ..d256 };
-        assert!(
-            wide.violations()
-                .iter()
-                .any(|v| v.contains("shared memory")),
-            "{wide:?}"
-        );
+        assert_violation(&wide.violations(), "shared memory", &wide);
         // Three consumers of 240 registers: 3072 + 92160 registers.
         let three = HopperTile {
             consumers: 3,
             ..d256
         };
-        assert!(
-            three
-                .violations()
-                .iter()
-                .any(|v| v.contains("registers, over")),
-            "{three:?}"
-        );
+        assert_violation(&three.violations(), "registers, over", &three);
         let odd = HopperTile { keys: 96, ..d256 };
-        assert!(
-            odd.violations().iter().any(|v| v.contains("96 keys")),
-            "{odd:?}"
-        );
+        assert_violation(&odd.violations(), "96 keys", &odd);
         let narrow = HopperTile {
             head_dim: 96,
             ..d256
         };
-        assert!(
-            narrow.violations().iter().any(|v| v.contains("TMA boxes")),
-            "{narrow:?}"
-        );
+        assert_violation(&narrow.violations(), "TMA boxes", &narrow);
         let few = HopperTile {
             consumer_registers: 164,
             ..d256
         };
-        assert!(
-            few.violations().iter().any(|v| v.contains("setmaxnreg")),
-            "{few:?}"
-        );
+        assert_violation(&few.violations(), "setmaxnreg", &few);
     }
 
     #[test]

@@ -332,6 +332,7 @@ pub fn hopper_defines() -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use common::testing::assert_violation;
 
     #[test]
     fn every_tile_fits_an_h100() {
@@ -376,52 +377,31 @@ mod tests {
             queries: 128,
             ..d128
         };
-        assert!(
-            wide.violations().iter().any(|v| v.contains("128 queries")),
-            "{wide:?}"
-        );
+        assert_violation(&wide.violations(), "128 queries", &wide);
         let deep = BackwardTile {
             stages: 3,
             ..BackwardTile::for_head_dim(64).copied().unwrap()
         };
-        assert!(
-            deep.violations()
-                .iter()
-                .any(|v| v.contains("shared memory")),
-            "{deep:?}"
-        );
+        assert_violation(&deep.violations(), "shared memory", &deep);
         let many = BackwardTile {
             consumer_registers: 256,
             ..d128
         };
-        assert!(
-            many.violations()
-                .iter()
-                .any(|v| v.contains("registers, over")),
-            "{many:?}"
-        );
+        assert_violation(&many.violations(), "registers, over", &many);
         // dQ through the stage: the dQ writer takes the step's parity for its stage, and only
         // the split head dim's one-tile form has a consumer's dQ in its columns of the stage.
         let d256 = *BackwardTile::for_head_dim(256).unwrap();
         let one_stage = BackwardTile { stages: 1, ..d256 };
-        assert!(
-            one_stage
-                .violations()
-                .iter()
-                .any(|v| v.contains("dQ through the stage takes two")),
-            "{one_stage:?}"
+        assert_violation(
+            &one_stage.violations(),
+            "dQ through the stage takes two",
+            &one_stage,
         );
         let in_stage = BackwardTile {
             dq_in_stage: true,
             ..d128
         };
-        assert!(
-            in_stage
-                .violations()
-                .iter()
-                .any(|v| v.contains("one-tile form only")),
-            "{in_stage:?}"
-        );
+        assert_violation(&in_stage.violations(), "one-tile form only", &in_stage);
     }
 
     #[test]
