@@ -22,16 +22,18 @@
 //
 // Per block: 64 query rows per consumer warpgroup, block 128 x (1 + consumers). Key tiles of
 // 128 keys (80 at head dim 256) in a ring of 2 stages; a Q stage and its item slot are freed
-// (q_empty, lane 0 of every consumer warp arriving) after the item's last S product:
+// (q_empty, lane 0 of every consumer warp arriving) after the item's last S product, or, where
+// O leaves through the stage, once the TMA has read O from it:
 //
 //   producer:   per item: draw a ticket; wait q_empty[q] -> item slot, TMA Q -> q_full[q];
 //               per key tile n: wait k_empty[s] -> TMA K -> k_full[s]
 //                               wait v_empty[s] -> TMA V -> v_full[s]
-//   consumer:   per item: wait q_full[q], read the slot; first S_0 and its softmax;
+//   consumer:   per item: wait q_full[q], read the slot; first S_0 (the last item's O
+//               stored under it) and its softmax;
 //               per key tile n: turn: issue S_n = Q K_n^T, O += P_{n-1} V_{n-1}; pass turn;
 //               wait for S_n -> free k_empty[s_n]; softmax(S_n) (exp2 under the P V
 //               products); wait for P V -> free v_empty; rescale O; P_n = S_n in 16 bits;
-//               the last P V; O and L stored
+//               the last P V (L stored under it); O held for the next item, or stored
 //
 // Layout as attention.cu: Q, O [total_q, heads, D], K, V [total_k, kv_heads, D] (the tensor
 // maps cover them as [heads][tokens][D], boxes of 64 dims x a tile's tokens of one head), L
@@ -268,13 +270,15 @@ struct FhConsumer {
     // stages, so the next item's Q is not held up, and all 64 rows inside the sequence: a box
     // past its end would write the next sequence's rows); the Q stage is then freed only
     // after those stores have read it. Two-consumer tiles only: head dim 64's three
-    // consumers measured 3-5% slower with it, and at 160 registers they spill with
-    // `store_pending` (the notes).
+    // consumers measured 3-5% slower with it, and spilled at 160 registers (the notes).
     static constexpr bool O_THROUGH_SMEM = Q_STAGES > 1 && C::CONSUMERS == 2;
     bool o_through_q = false;
-    // The Q stage whose stores warp 0 has yet to see read before it frees it (-1: none): the
-    // wait is put off to the next item's start, so no warp of the consumer holds up its turns.
-    int store_pending = -1;
+    // The rows' factors 1 / l (finish_rows, under the last P V).
+    float inv[2];
+    // An item's O held in the accumulators until its store through its Q stage, which runs
+    // under the next item's first S: that stage (-1: none), the item's first row of this
+    // consumer's in O, and its head.
+    int held_stage = -1, held_row = 0, held_h = 0;
 
     __device__ __forceinline__ FhConsumer(const FaHopperParams<T>& params, S& shared, int consumer)
         : shared(shared), map_o(&params.map_o), o(params.o), lse(params.lse), heads(params.heads),
@@ -392,9 +396,10 @@ struct FhConsumer {
     // The item's Q stage and slot: each warp's reader of the slot arrives (the slot's comment
     // says why); the Q tile itself was read only by the S products, which have completed
     // (wgmma_wait) before this.
-    __device__ __forceinline__ void release_q() {
-        if (lane == 0) mbarrier_arrive(&shared.q_empty[q_stage]);
+    __device__ __forceinline__ void release_q(int stage) {
+        if (lane == 0) mbarrier_arrive(&shared.q_empty[stage]);
     }
+    __device__ __forceinline__ void release_q() { release_q(q_stage); }
     // Waits for the next item's Q and reads the item (lane 0 from the slot, the other lanes
     // from it); false when there is no more work.
     __device__ __forceinline__ bool take_item(int& stage) {
@@ -458,18 +463,16 @@ struct FhConsumer {
     __device__ __forceinline__ void store() {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            finish_row_sum(r);
             const bool inside = 8 * r < rows_left;
             // Only the shared-memory tiles skip a row here: the 16-byte path's exchange needs
             // every lane.
             if (O_THROUGH_SMEM && !inside) continue;
             const index_t row = token0 + (index_t)(8 * r) * heads;
-            const float inv = row_inverse(r);
             if constexpr (O_THROUGH_SMEM) {
                 unsigned* out = reinterpret_cast<unsigned*>(o + row * D);
 #pragma unroll
                 for (int j = 0; j < D / 8; ++j)
-                    out[4 * j + t] = pack2<T>(acc[4 * j + 2 * r] * inv, acc[4 * j + 2 * r + 1] * inv);
+                    out[4 * j + t] = pack2<T>(acc[4 * j + 2 * r] * inv[r], acc[4 * j + 2 * r + 1] * inv[r]);
             } else {
                 uint4* out = reinterpret_cast<uint4*>(o + row * D);
 #pragma unroll
@@ -478,72 +481,88 @@ struct FhConsumer {
 #pragma unroll
                     for (int k = 0; k < 4; ++k) {
                         const int j = 4 * jj + k;
-                        x[k] = pack2<T>(acc[4 * j + 2 * r] * inv, acc[4 * j + 2 * r + 1] * inv);
+                        x[k] = pack2<T>(acc[4 * j + 2 * r] * inv[r], acc[4 * j + 2 * r + 1] * inv[r]);
                     }
                     quad_transpose(x, t);
                     if (inside) out[4 * jj + t] = make_uint4(x[0], x[1], x[2], x[3]);
                 }
             }
-            if (inside && t == 0) lse[row] = row_lse(r);
         }
     }
-    // quote: fh_store_through_q
-    // O = acc / l through shared memory: this consumer's 64 rows of the item's Q stage (its S
-    // products have read them) take O in the TMA's swizzled layout, stmatrix writing four 8 x 8
-    // blocks at a time; one thread then stores each 64-dim box with the TMA. Warps 1-3 free the
-    // stage now, warp 0 once the stores have read it (finish_store, at the next item's start).
-    // The consumer goes on to its next item while the stores drain: no four-byte stores, no
-    // registers held.
-    __device__ __forceinline__ void store_through_q() {
-        float inv[2];
+    // quote: fh_finish_rows
+    // The rows' sums, their factors 1 / l and their L, once the last softmax is done: issued
+    // under the last P V, which does not touch them.
+    __device__ __forceinline__ void finish_rows() {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             finish_row_sum(r);
             inv[r] = row_inverse(r);
+            if (t == 0 && 8 * r < rows_left) lse[token0 + (index_t)(8 * r) * heads] = row_lse(r);
         }
+    }
+    // end quote: fh_finish_rows
+    // quote: fh_store_through_q
+    // O = acc / l through shared memory: this consumer's 64 rows of the item's Q stage (its S
+    // products have read them) take O in the TMA's swizzled layout, stmatrix writing four 8 x 8
+    // blocks at a time; one thread then stores each 64-dim box with the TMA. The item's O stays
+    // in the accumulators (hold) until the next item's first tile: staged before its S is
+    // issued, stored while that S runs.
+    __device__ __forceinline__ void hold() {
+        held_stage = q_stage;
+        held_row = it.s.q0 + it.i0 + consumer * 64;
+        held_h = it.h;
+    }
+    // The held O, divided by l and rounded, into the consumer's rows of its Q stage.
+    __device__ __forceinline__ void stage_held() {
+        if (!O_THROUGH_SMEM || held_stage < 0) return;
         const int box_row = consumer * 64 + warp * 16 + 8 * ((lane / 8) % 2) + lane % 8;
 #pragma unroll
         for (int box = 0; box < D / FH_BOX; ++box) {
-            unsigned char* tile = reinterpret_cast<unsigned char*>(&shared.q[q_stage][box][0][0]);
+            unsigned char* tile = reinterpret_cast<unsigned char*>(&shared.q[held_stage][box][0][0]);
             stmatrix_box<T>(tile, box_row, lane, acc, box * (FH_BOX / 8), inv);
         }
         fence_proxy_async_shared();  // these writes, before the TMA reads them
+    }
+    // Once every warp of the consumer has staged its rows, one thread stores each box and
+    // waits until the TMA has read them; then every warp frees the stage (warp 0's arrival,
+    // its lane 0 being that thread, comes after the wait), and the producer may load a Q there.
+    __device__ __forceinline__ void store_held() {
+        if (!O_THROUGH_SMEM || held_stage < 0) return;
         named_barrier_sync(epilogue_barrier(consumer), 128);
         if (tid == 0) {
 #pragma unroll
             for (int box = 0; box < D / FH_BOX; ++box)
-                tma_store_3d(map_o, &shared.q[q_stage][box][consumer * 64][0], box * FH_BOX,
-                             it.s.q0 + it.i0 + consumer * 64, it.h);
+                tma_store_3d(map_o, &shared.q[held_stage][box][consumer * 64][0], box * FH_BOX,
+                             held_row, held_h);
             bulk_commit();
+            bulk_wait_read<0>();
         }
-        // Warps 1-3 are done with the stage; warp 0 frees it once the stores have read it.
-        if (warp == 0) store_pending = q_stage;
-        else release_q();
-        if (t == 0) {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) lse[token0 + (index_t)(8 * r) * heads] = row_lse(r);
-        }
+        release_q(held_stage);
+        held_stage = -1;
     }
     // end quote: fh_store_through_q
-    // Warp 0's arrival for the last stored stage, once the TMA has read it (the stage may then
-    // be reloaded); at the next item's start or the consumer's end.
-    __device__ __forceinline__ void finish_store() {
-        if (store_pending < 0) return;
-        if (tid == 0) bulk_wait_read<0>();
-        if (lane == 0) mbarrier_arrive(&shared.q_empty[store_pending]);
-        store_pending = -1;
-    }
-    // The first S of the item in hand, with no P V to hide under.
-    __device__ __forceinline__ void first_tile() {
+    // O starts at 0, once the last item's O held in the accumulators has been stored.
+    __device__ __forceinline__ void clear_o() {
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
+    }
+    // quote: fh_first_tile
+    // The first S of the item in hand, with no P V to hide under: the last item's O, staged
+    // just before, is stored while it runs.
+    __device__ __forceinline__ void first_tile() {
         if (tiles == 0) {
+            stage_held();
+            store_held();
+            clear_o();  // no P V: the rows are 0
             if (!o_through_q) release_q();  // no S product reads this Q
             return;
         }
         mbarrier_wait(&shared.k_full[ring.stage()], ring.phase());
+        stage_held();
+        clear_o();
         wgmma_fence();
         issue_scores(ring.stage());
+        store_held();  // reads shared memory and the barriers, not the product's registers
         wgmma_wait<0>();
         wgmma_fence_operands(sc);
         release(&shared.k_empty[ring.stage()]);
@@ -552,11 +571,13 @@ struct FhConsumer {
         rescale_and_pack();
         ring.advance();
     }
-    // The last P V of the item in hand, with no softmax to hide.
+    // end quote: fh_first_tile
+    // The last P V of the item in hand, with no softmax to hide: the rows are finished under it.
     __device__ __forceinline__ void last_pv() {
         mbarrier_wait(&shared.v_full[before.stage()], before.phase());
         wgmma_fence();
         issue_pv(before.stage());
+        finish_rows();
         wgmma_wait<0>();
         wgmma_fence_operands(acc);
         release(&shared.v_empty[before.stage()]);
@@ -565,13 +586,13 @@ struct FhConsumer {
 
 
     // quote: fh_main_loop
-    // Items one after another: the first S of an item, its steps (S_n beside P_{n-1} V_{n-1},
-    // each a turn), its last P V, its store.
+    // Items one after another: the first S of an item (the last item's O stored under it), its
+    // steps (S_n beside P_{n-1} V_{n-1}, each a turn), its last P V (its rows finished under
+    // it), then its O held for the next item's first S or stored from registers.
     __device__ __forceinline__ void run() {
         start_turns();
         int stage;
         while (take_item(stage)) {
-            finish_store();
             begin(stage);
             first_tile();
 #pragma unroll 1
@@ -598,10 +619,12 @@ struct FhConsumer {
                 ring.advance();
             }
             if (tiles > 0) last_pv();
-            if (o_through_q) store_through_q();
+            else finish_rows();
+            if (o_through_q) hold();
             else store();
         }
-        finish_store();  // the block's shared memory must outlive the last stores' reads
+        stage_held();
+        store_held();  // the block's shared memory outlives the last stores' reads: it waits for them
     }
     // end quote: fh_main_loop
 };
