@@ -18,7 +18,7 @@
 //   - persistent blocks: one block per SM; each draws its next work item (query tile, head,
 //     sequence) from a counter, so causal items (the longest first) spread evenly, and the
 //     producer loads the next item's Q (a second Q stage) and K, V while the consumers finish
-//     and store the last.
+//     the last (whose O they store under the next item's first S product).
 //
 // Per block: 64 query rows per consumer warpgroup, block 128 x (1 + consumers). Key tiles of
 // 128 keys (80 at head dim 256) in a ring of 2 stages; a Q stage and its item slot are freed
@@ -201,7 +201,8 @@ __device__ __forceinline__ void fh_producer(const FaHopperParams<T>& params,
             if (wi.tile * FH_BM >= cu_q[wi.b + 1] - cu_q[wi.b]) continue;
         }
         const int qs = q_ring.stage();
-        mbarrier_wait(bar(S::at::q_empty, qs), q_ring.phase() ^ 1);  // its last item's S are done
+        // Its last item is done with it: its S products, and the TMA's read of O stored through it.
+        mbarrier_wait(bar(S::at::q_empty, qs), q_ring.phase() ^ 1);
         ItemSlot& slot = slots[qs];
         if (w >= items) {
             slot.i0 = -1;
@@ -273,7 +274,8 @@ struct FhConsumer {
     // consumers measured 3-5% slower with it, and spilled at 160 registers (the notes).
     static constexpr bool O_THROUGH_SMEM = Q_STAGES > 1 && C::CONSUMERS == 2;
     bool o_through_q = false;
-    // The rows' factors 1 / l (finish_rows, under the last P V).
+    // The rows' factors 1 / l (finish_rows, under the last P V), kept until the item's O is
+    // staged, which may be in the next item's first tile.
     float inv[2];
     // An item's O held in the accumulators until its store through its Q stage, which runs
     // under the next item's first S: that stage (-1: none), the item's first row of this
@@ -394,8 +396,8 @@ struct FhConsumer {
 
     // quote: fh_take_item
     // The item's Q stage and slot: each warp's reader of the slot arrives (the slot's comment
-    // says why); the Q tile itself was read only by the S products, which have completed
-    // (wgmma_wait) before this.
+    // says why). The S products that read the Q tile have completed (wgmma_wait) before this;
+    // where O is stored through the stage, so have the TMA's reads of it (store_held).
     __device__ __forceinline__ void release_q(int stage) {
         if (lane == 0) mbarrier_arrive(&shared.q_empty[stage]);
     }
@@ -491,7 +493,7 @@ struct FhConsumer {
     }
     // quote: fh_finish_rows
     // The rows' sums, their factors 1 / l and their L, once the last softmax is done: issued
-    // under the last P V, which does not touch them.
+    // under the last P V, which does not touch them (at once for an item without key tiles).
     __device__ __forceinline__ void finish_rows() {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -504,9 +506,10 @@ struct FhConsumer {
     // quote: fh_store_through_q
     // O = acc / l through shared memory: this consumer's 64 rows of the item's Q stage (its S
     // products have read them) take O in the TMA's swizzled layout, stmatrix writing four 8 x 8
-    // blocks at a time; one thread then stores each 64-dim box with the TMA. The item's O stays
-    // in the accumulators (hold) until the next item's first tile: staged before its S is
-    // issued, stored while that S runs.
+    // blocks at a time; one thread then stores every 64-dim box with the TMA. The item's O
+    // stays in the accumulators (hold) until the next item's first tile: staged before its S
+    // is issued, stored while that S runs (at once if that item has no key tile, or after the
+    // last item).
     __device__ __forceinline__ void hold() {
         held_stage = q_stage;
         held_row = it.s.q0 + it.i0 + consumer * 64;
@@ -541,7 +544,7 @@ struct FhConsumer {
         held_stage = -1;
     }
     // end quote: fh_store_through_q
-    // O starts at 0, once the last item's O held in the accumulators has been stored.
+    // O starts at 0, once the last item's O held in the accumulators has been staged.
     __device__ __forceinline__ void clear_o() {
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
@@ -580,6 +583,8 @@ struct FhConsumer {
         finish_rows();
         wgmma_wait<0>();
         wgmma_fence_operands(acc);
+#pragma unroll
+        for (int kk = 0; kk < FH_BN / 16; ++kk) wgmma_fence_operands(p[kk]);
         release(&shared.v_empty[before.stage()]);
         before.advance();
     }
@@ -624,7 +629,7 @@ struct FhConsumer {
             else store();
         }
         stage_held();
-        store_held();  // the block's shared memory outlives the last stores' reads: it waits for them
+        store_held();  // it waits until the TMA has read the last O, before the block exits
     }
     // end quote: fh_main_loop
 };
