@@ -73,17 +73,25 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned long long* ba
 __device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// Spins until the phase of parity `parity` has completed. A fresh barrier is in phase 0, so
+// How long a waiting thread may sleep before it tries the barrier again, in nanoseconds
+// (CUTLASS's value): the hint `mbarrier.try_wait` takes. With it a thread whose phase has not
+// completed sleeps until it completes (`NANOSLEEP.SYNCS` in the machine code), where without it
+// the thread tries again at once. A warp that tries again takes issue slots from the warps that
+// share its scheduler: day 10's producer, waiting on a free stage, tried about 160 times per key
+// tile at head dim 64 and 512 keys (day 10's notes).
+#define MBARRIER_SUSPEND_NS 10000000
+
+// Waits until the phase of parity `parity` has completed. A fresh barrier is in phase 0, so
 // waiting for parity 1 returns at once: the producer's first pass over empty stages.
 __device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
     asm volatile(
         "{\n"
         ".reg .pred done;\n"
         "wait_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
         "@!done bra wait_%=;\n"
         "}\n" ::"r"(bar),
-        "r"(parity)
+        "r"(parity), "n"(MBARRIER_SUSPEND_NS)
         : "memory");
 }
 
@@ -357,10 +365,10 @@ __device__ __forceinline__ void mbarrier_wait_cluster(unsigned long long* bar, u
         "{\n"
         ".reg .pred done;\n"
         "wait_%=:\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1, %2;\n"
         "@!done bra wait_%=;\n"
         "}\n" ::"r"(smem_u32(bar)),
-        "r"(parity)
+        "r"(parity), "n"(MBARRIER_SUSPEND_NS)
         : "memory");
 }
 
@@ -446,6 +454,20 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor_mn_major_sw128(
     const unsigned long long address = smem_u32(tile);
     const unsigned long long leading = (atom_stride_bytes & 0x3FFFF) >> 4;
     return ((address & 0x3FFFF) >> 4) | (leading << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+// The same descriptors from a base kept in 16-byte units (a 1024-byte aligned tile's shared
+// address >> 4): every k16 step and box of a tile sits at a constant byte offset from that base,
+// so a descriptor is the base plus immediates, one add per wgmma. Encoding each address anew
+// costs a mask, a 64-bit shift and an or per wgmma, on the path between two of them (day 10's
+// notes). `leading_bytes`: 16 for a K-major tile (unused, 1 by convention), the distance
+// between boxes for an MN-major one.
+__device__ __forceinline__ unsigned long long wgmma_desc(unsigned base16, int byte_offset,
+                                                         int leading_bytes) {
+    const unsigned lo =
+        base16 + (unsigned)(byte_offset >> 4) + ((unsigned)(leading_bytes >> 4) << 16);
+    const unsigned hi = (1024u >> 4) | (1u << 30);  // stride offset 1024; swizzle mode 1 (bit 62)
+    return ((unsigned long long)hi << 32) | lo;
 }
 
 // Orders this warpgroup's register and shared-memory accesses before the wgmma that follow.

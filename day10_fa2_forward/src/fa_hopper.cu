@@ -287,16 +287,34 @@ struct FhConsumer {
           causal(params.causal), scale_log2(params.scale_log2), consumer(consumer),
           tid(threadIdx.x % 128), warp(tid / 32), lane(tid % 32), g(lane / 4), t(lane % 4) {}
 
+    // quote: fh_descriptor
+    // The descriptor of the tile at `byte_offset` from `tile` (1024-byte aligned; `leading`: 16
+    // for K-major, the distance between boxes for MN-major): the tile's base plus a constant,
+    // one add per wgmma, where encoding each address whole costs a mask, a 64-bit shift and an
+    // or per wgmma, between one wgmma and the next. Head dim 64 still encodes each address
+    // whole: the cheaper form measured 2-8% slower there, for a reason not yet found (the notes).
+    __device__ __forceinline__ unsigned long long descriptor(const void* tile, int byte_offset,
+                                                             int leading) const {
+        const char* at = static_cast<const char*>(tile) + byte_offset;
+        if constexpr (D == 64)
+            return leading == 16 ? wgmma_descriptor_k_major_sw128(at)
+                                 : wgmma_descriptor_mn_major_sw128(at, leading);
+        else
+            return wgmma_desc(smem_u32(tile) >> 4, byte_offset, leading);
+    }
+    // end quote: fh_descriptor
     // quote: fh_issue_scores
     // S = Q K^T over the head dim: a k16 step is 16 dims (32 bytes) along a box of FH_BOX = 64
     // dims, the boxes FH_BM (Q) or FH_BN (K) rows of 128 bytes apart.
     __device__ __forceinline__ void issue_scores(int stage) {
+        const T* q = &shared.q[q_stage][0][consumer * 64][0];
+        const T* k = &shared.k[stage][0][0][0];
+        constexpr int Q_BOX = sizeof(S::q[0][0]), K_BOX = sizeof(S::k[0][0]);
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
-            const int box = kk / 4, within = (kk % 4) * 16;
-            wgmma_m64k16<FH_BN, T>(
-                sc, wgmma_descriptor_k_major_sw128(&shared.q[q_stage][box][consumer * 64][within]),
-                wgmma_descriptor_k_major_sw128(&shared.k[stage][box][0][within]), kk > 0);
+            const int box = kk / 4, within = (kk % 4) * 32;
+            wgmma_m64k16<FH_BN, T>(sc, descriptor(q, box * Q_BOX + within, 16),
+                                   descriptor(k, box * K_BOX + within, 16), kk > 0);
         }
         wgmma_commit();
     }
@@ -306,12 +324,11 @@ struct FhConsumer {
     // key rows (2048 bytes) down, the boxes of 64 dims FH_BN x 128 bytes apart. One wgmma of
     // N = D per 16 keys: n64, n128 or n256 (4 boxes of V side by side).
     __device__ __forceinline__ void issue_pv(int stage) {
+        const T* v = &shared.v[stage][0][0][0];
+        constexpr int KEY_ROW_BYTES = FH_BOX * sizeof(T), V_BOX = sizeof(S::v[0][0]);
 #pragma unroll
         for (int kk = 0; kk < FH_BN / 16; ++kk)
-            wgmma_m64k16_rs<D, T, 1>(acc, p[kk],
-                                     wgmma_descriptor_mn_major_sw128(&shared.v[stage][0][kk * 16][0],
-                                                                     sizeof(S::v[0][0])),
-                                     1);
+            wgmma_m64k16_rs<D, T, 1>(acc, p[kk], descriptor(v, kk * 16 * KEY_ROW_BYTES, V_BOX), 1);
         wgmma_commit();
     }
     // end quote: fh_issue_pv

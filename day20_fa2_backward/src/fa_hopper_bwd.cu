@@ -155,18 +155,10 @@ template <int D> struct BhConfig : BhTile<D> {
                   "producer and consumer registers fit the SM's register file");
 };
 
-// wgmma descriptors as hopper.cuh builds them (128-byte swizzle, 8-row groups 1024 bytes
-// apart), made from one 32-bit register: every tile sits at a constant offset from the
-// 1024-byte aligned base, so a descriptor is that base (in 16-byte units) plus immediates.
-// K-major tiles take leading offset 1 (unused), MN-major ones the distance between their
-// 64-element boxes. Built inside the loop from an opaque base (`bh_fresh`): otherwise the
-// compiler hoists every k-step's 64-bit descriptor out of the loop and spills them.
-__device__ __forceinline__ unsigned long long bh_desc(unsigned base16, int byte_offset,
-                                                      int leading_bytes) {
-    const unsigned lo = base16 + (unsigned)(byte_offset >> 4) + ((unsigned)(leading_bytes >> 4) << 16);
-    const unsigned hi = (1024u >> 4) | (1u << 30);  // stride offset 1024; swizzle mode 1 (bit 62)
-    return ((unsigned long long)hi << 32) | lo;
-}
+// wgmma descriptors are built from one 32-bit register (`wgmma_desc`): every tile
+// sits at a constant offset from the 1024-byte aligned base. Built inside the loop from an
+// opaque base (`bh_fresh`): otherwise the compiler hoists every k-step's 64-bit descriptor out
+// of the loop and spills them.
 __device__ __forceinline__ unsigned bh_fresh(unsigned v) {
     asm volatile("" : "+r"(v));
     return v;
@@ -553,8 +545,8 @@ struct BhConsumer {
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             const int box = kk / 4, within = (kk % 4) * 32;
-            wgmma_m64k16<QW, T>(acc, bh_desc(step.b16, keys_at + wg_rows + box * BN * 128 + within, 16),
-                                bh_desc(step.b16, queries_at + my_queries + box * BM * 128 + within, 16), kk > 0);
+            wgmma_m64k16<QW, T>(acc, wgmma_desc(step.b16, keys_at + wg_rows + box * BN * 128 + within, 16),
+                                wgmma_desc(step.b16, queries_at + my_queries + box * BM * 128 + within, 16), kk > 0);
         }
         wgmma_commit();
     }
@@ -656,7 +648,7 @@ struct BhConsumer {
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BM / 16; ++kk)
-            wgmma_m64k16_rs<D, T, 1>(dv_acc, pa[kk], bh_desc(b16, do_at + kk * 2048, BM * 128), 1);
+            wgmma_m64k16_rs<D, T, 1>(dv_acc, pa[kk], wgmma_desc(b16, do_at + kk * 2048, BM * 128), 1);
         wgmma_commit();
 
         named_barrier_sync(ALL_CONSUMERS_BARRIER, 128 * BH_CONSUMERS);  // all of dS^T written
@@ -668,8 +660,8 @@ struct BhConsumer {
         const int k_at = S::at::k + dq_box0 * BN * 128;
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk)
-            wgmma_m64k16<64, T, 1, 1>(dq, bh_desc(b16, my_ds + kk * 2048, BN * 128),
-                                      bh_desc(b16, k_at + kk * 2048, BN * 128), kk > 0);
+            wgmma_m64k16<64, T, 1, 1>(dq, wgmma_desc(b16, my_ds + kk * 2048, BN * 128),
+                                      wgmma_desc(b16, k_at + kk * 2048, BN * 128), kk > 0);
         wgmma_commit();
         wgmma_wait<1>();  // dV is done: P^T's registers are free
         wgmma_fence_operands(dv_acc);
@@ -680,7 +672,7 @@ struct BhConsumer {
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BM / 16; ++kk)
-            wgmma_m64k16_rs<D, T, 1>(dk_acc, da[kk], bh_desc(b16, q_at + kk * 2048, BM * 128), 1);
+            wgmma_m64k16_rs<D, T, 1>(dk_acc, da[kk], wgmma_desc(b16, q_at + kk * 2048, BM * 128), 1);
         wgmma_commit();
         wgmma_wait<1>();  // dQ is done
         wgmma_fence_operands(dq);
@@ -695,8 +687,8 @@ struct BhConsumer {
 #pragma unroll
         for (int kk = 0; kk < BM / 16; ++kk) {
             const int a = (kk / 4) * BN * 128 + (kk % 4) * 32;
-            wgmma_m64k16<DW, T, 0, 1>(acc, bh_desc(b16, a_at + a, 16),
-                                      bh_desc(b16, b_at + kk * 2048, BM * 128), 1);
+            wgmma_m64k16<DW, T, 0, 1>(acc, wgmma_desc(b16, a_at + a, 16),
+                                      wgmma_desc(b16, b_at + kk * 2048, BM * 128), 1);
         }
         wgmma_commit();
     }
@@ -719,8 +711,8 @@ struct BhConsumer {
         const int k_at = S::at::k + dq_box0 * BN * 128;
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk)
-            wgmma_m64k16<DQ_COLS, T, 1, 1>(dq, bh_desc(b16, ds_at + kk * 2048, BN * 128),
-                                           bh_desc(b16, k_at + kk * 2048, BN * 128), kk > 0);
+            wgmma_m64k16<DQ_COLS, T, 1, 1>(dq, wgmma_desc(b16, ds_at + kk * 2048, BN * 128),
+                                           wgmma_desc(b16, k_at + kk * 2048, BN * 128), kk > 0);
         wgmma_commit();
         accumulate_split(dk_acc, b16, ds_at, q_at + my_cols);  // dK += dS^T Q
         wgmma_wait<1>();  // dV and dQ are done
