@@ -75,10 +75,11 @@ __device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
 }
 // How long a waiting thread may sleep before it tries the barrier again, in nanoseconds
 // (CUTLASS's value): the hint `mbarrier.try_wait` takes. With it a thread whose phase has not
-// completed sleeps until it completes (`NANOSLEEP.SYNCS` in the machine code), where without it
-// the thread tries again at once. A warp that tries again takes issue slots from the warps that
-// share its scheduler: day 10's producer, waiting on a free stage, tried about 160 times per key
-// tile at head dim 64 and 512 keys (day 10's notes).
+// completed sleeps until it completes (`NANOSLEEP.SYNCS` in the machine code); without it the
+// thread tries again every few cycles, each try taking an issue slot from the warps that share
+// its scheduler (day 10's producer, waiting on a free stage, tried about 160 times per key tile
+// at head dim 64 and 512 keys). Those warps were not short of issue slots: days 10, 18, 20, 23
+// and 24 measured level with it (day 10's notes). It is kept as the wait that spends none.
 #define MBARRIER_SUSPEND_NS 10000000
 
 // Waits until the phase of parity `parity` has completed. A fresh barrier is in phase 0, so
