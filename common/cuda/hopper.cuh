@@ -459,8 +459,8 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor_mn_major_sw128(
 
 // The same descriptors from a base kept in 16-byte units (a 1024-byte aligned tile's shared
 // address >> 4): every k16 step and box of a tile sits at a constant byte offset from that base,
-// so a descriptor is the base plus immediates, one add per wgmma. Encoding each address anew
-// costs a mask, a 64-bit shift and an or per wgmma, on the path between two of them (day 10's
+// so a descriptor is the base plus immediates, one add per operand. Encoding each address anew
+// costs a mask, a 64-bit shift and an or per operand, on the path between two wgmma (day 10's
 // notes). `leading_bytes`: 16 for a K-major tile (unused, 1 by convention), the distance
 // between boxes for an MN-major one.
 __device__ __forceinline__ unsigned long long wgmma_desc(unsigned base16, int byte_offset,
