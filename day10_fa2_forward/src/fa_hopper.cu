@@ -290,10 +290,8 @@ struct FhConsumer {
     // quote: fh_descriptor
     // The descriptor of the tile at `byte_offset` from `tile` (which starts on a 1024-byte
     // boundary; `leading`: 16 for K-major, the distance between boxes for MN-major): the tile's
-    // base plus a constant, one add per operand, where encoding each address whole costs a mask,
-    // a 64-bit shift and an or per wgmma, between one wgmma and the next. Head dim 64 encodes
-    // each address whole: the cheaper form measured 2-8% slower there, for a reason not yet
-    // found (the notes).
+    // base plus a constant, one add per operand. Head dim 64 encodes each address whole (mask,
+    // shift, or): the add measured slower there, for a reason not yet found (the notes).
     __device__ __forceinline__ unsigned long long descriptor(const void* tile, int byte_offset,
                                                              int leading) const {
         const char* at = static_cast<const char*>(tile) + byte_offset;
