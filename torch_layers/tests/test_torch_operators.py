@@ -186,15 +186,17 @@ def _randn(*shape, dtype=torch.float32):
 
 
 def _attention_samples():
-    q, k, v = _randn(2, 5, 4, 16, dtype=torch.bfloat16), *(_randn(2, 7, 2, 16, dtype=torch.bfloat16) for _ in range(2))
-    yield (q, k, v, None, None, True), (_randn(2, 5, 4, 16, dtype=torch.bfloat16),)
-    q, k, v = _randn(9, 4, 16, dtype=torch.float16), *(_randn(11, 4, 16, dtype=torch.float16) for _ in range(2))
-    yield (q, k, v, [0, 4, 9], [0, 5, 11], False), (_randn(9, 4, 16, dtype=torch.float16),)
+    bf16, f16 = torch.bfloat16, torch.float16
+    q, k, v = _randn(2, 5, 4, 16, dtype=bf16), _randn(2, 7, 2, 16, dtype=bf16), _randn(2, 7, 2, 16, dtype=bf16)
+    yield (q, k, v, None, None, True), (_randn(2, 5, 4, 16, dtype=bf16),)
+    q, k, v = _randn(9, 4, 16, dtype=f16), _randn(11, 4, 16, dtype=f16), _randn(11, 4, 16, dtype=f16)
+    yield (q, k, v, [0, 4, 9], [0, 5, 11], False), (_randn(9, 4, 16, dtype=f16),)
 
 
 def _samples():
     for dtype in (torch.float32, torch.bfloat16):
-        x, dy, w, b = _randn(3, 4, 32, dtype=dtype), _randn(3, 4, 32, dtype=dtype), _randn(32, dtype=dtype), _randn(32, dtype=dtype)
+        x, dy = _randn(3, 4, 32, dtype=dtype), _randn(3, 4, 32, dtype=dtype)
+        w, b = _randn(32, dtype=dtype), _randn(32, dtype=dtype)
         yield "rms_norm_forward", (x, w, 1e-6)
         yield "rms_norm_backward", (dy, x, w, 1e-6)
         yield "layer_norm_forward", (x, w, b, 1e-5)
@@ -238,7 +240,8 @@ def _compare(ours, theirs, inputs, atol, rtol, upstream=None):
 
 def test_rms_norm_against_torch():
     x, w = torch.randn(3, 5, 64), torch.randn(64)
-    _compare(lambda x, w: dk.rms_norm(x, w, eps=1e-5), lambda x, w: F.rms_norm(x, (64,), w, 1e-5), (x, w), 1e-5, 1e-5)
+    _compare(lambda x, w: dk.rms_norm(x, w, eps=1e-5), lambda x, w: F.rms_norm(x, (64,), w, 1e-5), (x, w),
+             1e-5, 1e-5)
 
 
 def test_layer_norm_against_torch():
@@ -248,7 +251,8 @@ def test_layer_norm_against_torch():
 
 def test_swiglu_against_torch_with_a_broadcast_upstream_gradient():
     gate, up = torch.randn(4, 7, 96), torch.randn(4, 7, 96)
-    _compare(dk.swiglu, lambda g, u: F.silu(g) * u, (gate, up), 1e-6, 1e-5, upstream=lambda o: torch.ones(()).expand_as(o))
+    _compare(dk.swiglu, lambda g, u: F.silu(g) * u, (gate, up), 1e-6, 1e-5,
+             upstream=lambda o: torch.ones(()).expand_as(o))
 
 
 def _sdpa(q, k, v, causal, scale=None):
