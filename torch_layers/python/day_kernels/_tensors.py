@@ -57,7 +57,9 @@ def like(fn, name, t, ref, ref_name):
     if t.dtype != ref.dtype:
         raise TypeError(f"{fn}: {name} is {_name(t.dtype)}; it must be {_name(ref.dtype)}, as {ref_name} is")
     if t.shape != ref.shape:
-        raise ValueError(f"{fn}: {name} has shape {tuple(t.shape)}; it must be {ref_name}'s {tuple(ref.shape)}")
+        raise ValueError(
+            f"{fn}: {name} has shape {tuple(t.shape)}; it must be {ref_name}'s {tuple(ref.shape)}"
+        )
     if t.device != ref.device:
         raise ValueError(f"{fn}: {name} is on {t.device}; it must be on {ref_name}'s {ref.device}")
     if not t.is_contiguous():
@@ -88,10 +90,11 @@ def autocast(*tensors, dtype=None):
     if not (_autocast_available(device_type) and torch.is_autocast_enabled(device_type)):
         return tensors
     dtype = dtype or torch.get_autocast_dtype(device_type)
-    return tuple(
-        t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64 else t
-        for t in tensors
-    )
+    return tuple(t.to(dtype) if _autocast_eligible(t) else t for t in tensors)
+
+
+def _autocast_eligible(t):
+    return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
 
 
 def same_device(fn, **tensors):

@@ -205,7 +205,9 @@ fused_linear_cross_entropy_op = define(
 
 class _FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, weight, labels, reduction, ignore_index, label_smoothing, lse_square_scale, chunk_size):
+    def forward(
+        ctx, h, weight, labels, reduction, ignore_index, label_smoothing, lse_square_scale, chunk_size
+    ):
         loss, grads = fused_linear_cross_entropy_op(
             h, weight, labels, ignore_index, label_smoothing, lse_square_scale, chunk_size
         )

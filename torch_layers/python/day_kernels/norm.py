@@ -154,28 +154,57 @@ def _backward_fake(fn, params, dy, x, weight, eps):
     return x.new_empty((rows + params, cols))
 
 
+def _rms_forward_cuda(x, weight, eps):
+    return _forward_cuda("rms_norm", _native.rms_norm_forward, x, eps, weight=weight)
+
+
+def _rms_forward_fake(x, weight, eps):
+    return _forward_fake("rms_norm", x, eps, weight=weight)
+
+
+def _rms_backward_cuda(dy, x, weight, eps):
+    return _backward_cuda("rms_norm", _native.rms_norm_backward, 1, dy, x, weight, eps)
+
+
+def _rms_backward_fake(dy, x, weight, eps):
+    return _backward_fake("rms_norm", 1, dy, x, weight, eps)
+
+
+def _layer_forward_cuda(x, weight, bias, eps):
+    return _forward_cuda("layer_norm", _native.layer_norm_forward, x, eps, weight=weight, bias=bias)
+
+
+def _layer_forward_fake(x, weight, bias, eps):
+    return _forward_fake("layer_norm", x, eps, weight=weight, bias=bias)
+
+
+def _layer_backward_cuda(dy, x, weight, eps):
+    return _backward_cuda("layer_norm", _native.layer_norm_backward, 2, dy, x, weight, eps)
+
+
+def _layer_backward_fake(dy, x, weight, eps):
+    return _backward_fake("layer_norm", 2, dy, x, weight, eps)
+
+
 rms_norm_forward = define(
-    "rms_norm_forward(Tensor x, Tensor weight, float eps) -> Tensor",
-    lambda x, weight, eps: _forward_cuda("rms_norm", _native.rms_norm_forward, x, eps, weight=weight),
-    lambda x, weight, eps: _forward_fake("rms_norm", x, eps, weight=weight),
+    "rms_norm_forward(Tensor x, Tensor weight, float eps) -> Tensor", _rms_forward_cuda, _rms_forward_fake
 )
 rms_norm_backward = define(
     "rms_norm_backward(Tensor dy, Tensor x, Tensor weight, float eps) -> Tensor",
-    lambda dy, x, weight, eps: _backward_cuda("rms_norm", _native.rms_norm_backward, 1, dy, x, weight, eps),
-    lambda dy, x, weight, eps: _backward_fake("rms_norm", 1, dy, x, weight, eps),
+    _rms_backward_cuda,
+    _rms_backward_fake,
 )
 layer_norm_forward = define(
     "layer_norm_forward(Tensor x, Tensor weight, Tensor bias, float eps) -> Tensor",
-    lambda x, weight, bias, eps: _forward_cuda(
-        "layer_norm", _native.layer_norm_forward, x, eps, weight=weight, bias=bias
-    ),
-    lambda x, weight, bias, eps: _forward_fake("layer_norm", x, eps, weight=weight, bias=bias),
+    _layer_forward_cuda,
+    _layer_forward_fake,
 )
 layer_norm_backward = define(
     "layer_norm_backward(Tensor dy, Tensor x, Tensor weight, float eps) -> Tensor",
-    lambda dy, x, weight, eps: _backward_cuda("layer_norm", _native.layer_norm_backward, 2, dy, x, weight, eps),
-    lambda dy, x, weight, eps: _backward_fake("layer_norm", 2, dy, x, weight, eps),
+    _layer_backward_cuda,
+    _layer_backward_fake,
 )
+
 
 def _split(grads, x, params):
     """dx, then one gradient per parameter vector, from the backward's one buffer."""
