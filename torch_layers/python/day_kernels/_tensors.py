@@ -42,6 +42,13 @@ def cuda_tensor(fn, name, t, dtypes, dims=None, op=None):
     return t
 
 
+def on_cuda(*tensors):
+    """Whether every argument is a CUDA tensor: a layer whose arguments are leaves the checks to
+    its operator (which makes them before anything runs), and makes them itself otherwise, where
+    the dispatcher would refuse a non-tensor or a device without a kernel in words of its own."""
+    return all(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors)
+
+
 def on_device(fn, name, t, op=None):
     """Checks that ``t`` is on a device the operator ``op`` runs on: CUDA, or one it has an
     implementation for."""

@@ -11,7 +11,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _native
 from ._library import define
-from ._tensors import DTYPE_NAMES, autocast, cuda_tensor, like, same_device, same_dtype, where
+from ._tensors import DTYPE_NAMES, autocast, cuda_tensor, like, on_cuda, same_device, same_dtype, where
 
 _FN = "swiglu"
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -31,7 +31,8 @@ def swiglu(gate, up):
     differentiable (no double backward).
     """
     gate, up = autocast(gate, up)
-    _check("day_kernels::swiglu_forward", gate, up)
+    if not on_cuda(gate, up):
+        _check("day_kernels::swiglu_forward", gate, up)
     return _Swiglu.apply(gate, up)
 
 

@@ -16,7 +16,7 @@ import torch
 
 from . import _native
 from ._library import define
-from ._tensors import DTYPE_NAMES, autocast, cuda_tensor, like, same_device, same_dtype, where
+from ._tensors import DTYPE_NAMES, autocast, cuda_tensor, like, on_cuda, same_device, same_dtype, where
 
 _FN = "flash_attention"
 _DTYPES = (torch.bfloat16, torch.float16)
@@ -53,9 +53,11 @@ def flash_attention(
     q, k, v = autocast(q, k, v)
     cu_seqlens_q = _host_starts("cu_seqlens_q", cu_seqlens_q)
     cu_seqlens_k = _host_starts("cu_seqlens_k", cu_seqlens_k)
-    _check("day_kernels::flash_attention_forward", q, k, v, cu_seqlens_q, cu_seqlens_k)
-    head_dim = q.shape[-1]
-    ratio = 1.0 if scale is None else float(scale) * math.sqrt(head_dim)
+    # The operator checks its arguments before it launches; here only where q is copied first
+    # (another scale), or where an argument is not a CUDA tensor.
+    if scale is not None or not on_cuda(q, k, v):
+        _check("day_kernels::flash_attention_forward", q, k, v, cu_seqlens_q, cu_seqlens_k)
+    ratio = 1.0 if scale is None else float(scale) * math.sqrt(q.shape[-1])
     if ratio != 1.0:
         q = q * ratio
     # Autograd carries the ratio into q's gradient through this product.

@@ -20,7 +20,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _native
 from ._library import define
-from ._tensors import DTYPE_NAMES, autocast, cuda_tensor, like, same_device, same_dtype, where
+from ._tensors import DTYPE_NAMES, autocast, cuda_tensor, like, on_cuda, same_device, same_dtype, where
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -38,7 +38,8 @@ def rms_norm(x, weight, eps=1e-6):
     fn = "rms_norm"
     eps = _eps(fn, eps)
     x, weight = autocast(x, weight)
-    _check(fn, "day_kernels::rms_norm_forward", x, weight=weight)
+    if not on_cuda(x, weight):
+        _check(fn, "day_kernels::rms_norm_forward", x, weight=weight)
     return _RmsNorm.apply(x, weight, eps)
 
 
@@ -55,7 +56,8 @@ def layer_norm(x, weight, bias, eps=1e-5):
     fn = "layer_norm"
     eps = _eps(fn, eps)
     x, weight, bias = autocast(x, weight, bias)
-    _check(fn, "day_kernels::layer_norm_forward", x, weight=weight, bias=bias)
+    if not on_cuda(x, weight, bias):
+        _check(fn, "day_kernels::layer_norm_forward", x, weight=weight, bias=bias)
     return _LayerNorm.apply(x, weight, bias, eps)
 
 
