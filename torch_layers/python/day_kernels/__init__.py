@@ -14,6 +14,11 @@ Bad input (a tensor on the CPU, a dtype or head dim the kernels do not take, sha
 not match, a non-contiguous tensor) raises ``ValueError`` or ``TypeError`` with one message
 before anything runs. Importing this package needs no GPU and no torch; the functions need
 both.
+
+The kernels are PyTorch operators, ``torch.ops.day_kernels.*`` (``_library.py``), which each
+layer's autograd function calls: torch.compile traces the layers whole, and autocast hands
+them its dtype. A layer's module defines its operators when it is first imported;
+``day_kernels.ops`` imports every layer and is ``torch.ops.day_kernels``.
 """
 
 from . import _nvrtc
@@ -42,11 +47,17 @@ _HOMES = {
 
 
 def __getattr__(name):
+    import importlib
+
+    if name == "ops":
+        for home in sorted(set(_HOMES.values())):
+            importlib.import_module(f".{home}", __name__)
+        import torch
+
+        return torch.ops.day_kernels
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'day_kernels' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(f".{home}", __name__), name)
 
 

@@ -1,12 +1,17 @@
-"""The checks every layer makes before a pointer leaves Python, and what a launch needs.
+"""The checks every layer and operator makes before a pointer leaves Python, what autocast
+hands a layer, and what a launch needs.
 
 A tensor reaches the kernels only if it is a CUDA tensor of a dtype the kernel takes,
 contiguous, on the same device as the others: otherwise one ``TypeError`` (not a tensor, a
 dtype the kernel does not take) or ``ValueError`` (device, layout, shape) names the argument
-and what was expected.
+and what was expected. A layer makes these checks before anything runs, and its operators
+make them again (the fake implementations too, so that torch.compile refuses the same
+arguments while it traces).
 """
 
 import torch
+
+from ._library import has_kernel
 
 DTYPE_NAMES = {
     torch.bfloat16: "bfloat16",
@@ -15,9 +20,11 @@ DTYPE_NAMES = {
 }
 
 
-def cuda_tensor(fn, name, t, dtypes, dims=None):
+def cuda_tensor(fn, name, t, dtypes, dims=None, op=None):
     """Checks one tensor argument of ``fn``; returns it. The device comes last, so a CPU
-    tensor's dtype and layout are judged too (and tested without a GPU)."""
+    tensor's dtype and layout are judged too (and tested without a GPU). A device other than
+    CUDA passes where the operator ``op`` has an implementation for it (the meta device, a
+    test's CPU reference)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{fn}: {name} must be a torch.Tensor, not {type(t).__name__}")
     if t.dtype not in dtypes:
@@ -31,9 +38,70 @@ def cuda_tensor(fn, name, t, dtypes, dims=None):
             f"{fn}: {name} is not contiguous (strides {t.stride()}); the kernels read rows "
             f"back to back: pass {name}.contiguous()"
         )
-    if t.device.type != "cuda":
-        raise ValueError(f"{fn}: {name} is on {t.device}; the kernels run on CUDA tensors")
+    on_device(fn, name, t, op)
     return t
+
+
+def on_cuda(*tensors):
+    """Whether every argument is a CUDA tensor: a layer whose arguments are leaves the checks to
+    its operator (which makes them before anything runs), and makes them itself otherwise, where
+    the dispatcher would refuse a non-tensor or a device without a kernel in words of its own."""
+    return all(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors)
+
+
+def on_device(fn, name, t, op=None):
+    """Checks that ``t`` is on a device the operator ``op`` runs on: CUDA, or one it has an
+    implementation for."""
+    if t.device.type != "cuda" and not (op is not None and has_kernel(op, t.device.type)):
+        raise ValueError(f"{fn}: {name} is on {t.device}; the kernels run on CUDA tensors")
+
+
+def like(fn, name, t, ref, ref_name):
+    """Checks a tensor an operator takes beside ``ref`` (an upstream gradient beside the output
+    it is the gradient of): ref's dtype, shape and device, contiguous."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, not {type(t).__name__}")
+    if t.dtype != ref.dtype:
+        raise TypeError(f"{fn}: {name} is {_name(t.dtype)}; it must be {_name(ref.dtype)}, as {ref_name} is")
+    if t.shape != ref.shape:
+        raise ValueError(
+            f"{fn}: {name} has shape {tuple(t.shape)}; it must be {ref_name}'s {tuple(ref.shape)}"
+        )
+    if t.device != ref.device:
+        raise ValueError(f"{fn}: {name} is on {t.device}; it must be on {ref_name}'s {ref.device}")
+    if not t.is_contiguous():
+        raise ValueError(f"{fn}: {name} is not contiguous (strides {t.stride()})")
+    return t
+
+
+def _name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+@torch.compiler.assume_constant_result
+def _autocast_available(device_type):
+    return torch.amp.is_autocast_available(device_type)
+
+
+def autocast(*tensors, dtype=None):
+    """The tensors as autocast hands them to a layer: where autocast is on for the first
+    tensor's device, each floating-point tensor in autocast's dtype, or in ``dtype`` where the
+    layer computes in one dtype whatever autocast's (float64 is left as it is, as autocast
+    leaves it). Anything that is not a tensor is returned as it is, for the checks to refuse.
+    The casts happen before the layer's autograd function, so autograd carries each
+    gradient back to its input's own dtype."""
+    first = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
+    if first is None:
+        return tensors
+    device_type = first.device.type
+    if not (_autocast_available(device_type) and torch.is_autocast_enabled(device_type)):
+        return tensors
+    dtype = dtype or torch.get_autocast_dtype(device_type)
+    return tuple(t.to(dtype) if _autocast_eligible(t) else t for t in tensors)
+
+
+def _autocast_eligible(t):
+    return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
 
 
 def same_device(fn, **tensors):

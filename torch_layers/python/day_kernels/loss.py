@@ -1,10 +1,16 @@
-"""``fused_linear_cross_entropy``: day 19's chunked linear + cross-entropy as an autograd function.
+"""``fused_linear_cross_entropy``: day 19's chunked linear + cross-entropy as an operator and an
+autograd function.
 
 Day 19 computes the loss and both gradients in one pass over chunks of tokens, never holding
 the whole ``[tokens, vocab]`` logits: per chunk, the logits (cuBLAS), the loss rows with their
 gradient written over the logits in place, the chunk's dH and its share of dW. So the forward
 computes dH and dW too and keeps them; the backward only multiplies them by the incoming
 gradient of the loss, as Liger Kernel's fused linear cross-entropy does.
+
+The operator (``torch.ops.day_kernels``): ``fused_linear_cross_entropy(h, weight, labels,
+ignore_index, label_smoothing, lse_square_scale, chunk_size) -> (loss, grads)``, day 19's
+whole pass: the mean loss (a float32 scalar) and the one buffer its kernels write, dH's rows
+then dW's (``[tokens + vocab, hidden]``, bfloat16), the gradients of that mean.
 """
 
 import math
@@ -12,7 +18,8 @@ import math
 import torch
 
 from . import _native
-from ._tensors import same_device, where
+from ._library import define
+from ._tensors import autocast, on_device, same_device, where
 
 _FN = "fused_linear_cross_entropy"
 _REDUCTIONS = ("mean", "sum")
@@ -49,13 +56,16 @@ def fused_linear_cross_entropy(
 
     Returns the loss, a float32 scalar. The gradients are computed with the loss whether
     or not anything requires them, and kept until the backward, which scales them in place:
-    a second backward through the same call (``retain_graph=True``) is refused.
+    a second backward through the same call (``retain_graph=True``) is refused. Under
+    autocast, h and the weight are cast to bfloat16 first, whatever autocast's dtype: day
+    19's kernels compute in bfloat16.
     """
     options = _options(ignore_index, reduction, label_smoothing, lse_square_scale, chunk_size)
-    tokens = _check(h, weight, labels)
+    h, weight = autocast(h, weight, dtype=torch.bfloat16)
+    tokens = _check(_OP, h, weight, labels)
     hidden = h.shape[-1]
     flat_labels = labels.reshape(tokens)
-    return _FusedLinearCrossEntropy.apply(h.view(tokens, hidden), weight, flat_labels, options)
+    return _FusedLinearCrossEntropy.apply(h.view(tokens, hidden), weight, flat_labels, *options)
 
 
 def default_chunk_size(tokens, hidden, vocab):
@@ -68,10 +78,10 @@ def _name(dtype):
     return str(dtype).replace("torch.", "")
 
 
-def _check(h, weight, labels):
+def _check(op, h, weight, labels):
     """Checks the tensors; returns the token count. What the arguments say (types, shapes,
-    dtypes, layout) comes before where they are, so that every mistake in them is reported
-    the same way with or without a GPU."""
+    dtypes, layout) comes before where they are (a device the operator ``op`` runs on), so that
+    every mistake in them is reported the same way with or without a GPU."""
     for name, t in (("h", h), ("weight", weight), ("labels", labels)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{_FN}: {name} must be a torch.Tensor, not {type(t).__name__}")
@@ -112,20 +122,25 @@ def _check(h, weight, labels):
                 f"back to back: pass {name}.contiguous()"
             )
     for name, t in (("h", h), ("weight", weight), ("labels", labels)):
-        if t.device.type != "cuda":
-            raise ValueError(f"{_FN}: {name} is on {t.device}; the kernels run on CUDA tensors")
+        on_device(_FN, name, t, op)
     same_device(_FN, h=h, weight=weight, labels=labels)
     return tokens
 
 
 def _options(ignore_index, reduction, label_smoothing, lse_square_scale, chunk_size):
-    """The scalar arguments, checked: (ignore_index, reduction, label_smoothing,
+    """The scalar arguments, checked: (reduction, ignore_index, label_smoothing,
     lse_square_scale, chunk_size)."""
     if reduction not in _REDUCTIONS:
         raise ValueError(
             f"{_FN}: reduction must be 'mean' or 'sum', not {reduction!r} (the gradients are "
             f"computed in the forward, for one scalar loss)"
         )
+    return (reduction, *_scalars(ignore_index, label_smoothing, lse_square_scale, chunk_size))
+
+
+def _scalars(ignore_index, label_smoothing, lse_square_scale, chunk_size):
+    """The operator's scalar arguments, checked: (ignore_index, label_smoothing,
+    lse_square_scale, chunk_size)."""
     ignore_index = _integer("ignore_index", ignore_index)
     if not _INT32[0] <= ignore_index <= _INT32[1]:
         raise ValueError(f"{_FN}: ignore_index {ignore_index} is not an int32, as the kernels' labels are")
@@ -139,7 +154,7 @@ def _options(ignore_index, reduction, label_smoothing, lse_square_scale, chunk_s
         chunk_size = _integer("chunk_size", chunk_size)
         if chunk_size < 1:
             raise ValueError(f"{_FN}: chunk_size must be at least 1 token, not {chunk_size}")
-    return ignore_index, reduction, label_smoothing, lse_square_scale, chunk_size
+    return ignore_index, label_smoothing, lse_square_scale, chunk_size
 
 
 def _integer(name, value):
@@ -154,54 +169,94 @@ def _number(name, value):
     return float(value)
 
 
+def _forward_cuda(h, weight, labels, ignore_index, label_smoothing, lse_square_scale, chunk_size):
+    tokens = _check(_OP, h, weight, labels)
+    _scalars(ignore_index, label_smoothing, lse_square_scale, chunk_size)
+    hidden = h.shape[-1]
+    vocab = weight.shape[0]
+    # Day 19's targets are int32. Labels past int32 are clamped first, so that none wraps into
+    # [0, vocab): outside it, they count as ignored, as every out-of-range label does.
+    labels32 = labels.reshape(tokens).clamp(*_INT32).to(torch.int32).contiguous()
+    grads = torch.empty(tokens + vocab, hidden, dtype=h.dtype, device=h.device)
+    loss = torch.empty((), dtype=torch.float32, device=h.device)
+    device, stream = where(h.device)
+    _native.fused_linear_cross_entropy(
+        device, stream, tokens, hidden, vocab, chunk_size, ignore_index, label_smoothing,
+        lse_square_scale, h.data_ptr(), weight.data_ptr(), labels32.data_ptr(),
+        grads.data_ptr(), loss.data_ptr(),
+    )
+    return loss, grads
+
+
+def _forward_fake(h, weight, labels, ignore_index, label_smoothing, lse_square_scale, chunk_size):
+    tokens = _check(_OP, h, weight, labels)
+    _scalars(ignore_index, label_smoothing, lse_square_scale, chunk_size)
+    return h.new_empty((), dtype=torch.float32), h.new_empty((tokens + weight.shape[0], h.shape[-1]))
+
+
+_OP = "day_kernels::fused_linear_cross_entropy"
+fused_linear_cross_entropy_op = define(
+    "fused_linear_cross_entropy(Tensor h, Tensor weight, Tensor labels, int ignore_index, "
+    "float label_smoothing, float lse_square_scale, int? chunk_size) -> (Tensor loss, Tensor grads)",
+    _forward_cuda,
+    _forward_fake,
+)
+
+
 class _FusedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, weight, labels, options):
-        ignore_index, reduction, label_smoothing, lse_square_scale, chunk_size = options
-        tokens, hidden = h.shape
-        vocab = weight.shape[0]
-        # Day 19's targets are int32. Labels past int32 are clamped first, so that none wraps
-        # into [0, vocab): outside it, they count as ignored, as every out-of-range label does.
-        labels32 = labels.clamp(*_INT32).to(torch.int32).contiguous()
-        grads = torch.empty((tokens + vocab) * hidden, dtype=h.dtype, device=h.device)
-        loss = torch.empty((), dtype=torch.float32, device=h.device)
-        device, stream = where(h.device)
-        _native.fused_linear_cross_entropy(
-            device, stream, tokens, hidden, vocab, chunk_size, ignore_index, label_smoothing,
-            lse_square_scale, h.data_ptr(), weight.data_ptr(), labels32.data_ptr(),
-            grads.data_ptr(), loss.data_ptr(),
+    def forward(
+        ctx, h, weight, labels, reduction, ignore_index, label_smoothing, lse_square_scale, chunk_size
+    ):
+        loss, grads = fused_linear_cross_entropy_op(
+            h, weight, labels, ignore_index, label_smoothing, lse_square_scale, chunk_size
         )
+        ctx.tokens = h.shape[0]
         # Day 19 gives the mean and gradients of the mean; the sum is N times both, N the
         # labels it counted (the same rule as its kernels: not ignored, inside [0, vocab)).
         if reduction == "sum":
-            scale = ((labels32 != ignore_index) & (labels32 >= 0) & (labels32 < vocab)).sum().to(torch.float32)
-            loss = loss * scale
-        else:
-            scale = None
-        ctx.scale = scale
-        # Views of the one buffer the kernels wrote. Autograd may keep weight's as its .grad,
-        # and that keeps dH's part of the buffer alive with it, tokens x hidden more: less
-        # than a copy of dW (vocab x hidden) would cost.
-        ctx.grads = (grads[: tokens * hidden].view(tokens, hidden), grads[tokens * hidden:].view(vocab, hidden))
+            vocab = weight.shape[0]
+            count = ((labels != ignore_index) & (labels >= 0) & (labels < vocab)).sum().to(torch.float32)
+            ctx.save_for_backward(grads, count)
+            return loss * count
+        ctx.save_for_backward(grads)
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss):
-        if ctx.grads is None:
-            raise RuntimeError(
-                f"{_FN}: the backward already ran for this call; its gradients were computed in "
-                f"the forward and scaled in place. Call {_FN} again rather than keep its graph"
-            )
-        dh, dw = ctx.grads
-        ctx.grads = None
-        # On the device, no sync: one multiply of each gradient, in place (a copy of dW would
-        # cost its size again), by the incoming gradient (and N for a sum). The factor is a
-        # float32 tensor of one dimension, not a 0-dim one: torch would round a 0-dim factor
-        # to the gradients' bfloat16 first (1/3 off by 2^-9); this way the product is taken
-        # in float32 and rounded once, as it is stored.
+        grads, *count = _saved(ctx)
+        # On the device, no sync: one multiply of each gradient by the incoming gradient (and N
+        # for a sum). The factor is a float32 tensor of one dimension, not a 0-dim one: torch
+        # would round a 0-dim factor to the gradients' bfloat16 first (1/3 off by 2^-9); this
+        # way the product is taken in float32 and rounded once, as it is stored.
         factor = grad_loss.to(torch.float32).reshape(1)
-        if ctx.scale is not None:
-            factor = factor * ctx.scale
-        dh = dh.mul_(factor) if ctx.needs_input_grad[0] else None
-        dw = dw.mul_(factor) if ctx.needs_input_grad[1] else None
-        return dh, dw, None, None
+        if count:
+            factor = factor * count[0]
+        tokens = ctx.tokens
+        dh = _scaled(grads[:tokens], factor) if ctx.needs_input_grad[0] else None
+        dw = _scaled(grads[tokens:], factor) if ctx.needs_input_grad[1] else None
+        return dh, dw, None, None, None, None, None, None
+
+
+def _saved(ctx):
+    """The forward's saved gradients. In eager mode the backward scales them in place, so a
+    second backward through the same call finds them changed (autograd's version check) and
+    is refused with what happened."""
+    if torch.compiler.is_compiling():
+        return ctx.saved_tensors
+    try:
+        return ctx.saved_tensors
+    except RuntimeError:
+        raise RuntimeError(
+            f"{_FN}: the backward already ran for this call; its gradients were computed in "
+            f"the forward and scaled in place. Call {_FN} again rather than keep its graph"
+        ) from None
+
+
+def _scaled(grad, factor):
+    """grad times factor, rounded once to grad's dtype. In place in eager mode: a copy of dW
+    would cost its size again. A compiled graph is functional (the multiply is a new tensor
+    there whichever is written), so it is written out of place."""
+    if torch.compiler.is_compiling():
+        return (grad * factor).to(grad.dtype)
+    return grad.mul_(factor)

@@ -1,9 +1,16 @@
-"""``rms_norm`` and ``layer_norm``: days 11 and 12, forward and backward, as autograd functions.
+"""``rms_norm`` and ``layer_norm``: days 11 and 12, forward and backward, as operators and
+autograd functions.
 
 Both normalize over the last dimension of ``x`` (``[..., cols]``, every leading dimension a
 row) with a weight (and LayerNorm's bias) of ``cols``; the math is in float32 whatever the
 storage. The backward recomputes each row's statistics from ``x``, so the forward saves only
 its inputs. The backward is not itself differentiable (no double backward).
+
+The operators (``torch.ops.day_kernels``): ``rms_norm_forward(x, weight, eps) -> y`` and
+``layer_norm_forward(x, weight, bias, eps) -> y``; ``rms_norm_backward(dy, x, weight, eps)``
+and ``layer_norm_backward(dy, x, weight, eps)`` return the one buffer the days' backward
+kernels write, ``[rows + 1, cols]`` (dx's rows, then dweight) and ``[rows + 2, cols]`` (dx's
+rows, dweight, dbias), all of x's dtype.
 """
 
 import math
@@ -12,7 +19,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _native
-from ._tensors import DTYPE_NAMES, cuda_tensor, same_device, same_dtype, where
+from ._library import define
+from ._tensors import DTYPE_NAMES, autocast, cuda_tensor, like, on_cuda, same_device, same_dtype, where
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -24,11 +32,14 @@ def rms_norm(x, weight, eps=1e-6):
     ``x`` is ``[..., cols]``, ``weight`` ``[cols]``, one dtype (bfloat16, float16 or
     float32), contiguous, on one CUDA device. ``eps`` defaults to day 11's 1e-6 (torch's
     ``F.rms_norm`` defaults to the dtype's machine epsilon instead). Returns y of x's shape
-    and dtype.
+    and dtype. Under autocast, x and the weight are cast to autocast's dtype first (the
+    kernels take one dtype for all).
     """
     fn = "rms_norm"
     eps = _eps(fn, eps)
-    _check(fn, x, weight=weight)
+    x, weight = autocast(x, weight)
+    if not on_cuda(x, weight):
+        _check(fn, "day_kernels::rms_norm_forward", x, weight=weight)
     return _RmsNorm.apply(x, weight, eps)
 
 
@@ -39,18 +50,22 @@ def layer_norm(x, weight, bias, eps=1e-5):
 
     ``x`` is ``[..., cols]``, ``weight`` and ``bias`` ``[cols]``, one dtype (bfloat16,
     float16 or float32), contiguous, on one CUDA device. ``eps`` defaults to torch's 1e-5.
-    Returns y of x's shape and dtype.
+    Returns y of x's shape and dtype. Under autocast, x, the weight and the bias are cast to
+    autocast's dtype first (the kernels take one dtype for all).
     """
     fn = "layer_norm"
     eps = _eps(fn, eps)
-    _check(fn, x, weight=weight, bias=bias)
+    x, weight, bias = autocast(x, weight, bias)
+    if not on_cuda(x, weight, bias):
+        _check(fn, "day_kernels::layer_norm_forward", x, weight=weight, bias=bias)
     return _LayerNorm.apply(x, weight, bias, eps)
 
 
-def _check(fn, x, **params):
+def _check(fn, op, x, **params):
     """Checks x and the parameter vectors: tensors, shapes, one dtype, then dtype, layout and
-    device of each, then one device. What the arguments say comes before where they are, so
-    that every mistake in them is reported the same way with or without a GPU."""
+    device of each (a device the operator ``op`` runs on), then one device. What the arguments say comes
+    before where they are, so that every mistake in them is reported the same way with or
+    without a GPU."""
     for name, t in (("x", x), *params.items()):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{fn}: {name} must be a torch.Tensor, not {type(t).__name__}")
@@ -66,7 +81,7 @@ def _check(fn, x, **params):
     tensors = {"x": x, **params}
     same_dtype(fn, **tensors)
     for name, t in tensors.items():
-        cuda_tensor(fn, name, t, _DTYPES)
+        cuda_tensor(fn, name, t, _DTYPES, op=op)
     same_device(fn, **tensors)
 
 
@@ -84,78 +99,156 @@ def _eps(fn, eps):
 
 def _rows(x):
     """(rows, cols) of x seen as [rows, cols]."""
-    cols = x.shape[-1]
-    return (x.numel() // cols if cols else 0), cols
+    return math.prod(x.shape[:-1]), x.shape[-1]
 
 
-def _split(grads, x, params):
-    """dx, then one gradient per parameter vector, from the backward's one buffer."""
-    rows, cols = _rows(x)
-    dx = grads[: rows * cols].view(x.shape)
-    # Copied out (cols elements each): a view would keep the whole buffer, dx's size, alive
-    # for as long as autograd keeps the parameter's .grad.
-    rest = [grads[(rows + i) * cols:(rows + i + 1) * cols].clone() for i in range(params)]
-    return (dx, *rest)
+def _forward_checks(fn, x, eps, params):
+    _eps(fn, eps)
+    _check(fn, f"day_kernels::{fn}_forward", x, **params)
 
 
-def _empty_grads(x, params):
-    """The gradients of an empty x: dx empty, each parameter's zero (no row contributes)."""
-    cols = x.shape[-1]
-    return (torch.empty_like(x), *(torch.zeros(cols, dtype=x.dtype, device=x.device) for _ in range(params)))
+def _backward_checks(fn, dy, x, eps, weight):
+    _eps(fn, eps)
+    _check(fn, f"day_kernels::{fn}_backward", x, weight=weight)
+    like(fn, "dy", dy, x, "x")
 
 
-def _backward(ctx, dy, native, params):
-    """dx and the `params` parameter gradients of either norm, by its native backward."""
-    x, weight = ctx.saved_tensors
-    if x.numel() == 0:
-        return _empty_grads(x, params)
-    # Autograd may hand over a broadcast gradient (from a sum, say); the kernels read rows of
-    # x's dtype.
-    dy = dy.to(x.dtype).contiguous()
-    rows, cols = _rows(x)
-    device, stream = where(x.device)
-    grads = torch.empty((rows + params) * cols, dtype=x.dtype, device=x.device)
-    native(
-        device, stream, DTYPE_NAMES[x.dtype], rows, cols, ctx.eps, x.data_ptr(),
-        weight.data_ptr(), dy.data_ptr(), grads.data_ptr(),
-    )
-    return _split(grads, x, params)
-
-
-def _forward(ctx, native, x, weight, eps, *bias):
-    """y of either norm by its native forward (LayerNorm's takes the bias after the weight).
-    Saves what the backward reads: x and the weight (the bias does not enter the gradients)."""
-    ctx.save_for_backward(x, weight)
-    ctx.eps = eps
+def _forward_cuda(fn, native, x, eps, **params):
+    """y of either norm by its native forward (LayerNorm's takes the bias after the weight)."""
+    _forward_checks(fn, x, eps, params)
     y = torch.empty_like(x)
     if x.numel() == 0:
         return y
     rows, cols = _rows(x)
     device, stream = where(x.device)
     native(
-        device, stream, DTYPE_NAMES[x.dtype], rows, cols, eps, x.data_ptr(), weight.data_ptr(),
-        *(b.data_ptr() for b in bias), y.data_ptr(),
+        device, stream, DTYPE_NAMES[x.dtype], rows, cols, eps, x.data_ptr(),
+        *(p.data_ptr() for p in params.values()), y.data_ptr(),
     )
     return y
+
+
+def _forward_fake(fn, x, eps, **params):
+    _forward_checks(fn, x, eps, params)
+    return torch.empty_like(x)
+
+
+def _backward_cuda(fn, native, params, dy, x, weight, eps):
+    """``[dx | dweight [| dbias]]`` of either norm by its native backward: `params` rows after
+    x's. An empty x has no rows to read: its buffer is zeros (no row adds to a parameter's
+    gradient)."""
+    _backward_checks(fn, dy, x, eps, weight)
+    rows, cols = _rows(x)
+    if x.numel() == 0:
+        return torch.zeros(rows + params, cols, dtype=x.dtype, device=x.device)
+    grads = torch.empty(rows + params, cols, dtype=x.dtype, device=x.device)
+    device, stream = where(x.device)
+    native(
+        device, stream, DTYPE_NAMES[x.dtype], rows, cols, eps, x.data_ptr(), weight.data_ptr(),
+        dy.data_ptr(), grads.data_ptr(),
+    )
+    return grads
+
+
+def _backward_fake(fn, params, dy, x, weight, eps):
+    _backward_checks(fn, dy, x, eps, weight)
+    rows, cols = _rows(x)
+    return x.new_empty((rows + params, cols))
+
+
+def _rms_forward_cuda(x, weight, eps):
+    return _forward_cuda("rms_norm", _native.rms_norm_forward, x, eps, weight=weight)
+
+
+def _rms_forward_fake(x, weight, eps):
+    return _forward_fake("rms_norm", x, eps, weight=weight)
+
+
+def _rms_backward_cuda(dy, x, weight, eps):
+    return _backward_cuda("rms_norm", _native.rms_norm_backward, 1, dy, x, weight, eps)
+
+
+def _rms_backward_fake(dy, x, weight, eps):
+    return _backward_fake("rms_norm", 1, dy, x, weight, eps)
+
+
+def _layer_forward_cuda(x, weight, bias, eps):
+    return _forward_cuda("layer_norm", _native.layer_norm_forward, x, eps, weight=weight, bias=bias)
+
+
+def _layer_forward_fake(x, weight, bias, eps):
+    return _forward_fake("layer_norm", x, eps, weight=weight, bias=bias)
+
+
+def _layer_backward_cuda(dy, x, weight, eps):
+    return _backward_cuda("layer_norm", _native.layer_norm_backward, 2, dy, x, weight, eps)
+
+
+def _layer_backward_fake(dy, x, weight, eps):
+    return _backward_fake("layer_norm", 2, dy, x, weight, eps)
+
+
+rms_norm_forward = define(
+    "rms_norm_forward(Tensor x, Tensor weight, float eps) -> Tensor", _rms_forward_cuda, _rms_forward_fake
+)
+rms_norm_backward = define(
+    "rms_norm_backward(Tensor dy, Tensor x, Tensor weight, float eps) -> Tensor",
+    _rms_backward_cuda,
+    _rms_backward_fake,
+)
+layer_norm_forward = define(
+    "layer_norm_forward(Tensor x, Tensor weight, Tensor bias, float eps) -> Tensor",
+    _layer_forward_cuda,
+    _layer_forward_fake,
+)
+layer_norm_backward = define(
+    "layer_norm_backward(Tensor dy, Tensor x, Tensor weight, float eps) -> Tensor",
+    _layer_backward_cuda,
+    _layer_backward_fake,
+)
+
+
+def _split(grads, x, params):
+    """dx, then one gradient per parameter vector, from the backward's one buffer."""
+    dx = grads[:-params].view(x.shape)
+    # Copied out (cols elements each): a view would keep the whole buffer, dx's size, alive
+    # for as long as autograd keeps the parameter's .grad.
+    return (dx, *(grads[i - params].clone() for i in range(params)))
+
+
+def _upstream(dy, x):
+    # Autograd may hand over a broadcast gradient (from a sum, say); the kernels read rows of
+    # x's dtype.
+    return dy.to(x.dtype).contiguous()
 
 
 class _RmsNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
-        return _forward(ctx, _native.rms_norm_forward, x, weight, eps)
+        # The backward reads x and the weight (and recomputes the statistics).
+        ctx.save_for_backward(x, weight)
+        ctx.eps = eps
+        return rms_norm_forward(x, weight, eps)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        return (*_backward(ctx, dy, _native.rms_norm_backward, 1), None)
+        x, weight = ctx.saved_tensors
+        grads = rms_norm_backward(_upstream(dy, x), x, weight, ctx.eps)
+        return (*_split(grads, x, 1), None)
 
 
 class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
-        return _forward(ctx, _native.layer_norm_forward, x, weight, eps, bias)
+        # The bias does not enter the gradients.
+        ctx.save_for_backward(x, weight)
+        ctx.eps = eps
+        return layer_norm_forward(x, weight, bias, eps)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
-        return (*_backward(ctx, dy, _native.layer_norm_backward, 2), None)
+        x, weight = ctx.saved_tensors
+        grads = layer_norm_backward(_upstream(dy, x), x, weight, ctx.eps)
+        return (*_split(grads, x, 2), None)
