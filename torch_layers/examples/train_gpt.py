@@ -22,7 +22,8 @@ absolute gap of the smoothed loss over the last 100 steps); ours is faster when 
 beat the faster of the two PyTorch runs. It prints a table and writes ``results.json`` and
 ``loss.png`` into ``--out``. In ``results.json`` each run has ``loss[i]`` (step i's batch,
 before its update), ``loss_ema``, ``grad_norm``, ``lr``, ``val`` (``[updates made, loss]``
-pairs, the first before any update), ``tokens_per_s``, ``step_ms_median`` and
+pairs, the first before any update), ``tokens_per_s``, ``step_ms_median`` (the GPU's clock),
+``host_ms_median`` (the host's, until the step's last call returns), ``compile`` and
 ``peak_memory_gib``; ``verdict`` holds the two gaps and the two answers, ``environment`` the
 GPU's name and the versions.
 
@@ -31,6 +32,7 @@ Run it (an NVIDIA GPU, PyTorch with CUDA, and the ``day_kernels`` wheel installe
     python torch_layers/examples/train_gpt.py --out /tmp/gpt
     python torch_layers/examples/train_gpt.py --quick --out /tmp/gpt-quick   # a smoke test
     python torch_layers/examples/train_gpt.py --layers torch --quick         # no extension
+    python torch_layers/examples/train_gpt.py --compile default --out /tmp/gpt-compiled
 
 Exit codes: 0 when it ran (whatever the verdict), 1 with ``--require-agreement`` when the
 curves do not agree, 2 when it cannot run (no CUDA GPU, no ``day_kernels``, bad flags).
@@ -348,6 +350,10 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device):
     with torch.no_grad():
         checksum = sum(p.double().sum().item() for p in model.parameters())
     model.to(device)
+    # The step runs the model compiled where --compile asks (the same mode for every run, so
+    # the verdict compares like with like); validation runs it eagerly, which needs no second
+    # compile for no_grad.
+    step_model = model if cfg.compile == "none" else torch.compile(model, mode=cfg.compile)
     n_params = sum(p.numel() for p in model.parameters())
     opt, fused = make_optimizer(model, cfg.lr)
 
@@ -359,29 +365,39 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device):
     val = [(0, evaluate(model, val_batches, layers))]  # before any update
     # One pair of CUDA events around each step: the time between them is the step's time on
     # the GPU's clock, excluding validation and printing between steps. The first steps are
-    # left out of tokens/s: they compile kernels (NVRTC for ours, cuBLAS/cuDNN set-up for both).
+    # left out of tokens/s: they compile kernels (NVRTC for ours, cuBLAS/cuDNN set-up for both,
+    # and torch.compile's graphs). The host's time per step, from the step's start to its last
+    # call returning, is what the Python side costs: where it exceeds the GPU's, the host is
+    # what the step waits on.
     events = [
         (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         for _ in range(steps)
     ]
+    host_ms = []
+    compiled = "" if cfg.compile == "none" else f", torch.compile (mode {cfg.compile})"
     print(f"-- {name}: {layers.name} layers, seed {seed}, {n_params / 1e6:.2f}M parameters, "
-          f"AdamW{' (fused)' if fused else ''}", flush=True)
+          f"AdamW{' (fused)' if fused else ''}{compiled}", flush=True)
     wall = time.perf_counter()
     for step in range(steps):
         start, end = events[step]
+        host = time.perf_counter()
+        if cfg.compile == "reduce-overhead":
+            # A new iteration: the CUDA graphs may overwrite the last step's outputs.
+            torch.compiler.cudagraph_mark_step_begin()
         start.record()
         lr = lr_at(step, cfg)
         for group in opt.param_groups:
             group["lr"] = lr
         x, y = train_batches[step]
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x, y, layers)
+            loss = step_model(x, y, layers)
         loss.backward()
         grad_norms[step] = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses[step] = loss.detach()
         end.record()
+        host_ms.append((time.perf_counter() - host) * 1e3)
         lrs.append(lr)
 
         last = step + 1 == steps
@@ -410,12 +426,14 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device):
         val=[[s, v] for s, v in val],
         timed_steps=len(step_ms),
         step_ms_median=sorted(step_ms)[len(step_ms) // 2] if step_ms else None,
+        host_ms_median=sorted(host_ms[warm:])[len(host_ms[warm:]) // 2] if host_ms[warm:] else None,
+        compile=cfg.compile,
         tokens_per_s=tokens_per_step * len(step_ms) / timed_s if timed_s > 0 else None,
         peak_memory_gib=torch.cuda.max_memory_allocated(device) / 2**30,
         wall_s=wall,
     )
     record["loss_ema"] = ema(record["loss"])
-    del model, opt, losses, grad_norms
+    del model, step_model, opt, losses, grad_norms
     return record
 
 
@@ -483,11 +501,12 @@ def fmt(v, spec):
 def print_table(runs):
     print()
     print(f"{'run':<9} {'layers':<6} {'seed':>6} {'loss (ema)':>10} {'val loss':>9} "
-          f"{'tokens/s':>10} {'step ms':>8} {'peak GiB':>9}")
+          f"{'tokens/s':>10} {'step ms':>8} {'host ms':>8} {'peak GiB':>9}")
     for r in runs.values():
         print(f"{r['name']:<9} {r['layers']:<6} {r['seed']:>6} {fmt(r['loss_ema'][-1], '.4f'):>10} "
               f"{fmt(r['val'][-1][1], '.4f'):>9} {fmt(r['tokens_per_s'], ',.0f'):>10} "
-              f"{fmt(r['step_ms_median'], '.2f'):>8} {fmt(r['peak_memory_gib'], '.2f'):>9}")
+              f"{fmt(r['step_ms_median'], '.2f'):>8} {fmt(r.get('host_ms_median'), '.2f'):>8} "
+              f"{fmt(r['peak_memory_gib'], '.2f'):>9}")
 
 
 def print_verdict(v):
@@ -605,6 +624,9 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1234, help="seed A: torch-A's and ours-A's weights")
     p.add_argument("--seed-b", type=int, help="seed B: torch-B's weights (seed A + 1)")
     p.add_argument("--data-seed", type=int, default=0, help="the batches' order (the same for every run)")
+    p.add_argument("--compile", choices=("none", "default", "reduce-overhead"), default="none",
+                   help="run every model's step under torch.compile with this mode (default: none, "
+                   "eager); reduce-overhead captures CUDA graphs")
     p.add_argument("--deterministic-attention", action="store_true",
                    help="our attention backward with a fixed-order dQ (the same bits each run)")
     p.add_argument("--corpus-root", type=Path, default=here.parents[2],
