@@ -134,7 +134,7 @@ def test_under_autocast_ours_follow_pytorchs_layers_eager_and_compiled():
         _assert_close(_step(ours, compiled, tokens, labels), got, "compiled against eager")
 
 
-def test_under_autocast_each_layer_returns_autocasts_dtype():
+def test_under_autocast_the_layers_return_autocasts_dtype_and_the_norms_xs():
     x = torch.randn(64, 256, device="cuda", requires_grad=True)
     w = torch.ones(256, device="cuda", requires_grad=True)
     q = torch.randn(1, 64, 2, 64, device="cuda", requires_grad=True)
@@ -143,7 +143,9 @@ def test_under_autocast_each_layer_returns_autocasts_dtype():
                 dk.flash_attention(q, q, q, causal=True)]
         loss = dk.fused_linear_cross_entropy(x, torch.randn(100, 256, device="cuda"),
                                              torch.randint(0, 100, (64,), device="cuda"))
-    assert [o.dtype for o in outs] == [torch.bfloat16] * 4 and loss.dtype == torch.float32
+    # The norms keep x's dtype (float32 here), as PyTorch's do under autocast.
+    assert [o.dtype for o in outs] == [torch.float32] * 2 + [torch.bfloat16] * 2
+    assert loss.dtype == torch.float32
     (sum(o.float().sum() for o in outs) + loss).backward()
     assert x.grad.dtype == w.grad.dtype == q.grad.dtype == torch.float32
 

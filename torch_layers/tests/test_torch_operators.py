@@ -470,17 +470,23 @@ def test_the_fake_implementations_refuse_what_the_kernels_would(call, error, wha
         call(meta)
 
 
-# Autocast: each layer takes autocast's dtype; the loss computes in bfloat16 whatever it is.
+# Autocast: each layer takes autocast's dtype, but a norm keeps x's; the loss computes in bfloat16
+# whatever it is.
 
 
 def test_under_autocast_each_layer_takes_its_dtype_and_gradients_keep_theirs():
     x, w, b = _leaves(torch.randn(4, 64), torch.ones(64), torch.zeros(64))
     q, k, v = _leaves(*(torch.randn(1, 8, 2, 32) for _ in range(3)))
+    xb = _leaves(torch.randn(4, 64).bfloat16())[0]
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        outs = [dk.rms_norm(x, w), dk.layer_norm(x, w, b), dk.swiglu(x, x), dk.flash_attention(q, k, v)]
-    assert [o.dtype for o in outs] == [torch.bfloat16] * 4
-    sum(o.float().sum() for o in outs).backward()
+        outs = [dk.swiglu(x, x), dk.flash_attention(q, k, v)]
+        # The norms keep x's dtype, as PyTorch's do under autocast; the weights follow x.
+        norms = [dk.rms_norm(x, w), dk.layer_norm(x, w, b), dk.rms_norm(xb, w), dk.layer_norm(xb, w, b)]
+    assert [o.dtype for o in outs] == [torch.bfloat16] * 2
+    assert [o.dtype for o in norms] == [torch.float32] * 2 + [torch.bfloat16] * 2
+    sum(o.float().sum() for o in outs + norms).backward()
     assert all(t.grad.dtype == torch.float32 for t in (x, w, b, q, k, v))
+    assert xb.grad.dtype == torch.bfloat16
 
 
 def test_the_loss_computes_in_bfloat16_under_any_autocast():

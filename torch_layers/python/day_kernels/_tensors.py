@@ -100,6 +100,19 @@ def autocast(*tensors, dtype=None):
     return tuple(t.to(dtype) if _autocast_eligible(t) else t for t in tensors)
 
 
+def autocast_like(x, *params):
+    """A norm's parameters as autocast hands them to it: where autocast is on for x's device,
+    each floating-point parameter in x's dtype. A norm keeps x's dtype under autocast (PyTorch
+    runs its own norms in float32 there, so a float32 residual stream stays float32, and a
+    bfloat16 one keeps its dtype), and the kernels take one dtype for x and its parameters."""
+    if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != torch.float64):
+        return params
+    device_type = x.device.type
+    if not (_autocast_available(device_type) and torch.is_autocast_enabled(device_type)):
+        return params
+    return tuple(p.to(x.dtype) if _autocast_eligible(p) and p.dtype != x.dtype else p for p in params)
+
+
 def _autocast_eligible(t):
     return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
 

@@ -20,7 +20,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _native
 from ._library import define
-from ._tensors import DTYPE_NAMES, autocast, cuda_tensor, like, on_cuda, same_device, same_dtype, where
+from ._tensors import DTYPE_NAMES, autocast_like, cuda_tensor, like, on_cuda, same_device, same_dtype, where
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -32,12 +32,12 @@ def rms_norm(x, weight, eps=1e-6):
     ``x`` is ``[..., cols]``, ``weight`` ``[cols]``, one dtype (bfloat16, float16 or
     float32), contiguous, on one CUDA device. ``eps`` defaults to day 11's 1e-6 (torch's
     ``F.rms_norm`` defaults to the dtype's machine epsilon instead). Returns y of x's shape
-    and dtype. Under autocast, x and the weight are cast to autocast's dtype first (the
-    kernels take one dtype for all).
+    and dtype. Under autocast, y keeps x's dtype (as PyTorch's norms compute in float32 there,
+    a float32 x stays float32) and the weight is cast to it (the kernels take one dtype for all).
     """
     fn = "rms_norm"
     eps = _eps(fn, eps)
-    x, weight = autocast(x, weight)
+    (weight,) = autocast_like(x, weight)
     if not on_cuda(x, weight):
         _check(fn, "day_kernels::rms_norm_forward", x, weight=weight)
     return _RmsNorm.apply(x, weight, eps)
@@ -50,12 +50,13 @@ def layer_norm(x, weight, bias, eps=1e-5):
 
     ``x`` is ``[..., cols]``, ``weight`` and ``bias`` ``[cols]``, one dtype (bfloat16,
     float16 or float32), contiguous, on one CUDA device. ``eps`` defaults to torch's 1e-5.
-    Returns y of x's shape and dtype. Under autocast, x, the weight and the bias are cast to
-    autocast's dtype first (the kernels take one dtype for all).
+    Returns y of x's shape and dtype. Under autocast, y keeps x's dtype (as PyTorch's norms
+    compute in float32 there, a float32 x stays float32) and the weight and bias are cast to it
+    (the kernels take one dtype for all).
     """
     fn = "layer_norm"
     eps = _eps(fn, eps)
-    x, weight, bias = autocast(x, weight, bias)
+    weight, bias = autocast_like(x, weight, bias)
     if not on_cuda(x, weight, bias):
         _check(fn, "day_kernels::layer_norm_forward", x, weight=weight, bias=bias)
     return _LayerNorm.apply(x, weight, bias, eps)
