@@ -430,10 +430,55 @@ def test_packed_sequences_compile_with_their_starts_as_a_list():
         _compiled_matches_eager(model, (tokens, tokens.roll(-1, 0), cu))
 
 
-def test_a_bad_argument_is_refused_while_tracing():
+def test_a_bad_argument_is_refused_while_tracing(monkeypatch):
+    # As on the GPU, where the layer leaves its checks to the operator: the refusal comes from
+    # the fake implementation, which the trace runs.
+    monkeypatch.setattr(dk.norm, "on_cuda", lambda *tensors: True)
     fn = torch.compile(lambda x, w: dk.rms_norm(x, w), fullgraph=True, backend="aot_eager")
     with pytest.raises(Exception, match=r"weight has shape \(63,\); it must be \(64,\)"):
         fn(torch.randn(4, 64), torch.randn(63))
+
+
+def test_a_changing_eps_compiles_whole():
+    # A float argument that changes between calls becomes symbolic: the checks compare it.
+    fn = torch.compile(lambda x, w, eps: dk.rms_norm(x, w, eps), fullgraph=True, backend="aot_eager")
+    x, w = torch.randn(4, 64), torch.randn(64)
+    for eps in (1e-6, 1e-5, 1e-4):
+        torch.testing.assert_close(fn(x, w, eps), F.rms_norm(x, (64,), w, eps), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "layer, home, args",
+    [
+        ("rms_norm", "norm", lambda m: (m(64, 4).t(), m(64))),
+        ("layer_norm", "norm", lambda m: (m(64, 4).t(), m(64), m(64))),
+        ("swiglu", "activation", lambda m: (m(64, 4).t(), m(4, 64))),
+    ],
+)
+def test_the_operators_refuse_a_strided_tensor_the_layers_pass_them(monkeypatch, layer, home, args):
+    # The path a CUDA tensor takes: the layer makes no checks of its own, and the operator's
+    # (here its fake implementation, on the meta device) refuses the tensor.
+    monkeypatch.setattr(getattr(dk, home), "on_cuda", lambda *tensors: True)
+
+    def meta(*shape):
+        return torch.empty(*shape, device="meta")
+
+    with pytest.raises(ValueError, match="is not contiguous"):
+        getattr(dk, layer)(*args(meta))
+
+
+@pytest.mark.parametrize("layer", ["flash_attention", "fused_linear_cross_entropy"])
+def test_no_layer_is_differentiable_twice(layer):
+    # The kernels have no backward of their own: asking for one is an error, not zeros.
+    if layer == "flash_attention":
+        q, k, v = _leaves(*(torch.randn(1, 8, 2, 32).bfloat16() for _ in range(3)))
+        out, inputs = dk.flash_attention(q, k, v).float().square().sum(), (q,)
+    else:
+        h, w = _leaves(torch.randn(8, 32).bfloat16(), torch.randn(50, 32).bfloat16())
+        out, inputs = dk.fused_linear_cross_entropy(h, w, torch.randint(0, 50, (8,))), (h,)
+    (g,) = torch.autograd.grad(out, inputs, create_graph=True)
+    with pytest.raises(RuntimeError):
+        torch.autograd.grad(g.float().sum(), inputs)
 
 
 # The operators' fake implementations: shapes without running anything, and the checks.
@@ -480,7 +525,8 @@ def test_under_autocast_each_layer_takes_its_dtype_and_gradients_keep_theirs():
     xb = _leaves(torch.randn(4, 64).bfloat16())[0]
     with torch.autocast("cpu", dtype=torch.bfloat16):
         outs = [dk.swiglu(x, x), dk.flash_attention(q, k, v)]
-        # The norms keep x's dtype, as PyTorch's do under autocast; the weights follow x.
+        # The norms keep x's dtype (a float32 x stays float32, as with PyTorch's); the
+        # weights follow x.
         norms = [dk.rms_norm(x, w), dk.layer_norm(x, w, b), dk.rms_norm(xb, w), dk.layer_norm(xb, w, b)]
     assert [o.dtype for o in outs] == [torch.bfloat16] * 2
     assert [o.dtype for o in norms] == [torch.float32] * 2 + [torch.bfloat16] * 2

@@ -12,8 +12,10 @@ returns a view of one. A backward returns the one buffer its kernels write (``[d
 for a norm, say), which the layer's autograd function takes apart in views. Every operator is
 tagged ``needs_contiguous_strides`` (the kernels read rows back to back, so Inductor hands
 them contiguous tensors) and ``cudagraph_unsafe``: the kernels' scratch and cuBLAS handles are
-the extension's own, made on first use outside PyTorch's allocator, so Inductor leaves these
-operators out of the CUDA graphs it captures.
+the extension's own, made outside PyTorch's allocator (some kept from call to call, the
+norms' partial sums taken per call), so Inductor leaves these operators out of the CUDA graphs
+it captures (where it partitions graphs around such operators, as PyTorch 2.11 does by
+default).
 
 The operators are defined with ``torch.library.Library`` rather than
 ``torch.library.custom_op``, whose Python wrapper adds to the cost of every call: the layers'

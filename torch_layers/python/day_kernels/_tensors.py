@@ -4,9 +4,10 @@ hands a layer, and what a launch needs.
 A tensor reaches the kernels only if it is a CUDA tensor of a dtype the kernel takes,
 contiguous, on the same device as the others: otherwise one ``TypeError`` (not a tensor, a
 dtype the kernel does not take) or ``ValueError`` (device, layout, shape) names the argument
-and what was expected. A layer makes these checks before anything runs, and its operators
-make them again (the fake implementations too, so that torch.compile refuses the same
-arguments while it traces).
+and what was expected. The operators make these checks before they launch anything (the fake
+implementations too, so that torch.compile refuses the same arguments while it traces); a
+layer makes them itself first where an argument is not a CUDA tensor, which the dispatcher
+would otherwise refuse in words of its own.
 """
 
 import torch
@@ -46,7 +47,10 @@ def on_cuda(*tensors):
     """Whether every argument is a CUDA tensor: a layer whose arguments are leaves the checks to
     its operator (which makes them before anything runs), and makes them itself otherwise, where
     the dispatcher would refuse a non-tensor or a device without a kernel in words of its own."""
-    return all(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors)
+    return all(
+        isinstance(t, torch.Tensor) and t.is_cuda and t.layout is torch.strided and not t.is_nested
+        for t in tensors
+    )
 
 
 def on_device(fn, name, t, op=None):
@@ -102,9 +106,10 @@ def autocast(*tensors, dtype=None):
 
 def autocast_like(x, *params):
     """A norm's parameters as autocast hands them to it: where autocast is on for x's device,
-    each floating-point parameter in x's dtype. A norm keeps x's dtype under autocast (PyTorch
-    runs its own norms in float32 there, so a float32 residual stream stays float32, and a
-    bfloat16 one keeps its dtype), and the kernels take one dtype for x and its parameters."""
+    each floating-point parameter in x's dtype. A norm keeps x's dtype under autocast: a
+    float32 residual stream stays float32, as with PyTorch's norms, which compute in float32
+    there, while a bfloat16 x stays bfloat16 (where PyTorch's LayerNorm would return float32);
+    the kernels take one dtype for x and its parameters."""
     if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != torch.float64):
         return params
     device_type = x.device.type

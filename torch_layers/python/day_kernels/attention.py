@@ -13,6 +13,7 @@ lists of ints, or None for the batched layout.
 import math
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from . import _native
 from ._library import define
@@ -46,9 +47,10 @@ def flash_attention(
     by the ratio first (a copy of q). ``deterministic`` makes the backward's dQ the same bits every run.
 
     The launch's grid depends on the lengths, so they are read on the host: a tensor
-    ``cu_seqlens`` is copied there (a wait for the GPU when it is a CUDA tensor, and a graph
-    break under torch.compile); a list costs nothing. Under autocast, q, k and v are cast to
-    autocast's dtype first.
+    ``cu_seqlens`` is copied there (a wait for the GPU when it is a CUDA tensor; under
+    torch.compile a graph break, and an error with ``fullgraph=True``): pass a list, which
+    costs nothing. Under autocast, q, k and v are cast to autocast's dtype first. Not
+    differentiable twice.
     """
     q, k, v = autocast(q, k, v)
     cu_seqlens_q = _host_starts("cu_seqlens_q", cu_seqlens_q)
@@ -220,6 +222,7 @@ class _FlashAttention(torch.autograd.Function):
         return o
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
         # Autograd may hand over a broadcast gradient (from a sum, say); the kernels read rows.

@@ -16,6 +16,7 @@ then dW's (``[tokens + vocab, hidden]``, bfloat16), the gradients of that mean.
 import math
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from . import _native
 from ._library import define
@@ -56,7 +57,8 @@ def fused_linear_cross_entropy(
 
     Returns the loss, a float32 scalar. The gradients are computed with the loss whether
     or not anything requires them, and kept until the backward, which scales them in place:
-    a second backward through the same call (``retain_graph=True``) is refused. Under
+    in eager mode a second backward through the same call (``retain_graph=True``) is refused
+    (a compiled graph scales a copy, and allows it). Not differentiable twice. Under
     autocast, h and the weight are cast to bfloat16 first, whatever autocast's dtype: day
     19's kernels compute in bfloat16.
     """
@@ -148,7 +150,8 @@ def _scalars(ignore_index, label_smoothing, lse_square_scale, chunk_size):
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"{_FN}: label_smoothing must be in [0, 1], not {label_smoothing}")
     lse_square_scale = _number("lse_square_scale", lse_square_scale)
-    if not (lse_square_scale >= 0.0 and math.isfinite(lse_square_scale)):
+    # Comparisons only (NaN fails both): under torch.compile the value may be a symbolic float.
+    if not 0.0 <= lse_square_scale < math.inf:
         raise ValueError(f"{_FN}: lse_square_scale must be finite and >= 0, not {lse_square_scale}")
     if chunk_size is not None:
         chunk_size = _integer("chunk_size", chunk_size)
@@ -223,6 +226,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         return loss
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_loss):
         grads, *count = _saved(ctx)
         # On the device, no sync: one multiply of each gradient by the incoming gradient (and N

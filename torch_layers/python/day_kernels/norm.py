@@ -32,8 +32,9 @@ def rms_norm(x, weight, eps=1e-6):
     ``x`` is ``[..., cols]``, ``weight`` ``[cols]``, one dtype (bfloat16, float16 or
     float32), contiguous, on one CUDA device. ``eps`` defaults to day 11's 1e-6 (torch's
     ``F.rms_norm`` defaults to the dtype's machine epsilon instead). Returns y of x's shape
-    and dtype. Under autocast, y keeps x's dtype (as PyTorch's norms compute in float32 there,
-    a float32 x stays float32) and the weight is cast to it (the kernels take one dtype for all).
+    and dtype. Under autocast, y keeps x's dtype (a float32 x stays float32, as with PyTorch's
+    norms; a bfloat16 x stays bfloat16) and the weight is cast to it (the kernels take one
+    dtype for all).
     """
     fn = "rms_norm"
     eps = _eps(fn, eps)
@@ -50,9 +51,10 @@ def layer_norm(x, weight, bias, eps=1e-5):
 
     ``x`` is ``[..., cols]``, ``weight`` and ``bias`` ``[cols]``, one dtype (bfloat16,
     float16 or float32), contiguous, on one CUDA device. ``eps`` defaults to torch's 1e-5.
-    Returns y of x's shape and dtype. Under autocast, y keeps x's dtype (as PyTorch's norms
-    compute in float32 there, a float32 x stays float32) and the weight and bias are cast to it
-    (the kernels take one dtype for all).
+    Returns y of x's shape and dtype. Under autocast, y keeps x's dtype (a float32 x stays
+    float32, as with PyTorch's; a bfloat16 x stays bfloat16, where ``F.layer_norm`` would
+    return float32) and the weight and bias are cast to it (the kernels take one dtype for
+    all).
     """
     fn = "layer_norm"
     eps = _eps(fn, eps)
@@ -93,7 +95,8 @@ def _eps(fn, eps):
         value = float(eps)
     except (TypeError, ValueError):
         raise TypeError(f"{fn}: eps must be a number, not {type(eps).__name__}") from None
-    if not (value >= 0.0 and math.isfinite(value)):
+    # Comparisons only (NaN fails both): under torch.compile the value may be a symbolic float.
+    if not 0.0 <= value < math.inf:
         raise ValueError(f"{fn}: eps must be a non-negative finite number, not {eps}")
     return value
 
