@@ -58,7 +58,11 @@ def __getattr__(name):
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'day_kernels' has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{home}", __name__), name)
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    # Kept as the package's own attribute: a model that calls dk.rms_norm on every step finds
+    # it at once from then on, without this function.
+    globals()[name] = value
+    return value
 
 
 def device_summary(device=0):

@@ -53,6 +53,24 @@ def on_cuda(*tensors):
     )
 
 
+def fits(dtypes, first, *rest):
+    """The cheap guard an operator's CUDA implementation takes before it launches: every
+    argument a contiguous CUDA tensor, all of one dtype among ``dtypes``, on one device. What it
+    passes, the per-tensor checks pass too (each operator adds its shapes); where it fails, the
+    full checks run and say what is wrong. A step calls the operators dozens of times, and the
+    full checks cost several times this."""
+    try:
+        dtype, device = first.dtype, first.device
+        if dtype not in dtypes or not (first.is_cuda and not first.is_nested and first.is_contiguous()):
+            return False
+        for t in rest:
+            if t.dtype is not dtype or t.device != device or t.is_nested or not t.is_contiguous():
+                return False
+    except (AttributeError, RuntimeError):  # not a tensor; a layout without strides
+        return False
+    return isinstance(first, torch.Tensor) and all(isinstance(t, torch.Tensor) for t in rest)
+
+
 def on_device(fn, name, t, op=None):
     """Checks that ``t`` is on a device the operator ``op`` runs on: CUDA, or one it has an
     implementation for."""

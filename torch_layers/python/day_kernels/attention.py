@@ -17,7 +17,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _native
 from ._library import define
-from ._tensors import DTYPE_NAMES, autocast, cuda_tensor, like, on_cuda, same_device, same_dtype, where
+from ._tensors import DTYPE_NAMES, autocast, cuda_tensor, fits, like, on_cuda, same_device, same_dtype, where
 
 _FN = "flash_attention"
 _DTYPES = (torch.bfloat16, torch.float16)
@@ -149,8 +149,20 @@ def _lse_rows(q):
     return q.shape[0] * q.shape[1] if q.dim() == 4 else q.shape[0]
 
 
+def _batched_fits(q, k, v, cu_seqlens_q, cu_seqlens_k, *more):
+    """The cheap guard of a batched problem (packed ones take the full checks): q, k and v
+    [batch, seqlen, heads, head_dim] with one batch and head dim, whole groups of heads, and
+    they and ``more`` contiguous CUDA tensors of one dtype."""
+    return (
+        cu_seqlens_q is None and cu_seqlens_k is None and fits(_DTYPES, q, k, v, *more)
+        and q.dim() == 4 and k.dim() == 4 and k.shape == v.shape and q.shape[0] == k.shape[0]
+        and q.shape[3] == k.shape[3] and k.shape[2] != 0 and q.shape[2] % k.shape[2] == 0
+    )
+
+
 def _forward_cuda(q, k, v, cu_seqlens_q, cu_seqlens_k, causal):
-    _check("day_kernels::flash_attention_forward", q, k, v, cu_seqlens_q, cu_seqlens_k)
+    if not _batched_fits(q, k, v, cu_seqlens_q, cu_seqlens_k):
+        _check("day_kernels::flash_attention_forward", q, k, v, cu_seqlens_q, cu_seqlens_k)
     problem = _problem(q, k, cu_seqlens_q, cu_seqlens_k, causal)
     device, stream = where(q.device)
     o = torch.empty_like(q)
@@ -182,7 +194,13 @@ def _backward_checks(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k):
 
 
 def _backward_cuda(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, deterministic):
-    _backward_checks(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+    if not (
+        _batched_fits(q, k, v, cu_seqlens_q, cu_seqlens_k, out, dout)
+        and out.shape == q.shape and dout.shape == q.shape and isinstance(lse, torch.Tensor)
+        and lse.dtype is torch.float32 and lse.shape == (_lse_rows(q), q.shape[-2])
+        and lse.device == q.device and lse.is_contiguous()
+    ):
+        _backward_checks(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
     problem = _problem(q, k, cu_seqlens_q, cu_seqlens_k, causal)
     device, stream = where(q.device)
     grads = torch.empty(q.numel() + 2 * k.numel(), dtype=q.dtype, device=q.device)

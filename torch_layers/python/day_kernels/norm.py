@@ -20,7 +20,9 @@ from torch.autograd.function import once_differentiable
 
 from . import _native
 from ._library import define
-from ._tensors import DTYPE_NAMES, autocast_like, cuda_tensor, like, on_cuda, same_device, same_dtype, where
+from ._tensors import (
+    DTYPE_NAMES, autocast_like, cuda_tensor, fits, like, on_cuda, same_device, same_dtype, where,
+)
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -117,9 +119,20 @@ def _backward_checks(fn, dy, x, eps, weight):
     like(fn, "dy", dy, x, "x")
 
 
+def _vectors_fit(x, params):
+    """Whether each parameter is a vector of x's last dimension (the cheap guard's shapes)."""
+    if x.dim() == 0:
+        return False
+    cols = x.shape[-1]
+    return all(p.dim() == 1 and p.shape[0] == cols for p in params)
+
+
 def _forward_cuda(fn, native, x, eps, **params):
     """y of either norm by its native forward (LayerNorm's takes the bias after the weight)."""
-    _forward_checks(fn, x, eps, params)
+    if fits(_DTYPES, x, *params.values()) and _vectors_fit(x, params.values()):
+        _eps(fn, eps)
+    else:
+        _forward_checks(fn, x, eps, params)
     y = torch.empty_like(x)
     if x.numel() == 0:
         return y
@@ -141,7 +154,10 @@ def _backward_cuda(fn, native, params, dy, x, weight, eps):
     """``[dx | dweight [| dbias]]`` of either norm by its native backward: `params` rows after
     x's. An empty x has no rows to read: its buffer is zeros (no row adds to a parameter's
     gradient)."""
-    _backward_checks(fn, dy, x, eps, weight)
+    if fits(_DTYPES, x, weight, dy) and dy.shape == x.shape and _vectors_fit(x, (weight,)):
+        _eps(fn, eps)
+    else:
+        _backward_checks(fn, dy, x, eps, weight)
     rows, cols = _rows(x)
     if x.numel() == 0:
         return torch.zeros(rows + params, cols, dtype=x.dtype, device=x.device)
