@@ -206,3 +206,37 @@ def test_opcheck_on_cuda_tensors(case):
     torch.manual_seed(0)
     for name, args in SAMPLES[case]():
         torch.library.opcheck(getattr(OPS, name).default, args)
+
+
+# What a CUDA tensor the kernels cannot take meets: the layers leave the checks to their
+# operators, whose cheap guard fails and whose full checks say what is wrong, before anything
+# is launched.
+
+
+def _strided(*shape):
+    return torch.randn(*reversed(shape), device="cuda").t()
+
+
+@pytest.mark.parametrize(
+    "call, error, what",
+    [
+        (lambda: dk.rms_norm(_strided(64, 256), _cuda(256, dtype=torch.float32)), ValueError,
+         "x is not contiguous"),
+        (lambda: dk.rms_norm(_cuda(64, 256), _cuda(255)), ValueError, r"weight has shape \(255,\)"),
+        (lambda: dk.layer_norm(_cuda(64, 256), _cuda(256), _cuda(256, dtype=torch.float16)), TypeError,
+         "the tensors must share one dtype"),
+        (lambda: dk.swiglu(_strided(64, 256), _cuda(64, 256, dtype=torch.float32)), ValueError,
+         "gate is not contiguous"),
+        (lambda: dk.swiglu(_cuda(64, 256), _cuda(64, 255)), ValueError, "must have one shape"),
+        (lambda: dk.flash_attention(_cuda(2, 128, 4, 64), _cuda(2, 128, 3, 64), _cuda(2, 128, 3, 64)),
+         ValueError, "4 heads are not a multiple of k's 3"),
+        (lambda: OPS.rms_norm_backward(_cuda(64, 128), _cuda(64, 256), _cuda(256), 1e-6), ValueError,
+         "dy has shape"),
+        (lambda: OPS.swiglu_backward(_cuda(64, 256, dtype=torch.float16), _cuda(64, 256), _cuda(64, 256)),
+         TypeError, "dout is float16"),
+    ],
+)
+def test_a_cuda_tensor_the_kernels_cannot_take_gets_the_checks_message(call, error, what):
+    with pytest.raises(error, match=what):
+        call()
+    torch.cuda.synchronize()
