@@ -12,80 +12,24 @@ captures the graph around them and runs them between its CUDA graphs.
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import day_kernels as dk
+from tiny_model import TinyModel, step
 
 OPS = dk.ops
 LOSS_RTOL = 1e-2
 GRAD_REL_L2 = 5e-2
 
 
-class TinyModel(torch.nn.Module):
-    """One block of a small GPT on our layers (``ours=True``) or on PyTorch's."""
-
-    def __init__(self, ours=True, vocab=512, width=256, heads=4, kv_heads=2):
-        super().__init__()
-        self.ours = ours
-        self.head_dim = width // heads
-        self.embed = torch.nn.Embedding(vocab, width)
-        self.norm1 = torch.nn.Parameter(1 + torch.randn(width) / 10)
-        self.q = torch.nn.Linear(width, width, bias=False)
-        self.kv = torch.nn.Linear(width, 2 * kv_heads * self.head_dim, bias=False)
-        self.proj = torch.nn.Linear(width, width, bias=False)
-        self.norm2 = torch.nn.LayerNorm(width)
-        self.gate = torch.nn.Linear(width, 2 * width, bias=False)
-        self.up = torch.nn.Linear(width, 2 * width, bias=False)
-        self.down = torch.nn.Linear(2 * width, width, bias=False)
-        self.head = torch.nn.Linear(width, vocab, bias=False)
-
-    def forward(self, tokens, labels):
-        x = self.embed(tokens)
-        width = x.shape[-1]
-        if self.ours:
-            h = dk.rms_norm(x, self.norm1)
-        else:
-            h = F.rms_norm(x, (width,), self.norm1, 1e-6)
-        shape = (*x.shape[:-1], -1, self.head_dim)
-        q = self.q(h).view(shape)
-        k, v = self.kv(h).view(shape).chunk(2, dim=-2)
-        if self.ours:
-            a = dk.flash_attention(q, k.contiguous(), v.contiguous(), causal=True)
-        else:
-            a = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True
-            ).transpose(1, 2)
-        x = x + self.proj(a.flatten(-2))
-        if self.ours:
-            h = dk.layer_norm(x, self.norm2.weight, self.norm2.bias)
-            x = x + self.down(dk.swiglu(self.gate(h), self.up(h)))
-            return dk.fused_linear_cross_entropy(x, self.head.weight, labels, label_smoothing=0.05)
-        h = F.layer_norm(x, (width,), self.norm2.weight, self.norm2.bias)
-        x = x + self.down(F.silu(self.gate(h)) * self.up(h))
-        logits = F.linear(x, self.head.weight).float()
-        return F.cross_entropy(logits.flatten(0, -2), labels.flatten(), label_smoothing=0.05)
-
-
 def _model(dtype=torch.bfloat16, ours=True, seed=0):
     torch.manual_seed(seed)
-    return TinyModel(ours).to(device="cuda", dtype=dtype)
+    return TinyModel(ours, vocab=512, width=256).to(device="cuda", dtype=dtype)
 
 
 def _batch(seed=0, batch=2, seqlen=128, vocab=512):
     g = torch.Generator(device="cuda").manual_seed(seed)
     tokens = torch.randint(0, vocab, (batch, seqlen + 1), device="cuda", generator=g)
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-
-
-def _step(model, fn, tokens, labels, mark_step=False):
-    """The loss and every parameter's gradient, copied out (a CUDA graph's outputs are
-    overwritten by its next replay)."""
-    model.zero_grad(set_to_none=True)
-    if mark_step:
-        torch.compiler.cudagraph_mark_step_begin()
-    loss = fn(tokens, labels)
-    loss.backward()
-    return loss.detach().clone(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
 
 
 def _assert_close(got, want, what):
@@ -104,10 +48,10 @@ def _assert_close(got, want, what):
 def test_compiled_whole_with_inductor_matches_eager():
     model = _model()
     tokens, labels = _batch()
-    want = _step(model, model, tokens, labels)
+    want = step(model, model, tokens, labels)
     compiled = torch.compile(model, fullgraph=True)
     for i in range(2):
-        _assert_close(_step(model, compiled, tokens, labels), want, f"call {i}")
+        _assert_close(step(model, compiled, tokens, labels), want, f"call {i}")
 
 
 def test_reduce_overhead_matches_eager_call_after_call():
@@ -115,10 +59,10 @@ def test_reduce_overhead_matches_eager_call_after_call():
     # third replays them.
     model = _model(seed=1)
     tokens, labels = _batch(seed=1)
-    want = _step(model, model, tokens, labels)
+    want = step(model, model, tokens, labels)
     compiled = torch.compile(model, fullgraph=True, mode="reduce-overhead")
     for i in range(3):
-        _assert_close(_step(model, compiled, tokens, labels, mark_step=True), want, f"call {i}")
+        _assert_close(step(model, compiled, tokens, labels, mark_step=True), want, f"call {i}")
 
 
 def test_under_autocast_ours_follow_pytorchs_layers_eager_and_compiled():
@@ -126,12 +70,12 @@ def test_under_autocast_ours_follow_pytorchs_layers_eager_and_compiled():
     theirs.load_state_dict(ours.state_dict())
     tokens, labels = _batch(seed=2)
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        want = _step(theirs, theirs, tokens, labels)
-        got = _step(ours, ours, tokens, labels)
+        want = step(theirs, theirs, tokens, labels)
+        got = step(ours, ours, tokens, labels)
         assert all(g.dtype == torch.float32 for g in got[1].values())
         _assert_close(got, want, "eager, ours against PyTorch's")
         compiled = torch.compile(ours, fullgraph=True)
-        _assert_close(_step(ours, compiled, tokens, labels), got, "compiled against eager")
+        _assert_close(step(ours, compiled, tokens, labels), got, "compiled against eager")
 
 
 def test_under_autocast_the_layers_return_autocasts_dtype_and_the_norms_xs():

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import day_kernels as dk
+from tiny_model import TinyModel, step
 
 OPS = dk.ops
 
@@ -328,44 +329,6 @@ def test_a_frozen_weight_gets_no_gradient():
 # torch.compile: a small model of every layer, traced whole.
 
 
-class TinyModel(torch.nn.Module):
-    """Embedding, RMSNorm, attention, LayerNorm, a SwiGLU MLP and the fused loss."""
-
-    def __init__(self, vocab=64, width=64, heads=4, kv_heads=2):
-        super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, width // heads
-        self.embed = torch.nn.Embedding(vocab, width)
-        self.norm1 = torch.nn.Parameter(1 + torch.randn(width) / 10)
-        self.q = torch.nn.Linear(width, width, bias=False)
-        self.kv = torch.nn.Linear(width, 2 * kv_heads * self.head_dim, bias=False)
-        self.proj = torch.nn.Linear(width, width, bias=False)
-        self.norm2 = torch.nn.LayerNorm(width)
-        self.gate = torch.nn.Linear(width, 2 * width, bias=False)
-        self.up = torch.nn.Linear(width, 2 * width, bias=False)
-        self.down = torch.nn.Linear(2 * width, width, bias=False)
-        self.head = torch.nn.Linear(width, vocab, bias=False)
-
-    def forward(self, tokens, labels, cu_seqlens=None):
-        x = self.embed(tokens)
-        h = dk.rms_norm(x, self.norm1)
-        shape = (*x.shape[:-1], -1, self.head_dim)
-        q = self.q(h).view(shape)
-        k, v = self.kv(h).view(shape).chunk(2, dim=-2)
-        a = dk.flash_attention(q, k.contiguous(), v.contiguous(), causal=True, cu_seqlens_q=cu_seqlens,
-                               cu_seqlens_k=cu_seqlens)
-        x = x + self.proj(a.flatten(-2))
-        h = dk.layer_norm(x, self.norm2.weight, self.norm2.bias)
-        x = x + self.down(dk.swiglu(self.gate(h), self.up(h)))
-        return dk.fused_linear_cross_entropy(x, self.head.weight, labels, label_smoothing=0.05)
-
-
-def _step(model, fn, *args):
-    model.zero_grad(set_to_none=True)
-    loss = fn(*args)
-    loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
-
-
 def _compiled_matches_eager(model, args, autocast_dtype=None):
     """The compiled model's loss and gradients against eager's: the same operators run in
     both, so they match to the last bit but where autocast's casts are placed differently in
@@ -373,9 +336,9 @@ def _compiled_matches_eager(model, args, autocast_dtype=None):
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     enabled = autocast_dtype is not None
     with torch.autocast("cpu", dtype=autocast_dtype or torch.bfloat16, enabled=enabled):
-        want = _step(model, model, *args)
+        want = step(model, model, *args)
         for _ in range(2):  # the second call runs the compiled graph without tracing
-            got = _step(model, compiled, *args)
+            got = step(model, compiled, *args)
     tol = {} if autocast_dtype is None else dict(atol=1e-3, rtol=1.6e-2)
     torch.testing.assert_close(got[0], want[0], **tol)
     for name in want[1]:

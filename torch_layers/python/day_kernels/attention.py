@@ -179,14 +179,23 @@ def _forward_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, causal):
     return torch.empty_like(q), q.new_empty((_lse_rows(q), q.shape[-2]), dtype=torch.float32)
 
 
+def _lse_fits(lse, q):
+    """Whether the tensor ``lse`` is the forward's L for q: contiguous float32, a row per query
+    token and a column per head, on q's device."""
+    return (
+        lse.dtype is torch.float32 and lse.shape == (_lse_rows(q), q.shape[-2])
+        and lse.device == q.device and lse.is_contiguous()
+    )
+
+
 def _backward_checks(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k):
     _check("day_kernels::flash_attention_backward", q, k, v, cu_seqlens_q, cu_seqlens_k)
     like(_FN, "out", out, q, "q")
     like(_FN, "dout", dout, q, "q")
-    rows = (_lse_rows(q), q.shape[-2])
     if not isinstance(lse, torch.Tensor):
         raise TypeError(f"{_FN}: lse must be a torch.Tensor, not {type(lse).__name__}")
-    if lse.dtype != torch.float32 or lse.shape != rows or lse.device != q.device or not lse.is_contiguous():
+    if not _lse_fits(lse, q):
+        rows = (_lse_rows(q), q.shape[-2])
         raise ValueError(
             f"{_FN}: lse is {str(lse.dtype).replace('torch.', '')} {tuple(lse.shape)} on {lse.device}; "
             f"it must be the forward's, contiguous float32 {rows} on {q.device}"
@@ -197,8 +206,7 @@ def _backward_cuda(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, 
     if not (
         _batched_fits(q, k, v, cu_seqlens_q, cu_seqlens_k, out, dout)
         and out.shape == q.shape and dout.shape == q.shape and isinstance(lse, torch.Tensor)
-        and lse.dtype is torch.float32 and lse.shape == (_lse_rows(q), q.shape[-2])
-        and lse.device == q.device and lse.is_contiguous()
+        and _lse_fits(lse, q)
     ):
         _backward_checks(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
     problem = _problem(q, k, cu_seqlens_q, cu_seqlens_k, causal)
