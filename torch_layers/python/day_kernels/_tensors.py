@@ -105,6 +105,10 @@ def _autocast_available(device_type):
     return torch.amp.is_autocast_available(device_type)
 
 
+def _autocast_on(device_type):
+    return _autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+
+
 def autocast(*tensors, dtype=None):
     """The tensors as autocast hands them to a layer: where autocast is on for the first
     tensor's device, each floating-point tensor in autocast's dtype, or in ``dtype`` where the
@@ -116,7 +120,7 @@ def autocast(*tensors, dtype=None):
     if first is None:
         return tensors
     device_type = first.device.type
-    if not (_autocast_available(device_type) and torch.is_autocast_enabled(device_type)):
+    if not _autocast_on(device_type):
         return tensors
     dtype = dtype or torch.get_autocast_dtype(device_type)
     return tuple(t.to(dtype) if _autocast_eligible(t) else t for t in tensors)
@@ -130,8 +134,7 @@ def autocast_like(x, *params):
     the kernels take one dtype for x and its parameters."""
     if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != torch.float64):
         return params
-    device_type = x.device.type
-    if not (_autocast_available(device_type) and torch.is_autocast_enabled(device_type)):
+    if not _autocast_on(x.device.type):
         return params
     return tuple(p.to(x.dtype) if _autocast_eligible(p) and p.dtype != x.dtype else p for p in params)
 
