@@ -30,6 +30,19 @@ if _NO_GPU:
     collect_ignore_glob.append("test_gpu_*.py")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_compiler_caches():
+    """Each test traces from scratch. The operator tests and the GPU tests compile the same
+    ``TinyModel.forward`` (tiny_model.py); kept from test to test, its compiled variants add
+    up, across files, to Dynamo's limit of 8 per code object, and the next ``fullgraph``
+    compile fails."""
+    if not _NO_TORCH:
+        import torch
+
+        torch._dynamo.reset()
+    yield
+
+
 def pytest_configure(config):
     if _NO_GPU and os.environ.get("REQUIRE_GPU") == "1":
         raise pytest.UsageError(f"REQUIRE_GPU=1 but {_NO_GPU}: the GPU tests cannot run")
