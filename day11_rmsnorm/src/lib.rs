@@ -7,7 +7,7 @@
 use anyhow::Result;
 use common::family::norm::{
     self, BLOCK_THREADS, Inputs, Kind, NormDay, NormKernels, Plan, Refused, Rows,
-    block_per_row_grid, block_terms, check_sizes,
+    block_per_row_grid, block_terms, check_sizes, forward_only,
 };
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
@@ -69,7 +69,8 @@ fn plan_split<'a, T: Element>(day: &'a NormKernels<Day11>, on: Rows<'a>) -> Resu
         shape: rstd_shape,
         row_terms: block_terms(cols, BLOCK_THREADS),
         col_terms: 0,
-        launch: Box::new(move |inputs: &Inputs<T>, out| {
+        launch: Box::new(move |inputs: &Inputs<T>, out, params| {
+            forward_only(params)?;
             check_sizes(inputs, out.len(), rows, cols, rows * cols)?;
             let (x, w, rows64, cols64) = (&inputs.x, &inputs.weight, rows as u64, cols as u64);
             // SAFETY: one block per row; rstd holds one float per row.

@@ -3,8 +3,8 @@
 //! The tensors arrive as device pointers the Python layer has checked (device, dtype,
 //! contiguity, sizes): x `[rows, cols]` (any leading dimensions flattened into rows), the
 //! weight (and LayerNorm's bias) `[cols]`, the output y `[rows, cols]`; the backward reads x,
-//! the weight and dy and writes one buffer `dx | dweight [| dbias]`, as the days' backward
-//! kernels do.
+//! the weight and dy and writes dx `[rows, cols]` and the parameters' gradients `dweight [|
+//! dbias]` (`[1 or 2, cols]`), two tensors.
 //!
 //! Versions: the fastest of each pass in the days' Results tables (`vec_regs` forward,
 //! `bwd_vec_pipe` backward), then the next one where a version refuses the width (rows past
@@ -70,13 +70,15 @@ pub struct Call {
 }
 
 /// Device pointers of one launch: the bias only for LayerNorm's forward, dy only for a
-/// backward; `out` is y (forward) or `dx | dweight [| dbias]` (backward).
+/// backward; `out` is y (forward) or dx (backward), `params` the backward's `dweight [|
+/// dbias]`.
 pub struct Pointers {
     pub x: u64,
     pub weight: u64,
     pub bias: Option<u64>,
     pub dy: Option<u64>,
     pub out: u64,
+    pub params: Option<u64>,
 }
 
 impl Pointers {
@@ -87,6 +89,7 @@ impl Pointers {
             self.bias,
             self.dy,
             Some(self.out),
+            self.params,
         ]
         .into_iter()
         .flatten()
@@ -183,21 +186,20 @@ fn run_as<D: Day, T: Element>(
         cols,
         eps,
     )?;
-    let out_len = match pass {
-        Pass::Forward => rows * cols,
-        Pass::Backward => backward_len(D::KIND, rows, cols),
-    };
-    // SAFETY: the Python layer checked each tensor: on this device, contiguous, of T, x and dy
-    // rows x cols, the weight and bias cols, the output `out_len` elements; it holds them
-    // until the work is enqueued, and PyTorch's allocator keeps their memory for the stream's
-    // work after that.
-    let (inputs, mut out) = unsafe {
+    // The parameters' gradients: what the backward writes after dx.
+    let params_len = backward_len(D::KIND, rows, cols) - rows * cols;
+    // SAFETY: the Python layer checked each tensor: on this device, contiguous, of T, x, dy
+    // and the output (y or dx) rows x cols, the weight and bias cols, the parameters'
+    // gradients `params_len` elements; it holds them until the work is enqueued, and
+    // PyTorch's allocator keeps their memory for the stream's work after that.
+    let (inputs, mut out, mut params) = unsafe {
         (
             lend::<T>(&gpu, p, rows * cols, cols),
-            Borrowed::<T>::new(&gpu, p.out, out_len),
+            Borrowed::<T>::new(&gpu, p.out, rows * cols),
+            p.params.map(|g| Borrowed::<T>::new(&gpu, g, params_len)),
         )
     };
-    (plan.launch)(&inputs, &mut out)?;
+    (plan.launch)(&inputs, &mut out, params.as_deref_mut())?;
     Ok(version)
 }
 
@@ -260,7 +262,7 @@ impl<T> Release for Inputs<T> {
 
 /// Declares the Python function of one pass of a day: `(device, stream, dtype, rows, cols,
 /// eps)`, then its device pointers; the [`Pointers`] they make (`bias` only for LayerNorm's
-/// forward, `dy` only for a backward, `out` y or the backward's gradients buffer); it returns
+/// forward, `dy` and `params` only for a backward, `out` y or dx); it returns
 /// the version that ran. Python calls each with its own flat positional arguments, so the four
 /// keep their signatures and share the rest.
 macro_rules! pass_function {
@@ -290,29 +292,29 @@ pass_function! {
     /// Day 11's forward: `y = x * rstd * weight`, `rstd = 1 / sqrt(mean(x^2) + eps)` per row of
     /// `cols`; returns the version that ran.
     fn rms_norm_forward<Day11>(Forward, x, weight, y) =>
-        Pointers { x, weight, bias: None, dy: None, out: y };
+        Pointers { x, weight, bias: None, dy: None, out: y, params: None };
 }
 
 pass_function! {
-    /// Day 11's backward: writes `dx | dweight` (`(rows + 1) x cols`) into `grads`, recomputing
-    /// each row's rstd from x; returns the version that ran.
-    fn rms_norm_backward<Day11>(Backward, x, weight, dy, grads) =>
-        Pointers { x, weight, bias: None, dy: Some(dy), out: grads };
+    /// Day 11's backward: writes dx (`rows x cols`) and dweight (`cols`), recomputing each
+    /// row's rstd from x; returns the version that ran.
+    fn rms_norm_backward<Day11>(Backward, x, weight, dy, dx, dweight) =>
+        Pointers { x, weight, bias: None, dy: Some(dy), out: dx, params: Some(dweight) };
 }
 
 pass_function! {
     /// Day 12's forward: `y = (x - mean) * rstd * weight + bias` per row of `cols`, the biased
     /// variance; returns the version that ran.
     fn layer_norm_forward<Day12>(Forward, x, weight, bias, y) =>
-        Pointers { x, weight, bias: Some(bias), dy: None, out: y };
+        Pointers { x, weight, bias: Some(bias), dy: None, out: y, params: None };
 }
 
 pass_function! {
-    /// Day 12's backward: writes `dx | dweight | dbias` (`(rows + 2) x cols`) into `grads`,
+    /// Day 12's backward: writes dx (`rows x cols`) and `dweight | dbias` (`2 x cols`),
     /// recomputing each row's mean and rstd from x (the bias does not enter the gradients);
     /// returns the version that ran.
-    fn layer_norm_backward<Day12>(Backward, x, weight, dy, grads) =>
-        Pointers { x, weight, bias: None, dy: Some(dy), out: grads };
+    fn layer_norm_backward<Day12>(Backward, x, weight, dy, dx, dparams) =>
+        Pointers { x, weight, bias: None, dy: Some(dy), out: dx, params: Some(dparams) };
 }
 
 /// Adds the layer's functions to the module.

@@ -9,11 +9,11 @@ NORMS = {
     "rms_norm_forward": lambda rows, cols, dtype="bfloat16", eps=1e-6: _native.rms_norm_forward(
         0, 0, dtype, rows, cols, eps, 0, 0, 0),
     "rms_norm_backward": lambda rows, cols, dtype="bfloat16", eps=1e-6: _native.rms_norm_backward(
-        0, 0, dtype, rows, cols, eps, 0, 0, 0, 0),
+        0, 0, dtype, rows, cols, eps, 0, 0, 0, 0, 0),
     "layer_norm_forward": lambda rows, cols, dtype="bfloat16", eps=1e-5: _native.layer_norm_forward(
         0, 0, dtype, rows, cols, eps, 0, 0, 0, 0),
     "layer_norm_backward": lambda rows, cols, dtype="bfloat16", eps=1e-5: _native.layer_norm_backward(
-        0, 0, dtype, rows, cols, eps, 0, 0, 0, 0),
+        0, 0, dtype, rows, cols, eps, 0, 0, 0, 0, 0),
 }
 
 

@@ -44,7 +44,7 @@ def rms_norm_backward(dy, x, weight, eps):
     xhat = xf * rstd
     g = dyf * weight.float()
     dx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
-    return torch.cat([dx, (dyf * xhat).sum(0)[None]]).to(x.dtype)
+    return dx.reshape(x.shape).to(x.dtype), (dyf * xhat).sum(0).to(x.dtype)
 
 
 def layer_norm_forward(x, weight, bias, eps):
@@ -61,7 +61,7 @@ def layer_norm_backward(dy, x, weight, eps):
     xhat = (xf - mean) * rstd
     g = dyf * weight.float()
     dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
-    return torch.cat([dx, (dyf * xhat).sum(0)[None], dyf.sum(0)[None]]).to(x.dtype)
+    return dx.reshape(x.shape).to(x.dtype), torch.stack([(dyf * xhat).sum(0), dyf.sum(0)]).to(x.dtype)
 
 
 def swiglu_forward(gate, up):

@@ -52,13 +52,14 @@ pub struct Contents {
     /// Only these days (`day20`), or every day when empty.
     pub days: Vec<String>,
     /// The PyTorch extension's wheel and the peers' wheels: always in a bundle of every day, in
-    /// a bundle of some days only when asked (they take most of a small bundle's build).
+    /// a bundle of some days only when asked (they take most of a small bundle's build); with
+    /// them, the compiled kernels of every day the extension runs.
     pub wheels: bool,
 }
 
 pub fn bundle(root: &Path, out: &Path, contents: &Contents) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let packages = Packages::select(root, &contents.days)?;
+    let packages = Packages::select(root, &contents.days, contents.wheels)?;
     let with_wheels = packages.all || contents.wheels;
 
     eprintln!("building release binaries...");
@@ -379,13 +380,19 @@ struct Packages {
     all: bool,
     days: Vec<String>,
     /// The days whose kernels those days load: themselves and the days they depend on (day 20
-    /// runs day 10's forward, day 19 day 18's GEMMs), whose kernels the bundle must hold too.
+    /// runs day 10's forward, day 19 day 18's GEMMs), whose kernels the bundle must hold too;
+    /// with the PyTorch extension's wheel, the days it runs as well.
     loads_kernels_of: Vec<String>,
 }
 
+/// The PyTorch extension's package: a bundle with its wheel holds the kernels of the days it
+/// runs, which its tests load on the GPU host.
+const EXTENSION: &str = "torch_layers";
+
 impl Packages {
     /// `days` (package names), each checked against the day folders; all of them when empty.
-    fn select(root: &Path, days: &[String]) -> Result<Self> {
+    /// `with_extension`: the bundle holds the PyTorch extension too.
+    fn select(root: &Path, days: &[String], with_extension: bool) -> Result<Self> {
         let known: Vec<String> = crate::readme::day_folders(root)?
             .into_iter()
             .map(|d| d.package)
@@ -403,9 +410,13 @@ impl Packages {
                 known.join(", ")
             );
         }
+        let mut runs = days.to_vec();
+        if with_extension {
+            runs.push(EXTENSION.to_string());
+        }
         Ok(Self {
             all: false,
-            loads_kernels_of: with_dependencies(days, &day_dependencies(root)?),
+            loads_kernels_of: with_dependencies(&runs, &day_dependencies(root)?),
             days: days.to_vec(),
         })
     }
@@ -659,10 +670,16 @@ mod tests {
         );
         // This workspace: day 20 runs day 10's forward.
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let ours = Packages::select(root, &days(&["day20"])).unwrap();
+        let ours = Packages::select(root, &days(&["day20"]), false).unwrap();
         assert!(ours.loads_kernels_of.contains(&"day10".to_string()));
+        assert!(!ours.loads_kernels_of.contains(&"day11".to_string()));
         assert_eq!(ours.days, ["day20"]);
-        assert!(Packages::select(root, &days(&["day99"])).is_err());
+        assert!(Packages::select(root, &days(&["day99"]), false).is_err());
+        // With the extension's wheel: the kernels of every day it runs (its norms are days 11
+        // and 12), though only day 20's binaries are built.
+        let with_wheel = Packages::select(root, &days(&["day20"]), true).unwrap();
+        assert!(with_wheel.loads_kernels_of.contains(&"day11".to_string()));
+        assert_eq!(with_wheel.days, ["day20"]);
     }
 
     #[test]

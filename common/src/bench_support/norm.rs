@@ -76,7 +76,7 @@ fn typed<'a, T: Element, D: NormDay>(
             let mut out = gpu.alloc_poisoned::<T>(out_len)?;
             let inputs = Rc::clone(&inputs);
             Ok(BenchCase::new(name, work, move || {
-                (plan.launch)(&inputs, &mut out)
+                (plan.launch)(&inputs, &mut out, None)
             }))
         })
         .collect()

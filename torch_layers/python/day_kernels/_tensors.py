@@ -123,7 +123,9 @@ def autocast(*tensors, dtype=None):
     if not _autocast_on(device_type):
         return tensors
     dtype = dtype or torch.get_autocast_dtype(device_type)
-    return tuple(t.to(dtype) if _autocast_eligible(t) else t for t in tensors)
+    # A tensor already of that dtype is kept as it is: `.to` would return it too, at the cost
+    # of a dispatch.
+    return tuple(t.to(dtype) if _autocast_eligible(t) and t.dtype != dtype else t for t in tensors)
 
 
 def autocast_like(x, *params):
@@ -137,6 +139,16 @@ def autocast_like(x, *params):
     if not _autocast_on(x.device.type):
         return params
     return tuple(p.to(x.dtype) if _autocast_eligible(p) and p.dtype != x.dtype else p for p in params)
+
+
+def upstream(dy, like):
+    """The gradient a backward receives, as its kernels read it: of ``like``'s dtype and
+    contiguous. Autograd may hand over another dtype or a broadcast gradient (from a sum, say);
+    where it does not, nothing is called (each call that changes nothing still costs a
+    dispatch)."""
+    if dy.dtype is like.dtype and dy.is_contiguous():
+        return dy
+    return dy.to(like.dtype).contiguous()
 
 
 def _autocast_eligible(t):

@@ -11,7 +11,9 @@ from torch.autograd.function import once_differentiable
 
 from . import _native
 from ._library import define
-from ._tensors import DTYPE_NAMES, autocast, cuda_tensor, fits, like, on_cuda, same_device, same_dtype, where
+from ._tensors import (
+    DTYPE_NAMES, autocast, cuda_tensor, fits, like, on_cuda, same_device, same_dtype, upstream, where,
+)
 
 _FN = "swiglu"
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -113,7 +115,6 @@ class _Swiglu(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dout):
         gate, up = ctx.saved_tensors
-        # Autograd may hand over a broadcast gradient (from a sum, say); the kernels read n
-        # elements of the inputs' dtype back to back.
-        grads = swiglu_backward(dout.to(gate.dtype).contiguous(), gate, up)
-        return grads[0], grads[1]
+        # The kernels read n elements of the inputs' dtype back to back.
+        dgate, dup = swiglu_backward(upstream(dout, gate), gate, up).unbind(0)
+        return dgate, dup

@@ -7,10 +7,9 @@ storage. The backward recomputes each row's statistics from ``x``, so the forwar
 its inputs. The backward is not itself differentiable (no double backward).
 
 The operators (``torch.ops.day_kernels``): ``rms_norm_forward(x, weight, eps) -> y`` and
-``layer_norm_forward(x, weight, bias, eps) -> y``; ``rms_norm_backward(dy, x, weight, eps)``
-and ``layer_norm_backward(dy, x, weight, eps)`` return the one buffer the days' backward
-kernels write, ``[rows + 1, cols]`` (dx's rows, then dweight) and ``[rows + 2, cols]`` (dx's
-rows, dweight, dbias), all of x's dtype.
+``layer_norm_forward(x, weight, bias, eps) -> y``; ``rms_norm_backward(dy, x, weight, eps) ->
+(dx, dweight)`` and ``layer_norm_backward(dy, x, weight, eps) -> (dx, dparams)``, dx of x's
+shape, dweight ``[cols]``, dparams ``[2, cols]`` (dweight, then dbias), all of x's dtype.
 """
 
 import math
@@ -21,7 +20,8 @@ from torch.autograd.function import once_differentiable
 from . import _native
 from ._library import define
 from ._tensors import (
-    DTYPE_NAMES, autocast_like, cuda_tensor, fits, like, on_cuda, same_device, same_dtype, where,
+    DTYPE_NAMES, autocast_like, cuda_tensor, fits, like, on_cuda, same_device, same_dtype, upstream,
+    where,
 )
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -150,30 +150,37 @@ def _forward_fake(fn, x, eps, **params):
     return torch.empty_like(x)
 
 
+def _param_grads(x, params):
+    """An empty tensor for the parameters' gradients: ``[cols]`` (RMSNorm's dweight) or
+    ``[2, cols]`` (LayerNorm's dweight, then dbias)."""
+    cols = x.shape[-1]
+    return x.new_empty((cols,) if params == 1 else (params, cols))
+
+
 def _backward_cuda(fn, native, params, dy, x, weight, eps):
-    """``[dx | dweight [| dbias]]`` of either norm by its native backward: `params` rows after
-    x's. An empty x has no rows to read: its buffer is zeros (no row adds to a parameter's
-    gradient)."""
+    """dx and the parameters' gradients of either norm by its native backward, two tensors
+    (dx of x's shape; `params` gradient vectors). An empty x has no rows to read: its
+    parameters' gradients are zeros (no row adds to them)."""
     if fits(_DTYPES, x, weight, dy) and dy.shape == x.shape and _vectors_fit(x, (weight,)):
         _eps(fn, eps)
     else:
         _backward_checks(fn, dy, x, eps, weight)
-    rows, cols = _rows(x)
+    dx = torch.empty_like(x)
+    dparams = _param_grads(x, params)
     if x.numel() == 0:
-        return torch.zeros(rows + params, cols, dtype=x.dtype, device=x.device)
-    grads = torch.empty(rows + params, cols, dtype=x.dtype, device=x.device)
+        return dx, dparams.zero_()
+    rows, cols = _rows(x)
     device, stream = where(x.device)
     native(
         device, stream, DTYPE_NAMES[x.dtype], rows, cols, eps, x.data_ptr(), weight.data_ptr(),
-        dy.data_ptr(), grads.data_ptr(),
+        dy.data_ptr(), dx.data_ptr(), dparams.data_ptr(),
     )
-    return grads
+    return dx, dparams
 
 
 def _backward_fake(fn, params, dy, x, weight, eps):
     _backward_checks(fn, dy, x, eps, weight)
-    rows, cols = _rows(x)
-    return x.new_empty((rows + params, cols))
+    return torch.empty_like(x), _param_grads(x, params)
 
 
 def _rms_forward_cuda(x, weight, eps):
@@ -212,7 +219,7 @@ rms_norm_forward = define(
     "rms_norm_forward(Tensor x, Tensor weight, float eps) -> Tensor", _rms_forward_cuda, _rms_forward_fake
 )
 rms_norm_backward = define(
-    "rms_norm_backward(Tensor dy, Tensor x, Tensor weight, float eps) -> Tensor",
+    "rms_norm_backward(Tensor dy, Tensor x, Tensor weight, float eps) -> (Tensor dx, Tensor dweight)",
     _rms_backward_cuda,
     _rms_backward_fake,
 )
@@ -222,24 +229,10 @@ layer_norm_forward = define(
     _layer_forward_fake,
 )
 layer_norm_backward = define(
-    "layer_norm_backward(Tensor dy, Tensor x, Tensor weight, float eps) -> Tensor",
+    "layer_norm_backward(Tensor dy, Tensor x, Tensor weight, float eps) -> (Tensor dx, Tensor dparams)",
     _layer_backward_cuda,
     _layer_backward_fake,
 )
-
-
-def _split(grads, x, params):
-    """dx, then one gradient per parameter vector, from the backward's one buffer."""
-    dx = grads[:-params].view(x.shape)
-    # Copied out (cols elements each): a view would keep the whole buffer, dx's size, alive
-    # for as long as autograd keeps the parameter's .grad.
-    return (dx, *(grads[i - params].clone() for i in range(params)))
-
-
-def _upstream(dy, x):
-    # Autograd may hand over a broadcast gradient (from a sum, say); the kernels read rows of
-    # x's dtype.
-    return dy.to(x.dtype).contiguous()
 
 
 class _RmsNorm(torch.autograd.Function):
@@ -254,8 +247,8 @@ class _RmsNorm(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         x, weight = ctx.saved_tensors
-        grads = rms_norm_backward(_upstream(dy, x), x, weight, ctx.eps)
-        return (*_split(grads, x, 1), None)
+        dx, dweight = rms_norm_backward(upstream(dy, x), x, weight, ctx.eps)
+        return dx, dweight, None
 
 
 class _LayerNorm(torch.autograd.Function):
@@ -270,5 +263,6 @@ class _LayerNorm(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         x, weight = ctx.saved_tensors
-        grads = layer_norm_backward(_upstream(dy, x), x, weight, ctx.eps)
-        return (*_split(grads, x, 2), None)
+        dx, dparams = layer_norm_backward(upstream(dy, x), x, weight, ctx.eps)
+        dweight, dbias = dparams.unbind(0)
+        return dx, dweight, dbias, None

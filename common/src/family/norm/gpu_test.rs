@@ -67,8 +67,9 @@ fn test_dtype<T: Element, D: NormDay>(gpu: &Gpu, day: &NormKernels<D>) {
                     Err(e) if e.is::<Refused>() => continue,
                     Err(e) => panic!("{what}: {e:#}"),
                 };
-                let got = launch_and_read(gpu, &mut out, &mut |out| (plan.launch)(&inputs, out))
-                    .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+                let got =
+                    launch_and_read(gpu, &mut out, &mut |out| (plan.launch)(&inputs, out, None))
+                        .unwrap_or_else(|e| panic!("{what}: {e:#}"));
                 let report = match (&forward, &grads) {
                     (Some(f), _) => check::compare(
                         &got,
@@ -84,6 +85,19 @@ fn test_dtype<T: Element, D: NormDay>(gpu: &Gpu, day: &NormKernels<D>) {
                     _ => unreachable!(),
                 };
                 assert!(report.passed(), "{what}: {report}");
+                if pass == Pass::Backward {
+                    // The same launch into dx and the parameters' gradients kept apart (the
+                    // PyTorch layers' two tensors): the same values, nothing left unwritten.
+                    let apart = backward_apart::<T, D>(gpu, rows, cols, &mut |dx, params| {
+                        (plan.launch)(&inputs, dx, Some(params))
+                    })
+                    .unwrap_or_else(|e| panic!("{what}, outputs apart: {e:#}"));
+                    let g = grads.as_ref().expect("a backward's reference");
+                    let tols =
+                        reference::backward_tolerances::<T>(g, plan.row_terms, plan.col_terms);
+                    let report = check_backward(&apart, g, cols, tols);
+                    assert!(report.passed(), "{what}, outputs apart: {report}");
+                }
                 *ran.entry(version).or_insert(0) += 1;
             }
         }
@@ -96,6 +110,23 @@ fn test_dtype<T: Element, D: NormDay>(gpu: &Gpu, day: &NormKernels<D>) {
             T::NAME
         );
     }
+}
+
+/// A backward launched with dx and the parameters' gradients in buffers of their own, both
+/// poisoned first; returns them back to back, as the one-buffer launch writes them.
+fn backward_apart<T: Element, D: NormDay>(
+    gpu: &Gpu,
+    rows: usize,
+    cols: usize,
+    launch: &mut impl FnMut(&mut CudaSlice<T>, &mut CudaSlice<T>) -> Result<()>,
+) -> Result<Vec<T>> {
+    let mut dx = gpu.alloc_poisoned::<T>(rows * cols)?;
+    let mut params = gpu.alloc_poisoned::<T>(backward_len(D::KIND, rows, cols) - rows * cols)?;
+    launch(&mut dx, &mut params)?;
+    gpu.synchronize()?;
+    let mut both = gpu.download(&dx)?;
+    both.extend(gpu.download(&params)?);
+    Ok(both)
 }
 
 /// The register versions refuse rows one past their widest tier instead of writing garbage,

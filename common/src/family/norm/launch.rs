@@ -10,6 +10,15 @@ pub use crate::family::tiers::{
     MAX_REGISTER_ROW, load_suffix, pack, register_tiers as forward_tiers, tier_for,
 };
 
+/// Refuses a forward launch given a buffer for the parameters' gradients: a forward writes y
+/// alone.
+pub fn forward_only<T>(params: Option<&mut CudaSlice<T>>) -> Result<()> {
+    if params.is_some() {
+        anyhow::bail!("normalization: a forward writes y alone, not parameters' gradients");
+    }
+    Ok(())
+}
+
 /// Checks the sizes of a launch: non-empty, x (and dy) `rows x cols`, the parameters `cols`,
 /// the output `out_expected` elements (`rows x cols`, or [`backward_len`]).
 pub fn check_sizes<T>(

@@ -178,8 +178,11 @@ impl<T> Inputs<T> {
     }
 }
 
-/// Enqueues one run: the forward's `y`, or the backward's dx | dweight [| dbias].
-pub type Launch<'a, T> = Box<dyn FnMut(&Inputs<T>, &mut CudaSlice<T>) -> Result<()> + 'a>;
+/// Enqueues one run: the forward's `y` into `out`; the backward's dx | dweight [| dbias] into
+/// `out`, or, where `params` is given, dx into `out` and dweight [| dbias] into `params` (the
+/// PyTorch layers' separate tensors). A forward refuses `params`.
+pub type Launch<'a, T> =
+    Box<dyn FnMut(&Inputs<T>, &mut CudaSlice<T>, Option<&mut CudaSlice<T>>) -> Result<()> + 'a>;
 
 /// How one version runs on one shape.
 pub struct Plan<'a, T: Element> {

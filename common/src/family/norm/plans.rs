@@ -251,7 +251,8 @@ impl<D: NormDay> NormKernels<D> {
             shape,
             row_terms,
             col_terms: 0,
-            launch: Box::new(move |inputs: &Inputs<T>, out| {
+            launch: Box::new(move |inputs: &Inputs<T>, out, params| {
+                forward_only(params)?;
                 check_sizes(inputs, out.len(), rows, cols, rows * cols)?;
                 let bias = self.bias(inputs)?;
                 let (x, w, r, c) = (&inputs.x, &inputs.weight, rows as u64, cols as u64);
@@ -279,7 +280,8 @@ impl<D: NormDay> NormKernels<D> {
             shape,
             row_terms: block_terms(cols, BLOCK_THREADS),
             col_terms: 0,
-            launch: Box::new(move |inputs: &Inputs<T>, out| {
+            launch: Box::new(move |inputs: &Inputs<T>, out, params| {
+                forward_only(params)?;
                 check_sizes(inputs, out.len(), rows, cols, rows * cols)?;
                 let bias = self.bias(inputs)?;
                 let (x, w) = (&inputs.x, &inputs.weight);
@@ -352,10 +354,10 @@ impl<D: NormDay> NormKernels<D> {
             shape: dx_shape,
             row_terms: block_terms(cols, BLOCK_THREADS),
             col_terms: column_terms(CHUNK_ROWS.min(rows), chunks),
-            launch: Box::new(move |inputs: &Inputs<T>, out| {
-                check_sizes(inputs, out.len(), rows, cols, out_len)?;
+            launch: Box::new(move |inputs: &Inputs<T>, out, params| {
+                let (mut dx, mut grads) = backward_outputs(kind, out, params, rows, cols)?;
+                check_sizes(inputs, dx.len() + grads.len(), rows, cols, out_len)?;
                 let (x, w, dy) = (&inputs.x, &inputs.weight, inputs.dy()?);
-                let (mut dx, mut grads) = out.split_at_mut(rows * cols);
                 let (r, c, chunk) = (rows as u64, cols as u64, CHUNK_ROWS as u64);
                 // SAFETY: one block per row; dx is rows x cols, stats holds the row's
                 // statistics for every row (cudaMalloc aligns it for float2).
@@ -404,10 +406,10 @@ impl<D: NormDay> NormKernels<D> {
             shape,
             row_terms: ept + 10 * row_sums,
             col_terms: column_terms(rows.div_ceil(groups), groups),
-            launch: Box::new(move |inputs: &Inputs<T>, out| {
-                check_sizes(inputs, out.len(), rows, cols, out_len)?;
+            launch: Box::new(move |inputs: &Inputs<T>, out, params| {
+                let (mut dx, mut grads) = backward_outputs(kind, out, params, rows, cols)?;
+                check_sizes(inputs, dx.len() + grads.len(), rows, cols, out_len)?;
                 let (x, w, dy) = (&inputs.x, &inputs.weight, inputs.dy()?);
-                let (mut dx, mut grads) = out.split_at_mut(rows * cols);
                 let (mut pw, mut pb) = split_partials(kind, &mut partials);
                 let (pb, r, c) = (pb.as_mut(), rows as u64, cols as u64);
                 // What both launches below rely on: the kernel is this kind's, its tier holds
@@ -441,6 +443,28 @@ impl<D: NormDay> NormKernels<D> {
                 launch_column_sums(gpu, sums, &partials, &mut grads, arrays, groups, cols)
             }),
         })
+    }
+}
+
+/// dx and the parameters' gradients of a backward launch: `out` cut after dx's rows x cols, or
+/// `out` (dx) and `params` (dweight [| dbias]) where the caller keeps them apart.
+fn backward_outputs<'o, T>(
+    kind: Kind,
+    out: &'o mut CudaSlice<T>,
+    param_grads: Option<&'o mut CudaSlice<T>>,
+    rows: usize,
+    cols: usize,
+) -> Result<(CudaViewMut<'o, T>, CudaViewMut<'o, T>)> {
+    let n = rows * cols;
+    match param_grads {
+        None if out.len() >= n => Ok(out.split_at_mut(n)),
+        Some(p) if out.len() == n && p.len() == params(kind) * cols => {
+            Ok((out.as_view_mut(), p.as_view_mut()))
+        }
+        _ => anyhow::bail!(
+            "normalization: the backward's outputs do not hold dx ({rows} x {cols}) and the \
+             parameters' gradients"
+        ),
     }
 }
 

@@ -181,8 +181,9 @@ impl<D: NormDay> Run<'_, D> {
                         global_bytes: None,
                     };
                     let launch = &mut plan.launch;
-                    session
-                        .run_version(version, &mut out, &expected, |out| launch(&inputs, out))?;
+                    session.run_version(version, &mut out, &expected, |out| {
+                        launch(&inputs, out, None)
+                    })?;
                 }
                 session.save_reference(&out_shape, &reference.y)?;
             }
@@ -207,7 +208,7 @@ impl<D: NormDay> Run<'_, D> {
                     let check = |got: &[T]| check_backward(got, &grads, cols, tolerances);
                     let launch = &mut plan.launch;
                     session.run_version_checked(version, &mut out, &out_shape, check, |out| {
-                        launch(&inputs, out)
+                        launch(&inputs, out, None)
                     })?;
                 }
                 session.save_reference(&out_shape, &grads.concatenated())?;
