@@ -17,6 +17,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import day_kernels as dk
 from tiny_model import TinyModel, step
@@ -442,6 +443,68 @@ def test_no_layer_is_differentiable_twice(layer):
     (g,) = torch.autograd.grad(out, inputs, create_graph=True)
     with pytest.raises(RuntimeError):
         torch.autograd.grad(g.float().sum(), inputs)
+
+
+# What a layer asks of PyTorch besides its kernels. Each call dispatched from Python costs the
+# host 5-10 us on the GPU host, and a step calls the layers dozens of times (README, "Where the
+# step goes"): a layer calls its operators and the views that take their outputs apart, nothing
+# else. Autograd's own calls (`aten.detach`, as it stores a gradient) are left out.
+
+
+class _Dispatched(TorchDispatchMode):
+    """The ops dispatched while it is on, by name (an operator's own inner calls are not seen)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        if name != "aten.detach":
+            self.ops.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+_LABELS = torch.randint(0, 50, (8,))
+_CALLS = {
+    "rms_norm": (
+        lambda x, w: dk.rms_norm(x, w), ((4, 64), (64,)),
+        ["day_kernels.rms_norm_forward"], ["day_kernels.rms_norm_backward"],
+    ),
+    "layer_norm": (
+        lambda x, w, b: dk.layer_norm(x, w, b), ((4, 64), (64,), (64,)),
+        ["day_kernels.layer_norm_forward"], ["day_kernels.layer_norm_backward", "aten.unbind"],
+    ),
+    "swiglu": (
+        lambda g, u: dk.swiglu(g, u), ((4, 64), (4, 64)),
+        ["day_kernels.swiglu_forward"], ["day_kernels.swiglu_backward", "aten.unbind"],
+    ),
+    "flash_attention": (
+        lambda q, k, v: dk.flash_attention(q, k, v, causal=True), ((1, 8, 2, 32),) * 3,
+        ["day_kernels.flash_attention_forward"],
+        ["day_kernels.flash_attention_backward", "aten.split_with_sizes"] + ["aten.view"] * 3,
+    ),
+    # Once a step: the views of h and the labels, the gradients scaled in place, and dH viewed
+    # back through the view of h.
+    "fused_linear_cross_entropy": (
+        lambda h, w: dk.fused_linear_cross_entropy(h, w, _LABELS), ((8, 32), (50, 32)),
+        ["aten.view", "aten.view", "day_kernels.fused_linear_cross_entropy"],
+        ["aten.view", "aten.slice", "aten.mul_", "aten.slice", "aten.mul_", "aten.view"],
+    ),
+}
+
+
+@pytest.mark.parametrize("layer", _CALLS)
+def test_a_layer_calls_its_operators_and_views_only(layer):
+    fn, shapes, forward, backward = _CALLS[layer]
+    inputs = _leaves(*(torch.randn(*s).bfloat16() for s in shapes))
+    upstream = torch.ones_like(fn(*inputs))
+    with _Dispatched() as calls:
+        out = fn(*inputs)
+        made = len(calls.ops)
+        out.backward(upstream)
+    assert calls.ops[:made] == forward
+    assert calls.ops[made:] == backward
 
 
 # The operators' fake implementations: shapes without running anything, and the checks.
