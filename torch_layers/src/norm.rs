@@ -129,7 +129,8 @@ fn check(fn_name: &str, call: &Call) -> Result<f32, UsageError> {
              of each"
         )));
     }
-    // The largest buffer is the backward's `dx | dweight [| dbias]`, of f32 at most.
+    // Every size the launch computes fits: x, dy and the output (y or dx) of rows x cols, and
+    // the backward's `dx | dweight [| dbias]` counted whole (`backward_len`), of f32 at most.
     let fits = rows
         .checked_add(2)
         .and_then(|r| r.checked_mul(cols))
@@ -190,7 +191,8 @@ fn run_as<D: Day, T: Element>(
     let params_len = backward_len(D::KIND, rows, cols) - rows * cols;
     // SAFETY: the Python layer checked each tensor: on this device, contiguous, of T, x, dy
     // and the output (y or dx) rows x cols, the weight and bias cols, the parameters'
-    // gradients `params_len` elements; it holds them until the work is enqueued, and
+    // gradients `params_len` elements; the outputs are tensors it made for this call, which
+    // overlap no input and each other not; it holds them until the work is enqueued, and
     // PyTorch's allocator keeps their memory for the stream's work after that.
     let (inputs, mut out, mut params) = unsafe {
         (

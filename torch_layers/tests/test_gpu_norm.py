@@ -212,10 +212,16 @@ def test_an_empty_batch_gives_an_empty_output_and_zero_parameter_gradients(kind)
     x, weight, bias, _ = inputs(kind, 1, 64, torch.bfloat16)
     x = x[:0].clone().requires_grad_()
     ww = weight.clone().requires_grad_()
-    y = layer_norm(x, ww, bias, eps=1e-5) if kind == "layer" else rms_norm(x, ww)
+    if kind == "layer":
+        bb = bias.clone().requires_grad_()
+        y = layer_norm(x, ww, bb, eps=1e-5)
+    else:
+        y = rms_norm(x, ww)
     assert y.shape == (0, 64)
     y.backward(torch.empty_like(y))
     assert x.grad.shape == (0, 64) and (ww.grad == 0).all()
+    if kind == "layer":
+        assert (bb.grad == 0).all()
 
 
 def native_version(kind, rows, cols, dtype, backward):

@@ -17,9 +17,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import day_kernels as dk
+from day_kernels._tensors import autocast, upstream
 from tiny_model import TinyModel, step
 
 OPS = dk.ops
@@ -447,8 +449,10 @@ def test_no_layer_is_differentiable_twice(layer):
 
 # What a layer asks of PyTorch besides its kernels. Each call dispatched from Python costs the
 # host 5-10 us on the GPU host, and a step calls the layers dozens of times (README, "Where the
-# step goes"): a layer calls its operators and the views that take their outputs apart, nothing
-# else. Autograd's own calls (`aten.detach`, as it stores a gradient) are left out.
+# step goes"): a layer dispatches its operators and the views that take their outputs apart,
+# nothing else. Autograd's own calls (`aten.detach`, as it stores a gradient) are left out. A
+# dispatch mode does not see `.to` or `.contiguous` on a tensor they would not change (they
+# return it before dispatching); that those are not called at all is asked below.
 
 
 class _Dispatched(TorchDispatchMode):
@@ -505,6 +509,36 @@ def test_a_layer_calls_its_operators_and_views_only(layer):
         out.backward(upstream)
     assert calls.ops[:made] == forward
     assert calls.ops[made:] == backward
+
+
+class _Called(TorchFunctionMode):
+    """The names of the torch functions and tensor methods called while it is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_gradient_or_a_cast_that_would_change_nothing_is_not_called():
+    # Under autocast, with inputs already of its dtype, the layers' forward calls no `.to`;
+    # an upstream gradient already of x's dtype and contiguous gets no `.to` or `.contiguous`
+    # (the backward's own calls run in autograd's engine, out of the mode's sight, so
+    # `upstream` is asked directly).
+    x, w, g, u = (torch.randn(*s).bfloat16() for s in ((4, 64), (64,), (4, 64), (4, 64)))
+    with torch.autocast("cpu", dtype=torch.bfloat16), _Called() as called:
+        dk.rms_norm(x, w)
+        dk.swiglu(g, u)
+        assert upstream(x, x) is x
+    assert called.names and "to" not in called.names and "contiguous" not in called.names
+    # Where they would change something, they are made.
+    dy = torch.randn(64, 4).bfloat16().t()
+    assert upstream(dy, x).is_contiguous() and upstream(dy.float(), x).dtype is torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert autocast(x.float())[0].dtype is torch.bfloat16
 
 
 # The operators' fake implementations: shapes without running anything, and the checks.

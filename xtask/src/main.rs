@@ -55,7 +55,8 @@ enum Command {
         /// launcher change then costs a build of those days alone.
         #[arg(long, value_delimiter = ',', value_name = "dayNN[,dayNN]")]
         days: Vec<String>,
-        /// With --days: also build the PyTorch extension's wheel and fetch the peers' wheels
+        /// With --days: also build the PyTorch extension's wheel and fetch the peers' wheels,
+        /// and compile the kernels of the days the extension runs
         /// (a bundle of every day always has them).
         #[arg(long, requires = "days")]
         wheels: bool,

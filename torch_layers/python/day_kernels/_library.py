@@ -8,8 +8,9 @@ without running anything, and each layer's autograd function calls only the oper
 pointer is read inside a traced region.
 
 What the schemas promise: every output is a new tensor; no operator writes into its inputs or
-returns a view of one. A backward returns the one buffer its kernels write (``[dx | dweight]``
-for a norm, say), which the layer's autograd function takes apart in views. Every operator is
+returns a view of one. A backward returns what its kernels write: the attention's and SwiGLU's
+one buffer, which the layer's autograd function takes apart in views, and the norms' dx and
+parameters' gradients, two tensors. Every operator is
 tagged ``needs_contiguous_strides`` (the kernels read rows back to back, so Inductor hands
 them contiguous tensors) and ``cudagraph_unsafe``: the kernels' scratch and cuBLAS handles are
 the extension's own, made outside PyTorch's allocator (some kept from call to call, the
