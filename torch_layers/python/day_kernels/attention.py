@@ -17,7 +17,9 @@ from torch.autograd.function import once_differentiable
 
 from . import _native
 from ._library import define
-from ._tensors import DTYPE_NAMES, autocast, cuda_tensor, fits, like, on_cuda, same_device, same_dtype, where
+from ._tensors import (
+    DTYPE_NAMES, autocast, cuda_tensor, fits, like, on_cuda, same_device, same_dtype, upstream, where,
+)
 
 _FN = "flash_attention"
 _DTYPES = (torch.bfloat16, torch.float16)
@@ -251,7 +253,6 @@ class _FlashAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        # Autograd may hand over a broadcast gradient (from a sum, say); the kernels read rows.
-        grads = flash_attention_backward(do.contiguous(), q, k, v, o, lse, *ctx.problem)
+        grads = flash_attention_backward(upstream(do, q), q, k, v, o, lse, *ctx.problem)
         dq, dk, dv = torch.split(grads, [q.numel(), k.numel(), k.numel()])
         return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape), None, None, None, None

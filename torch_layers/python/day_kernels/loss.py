@@ -20,7 +20,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _native
 from ._library import define
-from ._tensors import autocast, on_device, same_device, where
+from ._tensors import autocast, cuda_tensor, on_device, same_device, where
 
 _FN = "fused_linear_cross_entropy"
 _REDUCTIONS = ("mean", "sum")
@@ -117,14 +117,10 @@ def _check(op, h, weight, labels):
             raise TypeError(f"{_FN}: {name} is {_name(t.dtype)}; it must be bfloat16 (day 19's kernels)")
     if labels.dtype != torch.int64:
         raise TypeError(f"{_FN}: labels is {_name(labels.dtype)}; it must be int64, as torch's cross_entropy takes")
+    # Their dtypes are checked above, with the kernels' reason; then layout and device.
     for name, t in (("h", h), ("weight", weight)):
-        if not t.is_contiguous():
-            raise ValueError(
-                f"{_FN}: {name} is not contiguous (strides {t.stride()}); the kernels read rows "
-                f"back to back: pass {name}.contiguous()"
-            )
-    for name, t in (("h", h), ("weight", weight), ("labels", labels)):
-        on_device(_FN, name, t, op)
+        cuda_tensor(_FN, name, t, (torch.bfloat16,), op=op)
+    on_device(_FN, "labels", labels, op)
     same_device(_FN, h=h, weight=weight, labels=labels)
     return tokens
 
