@@ -78,7 +78,8 @@
 
 // The tile per head dim comes from the launcher's table (`BACKWARD_TILES` in
 // src/hopper_tile.rs) as NVRTC defines: BH_CONSUMERS (the block's consumer warpgroups),
-// BH_DS_STAGES (dS^T buffers), BH_PRODUCER_REGISTERS, and per head dim BH_D<d>_KEYS (keys per
+// BH_DS_STAGES (dS^T buffers), BH_PRODUCER_REGISTERS, BH_PREPROCESS_ROWS (query rows per
+// block of the preprocess kernel, which sizes its grid), and per head dim BH_D<d>_KEYS (keys per
 // tile), _QUERIES (queries per step), _STAGES (the Q/dO ring), _REGISTERS (per consumer
 // thread), _PERSISTENT (1: persistent blocks; 0: a block per tile) and _DQ_IN_STAGE (1: dQ
 // leaves through the step's Q/dO stage; 0: through dQ tiles of its own). The static_asserts
@@ -92,7 +93,7 @@
     !defined(BH_D128_REGISTERS) || !defined(BH_D128_PERSISTENT) || !defined(BH_D256_KEYS) ||    \
     !defined(BH_D256_QUERIES) || !defined(BH_D256_STAGES) || !defined(BH_D256_REGISTERS) ||     \
     !defined(BH_D256_PERSISTENT) || !defined(BH_D64_DQ_IN_STAGE) ||                            \
-    !defined(BH_D128_DQ_IN_STAGE) || !defined(BH_D256_DQ_IN_STAGE)
+    !defined(BH_D128_DQ_IN_STAGE) || !defined(BH_D256_DQ_IN_STAGE) || !defined(BH_PREPROCESS_ROWS)
 #error "fa_hopper_bwd.cu: compile it with the -DBH_ defines of day20's BackwardTile table"
 #endif
 
@@ -190,36 +191,89 @@ __device__ __forceinline__ float2 bh_ld_f32x2(unsigned address) {
 // values are one TMA box, and its start is 16-byte aligned, as the TMA requires of a box's
 // innermost coordinate. A row that sees no key (L = -inf) gets L2 = +inf, so that
 // exp2(s - L2) = 0 without a test. dq_accum zeroed (every mode adds into it).
-// grid(ceil(max lq / 8), heads, batch), block(256): one warp per query row.
+// grid(ceil(max lq / BH_PREPROCESS_ROWS), heads, batch), block(256): a block takes
+// BH_PREPROCESS_ROWS query rows of one head and sequence. A row's 16-byte pieces of O and dO
+// (8 elements each) lie on D / 8 neighbouring threads, so a pass of the block covers
+// 256 / (D / 8) rows; every pass's loads are issued before the first is used. The block's
+// bytes in flight are what sets the speed: a warp per row moves too few of them at head dim 64
+// (a quarter of the copy rate lost there, against 6% at 128).
+constexpr int BH_PREPROCESS_THREADS = 256;
+template <typename T, int D>
+__device__ __forceinline__ void bh_preprocess_rows(const T* __restrict__ o,
+                                                   const T* __restrict__ d_o, const float* lse,
+                                                   float* delta_t, float* lse2_t,
+                                                   float* __restrict__ dq_accum, const int* cu_q,
+                                                   int pitch) {
+    constexpr int PIECES = D / 8;                                 // 16-byte pieces of a row
+    constexpr int PER_PASS = BH_PREPROCESS_THREADS / PIECES;      // rows a pass covers
+    constexpr int PASSES = BH_PREPROCESS_ROWS / PER_PASS;
+    static_assert(PIECES <= 32 && BH_PREPROCESS_ROWS % PER_PASS == 0,
+                  "a row's pieces within one warp, whole passes");
+    const int b = blockIdx.z, h = blockIdx.y, heads = gridDim.y;
+    const int q0 = cu_q[b], lq = cu_q[b + 1] - q0;
+    const int piece = threadIdx.x % PIECES;
+    const int first = blockIdx.x * BH_PREPROCESS_ROWS + threadIdx.x / PIECES;
+    // At most four passes' loads in flight a thread (head dim 256 takes its eight in two
+    // rounds), so that three blocks fit an SM without spills.
+    constexpr int IN_FLIGHT = PASSES < 4 ? PASSES : 4;
+#pragma unroll
+    for (int round = 0; round < PASSES; round += IN_FLIGHT) {
+        // Held as loaded, 16 bytes in four registers, and unpacked only when used.
+        uint4 o8[IN_FLIGHT], g8[IN_FLIGHT];
+#pragma unroll
+        for (int p = 0; p < IN_FLIGHT; ++p) {
+            const int i = first + (round + p) * PER_PASS;
+            o8[p] = g8[p] = make_uint4(0, 0, 0, 0);
+            if (i < lq) {
+                const index_t at = ((index_t)(q0 + i) * heads + h) * D + piece * 8;
+                o8[p] = *reinterpret_cast<const uint4*>(o + at);
+                g8[p] = *reinterpret_cast<const uint4*>(d_o + at);
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < IN_FLIGHT; ++p) {
+            const int i = first + (round + p) * PER_PASS;
+            const Pack16<T> o_row = *reinterpret_cast<const Pack16<T>*>(&o8[p]);
+            const Pack16<T> g_row = *reinterpret_cast<const Pack16<T>*>(&g8[p]);
+            float acc = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) acc += to_f32(o_row.v[k]) * to_f32(g_row.v[k]);
+            // The row's pieces: every lane takes part (a row past the end holds zeros).
+#pragma unroll
+            for (int lanes = PIECES / 2; lanes > 0; lanes /= 2)
+                acc += __shfl_xor_sync(0xffffffffu, acc, lanes);
+            if (i >= lq) continue;
+            const index_t row = (index_t)(q0 + i) * heads + h;
+            // The row's D floats of dq_accum as 2 x PIECES float4s, each store instruction
+            // covering whole 32-byte sectors: quads piece and PIECES + piece.
+            float4* zero = reinterpret_cast<float4*>(dq_accum + row * D);
+            zero[piece] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            zero[PIECES + piece] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (piece == 0) {
+                const index_t t_at = ((index_t)h * gridDim.z + b) * pitch + i;
+                delta_t[t_at] = acc;
+                const float l = lse[row];
+                lse2_t[t_at] = l == NEG_INF ? POS_INF : l * LOG2E;
+            }
+        }
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ void bh_preprocess(const T* o, const T* d_o, const float* lse,
                                               float* delta_t, float* lse2_t, float* dq_accum,
                                               const int* cu_q, int d, int pitch) {
-    const int b = blockIdx.z, h = blockIdx.y, heads = gridDim.y;
-    const int i = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int q0 = cu_q[b];
-    if (i >= cu_q[b + 1] - q0) return;
-    const index_t row = (index_t)(q0 + i) * heads + h;
-    const index_t at = row * d;
-    float acc = 0.0f;
-    for (int c = lane; c < d; c += 32) {
-        acc += to_f32(o[at + c]) * to_f32(d_o[at + c]);
-        dq_accum[at + c] = 0.0f;
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) {
-        const index_t t_at = ((index_t)h * gridDim.z + b) * pitch + i;
-        delta_t[t_at] = acc;
-        const float l = lse[row];
-        lse2_t[t_at] = l == NEG_INF ? POS_INF : l * LOG2E;
-    }
+    // The head dims the tiles take (the launcher refuses the others).
+    if (d == 64) bh_preprocess_rows<T, 64>(o, d_o, lse, delta_t, lse2_t, dq_accum, cu_q, pitch);
+    else if (d == 128) bh_preprocess_rows<T, 128>(o, d_o, lse, delta_t, lse2_t, dq_accum, cu_q, pitch);
+    else bh_preprocess_rows<T, 256>(o, d_o, lse, delta_t, lse2_t, dq_accum, cu_q, pitch);
 }
 
 #define BH_PREPROCESS(T, name)                                                                  \
-    KERNEL void fa_hopper_bwd_preprocess_##name(const T* o, const T* d_o, const float* lse,     \
-                                                float* delta_t, float* lse2_t,                  \
-                                                float* dq_accum, const int* cu_q, int d,        \
-                                                int pitch) {                                     \
+    KERNEL void __launch_bounds__(BH_PREPROCESS_THREADS, 3)                                     \
+        fa_hopper_bwd_preprocess_##name(const T* o, const T* d_o, const float* lse,             \
+                                        float* delta_t, float* lse2_t, float* dq_accum,         \
+                                        const int* cu_q, int d, int pitch) {                    \
         bh_preprocess(o, d_o, lse, delta_t, lse2_t, dq_accum, cu_q, d, pitch);                  \
     }
 BH_PREPROCESS(bf16_t, bf16)

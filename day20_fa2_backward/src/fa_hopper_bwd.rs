@@ -18,7 +18,8 @@ use cudarc::driver::CudaSlice;
 
 use crate::attention_bwd::ConvertDq;
 use crate::{
-    BACKWARD_TILES, BackwardProblem, BackwardTensors, BackwardTile, Mode, Workspace, hopper_defines,
+    BACKWARD_TILES, BackwardProblem, BackwardTensors, BackwardTile, Mode, PREPROCESS_ROWS,
+    Workspace, hopper_defines,
 };
 
 /// The Hopper version, compiled for `sm_90a` (wgmma, TMA, setmaxnreg) on Hopper GPUs only.
@@ -237,7 +238,7 @@ impl<'k> HopperSteps<'k> {
         }
         let preprocess = LaunchShape {
             grid: (
-                fwd.max_q().div_ceil(8).max(1) as u32,
+                fwd.max_q().div_ceil(PREPROCESS_ROWS).max(1) as u32,
                 shape.heads as u32,
                 shape.batch() as u32,
             ),
@@ -303,11 +304,11 @@ impl<'k> HopperSteps<'k> {
         let pitch = hopper_pitch(fwd.max_q());
         let (d_i32, pitch_i32) = (shape.head_dim as i32, pitch as i32);
         let (pre, pre_shape) = &self.preprocess;
-        // SAFETY: matches fa_hopper_bwd_preprocess's signature; one warp per query row i < lq
-        // of each (head, sequence), reading d elements of O and dO and one of L at that row
-        // (lengths checked by the plan), writing d floats of dq_accum (q_len) and one float
-        // of D and L2 at (head x batch + sequence) x pitch + i (i < max_q <= pitch; the lengths
-        // were checked by the plan).
+        // SAFETY: matches fa_hopper_bwd_preprocess's signature; PREPROCESS_ROWS query rows
+        // i < lq of one (head, sequence) per block, reading d elements of O and dO and one of L
+        // at each row (lengths checked by the plan), writing d floats of dq_accum (q_len) and
+        // one float of D and L2 at (head x batch + sequence) x pitch + i (i < max_q <= pitch;
+        // the lengths were checked by the plan).
         unsafe {
             bh_preprocess(
                 gpu,

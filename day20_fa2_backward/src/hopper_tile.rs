@@ -24,6 +24,11 @@ pub const DS_STAGES: usize = 2;
 /// pool, so the producer cannot keep more while the consumers take 240.
 pub const PRODUCER_REGISTERS: usize = SETMAXNREG_MIN;
 
+/// Query rows per block of the preprocess kernel (D and L transposed, dQ's accumulator
+/// zeroed), which sets its grid: enough that the block's loads of O and dO, all issued before
+/// the first is used, keep the memory busy at head dim 64 as at 128.
+pub const PREPROCESS_ROWS: usize = 64;
+
 /// Prefix of the defines `fa_hopper_bwd.cu` reads.
 const PREFIX: &str = "BH";
 
@@ -322,6 +327,7 @@ pub fn hopper_defines() -> Vec<String> {
         file_define(PREFIX, "CONSUMERS", CONSUMERS),
         file_define(PREFIX, "DS_STAGES", DS_STAGES),
         file_define(PREFIX, "PRODUCER_REGISTERS", PRODUCER_REGISTERS),
+        file_define(PREFIX, "PREPROCESS_ROWS", PREPROCESS_ROWS),
     ];
     for tile in &BACKWARD_TILES {
         defines.extend(tile.defines());
@@ -407,13 +413,14 @@ mod tests {
     #[test]
     fn the_defines_carry_every_tile() {
         let defines = hopper_defines();
-        assert_eq!(defines.len(), 3 + 6 * BACKWARD_TILES.len());
+        assert_eq!(defines.len(), 4 + 6 * BACKWARD_TILES.len());
         for expected in [
             "-DBH_D128_KEYS=128",
             "-DBH_D256_KEYS=64",
             "-DBH_CONSUMERS=2",
             "-DBH_DS_STAGES=2",
             "-DBH_PRODUCER_REGISTERS=24",
+            "-DBH_PREPROCESS_ROWS=64",
             "-DBH_D128_QUERIES=64",
             "-DBH_D64_QUERIES=128",
             "-DBH_D128_PERSISTENT=1",
