@@ -88,9 +88,10 @@ KERNEL void attention_bwd_preprocess_f16(const f16_t* o, const f16_t* d_o, float
 
 // dQ = scale * dq_accum, rounded to the storage type, after the atomics of a flash kernel.
 // grid-stride, any launch. Four elements a thread per step where both buffers start 16-byte
-// aligned (they do as the launchers allocate them): a 16-byte load and an 8-byte store, so
-// that each warp instruction covers whole sectors, and two steps' loads in flight before either
-// is stored. The elements past the last whole four, or all of them otherwise, one by one.
+// aligned (dq_accum is the workspace's own allocation, dQ the start of the caller's gradients;
+// checked here, as a caller may hand any): a 16-byte load and an 8-byte store, so that each
+// warp instruction covers whole sectors, and two steps' loads in flight before either is
+// stored. The elements past the last whole four, or all of them otherwise, one by one.
 template <typename T> struct alignas(4 * sizeof(T)) Quad {
     T v[4];
 };

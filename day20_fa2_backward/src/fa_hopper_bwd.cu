@@ -72,14 +72,14 @@
 #include "common.cuh"
 #include "dtype.cuh"
 #include "mma.cuh"        // pack2
-#include "reduce.cuh"     // warp_sum
 #include "attention.cuh"  // Sequence, key_end, visible, first_query
 #include "hopper.cuh"
 
 // The tile per head dim comes from the launcher's table (`BACKWARD_TILES` in
 // src/hopper_tile.rs) as NVRTC defines: BH_CONSUMERS (the block's consumer warpgroups),
-// BH_DS_STAGES (dS^T buffers), BH_PRODUCER_REGISTERS, BH_PREPROCESS_ROWS (query rows per
-// block of the preprocess kernel, which sizes its grid), and per head dim BH_D<d>_KEYS (keys per
+// BH_DS_STAGES (dS^T buffers), BH_PRODUCER_REGISTERS, BH_PREPROCESS_ROWS and
+// BH_PREPROCESS_THREADS (query rows and threads per block of the preprocess kernel, which size
+// its launch), and per head dim BH_D<d>_KEYS (keys per
 // tile), _QUERIES (queries per step), _STAGES (the Q/dO ring), _REGISTERS (per consumer
 // thread), _PERSISTENT (1: persistent blocks; 0: a block per tile) and _DQ_IN_STAGE (1: dQ
 // leaves through the step's Q/dO stage; 0: through dQ tiles of its own). The static_asserts
@@ -93,7 +93,8 @@
     !defined(BH_D128_REGISTERS) || !defined(BH_D128_PERSISTENT) || !defined(BH_D256_KEYS) ||    \
     !defined(BH_D256_QUERIES) || !defined(BH_D256_STAGES) || !defined(BH_D256_REGISTERS) ||     \
     !defined(BH_D256_PERSISTENT) || !defined(BH_D64_DQ_IN_STAGE) ||                            \
-    !defined(BH_D128_DQ_IN_STAGE) || !defined(BH_D256_DQ_IN_STAGE) || !defined(BH_PREPROCESS_ROWS)
+    !defined(BH_D128_DQ_IN_STAGE) || !defined(BH_D256_DQ_IN_STAGE) ||                          \
+    !defined(BH_PREPROCESS_ROWS) || !defined(BH_PREPROCESS_THREADS)
 #error "fa_hopper_bwd.cu: compile it with the -DBH_ defines of day20's BackwardTile table"
 #endif
 
@@ -191,13 +192,13 @@ __device__ __forceinline__ float2 bh_ld_f32x2(unsigned address) {
 // values are one TMA box, and its start is 16-byte aligned, as the TMA requires of a box's
 // innermost coordinate. A row that sees no key (L = -inf) gets L2 = +inf, so that
 // exp2(s - L2) = 0 without a test. dq_accum zeroed (every mode adds into it).
-// grid(ceil(max lq / BH_PREPROCESS_ROWS), heads, batch), block(256): a block takes
-// BH_PREPROCESS_ROWS query rows of one head and sequence. A row's 16-byte pieces of O and dO
-// (8 elements each) lie on D / 8 neighbouring threads, so a pass of the block covers
-// 256 / (D / 8) rows; every pass's loads are issued before the first is used. The block's
-// bytes in flight are what sets the speed: a warp per row moves too few of them at head dim 64
-// (a quarter of the copy rate lost there, against 6% at 128).
-constexpr int BH_PREPROCESS_THREADS = 256;
+// grid(ceil(max lq / BH_PREPROCESS_ROWS), heads, batch), block(BH_PREPROCESS_THREADS): a block
+// takes BH_PREPROCESS_ROWS query rows of one head and sequence. A row's 16-byte pieces of O and
+// dO (8 elements each; both start 16-byte aligned, which the launcher checks) lie on D / 8
+// neighbouring threads, so a pass of the block covers BH_PREPROCESS_THREADS / (D / 8) rows, and
+// up to four passes' loads are issued before the first is used. The block's bytes in flight are
+// what sets the speed: with a warp per row and 16-byte loads, head dim 64 took 107 us where 128
+// took 74 for the same bytes (day 20's notes); 64 rows a block bring it to 84.
 template <typename T, int D>
 __device__ __forceinline__ void bh_preprocess_rows(const T* __restrict__ o,
                                                    const T* __restrict__ d_o, const float* lse,
@@ -207,8 +208,9 @@ __device__ __forceinline__ void bh_preprocess_rows(const T* __restrict__ o,
     constexpr int PIECES = D / 8;                                 // 16-byte pieces of a row
     constexpr int PER_PASS = BH_PREPROCESS_THREADS / PIECES;      // rows a pass covers
     constexpr int PASSES = BH_PREPROCESS_ROWS / PER_PASS;
-    static_assert(PIECES <= 32 && BH_PREPROCESS_ROWS % PER_PASS == 0,
-                  "a row's pieces within one warp, whole passes");
+    static_assert(PIECES <= 32 && BH_PREPROCESS_THREADS % 32 == 0 &&
+                      BH_PREPROCESS_ROWS % PER_PASS == 0,
+                  "a row's pieces within one warp, whole warps, whole passes");
     const int b = blockIdx.z, h = blockIdx.y, heads = gridDim.y;
     const int q0 = cu_q[b], lq = cu_q[b + 1] - q0;
     const int piece = threadIdx.x % PIECES;
@@ -244,8 +246,9 @@ __device__ __forceinline__ void bh_preprocess_rows(const T* __restrict__ o,
                 acc += __shfl_xor_sync(0xffffffffu, acc, lanes);
             if (i >= lq) continue;
             const index_t row = (index_t)(q0 + i) * heads + h;
-            // The row's D floats of dq_accum as 2 x PIECES float4s, each store instruction
-            // covering whole 32-byte sectors: quads piece and PIECES + piece.
+            // The row's D floats of dq_accum as 2 x PIECES float4s, quads piece and PIECES +
+            // piece, so that each store instruction covers whole 32-byte sectors (measured no
+            // slower than a thread's two neighbouring quads, within the runs' spread).
             float4* zero = reinterpret_cast<float4*>(dq_accum + row * D);
             zero[piece] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             zero[PIECES + piece] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -263,10 +266,10 @@ template <typename T>
 __device__ __forceinline__ void bh_preprocess(const T* o, const T* d_o, const float* lse,
                                               float* delta_t, float* lse2_t, float* dq_accum,
                                               const int* cu_q, int d, int pitch) {
-    // The head dims the tiles take (the launcher refuses the others).
+    // The head dims the tiles take (the launcher refuses the others, and any other does nothing).
     if (d == 64) bh_preprocess_rows<T, 64>(o, d_o, lse, delta_t, lse2_t, dq_accum, cu_q, pitch);
     else if (d == 128) bh_preprocess_rows<T, 128>(o, d_o, lse, delta_t, lse2_t, dq_accum, cu_q, pitch);
-    else bh_preprocess_rows<T, 256>(o, d_o, lse, delta_t, lse2_t, dq_accum, cu_q, pitch);
+    else if (d == 256) bh_preprocess_rows<T, 256>(o, d_o, lse, delta_t, lse2_t, dq_accum, cu_q, pitch);
 }
 
 #define BH_PREPROCESS(T, name)                                                                  \

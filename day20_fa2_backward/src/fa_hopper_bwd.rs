@@ -14,12 +14,12 @@ use common::gpu::tma::{HeadTiles, RowSpans, TensorMap, TmaDescriptor};
 use common::reference::attention::AttentionShape;
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape};
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DevicePtr};
 
 use crate::attention_bwd::ConvertDq;
 use crate::{
     BACKWARD_TILES, BackwardProblem, BackwardTensors, BackwardTile, Mode, PREPROCESS_ROWS,
-    Workspace, hopper_defines,
+    PREPROCESS_THREADS, Workspace, hopper_defines,
 };
 
 /// The Hopper version, compiled for `sm_90a` (wgmma, TMA, setmaxnreg) on Hopper GPUs only.
@@ -242,7 +242,7 @@ impl<'k> HopperSteps<'k> {
                 shape.heads as u32,
                 shape.batch() as u32,
             ),
-            block: (256, 1, 1),
+            block: (PREPROCESS_THREADS as u32, 1, 1),
             dynamic_shared_bytes: 0,
         };
         let heads_tiles = |tokens, heads, box_tokens: usize| HeadTiles {
@@ -260,6 +260,17 @@ impl<'k> HopperSteps<'k> {
         };
         let dq_map = heads_tiles(shape.total_q(), shape.heads, 64);
         let key_tiles = heads_tiles(shape.total_k(), shape.kv_heads, 64);
+        // The preprocess reads O in 16-byte pieces (dO too, whose map's encoding refuses an
+        // unaligned start as Q's, K's and V's do).
+        let (o_address, _record) = t.o.device_ptr(&gpu.stream);
+        if !o_address.is_multiple_of(16) {
+            return Err(Refused(format!(
+                "attention backward: fa_hopper reads O in 16-byte pieces; this O starts {} \
+                 bytes past a 16-byte boundary",
+                o_address % 16
+            ))
+            .into());
+        }
         let maps = [
             q_tiles_map.encode(gpu, t.q)?,
             kv_tiles_map.encode(gpu, t.k)?,
@@ -304,9 +315,11 @@ impl<'k> HopperSteps<'k> {
         let pitch = hopper_pitch(fwd.max_q());
         let (d_i32, pitch_i32) = (shape.head_dim as i32, pitch as i32);
         let (pre, pre_shape) = &self.preprocess;
-        // SAFETY: matches fa_hopper_bwd_preprocess's signature; PREPROCESS_ROWS query rows
-        // i < lq of one (head, sequence) per block, reading d elements of O and dO and one of L
-        // at each row (lengths checked by the plan), writing d floats of dq_accum (q_len) and
+        // SAFETY: matches fa_hopper_bwd_preprocess's signature; blocks of PREPROCESS_THREADS
+        // threads (the kernel's BH_PREPROCESS_THREADS), PREPROCESS_ROWS query rows i < lq of one
+        // (head, sequence) per block, reading d elements of O and dO and one of L at each row
+        // (lengths checked by the plan; O and dO start 16-byte aligned, checked by the plan and
+        // by dO's map), writing d floats of dq_accum (q_len, the workspace's own allocation) and
         // one float of D and L2 at (head x batch + sequence) x pitch + i (i < max_q <= pitch;
         // the lengths were checked by the plan).
         unsafe {

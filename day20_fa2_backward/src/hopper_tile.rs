@@ -25,9 +25,14 @@ pub const DS_STAGES: usize = 2;
 pub const PRODUCER_REGISTERS: usize = SETMAXNREG_MIN;
 
 /// Query rows per block of the preprocess kernel (D and L transposed, dQ's accumulator
-/// zeroed), which sets its grid: enough that the block's loads of O and dO, all issued before
-/// the first is used, keep the memory busy at head dim 64 as at 128.
+/// zeroed), which sets its grid: enough that a block keeps many of O's and dO's loads in
+/// flight (up to four passes' before the first is used), which a warp per row did not at
+/// head dim 64.
 pub const PREPROCESS_ROWS: usize = 64;
+
+/// Threads per block of the preprocess kernel: a row's 16-byte pieces on neighbouring
+/// threads, `PREPROCESS_THREADS / (head dim / 8)` rows a pass.
+pub const PREPROCESS_THREADS: usize = 256;
 
 /// Prefix of the defines `fa_hopper_bwd.cu` reads.
 const PREFIX: &str = "BH";
@@ -328,6 +333,7 @@ pub fn hopper_defines() -> Vec<String> {
         file_define(PREFIX, "DS_STAGES", DS_STAGES),
         file_define(PREFIX, "PRODUCER_REGISTERS", PRODUCER_REGISTERS),
         file_define(PREFIX, "PREPROCESS_ROWS", PREPROCESS_ROWS),
+        file_define(PREFIX, "PREPROCESS_THREADS", PREPROCESS_THREADS),
     ];
     for tile in &BACKWARD_TILES {
         defines.extend(tile.defines());
@@ -413,7 +419,7 @@ mod tests {
     #[test]
     fn the_defines_carry_every_tile() {
         let defines = hopper_defines();
-        assert_eq!(defines.len(), 4 + 6 * BACKWARD_TILES.len());
+        assert_eq!(defines.len(), 5 + 6 * BACKWARD_TILES.len());
         for expected in [
             "-DBH_D128_KEYS=128",
             "-DBH_D256_KEYS=64",
@@ -421,6 +427,7 @@ mod tests {
             "-DBH_DS_STAGES=2",
             "-DBH_PRODUCER_REGISTERS=24",
             "-DBH_PREPROCESS_ROWS=64",
+            "-DBH_PREPROCESS_THREADS=256",
             "-DBH_D128_QUERIES=64",
             "-DBH_D64_QUERIES=128",
             "-DBH_D128_PERSISTENT=1",

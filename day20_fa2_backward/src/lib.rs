@@ -31,7 +31,9 @@ pub use attention_bwd::{
 };
 pub use check::{ExpectedGradients, Gradient, SampledGradients, grad_slack, grad_tolerance};
 pub use fa_hopper_bwd::{HOPPER_SOURCE, head_section, hopper_grid, hopper_kernel_names};
-pub use hopper_tile::{BACKWARD_TILES, BackwardTile, PREPROCESS_ROWS, hopper_defines};
+pub use hopper_tile::{
+    BACKWARD_TILES, BackwardTile, PREPROCESS_ROWS, PREPROCESS_THREADS, hopper_defines,
+};
 
 pub use day10::{
     DeviceProblem, FlashTile, HEAD_DIMS, Inputs, NAIVE_MAX_HEAD_DIM, Tensors, Version, check_dtype,

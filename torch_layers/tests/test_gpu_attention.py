@@ -16,7 +16,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import day_kernels as dk
 from day_kernels import flash_attention
+from gpu_checks import offset_copy
 
 UNIT = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 GRAD = {torch.bfloat16: (2.5e-2, 4e-2, 2e-2), torch.float16: (4e-3, 8e-3, 4e-3)}
@@ -188,3 +190,17 @@ def test_shapes_that_do_not_match_are_value_errors():
                         cu_seqlens_q=[0, 16, 40], cu_seqlens_k=[0, 16, 32])
     with pytest.raises(TypeError, match="share one dtype"):
         flash_attention(q, q.half(), q)
+
+
+@pytest.mark.skipif(
+    torch.cuda.get_device_capability() != (9, 0), reason="fa_hopper runs on Hopper only"
+)
+def test_a_tensor_not_16_byte_aligned_is_a_value_error_on_hopper():
+    # One element into its storage: contiguous, but not 16-byte aligned. fa_hopper's TMA reads
+    # q (and k, v, dO) by boxes, and its backward's preprocess reads O in 16-byte pieces.
+    q = torch.randn(1, 64, 2, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="16-byte"):
+        dk.ops.flash_attention_forward(offset_copy(q), q, q, None, None, False)
+    out, lse = dk.ops.flash_attention_forward(q, q, q, None, None, False)
+    with pytest.raises(ValueError, match="16-byte"):
+        dk.ops.flash_attention_backward(out, q, q, q, offset_copy(out), lse, None, None, False, False)
