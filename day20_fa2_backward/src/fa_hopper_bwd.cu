@@ -915,7 +915,9 @@ struct BhConsumer {
     // block its dQ tile is taken as a step's dQ is (dq_empty, then the writer's part played by
     // this consumer's arrival once the TMA has read the boxes), and the consumer goes on only
     // then: its next tile writes these buffers again. The caller has made sure that no product
-    // still reads the boxes' buffers (the other consumer's dQ reads this one's rows of K).
+    // still reads the boxes' buffers (a block of one tile stages in K and V, whose rows the
+    // other consumer's dQ reads; a persistent block in this consumer's rows of dS^T, which
+    // that dQ reads too, and in its dQ tile).
     __device__ __forceinline__ void store_through_staging(const TmaDescriptor* map_dk,
                                                           const TmaDescriptor* map_dv,
                                                           unsigned dq_phase) {
