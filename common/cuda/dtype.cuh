@@ -57,7 +57,8 @@ template <typename T> __device__ __forceinline__ void store16(T* p, const Pack16
 
 // N consecutive elements of T: one 16-byte access when N = 16 / sizeof(T), one element when
 // N = 1, so that a kernel templated on N serves rows that start 16-byte aligned and rows that
-// do not (days 13 and 22). A load marked EVICT_FIRST (__ldcs) is of data read only once.
+// do not (days 13 and 22). A load marked EVICT_FIRST (__ldcs) is of data read only once. A
+// store also takes 8 bytes (four 16-bit elements from a float4's worth, day 20's dQ).
 template <typename T, int N> struct alignas(N * sizeof(T)) Elems {
     T v[N];
 };
@@ -79,8 +80,10 @@ __device__ __forceinline__ Elems<T, N> load_elems(const T* p) {
 template <typename T, int N> __device__ __forceinline__ void store_elems(T* p, const Elems<T, N>& e) {
     if constexpr (N == 1) {
         *p = e.v[0];
+    } else if constexpr (N * sizeof(T) == 8) {
+        *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(&e);
     } else {
-        static_assert(N * sizeof(T) == 16, "N elements of 16 bytes, or one");
+        static_assert(N * sizeof(T) == 16, "N elements of 16 or 8 bytes, or one");
         *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(&e);
     }
 }

@@ -92,17 +92,14 @@ KERNEL void attention_bwd_preprocess_f16(const f16_t* o, const f16_t* d_o, float
 // checked here, as a caller may hand any): a 16-byte load and an 8-byte store, so that each
 // warp instruction covers whole sectors, and two steps' loads in flight before either is
 // stored. The elements past the last whole four, or all of them otherwise, one by one.
-template <typename T> struct alignas(4 * sizeof(T)) Quad {
-    T v[4];
-};
 template <typename T>
 __device__ __forceinline__ void bwd_store_scaled(T* dq, index_t quad, float4 a, float scale) {
-    Quad<T> out;
+    Elems<T, 4> out;
     out.v[0] = from_f32<T>(a.x * scale);
     out.v[1] = from_f32<T>(a.y * scale);
     out.v[2] = from_f32<T>(a.z * scale);
     out.v[3] = from_f32<T>(a.w * scale);
-    reinterpret_cast<Quad<T>*>(dq)[quad] = out;
+    store_elems(dq + 4 * quad, out);
 }
 template <typename T>
 __device__ __forceinline__ void bwd_convert_dq(const float* __restrict__ dq_accum,

@@ -10,11 +10,12 @@ use common::gpu::kernel::KernelSet;
 use common::gpu::kernel_build::KernelBuild;
 use common::gpu::nvrtc::KernelSource;
 use common::gpu::params::{DeviceIn, DeviceOut};
+use common::gpu::require_16_byte_start;
 use common::gpu::tma::{HeadTiles, RowSpans, TensorMap, TmaDescriptor};
 use common::reference::attention::AttentionShape;
 use common::session::Refused;
 use common::{Gpu, Kernel, LaunchShape};
-use cudarc::driver::{CudaSlice, DevicePtr};
+use cudarc::driver::CudaSlice;
 
 use crate::attention_bwd::ConvertDq;
 use crate::{
@@ -262,15 +263,12 @@ impl<'k> HopperSteps<'k> {
         let key_tiles = heads_tiles(shape.total_k(), shape.kv_heads, 64);
         // The preprocess reads O in 16-byte pieces (dO too, whose map's encoding refuses an
         // unaligned start as Q's, K's and V's do).
-        let (o_address, _record) = t.o.device_ptr(&gpu.stream);
-        if !o_address.is_multiple_of(16) {
-            return Err(Refused(format!(
-                "attention backward: fa_hopper reads O in 16-byte pieces; this O starts {} \
-                 bytes past a 16-byte boundary",
-                o_address % 16
-            ))
-            .into());
-        }
+        require_16_byte_start(
+            gpu,
+            t.o,
+            "attention backward: O",
+            "fa_hopper's preprocess needs",
+        )?;
         let maps = [
             q_tiles_map.encode(gpu, t.q)?,
             kv_tiles_map.encode(gpu, t.k)?,

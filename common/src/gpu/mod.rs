@@ -39,6 +39,25 @@ pub trait DeviceBuffer<T>: DevicePtr<T> + DeviceSlice<T> {}
 
 impl<T, B: DevicePtr<T> + DeviceSlice<T> + ?Sized> DeviceBuffer<T> for B {}
 
+/// Refuses `buffer` unless it starts 16-byte aligned, as 16-byte loads and the TMA need:
+/// `what` names the buffer and `needs` the reader ("the TMA needs").
+pub fn require_16_byte_start<T>(
+    gpu: &Gpu,
+    buffer: &impl DeviceBuffer<T>,
+    what: &str,
+    needs: &str,
+) -> anyhow::Result<()> {
+    let (address, _record) = buffer.device_ptr(&gpu.stream);
+    if address.is_multiple_of(16) {
+        return Ok(());
+    }
+    Err(crate::error::Refused(format!(
+        "{what}: {needs} a 16-byte aligned start; this one is {} bytes past a 16-byte boundary",
+        address % 16
+    ))
+    .into())
+}
+
 /// A [`DeviceBuffer`] that a call also writes.
 pub trait DeviceBufferMut<T>: DeviceBuffer<T> + DevicePtrMut<T> {}
 

@@ -13,7 +13,7 @@ use cudarc::driver::sys::{
 use crate::dtype::Dtype;
 use crate::element::Element;
 use crate::error::Refused;
-use crate::gpu::{DeviceBuffer, Gpu};
+use crate::gpu::{DeviceBuffer, Gpu, require_16_byte_start};
 
 /// The encoded map, aligned as the driver and the kernel parameter require.
 #[repr(C, align(64))]
@@ -280,15 +280,8 @@ impl Swizzled128 {
         if buffer.len() < (self.outer - 1) * self.outer_stride + matrix {
             bail!("{what}: the buffer is smaller than the tensor its map describes");
         }
+        require_16_byte_start(gpu, buffer, what, "the TMA needs")?;
         let (address, _record) = buffer.device_ptr(&gpu.stream);
-        if !address.is_multiple_of(16) {
-            return Err(Refused(format!(
-                "{what}: the TMA needs a 16-byte aligned start; this one is {} bytes past a \
-                 16-byte boundary",
-                address % 16
-            ))
-            .into());
-        }
         let outer_stride = if self.outer > 1 {
             self.outer_stride
         } else {
