@@ -332,8 +332,12 @@ def evaluate(model, val_batches, layers):
     return torch.stack(losses).mean().item()
 
 
-def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device):
-    """One training run; returns its record (losses, validation, speed, memory)."""
+def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device, ranks=None):
+    """One training run; returns its record (losses, validation, speed, memory).
+
+    ``ranks`` is this process's place in a data-parallel run (``train_gpt_ddp.py``): it wraps
+    the model, takes this process's rows of each batch and averages the losses over the
+    processes. Without it the run is this process's alone."""
     # Free the last run's tensors first, so each run's peak memory is its own.
     gc.collect()
     torch.cuda.empty_cache()
@@ -353,7 +357,9 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device):
     # The step runs the model compiled where --compile asks (the same mode for every run, so
     # the verdict compares like with like); validation runs it eagerly, which needs no second
     # compile for no_grad.
-    step_model = model if cfg.compile == "none" else torch.compile(model, mode=cfg.compile)
+    step_model = model if ranks is None else ranks.wrap(model)
+    if cfg.compile != "none":
+        step_model = torch.compile(step_model, mode=cfg.compile)
     n_params = sum(p.numel() for p in model.parameters())
     opt, fused = make_optimizer(model, cfg.lr)
 
@@ -389,6 +395,8 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device):
         for group in opt.param_groups:
             group["lr"] = lr
         x, y = train_batches[step]
+        if ranks is not None:
+            x, y = ranks.shard(x, y)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = step_model(x, y, layers)
         loss.backward()
@@ -405,10 +413,14 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device):
             val.append((step + 1, evaluate(model, val_batches, layers)))
         if (step + 1) % cfg.log_every == 0 or last:
             v = f", val {val[-1][1]:.4f}" if val[-1][0] == step + 1 else ""
-            print(f"   {name} step {step + 1:4d}/{steps}  loss {losses[step].item():.4f}{v}  "
+            shown = losses[step] if ranks is None else ranks.mean(losses[step].clone())
+            print(f"   {name} step {step + 1:4d}/{steps}  loss {shown.item():.4f}{v}  "
                   f"lr {lr:.2e}", flush=True)
     torch.cuda.synchronize(device)
     wall = time.perf_counter() - wall
+    if ranks is not None:
+        # Each process's loss is over its own rows: their mean is the whole batch's loss.
+        ranks.mean(losses)
 
     warm = min(cfg.timing_warmup, steps - 1)
     step_ms = [s.elapsed_time(e) for s, e in events[warm:]]

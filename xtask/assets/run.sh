@@ -17,7 +17,9 @@
 # The torch part installs the PyTorch extension's wheel (torch_layers/wheels) into a scratch
 # folder and runs its tests (torch_layers/tests, pytest) with REQUIRE_GPU=1 into DIR/torch.log;
 # the train part (not a default one) trains torch_layers/examples/train_gpt.py's small GPT on PyTorch's
-# layers and on ours into DIR/train_gpt/ (results.json, loss.png) and DIR/train.log.
+# layers and on ours into DIR/train_gpt/ (results.json, loss.png) and DIR/train.log, then, where the
+# host has 2 GPUs or more, on ours over 2 GPUs with DistributedDataParallel (train_gpt_ddp.py, its
+# curve compared with the one-GPU run's) into DIR/train_gpt_ddp/ and DIR/train_ddp.log.
 # --sanitize also runs every day on small odd problems under compute-sanitizer's memcheck,
 # racecheck, initcheck and synccheck (verify/sanitize.py), where the host has it.
 #
@@ -356,6 +358,20 @@ if part torch || part train; then
       rc=${PIPESTATUS[0]}
       record_run all train "$rc"
       if [ "$rc" = 0 ]; then note train train_gpt ok; else note train train_gpt "FAILED (exit $rc)"; failed=1; fi
+      gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+      if [ "$gpus" -lt 2 ]; then
+        note train train_gpt_ddp "SKIPPED ($gpus GPU; data parallel training needs 2)"
+      elif [ "$rc" = 0 ]; then
+        echo "== train: the same GPT on 2 GPUs with DistributedDataParallel (log: $out/train_ddp.log)"
+        started
+        PYTHONPATH="$site" PYTHONUNBUFFERED=1 python3 -m torch.distributed.run --standalone \
+          --nproc-per-node 2 "$here/torch_layers/examples/train_gpt_ddp.py" \
+          --corpus-root "$here/../.." --against "$out/train_gpt/results.json" \
+          --out "$out/train_gpt_ddp" 2>&1 | tee "$out/train_ddp.log"
+        rc=${PIPESTATUS[0]}
+        record_run all train_ddp "$rc"
+        if [ "$rc" = 0 ]; then note train train_gpt_ddp ok; else note train train_gpt_ddp "FAILED (exit $rc)"; failed=1; fi
+      fi
     fi
   fi
 fi
