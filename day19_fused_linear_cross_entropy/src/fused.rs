@@ -120,18 +120,8 @@ impl FusedPlan {
     /// `chunk` tokens at a time (`chunk >= T` is the naive version: the whole logits at once).
     /// Refuses, before allocating, a logits buffer that does not fit in free device memory.
     pub fn new(gpu: &Gpu, shape: Shape, chunk: usize, opts: &CeOptions) -> Result<Self> {
-        validate_options(opts)?;
-        let Shape {
-            tokens,
-            hidden,
-            vocab,
-        } = shape;
-        if tokens == 0 || hidden == 0 || vocab == 0 || chunk == 0 {
-            bail!(
-                "fused cross-entropy: T = {tokens}, Hd = {hidden}, V = {vocab}, chunk = {chunk}; all must be >= 1"
-            );
-        }
-        let chunk = chunk.min(tokens);
+        let chunk = checked_chunk(shape, chunk, opts)?;
+        let Shape { tokens, vocab, .. } = shape;
         let logits_bytes = (chunk * vocab * 2) as u64;
         let (free, _) = gpu.ctx.mem_get_info()?;
         let headroom = 512u64 << 20;
@@ -153,6 +143,58 @@ impl FusedPlan {
             logits,
             loss_scratch: LossScratch::new(gpu, tokens)?,
         })
+    }
+
+    /// A plan on scratch the caller owns: `logits` of at least `chunk x V` elements and
+    /// `loss_scratch` of at least T rows (the PyTorch layer's tensors from PyTorch's allocator,
+    /// so that a CUDA graph can capture the call). [`FusedPlan::into_scratch`] gives them back;
+    /// on an error they are let go of unfreed (`leak`), as they are the caller's.
+    pub fn with_scratch(
+        shape: Shape,
+        chunk: usize,
+        opts: &CeOptions,
+        logits: CudaSlice<bf16>,
+        loss_scratch: LossScratch,
+    ) -> Result<Self> {
+        let checked = checked_chunk(shape, chunk, opts).and_then(|chunk| {
+            if logits.len() >= chunk * shape.vocab
+                && loss_scratch.row_loss.len() >= shape.tokens
+                && !loss_scratch.inv_count.is_empty()
+            {
+                return Ok(chunk);
+            }
+            bail!(
+                "fused cross-entropy: scratch of {} logits, {} row losses and {} counts for \
+                 {chunk} x {} logits and {} rows",
+                logits.len(),
+                loss_scratch.row_loss.len(),
+                loss_scratch.inv_count.len(),
+                shape.vocab,
+                shape.tokens
+            )
+        });
+        match checked {
+            Ok(chunk) => Ok(Self {
+                shape,
+                chunk,
+                row_kernel: RowKernel::best_for(shape.vocab),
+                logits,
+                loss_scratch,
+            }),
+            Err(e) => {
+                let LossScratch {
+                    row_loss,
+                    inv_count,
+                } = loss_scratch;
+                let _ = (logits.leak(), row_loss.leak(), inv_count.leak());
+                Err(e)
+            }
+        }
+    }
+
+    /// The scratch the plan was made with: the logits chunk and the loss's scratch.
+    pub fn into_scratch(self) -> (CudaSlice<bf16>, LossScratch) {
+        (self.logits, self.loss_scratch)
     }
 
     /// The three GEMMs of a chunk of `rows` tokens, in the order [`FusedPlan::run`] enqueues
@@ -331,6 +373,22 @@ impl FusedPlan {
         }
         ce.mean_loss(gpu, tokens, &self.loss_scratch, loss)
     }
+}
+
+/// `chunk` capped at T, after checking the options and that every size is at least 1.
+fn checked_chunk(shape: Shape, chunk: usize, opts: &CeOptions) -> Result<usize> {
+    validate_options(opts)?;
+    let Shape {
+        tokens,
+        hidden,
+        vocab,
+    } = shape;
+    if tokens == 0 || hidden == 0 || vocab == 0 || chunk == 0 {
+        bail!(
+            "fused cross-entropy: T = {tokens}, Hd = {hidden}, V = {vocab}, chunk = {chunk}; all must be >= 1"
+        );
+    }
+    Ok(chunk.min(tokens))
 }
 
 /// Rows of the last chunk (all of them when there is one).

@@ -10,12 +10,15 @@ PyTorch's current stream, as in a one-GPU run.
 
 Each process trains on the same batches as ``train_gpt.py`` (the same ``--data-seed``), taking
 its rows of each one (``--batch-size`` must be a multiple of the processes), from seed A's
-weights. With ``--against`` (a ``results.json`` that ``train_gpt.py`` wrote with
-``--layers both`` and the same flags), it compares its smoothed loss with that run's ``ours-A``
-(the same layers, seed and batches on one GPU): the curves agree when the gap is no larger than
-the gap between that run's ``torch-A`` and ``torch-B`` (two seeds, the noise), as
-``train_gpt.py``'s own verdict is made. Only the order in which the sums are added differs
-between the two: the batch split over the GPUs, and the all-reduce.
+weights: first on PyTorch's layers (``torch-ddpN``), then on ours (``ours-ddpN``). With
+``--against`` (a ``results.json`` that ``train_gpt.py`` wrote with ``--layers both`` and the
+same flags) it compares each with the same layers' one-GPU run from the same seed, by the mean
+absolute gap of the smoothed loss over the last steps, as ``train_gpt.py``'s verdict does. Only
+the order in which sums are added differs between the two: the batch split over the GPUs and
+the all-reduce. How far that alone moves a curve is what PyTorch's own layers show
+(``torch-ddpN`` against ``torch-A``); two seeds' gap (``torch-A`` against ``torch-B``) is the
+other yardstick. Ours agree when their gap (``ours-ddpN`` against ``ours-A``) is no larger than
+the larger of the two.
 
 Run it with ``torchrun`` (2 GPUs or more; ``python -m torch.distributed.run`` is the same)::
 
@@ -23,8 +26,8 @@ Run it with ``torchrun`` (2 GPUs or more; ``python -m torch.distributed.run`` is
     torchrun --standalone --nproc-per-node 2 torch_layers/examples/train_gpt_ddp.py \\
         --against /tmp/gpt/results.json --out /tmp/gpt-ddp
 
-It takes ``train_gpt.py``'s flags (but ``--layers``: ``ours``, the default, or ``torch``;
-``--seed-b`` does not apply, and ``--require-agreement`` needs ``--against``) and writes ``results.json`` (the run,
+It takes ``train_gpt.py``'s flags (``--layers``: ``both``, the default, ``ours`` or ``torch``;
+``--seed-b`` does not apply; ``--require-agreement`` needs ``--against`` and ``both``) and writes ``results.json`` (the run,
 its tokens/s over all the GPUs, the verdict) into ``--out``. NVLink multicast (NCCL's NVLS) is
 turned off: the all-reduce needs none of it.
 
@@ -92,16 +95,9 @@ def parse_args(argv):
     p.add_argument("--require-agreement", action="store_true",
                    help="exit 1 when the curve does not agree with the --against run's")
     own, rest = p.parse_known_args(argv)
-    layers = "ours"
-    if "--layers" in rest:
-        i = rest.index("--layers")
-        if i + 1 >= len(rest) or rest[i + 1] not in ("ours", "torch"):
-            base.fail("--layers: ours (the default) or torch")
-        layers = rest[i + 1]
-        del rest[i:i + 2]
-    cfg = base.parse_args(rest + ["--layers", layers])
-    if own.require_agreement and own.against is None:
-        base.fail("--require-agreement compares runs: it needs --against")
+    cfg = base.parse_args(rest)
+    if own.require_agreement and (own.against is None or cfg.layers != "both"):
+        base.fail("--require-agreement compares runs: it needs --against and --layers both")
     cfg.against, cfg.require_agreement = own.against, own.require_agreement
     return cfg
 
@@ -125,26 +121,42 @@ def check_against(cfg, against):
 
 
 def verdict(ddp, runs, steps):
-    """Noise: the --against run's torch-A against torch-B; difference: this run against its
-    ours-A (the same layers and seed on one GPU). Both over the last steps, as train_gpt.py's
-    verdict is taken."""
+    """The gaps of the last steps' smoothed losses, as train_gpt.py's verdict takes them:
+    between two seeds on one GPU (torch-A, torch-B), and between each layers' run here and
+    their one-GPU run from the same seed."""
     window = min(base.VERDICT_WINDOW, max(1, steps // 2))
-    same = runs["ours-A"] if ddp["layers"] == "ours" else runs["torch-A"]
-    noise = base.mean_abs_gap(runs["torch-A"]["loss_ema"][-window:],
-                              runs["torch-B"]["loss_ema"][-window:])
-    difference = base.mean_abs_gap(ddp["loss_ema"][-window:], same["loss_ema"][-window:])
-    finite = all(math.isfinite(v) for v in ddp["loss"])
-    return dict(
-        window_steps=window,
-        compared_with=same["name"],
-        noise=noise,
-        difference=difference,
-        agree=finite and math.isfinite(difference) and difference <= noise,
-        all_losses_finite=finite,
-        same_initial_weights=same["init_checksum"] == ddp["init_checksum"],
-        one_gpu_tokens_per_s=same["tokens_per_s"],
-        tokens_per_s=ddp["tokens_per_s"],
-    )
+
+    def gap(a, b):
+        return base.mean_abs_gap(a["loss_ema"][-window:], b["loss_ema"][-window:])
+
+    one_gpu = {"torch": runs["torch-A"], "ours": runs["ours-A"]}
+    result = dict(window_steps=window, seed_noise=gap(runs["torch-A"], runs["torch-B"]))
+    for layers, run in ddp.items():
+        result[f"{layers}_gap"] = gap(run, one_gpu[layers])
+        result[f"{layers}_same_initial_weights"] = (
+            run["init_checksum"] == one_gpu[layers]["init_checksum"])
+        result[f"{layers}_one_gpu_tokens_per_s"] = one_gpu[layers]["tokens_per_s"]
+    if {"torch", "ours"} <= ddp.keys():
+        finite = all(math.isfinite(v) for r in ddp.values() for v in r["loss"])
+        result["noise"] = max(result["seed_noise"], result["torch_gap"])
+        result["agree"] = (finite and math.isfinite(result["ours_gap"])
+                           and result["ours_gap"] <= result["noise"])
+        result["all_losses_finite"] = finite
+    return result
+
+
+def print_verdict(v, world):
+    fmt = base.fmt
+    print(f"\nseed noise  {fmt(v['seed_noise'], '.5f')}  mean |torch-A - torch-B| on one GPU, "
+          f"last {v['window_steps']} steps")
+    for layers in ("torch", "ours"):
+        if f"{layers}_gap" in v:
+            one = "torch-A" if layers == "torch" else "ours-A"
+            print(f"{layers + ' gap':<11} {fmt(v[f'{layers}_gap'], '.5f')}  mean |{layers}-ddp{world}"
+                  f" - {one}|: {world} GPUs against one, the same layers and seed")
+    if "agree" in v:
+        print(f"agree:  {'yes' if v['agree'] else 'NO'} (ours' gap "
+              f"{'<=' if v['agree'] else '>'} the larger of the seed noise and torch's gap)")
 
 
 def main(argv=None):
@@ -174,7 +186,7 @@ def main(argv=None):
     runs_against = check_against(cfg, cfg.against) if cfg.against else None
 
     dk = None
-    if cfg.layers == "ours":
+    if cfg.layers != "torch":
         try:
             import day_kernels as dk
         except Exception as e:
@@ -193,7 +205,6 @@ def main(argv=None):
     val_set = base.Batches(val_tokens, cfg.context, cfg.batch_size, cfg.eval_batches,
                            cfg.data_seed + 1)
     val_batches = [val_set[i] for i in range(len(val_set))]
-    layers = base.OurLayers(dk, cfg.deterministic_attention) if dk else base.TorchLayers()
     gpu = torch.cuda.get_device_name(device)
     print(f"GPUs: {world} x {gpu}; torch {torch.__version__} (CUDA {torch.version.cuda}, "
           f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))})")
@@ -201,22 +212,24 @@ def main(argv=None):
           f"{cfg.context}; batch {cfg.batch_size} x {cfg.context} tokens, "
           f"{cfg.batch_size // world} sequences per GPU, {cfg.steps} steps")
 
-    name = f"{layers.name}-ddp{world}"
-    run = base.train_one(name, layers, cfg.seed, cfg, base.build_model_classes(), train_batches,
-                         val_batches, device, ranks=Ranks(rank, world, device))
-    run["processes"] = world
+    all_layers = {"torch": base.TorchLayers()}
+    if dk is not None:
+        all_layers["ours"] = base.OurLayers(dk, cfg.deterministic_attention)
+    chosen = ("torch", "ours") if cfg.layers == "both" else (cfg.layers,)
+    ranks = Ranks(rank, world, device)
+    runs = {}
+    for layers in chosen:
+        run = base.train_one(f"{layers}-ddp{world}", all_layers[layers], cfg.seed, cfg,
+                             base.build_model_classes(), train_batches, val_batches, device,
+                             ranks=ranks)
+        run["processes"] = world
+        runs[layers] = run
     result = None
     if rank == 0:
-        base.print_table({name: run})
+        base.print_table({r["name"]: r for r in runs.values()})
         if runs_against is not None:
-            result = verdict(run, runs_against, cfg.steps)
-            print(f"\nnoise       {base.fmt(result['noise'], '.5f')}  mean |torch-A - torch-B| "
-                  f"of the one-GPU run, last {result['window_steps']} steps")
-            print(f"difference  {base.fmt(result['difference'], '.5f')}  mean |{name} - "
-                  f"{result['compared_with']}| over the same steps")
-            print(f"agree:  {'yes' if result['agree'] else 'NO'}; tokens/s "
-                  f"{base.fmt(result['tokens_per_s'], ',.0f')} on {world} GPUs, "
-                  f"{base.fmt(result['one_gpu_tokens_per_s'], ',.0f')} on one")
+            result = verdict(runs, runs_against, cfg.steps)
+            print_verdict(result, world)
         cfg.out.mkdir(parents=True, exist_ok=True)
         config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()}
         results = dict(
@@ -224,14 +237,14 @@ def main(argv=None):
             environment=dict(gpu=gpu, gpus=world, torch=torch.__version__,
                              cuda=torch.version.cuda,
                              nccl=".".join(map(str, torch.cuda.nccl.version()))),
-            runs=[run],
+            runs=list(runs.values()),
             verdict=result,
         )
         path = cfg.out / "results.json"
         path.write_text(json.dumps(base.finite_or_none(results), indent=1) + "\n")
         print(f"\nwrote {path}")
     dist.destroy_process_group()
-    if cfg.require_agreement and result is not None and not result["agree"]:
+    if cfg.require_agreement and result is not None and not result.get("agree"):
         return 1
     return 0
 

@@ -86,6 +86,12 @@ impl<S: Release> Deref for Lent<S> {
     }
 }
 
+impl<S: Release> DerefMut for Lent<S> {
+    fn deref_mut(&mut self) -> &mut S {
+        self.0.as_mut().expect("taken only by drop")
+    }
+}
+
 impl<S: Release> Drop for Lent<S> {
     fn drop(&mut self) {
         if let Some(inner) = self.0.take() {

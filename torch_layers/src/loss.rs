@@ -10,27 +10,30 @@
 //! The tensors arrive as device pointers the Python layer has checked (device, dtype,
 //! contiguity, sizes): H `[tokens, hidden]` and W `[vocab, hidden]` (nn.Linear's layout, the
 //! one day 19 takes) in bf16, the labels as int32 `[tokens]` (day 19's targets), the
-//! gradients one bf16 buffer `[dH | dW]` and the loss one f32.
+//! gradients one bf16 buffer `[dH | dW]` and the loss one f32. The call's scratch arrives the
+//! same way, made by the Python layer for this call from PyTorch's allocator: the chunk of
+//! logits, the per-token losses and cuBLAS's workspace.
 //!
 //! Backend: cuBLAS, on every GPU. Day 19's Results measure `chunked_cublas` (40.4 ms at
 //! 8192 x 4096 x 128256 on the H100) ahead of `chunked_day18` (43.3 ms, and Hopper only, and
 //! only for vocab and hidden sizes that are multiples of 8); `naive` is faster still but holds
 //! the whole logits, which is what this layer exists to avoid. The chunk is day 19's
-//! `default_chunk` unless the caller names one.
+//! `default_chunk` unless the caller names one (the Python layer asks
+//! `fused_linear_cross_entropy_chunk` for it, to size the logits).
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use anyhow::Result;
 use common::error::UsageError;
 use common::gpu::cublas::Cublas;
 use common::sizes;
 use day19::reference::CeOptions;
-use day19::{CrossEntropy, FusedPlan, Shape, default_chunk};
+use day19::{CrossEntropy, FusedPlan, LossScratch, Shape, default_chunk};
 use half::bf16;
 use pyo3::prelude::*;
 
-use crate::borrowed::Borrowed;
-use crate::device::{Cache, Device, Loaded, device};
+use crate::borrowed::{Borrowed, Lent, Release, release};
+use crate::device::{Loaded, device};
 use crate::errors::to_py;
 
 /// The Python function's name, for messages.
@@ -39,24 +42,15 @@ const FN: &str = "fused_linear_cross_entropy";
 /// What the call reports back: the loop that ran.
 const VERSION: &str = "chunked_cublas";
 
-/// The layer's state on one device: day 19's cross-entropy kernels, a cuBLAS handle per
-/// PyTorch stream, and each recent problem's plan (its chunk of logits and per-token losses).
+/// The layer's state on one device: day 19's cross-entropy kernels and one cuBLAS handle,
+/// both made on the first call. Everything a call writes besides its outputs (the chunk of
+/// logits, the per-token losses, cuBLAS's workspace) is the caller's: PyTorch tensors taken
+/// from its allocator for that call, so two streams' calls never share scratch and a CUDA
+/// graph can capture a call (after a first one has made the kernels and the handle).
 #[derive(Default)]
 pub struct State {
     kernels: Loaded<CrossEntropy>,
-    blas: Cache<u64, Mutex<Cublas>>,
-    plans: Cache<PlanKey, Mutex<FusedPlan>>,
-}
-
-/// What a plan's scratch depends on, and the stream it is used on. Two streams with the same
-/// shape get a plan each: the chunk of logits is written by every call, and two streams' calls
-/// may run at the same time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct PlanKey {
-    stream: u64,
-    shape: Shape,
-    /// Tokens per chunk, at most `shape.tokens`.
-    chunk: usize,
+    blas: Loaded<Mutex<Cublas>>,
 }
 
 /// One call's problem: where it runs, its sizes and the loss's options.
@@ -65,8 +59,8 @@ pub struct Call {
     /// PyTorch's current stream.
     pub stream: u64,
     pub shape: Shape,
-    /// Tokens per chunk; `None` for day 19's default.
-    pub chunk: Option<usize>,
+    /// Tokens per chunk (the Python layer's choice, or day 19's default), at most the tokens.
+    pub chunk: usize,
     pub ignore_index: i64,
     pub label_smoothing: f64,
     /// The z-loss coefficient (`lse_square_scale`: `loss += z lse^2` per token).
@@ -74,13 +68,20 @@ pub struct Call {
 }
 
 /// Device pointers of one call: H, W and the int32 labels in; `[dH | dW]` and the mean loss
-/// out.
+/// out; the call's scratch.
 pub struct Pointers {
     pub h: u64,
     pub weight: u64,
     pub labels: u64,
     pub grads: u64,
     pub loss: u64,
+    /// `chunk x vocab` bf16: a chunk's logits, then their gradient.
+    pub logits: u64,
+    /// `tokens + 1` f32: each token's loss, then 1/N.
+    pub rows: u64,
+    /// cuBLAS's workspace, `workspace_bytes` long.
+    pub workspace: u64,
+    pub workspace_bytes: usize,
 }
 
 impl Call {
@@ -89,14 +90,15 @@ impl Call {
     /// errors; these are the caller's.
     fn check(&self) -> Result<CeOptions, UsageError> {
         check_sizes(self.shape)?;
-        if self.chunk == Some(0) {
+        if self.chunk == 0 || self.chunk > self.shape.tokens {
             return Err(UsageError::new(format!(
-                "{FN}: chunk_size must be at least 1 token"
+                "{FN}: a chunk of {} tokens; it takes from 1 to the {} tokens",
+                self.chunk, self.shape.tokens
             )));
         }
         sizes::product(
             &format!("{FN}: chunk x vocab x 2 bytes"),
-            &[self.chunk(), self.shape.vocab, 2],
+            &[self.chunk, self.shape.vocab, 2],
         )?;
         let ignore_index = i32::try_from(self.ignore_index).map_err(|_| {
             UsageError::new(format!(
@@ -111,14 +113,6 @@ impl Call {
         };
         day19::validate_options(&opts).map_err(|e| UsageError::new(format!("{FN}: {e}")))?;
         Ok(opts)
-    }
-
-    /// Tokens per chunk: the caller's, or day 19's default; never more than the tokens (a
-    /// plan takes the same). Only after `check`, which refuses a chunk of 0.
-    fn chunk(&self) -> usize {
-        self.chunk
-            .unwrap_or_else(|| default_chunk(self.shape))
-            .min(self.shape.tokens)
     }
 }
 
@@ -152,23 +146,15 @@ fn check_sizes(shape: Shape) -> Result<(), UsageError> {
 pub fn run(call: &Call, p: &Pointers) -> Result<(&'static str, usize)> {
     let opts = call.check()?;
     let shape = call.shape;
-    let chunk = call.chunk();
+    let chunk = call.chunk;
     let dev = device(call.device)?;
     let ce = dev.loss.kernels.get(&dev, CrossEntropy::load)?;
-    // SAFETY: PyTorch's current stream of this device, alive for the call. The cuBLAS handle
-    // made on it outlives the call: see `blas`.
+    let blas = dev
+        .loss
+        .blas
+        .get(&dev, |own| Cublas::open(own).map(Mutex::new))?;
+    // SAFETY: PyTorch's current stream of this device, alive for the call.
     let gpu = unsafe { dev.on_stream(call.stream) };
-    let blas = blas(&dev, call.stream, &gpu)?;
-    let plan = dev.loss.plans.get(
-        &dev,
-        PlanKey {
-            stream: call.stream,
-            shape,
-            chunk,
-        },
-        // Made on the extension's stream and synchronized there before PyTorch's uses it.
-        |own| FusedPlan::new(own, shape, chunk, &opts).map(Mutex::new),
-    )?;
     let Shape {
         tokens,
         hidden,
@@ -176,21 +162,33 @@ pub fn run(call: &Call, p: &Pointers) -> Result<(&'static str, usize)> {
     } = shape;
     // SAFETY: the Python layer checked each tensor: on this device, contiguous, H of
     // tokens x hidden bf16, W of vocab x hidden bf16, the labels `tokens` int32, the gradients
-    // (tokens + vocab) x hidden bf16, the loss one f32 (the sizes' products were checked
-    // above); it holds them until the work is enqueued, and PyTorch's allocator keeps their
-    // memory for the stream's work after that.
-    let (h, w, labels, mut grads, mut loss) = unsafe {
+    // (tokens + vocab) x hidden bf16, the loss one f32, and made the scratch for this call:
+    // the logits chunk x vocab bf16, the rows tokens + 1 f32 (the sizes' products were
+    // checked above); it holds them until the work is enqueued, and PyTorch's allocator keeps
+    // their memory for the stream's work after that.
+    let (h, w, labels, mut grads, mut loss, logits, scratch) = unsafe {
         (
             Borrowed::<bf16>::new(&gpu, p.h, tokens * hidden),
             Borrowed::<bf16>::new(&gpu, p.weight, vocab * hidden),
             Borrowed::<i32>::new(&gpu, p.labels, tokens),
             Borrowed::<bf16>::new(&gpu, p.grads, (tokens + vocab) * hidden),
             Borrowed::<f32>::new(&gpu, p.loss, 1),
+            Borrowed::<bf16>::new(&gpu, p.logits, chunk * vocab).into_slice(),
+            LossScratch {
+                row_loss: Borrowed::<f32>::new(&gpu, p.rows, tokens).into_slice(),
+                inv_count: Borrowed::<f32>::new(&gpu, p.rows + 4 * tokens as u64, 1).into_slice(),
+            },
         )
     };
-    // Held while the loop is enqueued: one handle and one plan serve one call at a time.
-    let blas = lock(&blas);
-    let mut plan = lock(&plan);
+    let mut plan = Lent::new(FusedPlan::with_scratch(
+        shape, chunk, &opts, logits, scratch,
+    )?);
+    // Held while the loop is enqueued: the handle points at this call's stream and workspace
+    // until the next call's `bind`.
+    let mut blas = lock(&blas);
+    // SAFETY: PyTorch's stream of the handle's device; the workspace is this call's tensor,
+    // which PyTorch's allocator keeps for the stream's work.
+    unsafe { blas.bind(gpu.stream.clone(), p.workspace, p.workspace_bytes) }?;
     // The buffers are this call's, so its launches are planned for it.
     let launches = plan.prepare(&gpu, &ce, &*blas, &h, &w, &grads)?;
     plan.run(
@@ -199,33 +197,27 @@ pub fn run(call: &Call, p: &Pointers) -> Result<(&'static str, usize)> {
     Ok((VERSION, plan.chunk))
 }
 
-/// The cuBLAS handle of PyTorch's stream `stream`, made on first use on it.
-///
-/// A handle enqueues on the stream it was made with, and `Cublas` keeps it there: it has no
-/// way to move a handle to another stream per call. Opening one per call would cost more than
-/// the call: `cublasCreate` allocates the handle's workspace and `cublasDestroy` waits for the
-/// whole device. So each stream keeps its own handle, which also gives each stream its own
-/// workspace (one handle's workspace on two streams at once would be shared by their GEMMs).
-/// PyTorch's streams (the default one and its pool's) are never destroyed, so the handle's
-/// stream stays valid for every later call that names it; a stream that is destroyed is only
-/// named again once its handle value belongs to a live stream, which the handle then serves.
-/// The cache keeps the 8 most recent streams and waits for the device before dropping one.
-fn blas(dev: &Device, stream: u64, gpu: &common::Gpu) -> Result<Arc<Mutex<Cublas>>> {
-    dev.loss
-        .blas
-        .get(dev, stream, |_own| Cublas::open(gpu).map(Mutex::new))
+impl Release for FusedPlan {
+    fn release(self) {
+        let (logits, scratch) = self.into_scratch();
+        release(logits);
+        release(scratch.row_loss);
+        release(scratch.inv_count);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves the plan's scratch as it was, which every call
-    // rewrites before reading: the lock is taken as it is.
+    // A panic while holding the lock leaves a handle whose next call binds it again: the lock
+    // is taken as it is.
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Day 19's forward and backward: writes `[dH | dW]` into `grads` and the mean loss over the
 /// labels not ignored into `loss` (f32; 0 when every label is ignored); returns the loop that
 /// ran and its chunk (tokens per chunk). H is `[tokens, hidden]`, W `[vocab, hidden]`, both
-/// bf16; the labels int32; a label outside `[0, vocab)` counts as ignored.
+/// bf16; the labels int32; a label outside `[0, vocab)` counts as ignored. `scratch` is the
+/// call's: the logits (`chunk x vocab` bf16), the rows (`tokens + 1` f32), and cuBLAS's
+/// workspace and its bytes.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn fused_linear_cross_entropy(
@@ -234,7 +226,7 @@ fn fused_linear_cross_entropy(
     tokens: usize,
     hidden: usize,
     vocab: usize,
-    chunk: Option<usize>,
+    chunk: usize,
     ignore_index: i64,
     label_smoothing: f64,
     lse_square_scale: f64,
@@ -243,6 +235,7 @@ fn fused_linear_cross_entropy(
     labels: u64,
     grads: u64,
     loss: u64,
+    scratch: (u64, u64, u64, usize),
 ) -> PyResult<(&'static str, usize)> {
     let call = Call {
         device,
@@ -263,6 +256,10 @@ fn fused_linear_cross_entropy(
         labels,
         grads,
         loss,
+        logits: scratch.0,
+        rows: scratch.1,
+        workspace: scratch.2,
+        workspace_bytes: scratch.3,
     };
     run(&call, &p).map_err(to_py)
 }

@@ -6,8 +6,9 @@ A small model of every layer (embedding, RMSNorm, grouped-query causal attention
 forward and backward. The compiled model calls the same kernels but Inductor fuses and rounds
 the ops between them its own way, so the loss is compared within 1% and each parameter's
 gradient by its relative L2 error (5%): a gradient wired to the wrong input is off by its
-whole size. The operators are tagged ``cudagraph_unsafe``, so ``mode="reduce-overhead"``
-captures the graph around them and runs them between its CUDA graphs.
+whole size. The attention's operators are tagged ``cudagraph_unsafe``, so
+``mode="reduce-overhead"`` captures the graph around them and runs them between its CUDA graphs;
+the norms, SwiGLU and the loss are captured inside those graphs.
 """
 
 import pytest

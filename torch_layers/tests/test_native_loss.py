@@ -7,9 +7,10 @@ import pytest
 from day_kernels import _native
 
 
-def call(tokens=8, hidden=64, vocab=1000, chunk=None, ignore_index=-100, smoothing=0.0, z_loss=0.0):
+def call(tokens=8, hidden=64, vocab=1000, chunk=1, ignore_index=-100, smoothing=0.0, z_loss=0.0):
     return _native.fused_linear_cross_entropy(
-        0, 0, tokens, hidden, vocab, chunk, ignore_index, smoothing, z_loss, 0, 0, 0, 0, 0
+        0, 0, tokens, hidden, vocab, chunk, ignore_index, smoothing, z_loss, 0, 0, 0, 0, 0,
+        (0, 0, 0, 0),
     )
 
 
@@ -33,9 +34,11 @@ def test_sizes_past_the_kernels_limits_are_value_errors(sizes, what):
         call(*sizes)
 
 
-def test_a_chunk_of_no_tokens_is_a_value_error():
-    with pytest.raises(ValueError, match="chunk_size must be at least 1"):
-        call(chunk=0)
+@pytest.mark.parametrize("chunk", [0, 9])
+def test_a_chunk_of_no_tokens_or_more_than_all_is_a_value_error(chunk):
+    # The Python layer passes its chunk_size capped at the tokens, or day 19's default.
+    with pytest.raises(ValueError, match=f"a chunk of {chunk} tokens; it takes from 1 to the 8"):
+        call(chunk=chunk)
 
 
 @pytest.mark.parametrize(

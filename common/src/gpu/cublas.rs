@@ -53,6 +53,35 @@ impl Cublas {
         })
     }
 
+    /// Points the handle at `stream` and at a workspace of `bytes` at `workspace`, for the
+    /// calls that follow, instead of the stream it was opened on and the workspace cuBLAS
+    /// allocated. One handle can so serve every stream of a device, with each call's workspace
+    /// its caller's (the PyTorch layer's, from PyTorch's allocator): nothing is created or
+    /// allocated at call time, which a CUDA graph capture forbids.
+    ///
+    /// # Safety
+    /// `stream` must belong to the handle's context. The workspace must be `bytes` of device
+    /// memory there, used by nothing else until the work enqueued on the handle after this
+    /// has run; the handle keeps the pointer until the next `bind`.
+    pub unsafe fn bind(
+        &mut self,
+        stream: Arc<CudaStream>,
+        workspace: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        // SAFETY: the stream is the context's (the caller's promise); setting it resets the
+        // handle's workspace to cuBLAS's own, so the caller's is set after it.
+        unsafe { self.blas.set_stream(stream.clone()) }.context("cublasSetStream")?;
+        self.stream = stream;
+        // SAFETY: the handle is live; the workspace is as the caller promised.
+        let status =
+            unsafe { sys::cublasSetWorkspace_v2(*self.blas.handle(), workspace as *mut _, bytes) };
+        if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            bail!("cublasSetWorkspace failed: {status:?}");
+        }
+        Ok(())
+    }
+
     /// Enqueues row-major `c (m x n) = a (m x k) b (k x n)` in f32.
     pub fn sgemm(
         &self,

@@ -12,11 +12,14 @@ returns a view of one. A backward returns what its kernels write: the attention'
 one buffer, which the layer's autograd function takes apart in views, and the norms' dx and
 parameters' gradients, two tensors. Every operator is
 tagged ``needs_contiguous_strides`` (the kernels read rows back to back, so Inductor hands
-them contiguous tensors) and ``cudagraph_unsafe``: the kernels' scratch and cuBLAS handles are
-the extension's own, made outside PyTorch's allocator (some kept from call to call, the
-norms' partial sums taken per call), so Inductor leaves these operators out of the CUDA graphs
-it captures (where it partitions graphs around such operators, as PyTorch 2.11 does by
-default).
+them contiguous tensors). The attention's are also tagged ``cudagraph_unsafe``: the extension
+keeps their scratch (the sequences' offsets, the backward's workspace, the persistent blocks'
+counters) from call to call, per problem and per device, outside PyTorch's allocator, so a
+graph could outlive it or share it with another stream; Inductor leaves such operators out of
+the CUDA graphs it captures (where it partitions graphs around them, as PyTorch 2.11 does by
+default). The others allocate nothing of their own that outlives a call: the loss's scratch is
+tensors made for the call, and the norms' partial sums are taken and freed in stream order on
+the call's stream, which a capture records in the graph.
 
 The operators are defined with ``torch.library.Library`` rather than
 ``torch.library.custom_op``, whose Python wrapper adds to the cost of every call: the layers'
@@ -31,20 +34,20 @@ NAMESPACE = "day_kernels"
 # collected.
 _LIBRARY = torch.library.Library(NAMESPACE, "DEF")
 
-# A build of torch that predates a tag goes without it.
-_TAGS = tuple(
-    getattr(torch.Tag, name)
-    for name in ("needs_contiguous_strides", "cudagraph_unsafe")
-    if hasattr(torch.Tag, name)
-)
+
+def _tags(*names):
+    """The tags of these names that this build of torch knows (an older one lacks some)."""
+    return tuple(getattr(torch.Tag, name) for name in names if hasattr(torch.Tag, name))
 
 
-def define(schema, cuda, fake):
+def define(schema, cuda, fake, graph_safe=True):
     """Defines the operator ``day_kernels::NAME`` that ``schema`` (``"NAME(Tensor x, ...) ->
     Tensor"``) declares, with ``cuda`` its implementation for CUDA tensors and ``fake`` the
-    one torch.compile and the meta device run; returns the operator (its ``OpOverload``)."""
+    one torch.compile and the meta device run; returns the operator (its ``OpOverload``).
+    ``graph_safe=False`` tags it ``cudagraph_unsafe``."""
     name = schema.split("(", 1)[0]
-    _LIBRARY.define(schema, tags=_TAGS)
+    unsafe = () if graph_safe else ("cudagraph_unsafe",)
+    _LIBRARY.define(schema, tags=_tags("needs_contiguous_strides", *unsafe))
     _LIBRARY.impl(name, cuda, "CUDA")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
     return getattr(getattr(torch.ops, NAMESPACE), name).default

@@ -232,12 +232,15 @@ flash_attention_forward = define(
     "SymInt[]? cu_seqlens_k, bool causal) -> (Tensor out, Tensor lse)",
     _forward_cuda,
     _forward_fake,
+    # Its offsets and counters are the extension's, kept per problem: see _library.
+    graph_safe=False,
 )
 flash_attention_backward = define(
     "flash_attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
     "SymInt[]? cu_seqlens_q, SymInt[]? cu_seqlens_k, bool causal, bool deterministic) -> Tensor",
     _backward_cuda,
     _backward_fake,
+    graph_safe=False,
 )
 
 

@@ -23,6 +23,9 @@ from ._library import define
 from ._tensors import autocast, cuda_tensor, on_device, same_device, where
 
 _FN = "fused_linear_cross_entropy"
+# cuBLAS's workspace per call: what cuBLAS itself keeps by default on Hopper (32 MiB), so the
+# GEMMs may choose the algorithms they choose in day 19's own runs.
+_CUBLAS_WORKSPACE_BYTES = 32 << 20
 _REDUCTIONS = ("mean", "sum")
 _INT32 = (-(2**31), 2**31 - 1)
 
@@ -178,13 +181,28 @@ def _forward_cuda(h, weight, labels, ignore_index, label_smoothing, lse_square_s
     labels32 = labels.reshape(tokens).clamp(*_INT32).to(torch.int32).contiguous()
     grads = torch.empty(tokens + vocab, hidden, dtype=h.dtype, device=h.device)
     loss = torch.empty((), dtype=torch.float32, device=h.device)
+    # The call's scratch, from PyTorch's allocator on this stream like any other temporary:
+    # a chunk of logits, each token's loss then 1/N, and cuBLAS's workspace. Nothing is
+    # allocated below, so a CUDA graph can capture the call.
+    chunk = _chunk(tokens, hidden, vocab, chunk_size)
+    logits = torch.empty(chunk * vocab, dtype=torch.bfloat16, device=h.device)
+    rows = torch.empty(tokens + 1, dtype=torch.float32, device=h.device)
+    workspace = torch.empty(_CUBLAS_WORKSPACE_BYTES, dtype=torch.uint8, device=h.device)
     device, stream = where(h.device)
     _native.fused_linear_cross_entropy(
-        device, stream, tokens, hidden, vocab, chunk_size, ignore_index, label_smoothing,
+        device, stream, tokens, hidden, vocab, chunk, ignore_index, label_smoothing,
         lse_square_scale, h.data_ptr(), weight.data_ptr(), labels32.data_ptr(),
         grads.data_ptr(), loss.data_ptr(),
+        (logits.data_ptr(), rows.data_ptr(), workspace.data_ptr(), _CUBLAS_WORKSPACE_BYTES),
     )
     return loss, grads
+
+
+def _chunk(tokens, hidden, vocab, chunk_size):
+    """Tokens per chunk: ``chunk_size`` or day 19's default, at most ``tokens``."""
+    if chunk_size is None:
+        return default_chunk_size(tokens, hidden, vocab)
+    return min(chunk_size, tokens)
 
 
 def _forward_fake(h, weight, labels, ignore_index, label_smoothing, lse_square_scale, chunk_size):
