@@ -195,7 +195,8 @@ impl HopperArgs {
         // and V for as long as it lives) and the TMA zero-fills past their ends; O and L are
         // written only at rows inside the cumulative lengths (a TMA box of O only where its 64
         // rows are), and outlive the launch (borrowed here); the
-        // tickets are the layer's two counters, zero between launches on this stream.
+        // tickets are two counters, zero between launches on this stream: the layer's, or the
+        // caller's for this call (checked to hold two by `FlashAttention::forward`).
         unsafe { fa_hopper_forward(gpu, kernel, launch, params) }
     }
 }

@@ -265,6 +265,9 @@ pub fn check_request(shape: &AttentionShape, versions: &[&str]) -> Result<()> {
     Ok(check_head_dim(shape.head_dim, &Version::named(versions))?)
 }
 
+/// `fa_hopper`'s ticket counters: the next work item, and the blocks done.
+pub const TICKETS: usize = 2;
+
 /// The day's kernels, compiled and loaded for one GPU: `fa_hopper` only on Hopper.
 pub struct FlashAttention {
     kernels: KernelSet,
@@ -301,6 +304,10 @@ pub struct Tensors<'a, T: Element> {
     /// The naive version's score matrix, [`DeviceProblem::score_bytes`] long; unused by the
     /// flash versions.
     pub scores: Option<&'a mut CudaSlice<f32>>,
+    /// `fa_hopper`'s two ticket counters for this call, zero: the caller's own, so that calls
+    /// on two streams never share them (the PyTorch layer's, a tensor per call). `None`: the
+    /// counters kept with the kernels, for calls on one stream.
+    pub tickets: Option<&'a CudaSlice<i32>>,
 }
 
 /// What a version launches besides its main kernel, prepared by the plan.
@@ -373,7 +380,7 @@ impl FlashAttention {
     pub fn load(gpu: &Gpu) -> Result<Self> {
         let hopper = load_hopper(gpu, &fa_hopper::hopper_build())?;
         let tickets = match hopper {
-            Some(_) => Some(gpu.stream.alloc_zeros::<i32>(2)?),
+            Some(_) => Some(gpu.stream.alloc_zeros::<i32>(TICKETS)?),
             None => None,
         };
         Ok(Self {
@@ -463,8 +470,14 @@ impl FlashAttention {
             k: t.k,
             v: t.v,
         };
-        self.plan(gpu, version, problem, x)?
-            .launch(o, t.lse, t.scores)
+        let mut plan = self.plan(gpu, version, problem, x)?;
+        if let (Steps::Hopper(_, kept), Some(tickets)) = (&mut plan.steps, t.tickets) {
+            if tickets.len() < TICKETS {
+                bail!("attention: fa_hopper's tickets must hold {TICKETS} counters");
+            }
+            *kept = tickets;
+        }
+        plan.launch(o, t.lse, t.scores)
     }
 }
 

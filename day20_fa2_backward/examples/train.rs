@@ -96,6 +96,7 @@ fn train() -> Result<()> {
             v: &v,
             lse: &mut lse,
             scores: None,
+            tickets: None,
         };
         day.forward(&gpu, fwd_version, &problem, t, &mut o)?;
         let host: Vec<f32> = gpu.download(&o)?.iter().map(|x| x.to_f32()).collect();

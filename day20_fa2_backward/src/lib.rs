@@ -90,7 +90,8 @@ impl BackwardProblem {
 }
 
 /// The f32 scratch of one backward call: D, dQ's accumulator, and the naive version's P and
-/// dS. Allocated once per (version, problem) by [`FlashAttention::workspace`].
+/// dS. Allocated once per (version, problem) by [`FlashAttention::workspace`], or made of the
+/// caller's buffers by [`Workspace::from_buffers`].
 pub struct Workspace {
     /// D per (token, head) row; `fa_hopper` keeps it transposed, `[heads][batch][pitch]`.
     delta: CudaSlice<f32>,
@@ -112,7 +113,167 @@ struct HopperScratch {
     head_section: Option<usize>,
 }
 
+/// Elements of each buffer of a version's workspace on a problem ([`workspace_lens`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkspaceLens {
+    /// D (f32): a row per (token, head), or `fa_hopper`'s padded transposed rows.
+    pub delta: usize,
+    /// dQ's f32 accumulator (the preprocess zeroes it).
+    pub dq_accum: usize,
+    /// The naive version's P and dS (f32, each); 0 for the others.
+    pub naive: usize,
+    /// `fa_hopper`: L in log2 units (f32), transposed like D; 0 for the others.
+    pub lse2: usize,
+    /// `fa_hopper`: the deterministic mode's counters (i32, zeroed by each such call).
+    pub semaphores: usize,
+    /// `fa_hopper`: the persistent blocks' two tickets (i32), zero between launches.
+    pub tickets: usize,
+}
+
+impl WorkspaceLens {
+    /// Every buffer's bytes together (each element 4 bytes).
+    pub fn bytes(&self) -> u64 {
+        4 * (self.delta
+            + self.dq_accum
+            + 2 * self.naive
+            + self.lse2
+            + self.semaphores
+            + self.tickets) as u64
+    }
+}
+
+/// The workspace `version` needs on `problem`, in elements per buffer; refused where
+/// `fa_hopper` has no tile for the head dim. Needs no GPU.
+pub fn workspace_lens(version: Version, problem: &BackwardProblem) -> Result<WorkspaceLens> {
+    let shape = problem.shape();
+    let max_q = problem.forward.max_q();
+    let (q_len, _) = problem.lens();
+    let rows = shape.total_q() * shape.heads;
+    if version != Version::FaHopper {
+        let (dq_accum, naive) = match version {
+            Version::Naive => (1, problem.forward.score_len().max(1)),
+            _ => (q_len, 0),
+        };
+        return Ok(WorkspaceLens {
+            delta: rows,
+            dq_accum,
+            naive,
+            lse2: 0,
+            semaphores: 0,
+            tickets: 0,
+        });
+    }
+    let Some(tile) = BackwardTile::for_head_dim(shape.head_dim) else {
+        bail!("fa_hopper: no tile for head dim {}", shape.head_dim);
+    };
+    // D and L transposed (a padded row per head and sequence), and a counter per query tile.
+    let transposed = shape.heads * shape.batch() * hopper_pitch(max_q);
+    Ok(WorkspaceLens {
+        delta: transposed,
+        dq_accum: q_len,
+        naive: 0,
+        lse2: transposed,
+        semaphores: max_q.div_ceil(tile.queries).max(1) * shape.heads * shape.batch(),
+        tickets: 2,
+    })
+}
+
+/// A workspace's buffers made by the caller ([`Workspace::from_buffers`]): D, dQ's
+/// accumulator, and `fa_hopper`'s L2, semaphores and tickets.
+pub struct WorkspaceBuffers {
+    pub delta: CudaSlice<f32>,
+    pub dq_accum: CudaSlice<f32>,
+    pub lse2: CudaSlice<f32>,
+    pub semaphores: CudaSlice<i32>,
+    pub tickets: CudaSlice<i32>,
+}
+
+impl WorkspaceBuffers {
+    /// Lets go of every buffer without freeing it: they are the caller's.
+    fn leak(self) {
+        let _ = (
+            self.delta.leak(),
+            self.dq_accum.leak(),
+            self.lse2.leak(),
+            self.semaphores.leak(),
+            self.tickets.leak(),
+        );
+    }
+}
+
 impl Workspace {
+    /// A workspace of `version` on `problem` on buffers the caller owns (the PyTorch layer's
+    /// tensors from PyTorch's allocator, made for one call, so that no call shares them and a
+    /// CUDA graph can capture the call), each at least [`workspace_lens`] long. D, L2, the
+    /// semaphores and the tickets must hold zeros (`fa_hopper` reads D and L2's padding and
+    /// counts on its tickets starting at zero); the accumulator anything. Not for the naive
+    /// version. A caller that does not own the memory (the PyTorch layer) lets go of them with
+    /// [`Workspace::leak`]; dropped, the workspace frees them. Buffers the version does not
+    /// use (L2 and the counters, but for `fa_hopper`), and all of them on an error, are let
+    /// go of unfreed.
+    pub fn from_buffers(
+        version: Version,
+        problem: &BackwardProblem,
+        buffers: WorkspaceBuffers,
+    ) -> Result<Self> {
+        let fits = workspace_lens(version, problem).and_then(|lens| {
+            let b = &buffers;
+            if version == Version::Naive {
+                bail!("the naive backward's workspace is its own (P and dS)");
+            }
+            if b.delta.len() < lens.delta
+                || b.dq_accum.len() < lens.dq_accum
+                || b.lse2.len() < lens.lse2
+                || b.semaphores.len() < lens.semaphores
+                || b.tickets.len() < lens.tickets
+            {
+                bail!("a backward workspace of {lens:?} elements, given buffers shorter");
+            }
+            Ok(())
+        });
+        if let Err(e) = fits {
+            buffers.leak();
+            return Err(e);
+        }
+        let WorkspaceBuffers {
+            delta,
+            dq_accum,
+            lse2,
+            semaphores,
+            tickets,
+        } = buffers;
+        let hopper = match version {
+            Version::FaHopper => Some(HopperScratch {
+                lse2,
+                semaphores,
+                tickets,
+                head_section: None,
+            }),
+            _ => {
+                let _ = (lse2.leak(), semaphores.leak(), tickets.leak());
+                None
+            }
+        };
+        Ok(Self {
+            delta,
+            dq_accum,
+            naive: None,
+            hopper,
+        })
+    }
+
+    /// Lets go of every buffer without freeing it: for a workspace made by
+    /// [`Workspace::from_buffers`], whose buffers are the caller's.
+    pub fn leak(self) {
+        let _ = (self.delta.leak(), self.dq_accum.leak());
+        if let Some((p, ds)) = self.naive {
+            let _ = (p.leak(), ds.leak());
+        }
+        if let Some(h) = self.hopper {
+            let _ = (h.lse2.leak(), h.semaphores.leak(), h.tickets.leak());
+        }
+    }
+
     /// `fa_hopper`: number the blocks with `heads` kv heads per section instead of the
     /// L2-sized default. In deterministic mode the gradients' bits must not change: the tests
     /// run the same problem in several block orders and compare them.
@@ -302,55 +463,32 @@ impl FlashAttention {
         version: Version,
         problem: &BackwardProblem,
     ) -> Result<Workspace> {
-        let shape = problem.shape();
-        let max_q = problem.forward.max_q();
-        let (q_len, _) = problem.lens();
-        let rows = shape.total_q() * shape.heads;
-        let (accum, naive) = match version {
-            Version::Naive => (1, problem.forward.score_len().max(1)),
-            _ => (q_len, 0),
-        };
-        // fa_hopper: D and L transposed (a padded row per head and sequence), and a counter per
-        // query tile.
-        let transposed = shape.heads * shape.batch() * hopper_pitch(max_q);
-        let counters = match version {
-            Version::FaHopper => {
-                let Some(tile) = BackwardTile::for_head_dim(shape.head_dim) else {
-                    bail!("fa_hopper: no tile for head dim {}", shape.head_dim);
-                };
-                max_q.div_ceil(tile.queries).max(1) * shape.heads * shape.batch()
-            }
-            _ => 0,
-        };
-        let (delta_len, hopper_floats) = match version {
-            Version::FaHopper => (transposed, transposed + counters),
-            _ => (rows, 0),
-        };
+        let lens = workspace_lens(version, problem)?;
         gpu.check_fits(
             "the backward's scratch (D, dQ accumulator, naive P and dS)",
-            ((delta_len + accum + 2 * naive + hopper_floats) * 4) as u64,
+            lens.bytes(),
         )?;
         // fa_hopper's transposed D and L are read a whole query tile at a time, past the last
         // token up to the padded pitch: that padding must hold numbers (zeros), not poison.
         let delta = match version {
-            Version::FaHopper => gpu.stream.alloc_zeros::<f32>(delta_len)?,
-            _ => gpu.alloc_poisoned::<f32>(delta_len)?,
+            Version::FaHopper => gpu.stream.alloc_zeros::<f32>(lens.delta)?,
+            _ => gpu.alloc_poisoned::<f32>(lens.delta)?,
         };
         Ok(Workspace {
             delta,
-            dq_accum: gpu.alloc_poisoned::<f32>(accum)?,
+            dq_accum: gpu.alloc_poisoned::<f32>(lens.dq_accum)?,
             naive: match version {
                 Version::Naive => Some((
-                    gpu.alloc_poisoned::<f32>(naive)?,
-                    gpu.alloc_poisoned::<f32>(naive)?,
+                    gpu.alloc_poisoned::<f32>(lens.naive)?,
+                    gpu.alloc_poisoned::<f32>(lens.naive)?,
                 )),
                 _ => None,
             },
             hopper: match version {
                 Version::FaHopper => Some(HopperScratch {
-                    lse2: gpu.stream.alloc_zeros::<f32>(transposed)?,
-                    semaphores: gpu.stream.alloc_zeros::<i32>(counters)?,
-                    tickets: gpu.stream.alloc_zeros::<i32>(2)?,
+                    lse2: gpu.stream.alloc_zeros::<f32>(lens.lse2)?,
+                    semaphores: gpu.stream.alloc_zeros::<i32>(lens.semaphores)?,
+                    tickets: gpu.stream.alloc_zeros::<i32>(lens.tickets)?,
                     head_section: None,
                 }),
                 _ => None,

@@ -12,6 +12,7 @@ use common::session::{Refused, launch_and_read};
 use common::{Gpu, testing};
 use day20::{
     BackwardProblem, BackwardTensors, ExpectedGradients, FlashAttention, Gradient, Mode, Version,
+    Workspace, WorkspaceBuffers,
 };
 use half::{bf16, f16};
 
@@ -147,6 +148,27 @@ fn check_shape<T: Element>(
                 if bits(&got) != bits(&again) {
                     out.failures.push(format!("{what}: a rerun changed bits"));
                 }
+                // A workspace of the caller's buffers, zeroed as `Workspace::from_buffers`
+                // asks (the PyTorch layer's, made per call), gives the same bits.
+                if version != Version::Naive {
+                    let t = BackwardTensors {
+                        q: &q_dev,
+                        k: &k_dev,
+                        v: &v_dev,
+                        o: &o_dev,
+                        d_o: &d_o_dev,
+                        lse: &lse_dev,
+                    };
+                    match on_callers_buffers(gpu, day, version, &problem, t, &mut grads) {
+                        Ok(theirs) if bits(&got) == bits(&theirs) => {}
+                        Ok(_) => out
+                            .failures
+                            .push(format!("{what}: the caller's workspace changed bits")),
+                        Err(e) => out
+                            .failures
+                            .push(format!("{what}: the caller's workspace: {e:#}")),
+                    }
+                }
                 // fa_hopper numbers its blocks in sections of kv heads: one head per section,
                 // then all of them, are two more launch orders that must give the same bits.
                 if version == Version::FaHopper {
@@ -166,6 +188,32 @@ fn check_shape<T: Element>(
             *out.ran.entry(version.name()).or_default() += 1;
         }
     }
+}
+
+/// The deterministic backward on a workspace made of buffers allocated here at
+/// [`day20::workspace_lens`], as the PyTorch layer makes them: D, L2 and the counters zeroed,
+/// the accumulator poisoned.
+fn on_callers_buffers<T: Element>(
+    gpu: &Gpu,
+    day: &FlashAttention,
+    version: Version,
+    problem: &BackwardProblem,
+    t: BackwardTensors<'_, T>,
+    grads: &mut cudarc::driver::CudaSlice<T>,
+) -> anyhow::Result<Vec<T>> {
+    let lens = day20::workspace_lens(version, problem)?;
+    let buffers = WorkspaceBuffers {
+        delta: gpu.stream.alloc_zeros::<f32>(lens.delta.max(1))?,
+        dq_accum: gpu.alloc_poisoned::<f32>(lens.dq_accum.max(1))?,
+        lse2: gpu.stream.alloc_zeros::<f32>(lens.lse2.max(1))?,
+        semaphores: gpu.stream.alloc_zeros::<i32>(lens.semaphores.max(1))?,
+        tickets: gpu.stream.alloc_zeros::<i32>(lens.tickets.max(1))?,
+    };
+    // Owned here, so dropped (freed) with the plan: only a caller that does not own them
+    // leaks them.
+    let ws = Workspace::from_buffers(version, problem, buffers)?;
+    let mut plan = day.plan_in(gpu, version, Mode::Deterministic, problem, t, ws)?;
+    launch_and_read(gpu, grads, &mut |g| plan.launch(g))
 }
 
 #[test]

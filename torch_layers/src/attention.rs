@@ -6,30 +6,30 @@
 //! of equal lengths `[batch, seqlen, heads, head_dim]` is the same memory as the packed layout,
 //! so both are one problem to the kernels, described by the sequences' lengths.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::Result;
 use common::Element;
 use common::reference::attention::AttentionShape;
-use day20::{BackwardProblem, BackwardTensors, Mode, Tensors, Workspace};
+use day20::{BackwardProblem, BackwardTensors, Mode, Tensors, Workspace, WorkspaceBuffers};
 use half::{bf16, f16};
 
-use crate::borrowed::Borrowed;
+use crate::borrowed::{Borrowed, Lent, Release};
 use crate::device::{Cache, Device, Loaded, device};
 
 /// The layer's state on one device: days 10 and 20's kernels, and each recent problem's
-/// scratch.
+/// offsets on the device. Everything else a call writes besides its outputs (the forward's
+/// tickets, the backward's workspace) is the caller's: PyTorch tensors made for that call, so
+/// two streams' calls never share them.
 #[derive(Default)]
 pub struct State {
     kernels: Loaded<day20::FlashAttention>,
     scratch: Cache<AttentionShape, Scratch>,
 }
 
-/// What a problem keeps between calls: its offsets on the device, and the backward's
-/// workspace once a backward has run.
+/// What a problem keeps between calls: its offsets on the device.
 pub struct Scratch {
     problem: BackwardProblem,
-    workspace: Mutex<Option<Workspace>>,
 }
 
 /// One call's problem: where it runs and its shape.
@@ -47,7 +47,6 @@ impl Call {
         dev.attention.scratch.get(dev, self.shape.clone(), |gpu| {
             Ok(Scratch {
                 problem: BackwardProblem::new(gpu, &self.shape)?,
-                workspace: Mutex::new(None),
             })
         })
     }
@@ -60,6 +59,8 @@ pub struct ForwardPointers {
     pub v: u64,
     pub o: u64,
     pub lse: u64,
+    /// `fa_hopper`'s two ticket counters (int32), zero.
+    pub tickets: u64,
 }
 
 /// Device pointers of one backward: the forward's inputs and outputs, dO, and the gradients.
@@ -71,6 +72,11 @@ pub struct BackwardPointers {
     pub d_o: u64,
     pub lse: u64,
     pub grads: u64,
+    /// The workspace's buffers that start at zero, back to back: D, L2 (f32), the semaphores
+    /// and the tickets (int32), as [`workspace_elements`] sizes them.
+    pub zeroed: u64,
+    /// dQ's f32 accumulator.
+    pub dq_accum: u64,
 }
 
 /// Runs the forward on the stream; returns the version that ran (`fa_hopper` on Hopper).
@@ -97,8 +103,27 @@ pub fn backward(call: &Call, p: &BackwardPointers, deterministic: bool) -> Resul
     }
 }
 
+/// The backward's workspace for a call's problem, in 4-byte elements: (the buffers that
+/// start at zero, back to back: D, L2, the semaphores, the tickets; dQ's accumulator). The
+/// Python layer makes them as tensors for each backward.
+pub fn workspace_elements(call: &Call) -> Result<(usize, usize)> {
+    let (_, day, scratch) = open(call)?;
+    let (_, version) = day.fastest();
+    let lens = day20::workspace_lens(version, &scratch.problem)?;
+    Ok((
+        lens.delta + lens.lse2 + lens.semaphores + lens.tickets,
+        lens.dq_accum,
+    ))
+}
+
+impl Release for Workspace {
+    fn release(self) {
+        self.leak();
+    }
+}
+
 /// Elements of Q (and O) and of K (and V), as day 20 counts them, and rows of L.
-fn lens(problem: &BackwardProblem) -> (usize, usize, usize) {
+fn lens_of(problem: &BackwardProblem) -> (usize, usize, usize) {
     let (q_len, k_len) = problem.lens();
     let shape = problem.shape();
     (q_len, k_len, shape.total_q() * shape.heads)
@@ -120,7 +145,7 @@ fn open(call: &Call) -> Result<(Arc<Device>, Arc<day20::FlashAttention>, Arc<Scr
 fn forward_as<T: Element>(call: &Call, p: &ForwardPointers) -> Result<&'static str> {
     let (dev, day, scratch) = open(call)?;
     let (version, _) = day.fastest();
-    let (q_len, k_len, rows) = lens(&scratch.problem);
+    let (q_len, k_len, rows) = lens_of(&scratch.problem);
     // SAFETY: PyTorch's current stream of this device, alive for the call.
     let gpu = unsafe { dev.on_stream(call.stream) };
     // SAFETY: the Python layer checked each tensor: on this device, contiguous, of T, of these
@@ -135,12 +160,15 @@ fn forward_as<T: Element>(call: &Call, p: &ForwardPointers) -> Result<&'static s
             Borrowed::<f32>::new(&gpu, p.lse, rows),
         )
     };
+    // SAFETY: the Python layer made two zeroed int32 for this call's tickets.
+    let tickets = unsafe { Borrowed::<i32>::new(&gpu, p.tickets, day10::TICKETS) };
     let tensors = Tensors {
         q: &q,
         k: &k,
         v: &v,
         lse: &mut lse,
         scores: None,
+        tickets: Some(&tickets),
     };
     day.forward(&gpu, version, &scratch.problem, tensors, &mut o)?;
     Ok(version.name())
@@ -153,17 +181,17 @@ fn backward_as<T: Element>(
 ) -> Result<&'static str> {
     let (dev, day, scratch) = open(call)?;
     let (_, version) = day.fastest();
-    let mut workspace = scratch.workspace.lock().unwrap_or_else(|e| e.into_inner());
-    if workspace.is_none() {
-        *workspace = Some(day.workspace(&dev.gpu, version, &scratch.problem)?);
-        dev.gpu.synchronize()?;
-    }
-    let ws = workspace.as_mut().expect("made above");
-    let (q_len, k_len, rows) = lens(&scratch.problem);
+    let lens = day20::workspace_lens(version, &scratch.problem)?;
+    let (q_len, k_len, rows) = lens_of(&scratch.problem);
     // SAFETY: as in `forward_as`.
     let gpu = unsafe { dev.on_stream(call.stream) };
-    // SAFETY: as in `forward_as`; the gradients buffer holds dQ, dK and dV back to back.
-    let (q, k, v, o, d_o, lse, mut grads) = unsafe {
+    // SAFETY: as in `forward_as`; the gradients buffer holds dQ, dK and dV back to back; the
+    // workspace's tensors were made for this call by the Python layer at the sizes
+    // `workspace_elements` gave for this problem: `zeroed` zeros of 4 bytes each, D, L2, the
+    // semaphores and the tickets back to back (D's length a multiple of 4, so L2 starts
+    // 16-byte aligned for its tensor map), and the accumulator.
+    let (q, k, v, o, d_o, lse, mut grads, buffers) = unsafe {
+        let at = |elements: usize| p.zeroed + 4 * elements as u64;
         (
             Borrowed::<T>::new(&gpu, p.q, q_len),
             Borrowed::<T>::new(&gpu, p.k, k_len),
@@ -172,8 +200,22 @@ fn backward_as<T: Element>(
             Borrowed::<T>::new(&gpu, p.d_o, q_len),
             Borrowed::<f32>::new(&gpu, p.lse, rows),
             Borrowed::<T>::new(&gpu, p.grads, q_len + 2 * k_len),
+            WorkspaceBuffers {
+                delta: Borrowed::<f32>::new(&gpu, at(0), lens.delta).into_slice(),
+                lse2: Borrowed::<f32>::new(&gpu, at(lens.delta), lens.lse2).into_slice(),
+                semaphores: Borrowed::<i32>::new(&gpu, at(lens.delta + lens.lse2), lens.semaphores)
+                    .into_slice(),
+                tickets: Borrowed::<i32>::new(
+                    &gpu,
+                    at(lens.delta + lens.lse2 + lens.semaphores),
+                    lens.tickets,
+                )
+                .into_slice(),
+                dq_accum: Borrowed::<f32>::new(&gpu, p.dq_accum, lens.dq_accum).into_slice(),
+            },
         )
     };
+    let mut ws = Lent::new(Workspace::from_buffers(version, &scratch.problem, buffers)?);
     let tensors = BackwardTensors {
         q: &q,
         k: &k,
@@ -193,7 +235,7 @@ fn backward_as<T: Element>(
         mode,
         &scratch.problem,
         tensors,
-        ws,
+        &mut ws,
         &mut grads,
     )?;
     Ok(version.name())

@@ -53,7 +53,7 @@ fn attention_call(device: usize, stream: u64, dtype: String, problem: Problem) -
 }
 
 /// Day 10's forward: writes O and L (log-sum-exp per query row and head, f32); returns the
-/// version that ran.
+/// version that ran. `tickets` is two zeroed int32 made for the call (`fa_hopper`'s counters).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn attention_forward(
@@ -71,14 +71,24 @@ fn attention_forward(
     v: u64,
     o: u64,
     lse: u64,
+    tickets: u64,
 ) -> PyResult<&'static str> {
     let problem = (seqlens_q, seqlens_k, heads, kv_heads, head_dim, causal);
     let call = attention_call(device, stream, dtype, problem);
-    let pointers = attention::ForwardPointers { q, k, v, o, lse };
+    let pointers = attention::ForwardPointers {
+        q,
+        k,
+        v,
+        o,
+        lse,
+        tickets,
+    };
     attention::forward(&call, &pointers).map_err(to_py)
 }
 
 /// Day 20's backward: writes `[dQ | dK | dV]` into `grads`; returns the version that ran.
+/// `workspace` is two tensors made for the call at `attention_workspace`'s sizes: (the zeroed
+/// part, dQ's accumulator).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn attention_backward(
@@ -99,6 +109,7 @@ fn attention_backward(
     d_o: u64,
     lse: u64,
     grads: u64,
+    workspace: (u64, u64),
 ) -> PyResult<&'static str> {
     let problem = (seqlens_q, seqlens_k, heads, kv_heads, head_dim, causal);
     let call = attention_call(device, stream, dtype, problem);
@@ -110,8 +121,29 @@ fn attention_backward(
         d_o,
         lse,
         grads,
+        zeroed: workspace.0,
+        dq_accum: workspace.1,
     };
     attention::backward(&call, &pointers, deterministic).map_err(to_py)
+}
+
+/// The backward's workspace for a problem, in 4-byte elements: (the zeroed part, dQ's
+/// accumulator), for the tensors the Python layer makes for each backward.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn attention_workspace(
+    device: usize,
+    dtype: String,
+    seqlens_q: Vec<usize>,
+    seqlens_k: Vec<usize>,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    causal: bool,
+) -> PyResult<(usize, usize)> {
+    let problem = (seqlens_q, seqlens_k, heads, kv_heads, head_dim, causal);
+    let call = attention_call(device, 0, dtype, problem);
+    attention::workspace_elements(&call).map_err(to_py)
 }
 
 #[pymodule]
@@ -120,6 +152,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_summary, m)?)?;
     m.add_function(wrap_pyfunction!(attention_forward, m)?)?;
     m.add_function(wrap_pyfunction!(attention_backward, m)?)?;
+    m.add_function(wrap_pyfunction!(attention_workspace, m)?)?;
     norm::register(m)?;
     activation::register(m)?;
     loss::register(m)?;

@@ -13,13 +13,12 @@ one buffer, which the layer's autograd function takes apart in views, and the no
 parameters' gradients, two tensors. Every operator is
 tagged ``needs_contiguous_strides`` (the kernels read rows back to back, so Inductor hands
 them contiguous tensors). The attention's are also tagged ``cudagraph_unsafe``: the extension
-keeps their scratch (the sequences' offsets, the backward's workspace, the persistent blocks'
-counters) from call to call, per problem and per device, outside PyTorch's allocator, so a
-graph could outlive it or share it with another stream; Inductor leaves such operators out of
-the CUDA graphs it captures (where it partitions graphs around them, as PyTorch 2.11 does by
-default). The others allocate nothing of their own that outlives a call: the loss's scratch is
-tensors made for the call, and the norms' partial sums are taken and freed in stream order on
-the call's stream, which a capture records in the graph.
+keeps their sequences' offsets from call to call, per problem in a cache of the most recent
+ones, outside PyTorch's allocator, so a graph could outlive them; Inductor leaves such
+operators out of the CUDA graphs it captures (where it partitions graphs around them, as
+PyTorch 2.11 does by default). The others allocate nothing of their own that outlives a call:
+the loss's scratch is tensors made for the call, and the norms' partial sums are taken and
+freed in stream order on the call's stream, which a capture records in the graph.
 
 The operators are defined with ``torch.library.Library`` rather than
 ``torch.library.custom_op``, whose Python wrapper adds to the cost of every call: the layers'

@@ -10,6 +10,7 @@ back, flat (``q.numel() + 2 k.numel()`` elements of q's dtype). The sequences' s
 lists of ints, or None for the batched layout.
 """
 
+import functools
 import math
 
 import torch
@@ -169,9 +170,12 @@ def _forward_cuda(q, k, v, cu_seqlens_q, cu_seqlens_k, causal):
     device, stream = where(q.device)
     o = torch.empty_like(q)
     lse = torch.empty(_lse_rows(q), q.shape[-2], dtype=torch.float32, device=q.device)
+    # The persistent kernel's two ticket counters, this call's own (zero), so that calls on
+    # two streams never share them.
+    tickets = torch.zeros(2, dtype=torch.int32, device=q.device)
     _native.attention_forward(
         device, stream, DTYPE_NAMES[q.dtype], *problem, q.data_ptr(), k.data_ptr(), v.data_ptr(),
-        o.data_ptr(), lse.data_ptr(),
+        o.data_ptr(), lse.data_ptr(), tickets.data_ptr(),
     )
     return o, lse
 
@@ -214,12 +218,31 @@ def _backward_cuda(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, 
     problem = _problem(q, k, cu_seqlens_q, cu_seqlens_k, causal)
     device, stream = where(q.device)
     grads = torch.empty(q.numel() + 2 * k.numel(), dtype=q.dtype, device=q.device)
+    # The workspace, this call's own from PyTorch's allocator: D, L2 and the counters, which
+    # start at zero, then dQ's f32 accumulator, which the kernels zero themselves.
+    zeroed, accum = _workspace(device, DTYPE_NAMES[q.dtype], problem)
+    zeroed = torch.zeros(zeroed, dtype=torch.int32, device=q.device)
+    accum = torch.empty(accum, dtype=torch.float32, device=q.device)
     _native.attention_backward(
         device, stream, DTYPE_NAMES[q.dtype], *problem, bool(deterministic), q.data_ptr(),
         k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(), lse.data_ptr(),
-        grads.data_ptr(),
+        grads.data_ptr(), (zeroed.data_ptr(), accum.data_ptr()),
     )
     return grads
+
+
+@functools.lru_cache(maxsize=64)
+def _workspace_of(device, dtype, seqlens_q, seqlens_k, heads, kv_heads, head_dim, causal):
+    return _native.attention_workspace(
+        device, dtype, list(seqlens_q), list(seqlens_k), heads, kv_heads, head_dim, causal
+    )
+
+
+def _workspace(device, dtype, problem):
+    """The backward's workspace for ``problem`` (``_problem``'s tuple), in 4-byte elements:
+    (the part that starts at zero, dQ's accumulator). Asked of the extension once per problem."""
+    seqlens_q, seqlens_k, *rest = problem
+    return _workspace_of(device, dtype, tuple(seqlens_q), tuple(seqlens_k), *rest)
 
 
 def _backward_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, deterministic):
@@ -232,7 +255,7 @@ flash_attention_forward = define(
     "SymInt[]? cu_seqlens_k, bool causal) -> (Tensor out, Tensor lse)",
     _forward_cuda,
     _forward_fake,
-    # Its offsets and counters are the extension's, kept per problem: see _library.
+    # Its offsets are the extension's, kept per problem: see _library.
     graph_safe=False,
 )
 flash_attention_backward = define(
