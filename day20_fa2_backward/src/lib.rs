@@ -178,56 +178,69 @@ pub fn workspace_lens(version: Version, problem: &BackwardProblem) -> Result<Wor
     })
 }
 
-/// A workspace's buffers made by the caller ([`Workspace::from_buffers`]): D, dQ's
-/// accumulator, and `fa_hopper`'s L2, semaphores and tickets.
+/// A workspace's buffers made by the caller ([`Workspace::from_buffers`]): D and dQ's
+/// accumulator, and `fa_hopper`'s own (for that version only).
 pub struct WorkspaceBuffers {
     pub delta: CudaSlice<f32>,
     pub dq_accum: CudaSlice<f32>,
+    pub hopper: Option<HopperBuffers>,
+}
+
+/// `fa_hopper`'s part of a caller's workspace: L2, the semaphores and the tickets.
+pub struct HopperBuffers {
     pub lse2: CudaSlice<f32>,
     pub semaphores: CudaSlice<i32>,
     pub tickets: CudaSlice<i32>,
 }
 
 impl WorkspaceBuffers {
+    /// Whether each buffer is exactly as long as `lens` asks, and `fa_hopper`'s part is there
+    /// exactly when the version is `fa_hopper` (the plan checks D and the accumulator again).
+    fn fit(&self, version: Version, lens: &WorkspaceLens) -> bool {
+        let hopper_fits = match &self.hopper {
+            Some(h) => {
+                version == Version::FaHopper
+                    && h.lse2.len() == lens.lse2
+                    && h.semaphores.len() == lens.semaphores
+                    && h.tickets.len() == lens.tickets
+            }
+            None => version != Version::FaHopper,
+        };
+        hopper_fits && self.delta.len() == lens.delta && self.dq_accum.len() == lens.dq_accum
+    }
+
     /// Lets go of every buffer without freeing it: they are the caller's.
     fn leak(self) {
-        let _ = (
-            self.delta.leak(),
-            self.dq_accum.leak(),
-            self.lse2.leak(),
-            self.semaphores.leak(),
-            self.tickets.leak(),
-        );
+        let _ = (self.delta.leak(), self.dq_accum.leak());
+        if let Some(h) = self.hopper {
+            let _ = (h.lse2.leak(), h.semaphores.leak(), h.tickets.leak());
+        }
     }
 }
 
 impl Workspace {
-    /// A workspace of `version` on `problem` on buffers the caller owns (the PyTorch layer's
+    /// A workspace of `version` on `problem` on buffers the caller made (the PyTorch layer's
     /// tensors from PyTorch's allocator, made for one call, so that no call shares them and a
-    /// CUDA graph can capture the call), each at least [`workspace_lens`] long. D, L2, the
-    /// semaphores and the tickets must hold zeros (`fa_hopper` reads D and L2's padding and
-    /// counts on its tickets starting at zero); the accumulator anything. Not for the naive
-    /// version. A caller that does not own the memory (the PyTorch layer) lets go of them with
-    /// [`Workspace::leak`]; dropped, the workspace frees them. Buffers the version does not
-    /// use (L2 and the counters, but for `fa_hopper`), and all of them on an error, are let
-    /// go of unfreed.
+    /// CUDA graph can capture the call), each exactly [`workspace_lens`] long, with
+    /// `fa_hopper`'s part for that version only. D, L2, the semaphores and the tickets must
+    /// hold zeros (`fa_hopper` reads D and L2's padding and counts on its tickets starting at
+    /// zero); the accumulator anything. Not for the naive version. A caller that does not own
+    /// the memory (the PyTorch layer) lets go of it with [`Workspace::leak`]; dropped, the
+    /// workspace frees it. On an error every buffer is let go of unfreed.
     pub fn from_buffers(
         version: Version,
         problem: &BackwardProblem,
         buffers: WorkspaceBuffers,
     ) -> Result<Self> {
         let fits = workspace_lens(version, problem).and_then(|lens| {
-            let b = &buffers;
             if version == Version::Naive {
                 bail!("the naive backward's workspace is its own (P and dS)");
             }
-            if b.delta.len() < lens.delta
-                || b.dq_accum.len() < lens.dq_accum
-                || b.lse2.len() < lens.lse2
-                || b.semaphores.len() < lens.semaphores
-                || b.tickets.len() < lens.tickets
-            {
-                bail!("a backward workspace of {lens:?} elements, given buffers shorter");
+            if !buffers.fit(version, &lens) {
+                bail!(
+                    "a {} backward workspace is {lens:?}: the buffers given differ",
+                    version.name()
+                );
             }
             Ok(())
         });
@@ -238,27 +251,18 @@ impl Workspace {
         let WorkspaceBuffers {
             delta,
             dq_accum,
-            lse2,
-            semaphores,
-            tickets,
+            hopper,
         } = buffers;
-        let hopper = match version {
-            Version::FaHopper => Some(HopperScratch {
-                lse2,
-                semaphores,
-                tickets,
-                head_section: None,
-            }),
-            _ => {
-                let _ = (lse2.leak(), semaphores.leak(), tickets.leak());
-                None
-            }
-        };
         Ok(Self {
             delta,
             dq_accum,
             naive: None,
-            hopper,
+            hopper: hopper.map(|h| HopperScratch {
+                lse2: h.lse2,
+                semaphores: h.semaphores,
+                tickets: h.tickets,
+                head_section: None,
+            }),
         })
     }
 

@@ -11,8 +11,8 @@ use common::reference::attention::{AttentionShape, BackwardInputs, attention_for
 use common::session::{Refused, launch_and_read};
 use common::{Gpu, testing};
 use day20::{
-    BackwardProblem, BackwardTensors, ExpectedGradients, FlashAttention, Gradient, Mode, Version,
-    Workspace, WorkspaceBuffers,
+    BackwardProblem, BackwardTensors, ExpectedGradients, FlashAttention, Gradient, HopperBuffers,
+    Mode, Version, Workspace, WorkspaceBuffers,
 };
 use half::{bf16, f16};
 
@@ -141,33 +141,54 @@ fn check_shape<T: Element>(
                         .push(format!("{what}: {} {report}", which.name()));
                 }
             }
+            // A workspace of the caller's buffers, made as `Workspace::from_buffers` asks (the
+            // PyTorch layer's, per call): within the reference's allowance, and in the
+            // deterministic mode the same bits as the version's own workspace.
+            if version != Version::Naive {
+                let t = BackwardTensors {
+                    q: &q_dev,
+                    k: &k_dev,
+                    v: &v_dev,
+                    o: &o_dev,
+                    d_o: &d_o_dev,
+                    lse: &lse_dev,
+                };
+                match on_callers_buffers(gpu, day, version, mode, &problem, t, &mut grads) {
+                    Ok(theirs) => {
+                        let parts = [
+                            (Gradient::Dq, &theirs[..q_len]),
+                            (Gradient::Dk, &theirs[q_len..q_len + k_len]),
+                            (Gradient::Dv, &theirs[q_len + k_len..]),
+                        ];
+                        for (which, part) in parts {
+                            let report = expected.check(which, part, None, &[part.len()]);
+                            if !report.passed() {
+                                out.failures.push(format!(
+                                    "{what}, the caller's workspace: {} {report}",
+                                    which.name()
+                                ));
+                            }
+                        }
+                        let same = got
+                            .iter()
+                            .zip(&theirs)
+                            .all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits());
+                        if mode == Mode::Deterministic && !same {
+                            out.failures
+                                .push(format!("{what}: the caller's workspace changed bits"));
+                        }
+                    }
+                    Err(e) => out
+                        .failures
+                        .push(format!("{what}: the caller's workspace: {e:#}")),
+                }
+            }
             if mode == Mode::Deterministic {
                 let again = launch_and_read(gpu, &mut grads, &mut |g| plan.launch(g)).unwrap();
                 let bits =
                     |x: &[T]| -> Vec<u64> { x.iter().map(|v| v.to_f64().to_bits()).collect() };
                 if bits(&got) != bits(&again) {
                     out.failures.push(format!("{what}: a rerun changed bits"));
-                }
-                // A workspace of the caller's buffers, zeroed as `Workspace::from_buffers`
-                // asks (the PyTorch layer's, made per call), gives the same bits.
-                if version != Version::Naive {
-                    let t = BackwardTensors {
-                        q: &q_dev,
-                        k: &k_dev,
-                        v: &v_dev,
-                        o: &o_dev,
-                        d_o: &d_o_dev,
-                        lse: &lse_dev,
-                    };
-                    match on_callers_buffers(gpu, day, version, &problem, t, &mut grads) {
-                        Ok(theirs) if bits(&got) == bits(&theirs) => {}
-                        Ok(_) => out
-                            .failures
-                            .push(format!("{what}: the caller's workspace changed bits")),
-                        Err(e) => out
-                            .failures
-                            .push(format!("{what}: the caller's workspace: {e:#}")),
-                    }
                 }
                 // fa_hopper numbers its blocks in sections of kv heads: one head per section,
                 // then all of them, are two more launch orders that must give the same bits.
@@ -190,29 +211,36 @@ fn check_shape<T: Element>(
     }
 }
 
-/// The deterministic backward on a workspace made of buffers allocated here at
+/// The backward in `mode` on a workspace made of buffers allocated here at
 /// [`day20::workspace_lens`], as the PyTorch layer makes them: D, L2 and the counters zeroed,
 /// the accumulator poisoned.
 fn on_callers_buffers<T: Element>(
     gpu: &Gpu,
     day: &FlashAttention,
     version: Version,
+    mode: Mode,
     problem: &BackwardProblem,
     t: BackwardTensors<'_, T>,
     grads: &mut cudarc::driver::CudaSlice<T>,
 ) -> anyhow::Result<Vec<T>> {
     let lens = day20::workspace_lens(version, problem)?;
-    let buffers = WorkspaceBuffers {
-        delta: gpu.stream.alloc_zeros::<f32>(lens.delta.max(1))?,
-        dq_accum: gpu.alloc_poisoned::<f32>(lens.dq_accum.max(1))?,
-        lse2: gpu.stream.alloc_zeros::<f32>(lens.lse2.max(1))?,
-        semaphores: gpu.stream.alloc_zeros::<i32>(lens.semaphores.max(1))?,
-        tickets: gpu.stream.alloc_zeros::<i32>(lens.tickets.max(1))?,
+    let hopper = match version {
+        Version::FaHopper => Some(HopperBuffers {
+            lse2: gpu.stream.alloc_zeros::<f32>(lens.lse2)?,
+            semaphores: gpu.stream.alloc_zeros::<i32>(lens.semaphores)?,
+            tickets: gpu.stream.alloc_zeros::<i32>(lens.tickets)?,
+        }),
+        _ => None,
     };
-    // Owned here, so dropped (freed) with the plan: only a caller that does not own them
-    // leaks them.
+    let buffers = WorkspaceBuffers {
+        delta: gpu.stream.alloc_zeros::<f32>(lens.delta)?,
+        dq_accum: gpu.alloc_poisoned::<f32>(lens.dq_accum)?,
+        hopper,
+    };
+    // Owned here, so freed when the plan drops: only a caller that does not own them leaks
+    // them (`Workspace::leak`).
     let ws = Workspace::from_buffers(version, problem, buffers)?;
-    let mut plan = day.plan_in(gpu, version, Mode::Deterministic, problem, t, ws)?;
+    let mut plan = day.plan_in(gpu, version, mode, problem, t, ws)?;
     launch_and_read(gpu, grads, &mut |g| plan.launch(g))
 }
 

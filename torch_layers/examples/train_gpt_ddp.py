@@ -31,9 +31,11 @@ It takes ``train_gpt.py``'s flags (``--layers``: ``both``, the default, ``ours``
 its tokens/s over all the GPUs, the verdict) into ``--out``. NVLink multicast (NCCL's NVLS) is
 turned off: the all-reduce needs none of it.
 
-Exit codes: 0 when it ran (whatever the verdict), 1 with ``--require-agreement`` when the
-curves do not agree, 2 when it cannot run (not started by torchrun, fewer than 2 processes or
-GPUs, no ``day_kernels``, flags that differ from the ``--against`` run's).
+Exit codes of each process: 0 when it ran (whatever the verdict), 1 with
+``--require-agreement`` when the curves do not agree, 2 when it cannot run (not started by
+torchrun, fewer than 2 processes or GPUs, no ``day_kernels``, flags or a corpus that differ
+from the ``--against`` run's), each with its ``error:`` line. torchrun itself exits 1 when any
+process fails, whatever that process's code; the verdict is in ``results.json``.
 """
 
 import argparse
@@ -56,7 +58,7 @@ MULTICAST_OFF = {
 # The flags that must be the --against run's for the two curves to be comparable.
 SAME_AS_AGAINST = (
     "steps", "n_layer", "width", "heads", "context", "batch_size", "lr", "warmup", "seed",
-    "data_seed", "deterministic_attention",
+    "data_seed", "deterministic_attention", "compile",
 )
 
 
@@ -117,6 +119,7 @@ def check_against(cfg, against):
     if differ:
         pairs = ", ".join(f"{k}: {getattr(cfg, k)} here, {theirs.get(k)} there" for k in differ)
         base.fail(f"--against {against} ran with other flags ({pairs})")
+    cfg.against_corpus_bytes = results.get("corpus", {}).get("bytes")
     return runs
 
 
@@ -198,6 +201,9 @@ def main(argv=None):
         sys.stdout = open(os.devnull, "w")  # one process reports
 
     corpus, files = base.load_corpus(cfg.corpus_root)
+    if runs_against is not None and cfg.against_corpus_bytes != len(corpus):
+        base.fail(f"--against {cfg.against} trained on a corpus of {cfg.against_corpus_bytes} "
+                  f"bytes; this one is {len(corpus):,} (give the same --corpus-root)")
     n_val = int(len(corpus) * base.VAL_FRACTION)
     tokens = torch.frombuffer(bytearray(corpus), dtype=torch.uint8).to(device)
     train_tokens, val_tokens = tokens[:-n_val], tokens[-n_val:]

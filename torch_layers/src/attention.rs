@@ -11,7 +11,10 @@ use std::sync::Arc;
 use anyhow::Result;
 use common::Element;
 use common::reference::attention::AttentionShape;
-use day20::{BackwardProblem, BackwardTensors, Mode, Tensors, Workspace, WorkspaceBuffers};
+use day20::{
+    BackwardProblem, BackwardTensors, HopperBuffers, Mode, Tensors, Version, Workspace,
+    WorkspaceBuffers,
+};
 use half::{bf16, f16};
 
 use crate::borrowed::{Borrowed, Lent, Release};
@@ -202,16 +205,22 @@ fn backward_as<T: Element>(
             Borrowed::<T>::new(&gpu, p.grads, q_len + 2 * k_len),
             WorkspaceBuffers {
                 delta: Borrowed::<f32>::new(&gpu, at(0), lens.delta).into_slice(),
-                lse2: Borrowed::<f32>::new(&gpu, at(lens.delta), lens.lse2).into_slice(),
-                semaphores: Borrowed::<i32>::new(&gpu, at(lens.delta + lens.lse2), lens.semaphores)
-                    .into_slice(),
-                tickets: Borrowed::<i32>::new(
-                    &gpu,
-                    at(lens.delta + lens.lse2 + lens.semaphores),
-                    lens.tickets,
-                )
-                .into_slice(),
                 dq_accum: Borrowed::<f32>::new(&gpu, p.dq_accum, lens.dq_accum).into_slice(),
+                hopper: (version == Version::FaHopper).then(|| HopperBuffers {
+                    lse2: Borrowed::<f32>::new(&gpu, at(lens.delta), lens.lse2).into_slice(),
+                    semaphores: Borrowed::<i32>::new(
+                        &gpu,
+                        at(lens.delta + lens.lse2),
+                        lens.semaphores,
+                    )
+                    .into_slice(),
+                    tickets: Borrowed::<i32>::new(
+                        &gpu,
+                        at(lens.delta + lens.lse2 + lens.semaphores),
+                        lens.tickets,
+                    )
+                    .into_slice(),
+                }),
             },
         )
     };

@@ -46,7 +46,9 @@ const VERSION: &str = "chunked_cublas";
 /// both made on the first call. Everything a call writes besides its outputs (the chunk of
 /// logits, the per-token losses, cuBLAS's workspace) is the caller's: PyTorch tensors taken
 /// from its allocator for that call, so two streams' calls never share scratch and a CUDA
-/// graph can capture a call (after a first one has made the kernels and the handle).
+/// graph can capture a call (after a first one has made the kernels and the handle). The
+/// handle still names the last call's stream and workspace after it returns: every call binds
+/// it to its own before using it, under its lock.
 #[derive(Default)]
 pub struct State {
     kernels: Loaded<CrossEntropy>,

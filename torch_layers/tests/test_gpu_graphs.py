@@ -9,7 +9,8 @@ default mode: its blocks add their parts in f32 in whatever order they finish, s
 sums differ in their last bits, and their bf16 roundings may land one bf16 step apart. Those
 cases allow each element one step (2^-7 of its value, a bf16 mantissa's last bit at most) plus
 twice the f32 sums' own difference, which an element whose parts cancel can show: a few f32
-steps of the largest part, taken as 2^-18 of the largest element. The deterministic mode, which
+steps of the largest part, allowed as 2^-18 of the largest element (an allowance of that
+size, not a proven bound). The deterministic mode, which
 adds in a fixed order, must give the same bits.
 
 The loss is captured in PyTorch's default capture mode, which refuses any call that would

@@ -62,7 +62,8 @@ impl Cublas {
     /// # Safety
     /// `stream` must belong to the handle's context. The workspace must be `bytes` of device
     /// memory there, used by nothing else until the work enqueued on the handle after this
-    /// has run; the handle keeps the pointer until the next `bind`.
+    /// has run. The handle keeps the stream and the pointer after that: a handle once bound
+    /// must be bound again before each later use.
     pub unsafe fn bind(
         &mut self,
         stream: Arc<CudaStream>,
