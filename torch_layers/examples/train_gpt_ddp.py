@@ -90,7 +90,11 @@ class Ranks:
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(add_help=False)
+    p = argparse.ArgumentParser(
+        description="Train train_gpt.py's GPT with DistributedDataParallel (start it with "
+        "torchrun) and compare it with the one-GPU run.",
+        epilog="Every other flag is train_gpt.py's (python train_gpt.py --help), but --seed-b.",
+    )
     p.add_argument("--against", type=Path,
                    help="results.json of train_gpt.py --layers both with the same flags: the "
                    "one-GPU curves to compare with")
