@@ -196,7 +196,7 @@ impl HopperArgs {
         // written only at rows inside the cumulative lengths (a TMA box of O only where its 64
         // rows are), and outlive the launch (borrowed here); the
         // tickets are two counters, zero between launches on this stream: the layer's, or the
-        // caller's for this call (checked to hold two by `FlashAttention::forward`).
+        // caller's for this call (checked to hold two by the plan).
         unsafe { fa_hopper_forward(gpu, kernel, launch, params) }
     }
 }

@@ -427,6 +427,19 @@ impl FlashAttention {
         problem: &'a DeviceProblem,
         x: Inputs<'a, T>,
     ) -> Result<ForwardPlan<'a, T>> {
+        self.plan_with(gpu, version, problem, x, None)
+    }
+
+    /// [`FlashAttention::plan`] with `fa_hopper`'s ticket counters the caller's (`Some`, two
+    /// zeroed) or the ones loaded with the kernels (`None`).
+    fn plan_with<'a, T: Element>(
+        &'a self,
+        gpu: &'a Gpu,
+        version: Version,
+        problem: &'a DeviceProblem,
+        x: Inputs<'a, T>,
+        tickets: Option<&'a CudaSlice<i32>>,
+    ) -> Result<ForwardPlan<'a, T>> {
         let (q_len, k_len) = problem.lens();
         if x.q.len() != q_len {
             bail!("attention: Q and O must hold {q_len} elements (total_q x heads x head_dim)");
@@ -441,7 +454,13 @@ impl FlashAttention {
             }
             Version::Fa2Scalar | Version::Fa2Mma => Steps::Flash,
             Version::FaHopper => {
-                let tickets = self.tickets.as_ref().expect("allocated with the kernels");
+                let tickets = match tickets {
+                    Some(t) if t.len() < TICKETS => {
+                        bail!("attention: fa_hopper's tickets must hold {TICKETS} counters")
+                    }
+                    Some(t) => t,
+                    None => self.tickets.as_ref().expect("allocated with the kernels"),
+                };
                 Steps::Hopper(Box::new(HopperArgs::new(gpu, problem, &x)?), tickets)
             }
         };
@@ -470,14 +489,8 @@ impl FlashAttention {
             k: t.k,
             v: t.v,
         };
-        let mut plan = self.plan(gpu, version, problem, x)?;
-        if let (Steps::Hopper(_, kept), Some(tickets)) = (&mut plan.steps, t.tickets) {
-            if tickets.len() < TICKETS {
-                bail!("attention: fa_hopper's tickets must hold {TICKETS} counters");
-            }
-            *kept = tickets;
-        }
-        plan.launch(o, t.lse, t.scores)
+        self.plan_with(gpu, version, problem, x, t.tickets)?
+            .launch(o, t.lse, t.scores)
     }
 }
 

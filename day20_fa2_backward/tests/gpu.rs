@@ -78,6 +78,29 @@ fn check_shape<T: Element>(
     let up = |x: &[T]| gpu.upload(x).unwrap();
     let (q_dev, k_dev, v_dev, o_dev, d_o_dev) = (up(&q), up(&k), up(&v), up(&o), up(&d_o));
     let lse_dev = gpu.upload(&lse).unwrap();
+    let tensors = || BackwardTensors {
+        q: &q_dev,
+        k: &k_dev,
+        v: &v_dev,
+        o: &o_dev,
+        d_o: &d_o_dev,
+        lse: &lse_dev,
+    };
+    // Each gradient of `got` against the reference, every element; a failure says `what`.
+    let check = |what: &str, got: &[T], failures: &mut Vec<String>| {
+        let parts = [
+            (Gradient::Dq, &got[..q_len]),
+            (Gradient::Dk, &got[q_len..q_len + k_len]),
+            (Gradient::Dv, &got[q_len + k_len..]),
+        ];
+        for (which, part) in parts {
+            let report = expected.check(which, part, None, &[part.len()]);
+            if !report.passed() {
+                failures.push(format!("{what}: {} {report}", which.name()));
+            }
+        }
+    };
+    let bits = |x: &[T]| -> Vec<u64> { x.iter().map(|v| v.to_f64().to_bits()).collect() };
     for version in Version::ALL {
         let planned = day.kernel_for::<T>(version, &problem);
         if !version.takes_head_dim(shape.head_dim) {
@@ -105,15 +128,7 @@ fn check_shape<T: Element>(
         let mut launched = false;
         for mode in [Mode::Atomic, Mode::Deterministic] {
             let what = format!("{} {mode:?} {} on {shape:?}", version.name(), T::NAME);
-            let t = BackwardTensors {
-                q: &q_dev,
-                k: &k_dev,
-                v: &v_dev,
-                o: &o_dev,
-                d_o: &d_o_dev,
-                lse: &lse_dev,
-            };
-            let mut plan = match day.plan(gpu, version, mode, &problem, t) {
+            let mut plan = match day.plan(gpu, version, mode, &problem, tensors()) {
                 Ok(plan) => plan,
                 Err(e) => {
                     out.failures.push(format!("{what}: {e:#}"));
@@ -129,64 +144,24 @@ fn check_shape<T: Element>(
                 }
             };
             launched = true;
-            let parts = [
-                (Gradient::Dq, &got[..q_len]),
-                (Gradient::Dk, &got[q_len..q_len + k_len]),
-                (Gradient::Dv, &got[q_len + k_len..]),
-            ];
-            for (which, part) in parts {
-                let report = expected.check(which, part, None, &[part.len()]);
-                if !report.passed() {
-                    out.failures
-                        .push(format!("{what}: {} {report}", which.name()));
-                }
-            }
+            check(&what, &got, &mut out.failures);
             // A workspace of the caller's buffers, made as `Workspace::from_buffers` asks (the
             // PyTorch layer's, per call): within the reference's allowance, and in the
             // deterministic mode the same bits as the version's own workspace.
             if version != Version::Naive {
-                let t = BackwardTensors {
-                    q: &q_dev,
-                    k: &k_dev,
-                    v: &v_dev,
-                    o: &o_dev,
-                    d_o: &d_o_dev,
-                    lse: &lse_dev,
-                };
-                match on_callers_buffers(gpu, day, version, mode, &problem, t, &mut grads) {
-                    Ok(theirs) => {
-                        let parts = [
-                            (Gradient::Dq, &theirs[..q_len]),
-                            (Gradient::Dk, &theirs[q_len..q_len + k_len]),
-                            (Gradient::Dv, &theirs[q_len + k_len..]),
-                        ];
-                        for (which, part) in parts {
-                            let report = expected.check(which, part, None, &[part.len()]);
-                            if !report.passed() {
-                                out.failures.push(format!(
-                                    "{what}, the caller's workspace: {} {report}",
-                                    which.name()
-                                ));
-                            }
-                        }
-                        let same = got
-                            .iter()
-                            .zip(&theirs)
-                            .all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits());
-                        if mode == Mode::Deterministic && !same {
-                            out.failures
-                                .push(format!("{what}: the caller's workspace changed bits"));
+                let theirs = format!("{what}, the caller's workspace");
+                match on_callers_buffers(gpu, day, version, mode, &problem, tensors(), &mut grads) {
+                    Ok(other) => {
+                        check(&theirs, &other, &mut out.failures);
+                        if mode == Mode::Deterministic && bits(&got) != bits(&other) {
+                            out.failures.push(format!("{theirs}: changed bits"));
                         }
                     }
-                    Err(e) => out
-                        .failures
-                        .push(format!("{what}: the caller's workspace: {e:#}")),
+                    Err(e) => out.failures.push(format!("{theirs}: {e:#}")),
                 }
             }
             if mode == Mode::Deterministic {
                 let again = launch_and_read(gpu, &mut grads, &mut |g| plan.launch(g)).unwrap();
-                let bits =
-                    |x: &[T]| -> Vec<u64> { x.iter().map(|v| v.to_f64().to_bits()).collect() };
                 if bits(&got) != bits(&again) {
                     out.failures.push(format!("{what}: a rerun changed bits"));
                 }

@@ -127,21 +127,11 @@ fn attention_backward(
     attention::backward(&call, &pointers, deterministic).map_err(to_py)
 }
 
-/// The backward's workspace for a problem, in 4-byte elements: (the zeroed part, dQ's
+/// The backward's workspace for a problem (`attention_forward`'s six arguments from
+/// `seqlens_q` to `causal`, as one tuple), in 4-byte elements: (the zeroed part, dQ's
 /// accumulator), for the tensors the Python layer makes for each backward.
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn attention_workspace(
-    device: usize,
-    dtype: String,
-    seqlens_q: Vec<usize>,
-    seqlens_k: Vec<usize>,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    causal: bool,
-) -> PyResult<(usize, usize)> {
-    let problem = (seqlens_q, seqlens_k, heads, kv_heads, head_dim, causal);
+fn attention_workspace(device: usize, dtype: String, problem: Problem) -> PyResult<(usize, usize)> {
     let call = attention_call(device, 0, dtype, problem);
     attention::workspace_elements(&call).map_err(to_py)
 }

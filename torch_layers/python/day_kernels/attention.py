@@ -232,17 +232,15 @@ def _backward_cuda(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, 
 
 
 @functools.lru_cache(maxsize=64)
-def _workspace_of(device, dtype, seqlens_q, seqlens_k, heads, kv_heads, head_dim, causal):
-    return _native.attention_workspace(
-        device, dtype, list(seqlens_q), list(seqlens_k), heads, kv_heads, head_dim, causal
-    )
+def _workspace_of(device, dtype, problem):
+    return _native.attention_workspace(device, dtype, problem)
 
 
 def _workspace(device, dtype, problem):
     """The backward's workspace for ``problem`` (``_problem``'s tuple), in 4-byte elements:
     (the part that starts at zero, dQ's accumulator). Asked of the extension once per problem."""
     seqlens_q, seqlens_k, *rest = problem
-    return _workspace_of(device, dtype, tuple(seqlens_q), tuple(seqlens_k), *rest)
+    return _workspace_of(device, dtype, (tuple(seqlens_q), tuple(seqlens_k), *rest))
 
 
 def _backward_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, deterministic):
