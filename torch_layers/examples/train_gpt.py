@@ -4,7 +4,8 @@ What it shows: the days' kernels (``day_kernels``: flash attention, RMSNorm, Swi
 fused linear cross-entropy) can replace PyTorch's own layers in a real training loop, forward
 and backward, without changing what the model learns, and how fast the step runs with them.
 
-The model is a decoder-only GPT on bytes (vocabulary 256, so no tokenizer): learned position
+The model is a decoder-only GPT on bytes (vocabulary 256, so no tokenizer; ``--vocab`` widens
+the embedding and the output layer to a real vocabulary's size): learned position
 embeddings, pre-norm blocks with RMSNorm, causal self-attention, a SwiGLU MLP, no biases.
 Parameters are float32; the step computes in bfloat16 under ``torch.autocast``. The corpus is
 this repository's own text (its Markdown, Rust, CUDA and Python files), so nothing is
@@ -23,7 +24,9 @@ beat the faster of the two PyTorch runs. It prints a table and writes ``results.
 ``loss.png`` into ``--out``. In ``results.json`` each run has ``loss[i]`` (step i's batch,
 before its update), ``loss_ema``, ``grad_norm``, ``lr``, ``val`` (``[updates made, loss]``
 pairs, the first before any update), ``tokens_per_s``, ``step_ms_median`` (the GPU's clock),
-``host_ms_median`` (the host's, until the step's last call returns), ``compile`` and
+``host_ms_median`` (the host's, until the step's last call returns), ``kernel_ms_per_step``
+and ``kernels`` (with ``--profile-steps``: the GPU's busy time per step and the costliest
+kernels, from PyTorch's profiler over that many more steps), ``compile`` and
 ``peak_memory_gib``; ``verdict`` holds the two gaps and the two answers, ``environment`` the
 GPU's name and the versions.
 
@@ -33,6 +36,14 @@ Run it (an NVIDIA GPU, PyTorch with CUDA, and the ``day_kernels`` wheel installe
     python torch_layers/examples/train_gpt.py --quick --out /tmp/gpt-quick   # a smoke test
     python torch_layers/examples/train_gpt.py --layers torch --quick         # no extension
     python torch_layers/examples/train_gpt.py --compile default --out /tmp/gpt-compiled
+
+The small GPT's step is bound by the host (the Python and launch cost of its many small
+kernels); ``--gpu-bound`` trains a model whose step the GPU bounds (about 1.0B parameters, see
+``GPU_BOUND``), one run per invocation, to compare the kernels' speed rather than the host's::
+
+    python torch_layers/examples/train_gpt.py --gpu-bound --layers torch --out /tmp/big-torch
+    python torch_layers/examples/train_gpt.py --gpu-bound --layers ours --out /tmp/big-ours
+    python torch_layers/examples/train_gpt.py --gpu-bound --layers liger --out /tmp/big-liger
 
 Exit codes: 0 when it ran (whatever the verdict), 1 with ``--require-agreement`` when the
 curves do not agree, 2 when it cannot run (no CUDA GPU, no ``day_kernels``, bad flags).
@@ -54,7 +65,7 @@ torch = None
 nn = None
 F = None
 
-VOCAB = 256  # bytes
+BYTES = 256  # the tokens are bytes; --vocab may make the output layer wider than this
 CORPUS_SUFFIXES = (".md", ".rs", ".cu", ".cuh", ".py")
 SKIPPED_DIRS = {"target", "__pycache__"}  # and every hidden folder (.git, .github, ...)
 VAL_FRACTION = 0.05
@@ -69,6 +80,14 @@ DEFAULTS = dict(
 QUICK = dict(
     n_layer=2, width=512, heads=8, context=128, batch_size=8, steps=20, lr=1e-3, warmup=5,
     eval_every=10, eval_batches=2, timing_warmup=5, log_every=5,
+)
+# A model whose step the GPU, not the host, bounds: 16 layers of width 2048 with heads of 128,
+# 4096 tokens of context and an output layer of 32,768 words (about 1.0B parameters); the
+# bytes are still the tokens, so the rows past 256 are never a target but cost what a real
+# vocabulary's do.
+GPU_BOUND = dict(
+    n_layer=16, width=2048, heads=16, context=4096, vocab=32768, batch_size=2, steps=250,
+    lr=3e-4, warmup=20, eval_every=125, eval_batches=2, timing_warmup=30, log_every=25,
 )
 
 
@@ -147,6 +166,31 @@ class OurLayers:
         ).float()
 
 
+class LigerLayers:
+    """Liger Kernel's Triton layers (``liger_kernel``), the peer a PyTorch user reaches for to
+    fuse these same layers: its RMSNorm, SwiGLU and fused linear cross-entropy. It has no
+    attention of its own, so attention is PyTorch's (``F.scaled_dot_product_attention``)."""
+
+    name = "liger"
+
+    def __init__(self, functional):
+        self.fn = functional  # liger_kernel.transformers.functional
+
+    def rms_norm(self, x, weight, eps):
+        return self.fn.liger_rms_norm(x, weight, eps)
+
+    def attention(self, q, k, v):
+        return TorchLayers.attention(self, q, k, v)
+
+    def swiglu(self, gate, up):
+        return self.fn.liger_swiglu(gate, up)
+
+    def loss(self, h, weight, labels):
+        return self.fn.liger_fused_linear_cross_entropy(
+            h, weight.to(torch.bfloat16), labels, reduction="mean"
+        ).float()
+
+
 # ----------------------------------------------------------------------------------------------
 # The model. Classes are defined inside a function because `nn` is imported in main().
 # ----------------------------------------------------------------------------------------------
@@ -216,17 +260,17 @@ def build_model_classes():
         """The module tree is the same for both implementations: `layers` is an argument of
         forward, not a submodule, so it owns no parameters and draws nothing from the RNG."""
 
-        def __init__(self, n_layer, width, heads, context):
+        def __init__(self, n_layer, width, heads, context, vocab=BYTES):
             super().__init__()
             self.context = context
-            self.wte = nn.Embedding(VOCAB, width)
+            self.wte = nn.Embedding(vocab, width)
             self.wpe = nn.Embedding(context, width)  # learned positions: the simplest choice
             self.blocks = nn.ModuleList(Block(width, heads) for _ in range(n_layer))
             self.norm_f = RMSNorm(width)
             # Untied from wte: with 256 bytes, tying would save only 256 x width parameters,
             # and an untied head keeps the embedding's gather and the loss kernel's weight
             # apart (one float32 table read by index, one bf16 matrix the loss kernel reads).
-            self.lm_head = nn.Linear(width, VOCAB, bias=False)
+            self.lm_head = nn.Linear(width, vocab, bias=False)
             self._init_weights(n_layer)
 
         def _init_weights(self, n_layer):
@@ -350,7 +394,7 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device, 
     # --deterministic-attention) adds dQ's parts with atomics in whatever order they land, and
     # the drift grows over the steps. The torch-B run is what sizes such drift for the verdict.
     torch.manual_seed(seed)
-    model = GPT(cfg.n_layer, cfg.width, cfg.heads, cfg.context)
+    model = GPT(cfg.n_layer, cfg.width, cfg.heads, cfg.context, cfg.vocab)
     with torch.no_grad():
         checksum = sum(p.double().sum().item() for p in model.parameters())
     model.to(device)
@@ -383,15 +427,12 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device, 
     compiled = "" if cfg.compile == "none" else f", torch.compile (mode {cfg.compile})"
     print(f"-- {name}: {layers.name} layers, seed {seed}, {n_params / 1e6:.2f}M parameters, "
           f"AdamW{' (fused)' if fused else ''}{compiled}", flush=True)
-    wall = time.perf_counter()
-    for step in range(steps):
-        start, end = events[step]
-        host = time.perf_counter()
+    def train_step(step, lr):
+        """One update on step `step`'s batch; returns the loss (on the GPU) and the gradients'
+        norm before clipping."""
         if cfg.compile == "reduce-overhead":
             # A new iteration: the CUDA graphs may overwrite the last step's outputs.
             torch.compiler.cudagraph_mark_step_begin()
-        start.record()
-        lr = lr_at(step, cfg)
         for group in opt.param_groups:
             group["lr"] = lr
         x, y = train_batches[step]
@@ -400,10 +441,18 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device, 
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = step_model(x, y, layers)
         loss.backward()
-        grad_norms[step] = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses[step] = loss.detach()
+        return loss.detach(), norm
+
+    wall = time.perf_counter()
+    for step in range(steps):
+        start, end = events[step]
+        host = time.perf_counter()
+        start.record()
+        lr = lr_at(step, cfg)
+        losses[step], grad_norms[step] = train_step(step, lr)
         end.record()
         host_ms.append((time.perf_counter() - host) * 1e3)
         lrs.append(lr)
@@ -421,6 +470,8 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device, 
     if ranks is not None:
         # Each process's loss is over its own rows: their mean is the whole batch's loss.
         ranks.mean(losses)
+
+    kernels = profile_kernels(train_step, steps - 1, lrs[-1], cfg.profile_steps) if cfg.profile_steps else None
 
     warm = min(cfg.timing_warmup, steps - 1)
     step_ms = [s.elapsed_time(e) for s, e in events[warm:]]
@@ -443,10 +494,43 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device, 
         tokens_per_s=tokens_per_step * len(step_ms) / timed_s if timed_s > 0 else None,
         peak_memory_gib=torch.cuda.max_memory_allocated(device) / 2**30,
         wall_s=wall,
+        kernel_ms_per_step=kernels["ms_per_step"] if kernels else None,
+        kernels=kernels,
     )
     record["loss_ema"] = ema(record["loss"])
     del model, step_model, opt, losses, grad_norms
     return record
+
+
+def profile_kernels(train_step, step, lr, count, top=12):
+    """The GPU's work per step, from PyTorch's profiler over `count` more updates on step
+    `step`'s batch, after the recorded ones (so the profiler's own cost touches no timed step
+    and no recorded loss): the kernels' (and copies') time per step in ms, and the `top`
+    kernels by time, each with its ms per step and launches per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(count):
+            train_step(step, lr)
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:  # PyTorch before 2.4 named it for CUDA
+            us = e.self_cuda_time_total
+        if us > 0:
+            rows.append((us / 1e3 / count, e.count / count, e.key))
+    rows.sort(reverse=True)
+    print(f"   kernels: {sum(r[0] for r in rows):.2f} ms per step over {count} profiled steps; "
+          f"the top {min(top, len(rows))}:")
+    for ms, calls, name in rows[:top]:
+        print(f"   {ms:9.3f} ms  {calls:5.0f}x  {name[:100]}")
+    return dict(
+        profiled_steps=count,
+        ms_per_step=sum(r[0] for r in rows),
+        top=[dict(name=name, ms_per_step=ms, calls_per_step=calls) for ms, calls, name in rows[:top]],
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -513,12 +597,12 @@ def fmt(v, spec):
 def print_table(runs):
     print()
     print(f"{'run':<9} {'layers':<6} {'seed':>6} {'loss (ema)':>10} {'val loss':>9} "
-          f"{'tokens/s':>10} {'step ms':>8} {'host ms':>8} {'peak GiB':>9}")
+          f"{'tokens/s':>10} {'step ms':>8} {'host ms':>8} {'kernel ms':>9} {'peak GiB':>9}")
     for r in runs.values():
         print(f"{r['name']:<9} {r['layers']:<6} {r['seed']:>6} {fmt(r['loss_ema'][-1], '.4f'):>10} "
               f"{fmt(r['val'][-1][1], '.4f'):>9} {fmt(r['tokens_per_s'], ',.0f'):>10} "
               f"{fmt(r['step_ms_median'], '.2f'):>8} {fmt(r.get('host_ms_median'), '.2f'):>8} "
-              f"{fmt(r['peak_memory_gib'], '.2f'):>9}")
+              f"{fmt(r.get('kernel_ms_per_step'), '.2f'):>9} {fmt(r['peak_memory_gib'], '.2f'):>9}")
 
 
 def print_verdict(v):
@@ -615,16 +699,23 @@ def parse_args(argv):
         description="Train a small byte-level GPT on PyTorch's layers and on the days' kernels "
         "from the same seed on the same batches, and compare the loss curves and tokens/s.",
     )
-    p.add_argument("--layers", choices=("both", "torch", "ours"), default="both",
-                   help="both (default): torch seed A, torch seed B, ours seed A; torch or ours: "
-                   "that one run alone, seed A (no verdict)")
-    p.add_argument("--quick", action="store_true",
-                   help="a smoke test: 2 layers, 128 tokens of context, 20 steps")
+    p.add_argument("--layers", choices=("both", "torch", "ours", "liger"), default="both",
+                   help="both (default): torch seed A, torch seed B, ours seed A; torch, ours or "
+                   "liger (Liger Kernel's layers, where liger_kernel is installed): that one run "
+                   "alone, seed A (no verdict)")
+    preset = p.add_mutually_exclusive_group()
+    preset.add_argument("--quick", action="store_true",
+                        help="a smoke test: 2 layers, 128 tokens of context, 20 steps")
+    preset.add_argument("--gpu-bound", action="store_true",
+                        help="a model the GPU bounds: 16 layers, width 2048, heads of 128, context "
+                        "4096, vocabulary 32768, batch 2, 250 steps (about 1.0B parameters)")
     p.add_argument("--steps", type=int, help="optimizer steps per run (300; quick 20)")
     p.add_argument("--n-layer", type=int, help="transformer blocks (6; quick 2)")
     p.add_argument("--width", type=int, help="model width (512)")
     p.add_argument("--heads", type=int, help="attention heads (8: head dim 64)")
     p.add_argument("--context", type=int, help="tokens per sequence (1024; quick 128)")
+    p.add_argument("--vocab", type=int,
+                   help="rows of the embedding and the output layer (256, the bytes; at least 256)")
     p.add_argument("--batch-size", type=int, help="sequences per step (8)")
     p.add_argument("--lr", type=float, help="peak learning rate (1e-3)")
     p.add_argument("--warmup", type=int, help="learning-rate warm-up steps (30; quick 5)")
@@ -639,6 +730,9 @@ def parse_args(argv):
     p.add_argument("--compile", choices=("none", "default", "reduce-overhead"), default="none",
                    help="run every model's step under torch.compile with this mode (default: none, "
                    "eager); reduce-overhead captures CUDA graphs")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="after the run, this many more updates under PyTorch's profiler: the "
+                   "kernels' ms per step and the costliest kernels (default 0: none)")
     p.add_argument("--deterministic-attention", action="store_true",
                    help="our attention backward with a fixed-order dQ (the same bits each run)")
     p.add_argument("--corpus-root", type=Path, default=here.parents[2],
@@ -649,8 +743,8 @@ def parse_args(argv):
                    help="exit 1 when ours-A's curve does not agree with torch-A's (needs --layers both)")
     cfg = p.parse_args(argv)
 
-    preset = QUICK if cfg.quick else DEFAULTS
-    for key, value in preset.items():
+    preset = GPU_BOUND if cfg.gpu_bound else QUICK if cfg.quick else DEFAULTS
+    for key, value in {"vocab": BYTES, **preset}.items():
         if getattr(cfg, key) is None:
             setattr(cfg, key, value)
     if cfg.seed_b is None:
@@ -659,13 +753,15 @@ def parse_args(argv):
                 "eval_batches", "log_every"):
         if getattr(cfg, key) < 1:
             p.error(f"--{key.replace('_', '-')} must be at least 1")
-    if cfg.warmup < 0 or cfg.timing_warmup < 0:
-        p.error("--warmup and --timing-warmup must not be negative")
+    if cfg.vocab < BYTES:
+        p.error(f"--vocab {cfg.vocab}: the tokens are bytes, so it must be at least {BYTES}")
+    if cfg.warmup < 0 or cfg.timing_warmup < 0 or cfg.profile_steps < 0:
+        p.error("--warmup, --timing-warmup and --profile-steps must not be negative")
     if not cfg.lr > 0:
         p.error("--lr must be positive")
     if cfg.width % cfg.heads:
         p.error(f"--width {cfg.width} is not a multiple of --heads {cfg.heads}")
-    if cfg.layers != "torch" and cfg.width // cfg.heads not in (64, 128, 256):
+    if cfg.layers in ("both", "ours") and cfg.width // cfg.heads not in (64, 128, 256):
         p.error(f"head dim {cfg.width // cfg.heads} (width / heads): the attention kernels take 64, 128 or 256")
     if cfg.require_agreement and cfg.layers != "both":
         p.error("--require-agreement compares runs: it needs --layers both")
@@ -689,8 +785,14 @@ def main(argv=None):
     if not torch.cuda.is_available():
         fail("no CUDA GPU: PyTorch sees none (torch.cuda.is_available() is False)")
 
-    dk = None
-    if cfg.layers != "torch":
+    dk = liger = None
+    if cfg.layers == "liger":
+        try:
+            import liger_kernel.transformers.functional as liger
+        except Exception as e:  # ImportError, or Triton's own on a machine it cannot run on
+            fail(f"liger_kernel cannot be imported ({type(e).__name__}: {e}); "
+                 "pip install liger-kernel, or run --layers torch")
+    elif cfg.layers != "torch":
         try:
             import day_kernels
 
@@ -729,13 +831,14 @@ def main(argv=None):
                  ("ours-A", our_layers, cfg.seed)],
         "torch": [("torch-A", torch_layers, cfg.seed)],
         "ours": [("ours-A", our_layers, cfg.seed)],
+        "liger": [("liger-A", LigerLayers(liger) if liger is not None else None, cfg.seed)],
     }[cfg.layers]
 
     print(f"GPU: {gpu}; torch {torch.__version__} (CUDA {torch.version.cuda})")
     print(f"corpus: {len(files)} files under {Path(cfg.corpus_root).resolve()}, {len(corpus):,} bytes "
           f"({len(corpus) - n_val:,} train, {n_val:,} validation)")
     print(f"model: {cfg.n_layer} layers, width {cfg.width}, {cfg.heads} heads, SwiGLU hidden "
-          f"{swiglu_hidden(cfg.width)}, context {cfg.context}; batch {cfg.batch_size} x {cfg.context} "
+          f"{swiglu_hidden(cfg.width)}, context {cfg.context}, vocabulary {cfg.vocab}; batch {cfg.batch_size} x {cfg.context} "
           f"tokens, {cfg.steps} steps")
 
     runs = {}

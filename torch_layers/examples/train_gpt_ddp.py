@@ -57,8 +57,8 @@ MULTICAST_OFF = {
 
 # The flags that must be the --against run's for the two curves to be comparable.
 SAME_AS_AGAINST = (
-    "steps", "n_layer", "width", "heads", "context", "batch_size", "lr", "warmup", "seed",
-    "data_seed", "deterministic_attention", "compile",
+    "steps", "n_layer", "width", "heads", "context", "vocab", "batch_size", "lr", "warmup",
+    "seed", "data_seed", "deterministic_attention", "compile",
 )
 
 
@@ -102,6 +102,9 @@ def parse_args(argv):
                    help="exit 1 when the curve does not agree with the --against run's")
     own, rest = p.parse_known_args(argv)
     cfg = base.parse_args(rest)
+    if cfg.layers == "liger":
+        base.fail("--layers liger: data parallel runs train PyTorch's layers and ours (both, "
+                  "torch or ours)")
     if own.require_agreement and (own.against is None or cfg.layers != "both"):
         base.fail("--require-agreement compares runs: it needs --against and --layers both")
     cfg.against, cfg.require_agreement = own.against, own.require_agreement

@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use common::Element;
 use common::reference::attention::AttentionShape;
+use common::{Element, Gpu};
 use day20::{
     BackwardProblem, BackwardTensors, HopperBuffers, Mode, Tensors, Version, Workspace,
     WorkspaceBuffers,
@@ -18,12 +18,13 @@ use day20::{
 use half::{bf16, f16};
 
 use crate::borrowed::{Borrowed, Lent, Release};
-use crate::device::{Cache, Device, Loaded, device};
+use crate::device::{Cache, Device, Loaded, capturing, device};
 
-/// The layer's state on one device: days 10 and 20's kernels, and each recent problem's
-/// offsets on the device. Everything else a call writes besides its outputs (the forward's
-/// tickets, the backward's workspace) is the caller's: PyTorch tensors made for that call, so
-/// two streams' calls never share them.
+/// The layer's state on one device: days 10 and 20's kernels, and each problem's offsets on
+/// the device (the recent problems', and for good those a CUDA graph captured: see [`Cache`]).
+/// Everything else a call writes besides its outputs (the forward's tickets, the backward's
+/// workspace) is the caller's: PyTorch tensors made for that call, so two streams' calls never
+/// share them and a graph holds its own.
 #[derive(Default)]
 pub struct State {
     kernels: Loaded<day20::FlashAttention>,
@@ -46,12 +47,15 @@ pub struct Call {
 }
 
 impl Call {
-    fn scratch(&self, dev: &Device) -> Result<Arc<Scratch>> {
-        dev.attention.scratch.get(dev, self.shape.clone(), |gpu| {
-            Ok(Scratch {
-                problem: BackwardProblem::new(gpu, &self.shape)?,
+    /// The problem's offsets; `capturing` as [`Cache::get`] takes it.
+    fn scratch(&self, dev: &Device, capturing: bool) -> Result<Arc<Scratch>> {
+        dev.attention
+            .scratch
+            .get(dev, self.shape.clone(), capturing, |gpu| {
+                Ok(Scratch {
+                    problem: BackwardProblem::new(gpu, &self.shape)?,
+                })
             })
-        })
     }
 }
 
@@ -110,7 +114,7 @@ pub fn backward(call: &Call, p: &BackwardPointers, deterministic: bool) -> Resul
 /// start at zero, back to back: D, L2, the semaphores, the tickets; dQ's accumulator). The
 /// Python layer makes them as tensors for each backward.
 pub fn workspace_elements(call: &Call) -> Result<(usize, usize)> {
-    let (_, day, scratch) = open(call)?;
+    let Opened { day, scratch, .. } = open(call)?;
     let (_, version) = day.fastest();
     let lens = day20::workspace_lens(version, &scratch.problem)?;
     Ok((
@@ -132,25 +136,33 @@ fn lens_of(problem: &BackwardProblem) -> (usize, usize, usize) {
     (q_len, k_len, shape.total_q() * shape.heads)
 }
 
+/// What a call runs with: the device, PyTorch's stream there, the kernels and the problem's
+/// offsets.
+struct Opened {
+    gpu: Gpu,
+    day: Arc<day20::FlashAttention>,
+    scratch: Arc<Scratch>,
+}
+
 /// The call's shape checked, then its device, the kernels loaded there and the problem's
-/// scratch.
-fn open(call: &Call) -> Result<(Arc<Device>, Arc<day20::FlashAttention>, Arc<Scratch>)> {
+/// offsets.
+fn open(call: &Call) -> Result<Opened> {
     day10::validate(&call.shape)?;
     let dev = device(call.device)?;
     let day = dev
         .attention
         .kernels
         .get(&dev, day20::FlashAttention::load)?;
-    let scratch = call.scratch(&dev)?;
-    Ok((dev, day, scratch))
+    // SAFETY: PyTorch's current stream of this device, alive for the call.
+    let gpu = unsafe { dev.on_stream(call.stream) };
+    let scratch = call.scratch(&dev, capturing(&gpu)?)?;
+    Ok(Opened { gpu, day, scratch })
 }
 
 fn forward_as<T: Element>(call: &Call, p: &ForwardPointers) -> Result<&'static str> {
-    let (dev, day, scratch) = open(call)?;
+    let Opened { gpu, day, scratch } = open(call)?;
     let (version, _) = day.fastest();
     let (q_len, k_len, rows) = lens_of(&scratch.problem);
-    // SAFETY: PyTorch's current stream of this device, alive for the call.
-    let gpu = unsafe { dev.on_stream(call.stream) };
     // SAFETY: the Python layer checked each tensor: on this device, contiguous, of T, of these
     // lengths; it holds them until the work is enqueued, and PyTorch's allocator keeps their
     // memory for the stream's work after that.
@@ -182,12 +194,10 @@ fn backward_as<T: Element>(
     p: &BackwardPointers,
     deterministic: bool,
 ) -> Result<&'static str> {
-    let (dev, day, scratch) = open(call)?;
+    let Opened { gpu, day, scratch } = open(call)?;
     let (_, version) = day.fastest();
     let lens = day20::workspace_lens(version, &scratch.problem)?;
     let (q_len, k_len, rows) = lens_of(&scratch.problem);
-    // SAFETY: as in `forward_as`.
-    let gpu = unsafe { dev.on_stream(call.stream) };
     // SAFETY: as in `forward_as`; the gradients buffer holds dQ, dK and dV back to back; the
     // workspace's tensors were made for this call by the Python layer at the sizes
     // `workspace_elements` gave for this problem: `zeroed` zeros of 4 bytes each, D, L2, the

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Result;
-use common::Gpu;
+use common::{Gpu, UsageError};
 
 /// A day's kernels, loaded once per device.
 pub struct Loaded<T>(Mutex<Option<Arc<T>>>);
@@ -37,48 +37,80 @@ impl<T> Loaded<T> {
     }
 }
 
-/// Scratch kept per problem (the attention backward's workspace, say), the `CAPACITY` most
-/// recently used problems: a training run repeats a few shapes, and varlen batches would
-/// otherwise keep every shape they ever saw.
+/// What the kernels keep per problem (the attention's offsets on the device): the `CAPACITY`
+/// most recently used problems, since a training run repeats a few shapes and varlen batches
+/// would otherwise keep every shape they ever saw; and, for the life of the process, every
+/// problem a CUDA graph captured, since the graph reads the entry's memory each time it is
+/// replayed and nothing says when it is destroyed.
 pub struct Cache<K, V> {
-    entries: Mutex<Vec<(K, Arc<V>)>>,
+    entries: Mutex<Entries<K, V>>,
 }
 
-/// Problems whose scratch is kept.
+struct Entries<K, V> {
+    /// Oldest first; dropped when a new problem needs the room.
+    recent: Vec<(K, Arc<V>)>,
+    /// Used by a capture: never dropped.
+    captured: Vec<(K, Arc<V>)>,
+}
+
+/// Problems kept besides the captured ones.
 const CAPACITY: usize = 8;
 
 impl<K: PartialEq, V> Default for Cache<K, V> {
     fn default() -> Self {
         Self {
-            entries: Mutex::new(Vec::new()),
+            entries: Mutex::new(Entries {
+                recent: Vec::new(),
+                captured: Vec::new(),
+            }),
         }
     }
 }
 
 impl<K: PartialEq, V> Cache<K, V> {
     /// The entry for `key`, made by `make` on the extension's stream the first time.
+    /// `capturing` says that the call's stream is capturing a CUDA graph: the entry is then
+    /// kept for good, and it must exist already, since making one synchronizes, which a
+    /// capture forbids.
     pub fn get(
         &self,
         device: &Device,
         key: K,
+        capturing: bool,
         make: impl FnOnce(&Gpu) -> Result<V>,
     ) -> Result<Arc<V>> {
         let mut entries = lock(&self.entries);
-        if let Some(i) = entries.iter().position(|(k, _)| *k == key) {
-            let entry = entries.remove(i);
+        let Entries { recent, captured } = &mut *entries;
+        if let Some((_, value)) = captured.iter().find(|(k, _)| *k == key) {
+            return Ok(value.clone());
+        }
+        if let Some(i) = recent.iter().position(|(k, _)| *k == key) {
+            let entry = recent.remove(i);
             let value = entry.1.clone();
-            entries.push(entry);
+            if capturing {
+                captured.push(entry);
+            } else {
+                recent.push(entry);
+            }
             return Ok(value);
         }
-        if entries.len() == CAPACITY {
+        if capturing {
+            return Err(UsageError::new(
+                "a problem of this shape is new inside a CUDA graph capture: run it once \
+                 before capturing (the warm-up PyTorch's capture recipe does), so that its \
+                 offsets exist on the device",
+            )
+            .into());
+        }
+        if recent.len() == CAPACITY {
             // Work already enqueued on PyTorch's stream may still read the oldest entry's
-            // scratch: wait for the device before it is freed.
+            // memory: wait for the device before it is freed.
             device.gpu.ctx.synchronize()?;
-            entries.remove(0);
+            recent.remove(0);
         }
         let value = Arc::new(make(&device.gpu)?);
         device.gpu.synchronize()?;
-        entries.push((key, value.clone()));
+        recent.push((key, value.clone()));
         Ok(value)
     }
 }
@@ -138,4 +170,11 @@ impl Device {
         // SAFETY: as the caller promised.
         unsafe { self.gpu.on_borrowed_stream(cu_stream as usize as _) }
     }
+}
+
+/// Whether `gpu`'s stream is capturing a CUDA graph (an invalidated capture counts: the
+/// capture has not ended yet).
+pub fn capturing(gpu: &Gpu) -> Result<bool> {
+    let status = gpu.stream.capture_status()?;
+    Ok(status != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }

@@ -129,10 +129,16 @@ fn attention_backward(
 
 /// The backward's workspace for a problem (`attention_forward`'s six arguments from
 /// `seqlens_q` to `causal`, as one tuple), in 4-byte elements: (the zeroed part, dQ's
-/// accumulator), for the tensors the Python layer makes for each backward.
+/// accumulator), for the tensors the Python layer makes for each backward. `stream` is
+/// PyTorch's current stream, asked whether it is capturing a CUDA graph.
 #[pyfunction]
-fn attention_workspace(device: usize, dtype: String, problem: Problem) -> PyResult<(usize, usize)> {
-    let call = attention_call(device, 0, dtype, problem);
+fn attention_workspace(
+    device: usize,
+    stream: u64,
+    dtype: String,
+    problem: Problem,
+) -> PyResult<(usize, usize)> {
+    let call = attention_call(device, stream, dtype, problem);
     attention::workspace_elements(&call).map_err(to_py)
 }
 

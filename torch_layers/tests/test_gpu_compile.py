@@ -6,9 +6,8 @@ A small model of every layer (embedding, RMSNorm, grouped-query causal attention
 forward and backward. The compiled model calls the same kernels but Inductor fuses and rounds
 the ops between them its own way, so the loss is compared within 1% and each parameter's
 gradient by its relative L2 error (5%): a gradient wired to the wrong input is off by its
-whole size. The attention's operators are tagged ``cudagraph_unsafe``, so
-``mode="reduce-overhead"`` captures the graph around them and runs them between its CUDA graphs;
-the norms, SwiGLU and the loss are captured inside those graphs.
+whole size. ``mode="reduce-overhead"`` captures every operator, attention included, in its CUDA
+graphs.
 """
 
 import pytest
@@ -56,8 +55,7 @@ def test_compiled_whole_with_inductor_matches_eager():
 
 
 def test_reduce_overhead_matches_eager_call_after_call():
-    # The first call warms up, the second records the CUDA graphs around the operators, the
-    # third replays them.
+    # The first call warms up, the second records the CUDA graphs, the third replays them.
     model = _model(seed=1)
     tokens, labels = _batch(seed=1)
     want = step(model, model, tokens, labels)

@@ -17,6 +17,11 @@ The loss is captured in PyTorch's default capture mode, which refuses any call t
 allocate or synchronize: its scratch (a chunk of logits, the per-token losses, cuBLAS's
 workspace) comes from PyTorch's allocator, which gives a capture memory of the graph's own.
 
+Then the captures that depend on what the extension keeps between calls: an attention captured,
+then more problems than its cache of offsets keeps, then replayed; a capture that is an attention
+problem's first call (refused with a ValueError); and a whole training step of a small model,
+forward and backward, in one graph.
+
 Not here, because it cannot be captured yet: a varlen attention whose sequence starts are a CUDA
 tensor, which the layer copies to the host.
 """
@@ -135,3 +140,87 @@ def test_a_captured_layer_replays_what_an_eager_call_computes(name):
         torch.cuda.synchronize()
         apart = [_apart(got, want, name) for got, want in zip(captured, eager)]
         assert not any(apart), f"{name}, replay {seed}: elements apart per output {apart}"
+
+
+def _capture(fn):
+    """``fn`` captured with ``torch.cuda.graph`` after PyTorch's warm-up (three eager calls on a
+    side stream); returns the graph and what the captured call returned."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fn()
+    return graph, captured
+
+
+def test_a_captured_attention_outlives_the_cache_of_problems():
+    # The cache keeps 8 problems; a captured one must survive 9 new ones, whose offsets would
+    # otherwise take its memory. Its replay must still compute what an eager call does.
+    make, layer = CASES["attention_causal_deterministic"]
+    inputs = [t.requires_grad_() for t in make(0)]
+    graph, captured = _capture(lambda: _forward_and_backward(layer, inputs))
+    for seqlen in range(64, 64 * 10, 64):
+        q, k, v = (_values(20 + i, 2, seqlen, 8, 64) for i in range(3))
+        dk.flash_attention(q, k, v, causal=True)
+    with torch.no_grad():
+        for held, fresh in zip(inputs, make(1)):
+            held.copy_(fresh)
+    graph.replay()
+    eager = _forward_and_backward(layer, inputs)
+    torch.cuda.synchronize()
+    apart = [int((got != want).sum()) for got, want in zip(captured, eager)]
+    assert not any(apart), f"elements apart per output {apart}"
+
+
+def test_a_capture_must_not_be_an_attention_problems_first_call():
+    # A shape no other test runs; a shorter one first, so the kernels are loaded already.
+    q, k, v = (_values(30 + i, 5, 77, 8, 64) for i in range(3))
+    dk.flash_attention(q[:, :64].contiguous(), k[:, :64].contiguous(), v[:, :64].contiguous())
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(ValueError, match="new inside a CUDA graph capture"):
+        with torch.cuda.graph(graph):
+            dk.flash_attention(q, k, v)
+
+
+def test_a_whole_training_step_replays_what_an_eager_step_computes():
+    # Forward, backward and every layer of the small model in one graph, as Inductor's
+    # reduce-overhead captures a step. Replayed on new tokens, it must give the eager step's
+    # loss and gradients: the same kernels, but for the attention's dQ, added in whatever order
+    # its blocks finish, whose last bits then spread through the gradients before it.
+    from tiny_model import TinyModel
+
+    torch.manual_seed(3)
+    model = TinyModel(vocab=512, width=256).to(device="cuda", dtype=torch.bfloat16)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    batches = [torch.randint(0, 512, (2, 129), device="cuda", generator=gen) for _ in range(3)]
+    tokens, labels = batches[0][:, :-1].clone(), batches[0][:, 1:].clone()
+
+    def step():
+        loss = model(tokens, labels)
+        loss.backward()
+        return loss.detach()
+
+    # The gradients' tensors exist before the capture, so the graph adds into them in place.
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    graph, loss = _capture(step)
+    for batch in batches[1:]:
+        tokens.copy_(batch[:, :-1])
+        labels.copy_(batch[:, 1:])
+        for p in model.parameters():
+            p.grad.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        got = loss.clone(), {n: p.grad.clone() for n, p in model.named_parameters()}
+        for p in model.parameters():
+            p.grad.zero_()
+        want = step(), {n: p.grad.clone() for n, p in model.named_parameters()}
+        assert torch.isfinite(got[0]) and abs(got[0].item() - want[0].item()) <= 1e-3 * abs(want[0].item())
+        for name, w in want[1].items():
+            g = got[1][name].float()
+            rel = ((g - w.float()).norm() / w.float().norm().clamp_min(1e-30)).item()
+            assert rel <= 1e-2, f"{name}'s gradient is {rel:.3g} from the eager step's (relative L2)"

@@ -19,7 +19,7 @@ def test_a_shape_the_kernels_cannot_take_is_a_value_error_before_any_gpu_work():
         _native.attention_forward(0, 0, "bfloat16", [8], [8], 0, 0, 64, False, 0, 0, 0, 0, 0, 0)
     # The backward's workspace is sized the same way: refused before a device is opened.
     with pytest.raises(ValueError, match="heads"):
-        _native.attention_workspace(0, "bfloat16", ([8], [8], 0, 0, 64, False))
+        _native.attention_workspace(0, 0, "bfloat16", ([8], [8], 0, 0, 64, False))
 
 
 def test_an_unknown_dtype_is_a_value_error():

@@ -12,13 +12,17 @@ returns a view of one. A backward returns what its kernels write: the attention'
 one buffer, which the layer's autograd function takes apart in views, and the norms' dx and
 parameters' gradients, two tensors. Every operator is
 tagged ``needs_contiguous_strides`` (the kernels read rows back to back, so Inductor hands
-them contiguous tensors). The attention's are also tagged ``cudagraph_unsafe``: the extension
-keeps their sequences' offsets from call to call, per problem in a cache of the most recent
-ones, outside PyTorch's allocator, so a graph could outlive them; Inductor leaves such
-operators out of the CUDA graphs it captures (where it partitions graphs around them, as
-PyTorch 2.11 does by default). The others allocate nothing of their own that outlives a call:
-the loss's scratch is tensors made for the call, and the norms' partial sums are taken and
-freed in stream order on the call's stream, which a capture records in the graph.
+them contiguous tensors).
+
+Every operator can be captured in a CUDA graph (Inductor's ``mode="reduce-overhead"``, or
+``torch.cuda.graph``): what a call writes besides its outputs is tensors made for that call
+(the attention's tickets and workspace, the loss's scratch) or memory taken and freed in
+stream order on the call's stream (the norms' partial sums), which a capture records in the
+graph. The one thing the extension keeps from call to call, the attention's sequence offsets
+on the device, is kept for good once a capture has used it. A capture must not be the first
+call of an attention problem (making its offsets synchronizes, which a capture forbids): it
+gets a ``ValueError`` saying so, and PyTorch's recipes (a warm-up before
+``torch.cuda.graph``, Inductor's warm-up run) call it first anyway.
 
 The operators are defined with ``torch.library.Library`` rather than
 ``torch.library.custom_op``, whose Python wrapper adds to the cost of every call: the layers'
@@ -39,14 +43,12 @@ def _tags(*names):
     return tuple(getattr(torch.Tag, name) for name in names if hasattr(torch.Tag, name))
 
 
-def define(schema, cuda, fake, graph_safe=True):
+def define(schema, cuda, fake):
     """Defines the operator ``day_kernels::NAME`` that ``schema`` (``"NAME(Tensor x, ...) ->
     Tensor"``) declares, with ``cuda`` its implementation for CUDA tensors and ``fake`` the
-    one torch.compile and the meta device run; returns the operator (its ``OpOverload``).
-    ``graph_safe=False`` tags it ``cudagraph_unsafe``."""
+    one torch.compile and the meta device run; returns the operator (its ``OpOverload``)."""
     name = schema.split("(", 1)[0]
-    unsafe = () if graph_safe else ("cudagraph_unsafe",)
-    _LIBRARY.define(schema, tags=_tags("needs_contiguous_strides", *unsafe))
+    _LIBRARY.define(schema, tags=_tags("needs_contiguous_strides"))
     _LIBRARY.impl(name, cuda, "CUDA")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
     return getattr(getattr(torch.ops, NAMESPACE), name).default

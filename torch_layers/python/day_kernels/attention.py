@@ -233,7 +233,9 @@ def _backward_cuda(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, 
 
 @functools.lru_cache(maxsize=64)
 def _workspace_of(device, dtype, problem):
-    return _native.attention_workspace(device, dtype, problem)
+    # The current stream is the call's: a capture on it must find the problem known already.
+    stream = torch.cuda.current_stream(device).cuda_stream
+    return _native.attention_workspace(device, stream, dtype, problem)
 
 
 def _workspace(device, dtype, problem):
@@ -253,15 +255,12 @@ flash_attention_forward = define(
     "SymInt[]? cu_seqlens_k, bool causal) -> (Tensor out, Tensor lse)",
     _forward_cuda,
     _forward_fake,
-    # Its offsets are the extension's, kept per problem: see _library.
-    graph_safe=False,
 )
 flash_attention_backward = define(
     "flash_attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
     "SymInt[]? cu_seqlens_q, SymInt[]? cu_seqlens_k, bool causal, bool deterministic) -> Tensor",
     _backward_cuda,
     _backward_fake,
-    graph_safe=False,
 )
 
 
