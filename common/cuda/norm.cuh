@@ -252,8 +252,11 @@ __device__ __forceinline__ void next_staged_rows(const T* __restrict__ x,
 
 // Backward tiers: x, dy, w and the dw accumulator are all in registers (4 x EPT floats), so
 // threads hold 8 elements (16 spilled at 80 registers) and the widest row is 1024 x 8 = 8192.
+// Every block size from a warp up doubles, so no row leaves more than half its threads idle.
 #define NORM_BWD_TIERS(T, NAME, PACK, SUFFIX, VEC)                                                 \
     BWD_TIER(T, NAME, 32, PACK, SUFFIX, VEC)                                                       \
+    BWD_TIER(T, NAME, 64, 8, SUFFIX, VEC)                                                          \
+    BWD_TIER(T, NAME, 128, 8, SUFFIX, VEC)                                                         \
     BWD_TIER(T, NAME, 256, 8, SUFFIX, VEC)                                                         \
     BWD_TIER(T, NAME, 512, 8, SUFFIX, VEC)                                                         \
     BWD_TIER(T, NAME, 1024, 8, SUFFIX, VEC)
@@ -261,6 +264,8 @@ __device__ __forceinline__ void next_staged_rows(const T* __restrict__ x,
 // The pipelined backward (BWD_PIPE_TIER, 16-byte rows only): the backward tiers' shapes.
 #define NORM_BWD_PIPE_TIERS(T, NAME, PACK)                                                         \
     BWD_PIPE_TIER(T, NAME, 32, PACK)                                                               \
+    BWD_PIPE_TIER(T, NAME, 64, 8)                                                                  \
+    BWD_PIPE_TIER(T, NAME, 128, 8)                                                                 \
     BWD_PIPE_TIER(T, NAME, 256, 8)                                                                 \
     BWD_PIPE_TIER(T, NAME, 512, 8)                                                                 \
     BWD_PIPE_TIER(T, NAME, 1024, 8)

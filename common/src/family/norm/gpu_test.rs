@@ -5,8 +5,10 @@ use super::*;
 /// Rows of the GPU tests: one, a few (not a multiple of the rows per block), many.
 pub const TEST_ROWS: &[usize] = &[1, 3, 17, 1000];
 /// Widths of the GPU tests: 1, primes and widths no pack divides, exactly one warp's pack,
-/// the default 4096 and one past it, the backward's register limit (8192) and one past it.
-pub const TEST_COLS: &[usize] = &[1, 7, 127, 128, 1000, 4096, 4097, 8192, 8193];
+/// the 64-thread backward tier full (512) and one pack short of full (504), the 128-thread
+/// tier's (1000), the default 4096 and one past it, the backward's register limit (8192) and
+/// one past it.
+pub const TEST_COLS: &[usize] = &[1, 7, 127, 128, 504, 512, 1000, 4096, 4097, 8192, 8193];
 /// Widths at the forward's register limit and one past it, with fewer rows (the f64
 /// reference of 1000 x 32769 would dominate the test's time).
 pub const TEST_WIDE: &[(usize, usize)] = &[(1, 32768), (3, 32769), (17, 32768), (17, 32769)];
