@@ -252,7 +252,8 @@ __device__ __forceinline__ void next_staged_rows(const T* __restrict__ x,
 
 // Backward tiers: x, dy, w and the dw accumulator are all in registers (4 x EPT floats), so
 // threads hold 8 elements (16 spilled at 80 registers) and the widest row is 1024 x 8 = 8192.
-// Every block size from a warp up doubles, so no row leaves more than half its threads idle.
+// Past the warp tier the block doubles from tier to tier, so a 16-bit row wider than a warp's
+// pack leaves at most half of its block idle.
 #define NORM_BWD_TIERS(T, NAME, PACK, SUFFIX, VEC)                                                 \
     BWD_TIER(T, NAME, 32, PACK, SUFFIX, VEC)                                                       \
     BWD_TIER(T, NAME, 64, 8, SUFFIX, VEC)                                                          \

@@ -39,7 +39,8 @@ Run it (an NVIDIA GPU, PyTorch with CUDA, and the ``day_kernels`` wheel installe
 
 The small GPT's step is bound by the host (the Python and launch cost of its many small
 kernels); ``--gpu-bound`` trains a model whose step the GPU bounds (about 1.0B parameters, see
-``GPU_BOUND``), one run per invocation, to compare the kernels' speed rather than the host's::
+``GPU_BOUND``), to compare the kernels' speed rather than the host's; ``--layers`` torch, ours
+or liger trains one model each::
 
     python torch_layers/examples/train_gpt.py --gpu-bound --layers torch --out /tmp/big-torch
     python torch_layers/examples/train_gpt.py --gpu-bound --layers ours --out /tmp/big-ours

@@ -122,6 +122,8 @@ def check_against(cfg, against):
         base.fail(f"--against {against}: it holds no torch-A, torch-B and ours-A runs "
                   "(train_gpt.py --layers both writes them)")
     theirs = results["config"]
+    # A results.json from before --vocab existed trained on the bytes alone.
+    theirs = {"vocab": base.BYTES} | theirs
     differ = [k for k in SAME_AS_AGAINST if theirs.get(k) != getattr(cfg, k)]
     if differ:
         pairs = ", ".join(f"{k}: {getattr(cfg, k)} here, {theirs.get(k)} there" for k in differ)

@@ -1,6 +1,6 @@
 """What the tests need, and one line when it is missing.
 
-``test_native*.py`` and ``test_example_ddp.py`` need neither torch nor a GPU (CI runs them). The ``test_torch_*`` files need
+``test_native*.py`` and ``test_example_*.py`` need neither torch nor a GPU (CI runs them). The ``test_torch_*`` files need
 torch; the ``test_gpu_*`` files need torch and a CUDA GPU. Without them those files are not
 collected and one ``SKIPPED`` line says why; with ``REQUIRE_GPU=1`` a missing GPU (or torch) is
 a failure instead.

@@ -56,9 +56,9 @@ pub const CHUNK_ROWS: usize = 64;
 
 /// The backward register tiers: x, dy, the weight and the weight gradients' accumulators all
 /// live in registers, and blocks are sized for 1024 threads per SM (64 registers each), so a
-/// thread holds 8 elements (16 spilled). The block doubles from tier to tier, so a row never
-/// leaves more than half of its block idle (a 512-column row of bf16 takes 64 threads, not
-/// 256 with three quarters of them idle).
+/// thread holds 8 elements (16 spilled). Past the warp tier the block doubles from tier to
+/// tier, so a 16-bit row leaves at most half of its block idle (a 512-column row of bf16
+/// takes 64 threads, not 256 with three quarters of them idle).
 pub fn backward_tiers(dtype: Dtype) -> [(usize, usize); 6] {
     [
         (32, pack(dtype)),
