@@ -11,23 +11,27 @@ Parameters are float32; the step computes in bfloat16 under ``torch.autocast``. 
 this repository's own text (its Markdown, Rust, CUDA and Python files), so nothing is
 downloaded; the last 5% is held out for validation.
 
-By default one process trains three times on the same batches in the same order:
+By default one process trains five times on the same batches in the same order:
 
 - ``torch-A``: PyTorch's layers (``F.scaled_dot_product_attention``, ``F.rms_norm``,
   ``F.silu(gate) * up``, ``F.cross_entropy`` on the logits), initialised from seed A;
-- ``torch-B``: the same, from seed B: how far two runs of PyTorch itself drift apart (noise);
+- ``torch-B``, ``torch-C`` and ``torch-D`` (``--noise-runs``, 3 by default): the same from
+  seeds B, B + 1 and B + 2: how far runs of PyTorch itself drift apart (the noise);
 - ``ours-A``: the days' kernels, from seed A, so it starts from exactly torch-A's weights.
 
-The verdict: the curves agree when ours-A stays as close to torch-A as torch-B does (the mean
-absolute gap of the smoothed loss over the last 100 steps); ours is faster when its tokens/s
-beat the faster of the two PyTorch runs. It prints a table and writes ``results.json`` and
+The verdict, on the mean absolute gap of two runs' smoothed losses over the last 100 steps:
+the curves agree when ours-A's mean gap to PyTorch's runs is at most ``NOISE_MARGIN`` (1.5)
+times the largest gap between two of PyTorch's runs. Every run ends within a few thousandths
+of the others, so one pair of seeds measures the noise poorly: judged against torch-B alone,
+ours-A's gap to torch-A came out either way from run to run. Ours is faster when its tokens/s
+beat the fastest PyTorch run. It prints a table and writes ``results.json`` and
 ``loss.png`` into ``--out``. In ``results.json`` each run has ``loss[i]`` (step i's batch,
 before its update), ``loss_ema``, ``grad_norm``, ``lr``, ``val`` (``[updates made, loss]``
 pairs, the first before any update), ``tokens_per_s``, ``step_ms_median`` (the GPU's clock),
 ``host_ms_median`` (the host's, until the step's last call returns), ``kernel_ms_per_step``
 and ``kernels`` (with ``--profile-steps``: the GPU's busy time per step and the costliest
 kernels, from PyTorch's profiler over that many more steps), ``compile`` and
-``peak_memory_gib``; ``verdict`` holds the two gaps and the two answers, ``environment`` the
+``peak_memory_gib``; ``verdict`` holds every gap, the noise, the difference and the two answers, ``environment`` the
 GPU's name and the versions.
 
 Run it (an NVIDIA GPU, PyTorch with CUDA, and the ``day_kernels`` wheel installed)::
@@ -52,6 +56,7 @@ curves do not agree, 2 when it cannot run (no CUDA GPU, no ``day_kernels``, bad 
 
 import argparse
 import gc
+import itertools
 import json
 import math
 import os
@@ -72,6 +77,14 @@ SKIPPED_DIRS = {"target", "__pycache__"}  # and every hidden folder (.git, .gith
 VAL_FRACTION = 0.05
 EMA_BETA = 0.9  # smoothing of the per-step loss for the verdict (a time constant of ~10 steps)
 VERDICT_WINDOW = 100  # the verdict compares the last this-many steps
+NOISE_NAMES = "BCDEFGH"  # the noise runs: torch-B, torch-C, ...
+# How much farther than PyTorch's farthest pair ours-A may be, on average, from PyTorch's runs.
+# If each run's curve ended at an offset drawn independently from one normal distribution,
+# ours-A being one more such run, this rule with four PyTorch runs would call it apart about
+# one time in seventeen (one in two for the rule of one pair, which compared ours-A's gap to
+# torch-A with torch-B's), and an offset 8 of the distribution's standard deviations would be
+# caught 99 times in 100 (from a simulation of that model, not a property of training).
+NOISE_MARGIN = 1.5
 
 # The full run and the smoke test; any flag given on the command line wins over both.
 DEFAULTS = dict(
@@ -393,7 +406,7 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device, 
     # fixed batches, is as deterministic as it gets: two runs from one seed still differ in the
     # last bits, because attention's backward (PyTorch's and ours, unless
     # --deterministic-attention) adds dQ's parts with atomics in whatever order they land, and
-    # the drift grows over the steps. The torch-B run is what sizes such drift for the verdict.
+    # the drift grows over the steps. The noise runs (torch-B, ...) size such drift for the verdict.
     torch.manual_seed(seed)
     model = GPT(cfg.n_layer, cfg.width, cfg.heads, cfg.context, cfg.vocab)
     with torch.no_grad():
@@ -553,32 +566,55 @@ def mean_abs_gap(a, b):
     return sum(gaps) / len(gaps) if gaps else float("nan")
 
 
+def torch_runs(runs):
+    """PyTorch's runs of a `--layers both` plan: torch-A, then the noise runs in seed order."""
+    return [r for name, r in runs.items() if name.startswith("torch-")]
+
+
 def verdict(runs, steps):
-    """Noise: how far torch-B's smoothed loss stays from torch-A's (another seed, same data,
-    same layers); difference: how far ours-A's stays from torch-A's (same seed, so the same
-    starting weights). Both are means over the last VERDICT_WINDOW steps (half the run when it
-    is shorter). Bits differ between two runs even from one seed (atomics in attention's
-    backward on both sides), which is what the noise measure is for."""
-    a, b, ours = runs["torch-A"], runs["torch-B"], runs["ours-A"]
+    """Noise: the largest gap between two of PyTorch's runs (other seeds, the same data and
+    layers); difference: ours-A's mean gap to them; they agree when the difference is at most
+    NOISE_MARGIN times the noise. A gap is the mean absolute difference of
+    two smoothed losses over the last VERDICT_WINDOW steps (half the run when it is shorter).
+    Bits differ between two runs even from one seed (atomics in attention's backward on both
+    sides), and by the window two runs from one seed are about as far apart as two seeds: if
+    ours-A is one more run like PyTorch's, its gaps to them are draws of the same size as
+    theirs to each other, and their mean seldom passes the largest of them by much; if its
+    curve is off, it is off from all of them."""
+    torch, ours = torch_runs(runs), runs["ours-A"]
     window = min(VERDICT_WINDOW, max(1, steps // 2))
-    noise = mean_abs_gap(a["loss_ema"][-window:], b["loss_ema"][-window:])
-    difference = mean_abs_gap(ours["loss_ema"][-window:], a["loss_ema"][-window:])
+
+    def gap(x, y):
+        return mean_abs_gap(x["loss_ema"][-window:], y["loss_ema"][-window:])
+
     # The same on validation losses (the points at or after the window's start), reported only.
     first = steps - window
-    val_a = {s: v for s, v in a["val"] if s >= first}
-    val_b = {s: v for s, v in b["val"] if s in val_a}
-    val_o = {s: v for s, v in ours["val"] if s in val_a}
-    val_noise = mean_abs_gap([val_a[s] for s in val_b], [val_b[s] for s in val_b])
-    val_difference = mean_abs_gap([val_a[s] for s in val_o], [val_o[s] for s in val_o])
-    finite = all(math.isfinite(v) for r in (a, b, ours) for v in r["loss"])
-    agree = finite and math.isfinite(difference) and difference <= noise
-    torch_tps = max((r["tokens_per_s"] or 0.0) for r in (a, b))
+
+    def val_gap(x, y):
+        vx = {s: v for s, v in x["val"] if s >= first}
+        vy = {s: v for s, v in y["val"] if s in vx}
+        return mean_abs_gap([vx[s] for s in vy], [vy[s] for s in vy])
+
+    pairs = list(itertools.combinations(torch, 2))
+    noise_pairs = {f"{x['name']}/{y['name']}": gap(x, y) for x, y in pairs}
+    differences = {r["name"]: gap(ours, r) for r in torch}
+    noise = max(noise_pairs.values())
+    difference = sum(differences.values()) / len(differences)
+    val_noise = max(val_gap(x, y) for x, y in pairs)
+    val_difference = sum(val_gap(ours, r) for r in torch) / len(torch)
+    finite = all(math.isfinite(v) for r in (*torch, ours) for v in r["loss"])
+    agree = finite and math.isfinite(difference) and difference <= NOISE_MARGIN * noise
+    torch_tps = max((r["tokens_per_s"] or 0.0) for r in torch)
+    a = runs["torch-A"]
     ours_tps = ours["tokens_per_s"] or 0.0
     return dict(
         window_steps=window,
         ema_beta=EMA_BETA,
         noise=noise,
         difference=difference,
+        margin=NOISE_MARGIN,
+        noise_pairs=noise_pairs,
+        differences=differences,
         agree=agree,
         all_losses_finite=finite,
         val_noise=val_noise,
@@ -609,18 +645,24 @@ def print_table(runs):
 def print_verdict(v):
     w = v["window_steps"]
     print()
-    print(f"noise       {fmt(v['noise'], '.5f')}  mean |torch-A - torch-B| of the smoothed loss over "
-          f"the last {w} steps (validation: {fmt(v['val_noise'], '.5f')})")
-    print(f"difference  {fmt(v['difference'], '.5f')}  mean |ours-A - torch-A| over the same steps "
+    print(f"gap: the mean |x - y| of two runs' smoothed losses over the last {w} steps")
+    for pair, g in v["noise_pairs"].items():
+        print(f"  {pair:<22} {fmt(g, '.5f')}")
+    for name, g in v["differences"].items():
+        print(f"  {'ours-A/' + name:<22} {fmt(g, '.5f')}")
+    print(f"noise       {fmt(v['noise'], '.5f')}  the largest gap between two of PyTorch's runs "
+          f"(validation: {fmt(v['val_noise'], '.5f')})")
+    print(f"difference  {fmt(v['difference'], '.5f')}  ours-A's mean gap to PyTorch's runs "
           f"(validation: {fmt(v['val_difference'], '.5f')})")
     if not v["same_initial_weights"]:
         print("warning: torch-A and ours-A did not start from the same weights")
     if not v["all_losses_finite"]:
         print("warning: a run's loss was not finite (NaN or inf)")
-    print(f"agree:  {'yes' if v['agree'] else 'NO'} (difference {'<=' if v['agree'] else '>'} noise)")
+    print(f"agree:  {'yes' if v['agree'] else 'NO'} (difference {'<=' if v['agree'] else '>'} "
+          f"{v['margin']} x noise)")
     speedup = f"{v['speedup']:.2f}x" if v["speedup"] else "-"
     print(f"faster: {'yes' if v['faster'] else 'no'}: ours {v['ours_tokens_per_s']:,.0f} tokens/s, "
-          f"torch {v['torch_tokens_per_s']:,.0f} (the faster of torch-A and torch-B): {speedup}")
+          f"torch {v['torch_tokens_per_s']:,.0f} (the fastest of PyTorch's runs): {speedup}")
 
 
 def finite_or_none(obj):
@@ -636,7 +678,7 @@ def finite_or_none(obj):
 
 def plot(runs, path, title):
     """The smoothed losses against step (raw losses faint, validation as points) and, below,
-    the two gaps the verdict averages. Needs matplotlib; without it, one line says so."""
+    each run's gap to torch-A. Needs matplotlib; without it, one line says so."""
     try:
         import matplotlib
 
@@ -645,10 +687,11 @@ def plot(runs, path, title):
     except ImportError:
         print(f"note: matplotlib is not installed; no {path.name}")
         return
-    colors = {"torch-A": "tab:blue", "torch-B": "tab:green", "ours-A": "tab:red"}
+    colors = {"torch-A": "tab:blue", "torch-B": "tab:green", "torch-C": "tab:olive",
+              "torch-D": "tab:cyan", "ours-A": "tab:red"}
     # Ours dashed: from torch-A's seed it should lie on torch-A's curve, which stays visible.
     styles = {"ours-A": "--"}
-    gaps = len(runs) > 1 and "torch-A" in runs  # the lower panel: the verdict's two gaps
+    gaps = len(runs) > 1 and "torch-A" in runs  # the lower panel: the gaps to torch-A
     if gaps:
         fig, (top, bottom) = plt.subplots(
             2, 1, figsize=(9, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]}
@@ -673,12 +716,11 @@ def plot(runs, path, title):
     top.legend(loc="upper right")
     if gaps:
         ref = runs["torch-A"]["loss_ema"]
-        for name, label in (("torch-B", "noise |torch-B - torch-A|"),
-                            ("ours-A", "difference |ours-A - torch-A|")):
-            if name in runs:
-                # Floored so that a gap of exactly 0 (identical bits) still fits a log scale.
-                gap = [max(abs(x - y), 1e-6) for x, y in zip(runs[name]["loss_ema"], ref)]
-                bottom.plot(range(len(gap)), gap, color=colors[name], label=label)
+        for name in [n for n in runs if n != "torch-A"]:
+            # Floored so that a gap of exactly 0 (identical bits) still fits a log scale.
+            gap = [max(abs(x - y), 1e-6) for x, y in zip(runs[name]["loss_ema"], ref)]
+            bottom.plot(range(len(gap)), gap, color=colors.get(name, "black"),
+                        label=f"|{name} - torch-A|")
         bottom.set_yscale("log")
         bottom.set_ylabel("gap of smoothed losses")
         bottom.legend(loc="upper right", fontsize="small")
@@ -727,6 +769,9 @@ def parse_args(argv):
     p.add_argument("--log-every", type=int, help="print the loss every this many steps (25; quick 5)")
     p.add_argument("--seed", type=int, default=1234, help="seed A: torch-A's and ours-A's weights")
     p.add_argument("--seed-b", type=int, help="seed B: torch-B's weights (seed A + 1)")
+    p.add_argument("--noise-runs", type=int, default=3,
+                   help="PyTorch runs from other seeds (B, B + 1, ...) that size the noise (3: "
+                   "torch-B, torch-C and torch-D)")
     p.add_argument("--data-seed", type=int, default=0, help="the batches' order (the same for every run)")
     p.add_argument("--compile", choices=("none", "default", "reduce-overhead"), default="none",
                    help="run every model's step under torch.compile with this mode (default: none, "
@@ -766,8 +811,12 @@ def parse_args(argv):
         p.error(f"head dim {cfg.width // cfg.heads} (width / heads): the attention kernels take 64, 128 or 256")
     if cfg.require_agreement and cfg.layers != "both":
         p.error("--require-agreement compares runs: it needs --layers both")
-    if cfg.seed_b == cfg.seed and cfg.layers == "both":
-        p.error("--seed-b must differ from --seed: torch-B measures the noise between two seeds")
+    if not 1 <= cfg.noise_runs <= len(NOISE_NAMES):
+        p.error(f"--noise-runs must be 1 to {len(NOISE_NAMES)}")
+    if cfg.layers == "both" and cfg.seed_b <= cfg.seed < cfg.seed_b + cfg.noise_runs:
+        p.error(f"--seed-b {cfg.seed_b} gives the noise runs seeds {cfg.seed_b} to "
+                f"{cfg.seed_b + cfg.noise_runs - 1}, which must not hold --seed {cfg.seed}: they "
+                "measure the noise between seeds")
     cfg.warmup = min(cfg.warmup, cfg.steps)
     return cfg
 
@@ -828,8 +877,10 @@ def main(argv=None):
     torch_layers = TorchLayers()
     our_layers = OurLayers(dk, cfg.deterministic_attention) if dk is not None else None
     plan = {
-        "both": [("torch-A", torch_layers, cfg.seed), ("torch-B", torch_layers, cfg.seed_b),
-                 ("ours-A", our_layers, cfg.seed)],
+        "both": [("torch-A", torch_layers, cfg.seed)]
+        + [(f"torch-{letter}", torch_layers, cfg.seed_b + i)
+           for i, letter in enumerate(NOISE_NAMES[:cfg.noise_runs])]
+        + [("ours-A", our_layers, cfg.seed)],
         "torch": [("torch-A", torch_layers, cfg.seed)],
         "ours": [("ours-A", our_layers, cfg.seed)],
         "liger": [("liger-A", LigerLayers(liger) if liger is not None else None, cfg.seed)],

@@ -16,8 +16,8 @@ same flags) it compares each with the same layers' one-GPU run from the same see
 absolute gap of the smoothed loss over the last steps, as ``train_gpt.py``'s verdict does. Only
 the order in which sums are added differs between the two: the batch split over the GPUs and
 the all-reduce. How far that alone moves a curve is what PyTorch's own layers show
-(``torch-ddpN`` against ``torch-A``); two seeds' gap (``torch-A`` against ``torch-B``) is the
-other yardstick. Ours agree when their gap (``ours-ddpN`` against ``ours-A``) is no larger than
+(``torch-ddpN`` against ``torch-A``); the seeds' gap (the largest between two of the one-GPU
+run's PyTorch seeds, ``torch-A``, ``torch-B``, ...) is the other yardstick. Ours agree when their gap (``ours-ddpN`` against ``ours-A``) is no larger than
 the larger of the two.
 
 Run it with ``torchrun`` (2 GPUs or more; ``python -m torch.distributed.run`` is the same)::
@@ -39,6 +39,7 @@ process fails, whatever that process's code; the verdict is in ``results.json``.
 """
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -134,15 +135,17 @@ def check_against(cfg, against):
 
 def verdict(ddp, runs, steps):
     """The gaps of the last steps' smoothed losses, as train_gpt.py's verdict takes them:
-    between two seeds on one GPU (torch-A, torch-B), and between each layers' run here and
-    their one-GPU run from the same seed."""
+    the largest between two of PyTorch's seeds on one GPU (torch-A, torch-B, ...), and between
+    each layers' run here and their one-GPU run from the same seed."""
     window = min(base.VERDICT_WINDOW, max(1, steps // 2))
 
     def gap(a, b):
         return base.mean_abs_gap(a["loss_ema"][-window:], b["loss_ema"][-window:])
 
     one_gpu = {"torch": runs["torch-A"], "ours": runs["ours-A"]}
-    result = dict(window_steps=window, seed_noise=gap(runs["torch-A"], runs["torch-B"]))
+    seeds = base.torch_runs(runs)
+    seed_noise = max(gap(x, y) for x, y in itertools.combinations(seeds, 2))
+    result = dict(window_steps=window, seed_noise=seed_noise)
     for layers, run in ddp.items():
         result[f"{layers}_gap"] = gap(run, one_gpu[layers])
         result[f"{layers}_same_initial_weights"] = (
@@ -159,8 +162,8 @@ def verdict(ddp, runs, steps):
 
 def print_verdict(v, world):
     fmt = base.fmt
-    print(f"\nseed noise  {fmt(v['seed_noise'], '.5f')}  mean |torch-A - torch-B| on one GPU, "
-          f"last {v['window_steps']} steps")
+    print(f"\nseed noise  {fmt(v['seed_noise'], '.5f')}  the largest mean |x - y| of two PyTorch "
+          f"seeds on one GPU, last {v['window_steps']} steps")
     for layers in ("torch", "ours"):
         if f"{layers}_gap" in v:
             one = "torch-A" if layers == "torch" else "ours-A"
