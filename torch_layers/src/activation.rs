@@ -94,10 +94,10 @@ fn run(call: &Call) -> Result<&'static str> {
 
 fn run_as<T: Element>(call: &Call) -> Result<&'static str> {
     let dev = device(call.device)?;
-    let day = dev.activation.kernels.get(&dev, Activations::load)?;
     // SAFETY: PyTorch's current stream of this device, alive for the call; nothing is
     // allocated on it here.
     let gpu = unsafe { dev.on_stream(call.stream) };
+    let day = dev.activation.kernels.get(&dev, &gpu, Activations::load)?;
     let version = call.version();
     // SAFETY: the Python layer checked each tensor: on this device, contiguous, of T, the
     // inputs `n` elements each, the output `n` per output of the op; it holds them until the

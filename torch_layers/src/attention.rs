@@ -149,12 +149,12 @@ struct Opened {
 fn open(call: &Call) -> Result<Opened> {
     day10::validate(&call.shape)?;
     let dev = device(call.device)?;
+    // SAFETY: PyTorch's current stream of this device, alive for the call.
+    let gpu = unsafe { dev.on_stream(call.stream) };
     let day = dev
         .attention
         .kernels
-        .get(&dev, day20::FlashAttention::load)?;
-    // SAFETY: PyTorch's current stream of this device, alive for the call.
-    let gpu = unsafe { dev.on_stream(call.stream) };
+        .get(&dev, &gpu, day20::FlashAttention::load)?;
     let scratch = call.scratch(&dev, capturing(&gpu)?)?;
     Ok(Opened { gpu, day, scratch })
 }

@@ -23,10 +23,26 @@ impl<T> Default for Loaded<T> {
 
 impl<T> Loaded<T> {
     /// The kernels, loaded (compiled by NVRTC, or read from the kernel cache) on the first call.
-    pub fn get(&self, device: &Device, load: impl FnOnce(&Gpu) -> Result<T>) -> Result<Arc<T>> {
+    /// `call` is the calling operator on PyTorch's stream: loading synchronizes, which a CUDA
+    /// graph capture on that stream forbids, so a first call inside a capture is refused
+    /// before anything is done.
+    pub fn get(
+        &self,
+        device: &Device,
+        call: &Gpu,
+        load: impl FnOnce(&Gpu) -> Result<T>,
+    ) -> Result<Arc<T>> {
         let mut slot = lock(&self.0);
         if let Some(loaded) = slot.as_ref() {
             return Ok(loaded.clone());
+        }
+        if capturing(call)? {
+            return Err(UsageError::new(
+                "the layer's first call on this device is inside a CUDA graph capture: run it \
+                 once before capturing (the warm-up PyTorch's capture recipe does), so that its \
+                 kernels are loaded",
+            )
+            .into());
         }
         let loaded = Arc::new(load(&device.gpu)?);
         // What the loader allocated on the extension's stream is ready before PyTorch's

@@ -150,13 +150,13 @@ pub fn run(call: &Call, p: &Pointers) -> Result<(&'static str, usize)> {
     let shape = call.shape;
     let chunk = call.chunk;
     let dev = device(call.device)?;
-    let ce = dev.loss.kernels.get(&dev, CrossEntropy::load)?;
+    // SAFETY: PyTorch's current stream of this device, alive for the call.
+    let gpu = unsafe { dev.on_stream(call.stream) };
+    let ce = dev.loss.kernels.get(&dev, &gpu, CrossEntropy::load)?;
     let blas = dev
         .loss
         .blas
-        .get(&dev, |own| Cublas::open(own).map(Mutex::new))?;
-    // SAFETY: PyTorch's current stream of this device, alive for the call.
-    let gpu = unsafe { dev.on_stream(call.stream) };
+        .get(&dev, &gpu, |own| Cublas::open(own).map(Mutex::new))?;
     let Shape {
         tokens,
         hidden,

@@ -174,10 +174,10 @@ fn run_as<D: Day, T: Element>(
 ) -> Result<&'static str> {
     let (rows, cols) = (call.rows, call.cols);
     let dev = device(call.device)?;
-    let day = D::slot(&dev).get(&dev, D::load)?;
     // SAFETY: PyTorch's current stream of this device, alive for the call; what the plan
     // allocates on it is freed (stream-ordered) when the plan drops, before this returns.
     let gpu = unsafe { dev.on_stream(call.stream) };
+    let day = D::slot(&dev).get(&dev, &gpu, D::load)?;
     let register = p.serve_register_versions::<T>(cols);
     let (version, mut plan) = first_plan::<D, T>(
         &day,

@@ -19,14 +19,17 @@ workspace) comes from PyTorch's allocator, which gives a capture memory of the g
 
 Then the captures that depend on what the extension keeps between calls: an attention captured,
 then more problems than its cache of offsets keeps, then replayed; a capture that is an attention
-problem's first call (refused with a ValueError); and a whole training step of a small model,
-forward and backward, in one graph.
+problem's first call, or a layer's first call on a device (each refused with a ValueError); and
+a whole training step of a small model, forward and backward, in one graph.
 
 Not here, because it cannot be captured yet: a varlen attention whose sequence starts are a CUDA
 tensor, which the layer copies to the host.
 """
 
 import functools
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -185,6 +188,28 @@ def test_a_capture_must_not_be_an_attention_problems_first_call():
     with pytest.raises(ValueError, match="new inside a CUDA graph capture"):
         with torch.cuda.graph(graph):
             dk.flash_attention(q, k, v)
+
+
+# Run in a process of its own, where no layer has loaded its kernels yet.
+FIRST_CALL_IN_A_CAPTURE = """
+import torch, day_kernels as dk
+x = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
+w = torch.ones(128, device="cuda", dtype=torch.bfloat16)
+torch.cuda.synchronize()
+graph = torch.cuda.CUDAGraph()
+try:
+    with torch.cuda.graph(graph):
+        dk.rms_norm(x, w)
+except ValueError as e:
+    print("refused:", e)
+"""
+
+
+def test_a_capture_must_not_be_a_layers_first_call_on_a_device():
+    out = subprocess.run([sys.executable, "-c", FIRST_CALL_IN_A_CAPTURE], capture_output=True,
+                         text=True, env=os.environ, timeout=300)
+    assert "refused:" in out.stdout, out.stdout + out.stderr
+    assert "first call on this device is inside a CUDA graph capture" in out.stdout
 
 
 def test_a_whole_training_step_replays_what_an_eager_step_computes():

@@ -20,9 +20,9 @@ Every operator can be captured in a CUDA graph (Inductor's ``mode="reduce-overhe
 stream order on the call's stream (the norms' partial sums), which a capture records in the
 graph. The one thing the extension keeps from call to call, the attention's sequence offsets
 on the device, is kept for good once a capture has used it. A capture must not be the first
-call of an operator on a device (loading its kernels synchronizes, which a capture forbids)
-nor of an attention problem (making its offsets does too; that one gets a ``ValueError``
-saying so). PyTorch's recipes (a warm-up before ``torch.cuda.graph``, Inductor's warm-up run)
+call of a layer on a device (loading its kernels synchronizes, which a capture forbids) nor
+of an attention problem (making its offsets does too): either gets a ``ValueError`` saying
+so. PyTorch's recipes (a warm-up before ``torch.cuda.graph``, Inductor's warm-up run)
 make those calls first anyway.
 
 The operators are defined with ``torch.library.Library`` rather than
