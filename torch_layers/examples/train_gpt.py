@@ -786,7 +786,8 @@ def parse_args(argv):
     p.add_argument("--out", type=Path, default=Path("train_gpt_out"),
                    help="where results.json and loss.png go (./train_gpt_out)")
     p.add_argument("--require-agreement", action="store_true",
-                   help="exit 1 when ours-A's curve does not agree with torch-A's (needs --layers both)")
+                   help="exit 1 when ours-A's curve does not agree with PyTorch's runs' (needs --layers "
+                   "both)")
     cfg = p.parse_args(argv)
 
     preset = GPU_BOUND if cfg.gpu_bound else QUICK if cfg.quick else DEFAULTS

@@ -94,7 +94,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         description="Train train_gpt.py's GPT with DistributedDataParallel (start it with "
         "torchrun) and compare it with the one-GPU run.",
-        epilog="Every other flag is train_gpt.py's (python train_gpt.py --help), but --seed-b.",
+        epilog="Every other flag is train_gpt.py's (python train_gpt.py --help), but --seed-b and --noise-runs.",
     )
     p.add_argument("--against", type=Path,
                    help="results.json of train_gpt.py --layers both with the same flags: the "
