@@ -31,8 +31,8 @@ pairs, the first before any update), ``tokens_per_s``, ``step_ms_median`` (the G
 ``host_ms_median`` (the host's, until the step's last call returns), ``kernel_ms_per_step``
 and ``kernels`` (with ``--profile-steps``: the GPU's busy time per step and the costliest
 kernels, from PyTorch's profiler over that many more steps), ``compile`` and
-``peak_memory_gib``; ``verdict`` holds every gap, the noise, the difference and the two answers, ``environment`` the
-GPU's name and the versions.
+``peak_memory_gib``; ``verdict`` holds every gap, the noise, the difference and the two
+answers, ``environment`` the GPU's name and the versions.
 
 Run it (an NVIDIA GPU, PyTorch with CUDA, and the ``day_kernels`` wheel installed)::
 
@@ -485,7 +485,9 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device, 
         # Each process's loss is over its own rows: their mean is the whole batch's loss.
         ranks.mean(losses)
 
-    kernels = profile_kernels(train_step, steps - 1, lrs[-1], cfg.profile_steps) if cfg.profile_steps else None
+    kernels = None
+    if cfg.profile_steps:
+        kernels = profile_kernels(train_step, steps - 1, lrs[-1], cfg.profile_steps)
 
     warm = min(cfg.timing_warmup, steps - 1)
     step_ms = [s.elapsed_time(e) for s, e in events[warm:]]
@@ -543,7 +545,8 @@ def profile_kernels(train_step, step, lr, count, top=12):
     return dict(
         profiled_steps=count,
         ms_per_step=sum(r[0] for r in rows),
-        top=[dict(name=name, ms_per_step=ms, calls_per_step=calls) for ms, calls, name in rows[:top]],
+        top=[dict(name=name, ms_per_step=ms, calls_per_step=calls)
+             for ms, calls, name in rows[:top]],
     )
 
 
@@ -577,10 +580,11 @@ def verdict(runs, steps):
     NOISE_MARGIN times the noise. A gap is the mean absolute difference of
     two smoothed losses over the last VERDICT_WINDOW steps (half the run when it is shorter).
     Bits differ between two runs even from one seed (atomics in attention's backward on both
-    sides), and by the window two runs from one seed are about as far apart as two seeds: if
-    ours-A is one more run like PyTorch's, its gaps to them are draws of the same size as
-    theirs to each other, and their mean seldom passes the largest of them by much; if its
-    curve is off, it is off from all of them."""
+    sides), and by the window that drift can be as large as the gap between two seeds (ours-A
+    from torch-A, against torch-B from torch-A, came out either way). Taken as one more run
+    like PyTorch's, ours-A's gaps to them are draws of the size of theirs to each other, and
+    their mean seldom passes the largest of them by much; if its curve is off, it is off from
+    all of them."""
     torch, ours = torch_runs(runs), runs["ours-A"]
     window = min(VERDICT_WINDOW, max(1, steps // 2))
 
@@ -786,8 +790,8 @@ def parse_args(argv):
     p.add_argument("--out", type=Path, default=Path("train_gpt_out"),
                    help="where results.json and loss.png go (./train_gpt_out)")
     p.add_argument("--require-agreement", action="store_true",
-                   help="exit 1 when ours-A's curve does not agree with PyTorch's runs' (needs --layers "
-                   "both)")
+                   help="exit 1 when ours-A's curve does not agree with PyTorch's runs' (needs "
+                   "--layers both)")
     cfg = p.parse_args(argv)
 
     preset = GPU_BOUND if cfg.gpu_bound else QUICK if cfg.quick else DEFAULTS
@@ -891,7 +895,8 @@ def main(argv=None):
     print(f"corpus: {len(files)} files under {Path(cfg.corpus_root).resolve()}, {len(corpus):,} bytes "
           f"({len(corpus) - n_val:,} train, {n_val:,} validation)")
     print(f"model: {cfg.n_layer} layers, width {cfg.width}, {cfg.heads} heads, SwiGLU hidden "
-          f"{swiglu_hidden(cfg.width)}, context {cfg.context}, vocabulary {cfg.vocab}; batch {cfg.batch_size} x {cfg.context} "
+          f"{swiglu_hidden(cfg.width)}, context {cfg.context}, vocabulary {cfg.vocab}; "
+          f"batch {cfg.batch_size} x {cfg.context} "
           f"tokens, {cfg.steps} steps")
 
     runs = {}

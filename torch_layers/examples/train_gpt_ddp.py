@@ -17,8 +17,8 @@ absolute gap of the smoothed loss over the last steps, as ``train_gpt.py``'s ver
 the order in which sums are added differs between the two: the batch split over the GPUs and
 the all-reduce. How far that alone moves a curve is what PyTorch's own layers show
 (``torch-ddpN`` against ``torch-A``); the seeds' gap (the largest between two of the one-GPU
-run's PyTorch seeds, ``torch-A``, ``torch-B``, ...) is the other yardstick. Ours agree when their gap (``ours-ddpN`` against ``ours-A``) is no larger than
-the larger of the two.
+run's PyTorch seeds, ``torch-A``, ``torch-B``, ...) is the other yardstick. Ours agree when
+their gap (``ours-ddpN`` against ``ours-A``) is no larger than the larger of the two.
 
 Run it with ``torchrun`` (2 GPUs or more; ``python -m torch.distributed.run`` is the same)::
 
