@@ -485,6 +485,7 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device, 
         # Each process's loss is over its own rows: their mean is the whole batch's loss.
         ranks.mean(losses)
 
+    peak_gib = torch.cuda.max_memory_allocated(device) / 2**30  # the run's, not the profiler's
     kernels = None
     if cfg.profile_steps:
         kernels = profile_kernels(train_step, steps - 1, lrs[-1], cfg.profile_steps)
@@ -508,7 +509,7 @@ def train_one(name, layers, seed, cfg, GPT, train_batches, val_batches, device, 
         host_ms_median=sorted(host_ms[warm:])[len(host_ms[warm:]) // 2] if host_ms[warm:] else None,
         compile=cfg.compile,
         tokens_per_s=tokens_per_step * len(step_ms) / timed_s if timed_s > 0 else None,
-        peak_memory_gib=torch.cuda.max_memory_allocated(device) / 2**30,
+        peak_memory_gib=peak_gib,
         wall_s=wall,
         kernel_ms_per_step=kernels["ms_per_step"] if kernels else None,
         kernels=kernels,
