@@ -208,14 +208,6 @@ impl WorkspaceBuffers {
         };
         hopper_fits && self.delta.len() == lens.delta && self.dq_accum.len() == lens.dq_accum
     }
-
-    /// Lets go of every buffer without freeing it: they are the caller's.
-    fn leak(self) {
-        let _ = (self.delta.leak(), self.dq_accum.leak());
-        if let Some(h) = self.hopper {
-            let _ = (h.lse2.leak(), h.semaphores.leak(), h.tickets.leak());
-        }
-    }
 }
 
 impl Workspace {
@@ -244,16 +236,12 @@ impl Workspace {
             }
             Ok(())
         });
-        if let Err(e) = fits {
-            buffers.leak();
-            return Err(e);
-        }
         let WorkspaceBuffers {
             delta,
             dq_accum,
             hopper,
         } = buffers;
-        Ok(Self {
+        let workspace = Self {
             delta,
             dq_accum,
             naive: None,
@@ -263,7 +251,14 @@ impl Workspace {
                 tickets: h.tickets,
                 head_section: None,
             }),
-        })
+        };
+        match fits {
+            Ok(()) => Ok(workspace),
+            Err(e) => {
+                workspace.leak();
+                Err(e)
+            }
+        }
     }
 
     /// Lets go of every buffer without freeing it: for a workspace made by
