@@ -16,8 +16,9 @@ pub const TEST_WIDE: &[(usize, usize)] = &[(1, 32768), (3, 32769), (17, 32768), 
 /// 1000 rows `bwd_saved`'s warp-per-row tiers (8 rows a block, a block per 8 rows) give each
 /// row group a single row, and its staged rows (day 12: 3 per group) never wrap. 30000 x 128
 /// puts ~14 rows on each warp of the warp tiers on an H100, 4000 x 4096 ~10 on each block of
-/// 128 threads.
-pub const TEST_TALL: &[(usize, usize)] = &[(30000, 128), (4000, 4096)];
+/// 128 threads. 20000 x 512 and 8000 x 1000 do the same for the backward's 64- and 128-thread
+/// tiers (~9 and ~8 rows on each of their resident blocks on an H100).
+pub const TEST_TALL: &[(usize, usize)] = &[(30000, 128), (20000, 512), (8000, 1000), (4000, 4096)];
 
 fn test_shapes() -> Vec<(usize, usize)> {
     let mut shapes: Vec<(usize, usize)> = TEST_ROWS
